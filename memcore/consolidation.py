@@ -1,0 +1,341 @@
+"""Consolidation decisions (SPEC section 7) over given hashes and vectors.
+
+The planner is pure: callers give it the tenant's memories (with vectors) and, for large batches, the
+neighbour lists an index found (FAISS range search); :func:`pairwise_neighbours` is the small-scale
+reference. Every decision names its target, its sources and its reason, and turns into reducer events
+with :func:`to_events`, so consolidation never changes state except through the reducer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from memcore.decay import effective_importance, recency_at
+from memcore.ids import derive_memory_id
+from memcore.policy import Policy
+from memcore.state import Absorb, Event, Promote, Purge, Retire
+from memcore.types import Lifecycle, Tier
+from memcore.vectors import cosine
+
+
+class Strategy(StrEnum):
+    """The consolidation steps, run in this order."""
+
+    EXACT_DEDUP = "exact_dedup"
+    SEMANTIC_DEDUP = "semantic_dedup"
+    COMPRESS = "compress"
+    TIERS = "tiers"
+    ARCHIVE = "archive"
+    PURGE = "purge"
+
+
+ALL_STRATEGIES: tuple[Strategy, ...] = tuple(Strategy)
+
+
+class DecisionKind(StrEnum):
+    """What a decision does."""
+
+    MERGE = "merge"
+    SUMMARISE = "summarise"
+    PROMOTE = "promote"
+    ARCHIVE = "archive"
+    PURGE = "purge"
+
+
+@dataclass(frozen=True)
+class Item:
+    """A memory as consolidation sees it.
+
+    Attributes:
+        memory_id: id within the tenant.
+        content_hash: hash of the normalised content.
+        vector: embedding (any dimension, the same for all items).
+        created_at, last_access, state_changed_at: event times.
+        tier, state, importance, tau_hours: as in the memory state.
+        access_count, recall_count, write_count: counters that merges add up.
+        session_ended: the memory's session has ended (working -> episodic).
+    """
+
+    memory_id: str
+    content_hash: str
+    vector: tuple[float, ...]
+    created_at: datetime
+    last_access: datetime
+    state_changed_at: datetime
+    tier: Tier
+    state: Lifecycle
+    importance: float
+    tau_hours: float
+    access_count: int = 0
+    recall_count: int = 0
+    write_count: int = 1
+    session_ended: bool = False
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One consolidation decision.
+
+    Attributes:
+        kind: what it does.
+        target: the survivor (merge), the new summary's id (summarise), else the memory itself.
+        sources: the memories folded into or compressed by the target; empty otherwise.
+        reason: why, in words, with the numbers that decided it.
+        to_tier: the new tier of a promotion.
+    """
+
+    kind: DecisionKind
+    target: str
+    sources: tuple[str, ...]
+    reason: str
+    to_tier: Tier | None = None
+
+
+Neighbours = Mapping[str, Iterable[str]]
+"""For each memory id, the ids of the memories at or above a cosine threshold from it."""
+
+
+def age_order(items: Iterable[Item]) -> list[Item]:
+    """Oldest first; ties by memory id. Survivors are always the oldest of their group."""
+    return sorted(items, key=lambda i: (i.created_at, i.memory_id))
+
+
+def pairwise_neighbours(items: Sequence[Item], min_cosine: float) -> dict[str, set[str]]:
+    """Reference neighbour lists by comparing every pair (O(n²): small inputs and tests only)."""
+    out: dict[str, set[str]] = {i.memory_id: set() for i in items}
+    for a_index, a in enumerate(items):
+        for b in items[a_index + 1 :]:
+            if cosine(a.vector, b.vector) >= min_cosine:
+                out[a.memory_id].add(b.memory_id)
+                out[b.memory_id].add(a.memory_id)
+    return out
+
+
+def greedy_groups(items: Sequence[Item], neighbours: Neighbours) -> list[list[Item]]:
+    """Oldest-first greedy grouping: each unassigned memory founds a group that takes its unassigned
+    neighbours. Groups of one are included; the founder is first.
+    """
+    by_id = {i.memory_id: i for i in items}
+    assigned: set[str] = set()
+    groups = []
+    for item in age_order(items):
+        if item.memory_id in assigned:
+            continue
+        assigned.add(item.memory_id)
+        members = [
+            by_id[n] for n in neighbours.get(item.memory_id, ()) if n in by_id and n not in assigned
+        ]
+        members = age_order(members)
+        assigned.update(m.memory_id for m in members)
+        groups.append([item, *members])
+    return groups
+
+
+def _merge(group: Sequence[Item], reason: str) -> Decision:
+    return Decision(
+        DecisionKind.MERGE, group[0].memory_id, tuple(i.memory_id for i in group[1:]), reason
+    )
+
+
+def exact_duplicates(items: Sequence[Item]) -> list[Decision]:
+    """Same content hash -> keep the oldest, merge the others into it."""
+    by_hash: dict[str, list[Item]] = {}
+    for item in age_order(items):
+        by_hash.setdefault(item.content_hash, []).append(item)
+    return [
+        _merge(group, f"exact duplicate: content hash {group[0].content_hash[:12]}")
+        for group in by_hash.values()
+        if len(group) > 1
+    ]
+
+
+def semantic_duplicates(
+    items: Sequence[Item], neighbours: Neighbours, min_cosine: float
+) -> list[Decision]:
+    """Groups of near-identical memories (cosine >= ``min_cosine`` to the oldest) -> merge."""
+    return [
+        _merge(group, f"near duplicate: cosine >= {min_cosine} to {group[0].memory_id}")
+        for group in greedy_groups(items, neighbours)
+        if len(group) > 1
+    ]
+
+
+def compression_clusters(
+    tenant_id: str,
+    items: Sequence[Item],
+    neighbours: Neighbours,
+    min_cosine: float,
+    min_size: int,
+) -> list[Decision]:
+    """Greedy clusters of similar memories -> one summary each; the summary id is derived from its
+    sources, so planning the same clusters twice names the same summary.
+    """
+    out = []
+    for group in greedy_groups(items, neighbours):
+        if len(group) >= min_size:
+            sources = tuple(i.memory_id for i in group)
+            summary_id = derive_memory_id(tenant_id, "summary-of:" + ",".join(sorted(sources)))
+            reason = f"cluster of {len(group)} at cosine >= {min_cosine} to {group[0].memory_id}"
+            out.append(Decision(DecisionKind.SUMMARISE, summary_id, sources, reason))
+    return out
+
+
+def tier_promotions(items: Sequence[Item], at: datetime, policy: Policy) -> list[Decision]:
+    """Working -> episodic after its session ended or idle hours; episodic -> semantic by use."""
+    rules = policy.consolidation
+    out = []
+    for item in age_order(items):
+        idle = at - item.last_access
+        reason = None
+        if item.tier is Tier.WORKING:
+            if item.session_ended:
+                reason = "session ended"
+            elif idle >= timedelta(hours=rules.working_idle_hours):
+                reason = f"idle {idle / timedelta(hours=1):.4g} h >= {rules.working_idle_hours:g} h"
+        elif item.tier is Tier.EPISODIC:
+            if item.access_count >= rules.episodic_min_access_count:
+                reason = f"access_count {item.access_count} >= {rules.episodic_min_access_count}"
+            elif item.importance > rules.episodic_above_importance:
+                reason = f"importance {item.importance:.4g} > {rules.episodic_above_importance}"
+        if reason is not None:
+            to = item.tier.promoted()
+            out.append(Decision(DecisionKind.PROMOTE, item.memory_id, (), reason, to))
+    return out
+
+
+def archive_sweep(items: Sequence[Item], at: datetime, policy: Policy) -> list[Decision]:
+    """Active memories whose effective importance fell below the archive threshold."""
+    limit = policy.lifecycle.archive_below
+    out = []
+    for item in age_order(items):
+        value = effective_importance(
+            item.importance, recency_at(item.last_access, at, item.tau_hours)
+        )
+        if value < limit:
+            reason = f"effective importance {value:.4g} < {limit}"
+            out.append(Decision(DecisionKind.ARCHIVE, item.memory_id, (), reason))
+    return out
+
+
+def purge_due(items: Sequence[Item], at: datetime, policy: Policy) -> list[Decision]:
+    """Forgotten and deleted memories past the retention window."""
+    window = timedelta(hours=policy.consolidation.retention_window_hours)
+    return [
+        Decision(
+            DecisionKind.PURGE,
+            item.memory_id,
+            (),
+            f"{item.state} for more than {window / timedelta(hours=1):g} h",
+        )
+        for item in age_order(items)
+        if item.state in (Lifecycle.FORGOTTEN, Lifecycle.DELETED)
+        and at - item.state_changed_at > window
+    ]
+
+
+NeighbourFinder = Callable[[Sequence[Item], float], Neighbours]
+
+
+def plan(
+    tenant_id: str,
+    items: Sequence[Item],
+    at: datetime,
+    policy: Policy,
+    strategies: Iterable[Strategy] = ALL_STRATEGIES,
+    neighbours: NeighbourFinder = pairwise_neighbours,
+) -> list[Decision]:
+    """All decisions for one tenant, in strategy order. A memory consumed by one step (merged away,
+    compressed, archived) is not offered to later steps; survivors are. ``neighbours`` finds the
+    pairs over a threshold (a FAISS range search in production, pairs here by default).
+    """
+    chosen = set(strategies)
+    rules = policy.consolidation
+    live = [i for i in items if i.state is Lifecycle.ACTIVE]
+    decisions: list[Decision] = []
+
+    def consume(new: list[Decision]) -> None:
+        gone = {s for d in new for s in d.sources if d.kind is DecisionKind.MERGE}
+        gone |= {s for d in new if d.kind is DecisionKind.SUMMARISE for s in d.sources}
+        gone |= {d.target for d in new if d.kind is DecisionKind.ARCHIVE}
+        live[:] = [i for i in live if i.memory_id not in gone]
+        decisions.extend(new)
+
+    if Strategy.EXACT_DEDUP in chosen:
+        consume(exact_duplicates(live))
+    if Strategy.SEMANTIC_DEDUP in chosen:
+        threshold = rules.semantic_dedup_min_cosine
+        consume(semantic_duplicates(live, neighbours(live, threshold), threshold))
+    if Strategy.COMPRESS in chosen:
+        threshold = rules.cluster_min_cosine
+        found = neighbours(live, threshold)
+        consume(compression_clusters(tenant_id, live, found, threshold, rules.min_cluster_size))
+    if Strategy.TIERS in chosen:
+        consume(tier_promotions(live, at, policy))
+    if Strategy.ARCHIVE in chosen:
+        consume(archive_sweep(live, at, policy))
+    if Strategy.PURGE in chosen:
+        consume(purge_due(items, at, policy))
+    return decisions
+
+
+def to_events(
+    decision: Decision, items: Mapping[str, Item], at: datetime
+) -> list[tuple[str, Event]]:
+    """The reducer events that carry out ``decision``, as ``(memory_id, event)`` pairs.
+
+    A summary's own creation is a Write that the caller makes (it needs the summary's content and
+    importance); this returns the archiving of its sources.
+    """
+    if decision.kind is DecisionKind.MERGE:
+        merged = [items[s] for s in decision.sources]
+        absorb = Absorb(
+            at=at,
+            sources=decision.sources,
+            access_count=sum(i.access_count for i in merged),
+            recall_count=sum(i.recall_count for i in merged),
+            write_count=sum(i.write_count for i in merged),
+            importance=max(i.importance for i in merged),
+            reason=decision.reason,
+        )
+        retire = [
+            (s, Retire(at, Lifecycle.DELETED, f"merged into {decision.target}", decision.target))
+            for s in decision.sources
+        ]
+        return [(decision.target, absorb), *retire]
+    if decision.kind is DecisionKind.SUMMARISE:
+        why = f"compressed into summary {decision.target}"
+        return [(s, Retire(at, Lifecycle.ARCHIVED, why, decision.target)) for s in decision.sources]
+    if decision.kind is DecisionKind.PROMOTE:
+        assert decision.to_tier is not None
+        return [(decision.target, Promote(at, decision.to_tier, decision.reason))]
+    if decision.kind is DecisionKind.ARCHIVE:
+        return [(decision.target, Retire(at, Lifecycle.ARCHIVED, decision.reason))]
+    return [(decision.target, Purge(at, decision.reason))]
+
+
+_SENTENCE_RE = re.compile(r"(?<=[.!?])\s+")
+
+
+def extractive_summary(contents: Sequence[str], max_chars: int = 1000) -> str:
+    """A summary without an LLM: the distinct sentences of the sources, oldest first, cut at
+    ``max_chars`` on a sentence boundary (the first sentence is always kept, cut if needed).
+    """
+    seen: set[str] = set()
+    sentences: list[str] = []
+    for text in contents:
+        for sentence in _SENTENCE_RE.split(text.strip()):
+            key = sentence.strip().casefold()
+            if key and key not in seen:
+                seen.add(key)
+                sentences.append(sentence.strip())
+    out = ""
+    for sentence in sentences:
+        candidate = f"{out} {sentence}".strip()
+        if len(candidate) > max_chars:
+            return out or sentence[:max_chars]
+        out = candidate
+    return out

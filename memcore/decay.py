@@ -1,0 +1,35 @@
+"""Recency, effective importance and tier classification (SPEC sections 3 and 4)."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+
+from memcore.policy import TierPolicy
+from memcore.types import Tier, hours_between
+
+
+def recency(idle_hours: float, tau_hours: float) -> float:
+    """``exp(-idle_hours / tau_hours)`` in (0, 1]. Negative idle time (an event older than the last
+    access, e.g. out-of-order delivery) counts as zero: recency never exceeds 1.
+    """
+    return math.exp(-max(idle_hours, 0.0) / tau_hours)
+
+
+def recency_at(last_access: datetime, at: datetime, tau_hours: float) -> float:
+    """Recency at event time ``at`` of a memory last accessed at ``last_access``."""
+    return recency(hours_between(last_access, at), tau_hours)
+
+
+def effective_importance(importance: float, recency_value: float) -> float:
+    """``importance × recency``; below the archive threshold a memory fades out of recall."""
+    return importance * recency_value
+
+
+def classify_tier(importance: float, tiers: TierPolicy) -> Tier:
+    """Tier of a new memory whose writer gave none: >= 0.8 semantic, >= 0.6 episodic, else working."""
+    if importance >= tiers.semantic_min_importance:
+        return Tier.SEMANTIC
+    if importance >= tiers.episodic_min_importance:
+        return Tier.EPISODIC
+    return Tier.WORKING

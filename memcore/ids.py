@@ -1,0 +1,51 @@
+"""Identifiers: normalised content, content hashes, derived memory ids, state keys."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+
+from memcore.errors import InvalidField
+
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+_SPACE_RE = re.compile(r"\s+")
+
+
+def normalise_content(text: str) -> str:
+    """NFKC, whitespace runs collapsed to one space, ends stripped. Case is kept: it can carry meaning."""
+    return _SPACE_RE.sub(" ", unicodedata.normalize("NFKC", text)).strip()
+
+
+def content_hash(text: str) -> str:
+    """SHA-256 (hex) of the normalised content: equal for texts that differ only in spacing."""
+    return hashlib.sha256(normalise_content(text).encode("utf-8")).hexdigest()
+
+
+def derive_memory_id(tenant_id: str, text: str) -> str:
+    """The id of a memory whose writer gave none: same tenant and content -> same id."""
+    check_id("tenant_id", tenant_id)
+    digest = hashlib.sha256(f"{tenant_id}\x00{normalise_content(text)}".encode()).hexdigest()
+    return f"m-{digest[:32]}"
+
+
+def check_id(field: str, value: object) -> str:
+    """Return ``value`` if it is a valid tenant or memory id: 1-128 of ``A-Za-z0-9._:-``, no ``/``."""
+    if not isinstance(value, str) or not _ID_RE.match(value):
+        raise InvalidField(
+            field, value, "expected 1-128 characters of A-Z a-z 0-9 . _ : - (no '/')"
+        )
+    return value
+
+
+def state_key(tenant_id: str, memory_id: str) -> str:
+    """The Kafka key and table key of a memory: ``tenant_id/memory_id``."""
+    return f"{check_id('tenant_id', tenant_id)}/{check_id('memory_id', memory_id)}"
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """Inverse of :func:`state_key`; raises InvalidField for a malformed key."""
+    tenant_id, sep, memory_id = key.partition("/")
+    if not sep:
+        raise InvalidField("key", key, "expected tenant_id/memory_id")
+    return check_id("tenant_id", tenant_id), check_id("memory_id", memory_id)

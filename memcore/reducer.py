@@ -1,0 +1,302 @@
+"""The one reducer: ``apply(state, event, policy) -> (new_state, effects)``.
+
+Pure and total over valid events: the same state, event and policy always give the same result,
+and only the event's own time is used. An event whose position is at or below the last offset
+applied from its source changes nothing (at-least-once delivery is safe).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+from memcore import card as cards
+from memcore.decay import classify_tier, effective_importance, recency_at
+from memcore.policy import LifecyclePreset, Policy
+from memcore.state import (
+    Absorb,
+    Access,
+    Effect,
+    EffectKind,
+    Event,
+    MemoryState,
+    Promote,
+    Purge,
+    Retire,
+    Write,
+)
+from memcore.types import AccessKind, Lifecycle, Tier
+
+Result = tuple[MemoryState | None, tuple[Effect, ...]]
+"""The new state (None only while a memory was never written) and the effects, in order."""
+
+_RETIRE_EFFECT = {
+    Lifecycle.ARCHIVED: EffectKind.ARCHIVED,
+    Lifecycle.FORGOTTEN: EffectKind.FORGOTTEN,
+    Lifecycle.DELETED: EffectKind.DELETED,
+}
+
+
+def apply(state: MemoryState | None, event: Event, policy: Policy) -> Result:
+    """Apply one event to one memory's state.
+
+    ``state`` is None for a memory never written. Returns the whole new state and the effects, in
+    order. Events for unknown or inactive memories are ignored with a
+    reason, never raised: the worker must not crash on input.
+    """
+    position = event.position
+    if state is not None and position is not None:
+        last = state.last_offset(position.source)
+        if last is not None and position.offset <= last:
+            reason = f"redelivered: offset {position.offset} <= applied {last} of {position.source}"
+            return state, (Effect(EffectKind.SKIPPED, reason),)
+    new_state, effects = _dispatch(state, event, policy)
+    if new_state is not None:
+        new_state = new_state.at_position(position)
+    return new_state, effects
+
+
+def _dispatch(state: MemoryState | None, event: Event, policy: Policy) -> Result:
+    if isinstance(event, Write):
+        return _write(state, event, policy)
+    if state is None:
+        return None, (Effect(EffectKind.IGNORED, "unknown memory"),)
+    if isinstance(event, Access):
+        return _access(state, event, policy)
+    if isinstance(event, Absorb):
+        return _absorb(state, event)
+    if isinstance(event, Retire):
+        return _retire(state, event)
+    if isinstance(event, Promote):
+        return _promote(state, event, policy)
+    return _purge(state, event)
+
+
+def create(event: Write, policy: Policy) -> MemoryState:
+    """The state of a newly written memory: tier, τ and review card from its importance."""
+    importance = event.importance.score
+    tier = event.memory_type or classify_tier(importance, policy.tiers)
+    return MemoryState(
+        tenant_id=event.tenant_id,
+        memory_id=event.memory_id,
+        content_hash=event.content_hash,
+        tier=tier,
+        importance=importance,
+        importance_source=event.importance.source,
+        state=Lifecycle.ACTIVE,
+        created_at=event.at,
+        last_access=event.at,
+        state_changed_at=event.at,
+        card=cards.new_card(event.at, importance, policy.review),
+        tau_hours=policy.decay.tau_hours(tier),
+        session_id=event.session_id,
+        agent_id=event.agent_id,
+        tags=event.tags,
+        relations=event.relations,
+        summary_of=event.summary_of,
+    )
+
+
+def _write(state: MemoryState | None, event: Write, policy: Policy) -> Result:
+    if state is None or state.state is Lifecycle.DELETED:
+        new = create(event, policy)
+        if state is not None:  # a write after deletion starts afresh; applied offsets carry over
+            new = dataclasses.replace(new, offsets=state.offsets)
+        why = f"{new.tier} by importance {new.importance:.4g} ({event.importance.reason})"
+        return new, (Effect(EffectKind.CREATED, why),)
+    stronger = event.importance.score > state.importance
+    folded = dataclasses.replace(
+        state,
+        write_count=state.write_count + 1,
+        importance=event.importance.score if stronger else state.importance,
+        importance_source=event.importance.source if stronger else state.importance_source,
+        tags=_union(state.tags, event.tags),
+        relations=_union(state.relations, event.relations),
+    )
+    effects = [Effect(EffectKind.FOLDED, f"identical rewrite #{folded.write_count}")]
+    if state.state is not Lifecycle.ACTIVE:
+        folded = dataclasses.replace(
+            folded, state=Lifecycle.ACTIVE, last_access=event.at, state_changed_at=event.at
+        )
+        effects.append(Effect(EffectKind.REVIVED, f"rewritten while {state.state}"))
+    return folded, tuple(effects)
+
+
+def _access(state: MemoryState, event: Access, policy: Policy) -> Result:
+    if state.state is not Lifecycle.ACTIVE:
+        return state, (Effect(EffectKind.IGNORED, f"access to a {state.state} memory"),)
+    if policy.lifecycle.preset is LifecyclePreset.POWERMEM:
+        return _access_powermem(state, event, policy)
+    return _access_default(state, event, policy)
+
+
+def _access_default(state: MemoryState, event: Access, policy: Policy) -> Result:
+    rules = policy.lifecycle
+    faded = effective_importance(
+        state.importance, recency_at(state.last_access, event.at, state.tau_hours)
+    )
+    if faded < rules.archive_below:
+        why = f"faded: effective importance {faded:.4g} < {rules.archive_below}"
+        return _retired(state, Lifecycle.ARCHIVED, event), (Effect(EffectKind.ARCHIVED, why),)
+    new, effects = _touch(state, event, policy)
+    if new.tier is not Tier.SEMANTIC and (
+        new.access_count >= rules.promote_min_access_count
+        or new.importance > rules.promote_above_importance
+    ):
+        why = (
+            f"access_count {new.access_count} >= {rules.promote_min_access_count}"
+            if new.access_count >= rules.promote_min_access_count
+            else f"importance {new.importance:.4g} > {rules.promote_above_importance}"
+        )
+        new = dataclasses.replace(new, tier=new.tier.promoted())
+        effects.append(Effect(EffectKind.PROMOTED, f"{state.tier} -> {new.tier}: {why}"))
+    return _maybe_recompute(state, new, event, policy, effects)
+
+
+def _access_powermem(state: MemoryState, event: Access, policy: Policy) -> Result:
+    rules = policy.lifecycle
+    age = event.at - state.created_at
+    rec = recency_at(state.last_access, event.at, state.tau_hours)
+    forget_why = None
+    if rec < rules.forget_below_recency:
+        forget_why = f"recency {rec:.4g} < {rules.forget_below_recency}"
+    elif state.access_count == 0 and age > timedelta(hours=rules.forget_unaccessed_after_hours):
+        forget_why = f"never accessed in {rules.forget_unaccessed_after_hours:g} h"
+    if forget_why is not None:
+        forgotten = _retired(state, Lifecycle.FORGOTTEN, event)
+        return forgotten, (Effect(EffectKind.FORGOTTEN, forget_why),)
+    promote_why = _powermem_promote_reason(state, age, policy)
+    archive_why = None
+    if age > timedelta(hours=rules.archive_after_hours):
+        archive_why = f"age > {rules.archive_after_hours:g} h"
+    elif state.importance < rules.archive_below_importance:
+        archive_why = f"importance {state.importance:.4g} < {rules.archive_below_importance}"
+    new, effects = _touch(state, event, policy)
+    if promote_why is not None and new.tier is not Tier.SEMANTIC:
+        new = dataclasses.replace(new, tier=new.tier.promoted())
+        effects.append(Effect(EffectKind.PROMOTED, f"{state.tier} -> {new.tier}: {promote_why}"))
+    new, effects_tuple = _maybe_recompute(state, new, event, policy, effects)
+    if archive_why is not None:
+        new = _retired(new, Lifecycle.ARCHIVED, event)
+        effects_tuple = (*effects_tuple, Effect(EffectKind.ARCHIVED, archive_why))
+    return new, effects_tuple
+
+
+def _powermem_promote_reason(state: MemoryState, age: timedelta, policy: Policy) -> str | None:
+    rules = policy.lifecycle
+    if state.access_count >= rules.promote_min_access_count:
+        return f"access_count {state.access_count} >= {rules.promote_min_access_count}"
+    if age > timedelta(hours=rules.promote_after_hours):
+        return f"age > {rules.promote_after_hours:g} h"
+    if state.importance >= rules.promote_min_importance:
+        return f"importance {state.importance:.4g} >= {rules.promote_min_importance}"
+    return None
+
+
+def settle(value: float) -> float:
+    """Round a sum of increments to 12 places, so that 0.65 + 0.05 compares equal to 0.7 at a gate
+    (binary floats would make it 0.7000000000000001 and cross a strict threshold).
+    """
+    return round(value, 12)
+
+
+def _touch(state: MemoryState, event: Access, policy: Policy) -> tuple[MemoryState, list[Effect]]:
+    """Steps 1-3 of an access: counters and clock, auto-boost, review when due."""
+    recall = event.kind is AccessKind.RECALL
+    new = dataclasses.replace(
+        state,
+        access_count=state.access_count + 1,
+        recall_count=state.recall_count + (1 if recall else 0),
+        last_access=max(state.last_access, event.at),
+        importance=settle(min(1.0, state.importance + policy.lifecycle.auto_boost)),
+    )
+    effects = [Effect(EffectKind.ACCESSED, f"{event.kind} access #{new.access_count}")]
+    if cards.is_due(state.card, event.at):
+        new = dataclasses.replace(new, card=cards.reviewed(state.card, policy.review))
+        effects.append(
+            Effect(
+                EffectKind.REVIEWED,
+                f"review #{new.card.review_count}: retention {new.card.retention:.4g}",
+            )
+        )
+    return new, effects
+
+
+def _maybe_recompute(
+    before: MemoryState,
+    new: MemoryState,
+    event: Access,
+    policy: Policy,
+    effects: list[Effect],
+) -> tuple[MemoryState, tuple[Effect, ...]]:
+    """Step 5: every n-th access or on a tier change, τ and the review schedule start from now."""
+    tier_changed = new.tier is not before.tier
+    nth = new.access_count % policy.lifecycle.recompute_every == 0
+    if tier_changed or nth:
+        new = dataclasses.replace(
+            new,
+            tau_hours=policy.decay.tau_hours(new.tier),
+            card=cards.rescheduled(new.card, event.at, new.importance, policy.review),
+        )
+        why = "tier change" if tier_changed else f"access #{new.access_count}"
+        effects.append(Effect(EffectKind.RESCHEDULED, f"{why}: tau {new.tau_hours:g} h"))
+    return new, tuple(effects)
+
+
+def _retired(state: MemoryState, to: Lifecycle, event: Access | Retire) -> MemoryState:
+    return dataclasses.replace(state, state=to, state_changed_at=event.at)
+
+
+def _absorb(state: MemoryState, event: Absorb) -> Result:
+    new = dataclasses.replace(
+        state,
+        access_count=state.access_count + event.access_count,
+        recall_count=state.recall_count + event.recall_count,
+        write_count=state.write_count + event.write_count,
+        importance=max(state.importance, event.importance),
+        merged_from=_union(state.merged_from, event.sources),
+    )
+    return new, (Effect(EffectKind.ABSORBED, f"{event.reason}: {', '.join(event.sources)}"),)
+
+
+def _retire(state: MemoryState, event: Retire) -> Result:
+    if state.state is event.to:
+        return state, (Effect(EffectKind.IGNORED, f"already {state.state}"),)
+    new = dataclasses.replace(
+        _retired(state, event.to, event),
+        merged_into=event.merged_into or state.merged_into,
+    )
+    return new, (Effect(_RETIRE_EFFECT[event.to], event.reason),)
+
+
+def _promote(state: MemoryState, event: Promote, policy: Policy) -> Result:
+    if (
+        state.state is not Lifecycle.ACTIVE
+        or event.to is not state.tier.promoted()
+        or (state.tier is Tier.SEMANTIC)
+    ):
+        why = f"cannot promote a {state.state} {state.tier} memory to {event.to}"
+        return state, (Effect(EffectKind.IGNORED, why),)
+    new = dataclasses.replace(
+        state,
+        tier=event.to,
+        tau_hours=policy.decay.tau_hours(event.to),
+        card=cards.rescheduled(state.card, event.at, state.importance, policy.review),
+    )
+    return new, (Effect(EffectKind.PROMOTED, f"{state.tier} -> {event.to}: {event.reason}"),)
+
+
+def _purge(state: MemoryState, event: Purge) -> Result:
+    """Purged memories stay as a tombstone (deleted, ``purged``) so redelivered events stay skipped."""
+    if state.purged:
+        return state, (Effect(EffectKind.IGNORED, "already purged"),)
+    if state.state not in (Lifecycle.FORGOTTEN, Lifecycle.DELETED):
+        return state, (Effect(EffectKind.IGNORED, f"cannot purge a {state.state} memory"),)
+    new = dataclasses.replace(
+        state, state=Lifecycle.DELETED, purged=True, state_changed_at=event.at
+    )
+    return new, (Effect(EffectKind.PURGED, event.reason),)
+
+
+def _union(first: tuple[str, ...], second: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys((*first, *second)))

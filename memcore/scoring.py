@@ -1,0 +1,232 @@
+"""Recall ranking (SPEC section 6): the scalar reference the vectorised ranker is tested against.
+
+``rank(candidates, at, params)`` scores a batch of one request's candidates and returns the top k
+with a breakdown of every term. Only ``at`` (the scoring time) is used as time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from memcore.decay import recency_at
+from memcore.errors import InvalidField
+from memcore.graph import proximity
+from memcore.keyword import normalise_by_max
+from memcore.policy import RecallPolicy, RecallPreset, RecallWeights
+from memcore.types import HOURS_PER_DAY, Tier, hours_between, require_finite
+from memcore.vectors import cosine
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One memory as recall sees it.
+
+    Attributes:
+        memory_id: id within the tenant.
+        similarity: cosine similarity to the query in [-1, 1]; negatives count as 0.
+        importance: [0, 1].
+        last_access: decay clock (event time).
+        created_at: creation (event time); the ``zeph`` preset decays on age.
+        tau_hours: the memory's decay constant, hours.
+        tier: the memory's tier.
+        keyword: raw keyword score (e.g. BM25), >= 0; normalised by the batch maximum.
+        graph_hops: hops from the query's best hits over relations, None when unreached.
+        vector: the memory's vector, needed only for MMR.
+    """
+
+    memory_id: str
+    similarity: float
+    importance: float
+    last_access: datetime
+    created_at: datetime
+    tau_hours: float
+    tier: Tier = Tier.EPISODIC
+    keyword: float = 0.0
+    graph_hops: int | None = None
+    vector: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A ranked memory with every term of its score (all in the preset's own units).
+
+    Attributes:
+        similarity: clamped cosine in [0, 1] (``zeph``: divided by the batch maximum).
+        keyword: keyword score divided by the batch maximum, [0, 1].
+        importance: the memory's importance.
+        recency: ``exp(-idle/τ)`` (``zeph``: the age decay factor).
+        graph: graph proximity ``1/(1+hops)``.
+        final: the score results are ordered by.
+    """
+
+    memory_id: str
+    similarity: float
+    keyword: float
+    importance: float
+    recency: float
+    graph: float
+    final: float
+
+
+@dataclass(frozen=True)
+class RankParams:
+    """One request's ranking settings; defaults come from the tenant's :class:`RecallPolicy`.
+
+    Attributes:
+        k: number of results, >= 1.
+        policy: preset, weights, GraphRAG, MMR and minimum score.
+    """
+
+    k: int = 10
+    policy: RecallPolicy = field(default_factory=RecallPolicy)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
+            raise InvalidField("k", self.k, "expected an integer >= 1")
+
+
+def clamp_similarity(cos: float) -> float:
+    """Cosine as a similarity in [0, 1]: negative cosines count as no similarity."""
+    return min(1.0, max(0.0, cos))
+
+
+def blend(
+    similarity: float,
+    keyword: float,
+    importance: float,
+    recency: float,
+    graph: float,
+    weights: RecallWeights,
+) -> float:
+    """``w_sim·sim + w_kw·kw + w_imp·imp + w_rec·rec + w_graph·graph``."""
+    return (
+        weights.similarity * similarity
+        + weights.keyword * keyword
+        + weights.importance * importance
+        + weights.recency * recency
+        + weights.graph * graph
+    )
+
+
+def graphrag(vector_part: float, graph: float, graph_weight: float) -> float:
+    """``vector_part × (1 - graph_weight) + graph × graph_weight``."""
+    return vector_part * (1.0 - graph_weight) + graph * graph_weight
+
+
+def rank(candidates: Sequence[Candidate], at: datetime, params: RankParams) -> list[Scored]:
+    """Score, drop scores under the minimum, optionally diversify (MMR), keep the top k.
+
+    The minimum applies to the score before MMR (MMR only reorders for diversity and may push a
+    near-copy's score below zero); for ``zeph``, whose pipeline includes MMR, to its final score.
+
+    Ties are broken by memory id so the order is total and reproducible.
+    """
+    policy = params.policy
+    if policy.preset is RecallPreset.ZEPH:
+        kept = [s for s in _zeph(candidates, at, policy) if s.final >= policy.min_score]
+    else:
+        base = _powermem if policy.preset is RecallPreset.POWERMEM else _zeromemory
+        pairs = [
+            (s, c)
+            for s, c in zip(base(candidates, at, policy), candidates, strict=True)
+            if s.final >= policy.min_score
+        ]
+        kept = [s for s, _ in pairs]
+        if policy.mmr_lambda is not None:
+            kept = _with_mmr(kept, [c for _, c in pairs], policy.mmr_lambda)
+    kept.sort(key=lambda s: (-s.final, s.memory_id))
+    return kept[: params.k]
+
+
+def _zeromemory(
+    candidates: Sequence[Candidate], at: datetime, policy: RecallPolicy
+) -> list[Scored]:
+    keywords = normalise_by_max([c.keyword for c in candidates])
+    out = []
+    for c, kw in zip(candidates, keywords, strict=True):
+        sim = clamp_similarity(require_finite("similarity", c.similarity))
+        rec = recency_at(c.last_access, at, c.tau_hours)
+        graph = proximity(c.graph_hops)
+        final = blend(sim, kw, c.importance, rec, graph, policy.weights)
+        if policy.graphrag:
+            final = graphrag(final, graph, policy.graph_weight)
+        out.append(Scored(c.memory_id, sim, kw, c.importance, rec, graph, final))
+    return out
+
+
+def _powermem(
+    candidates: Sequence[Candidate],
+    at: datetime,
+    policy: RecallPolicy,  # noqa: ARG001 - same signature as _zeromemory
+) -> list[Scored]:
+    out = []
+    for c in candidates:
+        sim = clamp_similarity(require_finite("similarity", c.similarity))
+        rec = recency_at(c.last_access, at, c.tau_hours)
+        out.append(Scored(c.memory_id, sim, 0.0, c.importance, rec, 0.0, sim * rec))
+    return out
+
+
+def zeph_age_factor(created_at: datetime, at: datetime, half_life_days: float) -> float:
+    """``exp(-ln 2 / half_life × age_days)``; age never counts as negative."""
+    age_days = max(hours_between(created_at, at), 0.0) / HOURS_PER_DAY
+    return math.exp(-math.log(2.0) / half_life_days * age_days)
+
+
+def _zeph(candidates: Sequence[Candidate], at: datetime, policy: RecallPolicy) -> list[Scored]:
+    sims = normalise_by_max(
+        [clamp_similarity(require_finite("similarity", c.similarity)) for c in candidates]
+    )
+    keywords = normalise_by_max([c.keyword for c in candidates])
+    relevance = []
+    for c, sim, kw in zip(candidates, sims, keywords, strict=True):
+        age = zeph_age_factor(c.created_at, at, policy.zeph_half_life_days)
+        relevance.append(
+            Scored(c.memory_id, sim, kw, c.importance, age, 0.0, (0.7 * sim + 0.3 * kw) * age)
+        )
+    diversified = _with_mmr(relevance, candidates, policy.zeph_mmr_lambda)
+    tier_of = {c.memory_id: c.tier for c in candidates}
+    out = []
+    for s in diversified:
+        bonus = policy.zeph_importance_weight * s.importance
+        if tier_of[s.memory_id] is Tier.SEMANTIC:
+            bonus += policy.zeph_semantic_bonus
+        out.append(_with_final(s, s.final + bonus))
+    return out
+
+
+def _with_final(s: Scored, final: float) -> Scored:
+    return Scored(s.memory_id, s.similarity, s.keyword, s.importance, s.recency, s.graph, final)
+
+
+def _with_mmr(scored: list[Scored], candidates: Sequence[Candidate], lam: float) -> list[Scored]:
+    vectors = [c.vector for c in candidates]
+    order = mmr([s.final for s in scored], vectors, lam)
+    return [_with_final(scored[i], value) for i, value in order]
+
+
+def mmr(
+    relevance: Sequence[float], vectors: Sequence[Sequence[float]], lam: float
+) -> list[tuple[int, float]]:
+    """Maximal marginal relevance over all items, greedily.
+
+    At each step picks the item maximising ``lam·relevance − (1−lam)·max cosine to those already
+    picked`` (0 for the first); ties go to the lower index. Returns ``(index, mmr_score)`` in pick
+    order; scores never increase along the order. Items without a vector are never penalised.
+    """
+    remaining = list(range(len(relevance)))
+    penalty = [0.0] * len(relevance)
+    picked: list[tuple[int, float]] = []
+    while remaining:
+        best = max(remaining, key=lambda i: (lam * relevance[i] - (1 - lam) * penalty[i], -i))
+        value = lam * relevance[best] - (1 - lam) * penalty[best]
+        picked.append((best, value))
+        remaining.remove(best)
+        if vectors[best]:
+            for i in remaining:
+                if vectors[i]:
+                    penalty[i] = max(penalty[i], cosine(vectors[i], vectors[best]))
+    return picked

@@ -1,0 +1,211 @@
+"""A memory's state, the events that change it, and the effects the reducer reports.
+
+All of these are frozen data. Times are event times (timezone-aware); counts are plain integers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from memcore.card import ReviewCard
+from memcore.importance import ImportanceDecision
+from memcore.types import AccessKind, ImportanceSource, Lifecycle, Tier
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where an event came from, for idempotence.
+
+    Attributes:
+        source: the ordered stream it was read from, e.g. ``memory-writes/3`` (topic/partition).
+        offset: its offset in that stream; an event at or below the last applied one is skipped.
+    """
+
+    source: str
+    offset: int
+
+
+@dataclass(frozen=True)
+class MemoryState:
+    """Everything the model keeps about one memory (content and vector live in storage).
+
+    Attributes:
+        tenant_id: owner.
+        memory_id: stable id within the tenant.
+        content_hash: hash of the normalised content (exact dedup).
+        tier: working, episodic or semantic.
+        importance: [0, 1].
+        importance_source: how the write-time importance was found.
+        state: active, archived, forgotten or deleted.
+        created_at: event time of the first write.
+        last_access: event time of the last access (the decay clock); starts at ``created_at``.
+        state_changed_at: event time the ``state`` last changed (the purge window counts from it).
+        card: the review card.
+        tau_hours: decay constant in hours, recomputed on tier change and every n-th access.
+        access_count: accesses of any kind.
+        recall_count: accesses that were recall hits.
+        write_count: writes folded into this memory (1 for a single write).
+        session_id, agent_id, tags, relations: writer's metadata; ``relations`` are memory ids.
+        merged_from: ids of memories merged into this one.
+        merged_into: the survivor this memory was merged into, if any.
+        summary_of: ids of the memories this summary compresses.
+        offsets: last applied offset per source (see :class:`Position`).
+        purged: removed from the serving store; the state stays as a tombstone for idempotence.
+    """
+
+    tenant_id: str
+    memory_id: str
+    content_hash: str
+    tier: Tier
+    importance: float
+    importance_source: ImportanceSource
+    state: Lifecycle
+    created_at: datetime
+    last_access: datetime
+    state_changed_at: datetime
+    card: ReviewCard
+    tau_hours: float
+    access_count: int = 0
+    recall_count: int = 0
+    write_count: int = 1
+    session_id: str | None = None
+    agent_id: str | None = None
+    tags: tuple[str, ...] = ()
+    relations: tuple[str, ...] = ()
+    merged_from: tuple[str, ...] = ()
+    merged_into: str | None = None
+    summary_of: tuple[str, ...] = ()
+    offsets: tuple[tuple[str, int], ...] = ()
+    purged: bool = False
+
+    def last_offset(self, source: str) -> int | None:
+        """The last applied offset from ``source``, or None when nothing from it was applied."""
+        for name, offset in self.offsets:
+            if name == source:
+                return offset
+        return None
+
+    def at_position(self, position: Position | None) -> MemoryState:
+        """A copy that records ``position`` as applied."""
+        if position is None:
+            return self
+        rest = tuple((s, o) for s, o in self.offsets if s != position.source)
+        offsets = tuple(sorted((*rest, (position.source, position.offset))))
+        return dataclasses.replace(self, offsets=offsets)
+
+
+@dataclass(frozen=True)
+class Write:
+    """A memory written (or rewritten with identical content, which folds into the existing one).
+
+    Attributes:
+        at: event time of the write.
+        importance: the resolved write-time importance.
+        memory_type: the writer's tier, or None to classify by importance.
+        summary_of: for a summary memory, the ids it compresses.
+    """
+
+    tenant_id: str
+    memory_id: str
+    content_hash: str
+    at: datetime
+    importance: ImportanceDecision
+    memory_type: Tier | None = None
+    session_id: str | None = None
+    agent_id: str | None = None
+    tags: tuple[str, ...] = ()
+    relations: tuple[str, ...] = ()
+    summary_of: tuple[str, ...] = ()
+    position: Position | None = None
+
+
+@dataclass(frozen=True)
+class Access:
+    """One access: a recall hit, a get, or an explicit access from an app."""
+
+    at: datetime
+    kind: AccessKind = AccessKind.EXPLICIT
+    position: Position | None = None
+
+
+@dataclass(frozen=True)
+class Absorb:
+    """A survivor takes over the counters of memories merged into it.
+
+    Attributes:
+        sources: ids of the merged memories.
+        access_count, recall_count, write_count: their summed counters, added to the survivor's.
+        importance: their maximum importance; the survivor keeps the larger.
+    """
+
+    at: datetime
+    sources: tuple[str, ...]
+    access_count: int
+    recall_count: int
+    write_count: int
+    importance: float
+    reason: str
+    position: Position | None = None
+
+
+@dataclass(frozen=True)
+class Retire:
+    """Move a memory out of recall: archived (kept), forgotten (soft delete) or deleted (tombstone)."""
+
+    at: datetime
+    to: Lifecycle
+    reason: str
+    merged_into: str | None = None
+    position: Position | None = None
+
+
+@dataclass(frozen=True)
+class Promote:
+    """Tier consolidation: move exactly one tier up."""
+
+    at: datetime
+    to: Tier
+    reason: str
+    position: Position | None = None
+
+
+@dataclass(frozen=True)
+class Purge:
+    """Remove a forgotten or deleted memory from the serving store (the log keeps its history)."""
+
+    at: datetime
+    reason: str
+    position: Position | None = None
+
+
+Event = Write | Access | Absorb | Retire | Promote | Purge
+
+
+class EffectKind(StrEnum):
+    """What the reducer did; each effect becomes an audit record."""
+
+    CREATED = "created"
+    FOLDED = "folded"
+    REVIVED = "revived"
+    ACCESSED = "accessed"
+    REVIEWED = "reviewed"
+    PROMOTED = "promoted"
+    RESCHEDULED = "rescheduled"
+    ARCHIVED = "archived"
+    FORGOTTEN = "forgotten"
+    DELETED = "deleted"
+    ABSORBED = "absorbed"
+    PURGED = "purged"
+    SKIPPED = "skipped"
+    IGNORED = "ignored"
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One thing the reducer did, with the reason in words (for audit)."""
+
+    kind: EffectKind
+    reason: str

@@ -1,0 +1,216 @@
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, timedelta
+
+import pytest
+
+from memcore import (
+    Decision,
+    DecisionKind,
+    EffectKind,
+    Item,
+    Lifecycle,
+    Policy,
+    Strategy,
+    Tier,
+    apply,
+    plan,
+    to_events,
+)
+from memcore.consolidation import extractive_summary, greedy_groups, pairwise_neighbours
+
+from .helpers import T0, created, hours
+
+POLICY = Policy()
+
+
+def item(
+    memory_id: str,
+    vector: tuple[float, ...],
+    created_h: float = 0.0,
+    content: str | None = None,
+    **kw: object,
+) -> Item:
+    at = T0 + hours(created_h)
+    base: dict[str, object] = {
+        "content_hash": content or memory_id,
+        "vector": vector,
+        "created_at": at,
+        "last_access": at,
+        "state_changed_at": at,
+        "tier": Tier.SEMANTIC,
+        "state": Lifecycle.ACTIVE,
+        "importance": 0.5,
+        "tau_hours": 1200.0,
+    }
+    base.update(kw)
+    return Item(memory_id=memory_id, **base)  # type: ignore[arg-type]
+
+
+def kinds(decisions: list[Decision]) -> list[DecisionKind]:
+    return [d.kind for d in decisions]
+
+
+def test_exact_dedup_keeps_the_oldest() -> None:
+    items = [
+        item("b", (1.0, 0.0), 2, "h", access_count=2),
+        item("a", (0.0, 1.0), 1, "h", recall_count=1),
+        item("c", (1.0, 1.0), 3, "h"),
+    ]
+    (decision,) = plan("t", items, T0 + hours(4), POLICY, [Strategy.EXACT_DEDUP])
+    assert (decision.kind, decision.target, decision.sources) == (
+        DecisionKind.MERGE,
+        "a",
+        ("b", "c"),
+    )
+
+
+def test_semantic_dedup_threshold() -> None:
+    items = [item("old", (1.0, 0.0)), item("near", (1.0, 0.3), 1), item("far", (1.0, 0.4), 2)]
+    # cos(near) = 0.958, cos(far) = 0.928
+    (decision,) = plan("t", items, T0, POLICY, [Strategy.SEMANTIC_DEDUP])
+    assert (decision.target, decision.sources) == ("old", ("near",))
+    assert "0.95" in decision.reason
+
+
+def test_greedy_groups_are_not_transitive() -> None:
+    items = [item("a", (1.0, 0.0)), item("b", (1.0, 0.33), 1), item("c", (1.0, 0.66), 2)]
+    groups = greedy_groups(items, pairwise_neighbours(items, 0.94))
+    assert [[i.memory_id for i in g] for g in groups] == [["a", "b"], ["c"]]
+
+
+def test_compression_clusters_and_stable_summary_ids() -> None:
+    items = [item("a", (1.0, 0.0)), item("b", (1.0, 0.5), 1), item("z", (0.0, 1.0), 2)]
+    first = plan("t", items, T0, POLICY, [Strategy.COMPRESS])
+    again = plan("t", list(reversed(items)), T0, POLICY, [Strategy.COMPRESS])
+    assert first == again
+    (decision,) = first
+    assert decision.kind is DecisionKind.SUMMARISE
+    assert decision.sources == ("a", "b")
+    assert decision.target.startswith("m-")
+
+
+def test_dedup_consumes_before_compression() -> None:
+    items = [item("a", (1.0, 0.0)), item("a2", (1.0, 0.01), 1), item("b", (1.0, 0.5), 2)]
+    decisions = plan("t", items, T0, POLICY, [Strategy.SEMANTIC_DEDUP, Strategy.COMPRESS])
+    assert kinds(decisions) == [DecisionKind.MERGE, DecisionKind.SUMMARISE]
+    assert decisions[1].sources == ("a", "b")
+
+
+def test_tier_consolidation() -> None:
+    at = T0 + hours(10)
+    items = [
+        item("idle-working", (1.0, 0.0), tier=Tier.WORKING, last_access=T0 + hours(6)),
+        item("busy-working", (0.0, 1.0), tier=Tier.WORKING, last_access=T0 + hours(6.5)),
+        item("ended", (1.0, 1.0), tier=Tier.WORKING, last_access=at, session_ended=True),
+        item("used-episodic", (1.0, -1.0), tier=Tier.EPISODIC, access_count=3),
+        item("key-episodic", (-1.0, 1.0), tier=Tier.EPISODIC, importance=0.71),
+        item("plain-episodic", (-1.0, 0.0), tier=Tier.EPISODIC, importance=0.7),
+    ]
+    decisions = plan("t", items, at, POLICY, [Strategy.TIERS])
+    assert {(d.target, d.to_tier) for d in decisions} == {
+        ("idle-working", Tier.EPISODIC),
+        ("ended", Tier.EPISODIC),
+        ("used-episodic", Tier.SEMANTIC),
+        ("key-episodic", Tier.SEMANTIC),
+    }
+
+
+def test_archive_sweep_and_purge() -> None:
+    at = T0 + timedelta(days=40)
+    items = [
+        item("faded", (1.0, 0.0), tier=Tier.WORKING, importance=0.5, tau_hours=48.0),
+        item("fresh", (0.0, 1.0), importance=0.5, last_access=at),
+        item("gone", (1.0, 1.0), state=Lifecycle.FORGOTTEN),
+        item("recently-gone", (1.0, 2.0), state=Lifecycle.DELETED, state_changed_at=at - hours(1)),
+    ]
+    decisions = plan("t", items, at, POLICY, [Strategy.ARCHIVE, Strategy.PURGE])
+    assert [(d.kind, d.target) for d in decisions] == [
+        (DecisionKind.ARCHIVE, "faded"),
+        (DecisionKind.PURGE, "gone"),
+    ]
+
+
+def test_merge_events_conserve_counters_through_the_reducer() -> None:
+    survivor = dataclasses.replace(created(0.3, memory_id="a"), access_count=1, recall_count=1)
+    dup = dataclasses.replace(created(0.6, memory_id="b"), access_count=4, recall_count=2)
+    states = {"a": survivor, "b": dup}
+    items = {
+        m: item(
+            m,
+            (1.0, 0.0),
+            content="same",
+            importance=s.importance,
+            access_count=s.access_count,
+            recall_count=s.recall_count,
+            created_h=i,
+        )
+        for i, (m, s) in enumerate(states.items())
+    }
+    (decision,) = plan("t", list(items.values()), T0, POLICY, [Strategy.EXACT_DEDUP])
+    at = T0 + hours(1)
+    for memory_id, event in to_events(decision, items, at):
+        new, effects = apply(states[memory_id], event, POLICY)
+        assert new is not None
+        assert effects[0].kind in (EffectKind.ABSORBED, EffectKind.DELETED)
+        states[memory_id] = new
+    assert (states["a"].access_count, states["a"].recall_count) == (5, 3)
+    assert states["a"].importance == 0.6
+    assert states["b"].state is Lifecycle.DELETED
+    assert states["b"].merged_into == "a"
+
+
+def test_summary_sources_are_archived_not_deleted() -> None:
+    items = {m: item(m, v, i) for i, (m, v) in enumerate([("a", (1.0, 0.0)), ("b", (1.0, 0.5))])}
+    (decision,) = plan("t", list(items.values()), T0, POLICY, [Strategy.COMPRESS])
+    events = to_events(decision, items, T0)
+    assert [(m, e.to) for m, e in events] == [  # type: ignore[union-attr]
+        ("a", Lifecycle.ARCHIVED),
+        ("b", Lifecycle.ARCHIVED),
+    ]
+
+
+def test_consolidating_twice_changes_nothing_the_second_time() -> None:
+    policy = POLICY
+    states = {m: created(0.5, Tier.SEMANTIC, memory_id=m) for m in ("a", "b", "c")}
+    vectors = {"a": (1.0, 0.0), "b": (1.0, 0.01), "c": (0.0, 1.0)}
+
+    def items_now() -> list[Item]:
+        return [
+            item(
+                m,
+                vectors[m],
+                i,
+                state=s.state,
+                importance=s.importance,
+                tier=s.tier,
+                access_count=s.access_count,
+            )
+            for i, (m, s) in enumerate(sorted(states.items()))
+        ]
+
+    at: datetime = T0 + hours(1)
+    first = plan("t", items_now(), at, policy)
+    assert first
+    by_id = {i.memory_id: i for i in items_now()}
+    for decision in first:
+        for memory_id, event in to_events(decision, by_id, at):
+            new, _ = apply(states[memory_id], event, policy)
+            assert new is not None
+            states[memory_id] = new
+    assert plan("t", items_now(), at, policy) == []
+
+
+@pytest.mark.parametrize(
+    ("contents", "expected"),
+    [
+        (
+            ["Alice likes tea. She hates coffee.", "Alice likes tea."],
+            "Alice likes tea. She hates coffee.",
+        ),
+        (["One.", "Two.", "Three."], "One. Two."),
+    ],
+)
+def test_extractive_summary(contents: list[str], expected: str) -> None:
+    assert extractive_summary(contents, max_chars=len(expected)) == expected

@@ -1,0 +1,135 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from memcore import InvalidField, Policy, Tier
+from memcore.ids import check_id, content_hash, derive_memory_id, split_key, state_key
+from memcore.policy import DecayPreset, LifecyclePreset, RecallWeights
+from memcore.types import require_aware
+
+
+def test_defaults_are_the_spec() -> None:
+    policy = Policy()
+    assert policy.decay.preset is DecayPreset.ZEROMEMORY
+    assert (policy.decay.working_tau_hours, policy.decay.semantic_tau_hours) == (48.0, 1200.0)
+    assert policy.lifecycle.preset is LifecyclePreset.DEFAULT
+    assert policy.recall.weights == RecallWeights(0.5, 0.0, 0.3, 0.2, 0.0)
+    assert policy.review.intervals_hours == (1.0, 6.0, 24.0, 72.0, 168.0)
+
+
+def test_powermem_decay_preset() -> None:
+    decay = Policy.build(decay="PowerMem").decay
+    assert [decay.tau_hours(t) for t in Tier] == [1.2, 3.6, 4.8]
+    assert decay.tau_hours(None) == 2.4
+
+
+def test_overrides_apply_and_nest() -> None:
+    policy = Policy.build(
+        overrides={
+            "recall": {"weights": {"keyword": 0.2}, "mmr_lambda": 0.5},
+            "review": {"intervals_hours": [2, 4]},
+        }
+    )
+    assert policy.recall.weights.keyword == 0.2
+    assert policy.recall.weights.similarity == 0.5
+    assert policy.recall.mmr_lambda == 0.5
+    assert policy.review.intervals_hours == (2, 4)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "value"),
+    [
+        ({"decay": "slow"}, "policy.decay.preset", "slow"),
+        ({"lifecycle": "x"}, "policy.lifecycle.preset", "x"),
+        ({"recall": 3}, "policy.recall.preset", 3),
+        ({"overrides": {"nope": {}}}, "policy.nope", {}),
+        ({"overrides": {"review": {"speed": 1}}}, "policy.review.speed", 1),
+        ({"overrides": {"review": {"reinforcement": 1.5}}}, "policy.review.reinforcement", 1.5),
+        ({"overrides": {"decay": {"working_tau_hours": 0}}}, "policy.decay.working_tau_hours", 0),
+        (
+            {"overrides": {"recall": {"weights": {"recency": -1}}}},
+            "policy.recall.weights.recency",
+            -1,
+        ),
+        ({"overrides": {"recall": {"mmr_lambda": 2}}}, "policy.recall.mmr_lambda", 2),
+        (
+            {"overrides": {"lifecycle": {"recompute_every": 0}}},
+            "policy.lifecycle.recompute_every",
+            0,
+        ),
+        (
+            {"overrides": {"review": {"intervals_hours": [6, 1]}}},
+            "policy.review.intervals_hours[1]",
+            1,
+        ),
+        (
+            {"overrides": {"tiers": {"episodic_min_importance": 0.9}}},
+            "policy.tiers.episodic_min_importance",
+            0.9,
+        ),
+        (
+            {"overrides": {"consolidation": {"min_cluster_size": 1}}},
+            "policy.consolidation.min_cluster_size",
+            1,
+        ),
+    ],
+)
+def test_invalid_policies_name_field_and_value(
+    kwargs: dict[str, object], field: str, value: object
+) -> None:
+    with pytest.raises(InvalidField) as err:
+        Policy.build(**kwargs)  # type: ignore[arg-type]
+    assert err.value.field == field
+    assert err.value.value == value
+    assert field in str(err.value)
+
+
+def test_nan_weight_is_rejected() -> None:
+    with pytest.raises(InvalidField, match=r"policy\.recall\.weights\.similarity=nan"):
+        Policy.build(overrides={"recall": {"weights": {"similarity": float("nan")}}})
+
+
+@pytest.mark.parametrize(
+    ("name", "tier"),
+    [("working", Tier.WORKING), ("short_term", Tier.EPISODIC), ("LONG_TERM", Tier.SEMANTIC)],
+)
+def test_tier_aliases(name: str, tier: Tier) -> None:
+    assert Tier.parse(name) is tier
+
+
+def test_unknown_tier() -> None:
+    with pytest.raises(InvalidField) as err:
+        Tier.parse("procedural")
+    assert (err.value.field, err.value.value) == ("memory_type", "procedural")
+
+
+def test_promotion_order() -> None:
+    assert [t.promoted() for t in Tier] == [Tier.EPISODIC, Tier.SEMANTIC, Tier.SEMANTIC]
+
+
+def test_naive_datetimes_are_rejected() -> None:
+    with pytest.raises(InvalidField, match="naive"):
+        require_aware("at", datetime(2026, 1, 1))  # noqa: DTZ001
+    assert require_aware("at", datetime(2026, 1, 1, tzinfo=UTC)).tzinfo is UTC
+
+
+def test_derived_ids_are_stable_per_tenant_and_content() -> None:
+    a = derive_memory_id("acme", "Alice  prefers\nPython ")
+    assert a == derive_memory_id("acme", "Alice prefers Python")
+    assert a != derive_memory_id("other", "Alice prefers Python")
+    assert a != derive_memory_id("acme", "alice prefers python")
+    assert content_hash("a  b") == content_hash(" a b")
+
+
+def test_keys_round_trip_and_reject_slashes() -> None:
+    assert split_key(state_key("acme", "m-1")) == ("acme", "m-1")
+    with pytest.raises(InvalidField) as err:
+        state_key("ac/me", "m")
+    assert err.value.field == "tenant_id"
+    for bad in ["", "a" * 129, "x y", None]:
+        with pytest.raises(InvalidField):
+            check_id("memory_id", bad)
+    with pytest.raises(InvalidField):
+        split_key("no-slash")

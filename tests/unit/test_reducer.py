@@ -1,0 +1,281 @@
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+import pytest
+
+from memcore import (
+    Absorb,
+    Access,
+    AccessKind,
+    EffectKind,
+    ImportanceSource,
+    Lifecycle,
+    Policy,
+    Position,
+    Promote,
+    Purge,
+    Retire,
+    Tier,
+    apply,
+)
+
+from .helpers import T0, created, hours, write
+
+DEFAULT = Policy()
+POWERMEM = Policy.build(decay="powermem", lifecycle="powermem")
+
+
+def test_write_creates_with_tier_by_importance() -> None:
+    state, effects = apply(None, write(importance=0.85), DEFAULT)
+    assert state is not None
+    assert state.tier is Tier.SEMANTIC
+    assert state.tau_hours == DEFAULT.decay.semantic_tau_hours
+    assert (state.access_count, state.recall_count, state.write_count) == (0, 0, 1)
+    assert [e.kind for e in effects] == [EffectKind.CREATED]
+
+
+def test_writer_tier_wins_over_classification() -> None:
+    state = created(0.95, Tier.WORKING)
+    assert state.tier is Tier.WORKING
+
+
+def test_identical_rewrite_folds() -> None:
+    first = created(0.4)
+    again, effects = apply(first, write(importance=0.6, at=T0 + hours(1)), DEFAULT)
+    assert again is not None
+    assert again.write_count == 2
+    assert again.importance == 0.6
+    assert again.created_at == T0
+    assert again.tier is first.tier
+    lower, _ = apply(again, write(importance=0.1, at=T0 + hours(2)), DEFAULT)
+    assert lower is not None
+    assert (lower.write_count, lower.importance) == (3, 0.6)
+    assert [e.kind for e in effects] == [EffectKind.FOLDED]
+
+
+class TestAccessDefault:
+    def test_counts_clock_and_boost(self) -> None:
+        state = created(0.3)
+        at = T0 + hours(0.25)
+        after, effects = apply(state, Access(at, AccessKind.RECALL), DEFAULT)
+        assert after is not None
+        assert (after.access_count, after.recall_count) == (1, 1)
+        assert after.last_access == at
+        assert after.importance == pytest.approx(0.35)
+        assert [e.kind for e in effects] == [EffectKind.ACCESSED]
+
+    def test_get_is_not_a_recall(self) -> None:
+        after, _ = apply(created(0.3), Access(T0, AccessKind.GET), DEFAULT)
+        assert after is not None
+        assert (after.access_count, after.recall_count) == (1, 0)
+
+    def test_boost_caps_at_one(self) -> None:
+        after, _ = apply(created(0.98, Tier.SEMANTIC), Access(T0), DEFAULT)
+        assert after is not None
+        assert after.importance == 1.0
+
+    def test_third_access_promotes_one_tier(self) -> None:
+        state = created(0.1)
+        assert state.tier is Tier.WORKING
+        tiers = []
+        for i in range(1, 5):
+            nxt, _ = apply(state, Access(T0 + hours(i * 0.1)), DEFAULT)
+            assert nxt is not None
+            state = nxt
+            tiers.append(state.tier)
+        assert tiers == [Tier.WORKING, Tier.WORKING, Tier.EPISODIC, Tier.SEMANTIC]
+
+    def test_importance_above_point_seven_promotes(self) -> None:
+        after, _ = apply(created(0.66), Access(T0), DEFAULT)
+        assert after is not None
+        assert after.importance == 0.71
+        assert after.tier is Tier.SEMANTIC
+
+    def test_boundary_is_strict_and_exact(self) -> None:
+        # 0.65 + 0.05 is exactly 0.7 after settling: not above 0.7, so no promotion.
+        after, _ = apply(created(0.65), Access(T0), DEFAULT)
+        assert after is not None
+        assert after.importance == 0.7
+        assert after.tier is Tier.EPISODIC
+
+    def test_faded_memory_is_archived_instead_of_accessed(self) -> None:
+        state = created(0.1)  # working: tau 48 h; 0.1 × e^(-t/48) < 0.05 after 33.3 h
+        after, effects = apply(state, Access(T0 + hours(34), AccessKind.RECALL), DEFAULT)
+        assert after is not None
+        assert after.state is Lifecycle.ARCHIVED
+        assert after.access_count == 0
+        assert after.state_changed_at == T0 + hours(34)
+        assert [e.kind for e in effects] == [EffectKind.ARCHIVED]
+
+    def test_inactive_memories_ignore_access(self) -> None:
+        state = dataclasses.replace(created(0.5), state=Lifecycle.ARCHIVED)
+        after, effects = apply(state, Access(T0), DEFAULT)
+        assert after == state
+        assert [e.kind for e in effects] == [EffectKind.IGNORED]
+
+    def test_every_fifth_access_recomputes_the_card(self) -> None:
+        policy = Policy.build(overrides={"lifecycle": {"promote_min_access_count": 100}})
+        state = created(0.2)
+        kinds = []
+        for i in range(1, 11):
+            nxt, effects = apply(state, Access(T0 + hours(i * 0.01)), policy)
+            assert nxt is not None
+            state = nxt
+            kinds.append(EffectKind.RESCHEDULED in [e.kind for e in effects])
+        assert kinds == [False] * 4 + [True] + [False] * 4 + [True]
+        assert state.card.next_review == T0 + hours(0.1) + hours(1 - state.importance * 0.3)
+
+    def test_fifth_access_picks_up_a_changed_decay_policy(self) -> None:
+        state = created(0.2)
+        slower = Policy.build(
+            overrides={
+                "decay": {"working_tau_hours": 96.0},
+                "lifecycle": {"promote_min_access_count": 100},
+            }
+        )
+        for i in range(1, 6):
+            nxt, _ = apply(state, Access(T0 + hours(i * 0.01)), slower)
+            assert nxt is not None
+            assert nxt.tau_hours == (96.0 if i == 5 else 48.0)
+            state = nxt
+
+    def test_out_of_order_access_never_moves_the_clock_back(self) -> None:
+        state, _ = apply(created(0.5), Access(T0 + hours(2)), DEFAULT)
+        assert state is not None
+        after, _ = apply(state, Access(T0 + hours(1)), DEFAULT)
+        assert after is not None
+        assert after.last_access == T0 + hours(2)
+        assert after.access_count == 2
+
+
+class TestAccessPowermem:
+    def test_never_accessed_for_seven_days_is_forgotten(self) -> None:
+        # semantic tau 4.8 h would forget it on recency first; give it a huge tau to test the rule.
+        policy = POWERMEM.with_overrides({"decay": {"semantic_tau_hours": 1e9}})
+        state = created(0.9, policy=policy)
+        after, effects = apply(state, Access(T0 + timedelta(days=7, seconds=1)), policy)
+        assert after is not None
+        assert after.state is Lifecycle.FORGOTTEN
+        assert "never accessed" in effects[0].reason
+
+    def test_gates_read_the_state_before_the_access(self) -> None:
+        # 0.55 is below the 0.6 promote line before the access, 0.6 after it: no promotion.
+        state = created(0.55, Tier.WORKING, policy=POWERMEM)
+        after, _ = apply(state, Access(T0 + hours(0.1)), POWERMEM)
+        assert after is not None
+        assert after.tier is Tier.WORKING
+        assert after.importance == 0.6
+
+    def test_low_importance_is_archived_after_the_access_counts(self) -> None:
+        state = created(0.2, Tier.EPISODIC, policy=POWERMEM)
+        after, effects = apply(state, Access(T0 + hours(0.1)), POWERMEM)
+        assert after is not None
+        assert after.state is Lifecycle.ARCHIVED
+        assert after.access_count == 1
+        assert [e.kind for e in effects] == [EffectKind.ACCESSED, EffectKind.ARCHIVED]
+
+    def test_age_over_a_day_promotes(self) -> None:
+        policy = POWERMEM.with_overrides({"decay": {"episodic_tau_hours": 1e9}})
+        state = created(0.4, Tier.EPISODIC, policy=policy)
+        accessed, _ = apply(state, Access(T0 + hours(1)), policy)
+        assert accessed is not None
+        later, _ = apply(accessed, Access(T0 + hours(25)), policy)
+        assert later is not None
+        assert later.tier is Tier.SEMANTIC
+        assert later.tau_hours == policy.decay.semantic_tau_hours
+
+
+class TestIdempotence:
+    def test_redelivered_event_changes_nothing(self) -> None:
+        state, _ = apply(None, dataclasses.replace(write(), position=Position("w/0", 7)), DEFAULT)
+        assert state is not None
+        once, _ = apply(state, Access(T0, position=Position("a/0", 3)), DEFAULT)
+        again, effects = apply(once, Access(T0, position=Position("a/0", 3)), DEFAULT)
+        older, _ = apply(once, Access(T0, position=Position("a/0", 2)), DEFAULT)
+        assert again == once
+        assert older == once
+        assert [e.kind for e in effects] == [EffectKind.SKIPPED]
+        assert once is not None
+        assert once.offsets == (("a/0", 3), ("w/0", 7))
+
+    def test_sources_are_independent(self) -> None:
+        state, _ = apply(None, dataclasses.replace(write(), position=Position("w/0", 7)), DEFAULT)
+        after, _ = apply(state, Access(T0, position=Position("a/0", 1)), DEFAULT)
+        assert after is not None
+        assert after.access_count == 1
+
+    def test_redelivered_write_does_not_fold(self) -> None:
+        w = dataclasses.replace(write(), position=Position("w/0", 1))
+        state, _ = apply(None, w, DEFAULT)
+        again, _ = apply(state, w, DEFAULT)
+        assert again is not None
+        assert again.write_count == 1
+
+
+class TestDecisions:
+    def test_absorb_adds_counters_and_keeps_max_importance(self) -> None:
+        state = dataclasses.replace(created(0.3), access_count=2, recall_count=1)
+        event = Absorb(T0, ("m2", "m3"), 5, 4, 2, 0.9, "near duplicate")
+        after, effects = apply(state, event, DEFAULT)
+        assert after is not None
+        assert (after.access_count, after.recall_count, after.write_count) == (7, 5, 3)
+        assert after.importance == 0.9
+        assert after.merged_from == ("m2", "m3")
+        assert effects[0].kind is EffectKind.ABSORBED
+
+    def test_retire_and_purge(self) -> None:
+        state = created(0.3)
+        forgotten, _ = apply(state, Retire(T0 + hours(1), Lifecycle.FORGOTTEN, "user"), DEFAULT)
+        assert forgotten is not None
+        assert forgotten.state_changed_at == T0 + hours(1)
+        twice, effects = apply(forgotten, Retire(T0 + hours(2), Lifecycle.FORGOTTEN, "u"), DEFAULT)
+        assert twice == forgotten
+        assert effects[0].kind is EffectKind.IGNORED
+        purged, effects = apply(forgotten, Purge(T0 + hours(3), "window"), DEFAULT)
+        assert purged is not None
+        assert (purged.state, purged.purged) == (Lifecycle.DELETED, True)
+        assert effects[0].kind is EffectKind.PURGED
+        again, effects = apply(purged, Purge(T0 + hours(4), "window"), DEFAULT)
+        assert again == purged
+        assert effects[0].kind is EffectKind.IGNORED
+
+    def test_active_memory_is_not_purged(self) -> None:
+        state = created(0.3)
+        after, effects = apply(state, Purge(T0, "window"), DEFAULT)
+        assert after == state
+        assert effects[0].kind is EffectKind.IGNORED
+
+    def test_rewrite_revives_archived_and_recreates_deleted(self) -> None:
+        archived = dataclasses.replace(created(0.3), state=Lifecycle.ARCHIVED)
+        revived, effects = apply(archived, write(at=T0 + hours(5)), DEFAULT)
+        assert revived is not None
+        assert revived.state is Lifecycle.ACTIVE
+        assert revived.last_access == T0 + hours(5)
+        assert [e.kind for e in effects] == [EffectKind.FOLDED, EffectKind.REVIVED]
+        deleted = dataclasses.replace(created(0.3), state=Lifecycle.DELETED, access_count=9)
+        fresh, effects = apply(deleted, write(at=T0 + hours(5)), DEFAULT)
+        assert fresh is not None
+        assert (fresh.access_count, fresh.created_at) == (0, T0 + hours(5))
+        assert effects[0].kind is EffectKind.CREATED
+
+    def test_promote_only_one_tier_up(self) -> None:
+        state = created(0.1)
+        skipped, effects = apply(state, Promote(T0, Tier.SEMANTIC, "idle"), DEFAULT)
+        assert skipped == state
+        assert effects[0].kind is EffectKind.IGNORED
+        up, _ = apply(state, Promote(T0 + hours(5), Tier.EPISODIC, "idle 5 h"), DEFAULT)
+        assert up is not None
+        assert up.tier is Tier.EPISODIC
+        assert up.tau_hours == DEFAULT.decay.episodic_tau_hours
+
+    def test_events_for_unknown_memories_are_ignored(self) -> None:
+        for event in (Access(T0), Purge(T0, "x"), Promote(T0, Tier.EPISODIC, "x")):
+            state, effects = apply(None, event, DEFAULT)
+            assert state is None
+            assert effects[0].kind is EffectKind.IGNORED
+
+
+def test_importance_source_is_kept() -> None:
+    assert created(0.3).importance_source is ImportanceSource.EXPLICIT

@@ -1,0 +1,162 @@
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+import pytest
+
+from memcore import Candidate, InvalidField, RankParams, Tier, mmr, rank
+from memcore.graph import hops_from, proximity
+from memcore.keyword import bm25_scores, normalise_by_max
+from memcore.policy import RecallPolicy, RecallPreset, RecallWeights
+
+from .helpers import T0, hours
+
+TAU = 240.0
+
+
+def cand(
+    memory_id: str, sim: float, imp: float = 0.5, idle_h: float = 0.0, **kw: object
+) -> Candidate:
+    return Candidate(
+        memory_id=memory_id,
+        similarity=sim,
+        importance=imp,
+        last_access=T0 - hours(idle_h),
+        created_at=T0 - hours(idle_h),
+        tau_hours=TAU,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def params(k: int = 10, **policy: object) -> RankParams:
+    return RankParams(k=k, policy=RecallPolicy(**policy))  # type: ignore[arg-type]
+
+
+def test_keyword_normalised_by_batch_max() -> None:
+    assert normalise_by_max([2.0, 1.0, 0.0]) == [1.0, 0.5, 0.0]
+    assert normalise_by_max([0.0, 0.0]) == [0.0, 0.0]
+    assert normalise_by_max([]) == []
+
+
+def test_bm25_prefers_matching_documents() -> None:
+    scores = bm25_scores(
+        "python backend", ["Alice likes Python", "Rust is fun", "python backend api"]
+    )
+    assert scores[2] > scores[0] > scores[1] == 0.0
+
+
+def test_keyword_weight_enters_the_blend() -> None:
+    cands = [cand("a", 0.5, keyword=4.0), cand("b", 0.5, keyword=2.0)]
+    weights = RecallWeights(similarity=0.5, keyword=0.5, importance=0.0, recency=0.0)
+    ranked = rank(cands, T0, params(weights=weights))
+    assert [(s.memory_id, s.keyword) for s in ranked] == [("a", 1.0), ("b", 0.5)]
+    assert ranked[0].final == pytest.approx(0.75)
+
+
+def test_negative_cosine_counts_as_zero() -> None:
+    (scored,) = rank([cand("a", -0.4)], T0, params())
+    assert scored.similarity == 0.0
+
+
+def test_nan_similarity_is_rejected() -> None:
+    with pytest.raises(InvalidField, match="similarity"):
+        rank([cand("a", float("nan"))], T0, params())
+
+
+def test_k_and_min_score() -> None:
+    cands = [cand(str(i), i / 10) for i in range(10)]
+    assert [s.memory_id for s in rank(cands, T0, params(k=3))] == ["9", "8", "7"]
+    kept = rank(cands, T0, params(min_score=0.5 * 0.7 + 0.3 * 0.5 + 0.2))
+    assert [s.memory_id for s in kept] == ["9", "8", "7"]
+    with pytest.raises(InvalidField):
+        RankParams(k=0)
+
+
+def test_ties_break_by_id() -> None:
+    ranked = rank([cand("b", 0.5), cand("a", 0.5)], T0, params())
+    assert [s.memory_id for s in ranked] == ["a", "b"]
+
+
+def test_graph_proximity_and_graphrag() -> None:
+    relations = {"a": ["b"], "b": ["c"], "x": []}
+    hops = hops_from(["a"], relations)
+    assert hops == {"a": 0, "b": 1, "c": 2}
+    assert [proximity(hops.get(m)) for m in "abcx"] == [1.0, 0.5, pytest.approx(1 / 3), 0.0]
+    cands = [cand("c", 0.9, graph_hops=2), cand("x", 0.9)]
+    plain = rank(cands, T0, params())
+    assert plain[0].final == plain[1].final
+    rag = rank(cands, T0, params(graphrag=True))
+    assert rag[0].memory_id == "c"
+    vector_part = 0.5 * 0.9 + 0.3 * 0.5 + 0.2 * 1.0
+    assert rag[0].final == pytest.approx(vector_part * 0.7 + (1 / 3) * 0.3)
+    assert rag[1].final == pytest.approx(vector_part * 0.7)
+
+
+def test_hops_stop_at_max() -> None:
+    chain = {str(i): [str(i + 1)] for i in range(10)}
+    assert max(hops_from(["0"], chain, max_hops=3).values()) == 3
+
+
+def test_graph_weight_in_blend() -> None:
+    weights = RecallWeights(similarity=0, importance=0, recency=0, graph=1.0)
+    ranked = rank(
+        [cand("a", 0.1, graph_hops=0), cand("b", 0.9, graph_hops=1)], T0, params(weights=weights)
+    )
+    assert [(s.memory_id, s.final) for s in ranked] == [("a", 1.0), ("b", 0.5)]
+
+
+class TestMmr:
+    def test_first_pick_is_most_relevant_then_diverse(self) -> None:
+        vectors = [(1.0, 0.0), (0.99, 0.14), (0.0, 1.0)]
+        order = mmr([1.0, 0.95, 0.6], vectors, 0.5)
+        assert [i for i, _ in order] == [0, 2, 1]
+        assert order[0][1] == pytest.approx(0.5)
+
+    def test_lambda_one_is_relevance_order(self) -> None:
+        vectors = [(1.0, 0.0), (1.0, 0.0), (0.0, 1.0)]
+        assert [i for i, _ in mmr([0.9, 0.8, 0.1], vectors, 1.0)] == [0, 1, 2]
+
+    def test_scores_never_increase(self) -> None:
+        vectors = [(math.cos(a), math.sin(a)) for a in (0.0, 0.1, 0.5, 1.0, 1.5)]
+        scores = [v for _, v in mmr([0.9, 0.85, 0.7, 0.6, 0.3], vectors, 0.6)]
+        assert scores == sorted(scores, reverse=True)
+
+    def test_mmr_in_rank_demotes_a_near_copy(self) -> None:
+        cands = [
+            cand("a", 0.9, vector=(1.0, 0.0)),
+            cand("a2", 0.89, vector=(1.0, 0.01)),
+            cand("b", 0.7, vector=(0.0, 1.0)),
+        ]
+        assert [s.memory_id for s in rank(cands, T0, params())] == ["a", "a2", "b"]
+        diverse = rank(cands, T0, params(mmr_lambda=0.5))
+        assert [s.memory_id for s in diverse] == ["a", "b", "a2"]
+
+
+class TestZeph:
+    def test_formula(self) -> None:
+        cands = [
+            Candidate(
+                "old-semantic", 0.8, 0.5, T0, T0 - timedelta(days=30), TAU, Tier.SEMANTIC, 1.0
+            ),
+            Candidate("new-episodic", 0.4, 1.0, T0, T0, TAU, Tier.EPISODIC, 2.0),
+        ]
+        ranked = rank(cands, T0, params(preset=RecallPreset.ZEPH))
+        by_id = {s.memory_id: s for s in ranked}
+        # relevance = (0.7·sim/max + 0.3·kw/max) × 2^(-age/30 d); MMR without vectors: λ·relevance
+        old_rel = (0.7 * 1.0 + 0.3 * 0.5) * 0.5
+        new_rel = (0.7 * 0.5 + 0.3 * 1.0) * 1.0
+        assert by_id["old-semantic"].recency == pytest.approx(0.5)
+        assert by_id["old-semantic"].final == pytest.approx(0.7 * old_rel + 0.15 * 0.5 + 0.3)
+        assert by_id["new-episodic"].final == pytest.approx(0.7 * new_rel + 0.15 * 1.0)
+        assert [s.memory_id for s in ranked] == ["old-semantic", "new-episodic"]
+
+    def test_future_creation_does_not_boost(self) -> None:
+        c = Candidate("a", 1.0, 0.0, T0, T0 + hours(5), TAU, Tier.WORKING)
+        (scored,) = rank([c], T0, params(preset=RecallPreset.ZEPH))
+        assert scored.recency == 1.0
+
+
+def test_powermem_preset_multiplies() -> None:
+    ranked = rank([cand("a", 0.8, idle_h=TAU)], T0, params(preset=RecallPreset.POWERMEM))
+    assert ranked[0].final == pytest.approx(0.8 * math.exp(-1))
