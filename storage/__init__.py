@@ -1,4 +1,21 @@
-"""Storage adapters: the Milvus collection, upsert/search/get/delete, error translation (issue #3).
+"""Storage adapters: the Milvus collection, upsert/search/get/delete, error translation.
 
 No business rules live here; imports only :mod:`memcore` of ours.
 """
+
+from storage.errors import StorageError
+from storage.milvus import Filters, Hit, MilvusConfig, MilvusStore, filter_expression
+from storage.rows import Document, MemoryRow, from_us, to_us
+
+__all__ = [
+    "Document",
+    "Filters",
+    "Hit",
+    "MemoryRow",
+    "MilvusConfig",
+    "MilvusStore",
+    "StorageError",
+    "filter_expression",
+    "from_us",
+    "to_us",
+]

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# A real Apache Kafka 4 broker (KRaft, one combined broker+controller on 127.0.0.1), without Docker.
+#
+#   scripts/kafka.sh fetch    copy the pinned jars from Maven Central (scripts/kafka/pom.xml) into $KAFKA_HOME/lib
+#   scripts/kafka.sh start    fetch if needed, format storage once, start, wait until the port accepts
+#   scripts/kafka.sh stop     stop the broker started here, by its pid
+#   scripts/kafka.sh status   exit 0 when the broker started here is running
+#
+# Settings (environment): KAFKA_HOME (var/kafka), KAFKA_PORT (9092), KAFKA_CONTROLLER_PORT (port+1),
+# KAFKA_START_TIMEOUT seconds (90), KAFKA_HEAP (-Xms256m -Xmx1g).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+home=${KAFKA_HOME:-$root/var/kafka}
+port=${KAFKA_PORT:-9092}
+cport=${KAFKA_CONTROLLER_PORT:-$((port + 1))}
+timeout=${KAFKA_START_TIMEOUT:-90}
+pidfile=$home/broker.pid
+
+fetch() {
+  if [ -f "$home/lib/.complete" ]; then return 0; fi
+  command -v mvn >/dev/null || { echo "kafka.sh: mvn is needed to fetch the Kafka jars" >&2; exit 1; }
+  mkdir -p "$home/lib"
+  mvn -q -B -Dstyle.color=never -f "$root/scripts/kafka/pom.xml" dependency:copy-dependencies \
+    -DoutputDirectory="$home/lib" -DincludeScope=runtime
+  touch "$home/lib/.complete"
+}
+
+running() { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; }
+
+configure() {
+  mkdir -p "$home/config" "$home/data"
+  cat >"$home/config/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=127.0.0.1:$cport
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs=$home/data
+num.partitions=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+num.network.threads=2
+num.io.threads=4
+auto.create.topics.enable=true
+log.retention.hours=-1
+PROPS
+}
+
+start() {
+  if running; then echo "kafka: already running (pid $(cat "$pidfile")) on 127.0.0.1:$port"; return 0; fi
+  if port_open; then echo "kafka.sh: 127.0.0.1:$port is taken by another process" >&2; exit 1; fi
+  fetch
+  configure
+  local cp="$home/lib/*" started=$SECONDS
+  if [ ! -f "$home/data/meta.properties" ]; then
+    local id
+    id=$(java -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
+    java -Dlog4j2.configurationFile="$root/scripts/kafka/log4j2.properties" -cp "$cp" \
+      kafka.tools.StorageTool format --standalone -t "$id" -c "$home/config/server.properties" >"$home/format.log" 2>&1
+  fi
+  # shellcheck disable=SC2086
+  nohup java ${KAFKA_HEAP:--Xms256m -Xmx1g} -XX:+UseG1GC \
+    -Dlog4j2.configurationFile="$root/scripts/kafka/log4j2.properties" \
+    -cp "$cp" kafka.Kafka "$home/config/server.properties" >"$home/broker.log" 2>&1 &
+  echo $! >"$pidfile"
+  while ! port_open; do
+    if ! running; then echo "kafka.sh: the broker exited; last lines of $home/broker.log:" >&2; tail -n 20 "$home/broker.log" >&2; exit 1; fi
+    if [ $((SECONDS - started)) -ge "$timeout" ]; then echo "kafka.sh: no broker on 127.0.0.1:$port after ${timeout}s" >&2; stop; exit 1; fi
+    sleep 0.2
+  done
+  echo "kafka: ready on 127.0.0.1:$port (pid $(cat "$pidfile"), $((SECONDS - started)) s)"
+}
+
+stop() {
+  if ! running; then rm -f "$pidfile"; echo "kafka: not running"; return 0; fi
+  local pid
+  pid=$(cat "$pidfile")
+  kill "$pid"
+  for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+  rm -f "$pidfile"
+  echo "kafka: stopped (pid $pid)"
+}
+
+case "${1:-}" in
+  fetch) fetch ;;
+  start) start ;;
+  stop) stop ;;
+  status) running ;;
+  *) echo "usage: $0 fetch|start|stop|status" >&2; exit 2 ;;
+esac

@@ -1,0 +1,377 @@
+"""The Milvus adapter: one collection, every call scoped to one tenant, vendor errors translated.
+
+Works unchanged against Milvus Lite (a file path URI, embedded) and a Milvus server
+(``http://host:port``). Synchronous: async callers run it in a thread. The constructor does no I/O;
+:meth:`MilvusStore.connect` opens the client and creates the collection when it is missing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from memcore.ids import check_id
+from storage.errors import StorageError
+from storage.rows import ROW_FIELDS, MemoryRow
+
+T = TypeVar("T")
+
+MAX_CONTENT_BYTES = 65_535
+MAX_TAGS = 64
+MAX_TAG_CHARS = 128
+MAX_RELATIONS = 64
+MAX_SUMMARY_SOURCES = 1024
+_ID_CHARS = 128
+
+
+@dataclass(frozen=True)
+class MilvusConfig:
+    """Where and how memories are stored.
+
+    Attributes:
+        uri: a file path (Milvus Lite, embedded, one process per file) or ``http://host:port``.
+        collection: collection name.
+        dim: vector dimension; a collection with another dimension is an error.
+        partition_key: use ``tenant_id`` as the partition key. Turn off for Milvus 2.3 servers, where
+            an upsert into a partition-key collection drops the row from filtered reads (seen on 2.3.5).
+        num_partitions: partitions behind the partition key.
+        token: ``user:password`` or an API token for a server; empty for none.
+        timeout_s: per-call timeout, seconds.
+    """
+
+    uri: str
+    collection: str = "memories"
+    dim: int = 384
+    partition_key: bool = True
+    num_partitions: int = 64
+    token: str = ""
+    timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Scalar filters applied before ranking; each empty field means "any".
+
+    Attributes:
+        states: lifecycle states to include (recall uses only ``active``).
+        tiers: tiers to include.
+        tags_any: include memories carrying at least one of these tags.
+        session_id, agent_id: exact match.
+        created_from_us, created_to_us: creation time range, microseconds since the epoch,
+            inclusive start, exclusive end.
+        memory_ids: restrict to these ids.
+    """
+
+    states: tuple[str, ...] = ("active",)
+    tiers: tuple[str, ...] = ()
+    tags_any: tuple[str, ...] = ()
+    session_id: str | None = None
+    agent_id: str | None = None
+    created_from_us: int | None = None
+    created_to_us: int | None = None
+    memory_ids: tuple[str, ...] = ()
+
+
+ANY_STATE = Filters(states=())
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A search result: the row and its cosine similarity to the query in [-1, 1]."""
+
+    row: MemoryRow
+    similarity: float
+
+
+def _literal(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _in(field: str, values: Iterable[str]) -> str:
+    return f"{field} in [{', '.join(_literal(v) for v in values)}]"
+
+
+def filter_expression(tenant_id: str, filters: Filters) -> str:
+    """The boolean expression for ``filters`` within one tenant; values are quoted, never pasted."""
+    parts = [f"tenant_id == {_literal(check_id('tenant_id', tenant_id))}"]
+    if filters.states:
+        parts.append(_in("state", filters.states))
+    if filters.tiers:
+        parts.append(_in("tier", filters.tiers))
+    if filters.tags_any:
+        parts.append(f"array_contains_any(tags, [{', '.join(map(_literal, filters.tags_any))}])")
+    if filters.session_id is not None:
+        parts.append(f"session_id == {_literal(filters.session_id)}")
+    if filters.agent_id is not None:
+        parts.append(f"agent_id == {_literal(filters.agent_id)}")
+    if filters.created_from_us is not None:
+        parts.append(f"created_at_us >= {int(filters.created_from_us)}")
+    if filters.created_to_us is not None:
+        parts.append(f"created_at_us < {int(filters.created_to_us)}")
+    if filters.memory_ids:
+        parts.append(_in("memory_id", filters.memory_ids))
+    return " and ".join(parts)
+
+
+class MilvusStore:
+    """Memory rows in one Milvus collection. Every read and delete names its tenant."""
+
+    def __init__(self, config: MilvusConfig) -> None:
+        self.config = config
+        self._client: Any = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        """Open the client; create the collection if it does not exist; check its dimension."""
+        from pymilvus import MilvusClient  # noqa: PLC0415 - heavy import, deferred to connect
+
+        def open_client() -> Any:  # noqa: ANN401
+            return MilvusClient(uri=self.config.uri, token=self.config.token)
+
+        self._client = self._call("connect", open_client)
+        if self._call("connect", lambda: self._client.has_collection(self.config.collection)):
+            self._check_dimension()
+        else:
+            self._create()
+
+    def close(self) -> None:
+        """Close the client; safe to call twice."""
+        if self._client is not None:
+            self._call("close", self._client.close)
+            self._client = None
+
+    def drop(self) -> None:
+        """Drop the collection (tests and rebuilds)."""
+        self._call("drop", lambda: self.client.drop_collection(self.config.collection))
+
+    @property
+    def client(self) -> Any:  # noqa: ANN401 - pymilvus is untyped
+        if self._client is None:
+            raise StorageError("call", "the store is not connected", retriable=False)
+        return self._client
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def upsert(self, rows: Sequence[MemoryRow]) -> int:
+        """Insert or replace whole rows; returns how many. Idempotent."""
+        if not rows:
+            return 0
+        entities = [self._checked(row) for row in rows]
+        result = self._call(
+            "upsert",
+            lambda: self.client.upsert(
+                self.config.collection, entities, timeout=self.config.timeout_s
+            ),
+        )
+        return int(result.get("upsert_count", len(entities)))
+
+    def delete(self, tenant_id: str, memory_ids: Sequence[str]) -> int:
+        """Delete rows of one tenant by memory id; returns how many ids were asked."""
+        if not memory_ids:
+            return 0
+        expression = filter_expression(tenant_id, Filters(states=(), memory_ids=tuple(memory_ids)))
+        self._call(
+            "delete",
+            lambda: self.client.delete(
+                self.config.collection, filter=expression, timeout=self.config.timeout_s
+            ),
+        )
+        return len(memory_ids)
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def get(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, MemoryRow]:
+        """Rows of one tenant by memory id, any state, read with strong consistency."""
+        if not memory_ids:
+            return {}
+        rows = self.query(tenant_id, Filters(states=(), memory_ids=tuple(memory_ids)))
+        return {row.memory_id: row for row in rows}
+
+    def query(
+        self, tenant_id: str, filters: Filters = ANY_STATE, limit: int = 16_384
+    ) -> list[MemoryRow]:
+        """Rows of one tenant matching ``filters`` (at most ``limit``), strong consistency."""
+        expression = filter_expression(tenant_id, filters)
+        found = self._call(
+            "query",
+            lambda: self.client.query(
+                self.config.collection,
+                filter=expression,
+                output_fields=list(ROW_FIELDS),
+                limit=limit,
+                consistency_level="Strong",
+                timeout=self.config.timeout_s,
+            ),
+        )
+        return [MemoryRow.from_entity(entity) for entity in found]
+
+    def count(self, tenant_id: str, filters: Filters = ANY_STATE) -> int:
+        """How many rows of one tenant match ``filters``."""
+        expression = filter_expression(tenant_id, filters)
+        found = self._call(
+            "count",
+            lambda: self.client.query(
+                self.config.collection,
+                filter=expression,
+                output_fields=["count(*)"],
+                consistency_level="Strong",
+                timeout=self.config.timeout_s,
+            ),
+        )
+        return int(found[0]["count(*)"])
+
+    def search(
+        self,
+        tenant_id: str,
+        vectors: Sequence[Sequence[float]],
+        k: int,
+        filters: Filters = Filters(),
+    ) -> list[list[Hit]]:
+        """The ``k`` nearest rows (cosine) of one tenant for each query vector, after filters."""
+        if not vectors:
+            return []
+        for i, vector in enumerate(vectors):
+            self._check_dim(f"vectors[{i}]", vector)
+        expression = filter_expression(tenant_id, filters)
+        found = self._call(
+            "search",
+            lambda: self.client.search(
+                self.config.collection,
+                data=[[float(x) for x in v] for v in vectors],
+                filter=expression,
+                limit=k,
+                output_fields=list(ROW_FIELDS),
+                search_params={"metric_type": "COSINE"},
+                consistency_level="Strong",
+                timeout=self.config.timeout_s,
+            ),
+        )
+        return [
+            [Hit(MemoryRow.from_entity(hit["entity"]), float(hit["distance"])) for hit in hits]
+            for hits in found
+        ]
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _create(self) -> None:
+        from pymilvus import DataType  # noqa: PLC0415
+
+        def create() -> None:
+            client = self.client
+            options: dict[str, Any] = {}
+            if self.config.partition_key:
+                options = {
+                    "partition_key_field": "tenant_id",
+                    "num_partitions": self.config.num_partitions,
+                }
+            schema = client.create_schema(auto_id=False, enable_dynamic_field=False, **options)
+            varchar: Mapping[str, int] = {
+                "key": 2 * _ID_CHARS + 1,
+                "tenant_id": _ID_CHARS,
+                "memory_id": _ID_CHARS,
+                "content": MAX_CONTENT_BYTES,
+                "tier": 16,
+                "state": 16,
+                "session_id": 256,
+                "agent_id": 256,
+                "merged_into": _ID_CHARS,
+            }
+            schema.add_field("key", DataType.VARCHAR, is_primary=True, max_length=varchar["key"])
+            for name in ("tenant_id", "memory_id", "content", "tier", "state"):
+                schema.add_field(name, DataType.VARCHAR, max_length=varchar[name])
+            schema.add_field("vector", DataType.FLOAT_VECTOR, dim=self.config.dim)
+            for name in ("importance", "tau_hours", "retention"):
+                schema.add_field(name, DataType.DOUBLE)
+            for name in (
+                "access_count",
+                "recall_count",
+                "write_count",
+                "created_at_us",
+                "last_access_us",
+                "review_count",
+                "next_review_us",
+            ):
+                schema.add_field(name, DataType.INT64)
+            for name in ("session_id", "agent_id", "merged_into"):
+                schema.add_field(name, DataType.VARCHAR, max_length=varchar[name])
+            for name, capacity, length in (
+                ("tags", MAX_TAGS, MAX_TAG_CHARS),
+                ("relations", MAX_RELATIONS, _ID_CHARS),
+                ("summary_of", MAX_SUMMARY_SOURCES, _ID_CHARS),
+            ):
+                schema.add_field(
+                    name,
+                    DataType.ARRAY,
+                    element_type=DataType.VARCHAR,
+                    max_capacity=capacity,
+                    max_length=length,
+                )
+            schema.add_field("metadata", DataType.JSON)
+            index = client.prepare_index_params()
+            index.add_index("vector", index_type="FLAT", metric_type="COSINE")
+            client.create_collection(
+                self.config.collection,
+                schema=schema,
+                index_params=index,
+                consistency_level="Strong",
+            )
+
+        self._call("create_collection", create)
+
+    def _check_dimension(self) -> None:
+        info = self._call(
+            "describe_collection", lambda: self.client.describe_collection(self.config.collection)
+        )
+        for field in info.get("fields", []):
+            if field.get("name") == "vector":
+                dim = int(field.get("params", {}).get("dim", 0))
+                if dim != self.config.dim:
+                    msg = f"collection {self.config.collection!r} has dim {dim}, configured {self.config.dim}"
+                    raise StorageError("connect", msg, retriable=False)
+
+    def _check_dim(self, name: str, vector: Sequence[float]) -> None:
+        if len(vector) != self.config.dim:
+            msg = f"{name} has {len(vector)} dimensions, the collection {self.config.dim}"
+            raise StorageError("check", msg, retriable=False)
+
+    def _checked(self, row: MemoryRow) -> dict[str, Any]:
+        self._check_dim(f"row {row.key} vector", row.vector)
+        if len(row.content.encode("utf-8")) > MAX_CONTENT_BYTES:
+            raise StorageError(
+                "upsert", f"row {row.key} content over {MAX_CONTENT_BYTES} bytes", retriable=False
+            )
+        return row.to_entity()
+
+    def _call(self, operation: str, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except StorageError:
+            raise
+        except Exception as exc:
+            raise translate(operation, exc) from exc
+
+
+# Milvus status codes that say "try again": 2 connect failed / server unavailable (pymilvus raises it
+# when no server answers), 8 rate limited, and the server's own "not ready" codes.
+_RETRIABLE_CODES = frozenset({2, 8, 1100, 1101, 1102})
+
+
+def translate(operation: str, exc: BaseException) -> StorageError:
+    """Our error for a pymilvus/gRPC/OS error: retriable when the server may answer later."""
+    from pymilvus.exceptions import MilvusException, MilvusUnavailableException  # noqa: PLC0415
+
+    if isinstance(exc, MilvusUnavailableException | ConnectionError | TimeoutError):
+        return StorageError(operation, f"{type(exc).__name__}: {exc}", retriable=True)
+    if isinstance(exc, MilvusException):
+        code = getattr(exc, "code", None)
+        retriable = (
+            code in _RETRIABLE_CODES or bool(getattr(exc, "retriable", False))
+        ) and not getattr(exc, "is_input_error", False)
+        return StorageError(operation, f"{type(exc).__name__}: {exc}", retriable=retriable)
+    name = type(exc).__module__ + "." + type(exc).__name__
+    if name.startswith("grpc"):
+        return StorageError(operation, f"{name}: {exc}", retriable=True)
+    return StorageError(operation, f"{name}: {exc}", retriable=False)

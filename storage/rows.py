@@ -1,0 +1,124 @@
+"""The row a memory has in the vector store: its content, vector and the state recall needs.
+
+Times are integer microseconds since the Unix epoch (exact for event times); ``next_review_us`` is
+0 when no review is due any more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from memcore import MemoryState
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def to_us(at: datetime) -> int:
+    """Microseconds since the epoch of an aware datetime."""
+    return (at - _EPOCH) // timedelta(microseconds=1)
+
+
+def from_us(us: int) -> datetime:
+    """Inverse of :func:`to_us`, in UTC."""
+    return _EPOCH + timedelta(microseconds=us)
+
+
+@dataclass(frozen=True)
+class Document:
+    """What a memory says, as its writer gave it.
+
+    Attributes:
+        content: the text.
+        vector: its embedding (the collection's dimension).
+        metadata: free JSON-able metadata.
+    """
+
+    content: str
+    vector: tuple[float, ...]
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    """One row of the collection; ``key`` is ``tenant_id/memory_id``."""
+
+    key: str
+    tenant_id: str
+    memory_id: str
+    content: str
+    vector: Sequence[float]
+    tier: str
+    state: str
+    importance: float
+    access_count: int
+    recall_count: int
+    write_count: int
+    created_at_us: int
+    last_access_us: int
+    tau_hours: float
+    retention: float
+    review_count: int
+    next_review_us: int
+    session_id: str
+    agent_id: str
+    tags: Sequence[str]
+    relations: Sequence[str]
+    merged_into: str
+    summary_of: Sequence[str]
+    metadata: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, state: MemoryState, doc: Document) -> MemoryRow:
+        """The row of a memory from its state and document."""
+        next_review = state.card.next_review
+        return cls(
+            key=f"{state.tenant_id}/{state.memory_id}",
+            tenant_id=state.tenant_id,
+            memory_id=state.memory_id,
+            content=doc.content,
+            vector=doc.vector,
+            tier=state.tier.value,
+            state=state.state.value,
+            importance=state.importance,
+            access_count=state.access_count,
+            recall_count=state.recall_count,
+            write_count=state.write_count,
+            created_at_us=to_us(state.created_at),
+            last_access_us=to_us(state.last_access),
+            tau_hours=state.tau_hours,
+            retention=state.card.retention,
+            review_count=state.card.review_count,
+            next_review_us=to_us(next_review) if next_review is not None else 0,
+            session_id=state.session_id or "",
+            agent_id=state.agent_id or "",
+            tags=state.tags,
+            relations=state.relations,
+            merged_into=state.merged_into or "",
+            summary_of=state.summary_of,
+            metadata=dict(doc.metadata),
+        )
+
+    def to_entity(self) -> dict[str, Any]:
+        """The row as the dict the vector store takes."""
+        out = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        out["vector"] = [float(x) for x in self.vector]
+        out["tags"] = list(self.tags)
+        out["relations"] = list(self.relations)
+        out["summary_of"] = list(self.summary_of)
+        return out
+
+    @classmethod
+    def from_entity(cls, entity: Mapping[str, Any]) -> MemoryRow:
+        """Inverse of :meth:`to_entity` (missing output fields raise KeyError)."""
+        values = {name: entity[name] for name in cls.__dataclass_fields__}
+        values["vector"] = tuple(float(x) for x in values["vector"])
+        for name in ("tags", "relations", "summary_of"):
+            values[name] = tuple(values[name])
+        values["metadata"] = dict(values["metadata"] or {})
+        return cls(**values)
+
+
+ROW_FIELDS: tuple[str, ...] = tuple(MemoryRow.__dataclass_fields__)
