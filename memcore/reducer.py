@@ -105,15 +105,21 @@ def _write(state: MemoryState | None, event: Write, policy: Policy) -> Result:
         why = f"{new.tier} by importance {new.importance:.4g} ({event.importance.reason})"
         return new, (Effect(EffectKind.CREATED, why),)
     stronger = event.importance.score > state.importance
+    changed = event.content_hash != state.content_hash
     folded = dataclasses.replace(
         state,
+        content_hash=event.content_hash,
         write_count=state.write_count + 1,
         importance=event.importance.score if stronger else state.importance,
         importance_source=event.importance.source if stronger else state.importance_source,
         tags=_union(state.tags, event.tags),
         relations=_union(state.relations, event.relations),
     )
-    effects = [Effect(EffectKind.FOLDED, f"identical rewrite #{folded.write_count}")]
+    effects = [
+        Effect(EffectKind.UPDATED, f"content replaced by write #{folded.write_count}")
+        if changed
+        else Effect(EffectKind.FOLDED, f"identical rewrite #{folded.write_count}")
+    ]
     if state.state is not Lifecycle.ACTIVE:
         folded = dataclasses.replace(
             folded, state=Lifecycle.ACTIVE, last_access=event.at, state_changed_at=event.at

@@ -99,7 +99,8 @@ class MemoryState:
 
 @dataclass(frozen=True)
 class Write:
-    """A memory written (or rewritten with identical content, which folds into the existing one).
+    """A memory written. A rewrite of an existing memory folds into it (write_count + 1, importance
+    the larger); when its content hash differs, the content is replaced (an update).
 
     Attributes:
         at: event time of the write.
@@ -189,6 +190,7 @@ class EffectKind(StrEnum):
 
     CREATED = "created"
     FOLDED = "folded"
+    UPDATED = "updated"
     REVIVED = "revived"
     ACCESSED = "accessed"
     REVIEWED = "reviewed"

@@ -134,6 +134,7 @@ class MilvusStore:
         self._client = self._call("connect", open_client)
         if self._call("connect", lambda: self._client.has_collection(self.config.collection)):
             self._check_dimension()
+            self._call("load", lambda: self.client.load_collection(self.config.collection))
         else:
             self._create()
 

@@ -55,6 +55,15 @@ def test_identical_rewrite_folds() -> None:
     assert [e.kind for e in effects] == [EffectKind.FOLDED]
 
 
+def test_rewrite_with_new_content_is_an_update() -> None:
+    first = created(0.4)
+    updated, effects = apply(first, write(content="new text", at=T0 + hours(1)), DEFAULT)
+    assert updated is not None
+    assert updated.content_hash != first.content_hash
+    assert updated.write_count == 2
+    assert [e.kind for e in effects] == [EffectKind.UPDATED]
+
+
 class TestAccessDefault:
     def test_counts_clock_and_boost(self) -> None:
         state = created(0.3)

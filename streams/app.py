@@ -1,0 +1,244 @@
+"""The Faust app: topics, tables and the two agents (writes, access).
+
+Agents are thin: take a batch, let :class:`~streams.processor.Processor` decode and reduce it into
+the tables, compute what it needs (embeddings, LLM importance), sync the touched memories to Milvus,
+produce audit and dead-letter records, and only then ask for the next batch (which acknowledges
+this one). Faust flushes the changelog before it commits offsets, so a crash redelivers events that
+the reducer then skips by offset: counts stay exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import faust
+from faust.streams import _current_event
+from faust.types import TP
+
+from memcore import ImportanceDecision, resolve_importance
+from storage import MilvusStore, StorageError
+from streams import topics
+from streams.embedder import Embedder
+from streams.llm import LlmImportance
+from streams.processor import Batch, Inbound, Processor
+from streams.records import Limits, WriteRecord
+from streams.settings import WorkerSettings
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass
+class Services:
+    """What the agents use besides Kafka. Started before the app runs."""
+
+    store: MilvusStore
+    embedder: Embedder
+    llm: LlmImportance | None = None
+
+
+def create_app(settings: WorkerSettings, services: Services) -> faust.App:
+    """The Faust app for ``settings``; nothing connects until it is started."""
+    app = faust.App(
+        settings.app_id,
+        broker=f"kafka://{settings.kafka_bootstrap}",
+        store="rocksdb://" if settings.store == "rocksdb" else "memory://",
+        datadir=str(settings.data_dir),
+        topic_partitions=settings.partitions,
+        topic_replication_factor=1,
+        topic_disable_leader=True,
+        broker_session_timeout=settings.session_timeout_s,
+        broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 4),
+        broker_commit_interval=settings.commit_interval_s,
+        consumer_auto_offset_reset="earliest",
+        processing_guarantee="at_least_once",
+        producer_acks=-1,
+        web_enabled=False,
+    )
+    worker = StreamWorker(app, settings, services)
+
+    @app.agent(worker.topics[topics.WRITES], name=f"{settings.app_id}-writes")
+    async def writes(stream: Any) -> AsyncIterator[None]:  # noqa: ANN401 - faust stream
+        size, wait = settings.write_batch_size, settings.write_batch_wait_s
+        async for events in stream.take_events(size, within=wait):
+            await worker.on_writes(events)
+            yield None
+
+    @app.agent(worker.topics[topics.ACCESS], name=f"{settings.app_id}-access")
+    async def access(stream: Any) -> AsyncIterator[None]:  # noqa: ANN401
+        size, wait = settings.access_batch_size, settings.access_batch_wait_s
+        async for events in stream.take_events(size, within=wait):
+            await worker.on_access(events)
+            yield None
+
+    @app.task  # type: ignore[untyped-decorator]
+    async def announce() -> None:
+        if services.llm is not None:
+            await services.llm.start()
+        log.info(
+            "mnemostream worker ready: app %s on %s", settings.app_id, settings.kafka_bootstrap
+        )
+
+    return app
+
+
+class StreamWorker:
+    """The agents' bodies: one per app, holding its topics, tables and services."""
+
+    def __init__(self, app: faust.App, settings: WorkerSettings, services: Services) -> None:
+        self.app = app
+        self.settings = settings
+        self.services = services
+        self.topics = {
+            role: app.topic(settings.topic(role), key_serializer="raw", value_serializer="raw")
+            for role in topics.ROLES
+        }
+        memories, counters = (
+            app.Table(
+                name,
+                default=None,
+                partitions=settings.partitions,
+                key_type=bytes,
+                value_type=bytes,
+                schema=faust.Schema(key_serializer="raw", value_serializer="raw"),
+            )
+            for name in ("memories", "tenant-counters")
+        )
+        limits = Limits(settings.embedding_dim, settings.max_content_bytes, settings.registry())
+        self.processor = Processor(memories, counters, limits)
+        self.write_done: dict[int, int] = {}  # writes partition -> next offset not yet applied
+
+    async def on_writes(self, events: Sequence[Any]) -> None:
+        """Decode, embed what has no vector, score importance, reduce, sync, emit."""
+        batch = Batch()
+        pairs = [(_inbound(e), e) for e in events]
+        event_for = {id(message): event for message, event in pairs}
+        accepted = self.processor.decode_writes([message for message, _ in pairs], batch)
+        todo = [r for _, r in accepted if self.processor.needs_embedding(r)]
+        embed = self.services.embedder.embed
+        computed = await asyncio.to_thread(embed, [r.content for r in todo])
+        vectors = {r.key: v for r, v in zip(todo, computed, strict=True)}
+        importances = await _importances([r for _, r in accepted], self.services.llm)
+        for (message, record), importance in zip(accepted, importances, strict=True):
+            vector = record.embedding or vectors.get(record.key)
+            with processing(event_for[id(message)]):
+                self.processor.write(message, record, vector, importance, batch)
+        await self.sync(batch)
+        await self.emit(batch)
+        for message, _ in pairs:
+            done = self.write_done.get(message.partition, 0)
+            self.write_done[message.partition] = max(done, message.offset + 1)
+
+    async def on_access(self, events: Sequence[Any]) -> None:
+        """Reduce each access; an access that overtook its write waits for the writes agent."""
+        batch = Batch()
+        waiting = []
+        for event in events:
+            with processing(event):
+                if not self.processor.access(_inbound(event), batch, final=False):
+                    waiting.append(event)
+        if waiting:
+            await self.writes_caught_up({e.message.partition for e in waiting})
+            for event in waiting:
+                with processing(event):
+                    self.processor.access(_inbound(event), batch, final=True)
+        await self.sync(batch)  # one upsert per touched memory, however many events it had
+        await self.emit(batch)
+
+    async def writes_caught_up(self, partitions: set[int]) -> None:
+        """Wait until the writes agent has applied every write produced so far to ``partitions``,
+        or ``unknown_memory_wait_s`` passed: the two topics are consumed independently.
+        """
+        tps = [TP(self.settings.topic(topics.WRITES), p) for p in partitions]
+        ends = await self.app.consumer.highwaters(*tps)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.unknown_memory_wait_s
+        while loop.time() < deadline:
+            # offsets committed before this process started were applied by an earlier one
+            committed = getattr(self.app.consumer, "_committed_offset", {})
+            if all(
+                max(self.write_done.get(tp.partition, 0), committed.get(tp) or 0) >= ends[tp]
+                for tp in tps
+            ):
+                return
+            await asyncio.sleep(0.05)
+        log.warning("writes of partitions %s did not catch up in time", sorted(partitions))
+
+    async def sync(self, batch: Batch) -> None:
+        """Upsert the whole current row of every touched memory (delete purged ones)."""
+        upserts, deletes = self.processor.rows(batch.touched)
+        store = self.services.store
+        if upserts:
+            await _retrying("upsert", functools.partial(store.upsert, upserts))
+        for tenant_id, memory_id in deletes:
+            await _retrying("delete", functools.partial(store.delete, tenant_id, [memory_id]))
+
+    async def emit(self, batch: Batch) -> None:
+        """Produce the batch's audit, dead-letter and re-keyed records."""
+        for message in batch.out:
+            await self.topics[message.role].send(key=message.key, value=message.value)
+
+
+@contextmanager
+def processing(event: Any) -> Iterator[None]:  # noqa: ANN401 - faust.EventT
+    """Make ``event`` Faust's current event while its table writes happen.
+
+    ``take_events`` hands over a batch without setting the current event, but a table assignment
+    needs it: its changelog partition and RocksDB partition are the event's. This sets the same
+    context variable that Faust's own stream iteration sets.
+    """
+    token = _current_event.set(weakref.ref(event))
+    try:
+        yield
+    finally:
+        _current_event.reset(token)
+
+
+def _inbound(event: Any) -> Inbound:  # noqa: ANN401 - faust.EventT is untyped
+    message = event.message
+    return Inbound(message.topic, message.partition, message.offset, message.key, message.value)
+
+
+async def _importances(
+    records: Sequence[WriteRecord], llm: LlmImportance | None
+) -> list[ImportanceDecision]:
+    answers: dict[int, str | None] = {}
+    if llm is not None:
+        needs_llm = [r for r in records if r.importance is None]
+        replies = await llm.answers([r.content for r in needs_llm])
+        answers = {id(r): a for r, a in zip(needs_llm, replies, strict=True)}
+    return [
+        resolve_importance(
+            r.content,
+            explicit=r.importance,
+            llm_answer=answers.get(id(r)),
+            metadata=r.metadata,
+            tags=r.tags,
+        )
+        for r in records
+    ]
+
+
+async def _retrying(operation: str, call: Callable[[], T]) -> T:
+    """Run a blocking storage call in a thread; retry retriable errors with capped backoff.
+
+    Blocking the agent while Milvus is down is the back-pressure: its batch stays unacknowledged.
+    A non-retriable error is raised (a bug or a configuration error, not input).
+    """
+    delay = 0.2
+    while True:
+        try:
+            return await asyncio.to_thread(call)
+        except StorageError as exc:
+            if not exc.retriable:
+                raise
+            log.warning("%s failed, retrying in %.1f s: %s", operation, delay, exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)

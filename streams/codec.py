@@ -1,0 +1,118 @@
+"""Table values: a memory's state and document as compact JSON (orjson).
+
+Times are integer microseconds (exact); the vector is little-endian float32, base64-encoded.
+Decoding what was encoded gives an equal state and document.
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+from array import array
+from typing import Any
+
+import orjson
+
+from memcore import ImportanceSource, Lifecycle, MemoryState, ReviewCard, Tier
+from storage.rows import Document, from_us, to_us
+
+_FORMAT = 1
+
+
+def encode_vector(vector: tuple[float, ...]) -> str:
+    """Base64 of the vector as little-endian float32."""
+    values = array("f", vector)
+    if sys.byteorder != "little":  # pragma: no cover - every supported platform is little-endian
+        values.byteswap()
+    return base64.b64encode(values.tobytes()).decode("ascii")
+
+
+def decode_vector(text: str) -> tuple[float, ...]:
+    """Inverse of :func:`encode_vector` (values rounded to float32)."""
+    values = array("f")
+    values.frombytes(base64.b64decode(text))
+    if sys.byteorder != "little":  # pragma: no cover
+        values.byteswap()
+    return tuple(values)
+
+
+def encode(state: MemoryState, doc: Document) -> bytes:
+    """Bytes of a table value."""
+    card = state.card
+    value: dict[str, Any] = {
+        "f": _FORMAT,
+        "tenant_id": state.tenant_id,
+        "memory_id": state.memory_id,
+        "content_hash": state.content_hash,
+        "tier": state.tier.value,
+        "importance": state.importance,
+        "importance_source": state.importance_source.value,
+        "state": state.state.value,
+        "created_at": to_us(state.created_at),
+        "last_access": to_us(state.last_access),
+        "state_changed_at": to_us(state.state_changed_at),
+        "card": [
+            card.retention,
+            [to_us(t) for t in card.schedule],
+            to_us(card.next_review) if card.next_review is not None else None,
+            card.review_count,
+        ],
+        "tau_hours": state.tau_hours,
+        "access_count": state.access_count,
+        "recall_count": state.recall_count,
+        "write_count": state.write_count,
+        "session_id": state.session_id,
+        "agent_id": state.agent_id,
+        "tags": state.tags,
+        "relations": state.relations,
+        "merged_from": state.merged_from,
+        "merged_into": state.merged_into,
+        "summary_of": state.summary_of,
+        "offsets": state.offsets,
+        "purged": state.purged,
+        "doc": {
+            "content": doc.content,
+            "vector": encode_vector(doc.vector),
+            "metadata": doc.metadata,
+        },
+    }
+    return orjson.dumps(value)
+
+
+def decode(raw: bytes) -> tuple[MemoryState, Document]:
+    """The state and document of a table value."""
+    v = orjson.loads(raw)
+    retention, schedule, next_review, review_count = v["card"]
+    state = MemoryState(
+        tenant_id=v["tenant_id"],
+        memory_id=v["memory_id"],
+        content_hash=v["content_hash"],
+        tier=Tier(v["tier"]),
+        importance=v["importance"],
+        importance_source=ImportanceSource(v["importance_source"]),
+        state=Lifecycle(v["state"]),
+        created_at=from_us(v["created_at"]),
+        last_access=from_us(v["last_access"]),
+        state_changed_at=from_us(v["state_changed_at"]),
+        card=ReviewCard(
+            retention=retention,
+            schedule=tuple(from_us(t) for t in schedule),
+            next_review=from_us(next_review) if next_review is not None else None,
+            review_count=review_count,
+        ),
+        tau_hours=v["tau_hours"],
+        access_count=v["access_count"],
+        recall_count=v["recall_count"],
+        write_count=v["write_count"],
+        session_id=v["session_id"],
+        agent_id=v["agent_id"],
+        tags=tuple(v["tags"]),
+        relations=tuple(v["relations"]),
+        merged_from=tuple(v["merged_from"]),
+        merged_into=v["merged_into"],
+        summary_of=tuple(v["summary_of"]),
+        offsets=tuple((s, o) for s, o in v["offsets"]),
+        purged=v["purged"],
+    )
+    d = v["doc"]
+    return state, Document(d["content"], decode_vector(d["vector"]), d["metadata"])

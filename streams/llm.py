@@ -1,0 +1,66 @@
+"""Importance from an OpenAI-compatible LLM endpoint, never blocking a write.
+
+:meth:`LlmImportance.answer` returns the model's raw answer text, or None on timeout, transport
+error or a non-2xx reply; :func:`memcore.resolve_importance` parses it and falls back to the rules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+PROMPT = (
+    "Rate how important it is for an AI assistant to remember the text below. Score six criteria "
+    "from 0 to 1: relevance, novelty, emotional_impact, actionable, factual, personal; then an "
+    'overall importance. Answer only JSON: {"importance_score": <0..1>, "reasoning": "<short>", '
+    '"criteria_scores": {"relevance": .., "novelty": .., "emotional_impact": .., "actionable": .., '
+    '"factual": .., "personal": ..}}\n\nText:\n'
+)
+
+
+class LlmImportance:
+    """Asks the endpoint's ``/chat/completions``. ``start`` opens the HTTP client; ``close`` ends it."""
+
+    def __init__(self, base_url: str, model: str, api_key: str, timeout_s: float) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.api_key = api_key
+        self.timeout_s = timeout_s
+        self._client: httpx.AsyncClient | None = None
+
+    async def start(self) -> None:
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        self._client = httpx.AsyncClient(headers=headers, timeout=self.timeout_s)
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def answer(self, content: str) -> str | None:
+        """The answer text, or None when the LLM cannot answer in time."""
+        if self._client is None:
+            return None
+        body = {
+            "model": self.model,
+            "temperature": 0,
+            "messages": [{"role": "user", "content": PROMPT + content}],
+        }
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                reply = await self._client.post(f"{self.base_url}/chat/completions", json=body)
+            reply.raise_for_status()
+            text = reply.json()["choices"][0]["message"]["content"]
+        except (TimeoutError, httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as exc:
+            log.warning("llm importance unavailable (%s); rule engine decides", type(exc).__name__)
+            return None
+        return text if isinstance(text, str) else None
+
+    async def answers(self, contents: Sequence[str]) -> list[str | None]:
+        """Answers for many texts, concurrently, each within the timeout."""
+        return list(await asyncio.gather(*(self.answer(c) for c in contents)))

@@ -1,0 +1,244 @@
+"""Wire records (JSON, version 1) and their validation at the boundary.
+
+A record that fails validation raises :class:`RecordError`, which names the field, the value and the
+reason; the agent sends the original bytes to the dead-letter topic with that reason and goes on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, TypeVar
+
+import orjson
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+
+from memcore import AccessKind, InvalidField, Tier
+from memcore.ids import check_id
+from storage.milvus import MAX_RELATIONS, MAX_TAG_CHARS, MAX_TAGS
+from storage.tenants import TenantRegistry
+
+VERSION = 1
+M = TypeVar("M", bound=BaseModel)
+
+
+class RecordError(ValueError):
+    """A record we cannot accept. ``field`` is a dotted path (``embedding[3]``); ``value`` a repr."""
+
+    def __init__(self, field: str, value: object, reason: str) -> None:
+        self.field = field
+        self.value = value
+        self.reason = reason
+        shown = repr(value)
+        if len(shown) > 120:
+            shown = shown[:117] + "..."
+        super().__init__(f"{field}={shown}: {reason}")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+
+
+class MemoryWriteV1(_Strict):
+    """A memory written by an app. ``at`` is the event time; ``memory_id`` is derived when absent."""
+
+    v: Literal[1]
+    tenant_id: str
+    memory_id: str | None = None
+    content: str = Field(min_length=1)
+    at: AwareDatetime
+    embedding: list[float] | None = None
+    importance: float | None = Field(None, ge=0.0, le=1.0)
+    memory_type: str | None = None
+    tags: list[str] = Field(default_factory=list, max_length=MAX_TAGS)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    session_id: str | None = Field(None, max_length=256)
+    agent_id: str | None = Field(None, max_length=256)
+    relations: list[str] = Field(default_factory=list, max_length=MAX_RELATIONS)
+    summary_of: list[str] = Field(default_factory=list)
+
+
+class AccessEventV1(_Strict):
+    """One access to a memory: a recall hit, a get or an explicit access."""
+
+    v: Literal[1]
+    tenant_id: str
+    memory_id: str
+    at: AwareDatetime
+    kind: Literal["recall", "get", "explicit"] = "explicit"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Boundary limits from the settings."""
+
+    embedding_dim: int
+    max_content_bytes: int
+    registry: TenantRegistry
+
+
+@dataclass(frozen=True)
+class WriteRecord:
+    """A validated write; ``memory_type`` parsed, ``memory_id`` present."""
+
+    tenant_id: str
+    memory_id: str
+    content: str
+    at: datetime
+    embedding: tuple[float, ...] | None
+    importance: float | None
+    memory_type: Tier | None
+    tags: tuple[str, ...]
+    metadata: Mapping[str, Any]
+    session_id: str | None
+    agent_id: str | None
+    relations: tuple[str, ...]
+    summary_of: tuple[str, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.tenant_id}/{self.memory_id}"
+
+
+@dataclass(frozen=True)
+class AccessRecord:
+    """A validated access event."""
+
+    tenant_id: str
+    memory_id: str
+    at: datetime
+    kind: AccessKind
+
+    @property
+    def key(self) -> str:
+        return f"{self.tenant_id}/{self.memory_id}"
+
+
+def _parse(raw: bytes) -> object:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise RecordError("$", raw[:60], f"not JSON: {exc}") from exc
+
+
+def _first_error(exc: ValidationError) -> RecordError:
+    err = exc.errors()[0]
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
+    return RecordError(path or "$", err.get("input"), err["msg"])
+
+
+def _model(model: type[M], raw: bytes) -> M:
+    document = _parse(raw)
+    if not isinstance(document, dict):
+        raise RecordError("$", document, "expected a JSON object")
+    if document.get("v") != VERSION:
+        raise RecordError("v", document.get("v"), f"unsupported version; expected {VERSION}")
+    try:
+        return model.model_validate_json(raw)  # JSON-mode strictness: ISO times, no coercion
+    except ValidationError as exc:
+        raise _first_error(exc) from exc
+
+
+def _tenant(tenant_id: str, limits: Limits) -> str:
+    try:
+        check_id("tenant_id", tenant_id)
+    except InvalidField as exc:
+        raise RecordError(exc.field, exc.value, exc.reason) from exc
+    if limits.registry.get(tenant_id) is None:
+        raise RecordError("tenant_id", tenant_id, "unknown tenant")
+    return tenant_id
+
+
+def _id(field: str, value: str) -> str:
+    try:
+        return check_id(field, value)
+    except InvalidField as exc:
+        raise RecordError(exc.field, exc.value, exc.reason) from exc
+
+
+def decode_write(raw: bytes, limits: Limits) -> WriteRecord:
+    """Validate a memory-write record; raises RecordError naming the first bad field."""
+    from memcore import derive_memory_id  # noqa: PLC0415 - keeps the import list short
+
+    m = _model(MemoryWriteV1, raw)
+    tenant_id = _tenant(m.tenant_id, limits)
+    size = len(m.content.encode("utf-8"))
+    if size > limits.max_content_bytes:
+        raise RecordError("content", f"<{size} bytes>", f"over {limits.max_content_bytes} bytes")
+    embedding = None
+    if m.embedding is not None:
+        if len(m.embedding) != limits.embedding_dim:
+            raise RecordError(
+                "embedding",
+                f"<{len(m.embedding)} values>",
+                f"expected {limits.embedding_dim} values",
+            )
+        if not any(x != 0.0 for x in m.embedding):
+            raise RecordError("embedding", "<all zeros>", "a zero vector has no direction")
+        embedding = tuple(m.embedding)
+    try:
+        tier = Tier.parse(m.memory_type) if m.memory_type is not None else None
+    except InvalidField as exc:
+        raise RecordError(exc.field, exc.value, exc.reason) from exc
+    for i, tag in enumerate(m.tags):
+        if not tag or len(tag) > MAX_TAG_CHARS:
+            raise RecordError(f"tags[{i}]", tag, f"expected 1-{MAX_TAG_CHARS} characters")
+    try:
+        orjson.dumps(m.metadata)
+    except TypeError as exc:  # pragma: no cover - JSON in, JSON out
+        raise RecordError("metadata", m.metadata, "not JSON-serialisable") from exc
+    _check_finite_json("metadata", m.metadata)
+    memory_id = (
+        _id("memory_id", m.memory_id)
+        if m.memory_id is not None
+        else derive_memory_id(tenant_id, m.content)
+    )
+    return WriteRecord(
+        tenant_id=tenant_id,
+        memory_id=memory_id,
+        content=m.content,
+        at=m.at,
+        embedding=embedding,
+        importance=m.importance,
+        memory_type=tier,
+        tags=tuple(m.tags),
+        metadata=m.metadata,
+        session_id=m.session_id,
+        agent_id=m.agent_id,
+        relations=tuple(_id(f"relations[{i}]", r) for i, r in enumerate(m.relations)),
+        summary_of=tuple(_id(f"summary_of[{i}]", r) for i, r in enumerate(m.summary_of)),
+    )
+
+
+def decode_access(raw: bytes, limits: Limits) -> AccessRecord:
+    """Validate an access event; raises RecordError naming the first bad field."""
+    m = _model(AccessEventV1, raw)
+    return AccessRecord(
+        tenant_id=_tenant(m.tenant_id, limits),
+        memory_id=_id("memory_id", m.memory_id),
+        at=m.at,
+        kind=AccessKind(m.kind),
+    )
+
+
+def _check_finite_json(path: str, value: object) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise RecordError(path, value, "must be finite")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_finite_json(f"{path}.{k}", v)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_finite_json(f"{path}[{i}]", v)
+
+
+def encode_write(record: Mapping[str, Any]) -> bytes:
+    """Bytes of a write document (``v`` added); for producers and tests."""
+    return orjson.dumps({"v": VERSION, **record})
+
+
+def encode_access(record: Mapping[str, Any]) -> bytes:
+    """Bytes of an access document (``v`` added)."""
+    return orjson.dumps({"v": VERSION, **record})
