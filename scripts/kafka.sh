@@ -51,7 +51,7 @@ share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 num.network.threads=2
 num.io.threads=4
-auto.create.topics.enable=true
+auto.create.topics.enable=false
 log.retention.hours=-1
 PROPS
 }

@@ -5,9 +5,11 @@ Each starts once per test session, on loopback, in a folder of its own, and stop
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import subprocess
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,7 +36,11 @@ def milvus_server(base_dir: Path) -> Iterator[str]:
 
     default_server.set_base_dir(str(base_dir))
     default_server.listen_port = free_port()
-    default_server.start()
+    with warnings.catch_warnings():
+        # the package leaves probe sockets unclosed while it picks its ports; collect them here
+        warnings.simplefilter("ignore", ResourceWarning)
+        default_server.start()
+        gc.collect()
     try:
         yield f"http://127.0.0.1:{default_server.listen_port}"
     finally:

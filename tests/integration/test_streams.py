@@ -1,0 +1,251 @@
+"""The stream worker on a real Kafka broker and a real Milvus server."""
+
+from __future__ import annotations
+
+import base64
+import random
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import orjson
+import pytest
+
+from memcore import Lifecycle
+from storage import MilvusStore
+from storage.milvus import ANY_STATE
+from tests.integration.harness import (
+    Stack,
+    WorkerProcess,
+    dead_letters,
+    eventually,
+    produce,
+    table_states,
+)
+
+pytestmark = pytest.mark.integration
+
+T0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
+
+
+def at(seconds: float) -> str:
+    return (T0 + timedelta(seconds=seconds)).isoformat()
+
+
+def vector(rng: random.Random, dim: int) -> list[float]:
+    return [rng.uniform(-1, 1) for _ in range(dim)]
+
+
+def write_msg(tenant: str, memory_id: str, vec: list[float] | None, **kw: object) -> tuple[bytes, bytes]:
+    # explicit importance: plain text scores 0 by the rules and would fade at its first access
+    doc = {
+        "v": 1,
+        "tenant_id": tenant,
+        "memory_id": memory_id,
+        "content": f"memory {memory_id} of {tenant}",
+        "at": at(0),
+        "importance": 0.5,
+    }
+    if vec is not None:
+        doc["embedding"] = vec
+    doc.update(kw)
+    doc = {k: v for k, v in doc.items() if v is not None}
+    return f"{tenant}/{memory_id}".encode(), orjson.dumps(doc)
+
+
+def access_msg(tenant: str, memory_id: str, seconds: float, kind: str) -> tuple[bytes, bytes]:
+    doc = {"v": 1, "tenant_id": tenant, "memory_id": memory_id, "at": at(seconds), "kind": kind}
+    return f"{tenant}/{memory_id}".encode(), orjson.dumps(doc)
+
+
+def milvus_counts(store: MilvusStore, tenants: tuple[str, ...]) -> dict[tuple[str, str], tuple[int, int]]:
+    out = {}
+    for tenant in tenants:
+        for row in store.query(tenant, ANY_STATE):
+            out[(tenant, row.memory_id)] = (row.access_count, row.recall_count)
+    return out
+
+
+def table_counts(stack: Stack) -> dict[tuple[str, str], tuple[int, int]]:
+    return {
+        (s.tenant_id, s.memory_id): (s.access_count, s.recall_count) for s in table_states(stack).values()
+    }
+
+
+def plan_accesses(
+    rng: random.Random, memories: list[tuple[str, str]], n: int
+) -> tuple[list[tuple[bytes, bytes]], dict[tuple[str, str], tuple[int, int]]]:
+    accesses: Counter[tuple[str, str]] = Counter()
+    recalls: Counter[tuple[str, str]] = Counter()
+    messages = []
+    for i in range(n):
+        tenant, memory_id = rng.choice(memories)
+        kind = rng.choice(["recall", "get", "explicit"])
+        accesses[(tenant, memory_id)] += 1
+        recalls[(tenant, memory_id)] += kind == "recall"
+        messages.append(access_msg(tenant, memory_id, 60 + i * 0.01, kind))
+    expected = {m: (accesses[m], recalls[m]) for m in memories}
+    return messages, expected
+
+
+def test_counts_are_exact_in_table_and_milvus(
+    make_stack: Callable[..., Stack], workers: list[WorkerProcess]
+) -> None:
+    tenants = tuple(f"tenant{i}" for i in range(10))
+    stack = make_stack(tenants)
+    rng = random.Random(7)
+    memories = [(t, f"m{j}") for t in tenants for j in range(100)]
+    worker = WorkerProcess(stack).start()
+    workers.append(worker)
+    writes = [write_msg(t, m, vector(rng, stack.dim), importance=0.5) for t, m in memories]
+    accesses, expected = plan_accesses(rng, memories, 10_000)
+    produce(stack.bootstrap, stack.topic("memory-writes"), writes)
+    produce(stack.bootstrap, stack.topic("access-events"), accesses)
+    store = stack.store()
+    eventually(
+        lambda: sum(a for a, _ in milvus_counts(store, tenants).values()) == 10_000,
+        240,
+        "all 10,000 accesses in Milvus",
+        worker,
+    )
+    assert milvus_counts(store, tenants) == expected
+    assert table_counts(stack) == expected
+    assert dead_letters(stack) == []
+    # every memory was written once and each tenant holds exactly its own
+    for tenant in tenants:
+        assert {r.memory_id for r in store.query(tenant, ANY_STATE)} == {f"m{j}" for j in range(100)}
+
+
+def test_malformed_events_go_to_dead_letter_and_nothing_else_is_lost(
+    make_stack: Callable[..., Stack], workers: list[WorkerProcess]
+) -> None:
+    stack = make_stack(("acme",))
+    rng = random.Random(1)
+    workers.append(worker := WorkerProcess(stack).start())
+    good = [write_msg("acme", f"ok{i}", vector(rng, stack.dim)) for i in range(5)]
+    bad_writes = [
+        (b"acme/x1", b"not json at all"),
+        write_msg("acme", "x2", vector(rng, stack.dim + 1)),
+        write_msg("globex", "x3", vector(rng, stack.dim)),
+        write_msg("acme", "x4", vector(rng, stack.dim), at="2026-03-01T12:00:00"),
+        write_msg("acme", "x5", vector(rng, stack.dim), importance=1.5),
+        write_msg("acme", "x6", vector(rng, stack.dim), surprise=True),
+        write_msg("acme", "x7", vector(rng, stack.dim), content="x" * 20_000),
+        (b"acme/x8", b'{"v": 1, "tenant_id": "acme", "content": "n", "at": "2026-03-01T12:00:00Z", "importance": NaN}'),
+        write_msg("acme", "x9", vector(rng, stack.dim), memory_type="procedural"),
+    ]
+    produce(stack.bootstrap, stack.topic("memory-writes"), good[:3] + bad_writes + good[3:])
+    bad_access = [
+        access_msg("acme", "never-written", 5, "recall"),
+        (b"acme/ok0", b'{"v": 1, "tenant_id": "acme", "memory_id": "ok0", "at": "2026-03-01T12:00:00Z", "kind": "stare"}'),
+    ]
+    good_access = [access_msg("acme", "ok0", 10, "recall"), access_msg("acme", "ok4", 11, "get")]
+    produce(stack.bootstrap, stack.topic("access-events"), good_access[:1] + bad_access + good_access[1:])
+    eventually(lambda: len(dead_letters(stack)) == len(bad_writes) + len(bad_access), 120, "dead letters", worker)
+    letters = dead_letters(stack)
+    fields = sorted(d["field"] for d in letters)
+    assert fields == sorted(
+        ["$", "embedding", "tenant_id", "at", "importance", "surprise", "content", "$", "memory_type", "memory_id", "kind"]
+    )
+    for letter in letters:
+        assert letter["reason"].startswith(letter["field"])
+        assert letter["topic"] in (stack.topic("memory-writes"), stack.topic("access-events"))
+    originals = {v for _, v in bad_writes + bad_access}
+    assert {base64.b64decode(d["payload"]) for d in letters} == originals
+    store = stack.store()
+    eventually(
+        lambda: milvus_counts(store, ("acme",))
+        == {("acme", f"ok{i}"): ((1, 1) if i == 0 else (1, 0) if i == 4 else (0, 0)) for i in range(5)},
+        60,
+        "the good writes and accesses, nothing more",
+        worker,
+        show=lambda: (milvus_counts(store, ("acme",)), table_counts(stack)),
+    )
+    assert worker.proc is not None and worker.proc.poll() is None  # still running
+
+
+def test_kill_9_mid_stream_loses_and_doubles_nothing(
+    make_stack: Callable[..., Stack], workers: list[WorkerProcess]
+) -> None:
+    tenants = ("acme", "globex")
+    stack = make_stack(tenants)
+    rng = random.Random(3)
+    memories = [(t, f"m{j}") for t in tenants for j in range(50)]
+    first = WorkerProcess(stack, "first").start()
+    workers.append(first)
+    produce(stack.bootstrap, stack.topic("memory-writes"), [write_msg(t, m, vector(rng, stack.dim)) for t, m in memories])
+    store = stack.store()
+    eventually(lambda: sum(store.count(t, ANY_STATE) for t in tenants) == 100, 120, "writes", first)
+    accesses, expected = plan_accesses(rng, memories, 6_000)
+    produce(stack.bootstrap, stack.topic("access-events"), accesses)
+    eventually(
+        lambda: 0 < sum(a for a, _ in milvus_counts(store, tenants).values()),
+        120,
+        "some accesses applied before the kill",
+        first,
+    )
+    first.kill9()
+    done_before = sum(a for a, _ in milvus_counts(store, tenants).values())
+    second = WorkerProcess(stack, "second").start()
+    workers.append(second)
+    eventually(
+        lambda: sum(a for a, _ in milvus_counts(store, tenants).values()) == 6_000,
+        240,
+        "all accesses after the restart",
+        second,
+    )
+    assert milvus_counts(store, tenants) == expected
+    assert table_counts(stack) == expected
+    assert done_before <= 6_000
+
+
+def test_replaying_the_topics_rebuilds_table_and_milvus(
+    make_stack: Callable[..., Stack], workers: list[WorkerProcess]
+) -> None:
+    stack = make_stack(("acme",))
+    rng = random.Random(5)
+    memories = [("acme", f"m{j}") for j in range(30)]
+    workers.append(worker := WorkerProcess(stack).start())
+    produce(stack.bootstrap, stack.topic("memory-writes"), [write_msg(t, m, vector(rng, stack.dim)) for t, m in memories])
+    accesses, expected = plan_accesses(rng, memories, 500)
+    produce(stack.bootstrap, stack.topic("access-events"), accesses)
+    store = stack.store()
+    eventually(lambda: sum(a for a, _ in milvus_counts(store, ("acme",)).values()) == 500, 120, "first run", worker)
+    worker.stop()
+    original = {s.memory_id: s for s in table_states(stack).values()}
+    # a new app id: an empty table and collection, fed by the same topics from the beginning
+    replay = Stack(stack.bootstrap, stack.milvus_uri, stack.workdir, stack.tenants, name=stack.name, app_id=f"{stack.app_id}r")
+    workers.append(again := WorkerProcess(replay).start())
+    replay_store = replay.store()
+    eventually(lambda: sum(a for a, _ in milvus_counts(replay_store, ("acme",)).values()) == 500, 120, "replay", again)
+    rebuilt = {s.memory_id: s for s in table_states(replay).values()}
+    assert milvus_counts(replay_store, ("acme",)) == expected
+    strip = lambda s: s.__class__(**{**s.__dict__, "offsets": ()})  # noqa: E731 - same events, same state
+    assert {k: strip(v) for k, v in rebuilt.items()} == {k: strip(v) for k, v in original.items()}
+    assert all(s.state is Lifecycle.ACTIVE for s in rebuilt.values())
+
+
+def test_writes_without_vectors_are_embedded_with_minilm(
+    make_stack: Callable[..., Stack], workers: list[WorkerProcess]
+) -> None:
+    stack = make_stack(("acme",), dim=384, embedder="minilm")
+    workers.append(worker := WorkerProcess(stack).start())
+    texts = {
+        "py": "Alice prefers Python for backend services",
+        "py2": "For backend work Alice likes to use Python",
+        "cook": "The soup needs more salt and a bay leaf",
+    }
+    produce(
+        stack.bootstrap,
+        stack.topic("memory-writes"),
+        [write_msg("acme", m, None, content=t, importance=None) for m, t in texts.items()],
+    )
+    store = stack.store()
+    eventually(lambda: store.count("acme", ANY_STATE) == 3, 180, "embedded writes", worker)
+    hits = store.search("acme", [list(store.get("acme", ["py"])["py"].vector)], k=3)[0]
+    assert [h.row.memory_id for h in hits][:2] == ["py", "py2"]
+    assert hits[1].similarity > hits[2].similarity + 0.2
+    norm = sum(x * x for x in hits[0].row.vector) ** 0.5
+    assert norm == pytest.approx(1.0, abs=1e-3)
+    states = table_states(stack)
+    assert {s.importance_source.value for s in states.values()} == {"rules"}
