@@ -9,7 +9,7 @@ UV_VERSION := 0.13.9
 LOCK := requirements/lock.txt
 STAMP := $(VENV)/.installed
 
-.PHONY: help install lock up down test lint format typecheck imports unit
+.PHONY: help install lock up down kafka test lint format typecheck imports unit integration bench
 
 help: ## List every target with its one-line help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -27,11 +27,14 @@ lock: ## Re-resolve requirements/lock.txt from pyproject.toml
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet "uv==$(UV_VERSION)"
 	uv pip compile pyproject.toml --extra dev --python-version 3.11 --quiet -o $(LOCK)
 
-up: install ## Run the service (Kafka, worker, ranker, embedded Milvus); see README for what runs today
-	@echo "Environment ready in $(VENV). The Kafka broker, worker and ranker arrive with issues #3 and #4."
+up: install ## Run the service: Kafka and the stream worker with embedded Milvus Lite (ranker: #4)
+	scripts/stack.sh up
 
 down: ## Stop what `make up` started (by pid)
-	@echo "Nothing is started by 'make up' yet."
+	scripts/stack.sh down
+
+kafka: ## Fetch the pinned Kafka jars (Maven Central) and start only the broker
+	scripts/kafka.sh start
 
 lint: install ## ruff lint and format check
 	$(BIN)/ruff check .
@@ -50,4 +53,10 @@ imports: install ## The import contract (dependency direction)
 unit: install ## Unit and property tests with memcore coverage
 	$(BIN)/pytest --cov --cov-report=term-missing:skip-covered tests/unit
 
-test: lint typecheck imports unit ## Everything CI runs: lint, types, import contract, tests
+integration: install ## Contract and integration tests: starts a real Kafka broker and Milvus server
+	$(BIN)/pytest tests/contract tests/integration
+
+bench: install ## Benchmarks (not tests); figures go to docs/benchmarks.md
+	$(BIN)/python -m bench.streams
+
+test: lint typecheck imports unit integration ## Everything CI runs: lint, types, import contract, all tests

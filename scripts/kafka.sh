@@ -71,7 +71,7 @@ start() {
   # shellcheck disable=SC2086
   nohup java ${KAFKA_HEAP:--Xms256m -Xmx1g} -XX:+UseG1GC \
     -Dlog4j2.configurationFile="$root/scripts/kafka/log4j2.properties" \
-    -cp "$cp" kafka.Kafka "$home/config/server.properties" >"$home/broker.log" 2>&1 &
+    -cp "$cp" kafka.Kafka "$home/config/server.properties" >"$home/broker.log" 2>&1 </dev/null &
   echo $! >"$pidfile"
   while ! port_open; do
     if ! running; then echo "kafka.sh: the broker exited; last lines of $home/broker.log:" >&2; tail -n 20 "$home/broker.log" >&2; exit 1; fi

@@ -32,7 +32,7 @@ def port_open(port: int) -> bool:
 @contextmanager
 def milvus_server(base_dir: Path) -> Iterator[str]:
     """A real Milvus 2.3 server (C++) from the PyPI package ``milvus``; yields its URI."""
-    from milvus import default_server  # noqa: PLC0415
+    from milvus import default_server
 
     default_server.set_base_dir(str(base_dir))
     default_server.listen_port = free_port()

@@ -82,7 +82,9 @@ def test_a_read_sees_the_write_just_made(store: MilvusStore) -> None:
 
 
 def test_tenants_never_see_each_other(store: MilvusStore) -> None:
-    store.upsert([row("acme", "shared-id", vec(1.0)), row("globex", "shared-id", vec(1.0), content="secret")])
+    store.upsert(
+        [row("acme", "shared-id", vec(1.0)), row("globex", "shared-id", vec(1.0), content="secret")]
+    )
     store.upsert([row("globex", f"g{i}", vec(1.0, i / 10)) for i in range(5)])
     hits = store.search("acme", [vec(1.0)], k=10)[0]
     assert [(h.row.tenant_id, h.row.memory_id) for h in hits] == [("acme", "shared-id")]
@@ -120,10 +122,19 @@ def test_search_orders_by_cosine_and_applies_filters(store: MilvusStore) -> None
 
 
 def test_query_and_count_by_state(store: MilvusStore) -> None:
-    store.upsert([row("acme", f"m{i}", vec(1.0, i), state="archived" if i % 2 else "active") for i in range(6)])
+    store.upsert(
+        [
+            row("acme", f"m{i}", vec(1.0, i), state="archived" if i % 2 else "active")
+            for i in range(6)
+        ]
+    )
     assert store.count("acme", Filters()) == 3
     assert store.count("acme", ANY_STATE) == 6
-    assert sorted(r.memory_id for r in store.query("acme", Filters(states=("archived",)))) == ["m1", "m3", "m5"]
+    assert sorted(r.memory_id for r in store.query("acme", Filters(states=("archived",)))) == [
+        "m1",
+        "m3",
+        "m5",
+    ]
 
 
 def test_multiple_queries_in_one_search(store: MilvusStore) -> None:

@@ -74,7 +74,9 @@ class Stack:
 
     def store(self) -> MilvusStore:
         s = MilvusStore(
-            MilvusConfig(self.milvus_uri, collection=f"c_{self.app_id}", dim=self.dim, partition_key=False)
+            MilvusConfig(
+                self.milvus_uri, collection=f"c_{self.app_id}", dim=self.dim, partition_key=False
+            )
         )
         s.connect()
         return s
@@ -92,7 +94,11 @@ class WorkerProcess:
         self.stack.create_topics()
         with self.log_path.open("ab") as log:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "streams"], cwd=ROOT, env=self.stack.env(), stdout=log, stderr=log
+                [sys.executable, "-m", "streams"],
+                cwd=ROOT,
+                env=self.stack.env(),
+                stdout=log,
+                stderr=log,
             )
         return self
 
@@ -139,7 +145,7 @@ def read_all(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes]]:
         try:
             partitions = consumer.partitions_for_topic(topic)
             if partitions is None:
-                await consumer._client.force_metadata_update()  # noqa: SLF001
+                await consumer._client.force_metadata_update()
                 partitions = consumer.partitions_for_topic(topic) or set()
             tps = [TopicPartition(topic, p) for p in partitions]
             if not tps:
@@ -148,6 +154,7 @@ def read_all(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes]]:
             await consumer.seek_to_beginning(*tps)
             ends = await consumer.end_offsets(tps)
             out: list[tuple[bytes | None, bytes]] = []
+
             async def behind() -> bool:
                 return any([await consumer.position(tp) < ends[tp] for tp in tps])
 
@@ -193,4 +200,6 @@ def eventually(
         time.sleep(0.5)
     tail = worker.log()[-3000:] if worker is not None else ""
     seen = f"\n--- last seen ---\n{show()!r}" if show is not None else ""
-    raise AssertionError(f"not reached within {timeout_s:.0f} s: {what}{seen}\n--- worker log ---\n{tail}")
+    raise AssertionError(
+        f"not reached within {timeout_s:.0f} s: {what}{seen}\n--- worker log ---\n{tail}"
+    )

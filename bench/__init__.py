@@ -1,0 +1,1 @@
+"""Benchmarks: run as modules (``python -m bench.streams``); figures in docs/benchmarks.md."""

@@ -1,0 +1,167 @@
+"""Stream worker throughput on a real broker (not a test: figures go to docs/benchmarks.md).
+
+    python -m bench.streams [--accesses N] [--writes N] [--embedded-writes N]
+
+Measures, in one run on one machine:
+1. access events/s through one worker with the Milvus sink on (Milvus Lite, embedded), and the raw
+   aiokafka consume rate of the same topic (the figure is the ratio);
+2. writes/s with vectors given (no embedding) and with all-MiniLM-L6-v2 embedding on the CPU.
+A rate is events / seconds from the first produce until the worker's committed offsets reach the
+end of the topic (so it includes producing, reducing, the changelog, the Milvus upserts and commits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from tests.infra import kafka_broker
+from tests.integration.harness import Stack, WorkerProcess, produce
+
+T0 = "2026-03-01T12:00:00+00:00"
+
+
+def committed_total(bootstrap: str, group: str, topic: str) -> int:
+    async def run() -> int:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            offsets = await admin.list_consumer_group_offsets(group)
+        finally:
+            await admin.close()
+        return sum(
+            meta.offset for tp, meta in offsets.items() if tp.topic == topic and meta.offset > 0
+        )
+
+    return asyncio.run(run())
+
+
+def wait_committed(stack: Stack, role: str, total: int, timeout_s: float = 900) -> float:
+    """Seconds until the worker committed ``total`` offsets of ``role`` (polled every 0.2 s)."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        if committed_total(stack.bootstrap, stack.app_id, stack.topic(role)) >= total:
+            return time.monotonic() - start
+        time.sleep(0.2)
+    raise SystemExit(f"worker did not commit {total} {role} within {timeout_s} s")
+
+
+def raw_consume_rate(bootstrap: str, topic: str, partitions: int, n: int) -> float:
+    async def run() -> float:
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            tps = [TopicPartition(topic, p) for p in range(partitions)]
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
+            seen, start = 0, time.monotonic()
+            while seen < n:
+                for records in (await consumer.getmany(timeout_ms=1000, max_records=5000)).values():
+                    for r in records:
+                        orjson.loads(r.value)  # decode as the worker does, nothing more
+                    seen += len(records)
+            return n / (time.monotonic() - start)
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(run())
+
+
+def write_msgs(
+    n: int, dim: int | None, rng: random.Random, prefix: str
+) -> list[tuple[bytes, bytes]]:
+    out = []
+    for i in range(n):
+        doc = {
+            "v": 1,
+            "tenant_id": f"tenant{i % 10}",
+            "memory_id": f"{prefix}{i}",
+            "at": T0,
+            "content": f"note {i}: the user said something worth keeping about topic {i % 97}",
+            "importance": 0.5,
+        }
+        if dim is not None:
+            doc["embedding"] = [rng.uniform(-1, 1) for _ in range(dim)]
+        out.append((f"tenant{i % 10}/{prefix}{i}".encode(), orjson.dumps(doc)))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--accesses", type=int, default=20_000)
+    parser.add_argument("--writes", type=int, default=2_000)
+    parser.add_argument("--embedded-writes", type=int, default=500)
+    args = parser.parse_args()
+    rng = random.Random(11)
+    tenants = tuple(f"tenant{i}" for i in range(10))
+    with tempfile.TemporaryDirectory() as tmp, kafka_broker(Path(tmp) / "kafka") as bootstrap:
+        work = Path(tmp)
+        # 1 + 2a: writes with vectors, then accesses, one worker, Milvus Lite embedded
+        stack = Stack(bootstrap, str(work / "milvus.db"), work, tenants, dim=384)
+        worker = WorkerProcess(stack).start()
+        time.sleep(15)  # start-up and group join are not part of any figure
+        writes = write_msgs(args.writes, stack.dim, rng, "m")
+        t = time.monotonic()
+        produce(bootstrap, stack.topic("memory-writes"), writes)
+        wait_committed(stack, "memory-writes", args.writes)
+        write_rate = args.writes / (time.monotonic() - t)
+        memories = [(f"tenant{i % 10}", f"m{i}") for i in range(args.writes)]
+        accesses = []
+        for i in range(args.accesses):
+            tenant, memory_id = rng.choice(memories)
+            doc = {
+                "v": 1,
+                "tenant_id": tenant,
+                "memory_id": memory_id,
+                "kind": "recall",
+                "at": f"2026-03-01T12:{(i // 1000) % 60:02d}:00+00:00",
+            }
+            accesses.append((f"{tenant}/{memory_id}".encode(), orjson.dumps(doc)))
+        t = time.monotonic()
+        produce(bootstrap, stack.topic("access-events"), accesses)
+        wait_committed(stack, "access-events", args.accesses)
+        access_rate = args.accesses / (time.monotonic() - t)
+        raw_rate = raw_consume_rate(
+            bootstrap, stack.topic("access-events"), stack.partitions, args.accesses
+        )
+        worker.stop()
+        # 2b: writes without vectors, embedded by MiniLM in the worker
+        embedded = Stack(
+            bootstrap, str(work / "milvus2.db"), work, tenants, dim=384, embedder="minilm"
+        )
+        worker = WorkerProcess(embedded).start()
+        time.sleep(25)
+        t = time.monotonic()
+        produce(
+            bootstrap,
+            embedded.topic("memory-writes"),
+            write_msgs(args.embedded_writes, None, rng, "e"),
+        )
+        wait_committed(embedded, "memory-writes", args.embedded_writes)
+        embedded_rate = args.embedded_writes / (time.monotonic() - t)
+        worker.stop()
+    rows = [
+        ("access events/s, one worker, Milvus Lite sink on", f"{access_rate:,.0f}", args.accesses),
+        ("raw aiokafka consume + JSON decode, same topic", f"{raw_rate:,.0f}", args.accesses),
+        ("ratio worker / raw", f"{access_rate / raw_rate:.4f}", ""),
+        ("writes/s, 384-d vectors given", f"{write_rate:,.0f}", args.writes),
+        (
+            "writes/s, embedded by all-MiniLM-L6-v2 (CPU)",
+            f"{embedded_rate:,.0f}",
+            args.embedded_writes,
+        ),
+    ]
+    for what, value, n in rows:
+        print(f"{what:<50} {value:>10}  {n}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The local service: Kafka (scripts/kafka.sh), the stream worker with embedded Milvus Lite.
+#
+#   scripts/stack.sh up     start what is not running; print where things are
+#   scripts/stack.sh down   stop what `up` started, by pid
+#
+# State lives in var/: tenants.json (a demo tenant and API key, made once), worker data (RocksDB),
+# milvus.db (Milvus Lite), logs and pid files. Settings: the MNEMO_* variables (streams/settings.py).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+var=$root/var
+py=$root/.venv/bin/python
+mkdir -p "$var"
+
+running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+tenants() {
+  if [ ! -f "$var/tenants.json" ]; then
+    "$py" - "$var/tenants.json" <<'PY'
+import json, secrets, sys
+key = "mk-" + secrets.token_hex(16)
+json.dump({"tenants": {"demo": {"api_keys": [key]}}}, open(sys.argv[1], "w"), indent=2)
+PY
+  fi
+}
+
+up() {
+  "$root/scripts/kafka.sh" start
+  tenants
+  export MNEMO_KAFKA_BOOTSTRAP=${MNEMO_KAFKA_BOOTSTRAP:-127.0.0.1:${KAFKA_PORT:-9092}}
+  export MNEMO_TENANTS_FILE=${MNEMO_TENANTS_FILE:-$var/tenants.json}
+  export MNEMO_DATA_DIR=${MNEMO_DATA_DIR:-$var/worker}
+  export MNEMO_MILVUS_URI=${MNEMO_MILVUS_URI:-$var/milvus.db}
+  if running "$var/worker.pid"; then
+    echo "worker: already running (pid $(cat "$var/worker.pid"))"
+  else
+    cd "$root"
+    nohup "$py" -m streams >>"$var/worker.log" 2>&1 </dev/null &
+    echo $! >"$var/worker.pid"
+    local started=$SECONDS
+    until grep -q "mnemostream worker ready" "$var/worker.log" 2>/dev/null; do
+      if ! running "$var/worker.pid"; then echo "worker exited; see $var/worker.log" >&2; tail -n 20 "$var/worker.log" >&2; exit 1; fi
+      if [ $((SECONDS - started)) -ge 180 ]; then echo "worker not ready after 180 s; see $var/worker.log" >&2; exit 1; fi
+      sleep 0.5
+    done
+    echo "worker: ready (pid $(cat "$var/worker.pid"), log $var/worker.log)"
+  fi
+  echo "kafka:   $MNEMO_KAFKA_BOOTSTRAP   topics: memory-writes, access-events, consolidation, audit, dead-letter"
+  echo "milvus:  $MNEMO_MILVUS_URI (Milvus Lite, embedded in the worker)"
+  echo "tenants: $MNEMO_TENANTS_FILE"
+}
+
+down() {
+  if running "$var/worker.pid"; then
+    local pid
+    pid=$(cat "$var/worker.pid")
+    kill "$pid"
+    for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+    echo "worker: stopped (pid $pid)"
+  fi
+  rm -f "$var/worker.pid"
+  "$root/scripts/kafka.sh" stop
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  *) echo "usage: $0 up|down" >&2; exit 2 ;;
+esac

@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from memcore import InvalidField
+from storage import Document, Filters, MemoryRow, StorageError, filter_expression, from_us, to_us
+from storage.milvus import translate
+from storage.tenants import TenantRegistry
+
+from .helpers import T0, created
+
+
+def test_filter_expression_quotes_values_and_scopes_the_tenant() -> None:
+    expr = filter_expression(
+        "acme",
+        Filters(
+            tiers=("semantic",), tags_any=('x" or 1==1 or "',), session_id="s", created_from_us=5
+        ),
+    )
+    assert expr.startswith('tenant_id == "acme" and state in ["active"]')
+    assert '"x\\" or 1==1 or \\""' in expr
+    assert "created_at_us >= 5" in expr
+    with pytest.raises(InvalidField):
+        filter_expression('acme" or "1"=="1', Filters())
+
+
+def test_rows_round_trip_through_entities() -> None:
+    state = created(0.7)
+    row = MemoryRow.of(state, Document("text", (1.0, 2.0), {"a": 1}))
+    assert row.key == "t1/m1"
+    assert row.last_access_us == to_us(T0)
+    assert from_us(row.created_at_us) == T0
+    assert MemoryRow.from_entity(row.to_entity()) == row
+
+
+def test_tenant_registry(tmp_path: Path) -> None:
+    path = tmp_path / "tenants.json"
+    spec = {
+        "tenants": {
+            "acme": {"decay": "powermem", "api_keys": ["k" * 20]},
+            "globex": {"overrides": {"review": {"reinforcement": 0.2}}},
+        }
+    }
+    path.write_text(json.dumps(spec))
+    registry = TenantRegistry.load(path)
+    acme = registry.by_api_key("k" * 20)
+    assert acme is not None
+    assert acme.tenant_id == "acme"
+    assert acme.policy.decay.preset.value == "powermem"
+    globex = registry.get("globex")
+    assert globex is not None
+    assert globex.policy.review.reinforcement == 0.2
+    assert registry.get("nobody") is None
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"tenants": []}, "tenants"),
+        ({"tenants": {"a/b": {}}}, "tenants.a/b"),
+        ({"tenants": {"a": {"decay": "x"}}}, "policy.decay.preset"),
+        ({"tenants": {"a": {"api_keys": ["short"]}}}, "tenants.a.api_keys"),
+        (
+            {"tenants": {"a": {"api_keys": ["k" * 16]}, "b": {"api_keys": ["k" * 16]}}},
+            "tenants.b.api_keys",
+        ),
+    ],
+)
+def test_bad_registries(spec: dict[str, object], field: str) -> None:
+    with pytest.raises(InvalidField) as err:
+        TenantRegistry.of(spec)
+    assert err.value.field == field
+
+
+def test_unreadable_registry_file(tmp_path: Path) -> None:
+    with pytest.raises(InvalidField, match="tenants_file"):
+        TenantRegistry.load(tmp_path / "missing.json")
+
+
+def test_error_translation() -> None:
+    from pymilvus.exceptions import MilvusException
+
+    assert translate("upsert", ConnectionError("down")).retriable
+    assert translate("upsert", MilvusException(code=2, message="unavailable")).retriable
+    assert not translate("upsert", MilvusException(code=1100 + 900, message="bad")).retriable
+    assert not translate("upsert", ValueError("x")).retriable
+    err = translate("search", TimeoutError())
+    assert isinstance(err, StorageError)
+    assert "search" in str(err)

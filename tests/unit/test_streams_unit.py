@@ -1,0 +1,213 @@
+"""The stream processor and wire records with in-memory tables (the Faust wiring is tested in
+tests/integration against a real broker)."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memcore import EffectKind, ImportanceSource, resolve_importance
+from storage import Document
+from storage.tenants import TenantRegistry
+from streams import codec
+from streams.processor import Batch, Inbound, Processor, tenant_counts
+from streams.records import (
+    Limits,
+    RecordError,
+    decode_access,
+    decode_write,
+    encode_access,
+    encode_write,
+)
+
+from .helpers import created
+
+LIMITS = Limits(4, 64, TenantRegistry.open_to(["acme", "globex"]))
+AT = "2026-03-01T12:00:00+00:00"
+
+
+def write_bytes(**kw: object) -> bytes:
+    doc: dict[str, object] = {"tenant_id": "acme", "memory_id": "m1", "content": "hello", "at": AT}
+    doc.update(kw)
+    return encode_write({k: v for k, v in doc.items() if v is not None})
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        (b"\xff", "$"),
+        (b"[1]", "$"),
+        (b'{"v": 2}', "v"),
+        (write_bytes(tenant_id="nobody"), "tenant_id"),
+        (write_bytes(tenant_id="a/b"), "tenant_id"),
+        (write_bytes(memory_id="bad id"), "memory_id"),
+        (write_bytes(content=""), "content"),
+        (write_bytes(content="x" * 65), "content"),
+        (write_bytes(at="2026-03-01T12:00:00"), "at"),
+        (write_bytes(at=5), "at"),
+        (write_bytes(embedding=[1, 2]), "embedding"),
+        (write_bytes(embedding=[0, 0, 0, 0]), "embedding"),
+        (write_bytes(embedding=[1, "2", 3, 4]), "embedding[1]"),
+        (write_bytes(importance=-0.1), "importance"),
+        (write_bytes(importance=True), "importance"),
+        (write_bytes(memory_type="procedural"), "memory_type"),
+        (write_bytes(tags=["ok", ""]), "tags[1]"),
+        (write_bytes(relations=["a b"]), "relations[0]"),
+        (write_bytes(extra=1), "extra"),
+        (write_bytes(content=None), "content"),
+        (
+            b'{"v":1,"tenant_id":"acme","content":"x","at":"2026-03-01T12:00:00Z","importance":NaN}',
+            "$",
+        ),
+    ],
+)
+def test_bad_writes_name_their_field(raw: bytes, field: str) -> None:
+    with pytest.raises(RecordError) as err:
+        decode_write(raw, LIMITS)
+    assert err.value.field == field
+    assert str(err.value).startswith(field)
+
+
+def test_good_write_and_derived_id() -> None:
+    record = decode_write(write_bytes(memory_id=None, memory_type="long_term", tags=["a"]), LIMITS)
+    assert record.memory_id.startswith("m-")
+    assert record.memory_type is not None
+    assert record.memory_type.value == "semantic"
+    assert record.at == datetime(2026, 3, 1, 12, tzinfo=UTC)
+
+
+def test_access_records() -> None:
+    good = encode_access({"tenant_id": "acme", "memory_id": "m1", "at": AT, "kind": "recall"})
+    assert decode_access(good, LIMITS).kind.value == "recall"
+    bad = encode_access({"tenant_id": "acme", "memory_id": "m1", "at": AT, "kind": "peek"})
+    with pytest.raises(RecordError, match=r"^kind"):
+        decode_access(bad, LIMITS)
+
+
+def test_codec_round_trip() -> None:
+    state = dataclasses.replace(
+        created(0.7), tags=("a",), relations=("m2",), offsets=(("w/0", 3),), merged_from=("x",)
+    )
+    doc = Document("hello", (0.5, -0.25, 1.0), {"k": [1, 2]})
+    assert codec.decode(codec.encode(state, doc)) == (state, doc)
+
+
+@given(st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False), max_size=64))
+def test_vectors_round_trip_as_float32(values: list[float]) -> None:
+    assert codec.decode_vector(codec.encode_vector(tuple(values))) == tuple(values)
+
+
+class Tables:
+    def __init__(self) -> None:
+        self.memories: dict[bytes, bytes] = {}
+        self.counters: dict[bytes, bytes] = {}
+        self.processor = Processor(self.memories, self.counters, LIMITS)
+        self.offset = 0
+
+    def message(
+        self, topic: str, raw: bytes, key: bytes | None = b"acme/m1", partition: int = 0
+    ) -> Inbound:
+        self.offset += 1
+        return Inbound(topic, partition, self.offset, key, raw)
+
+    def write(self, raw: bytes, key: bytes | None = b"acme/m1") -> Batch:
+        batch = Batch()
+        for message, record in self.processor.decode_writes([self.message("w", raw, key)], batch):
+            vector = record.embedding or (1.0, 0.0, 0.0, 0.0)
+            importance = resolve_importance(record.content, explicit=record.importance)
+            self.processor.write(message, record, vector, importance, batch)
+        return batch
+
+    def access(
+        self, raw: bytes, key: bytes = b"acme/m1", *, final: bool = True
+    ) -> tuple[bool, Batch]:
+        batch = Batch()
+        return self.processor.access(self.message("a", raw, key), batch, final=final), batch
+
+
+def access_bytes(kind: str = "recall", memory_id: str = "m1") -> bytes:
+    return encode_access({"tenant_id": "acme", "memory_id": memory_id, "at": AT, "kind": kind})
+
+
+def test_write_access_and_counters() -> None:
+    t = Tables()
+    batch = t.write(write_bytes(importance=0.5))
+    assert list(batch.touched) == ["acme/m1"]
+    assert [orjson.loads(o.value)["kind"] for o in batch.out] == ["created"]
+    for kind in ("recall", "get"):
+        applied, _ = t.access(access_bytes(kind))
+        assert applied
+    found = t.processor.load("acme/m1")
+    assert found is not None
+    state, doc = found
+    assert (state.access_count, state.recall_count) == (2, 1)
+    assert doc.vector == (1.0, 0.0, 0.0, 0.0)
+    assert tenant_counts(t.counters, "acme") == {"created": 1, "accessed": 2}
+    upserts, deletes = t.processor.rows(["acme/m1"])
+    assert [r.access_count for r in upserts] == [2]
+    assert deletes == []
+
+
+def test_redelivered_access_is_skipped_but_still_synced() -> None:
+    t = Tables()
+    t.write(write_bytes(importance=0.5))
+    message = t.message("a", access_bytes())
+    first = Batch()
+    t.processor.access(message, first)
+    again = Batch()
+    t.processor.access(message, again)
+    state = t.processor.load("acme/m1")
+    assert state is not None
+    assert state[0].access_count == 1
+    assert again.out == []  # no audit for a skipped event
+    assert list(again.touched) == [
+        "acme/m1"
+    ]  # the row is re-synced in case the first sync was lost
+
+
+def test_bad_and_misrouted_messages() -> None:
+    t = Tables()
+    misrouted = t.write(write_bytes(), key=b"acme/other")
+    assert [(o.role, o.key) for o in misrouted.out] == [("memory-writes", b"acme/m1")]
+    assert t.memories == {}
+    bad = t.write(b"{}")
+    (letter,) = bad.out
+    assert letter.role == "dead-letter"
+    assert orjson.loads(letter.value)["field"] == "v"
+    applied, waiting = t.access(access_bytes(memory_id="m9"), key=b"acme/m9", final=False)
+    assert not applied
+    assert waiting.out == []
+    applied, final = t.access(access_bytes(memory_id="m9"), key=b"acme/m9", final=True)
+    assert applied
+    assert orjson.loads(final.out[0].value)["reason"].startswith("memory_id='m9'")
+
+
+def test_embedding_needed_only_for_new_content() -> None:
+    t = Tables()
+    record = decode_write(write_bytes(), LIMITS)
+    assert t.processor.needs_embedding(record)
+    t.write(write_bytes())
+    assert not t.processor.needs_embedding(record)
+    assert t.processor.needs_embedding(decode_write(write_bytes(content="changed"), LIMITS))
+    assert not t.processor.needs_embedding(
+        decode_write(write_bytes(embedding=[1, 1, 1, 1]), LIMITS)
+    )
+
+
+def test_identical_rewrite_folds_and_keeps_one_copy() -> None:
+    t = Tables()
+    t.write(write_bytes(importance=0.2))
+    batch = t.write(write_bytes(importance=0.6, metadata={"x": 1}))
+    assert [orjson.loads(o.value)["kind"] for o in batch.out] == [EffectKind.FOLDED.value]
+    found = t.processor.load("acme/m1")
+    assert found is not None
+    state, doc = found
+    assert (state.write_count, state.importance) == (2, 0.6)
+    assert state.importance_source is ImportanceSource.EXPLICIT
+    assert doc.metadata == {"x": 1}
+    assert len(t.memories) == 1
