@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import random
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -23,7 +25,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from tests.infra import kafka_broker
+from tests.infra import kafka_broker, milvus_server
 from tests.integration.harness import Stack, WorkerProcess, produce
 
 T0 = "2026-03-01T12:00:00+00:00"
@@ -99,13 +101,21 @@ def main() -> None:
     parser.add_argument("--accesses", type=int, default=20_000)
     parser.add_argument("--writes", type=int, default=2_000)
     parser.add_argument("--embedded-writes", type=int, default=500)
+    parser.add_argument("--logs", type=Path, help="copy the worker logs into this folder")
+    parser.add_argument(
+        "--milvus-server", action="store_true", help="sink to a Milvus server process, not Lite"
+    )
     args = parser.parse_args()
     rng = random.Random(11)
     tenants = tuple(f"tenant{i}" for i in range(10))
-    with tempfile.TemporaryDirectory() as tmp, kafka_broker(Path(tmp) / "kafka") as bootstrap:
-        work = Path(tmp)
-        # 1 + 2a: writes with vectors, then accesses, one worker, Milvus Lite embedded
-        stack = Stack(bootstrap, str(work / "milvus.db"), work, tenants, dim=384)
+    with contextlib.ExitStack() as resources:
+        work = Path(resources.enter_context(tempfile.TemporaryDirectory()))
+        bootstrap = resources.enter_context(kafka_broker(work / "kafka"))
+        milvus_uri = str(work / "milvus.db")
+        if args.milvus_server:
+            milvus_uri = resources.enter_context(milvus_server(work / "milvus-server"))
+        # 1 + 2a: writes with vectors, then accesses, one worker
+        stack = Stack(bootstrap, milvus_uri, work, tenants, dim=384)
         worker = WorkerProcess(stack).start()
         time.sleep(15)  # start-up and group join are not part of any figure
         writes = write_msgs(args.writes, stack.dim, rng, "m")
@@ -148,8 +158,16 @@ def main() -> None:
         wait_committed(embedded, "memory-writes", args.embedded_writes)
         embedded_rate = args.embedded_writes / (time.monotonic() - t)
         worker.stop()
+        if args.logs is not None:
+            args.logs.mkdir(parents=True, exist_ok=True)
+            for log in work.glob("*.log"):
+                shutil.copy(log, args.logs / log.name)
     rows = [
-        ("access events/s, one worker, Milvus Lite sink on", f"{access_rate:,.0f}", args.accesses),
+        (
+            f"access events/s, one worker, sink: {'Milvus server' if args.milvus_server else 'Milvus Lite'}",
+            f"{access_rate:,.0f}",
+            args.accesses,
+        ),
         ("raw aiokafka consume + JSON decode, same topic", f"{raw_rate:,.0f}", args.accesses),
         ("ratio worker / raw", f"{access_rate / raw_rate:.4f}", ""),
         ("writes/s, 384-d vectors given", f"{write_rate:,.0f}", args.writes),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -61,6 +62,8 @@ def create_app(settings: WorkerSettings, services: Services) -> faust.App:
         processing_guarantee="at_least_once",
         producer_acks=-1,
         web_enabled=False,
+        stream_buffer_maxsize=max(4 * settings.access_batch_size, 4096),
+        broker_max_poll_records=settings.access_batch_size,
     )
     worker = StreamWorker(app, settings, services)
 
@@ -80,6 +83,9 @@ def create_app(settings: WorkerSettings, services: Services) -> faust.App:
 
     @app.task  # type: ignore[untyped-decorator]
     async def announce() -> None:
+        # Faust holds every stream while more than ProducerBuffer.max_messages (100) table
+        # writes wait to be produced; one access batch writes two per event (state and counters).
+        app.producer.buffer.max_messages = 4 * settings.access_batch_size
         if services.llm is not None:
             await services.llm.start()
         log.info(
@@ -100,7 +106,7 @@ class StreamWorker:
             role: app.topic(settings.topic(role), key_serializer="raw", value_serializer="raw")
             for role in topics.ROLES
         }
-        memories, counters = (
+        memories, documents, counters, pending = (
             app.Table(
                 name,
                 default=None,
@@ -109,10 +115,10 @@ class StreamWorker:
                 value_type=bytes,
                 schema=faust.Schema(key_serializer="raw", value_serializer="raw"),
             )
-            for name in ("memories", "tenant-counters")
+            for name in ("memories", "documents", "tenant-counters", "pending-accesses")
         )
         limits = Limits(settings.embedding_dim, settings.max_content_bytes, settings.registry())
-        self.processor = Processor(memories, counters, limits)
+        self.processor = Processor(memories, documents, counters, pending, limits)
         self.write_done: dict[int, int] = {}  # writes partition -> next offset not yet applied
 
     async def on_writes(self, events: Sequence[Any]) -> None:
@@ -130,46 +136,57 @@ class StreamWorker:
             vector = record.embedding or vectors.get(record.key)
             with processing(event_for[id(message)]):
                 self.processor.write(message, record, vector, importance, batch)
-        await self.sync(batch)
-        await self.emit(batch)
         for message, _ in pairs:
             done = self.write_done.get(message.partition, 0)
             self.write_done[message.partition] = max(done, message.offset + 1)
-
-    async def on_access(self, events: Sequence[Any]) -> None:
-        """Reduce each access; an access that overtook its write waits for the writes agent."""
-        batch = Batch()
-        waiting = []
-        for event in events:
-            with processing(event):
-                if not self.processor.access(_inbound(event), batch, final=False):
-                    waiting.append(event)
-        if waiting:
-            await self.writes_caught_up({e.message.partition for e in waiting})
-            for event in waiting:
-                with processing(event):
-                    self.processor.access(_inbound(event), batch, final=True)
-        await self.sync(batch)  # one upsert per touched memory, however many events it had
+        if self.processor.has_pending():
+            await self.expire_parked(batch, events)
+        await self.sync(batch)
         await self.emit(batch)
 
-    async def writes_caught_up(self, partitions: set[int]) -> None:
-        """Wait until the writes agent has applied every write produced so far to ``partitions``,
-        or ``unknown_memory_wait_s`` passed: the two topics are consumed independently.
+    async def on_access(self, events: Sequence[Any]) -> None:
+        """Reduce each access; one that overtook its write is parked until the write is applied."""
+        started = time.perf_counter()
+        batch = Batch()
+        for event in events:
+            with processing(event):
+                self.processor.access(_inbound(event), batch)
+        await self.expire_parked(batch, events)
+        reduced = time.perf_counter()
+        await self.sync(batch)  # one upsert per touched memory, however many events it had
+        synced = time.perf_counter()
+        await self.emit(batch)
+        log.debug(
+            "access batch: %d events, %d memories; reduce %.3f s, sync %.3f s, emit %.3f s",
+            len(events),
+            len(batch.touched),
+            reduced - started,
+            synced - reduced,
+            time.perf_counter() - synced,
+        )
+
+    async def expire_parked(self, batch: Batch, events: Sequence[Any]) -> None:
+        """Dead-letter parked accesses of partitions whose writes are all applied: their memory
+        was never written. Runs for the partitions this batch parked in or wrote to.
         """
-        tps = [TP(self.settings.topic(topics.WRITES), p) for p in partitions]
-        ends = await self.app.consumer.highwaters(*tps)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.unknown_memory_wait_s
-        while loop.time() < deadline:
-            # offsets committed before this process started were applied by an earlier one
-            committed = getattr(self.app.consumer, "_committed_offset", {})
-            if all(
-                max(self.write_done.get(tp.partition, 0), committed.get(tp) or 0) >= ends[tp]
-                for tp in tps
-            ):
-                return
-            await asyncio.sleep(0.05)
-        log.warning("writes of partitions %s did not catch up in time", sorted(partitions))
+        partitions = batch.parked | (
+            {e.message.partition for e in events} if self.processor.has_pending() else set()
+        )
+        last_event = {e.message.partition: e for e in events}
+        for partition in sorted(partitions & last_event.keys()):
+            if await self.writes_caught_up(partition):
+                with processing(last_event[partition]):
+                    self.processor.expire_pending(partition, batch)
+
+    async def writes_caught_up(self, partition: int) -> bool:
+        """True when the writes agent has applied every write produced so far to ``partition``
+        (asks the broker for the end offset: a cached one could be older than the access).
+        """
+        tp = TP(self.settings.topic(topics.WRITES), partition)
+        end = (await self.app.consumer.highwaters(tp))[tp]
+        # offsets committed before this process started were applied by an earlier one
+        committed = getattr(self.app.consumer, "_committed_offset", {}).get(tp) or 0
+        return max(self.write_done.get(partition, 0), committed) >= end
 
     async def sync(self, batch: Batch) -> None:
         """Upsert the whole current row of every touched memory (delete purged ones)."""
@@ -182,7 +199,7 @@ class StreamWorker:
 
     async def emit(self, batch: Batch) -> None:
         """Produce the batch's audit, dead-letter and re-keyed records."""
-        for message in batch.out:
+        for message in batch.out:  # in order; Faust flushes them before it commits the batch
             await self.topics[message.role].send(key=message.key, value=message.value)
 
 

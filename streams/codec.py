@@ -1,4 +1,5 @@
-"""Table values: a memory's state and document as compact JSON (orjson).
+"""Table values as compact JSON (orjson): a memory's state, and its document (content, vector,
+metadata) in a table of its own, so that an access rewrites only the small state.
 
 Times are integer microseconds (exact); the vector is little-endian float32, base64-encoded.
 Decoding what was encoded gives an equal state and document.
@@ -36,8 +37,26 @@ def decode_vector(text: str) -> tuple[float, ...]:
     return tuple(values)
 
 
-def encode(state: MemoryState, doc: Document) -> bytes:
-    """Bytes of a table value."""
+def encode_document(doc: Document) -> bytes:
+    """Bytes of a documents-table value."""
+    return orjson.dumps(
+        {
+            "f": _FORMAT,
+            "content": doc.content,
+            "vector": encode_vector(doc.vector),
+            "metadata": doc.metadata,
+        }
+    )
+
+
+def decode_document(raw: bytes) -> Document:
+    """Inverse of :func:`encode_document`."""
+    d = orjson.loads(raw)
+    return Document(d["content"], decode_vector(d["vector"]), d["metadata"])
+
+
+def encode(state: MemoryState) -> bytes:
+    """Bytes of a memories-table value."""
     card = state.card
     value: dict[str, Any] = {
         "f": _FORMAT,
@@ -70,20 +89,15 @@ def encode(state: MemoryState, doc: Document) -> bytes:
         "summary_of": state.summary_of,
         "offsets": state.offsets,
         "purged": state.purged,
-        "doc": {
-            "content": doc.content,
-            "vector": encode_vector(doc.vector),
-            "metadata": doc.metadata,
-        },
     }
     return orjson.dumps(value)
 
 
-def decode(raw: bytes) -> tuple[MemoryState, Document]:
-    """The state and document of a table value."""
+def decode(raw: bytes) -> MemoryState:
+    """The state in a memories-table value."""
     v = orjson.loads(raw)
     retention, schedule, next_review, review_count = v["card"]
-    state = MemoryState(
+    return MemoryState(
         tenant_id=v["tenant_id"],
         memory_id=v["memory_id"],
         content_hash=v["content_hash"],
@@ -114,5 +128,3 @@ def decode(raw: bytes) -> tuple[MemoryState, Document]:
         offsets=tuple((s, o) for s, o in v["offsets"]),
         purged=v["purged"],
     )
-    d = v["doc"]
-    return state, Document(d["content"], decode_vector(d["vector"]), d["metadata"])

@@ -83,6 +83,7 @@ class Batch:
 
     out: list[Outbound] = field(default_factory=list)
     touched: dict[str, None] = field(default_factory=dict)  # ordered set of table keys
+    parked: set[int] = field(default_factory=set)  # partitions where accesses were parked
 
     def touch(self, key: str) -> None:
         self.touched[key] = None
@@ -94,16 +95,31 @@ class Processor:
     def __init__(
         self,
         memories: MutableMapping[bytes, bytes],
+        documents: MutableMapping[bytes, bytes],
         counters: MutableMapping[bytes, bytes],
+        pending: MutableMapping[bytes, bytes],
         limits: Limits,
     ) -> None:
         self.memories = memories
+        self.documents = documents
         self.counters = counters
+        self.pending = pending  # memory key -> accesses that arrived before the memory's write
         self.limits = limits
 
     # -- reading -------------------------------------------------------------------------------
 
     def load(self, key: str) -> tuple[MemoryState, Document] | None:
+        """State and document; None when either is missing (a crash between the two changelog
+        writes can leave a state without its document: the redelivered write restores it).
+        """
+        state = self.state(key)
+        raw = self.documents.get(key.encode())
+        if state is None or raw is None:
+            return None
+        return state, codec.decode_document(raw)
+
+    def state(self, key: str) -> MemoryState | None:
+        """The state alone (an access needs no document)."""
         raw = self.memories.get(key.encode())
         return codec.decode(raw) if raw is not None else None
 
@@ -159,8 +175,10 @@ class Processor:
         batch: Batch,
     ) -> None:
         """Apply one write. ``vector`` is the record's or a computed embedding; None keeps the stored one."""
-        found = self.load(record.key)
-        state, doc = found if found is not None else (None, None)
+        key = record.key.encode()
+        state = self.state(record.key)
+        raw_doc = self.documents.get(key)
+        doc = codec.decode_document(raw_doc) if raw_doc is not None else None
         event = Write(
             tenant_id=record.tenant_id,
             memory_id=record.memory_id,
@@ -178,53 +196,119 @@ class Processor:
         policy = self._policy(record.tenant_id)
         new, effects = apply(state, event, policy)
         assert new is not None  # a write always leaves a state
-        if effects[0].kind is not EffectKind.SKIPPED:
-            use = vector if vector is not None else (doc.vector if doc is not None else None)
-            if use is None:
-                missing = RecordError("embedding", None, "no vector given or computed")
-                batch.out.append(dead_letter(message, missing))
-                return
-            replaced = doc is None or effects[0].kind in (EffectKind.CREATED, EffectKind.UPDATED)
-            new_doc = (
-                Document(record.content, use, record.metadata)
-                if replaced or doc is None
-                else Document(doc.content, doc.vector, {**doc.metadata, **record.metadata})
-            )
-            self.memories[record.key.encode()] = codec.encode(new, new_doc)
+        skipped = effects[0].kind is EffectKind.SKIPPED
+        if skipped and doc is not None:
+            self._after(message, record.at, new, effects, batch)
+            self.release(key, batch)
+            return
+        use = vector if vector is not None else (doc.vector if doc is not None else None)
+        if use is None:
+            missing = RecordError("embedding", None, "no vector given or computed")
+            batch.out.append(dead_letter(message, missing))
+            return
+        new_doc = None
+        if doc is None or effects[0].kind in (EffectKind.CREATED, EffectKind.UPDATED):
+            new_doc = Document(record.content, use, record.metadata)
+        elif record.metadata:
+            new_doc = Document(doc.content, doc.vector, {**doc.metadata, **record.metadata})
+        if new_doc is not None:
+            self.documents[key] = codec.encode_document(new_doc)
+        if not skipped:
+            self.memories[key] = codec.encode(new)
         self._after(message, record.at, new, effects, batch)
+        self.release(key, batch)
 
     # -- access --------------------------------------------------------------------------------
 
-    def access(self, message: Inbound, batch: Batch, *, final: bool = True) -> bool:
-        """Decode and apply one access event. Returns False, doing nothing, when the memory is
-        unknown and ``final`` is False (its write may still be on its way); with ``final`` an
-        unknown memory's event goes to dead-letter. Malformed events always go to dead-letter.
+    def access(self, message: Inbound, batch: Batch, *, writes_caught_up: bool = False) -> None:
+        """Decode and apply one access event.
+
+        An access can overtake its memory's write (the topics are consumed independently). When
+        the memory is unknown and the writes of its partition are not caught up, the event is
+        parked under the memory's key and applied, in order, right after the write; later accesses
+        to a parked key are parked behind it. When the writes are caught up, an unknown memory's
+        access goes to dead-letter. Malformed events always go to dead-letter.
         """
         try:
             record: AccessRecord = decode_access(message.value, self.limits)
         except RecordError as error:
             batch.out.append(dead_letter(message, error))
-            return True
+            return
         key = record.key.encode()
         if message.key != key:
             batch.out.append(Outbound("access-events", key, message.value))
-            return True
-        found = self.load(record.key)
-        if found is None:
-            if not final:
-                return False
-            unknown = RecordError("memory_id", record.memory_id, "unknown memory in this tenant")
-            batch.out.append(dead_letter(message, unknown))
-            return True
-        state, doc = found
-        new, effects = apply(
-            state, Access(record.at, record.kind, message.position), self._policy(record.tenant_id)
-        )
+            return
+        if key in self.pending:
+            self._park(key, message, batch)
+            return
+        state = self.state(record.key)
+        if state is None:
+            if writes_caught_up:
+                unknown = RecordError(
+                    "memory_id", record.memory_id, "unknown memory in this tenant"
+                )
+                batch.out.append(dead_letter(message, unknown))
+            else:
+                self._park(key, message, batch)
+            return
+        self._apply_access(message, record, state, batch)
+
+    def _apply_access(
+        self, message: Inbound, record: AccessRecord, state: MemoryState, batch: Batch
+    ) -> None:
+        policy = self._policy(record.tenant_id)
+        new, effects = apply(state, Access(record.at, record.kind, message.position), policy)
         assert new is not None
         if new != state:
-            self.memories[key] = codec.encode(new, doc)
+            self.memories[record.key.encode()] = codec.encode(new)
         self._after(message, record.at, new, effects, batch)
-        return True
+
+    def _park(self, key: bytes, message: Inbound, batch: Batch) -> None:
+        batch.parked.add(message.partition)
+        raw = self.pending.get(key)
+        parked = orjson.loads(raw) if raw is not None else []
+        if any(p["topic"] == message.topic and p["offset"] >= message.offset for p in parked):
+            return  # redelivered: already parked
+        parked.append(
+            {
+                "topic": message.topic,
+                "partition": message.partition,
+                "offset": message.offset,
+                "value": base64.b64encode(message.value).decode(),
+            }
+        )
+        self.pending[key] = orjson.dumps(parked)
+
+    def has_pending(self) -> bool:
+        """True when any access is parked (reads at most one key)."""
+        return next(iter(self.pending), None) is not None
+
+    def parked(self, key: bytes) -> list[Inbound]:
+        """The access messages parked under ``key``, in arrival order."""
+        raw = self.pending.get(key)
+        return [
+            Inbound(p["topic"], p["partition"], p["offset"], key, base64.b64decode(p["value"]))
+            for p in (orjson.loads(raw) if raw is not None else [])
+        ]
+
+    def release(self, key: bytes, batch: Batch) -> None:
+        """Apply the accesses parked under ``key`` now that its memory exists (or dead-letter them
+        when it still does not: called only once the writes are caught up).
+        """
+        messages = self.parked(key)
+        if not messages:
+            return
+        del self.pending[key]
+        for message in messages:
+            self.access(message, batch, writes_caught_up=True)
+
+    def expire_pending(self, partition: int, batch: Batch) -> None:
+        """Release every parked key of ``partition`` (its writes are caught up): the writes that
+        were awaited are applied, so what is still unknown goes to dead-letter.
+        """
+        keys = [k for k, v in self.pending.items() if orjson.loads(v)[0]["partition"] == partition]
+        for key in keys:
+            self.release(key, batch)
 
     # -- shared --------------------------------------------------------------------------------
 
@@ -247,6 +331,8 @@ class Processor:
             return
         self._count(state.tenant_id, message.partition, effects)
         for effect in effects:
+            if effect.kind is EffectKind.ACCESSED:
+                continue  # not a decision: the access-events topic is its record
             value = audit_value(state, effect, message, at)
             batch.out.append(Outbound("audit", key.encode(), value))
 

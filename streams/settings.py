@@ -42,9 +42,6 @@ class WorkerSettings(BaseSettings):
     write_batch_wait_s: float = Field(0.1, gt=0)
     access_batch_size: int = Field(1000, ge=1)
     access_batch_wait_s: float = Field(0.1, gt=0)
-    unknown_memory_wait_s: float = Field(
-        10.0, ge=0, description="how long an access to an unknown memory waits for its write"
-    )
     session_timeout_s: float = Field(30.0, gt=0)
     commit_interval_s: float = Field(1.0, gt=0)
     log_level: str = "info"

@@ -62,7 +62,7 @@ class Stack:
             "MNEMO_TENANTS": ",".join(self.tenants),
             "MNEMO_SESSION_TIMEOUT_S": "10",
             "MNEMO_COMMIT_INTERVAL_S": "0.5",
-            "MNEMO_LOG_LEVEL": "info",
+            "MNEMO_LOG_LEVEL": os.environ.get("MNEMO_TEST_LOG_LEVEL", "info"),
         }
 
     def create_topics(self) -> None:
@@ -175,7 +175,7 @@ def table_states(stack: Stack) -> dict[str, MemoryState]:
     for key, value in read_all(stack.bootstrap, f"{stack.app_id}-memories-changelog"):
         assert key is not None
         latest[key.decode()] = value
-    return {k: codec.decode(v)[0] for k, v in latest.items()}
+    return {k: codec.decode(v) for k, v in latest.items()}
 
 
 def dead_letters(stack: Stack) -> list[dict[str, Any]]:

@@ -94,7 +94,8 @@ def test_codec_round_trip() -> None:
         created(0.7), tags=("a",), relations=("m2",), offsets=(("w/0", 3),), merged_from=("x",)
     )
     doc = Document("hello", (0.5, -0.25, 1.0), {"k": [1, 2]})
-    assert codec.decode(codec.encode(state, doc)) == (state, doc)
+    assert codec.decode(codec.encode(state)) == state
+    assert codec.decode_document(codec.encode_document(doc)) == doc
 
 
 @given(st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False), max_size=64))
@@ -105,8 +106,12 @@ def test_vectors_round_trip_as_float32(values: list[float]) -> None:
 class Tables:
     def __init__(self) -> None:
         self.memories: dict[bytes, bytes] = {}
+        self.documents: dict[bytes, bytes] = {}
         self.counters: dict[bytes, bytes] = {}
-        self.processor = Processor(self.memories, self.counters, LIMITS)
+        self.pending: dict[bytes, bytes] = {}
+        self.processor = Processor(
+            self.memories, self.documents, self.counters, self.pending, LIMITS
+        )
         self.offset = 0
 
     def message(
@@ -123,11 +128,10 @@ class Tables:
             self.processor.write(message, record, vector, importance, batch)
         return batch
 
-    def access(
-        self, raw: bytes, key: bytes = b"acme/m1", *, final: bool = True
-    ) -> tuple[bool, Batch]:
+    def access(self, raw: bytes, key: bytes = b"acme/m1", *, caught_up: bool = True) -> Batch:
         batch = Batch()
-        return self.processor.access(self.message("a", raw, key), batch, final=final), batch
+        self.processor.access(self.message("a", raw, key), batch, writes_caught_up=caught_up)
+        return batch
 
 
 def access_bytes(kind: str = "recall", memory_id: str = "m1") -> bytes:
@@ -140,8 +144,8 @@ def test_write_access_and_counters() -> None:
     assert list(batch.touched) == ["acme/m1"]
     assert [orjson.loads(o.value)["kind"] for o in batch.out] == ["created"]
     for kind in ("recall", "get"):
-        applied, _ = t.access(access_bytes(kind))
-        assert applied
+        accessed = t.access(access_bytes(kind))
+        assert accessed.out == []  # a plain access is no decision: no audit record
     found = t.processor.load("acme/m1")
     assert found is not None
     state, doc = found
@@ -158,9 +162,9 @@ def test_redelivered_access_is_skipped_but_still_synced() -> None:
     t.write(write_bytes(importance=0.5))
     message = t.message("a", access_bytes())
     first = Batch()
-    t.processor.access(message, first)
+    t.processor.access(message, first, writes_caught_up=True)
     again = Batch()
-    t.processor.access(message, again)
+    t.processor.access(message, again, writes_caught_up=True)
     state = t.processor.load("acme/m1")
     assert state is not None
     assert state[0].access_count == 1
@@ -174,17 +178,14 @@ def test_bad_and_misrouted_messages() -> None:
     t = Tables()
     misrouted = t.write(write_bytes(), key=b"acme/other")
     assert [(o.role, o.key) for o in misrouted.out] == [("memory-writes", b"acme/m1")]
-    assert t.memories == {}
+    assert t.memories == t.documents == {}
     bad = t.write(b"{}")
     (letter,) = bad.out
     assert letter.role == "dead-letter"
     assert orjson.loads(letter.value)["field"] == "v"
-    applied, waiting = t.access(access_bytes(memory_id="m9"), key=b"acme/m9", final=False)
-    assert not applied
-    assert waiting.out == []
-    applied, final = t.access(access_bytes(memory_id="m9"), key=b"acme/m9", final=True)
-    assert applied
-    assert orjson.loads(final.out[0].value)["reason"].startswith("memory_id='m9'")
+    unknown = t.access(access_bytes(memory_id="m9"), key=b"acme/m9", caught_up=True)
+    assert orjson.loads(unknown.out[0].value)["reason"].startswith("memory_id='m9'")
+    assert t.pending == {}
 
 
 def test_embedding_needed_only_for_new_content() -> None:
@@ -210,4 +211,64 @@ def test_identical_rewrite_folds_and_keeps_one_copy() -> None:
     assert (state.write_count, state.importance) == (2, 0.6)
     assert state.importance_source is ImportanceSource.EXPLICIT
     assert doc.metadata == {"x": 1}
-    assert len(t.memories) == 1
+    assert len(t.memories) == len(t.documents) == 1
+
+
+def test_access_rewrites_the_state_but_not_the_document() -> None:
+    t = Tables()
+    t.write(write_bytes(importance=0.5))
+    document = dict(t.documents)
+    state = dict(t.memories)
+    t.access(access_bytes())
+    assert t.documents == document
+    assert t.memories != state
+
+
+def test_a_state_without_its_document_is_restored_by_the_redelivered_write() -> None:
+    t = Tables()
+    raw = write_bytes(importance=0.5)
+    message = t.message("w", raw)
+    record = decode_write(raw, LIMITS)
+    importance = resolve_importance(record.content, explicit=0.5)
+    t.processor.write(message, record, (1.0, 0.0, 0.0, 0.0), importance, Batch())
+    t.documents.clear()  # the crash lost the document's changelog record, not the state's
+    assert t.processor.load("acme/m1") is None
+    assert t.processor.needs_embedding(record)
+    redelivered = Batch()
+    t.processor.write(message, record, (0.0, 1.0, 0.0, 0.0), importance, redelivered)
+    found = t.processor.load("acme/m1")
+    assert found is not None
+    assert found[0].write_count == 1  # the write itself was not applied twice
+    assert found[1].vector == (0.0, 1.0, 0.0, 0.0)
+    assert list(redelivered.touched) == ["acme/m1"]
+
+
+def test_an_access_that_overtakes_its_write_is_parked_then_applied_in_order() -> None:
+    t = Tables()
+    early = [t.message("a", access_bytes(kind)) for kind in ("recall", "get")]
+    batch = Batch()
+    for message in early:
+        t.processor.access(message, batch, writes_caught_up=False)
+    t.processor.access(early[0], batch, writes_caught_up=False)  # redelivered: parked once
+    assert batch.parked == {0}
+    assert [m.offset for m in t.processor.parked(b"acme/m1")] == [1, 2]
+    assert t.memories == {}
+    written = t.write(write_bytes(importance=0.5))
+    found = t.processor.load("acme/m1")
+    assert found is not None
+    assert (found[0].access_count, found[0].recall_count) == (2, 1)
+    assert t.pending == {}
+    assert "acme/m1" in written.touched
+
+
+def test_parked_accesses_of_a_never_written_memory_expire_to_dead_letter() -> None:
+    t = Tables()
+    batch = Batch()
+    t.processor.access(t.message("a", access_bytes(memory_id="m7"), b"acme/m7"), batch)
+    assert t.processor.has_pending()
+    t.processor.expire_pending(partition=1, batch=batch)  # another partition: untouched
+    assert t.processor.has_pending()
+    t.processor.expire_pending(partition=0, batch=batch)
+    assert not t.processor.has_pending()
+    (letter,) = batch.out
+    assert orjson.loads(letter.value)["field"] == "memory_id"
