@@ -8,9 +8,10 @@ new value. Nothing here reads a clock: times come from the events.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypeVar
 
 import orjson
 
@@ -36,6 +37,8 @@ from streams.records import (
     decode_access,
     decode_write,
 )
+
+R = TypeVar("R", WriteRecord, AccessRecord)
 
 
 @dataclass(frozen=True)
@@ -146,18 +149,31 @@ class Processor:
         """Valid, correctly keyed writes; the rest become dead letters or re-keyed forwards."""
         accepted = []
         for message in messages:
-            try:
-                record = decode_write(message.value, self.limits)
-            except RecordError as error:
-                batch.out.append(dead_letter(message, error))
-                continue
-            key = record.key.encode()
-            if message.key != key:
-                # A memory's events must share its partition; forward under the right key.
-                batch.out.append(Outbound("memory-writes", key, message.value))
-                continue
-            accepted.append((message, record))
+            record = self._accept(message, decode_write, "memory-writes", batch)
+            if record is not None:
+                accepted.append((message, record))
         return accepted
+
+    def _accept(
+        self,
+        message: Inbound,
+        decode: Callable[[bytes, Limits], R],
+        role: str,
+        batch: Batch,
+    ) -> R | None:
+        """The decoded record, or None after sending the message to dead-letter (invalid) or
+        forwarding it under its memory's key (mis-keyed: a memory's events share a partition).
+        """
+        try:
+            record = decode(message.value, self.limits)
+        except RecordError as error:
+            batch.out.append(dead_letter(message, error))
+            return None
+        key = record.key.encode()
+        if message.key != key:
+            batch.out.append(Outbound(role, key, message.value))
+            return None
+        return record
 
     def needs_embedding(self, record: WriteRecord) -> bool:
         """True when no vector was given and none is stored for this exact content."""
@@ -229,15 +245,10 @@ class Processor:
         to a parked key are parked behind it. When the writes are caught up, an unknown memory's
         access goes to dead-letter. Malformed events always go to dead-letter.
         """
-        try:
-            record: AccessRecord = decode_access(message.value, self.limits)
-        except RecordError as error:
-            batch.out.append(dead_letter(message, error))
+        record = self._accept(message, decode_access, "access-events", batch)
+        if record is None:
             return
         key = record.key.encode()
-        if message.key != key:
-            batch.out.append(Outbound("access-events", key, message.value))
-            return
         if key in self.pending:
             self._park(key, message, batch)
             return

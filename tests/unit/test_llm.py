@@ -1,0 +1,82 @@
+"""The LLM importance client against a real HTTP server on loopback (an OpenAI-compatible stand-in)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from memcore import ImportanceSource, resolve_importance
+from streams.llm import LlmImportance
+from tests.infra import free_port
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        prompt = body["messages"][0]["content"]
+        if "slow" in prompt:
+            time.sleep(1.0)
+            return  # the client gave up; answering would hit a closed socket
+        if "broken" in prompt:
+            self.send_response(500)
+            self.end_headers()
+            return
+        answer = '{"importance_score": 0.9, "reasoning": "a key fact"}'
+        if "prose" in prompt:
+            answer = "I would say importance: 0.4 overall."
+        payload = json.dumps({"choices": [{"message": {"content": answer}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+
+@pytest.fixture
+def llm_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def answers(url: str, texts: list[str], timeout_s: float = 0.3) -> list[str | None]:
+    async def run() -> list[str | None]:
+        llm = LlmImportance(url, "test-model", "secret", timeout_s)
+        await llm.start()
+        try:
+            return await llm.answers(texts)
+        finally:
+            await llm.close()
+
+    return asyncio.run(run())
+
+
+def test_answers_feed_the_importance_chain(llm_url: str) -> None:
+    json_answer, prose, slow, broken = answers(
+        llm_url, ["a fact", "prose please", "slow one", "broken one"]
+    )
+    assert json_answer is not None
+    assert resolve_importance("a fact", llm_answer=json_answer).score == 0.9
+    decision = resolve_importance("prose", llm_answer=prose)
+    assert (decision.score, decision.source) == (0.4, ImportanceSource.LLM_REGEX)
+    assert slow is None  # over the timeout: the rule engine decides
+    assert broken is None
+    fallback = resolve_importance("remember: slow one", llm_answer=slow)
+    assert fallback.source is ImportanceSource.RULES
+
+
+def test_unreachable_endpoint_never_raises() -> None:
+    assert answers(f"http://127.0.0.1:{free_port()}/v1", ["x"]) == [None]
