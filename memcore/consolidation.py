@@ -291,21 +291,26 @@ def to_events(
     importance); this returns the archiving of its sources.
     """
     if decision.kind is DecisionKind.MERGE:
-        merged = [items[s] for s in decision.sources]
-        absorb = Absorb(
-            at=at,
-            sources=decision.sources,
-            access_count=sum(i.access_count for i in merged),
-            recall_count=sum(i.recall_count for i in merged),
-            write_count=sum(i.write_count for i in merged),
-            importance=max(i.importance for i in merged),
-            reason=decision.reason,
-        )
-        retire = [
+        absorb: list[tuple[str, Event]] = [
+            (
+                decision.target,
+                Absorb(
+                    at=at,
+                    source=s,
+                    access_count=items[s].access_count,
+                    recall_count=items[s].recall_count,
+                    write_count=items[s].write_count,
+                    importance=items[s].importance,
+                    reason=decision.reason,
+                ),
+            )
+            for s in decision.sources
+        ]
+        retire: list[tuple[str, Event]] = [
             (s, Retire(at, Lifecycle.DELETED, f"merged into {decision.target}", decision.target))
             for s in decision.sources
         ]
-        return [(decision.target, absorb), *retire]
+        return [*absorb, *retire]
     if decision.kind is DecisionKind.SUMMARISE:
         why = f"compressed into summary {decision.target}"
         return [(s, Retire(at, Lifecycle.ARCHIVED, why, decision.target)) for s in decision.sources]

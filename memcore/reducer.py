@@ -104,6 +104,12 @@ def _write(state: MemoryState | None, event: Write, policy: Policy) -> Result:
             new = dataclasses.replace(new, offsets=state.offsets)
         why = f"{new.tier} by importance {new.importance:.4g} ({event.importance.reason})"
         return new, (Effect(EffectKind.CREATED, why),)
+    if (
+        event.summary_of
+        and event.summary_of == state.summary_of
+        and not (event.content_hash != state.content_hash)
+    ):
+        return state, (Effect(EffectKind.IGNORED, "this summary exists already"),)
     stronger = event.importance.score > state.importance
     changed = event.content_hash != state.content_hash
     folded = dataclasses.replace(
@@ -254,15 +260,17 @@ def _retired(state: MemoryState, to: Lifecycle, event: Access | Retire) -> Memor
 
 
 def _absorb(state: MemoryState, event: Absorb) -> Result:
+    if event.source in state.merged_from:
+        return state, (Effect(EffectKind.IGNORED, f"{event.source} already absorbed"),)
     new = dataclasses.replace(
         state,
         access_count=state.access_count + event.access_count,
         recall_count=state.recall_count + event.recall_count,
         write_count=state.write_count + event.write_count,
         importance=max(state.importance, event.importance),
-        merged_from=_union(state.merged_from, event.sources),
+        merged_from=(*state.merged_from, event.source),
     )
-    return new, (Effect(EffectKind.ABSORBED, f"{event.reason}: {', '.join(event.sources)}"),)
+    return new, (Effect(EffectKind.ABSORBED, f"{event.reason}: {event.source}"),)
 
 
 def _retire(state: MemoryState, event: Retire) -> Result:

@@ -134,16 +134,17 @@ class Access:
 
 @dataclass(frozen=True)
 class Absorb:
-    """A survivor takes over the counters of memories merged into it.
+    """A survivor takes over the counters of one memory merged into it. Idempotent: a source
+    already in the survivor's ``merged_from`` is not absorbed again.
 
     Attributes:
-        sources: ids of the merged memories.
-        access_count, recall_count, write_count: their summed counters, added to the survivor's.
-        importance: their maximum importance; the survivor keeps the larger.
+        source: id of the merged memory.
+        access_count, recall_count, write_count: its counters, added to the survivor's.
+        importance: its importance; the survivor keeps the larger.
     """
 
     at: datetime
-    sources: tuple[str, ...]
+    source: str
     access_count: int
     recall_count: int
     write_count: int

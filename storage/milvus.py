@@ -292,6 +292,7 @@ class MilvusStore:
                 "write_count",
                 "created_at_us",
                 "last_access_us",
+                "state_changed_at_us",
                 "review_count",
                 "next_review_us",
             ):

@@ -58,6 +58,7 @@ class MemoryRow:
     write_count: int
     created_at_us: int
     last_access_us: int
+    state_changed_at_us: int
     tau_hours: float
     retention: float
     review_count: int
@@ -88,6 +89,7 @@ class MemoryRow:
             write_count=state.write_count,
             created_at_us=to_us(state.created_at),
             last_access_us=to_us(state.last_access),
+            state_changed_at_us=to_us(state.state_changed_at),
             tau_hours=state.tau_hours,
             retention=state.card.retention,
             review_count=state.card.review_count,

@@ -17,19 +17,23 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import faust
+import orjson
 from faust.streams import _current_event
 from faust.types import TP
 
 from memcore import ImportanceDecision, resolve_importance
 from storage import MilvusStore, StorageError
+from storage.milvus import ANY_STATE
 from streams import topics
+from streams.consolidation import decision_records, plan_tenant, report
 from streams.embedder import Embedder
 from streams.llm import LlmImportance
-from streams.processor import Batch, Inbound, Processor
-from streams.records import Limits, WriteRecord
+from streams.processor import Batch, Inbound, Processor, dead_letter
+from streams.records import Limits, RecordError, WriteRecord, decode_consolidation
 from streams.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -81,6 +85,18 @@ def create_app(settings: WorkerSettings, services: Services) -> faust.App:
             await worker.on_access(events)
             yield None
 
+    @app.agent(worker.topics[topics.CONSOLIDATION], name=f"{settings.app_id}-consolidation")
+    async def consolidation(stream: Any) -> AsyncIterator[None]:  # noqa: ANN401
+        async for event in stream.events():
+            await worker.on_consolidation(_inbound(event))
+            yield None
+
+    @app.timer(interval=settings.consolidation_interval_s)  # type: ignore[untyped-decorator]
+    async def scheduled_consolidation() -> None:
+        # the edge reads the clock; the request carries the time the rules will use
+        request = {"v": 1, "tenant_id": "*", "at": datetime.now(UTC).isoformat()}
+        await worker.topics[topics.CONSOLIDATION].send(key=b"*", value=orjson.dumps(request))
+
     @app.task  # type: ignore[untyped-decorator]
     async def announce() -> None:
         # Faust holds every stream while more than ProducerBuffer.max_messages (100) table
@@ -127,15 +143,21 @@ class StreamWorker:
         pairs = [(_inbound(e), e) for e in events]
         event_for = {id(message): event for message, event in pairs}
         accepted = self.processor.decode_writes([message for message, _ in pairs], batch)
-        todo = [r for _, r in accepted if self.processor.needs_embedding(r)]
+        writes = [r for _, r in accepted if isinstance(r, WriteRecord)]
+        todo = [r for r in writes if self.processor.needs_embedding(r)]
         embed = self.services.embedder.embed
         computed = await asyncio.to_thread(embed, [r.content for r in todo])
         vectors = {r.key: v for r, v in zip(todo, computed, strict=True)}
-        importances = await _importances([r for _, r in accepted], self.services.llm)
-        for (message, record), importance in zip(accepted, importances, strict=True):
-            vector = record.embedding or vectors.get(record.key)
+        importance = dict(
+            zip(map(id, writes), await _importances(writes, self.services.llm), strict=True)
+        )
+        for message, record in accepted:
             with processing(event_for[id(message)]):
-                self.processor.write(message, record, vector, importance, batch)
+                if isinstance(record, WriteRecord):
+                    vector = record.embedding or vectors.get(record.key)
+                    self.processor.write(message, record, vector, importance[id(record)], batch)
+                else:
+                    self.processor.decision(message, record, batch)
         for message, _ in pairs:
             done = self.write_done.get(message.partition, 0)
             self.write_done[message.partition] = max(done, message.offset + 1)
@@ -187,6 +209,38 @@ class StreamWorker:
         # offsets committed before this process started were applied by an earlier one
         committed = getattr(self.app.consumer, "_committed_offset", {}).get(tp) or 0
         return max(self.write_done.get(partition, 0), committed) >= end
+
+    async def on_consolidation(self, message: Inbound) -> None:
+        """Plan each requested tenant from its stored rows; emit decisions (unless a dry run) and a
+        report. A malformed request goes to dead-letter.
+        """
+        batch = Batch()
+        try:
+            request = decode_consolidation(message.value, self.processor.limits)
+        except RecordError as error:
+            batch.out.append(dead_letter(message, error))
+            await self.emit(batch)
+            return
+        store = self.services.store
+        for tenant_id in request.tenant_ids:
+            tenant = self.processor.limits.registry.get(tenant_id)
+            assert tenant is not None
+            rows = await _retrying("query", functools.partial(store.query, tenant_id, ANY_STATE))
+            decisions = await asyncio.to_thread(
+                plan_tenant, tenant_id, rows, request, tenant.policy
+            )
+            if not request.dry_run:
+                batch.out.extend(
+                    decision_records(tenant_id, decisions, rows, request.at, request.request_id)
+                )
+            batch.out.append(report(tenant_id, request, decisions))
+            log.info(
+                "consolidation of %s: %d decisions%s",
+                tenant_id,
+                len(decisions),
+                " (dry run)" if request.dry_run else "",
+            )
+        await self.emit(batch)
 
     async def sync(self, batch: Batch) -> None:
         """Upsert the whole current row of every touched memory (delete purged ones)."""

@@ -8,6 +8,7 @@ new value. Nothing here reads a clock: times come from the events.
 from __future__ import annotations
 
 import base64
+import dataclasses
 from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -31,14 +32,15 @@ from storage import Document, MemoryRow
 from streams import codec
 from streams.records import (
     AccessRecord,
+    DecisionRecord,
     Limits,
     RecordError,
     WriteRecord,
     decode_access,
-    decode_write,
+    decode_memory_event,
 )
 
-R = TypeVar("R", WriteRecord, AccessRecord)
+R = TypeVar("R", WriteRecord | DecisionRecord, AccessRecord)
 
 
 @dataclass(frozen=True)
@@ -145,11 +147,13 @@ class Processor:
 
     def decode_writes(
         self, messages: Sequence[Inbound], batch: Batch
-    ) -> list[tuple[Inbound, WriteRecord]]:
-        """Valid, correctly keyed writes; the rest become dead letters or re-keyed forwards."""
+    ) -> list[tuple[Inbound, WriteRecord | DecisionRecord]]:
+        """Valid, correctly keyed writes and decisions; the rest become dead letters or re-keyed
+        forwards.
+        """
         accepted = []
         for message in messages:
-            record = self._accept(message, decode_write, "memory-writes", batch)
+            record = self._accept(message, decode_memory_event, "memory-writes", batch)
             if record is not None:
                 accepted.append((message, record))
         return accepted
@@ -233,6 +237,18 @@ class Processor:
             self.memories[key] = codec.encode(new)
         self._after(message, record.at, new, effects, batch)
         self.release(key, batch)
+
+    def decision(self, message: Inbound, record: DecisionRecord, batch: Batch) -> None:
+        """Apply a consolidation decision; one for an unknown memory changes nothing."""
+        state = self.state(record.key)
+        if state is None:
+            return
+        event = dataclasses.replace(record.event, position=message.position)
+        new, effects = apply(state, event, self._policy(record.tenant_id))
+        assert new is not None
+        if new != state:
+            self.memories[record.key.encode()] = codec.encode(new)
+        self._after(message, event.at, new, effects, batch)
 
     # -- access --------------------------------------------------------------------------------
 

@@ -15,7 +15,8 @@ from typing import Any, Literal, TypeVar
 import orjson
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
-from memcore import AccessKind, InvalidField, Tier
+from memcore import Absorb, AccessKind, InvalidField, Lifecycle, Promote, Purge, Retire, Tier
+from memcore.consolidation import ALL_STRATEGIES, Strategy
 from memcore.ids import check_id
 from storage.milvus import MAX_RELATIONS, MAX_TAG_CHARS, MAX_TAGS
 from storage.tenants import TenantRegistry
@@ -45,6 +46,7 @@ class MemoryWriteV1(_Strict):
     """A memory written by an app. ``at`` is the event time; ``memory_id`` is derived when absent."""
 
     v: Literal[1]
+    kind: Literal["write"] = "write"
     tenant_id: str
     memory_id: str | None = None
     content: str = Field(min_length=1)
@@ -58,6 +60,47 @@ class MemoryWriteV1(_Strict):
     agent_id: str | None = Field(None, max_length=256)
     relations: list[str] = Field(default_factory=list, max_length=MAX_RELATIONS)
     summary_of: list[str] = Field(default_factory=list)
+
+
+class DecisionV1(_Strict):
+    """A consolidation decision for one memory, on ``memory-writes`` (the state agent applies it).
+
+    ``absorb``: take over the counters of ``source``; ``retire``: move ``to`` archived, forgotten or
+    deleted (``merged_into`` names the survivor or summary); ``promote``: move ``to`` a tier;
+    ``purge``: remove a forgotten or deleted memory from the serving store.
+    """
+
+    v: Literal[1]
+    kind: Literal["decision"]
+    tenant_id: str
+    memory_id: str
+    at: AwareDatetime
+    decision: Literal["absorb", "retire", "promote", "purge"]
+    reason: str = Field(min_length=1, max_length=1000)
+    source: str | None = None
+    access_count: int = Field(0, ge=0)
+    recall_count: int = Field(0, ge=0)
+    write_count: int = Field(0, ge=0)
+    importance: float = Field(0.0, ge=0.0, le=1.0)
+    to: str | None = None
+    merged_into: str | None = None
+    request_id: str | None = Field(None, max_length=128)
+
+
+class ConsolidationRequestV1(_Strict):
+    """Consolidate one tenant (or ``*``: every tenant). ``at`` is the time decisions are taken at."""
+
+    v: Literal[1]
+    tenant_id: str
+    at: AwareDatetime
+    strategies: (
+        list[Literal["exact_dedup", "semantic_dedup", "compress", "tiers", "archive", "purge"]]
+        | None
+    ) = None
+    semantic_dedup_min_cosine: float | None = Field(None, ge=0.0, le=1.0)
+    cluster_min_cosine: float | None = Field(None, ge=0.0, le=1.0)
+    dry_run: bool = False
+    request_id: str | None = Field(None, max_length=128)
 
 
 class AccessEventV1(_Strict):
@@ -210,6 +253,91 @@ def decode_write(raw: bytes, limits: Limits) -> WriteRecord:
         relations=tuple(_id(f"relations[{i}]", r) for i, r in enumerate(m.relations)),
         summary_of=tuple(_id(f"summary_of[{i}]", r) for i, r in enumerate(m.summary_of)),
     )
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    """A validated decision: the memcore event to apply to one memory (its position comes later)."""
+
+    tenant_id: str
+    memory_id: str
+    event: Absorb | Retire | Promote | Purge
+    request_id: str | None
+
+    @property
+    def key(self) -> str:
+        return f"{self.tenant_id}/{self.memory_id}"
+
+
+@dataclass(frozen=True)
+class ConsolidationRequest:
+    """A validated consolidation request; ``tenant_ids`` is every tenant for ``*``."""
+
+    tenant_ids: tuple[str, ...]
+    at: datetime
+    strategies: tuple[Strategy, ...]
+    overrides: Mapping[str, float]
+    dry_run: bool
+    request_id: str | None
+
+
+def decode_memory_event(raw: bytes, limits: Limits) -> WriteRecord | DecisionRecord:
+    """A write or a consolidation decision, told apart by ``kind`` (default ``write``)."""
+    document = _parse(raw)
+    if isinstance(document, dict) and document.get("kind") == "decision":
+        return decode_decision(raw, limits)
+    return decode_write(raw, limits)
+
+
+def decode_decision(raw: bytes, limits: Limits) -> DecisionRecord:
+    """Validate a decision record; raises RecordError naming the first bad field."""
+    m = _model(DecisionV1, raw)
+    tenant_id = _tenant(m.tenant_id, limits)
+    memory_id = _id("memory_id", m.memory_id)
+    event: Absorb | Retire | Promote | Purge
+    try:
+        if m.decision == "absorb":
+            event = Absorb(
+                m.at,
+                _id("source", m.source or ""),
+                m.access_count,
+                m.recall_count,
+                m.write_count,
+                m.importance,
+                m.reason,
+            )
+        elif m.decision == "retire":
+            to = Lifecycle(m.to) if m.to in ("archived", "forgotten", "deleted") else None
+            if to is None:
+                raise RecordError("to", m.to, "expected archived, forgotten or deleted")
+            merged = _id("merged_into", m.merged_into) if m.merged_into else None
+            event = Retire(m.at, to, m.reason, merged)
+        elif m.decision == "promote":
+            event = Promote(m.at, Tier.parse(m.to, "to"), m.reason)
+        else:
+            event = Purge(m.at, m.reason)
+    except InvalidField as exc:
+        raise RecordError(exc.field, exc.value, exc.reason) from exc
+    return DecisionRecord(tenant_id, memory_id, event, m.request_id)
+
+
+def decode_consolidation(raw: bytes, limits: Limits) -> ConsolidationRequest:
+    """Validate a consolidation request; raises RecordError naming the first bad field."""
+    m = _model(ConsolidationRequestV1, raw)
+    if m.tenant_id == "*":
+        tenants = tuple(sorted(limits.registry.tenants))
+    else:
+        tenants = (_tenant(m.tenant_id, limits),)
+    overrides = {
+        name: value
+        for name, value in (
+            ("semantic_dedup_min_cosine", m.semantic_dedup_min_cosine),
+            ("cluster_min_cosine", m.cluster_min_cosine),
+        )
+        if value is not None
+    }
+    strategies = tuple(Strategy(s) for s in m.strategies) if m.strategies else ALL_STRATEGIES
+    return ConsolidationRequest(tenants, m.at, strategies, overrides, m.dry_run, m.request_id)
 
 
 def decode_access(raw: bytes, limits: Limits) -> AccessRecord:

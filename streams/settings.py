@@ -42,6 +42,9 @@ class WorkerSettings(BaseSettings):
     write_batch_wait_s: float = Field(0.1, gt=0)
     access_batch_size: int = Field(1000, ge=1)
     access_batch_wait_s: float = Field(0.1, gt=0)
+    consolidation_interval_s: float = Field(
+        3600.0, gt=0, description="how often every tenant is consolidated (a request per interval)"
+    )
     session_timeout_s: float = Field(30.0, gt=0)
     commit_interval_s: float = Field(1.0, gt=0)
     log_level: str = "info"

@@ -50,6 +50,7 @@ def row(tenant: str, memory_id: str, vector: tuple[float, ...], **kw: object) ->
         write_count=1,
         created_at_us=1_000_000,
         last_access_us=1_000_000,
+        state_changed_at_us=1_000_000,
         tau_hours=240.0,
         retention=0.5,
         review_count=0,

@@ -224,15 +224,18 @@ class TestIdempotence:
 
 
 class TestDecisions:
-    def test_absorb_adds_counters_and_keeps_max_importance(self) -> None:
+    def test_absorb_adds_counters_keeps_max_importance_once_per_source(self) -> None:
         state = dataclasses.replace(created(0.3), access_count=2, recall_count=1)
-        event = Absorb(T0, ("m2", "m3"), 5, 4, 2, 0.9, "near duplicate")
+        event = Absorb(T0, "m2", 5, 4, 2, 0.9, "near duplicate")
         after, effects = apply(state, event, DEFAULT)
         assert after is not None
         assert (after.access_count, after.recall_count, after.write_count) == (7, 5, 3)
         assert after.importance == 0.9
-        assert after.merged_from == ("m2", "m3")
+        assert after.merged_from == ("m2",)
         assert effects[0].kind is EffectKind.ABSORBED
+        again, effects = apply(after, Absorb(T0, "m2", 5, 4, 2, 0.9, "again"), DEFAULT)
+        assert again == after
+        assert effects[0].kind is EffectKind.IGNORED
 
     def test_retire_and_purge(self) -> None:
         state = created(0.3)

@@ -90,3 +90,25 @@ def test_error_translation() -> None:
     err = translate("search", TimeoutError())
     assert isinstance(err, StorageError)
     assert "search" in str(err)
+
+
+def test_faiss_neighbours_equal_the_pairwise_reference() -> None:
+    import random
+
+    from memcore import Item, Lifecycle, Tier
+    from memcore.consolidation import pairwise_neighbours
+    from storage.similarity import cosine_neighbours
+
+    rng = random.Random(4)
+    base = [[rng.gauss(0, 1) for _ in range(16)] for _ in range(20)]
+    vectors = [v for b in base for v in (b, [x + rng.gauss(0, 0.15) for x in b])]  # near pairs
+    ids = [f"m{i}" for i in range(len(vectors))]
+    items = [
+        Item(i, i, tuple(v), T0, T0, T0, Tier.WORKING, Lifecycle.ACTIVE, 0.5, 48.0)
+        for i, v in zip(ids, vectors, strict=True)
+    ]
+    for threshold in (0.85, 0.95):
+        expected = pairwise_neighbours(items, threshold)
+        assert cosine_neighbours(ids, vectors, threshold) == expected
+        assert any(expected.values())
+    assert cosine_neighbours(["a"], [[1.0, 0.0]], 0.9) == {"a": set()}

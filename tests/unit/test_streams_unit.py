@@ -17,6 +17,7 @@ from storage.tenants import TenantRegistry
 from streams import codec
 from streams.processor import Batch, Inbound, Processor, tenant_counts
 from streams.records import (
+    DecisionRecord,
     Limits,
     RecordError,
     decode_access,
@@ -123,6 +124,9 @@ class Tables:
     def write(self, raw: bytes, key: bytes | None = b"acme/m1") -> Batch:
         batch = Batch()
         for message, record in self.processor.decode_writes([self.message("w", raw, key)], batch):
+            if isinstance(record, DecisionRecord):
+                self.processor.decision(message, record, batch)
+                continue
             vector = record.embedding or (1.0, 0.0, 0.0, 0.0)
             importance = resolve_importance(record.content, explicit=record.importance)
             self.processor.write(message, record, vector, importance, batch)

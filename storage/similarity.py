@@ -1,0 +1,54 @@
+"""Exact cosine neighbours over many vectors with FAISS (flat inner product on normalised vectors).
+
+Used where every pair above a threshold must be found (semantic dedup, compression clusters): a
+range search over a flat index is exact and vectorised, where a pairwise Python loop is O(n²) in the
+interpreter. A GPU index is used when the installed ``faiss`` has GPU support and sees a GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+def _faiss() -> Any:  # noqa: ANN401 - faiss is untyped
+    import faiss  # noqa: PLC0415 - heavy; loaded on first use
+
+    return faiss
+
+
+def gpu_available() -> bool:
+    """True when faiss was built with GPU support and sees at least one GPU."""
+    faiss = _faiss()
+    return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+
+
+def cosine_neighbours(
+    ids: Sequence[str], vectors: Sequence[Sequence[float]], min_cosine: float
+) -> dict[str, set[str]]:
+    """For each id, the other ids whose cosine similarity to it is at least ``min_cosine``.
+
+    Exact (no approximation). Zero vectors have no neighbours. Memory: the index holds n × dim
+    float32; the result holds the pairs found.
+    """
+    out: dict[str, set[str]] = {i: set() for i in ids}
+    if len(ids) < 2:
+        return out
+    faiss = _faiss()
+    x = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    x = np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
+    index = faiss.IndexFlatIP(x.shape[1])
+    if gpu_available():  # pragma: no cover - CI has no GPU
+        index = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
+    index.add(x)
+    # float32 rounding can put an exact-threshold pair a hair below it: search a hair lower and
+    # keep the pairs whose float64 cosine reaches the threshold.
+    lims, _, found = index.range_search(x, float(min_cosine) - 1e-5)
+    for row in range(len(ids)):
+        for col in found[lims[row] : lims[row + 1]]:
+            if col != row and float(np.dot(x[row].astype(np.float64), x[col])) >= min_cosine - 1e-9:
+                out[ids[row]].add(ids[int(col)])
+    return out

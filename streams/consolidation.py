@@ -1,0 +1,149 @@
+"""Consolidation at the edge: read a tenant's memories from the serving store, let memcore plan,
+and turn each decision into records for the state agent (``memory-writes``) and a report (``audit``).
+
+Nothing here changes state or Milvus: the writes agent applies the decision records through the
+reducer like any other event, so replaying the topics reproduces every consolidation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from memcore import Decision, DecisionKind, Item, Lifecycle, Policy, Tier, plan, to_events
+from memcore.consolidation import Neighbours, extractive_summary
+from memcore.ids import content_hash
+from memcore.state import Absorb, Event, Promote, Purge, Retire
+from storage import MemoryRow, from_us
+from storage.similarity import cosine_neighbours
+from streams.processor import Outbound
+from streams.records import ConsolidationRequest
+
+
+def item_of(row: MemoryRow) -> Item:
+    """What consolidation needs of a stored row."""
+    return Item(
+        memory_id=row.memory_id,
+        content_hash=content_hash(row.content),
+        vector=tuple(row.vector),
+        created_at=from_us(row.created_at_us),
+        last_access=from_us(row.last_access_us),
+        state_changed_at=from_us(row.state_changed_at_us),
+        tier=Tier(row.tier),
+        state=Lifecycle(row.state),
+        importance=row.importance,
+        tau_hours=row.tau_hours,
+        access_count=row.access_count,
+        recall_count=row.recall_count,
+        write_count=row.write_count,
+    )
+
+
+def faiss_neighbours(items: Sequence[Item], min_cosine: float) -> Neighbours:
+    """Memcore's neighbour finder, computed with a FAISS range search."""
+    return cosine_neighbours([i.memory_id for i in items], [i.vector for i in items], min_cosine)
+
+
+def plan_tenant(
+    tenant_id: str, rows: Sequence[MemoryRow], request: ConsolidationRequest, policy: Policy
+) -> list[Decision]:
+    """The decisions for one tenant's rows under its policy and the request's overrides."""
+    if request.overrides:
+        policy = policy.with_overrides({"consolidation": dict(request.overrides)})
+    items = [item_of(r) for r in rows]
+    return plan(tenant_id, items, request.at, policy, request.strategies, faiss_neighbours)
+
+
+def decision_records(
+    tenant_id: str,
+    decisions: Sequence[Decision],
+    rows: Sequence[MemoryRow],
+    at: datetime,
+    request_id: str | None,
+) -> list[Outbound]:
+    """``memory-writes`` records carrying out ``decisions``: summaries first, then the events."""
+    by_id = {r.memory_id: r for r in rows}
+    items = {r.memory_id: item_of(r) for r in rows}
+    out = []
+    for decision in decisions:
+        if decision.kind is DecisionKind.SUMMARISE:
+            out.append(_summary(tenant_id, decision, by_id, at, request_id))
+        for memory_id, event in to_events(decision, items, at):
+            out.append(_decision(tenant_id, memory_id, event, request_id))
+    return out
+
+
+def report(
+    tenant_id: str, request: ConsolidationRequest, decisions: Sequence[Decision]
+) -> Outbound:
+    """The audit record of one tenant's consolidation (the whole plan; applied unless dry run)."""
+    value = {
+        "v": 1,
+        "kind": "consolidation",
+        "tenant_id": tenant_id,
+        "request_id": request.request_id,
+        "at": request.at.isoformat(),
+        "dry_run": request.dry_run,
+        "decisions": [
+            {
+                "kind": d.kind.value,
+                "target": d.target,
+                "sources": list(d.sources),
+                "reason": d.reason,
+                "to_tier": d.to_tier.value if d.to_tier else None,
+            }
+            for d in decisions
+        ],
+    }
+    return Outbound("audit", tenant_id.encode(), orjson.dumps(value))
+
+
+def _summary(
+    tenant_id: str,
+    decision: Decision,
+    rows: Mapping[str, MemoryRow],
+    at: datetime,
+    request_id: str | None,
+) -> Outbound:
+    sources = [rows[s] for s in decision.sources]
+    value = {
+        "v": 1,
+        "tenant_id": tenant_id,
+        "memory_id": decision.target,
+        "content": extractive_summary([s.content for s in sources]),
+        "at": at.isoformat(),
+        "importance": max(s.importance for s in sources),
+        "summary_of": list(decision.sources),
+        "metadata": {"consolidation": request_id, "reason": decision.reason},
+    }
+    return Outbound("memory-writes", f"{tenant_id}/{decision.target}".encode(), orjson.dumps(value))
+
+
+def _decision(tenant_id: str, memory_id: str, event: Event, request_id: str | None) -> Outbound:
+    value: dict[str, Any] = {
+        "v": 1,
+        "kind": "decision",
+        "tenant_id": tenant_id,
+        "memory_id": memory_id,
+        "at": event.at.isoformat(),
+        "request_id": request_id,
+    }
+    if isinstance(event, Absorb):
+        fields = dataclasses.asdict(event)
+        value |= {"decision": "absorb", "reason": event.reason, "source": event.source}
+        value |= {
+            k: fields[k] for k in ("access_count", "recall_count", "write_count", "importance")
+        }
+    elif isinstance(event, Retire):
+        value |= {"decision": "retire", "reason": event.reason, "to": event.to.value}
+        value |= {"merged_into": event.merged_into}
+    elif isinstance(event, Promote):
+        value |= {"decision": "promote", "reason": event.reason, "to": event.to.value}
+    elif isinstance(event, Purge):
+        value |= {"decision": "purge", "reason": event.reason}
+    key = f"{tenant_id}/{memory_id}".encode()
+    return Outbound("memory-writes", key, orjson.dumps(value))
