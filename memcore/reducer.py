@@ -107,7 +107,7 @@ def _write(state: MemoryState | None, event: Write, policy: Policy) -> Result:
     if (
         event.summary_of
         and event.summary_of == state.summary_of
-        and not (event.content_hash != state.content_hash)
+        and event.content_hash == state.content_hash
     ):
         return state, (Effect(EffectKind.IGNORED, "this summary exists already"),)
     stronger = event.importance.score > state.importance

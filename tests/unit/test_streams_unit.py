@@ -21,6 +21,8 @@ from streams.records import (
     Limits,
     RecordError,
     decode_access,
+    decode_consolidation,
+    decode_memory_event,
     decode_write,
     encode_access,
     encode_write,
@@ -276,3 +278,91 @@ def test_parked_accesses_of_a_never_written_memory_expire_to_dead_letter() -> No
     assert not t.processor.has_pending()
     (letter,) = batch.out
     assert orjson.loads(letter.value)["field"] == "memory_id"
+
+
+def decision_bytes(**kw: object) -> bytes:
+    doc: dict[str, object] = {
+        "v": 1,
+        "kind": "decision",
+        "tenant_id": "acme",
+        "memory_id": "m1",
+        "at": AT,
+        "decision": "retire",
+        "to": "archived",
+        "reason": "test",
+    }
+    doc.update(kw)
+    return orjson.dumps({k: v for k, v in doc.items() if v is not None})
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"decision": "explode"}, "decision"),
+        ({"to": "gone"}, "to"),
+        ({"decision": "promote", "to": "cosmic"}, "to"),
+        ({"decision": "absorb", "source": None}, "source"),
+        ({"decision": "absorb", "source": "x", "access_count": -1}, "access_count"),
+        ({"reason": ""}, "reason"),
+    ],
+)
+def test_bad_decisions_name_their_field(kw: dict[str, object], field: str) -> None:
+    with pytest.raises(RecordError) as err:
+        decode_memory_event(decision_bytes(**kw), LIMITS)
+    assert err.value.field == field
+
+
+def test_decisions_apply_through_the_reducer() -> None:
+    t = Tables()
+    t.write(write_bytes(importance=0.5))
+    t.write(decision_bytes(decision="absorb", source="m2", access_count=3, recall_count=2))
+    t.write(decision_bytes(decision="absorb", source="m2", access_count=3, recall_count=2))
+    found = t.processor.load("acme/m1")
+    assert found is not None
+    assert (found[0].access_count, found[0].recall_count, found[0].merged_from) == (3, 2, ("m2",))
+    t.write(decision_bytes())
+    state = t.processor.state("acme/m1")
+    assert state is not None
+    assert state.state.value == "archived"
+    unknown = t.write(decision_bytes(memory_id="nope"), key=b"acme/nope")
+    assert unknown.out == []
+    assert t.processor.state("acme/nope") is None
+
+
+def test_consolidation_requests() -> None:
+    raw = orjson.dumps(
+        {
+            "v": 1,
+            "tenant_id": "*",
+            "at": AT,
+            "strategies": ["exact_dedup"],
+            "cluster_min_cosine": 0.9,
+        }
+    )
+    request = decode_consolidation(raw, LIMITS)
+    assert request.tenant_ids == ("acme", "globex")
+    assert [s.value for s in request.strategies] == ["exact_dedup"]
+    assert request.overrides == {"cluster_min_cosine": 0.9}
+    assert not request.dry_run
+    cases: list[tuple[dict[str, object], str]] = [
+        ({"tenant_id": "nobody"}, "tenant_id"),
+        ({"strategies": ["shred"]}, "strategies[0]"),
+        ({"cluster_min_cosine": 1.5}, "cluster_min_cosine"),
+        ({"dry_run": "yes"}, "dry_run"),
+    ]
+    for bad, field in cases:
+        doc = {"v": 1, "tenant_id": "acme", "at": AT, **bad}
+        with pytest.raises(RecordError) as err:
+            decode_consolidation(orjson.dumps(doc), LIMITS)
+        assert err.value.field == field
+
+
+def test_a_summary_is_written_once() -> None:
+    t = Tables()
+    summary = write_bytes(memory_id="s1", content="a. b.", summary_of=["m1", "m2"], importance=0.5)
+    t.write(summary, key=b"acme/s1")
+    again = t.write(summary, key=b"acme/s1")
+    state = t.processor.state("acme/s1")
+    assert state is not None
+    assert state.write_count == 1
+    assert [orjson.loads(o.value)["kind"] for o in again.out] == ["ignored"]
