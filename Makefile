@@ -58,5 +58,6 @@ integration: install ## Contract and integration tests: starts a real Kafka brok
 
 bench: install ## Benchmarks (not tests); figures go to docs/benchmarks.md
 	$(BIN)/python -m bench.streams
+	$(BIN)/python -m bench.consolidation
 
 test: lint typecheck imports unit integration ## Everything CI runs: lint, types, import contract, all tests

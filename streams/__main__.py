@@ -1,13 +1,17 @@
-"""``python -m streams``: run the stream worker with settings from ``MNEMO_*`` variables."""
+"""``python -m streams``: run the stream worker (settings from ``MNEMO_*`` variables);
+``python -m streams consolidate --help``: ask it to consolidate (see :mod:`streams.cli`).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 
 import faust
 
 from storage import MilvusStore
+from streams import cli
 from streams.app import Services, create_app
 from streams.embedder import Embedder, Hashing, MiniLm
 from streams.llm import LlmImportance
@@ -17,6 +21,8 @@ from streams.topics import ensure_topics
 
 def main() -> None:
     """Read settings, create topics, connect Milvus, load the embedder, run the Faust worker."""
+    if len(sys.argv) > 1 and sys.argv[1] == "consolidate":
+        raise SystemExit(cli.main(sys.argv[2:]))
     settings = WorkerSettings()
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"

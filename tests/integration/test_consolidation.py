@@ -3,6 +3,8 @@ state agent, Milvus following the table."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -12,6 +14,7 @@ import pytest
 
 from storage import Filters, MemoryRow, MilvusStore
 from storage.milvus import ANY_STATE
+from tests.infra import ROOT
 from tests.integration.harness import (
     Stack,
     WorkerProcess,
@@ -150,6 +153,29 @@ def test_consolidation_end_to_end(
     eventually(lambda: len(reports(stack, "second")) == 1, 60, "second report", worker)
     assert reports(stack, "second")[0]["decisions"] == []
     assert rows(store, "acme") == after
+
+    # the CLI asks for a dry run and prints the (now empty) plan
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "streams",
+            "consolidate",
+            "--tenant",
+            "acme",
+            "--dry-run",
+            "--at",
+            (T0 + timedelta(hours=1)).isoformat(),
+        ],
+        cwd=ROOT,
+        env=stack.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert cli.returncode == 0, cli.stderr[-2000:]
+    assert "acme: 0 decisions (dry run)" in cli.stdout
 
     # a malformed request goes to dead-letter, the agent goes on
     request(stack, "bad", strategies=["shred"])

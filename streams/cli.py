@@ -1,0 +1,86 @@
+"""``python -m streams consolidate``: ask the worker to consolidate and print its report.
+
+Produces a request on the consolidation topic and waits (``--wait`` seconds) for the report the
+worker writes on the audit topic under the same request id. With ``--dry-run`` nothing is applied.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from streams import topics
+from streams.settings import WorkerSettings
+
+
+async def consolidate(settings: WorkerSettings, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Send the request; return the reports (one per tenant) that arrive before the deadline."""
+    request_id = f"cli-{uuid.uuid4().hex[:12]}"
+    request: dict[str, Any] = {
+        "v": 1,
+        "tenant_id": args.tenant,
+        "at": (args.at or datetime.now(UTC)).isoformat(),
+        "dry_run": args.dry_run,
+        "request_id": request_id,
+    }
+    if args.strategies:
+        request["strategies"] = args.strategies
+    consumer = AIOKafkaConsumer(
+        settings.topic(topics.AUDIT),
+        bootstrap_servers=settings.kafka_bootstrap,
+        auto_offset_reset="latest",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        await consumer.seek_to_end()
+        value = orjson.dumps(request)
+        await producer.send_and_wait(
+            settings.topic(topics.CONSOLIDATION), key=args.tenant.encode(), value=value
+        )
+        found: list[dict[str, Any]] = []
+        expected = len(settings.registry().tenants) if args.tenant == "*" else 1
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + args.wait
+        while len(found) < expected and loop.time() < deadline:
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                for record in records:
+                    audit = orjson.loads(record.value)
+                    if (
+                        audit.get("kind") == "consolidation"
+                        and audit.get("request_id") == request_id
+                    ):
+                        found.append(audit)
+        return found
+    finally:
+        await producer.stop()
+        await consumer.stop()
+
+
+def main(argv: list[str]) -> int:
+    """Parse ``consolidate`` arguments, run, print each decision; exit 1 when no report came."""
+    parser = argparse.ArgumentParser(
+        prog="python -m streams consolidate", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--tenant", required=True, help="tenant id, or * for every tenant")
+    parser.add_argument("--dry-run", action="store_true", help="report the decisions, apply none")
+    parser.add_argument("--strategies", nargs="+", help="default: all, in order")
+    parser.add_argument("--at", type=datetime.fromisoformat, help="decision time (default: now)")
+    parser.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the report")
+    args = parser.parse_args(argv)
+    reports = asyncio.run(consolidate(WorkerSettings(), args))
+    for report in reports:
+        mode = "dry run" if report["dry_run"] else "applied"
+        print(f"{report['tenant_id']}: {len(report['decisions'])} decisions ({mode})")
+        for d in report["decisions"]:
+            sources = f" <- {', '.join(d['sources'])}" if d["sources"] else ""
+            print(f"  {d['kind']:<9} {d['target']}{sources}: {d['reason']}")
+    return 0 if reports else 1
