@@ -322,6 +322,21 @@ def to_events(
     return [(decision.target, Purge(at, decision.reason))]
 
 
+@dataclass(frozen=True)
+class Summary:
+    """What a compression writes: the summary's text and importance (the largest of its sources)."""
+
+    content: str
+    importance: float
+
+
+def summarise(
+    contents: Sequence[str], importances: Sequence[float], max_chars: int = 1000
+) -> Summary:
+    """The extractive summary of a cluster, for when no LLM writes one."""
+    return Summary(extractive_summary(contents, max_chars), max(importances))
+
+
 _SENTENCE_RE = re.compile(r"(?<=[.!?])\s+")
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from memcore import Decision, DecisionKind, Item, Lifecycle, Policy, Tier, plan, to_events
-from memcore.consolidation import Neighbours, extractive_summary
+from memcore.consolidation import Neighbours, summarise
 from memcore.ids import content_hash
 from memcore.state import Absorb, Event, Promote, Purge, Retire
 from storage import MemoryRow, from_us
@@ -110,13 +110,14 @@ def _summary(
     request_id: str | None,
 ) -> Outbound:
     sources = [rows[s] for s in decision.sources]
+    summary = summarise([s.content for s in sources], [s.importance for s in sources])
     value = {
         "v": 1,
         "tenant_id": tenant_id,
         "memory_id": decision.target,
-        "content": extractive_summary([s.content for s in sources]),
+        "content": summary.content,
         "at": at.isoformat(),
-        "importance": max(s.importance for s in sources),
+        "importance": summary.importance,
         "summary_of": list(decision.sources),
         "metadata": {"consolidation": request_id, "reason": decision.reason},
     }

@@ -214,3 +214,10 @@ def test_consolidating_twice_changes_nothing_the_second_time() -> None:
 )
 def test_extractive_summary(contents: list[str], expected: str) -> None:
     assert extractive_summary(contents, max_chars=len(expected)) == expected
+
+
+def test_summary_takes_the_largest_importance() -> None:
+    from memcore.consolidation import summarise
+
+    summary = summarise(["A. B.", "B. C."], [0.2, 0.6])
+    assert (summary.content, summary.importance) == ("A. B. C.", 0.6)
