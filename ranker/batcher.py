@@ -1,0 +1,128 @@
+"""A size-or-timeout micro-batcher over a bounded queue.
+
+``submit(item)`` waits for the item's result. A background task takes the first waiting item, then
+more until ``max_batch`` items or ``max_wait_s`` after the first, and runs ``handler`` on the whole
+batch (one torch pass for many requests, of any tenants). When ``max_queue`` items are waiting,
+``submit`` raises :class:`Overloaded` at once with a retry hint (the HTTP layer answers 429).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class Overloaded(Exception):  # noqa: N818 - the condition, as callers catch it
+    """The queue is full. ``retry_after_s``: a hint, about one batch's worth of waiting."""
+
+    retriable = True
+
+    def __init__(self, queued: int, retry_after_s: float) -> None:
+        self.queued = queued
+        self.retry_after_s = retry_after_s
+        super().__init__(f"{queued} requests queued; retry after {retry_after_s:.2f} s")
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """What the last batch looked like (for metrics): its size and the queue depth left."""
+
+    size: int
+    queued: int
+
+
+class Batcher(Generic[T, R]):
+    """Batches ``submit`` calls into ``handler`` calls. ``start`` launches the loop; ``stop`` ends it
+    (waiting callers get the exception ``RuntimeError('batcher stopped')``).
+    """
+
+    def __init__(
+        self,
+        handler: Callable[[Sequence[T]], Awaitable[Sequence[R]]],
+        *,
+        max_batch: int = 64,
+        max_wait_s: float = 0.002,
+        max_queue: int = 1024,
+        on_batch: Callable[[BatchStats], None] | None = None,
+    ) -> None:
+        if max_batch < 1 or max_queue < 1 or max_wait_s < 0:
+            msg = f"max_batch={max_batch}, max_queue={max_queue}, max_wait_s={max_wait_s}: invalid"
+            raise ValueError(msg)
+        self.handler = handler
+        self.max_batch = max_batch
+        self.max_wait_s = max_wait_s
+        self.max_queue = max_queue
+        self.on_batch = on_batch
+        self._queue: asyncio.Queue[tuple[T, asyncio.Future[R]]] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._last_batch_s = max_wait_s
+
+    @property
+    def queued(self) -> int:
+        return self._queue.qsize() if self._queue is not None else 0
+
+    async def start(self) -> None:
+        self._queue = asyncio.Queue(self.max_queue)
+        self._task = asyncio.create_task(self._run(), name="batcher")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        while self._queue is not None and not self._queue.empty():
+            _, future = self._queue.get_nowait()
+            if not future.done():
+                future.set_exception(RuntimeError("batcher stopped"))
+
+    async def submit(self, item: T) -> R:
+        """The item's result; raises Overloaded when the queue is full, or the handler's error."""
+        if self._queue is None:
+            msg = "Batcher.submit before start()"
+            raise RuntimeError(msg)
+        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        try:
+            self._queue.put_nowait((item, future))
+        except asyncio.QueueFull:
+            raise Overloaded(self.max_queue, max(self._last_batch_s, 0.001)) from None
+        return await future
+
+    async def _run(self) -> None:
+        assert self._queue is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = [await self._queue.get()]
+            deadline = loop.time() + self.max_wait_s
+            while len(batch) < self.max_batch:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                try:
+                    batch.append(await asyncio.wait_for(self._queue.get(), remaining))
+                except TimeoutError:
+                    break
+            started = loop.time()
+            items = [item for item, _ in batch]
+            try:
+                results = await self.handler(items)
+                if len(results) != len(items):
+                    msg = f"handler returned {len(results)} results for {len(items)} items"
+                    raise RuntimeError(msg)
+            except Exception as exc:
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+            else:
+                for (_, future), result in zip(batch, results, strict=True):
+                    if not future.done():
+                        future.set_result(result)
+            self._last_batch_s = loop.time() - started + self.max_wait_s
+            if self.on_batch is not None:
+                self.on_batch(BatchStats(len(batch), self._queue.qsize()))

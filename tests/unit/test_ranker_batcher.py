@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+import pytest
+
+from ranker.batcher import Batcher, BatchStats, Overloaded
+
+T = TypeVar("T")
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def test_concurrent_submits_share_a_batch_and_keep_their_results() -> None:
+    calls: list[list[int]] = []
+    stats: list[BatchStats] = []
+
+    async def handler(items: Sequence[int]) -> list[int]:
+        calls.append(list(items))
+        return [i * 10 for i in items]
+
+    async def main() -> list[int]:
+        batcher: Batcher[int, int] = Batcher(
+            handler, max_batch=8, max_wait_s=0.05, on_batch=stats.append
+        )
+        await batcher.start()
+        try:
+            return list(await asyncio.gather(*(batcher.submit(i) for i in range(20))))
+        finally:
+            await batcher.stop()
+
+    assert run(main()) == [i * 10 for i in range(20)]
+    assert [len(c) for c in calls] == [8, 8, 4]  # size-bounded, then the timeout flushes the rest
+    assert [s.size for s in stats] == [8, 8, 4]
+
+
+def test_a_lone_request_waits_at_most_the_timeout() -> None:
+    async def handler(items: Sequence[str]) -> list[str]:
+        return [s.upper() for s in items]
+
+    async def main() -> str:
+        batcher: Batcher[str, str] = Batcher(handler, max_batch=100, max_wait_s=0.01)
+        await batcher.start()
+        try:
+            return await batcher.submit("a")
+        finally:
+            await batcher.stop()
+
+    assert run(main()) == "A"
+
+
+def test_a_full_queue_is_overload_with_a_retry_hint() -> None:
+    release = asyncio.Event()
+
+    async def handler(items: Sequence[int]) -> list[int]:
+        await release.wait()
+        return list(items)
+
+    async def main() -> Overloaded:
+        batcher: Batcher[int, int] = Batcher(handler, max_batch=1, max_wait_s=0, max_queue=2)
+        await batcher.start()
+        try:
+            first = asyncio.create_task(batcher.submit(0))  # taken by the loop, blocks in handler
+            await asyncio.sleep(0.01)
+            queued = [asyncio.create_task(batcher.submit(i)) for i in (1, 2)]
+            await asyncio.sleep(0.01)
+            with pytest.raises(Overloaded) as err:
+                await batcher.submit(3)
+            release.set()
+            assert await first == 0
+            assert [await q for q in queued] == [1, 2]
+            return err.value
+        finally:
+            await batcher.stop()
+
+    error = run(main())
+    assert error.retriable
+    assert error.retry_after_s > 0
+
+
+def test_handler_errors_reach_every_waiter_and_the_loop_goes_on() -> None:
+    async def handler(items: Sequence[int]) -> list[int]:
+        if 13 in items:
+            raise ValueError("unlucky batch")
+        return list(items)
+
+    async def main() -> tuple[list[object], int]:
+        batcher: Batcher[int, int] = Batcher(handler, max_batch=2, max_wait_s=0.05)
+        await batcher.start()
+        try:
+            failed = await asyncio.gather(
+                batcher.submit(13), batcher.submit(1), return_exceptions=True
+            )
+            return list(failed), await batcher.submit(7)
+        finally:
+            await batcher.stop()
+
+    failed, after = run(main())
+    assert all(isinstance(f, ValueError) for f in failed)
+    assert after == 7
+
+
+def test_invalid_settings() -> None:
+    async def handler(items: Sequence[int]) -> list[int]:
+        return list(items)
+
+    with pytest.raises(ValueError, match="max_batch=0"):
+        Batcher(handler, max_batch=0)
