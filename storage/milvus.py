@@ -324,9 +324,18 @@ class MilvusStore:
         self._call("create_collection", create)
 
     def _check_dimension(self) -> None:
+        """An existing collection must have every row field and the configured dimension."""
         info = self._call(
             "describe_collection", lambda: self.client.describe_collection(self.config.collection)
         )
+        names = {f.get("name") for f in info.get("fields", [])}
+        missing = [f for f in ROW_FIELDS if f not in names]
+        if missing:
+            msg = (
+                f"collection {self.config.collection!r} lacks fields {missing}: it was made by an "
+                "older version; rebuild it by replaying the topics into a new collection"
+            )
+            raise StorageError("connect", msg, retriable=False)
         for field in info.get("fields", []):
             if field.get("name") == "vector":
                 dim = int(field.get("params", {}).get("dim", 0))

@@ -174,3 +174,20 @@ def test_unreachable_server_is_retriable() -> None:
     with pytest.raises(StorageError) as err:
         s.connect()
     assert err.value.retriable is True
+
+
+def test_a_collection_without_every_row_field_is_refused(tmp_path: Path) -> None:
+    from pymilvus import DataType, MilvusClient
+
+    uri = str(tmp_path / "old.db")
+    client = MilvusClient(uri)
+    schema = client.create_schema(auto_id=False)
+    schema.add_field("key", DataType.VARCHAR, is_primary=True, max_length=64)
+    schema.add_field("vector", DataType.FLOAT_VECTOR, dim=DIM)
+    client.create_collection("memories", schema=schema)
+    client.close()
+    store = MilvusStore(MilvusConfig(uri=uri, dim=DIM))
+    with pytest.raises(StorageError, match="lacks fields") as err:
+        store.connect()
+    assert err.value.retriable is False
+    store.close()
