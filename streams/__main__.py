@@ -11,9 +11,9 @@ import sys
 import faust
 
 from storage import MilvusStore
+from storage.embedding import Embedder, Hashing, MiniLm
 from streams import cli
 from streams.app import Services, create_app
-from streams.embedder import Embedder, Hashing, MiniLm
 from streams.llm import LlmImportance
 from streams.settings import WorkerSettings
 from streams.topics import ensure_topics

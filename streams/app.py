@@ -27,10 +27,10 @@ from faust.types import TP
 
 from memcore import ImportanceDecision, resolve_importance
 from storage import MilvusStore, StorageError
+from storage.embedding import Embedder
 from storage.milvus import ANY_STATE
 from streams import topics
 from streams.consolidation import decision_records, plan_tenant, report
-from streams.embedder import Embedder
 from streams.llm import LlmImportance
 from streams.processor import Batch, Inbound, Processor, dead_letter
 from streams.records import Limits, RecordError, WriteRecord, decode_consolidation

@@ -1,4 +1,4 @@
-"""Text embedders. ``MiniLm`` is the real one (all-MiniLM-L6-v2, shipped by a PyPI package, loaded
+"""Text embedders (an adapter of the embedding model, shared by the worker and the ranker). ``MiniLm``
 offline); ``Hashing`` is a deterministic stand-in for fast tests only.
 """
 
