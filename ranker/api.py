@@ -1,0 +1,212 @@
+"""The HTTP API (FastAPI; OpenAPI at /docs and /openapi.json).
+
+Every route is authenticated by an API key (``Authorization: Bearer <key>`` or ``X-API-Key``); the
+key decides the tenant, never the body. No key or an unknown key: 401. Another tenant's memory id is
+indistinguishable from a missing one: 404. A saturated batcher: 429 with ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import Depends, FastAPI, Header, HTTPException, Request
+from fastapi.responses import JSONResponse
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from memcore import InvalidField, Tier
+from memcore.policy import RecallPolicy, RecallPreset
+from ranker.batcher import Overloaded
+from ranker.service import Recalled, RecallQuery, RecallService
+from storage import Filters, MemoryRow, to_us
+from storage.tenants import Tenant, TenantRegistry
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class RecallFilters(_Body):
+    memory_types: list[str] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=list)
+    session_id: str | None = None
+    agent_id: str | None = None
+    created_from: AwareDatetime | None = None
+    created_to: AwareDatetime | None = None
+
+
+class Weights(_Body):
+    similarity: float | None = Field(None, ge=0)
+    keyword: float | None = Field(None, ge=0)
+    importance: float | None = Field(None, ge=0)
+    recency: float | None = Field(None, ge=0)
+    graph: float | None = Field(None, ge=0)
+
+
+class RecallBody(_Body):
+    query: str | None = Field(None, min_length=1, max_length=16_384)
+    vector: list[float] | None = None
+    k: int = Field(10, ge=1, le=1000)
+    filters: RecallFilters = Field(default_factory=RecallFilters)
+    preset: Literal["zeromemory", "zeph", "powermem"] | None = None
+    weights: Weights | None = None
+    mmr_lambda: float | None = Field(None, ge=0, le=1)
+    min_score: float | None = None
+    graphrag: bool | None = None
+    at: AwareDatetime | None = None
+    track: bool = True
+
+
+class MemoryBody(_Body):
+    content: str = Field(min_length=1)
+    memory_id: str | None = None
+    at: AwareDatetime | None = None
+    embedding: list[float] | None = None
+    importance: float | None = Field(None, ge=0, le=1)
+    memory_type: str | None = None
+    tags: list[str] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    session_id: str | None = None
+    agent_id: str | None = None
+    relations: list[str] = Field(default_factory=list)
+
+
+class WriteBody(_Body):
+    memories: list[MemoryBody] = Field(min_length=1, max_length=1000)
+
+
+class AccessBody(_Body):
+    memory_ids: list[str] = Field(min_length=1, max_length=1000)
+    kind: Literal["recall", "get", "explicit"] = "explicit"
+    at: AwareDatetime | None = None
+
+
+def tenant(
+    request: Request,
+    authorization: Annotated[str | None, Header()] = None,
+    x_api_key: Annotated[str | None, Header()] = None,
+) -> Tenant:
+    """The tenant the request's API key acts for; 401 without one."""
+    key = x_api_key
+    if authorization and authorization.lower().startswith("bearer "):
+        key = authorization[7:].strip()
+    registry: TenantRegistry = request.app.state.registry
+    found = registry.by_api_key(key) if key else None
+    if found is None:
+        raise HTTPException(401, "missing or unknown API key", {"WWW-Authenticate": "Bearer"})
+    return found
+
+
+Auth = Annotated[Tenant, Depends(tenant)]
+
+
+def create_api(service: RecallService, registry: TenantRegistry) -> FastAPI:
+    """The app; ``service`` must be started (and stopped) by the caller's lifespan."""
+    api = FastAPI(title="Mnemostream", version="0.1.0")
+    api.state.registry = registry
+
+    @api.exception_handler(Overloaded)
+    async def overloaded(_: object, exc: Overloaded) -> JSONResponse:
+        retry = max(1, math.ceil(exc.retry_after_s))
+        return JSONResponse({"detail": str(exc)}, 429, {"Retry-After": str(retry)})
+
+    @api.exception_handler(InvalidField)
+    async def invalid(_: object, exc: InvalidField) -> JSONResponse:
+        return JSONResponse({"detail": str(exc), "field": exc.field}, 422)
+
+    @api.post("/v1/recall")
+    async def recall(body: RecallBody, who: Auth) -> dict[str, Any]:
+        results = await service.recall(who.tenant_id, _query(body, who, ("active",)))
+        return {"results": [_recalled(r) for r in results]}
+
+    @api.post("/v1/archive/search")
+    async def archive_search(body: RecallBody, who: Auth) -> dict[str, Any]:
+        query = _query(body.model_copy(update={"track": False}), who, ("archived",))
+        results = await service.recall(who.tenant_id, query)
+        return {"results": [_recalled(r) for r in results]}
+
+    @api.post("/v1/memories")
+    async def write(body: WriteBody, who: Auth) -> dict[str, Any]:
+        now = datetime.now(UTC)
+        ids = []
+        for m in body.memories:
+            doc = m.model_dump(exclude_none=True)
+            doc["at"] = (m.at or now).isoformat()
+            ids.append(await service.write(who.tenant_id, doc))
+        return {"ids": ids}
+
+    @api.post("/v1/access")
+    async def access(body: AccessBody, who: Auth) -> dict[str, Any]:
+        at = body.at or datetime.now(UTC)
+        for memory_id in body.memory_ids:
+            await service.access(who.tenant_id, memory_id, at, body.kind)
+        return {"accepted": len(body.memory_ids)}
+
+    @api.get("/v1/memories/{memory_id}")
+    async def get(memory_id: str, who: Auth) -> dict[str, Any]:
+        row = await service.get(who.tenant_id, memory_id)
+        if row is None:
+            raise HTTPException(404, "no such memory")
+        return _memory(row)
+
+    return api
+
+
+def _query(body: RecallBody, who: Tenant, states: tuple[str, ...]) -> RecallQuery:
+    if body.query is None and body.vector is None:
+        raise InvalidField("query", None, "give a query text or a vector")
+    overrides: dict[str, Any] = {}
+    if body.preset is not None:
+        overrides["preset"] = RecallPreset(body.preset)
+    if body.weights is not None:
+        overrides["weights"] = body.weights.model_dump(exclude_none=True)
+    for name in ("mmr_lambda", "min_score", "graphrag"):
+        if getattr(body, name) is not None:
+            overrides[name] = getattr(body, name)
+    policy: RecallPolicy = who.policy.with_overrides({"recall": overrides}).recall
+    f = body.filters
+    filters = Filters(
+        states=states,
+        tiers=tuple(Tier.parse(t, "filters.memory_types").value for t in f.memory_types),
+        tags_any=tuple(f.tags),
+        session_id=f.session_id,
+        agent_id=f.agent_id,
+        created_from_us=to_us(f.created_from) if f.created_from else None,
+        created_to_us=to_us(f.created_to) if f.created_to else None,
+    )
+    vector = tuple(body.vector) if body.vector is not None else None
+    at = body.at or datetime.now(UTC)  # the edge reads the clock; memcore gets the time
+    return RecallQuery(body.query, vector, body.k, at, policy, filters, body.track)
+
+
+def _memory(row: MemoryRow) -> dict[str, Any]:
+    return {
+        "memory_id": row.memory_id,
+        "content": row.content,
+        "memory_type": row.tier,
+        "state": row.state,
+        "importance": row.importance,
+        "access_count": row.access_count,
+        "recall_count": row.recall_count,
+        "write_count": row.write_count,
+        "retention": row.retention,
+        "review_count": row.review_count,
+        "tags": list(row.tags),
+        "metadata": dict(row.metadata),
+        "session_id": row.session_id or None,
+        "merged_into": row.merged_into or None,
+    }
+
+
+def _recalled(r: Recalled) -> dict[str, Any]:
+    s = r.score
+    scores = {
+        "similarity": s.similarity,
+        "keyword": s.keyword,
+        "importance": s.importance,
+        "recency": s.recency,
+        "graph": s.graph,
+        "final": s.final,
+    }
+    return {**_memory(r.row), "scores": scores}

@@ -1,0 +1,210 @@
+"""The recall API on a real Milvus (Lite) and a real Kafka broker, through HTTP (in-process ASGI)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from ranker.api import create_api
+from ranker.batcher import Overloaded
+from ranker.service import RecallService
+from storage import MemoryRow, MilvusConfig, MilvusStore, to_us
+from storage.embedding import Hashing
+from storage.tenants import TenantRegistry
+from tests.integration.harness import Stack, read_all
+from tests.integration.test_streams import T0
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+DIM = 8
+KEY_A, KEY_B = "key-acme-0123456789", "key-globex-0123456789"
+REGISTRY = TenantRegistry.of(
+    {"tenants": {"acme": {"api_keys": [KEY_A]}, "globex": {"api_keys": [KEY_B]}}}
+)
+TAU = 1200.0  # semantic, zeromemory
+
+
+def row(tenant: str, memory_id: str, cosine: float, importance: float, recency: float) -> MemoryRow:
+    vector = (cosine, math.sqrt(1 - cosine * cosine), *([0.0] * (DIM - 2)))
+    last = T0 - timedelta(hours=-TAU * math.log(recency))
+    return MemoryRow(
+        key=f"{tenant}/{memory_id}",
+        tenant_id=tenant,
+        memory_id=memory_id,
+        content=f"{memory_id} says something",
+        vector=vector,
+        tier="semantic",
+        state="active",
+        importance=importance,
+        access_count=0,
+        recall_count=0,
+        write_count=1,
+        created_at_us=to_us(T0 - timedelta(days=90)),
+        last_access_us=to_us(last),
+        state_changed_at_us=to_us(T0 - timedelta(days=90)),
+        tau_hours=TAU,
+        retention=importance,
+        review_count=0,
+        next_review_us=0,
+        session_id="",
+        agent_id="",
+        tags=("work",),
+        relations=(),
+        merged_into="",
+        summary_of=(),
+        metadata={},
+    )
+
+
+ALICE = [
+    ("prefers-python", 0.92, 0.8, 0.9),
+    ("rust-interesting", 0.75, 0.4, 0.3),
+    ("team-fastapi", 0.70, 0.5, 0.7),
+]
+
+
+@pytest.fixture
+async def client(
+    make_stack: Callable[..., Stack], tmp_path: Path
+) -> AsyncIterator[tuple[httpx.AsyncClient, Stack, MilvusStore]]:
+    stack = make_stack(("acme", "globex"), dim=DIM)
+    await asyncio.to_thread(stack.create_topics)
+    store = MilvusStore(MilvusConfig(str(tmp_path / "milvus.db"), dim=DIM))
+    store.connect()
+    store.upsert([row("acme", m, c, i, r) for m, c, i, r in ALICE])
+    store.upsert(
+        [dataclasses.replace(row("globex", "secret", 0.99, 0.9, 0.9), content="globex secret")]
+    )
+    producer = AIOKafkaProducer(bootstrap_servers=stack.bootstrap, acks="all")
+    await producer.start()
+
+    async def send(role: str, key: bytes, value: bytes) -> None:
+        await producer.send_and_wait(stack.topic(role), key=key, value=value)
+
+    service = RecallService(store, Hashing(DIM), send, candidates=10, batch_wait_s=0.005)
+    await service.start()
+    transport = httpx.ASGITransport(app=create_api(service, REGISTRY))
+    async with httpx.AsyncClient(transport=transport, base_url="http://mnemostream") as http:
+        yield http, stack, store
+    await service.stop()
+    await producer.stop()
+    store.close()
+
+
+def accesses(stack: Stack) -> list[dict[str, object]]:
+    return [orjson.loads(v) for _, v in read_all(stack.bootstrap, stack.topic("access-events"))]
+
+
+QUERY = {"vector": [1.0, *([0.0] * (DIM - 1))], "k": 3, "at": T0.isoformat()}
+
+
+async def test_recall_orders_and_scores_as_the_spec_says(
+    client: tuple[httpx.AsyncClient, Stack, MilvusStore],
+) -> None:
+    http, stack, _ = client
+    reply = await http.post("/v1/recall", json=QUERY, headers={"Authorization": f"Bearer {KEY_A}"})
+    assert reply.status_code == 200, reply.text
+    results = reply.json()["results"]
+    assert [r["memory_id"] for r in results] == [
+        "prefers-python",
+        "team-fastapi",
+        "rust-interesting",
+    ]
+    assert [r["scores"]["final"] for r in results] == pytest.approx([0.88, 0.64, 0.555], abs=1e-3)
+    assert results[0]["scores"]["recency"] == pytest.approx(0.9, abs=1e-6)
+    sent = await asyncio.to_thread(accesses, stack)
+    assert sorted((a["memory_id"], a["kind"], a["at"]) for a in sent) == sorted(
+        (m, "recall", T0.isoformat()) for m, *_ in ALICE
+    )
+
+
+async def test_track_false_emits_no_access(
+    client: tuple[httpx.AsyncClient, Stack, MilvusStore],
+) -> None:
+    http, stack, _ = client
+    reply = await http.post(
+        "/v1/recall", json={**QUERY, "track": False}, headers={"X-API-Key": KEY_A}
+    )
+    assert len(reply.json()["results"]) == 3
+    assert await asyncio.to_thread(accesses, stack) == []
+
+
+async def test_tenants_never_see_each_other(
+    client: tuple[httpx.AsyncClient, Stack, MilvusStore],
+) -> None:
+    http, _, _ = client
+    assert (await http.post("/v1/recall", json=QUERY)).status_code == 401
+    assert (
+        await http.post("/v1/recall", json=QUERY, headers={"X-API-Key": "nope" * 5})
+    ).status_code == 401
+    b = await http.post("/v1/recall", json=QUERY, headers={"X-API-Key": KEY_B})
+    assert [r["memory_id"] for r in b.json()["results"]] == ["secret"]
+    a = await http.post("/v1/recall", json={**QUERY, "k": 10}, headers={"X-API-Key": KEY_A})
+    assert "secret" not in {r["memory_id"] for r in a.json()["results"]}
+    assert (await http.get("/v1/memories/secret", headers={"X-API-Key": KEY_A})).status_code == 404
+    own = await http.get("/v1/memories/secret", headers={"X-API-Key": KEY_B})
+    assert own.json()["content"] == "globex secret"
+
+
+async def test_writes_take_the_tenant_from_the_key(
+    client: tuple[httpx.AsyncClient, Stack, MilvusStore],
+) -> None:
+    http, stack, _ = client
+    body = {"memories": [{"content": "remember: tea at four", "importance": 0.7}]}
+    reply = await http.post("/v1/memories", json=body, headers={"X-API-Key": KEY_B})
+    (memory_id,) = reply.json()["ids"]
+    sent = [
+        orjson.loads(v)
+        for _, v in await asyncio.to_thread(read_all, stack.bootstrap, stack.topic("memory-writes"))
+    ]
+    assert [(w["tenant_id"], w["memory_id"], w["importance"]) for w in sent] == [
+        ("globex", memory_id, 0.7)
+    ]
+    forged = {"memories": [{"content": "x", "tenant_id": "acme"}]}
+    assert (
+        await http.post("/v1/memories", json=forged, headers={"X-API-Key": KEY_B})
+    ).status_code == 422
+
+
+async def test_bad_requests_name_the_field(
+    client: tuple[httpx.AsyncClient, Stack, MilvusStore],
+) -> None:
+    http, _, _ = client
+    headers = {"X-API-Key": KEY_A}
+    no_query = await http.post("/v1/recall", json={"k": 3}, headers=headers)
+    assert (no_query.status_code, no_query.json()["field"]) == (422, "query")
+    bad_tier = await http.post(
+        "/v1/recall", json={**QUERY, "filters": {"memory_types": ["x"]}}, headers=headers
+    )
+    assert bad_tier.json()["field"] == "filters.memory_types"
+    assert (
+        await http.post("/v1/recall", json={**QUERY, "k": 0}, headers=headers)
+    ).status_code == 422
+
+
+async def test_overload_is_429_with_retry_after(
+    client: tuple[httpx.AsyncClient, Stack, MilvusStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    http, _, _ = client
+
+    async def saturated(*_: object) -> object:
+        raise Overloaded(1024, 0.2)
+
+    monkeypatch.setattr(RecallService, "recall", saturated)
+    reply = await http.post("/v1/recall", json=QUERY, headers={"X-API-Key": KEY_A})
+    assert (reply.status_code, reply.headers["Retry-After"]) == (429, "1")
