@@ -17,6 +17,8 @@ class RankerSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="MNEMO_", extra="ignore", frozen=True)
 
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=1, le=65535)
     kafka_bootstrap: str = "127.0.0.1:9092"
     topic_prefix: str = ""
     milvus_uri: str = "var/milvus.db"

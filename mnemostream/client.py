@@ -1,0 +1,224 @@
+"""SDK clients. Errors: :class:`MnemostreamError` (with ``status`` and ``retriable``), and
+:class:`Overloaded` for HTTP 429 (``retry_after_s`` from the server).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+
+class MnemostreamError(Exception):
+    """The API refused or failed a call. ``retriable``: the same call may succeed later."""
+
+    def __init__(self, status: int, detail: object) -> None:
+        self.status = status
+        self.detail = detail
+        self.retriable = status == 429 or status >= 500
+        super().__init__(f"HTTP {status}: {detail}")
+
+
+class Overloaded(MnemostreamError):  # noqa: N818 - reads as "except Overloaded"
+    """HTTP 429: the ranker's queue is full; wait ``retry_after_s`` seconds."""
+
+    def __init__(self, detail: object, retry_after_s: float) -> None:
+        super().__init__(429, detail)
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True)
+class Memory:
+    """A memory as the API returns it; ``scores`` only on recall results."""
+
+    memory_id: str
+    content: str
+    memory_type: str
+    state: str
+    importance: float
+    access_count: int
+    recall_count: int
+    tags: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    scores: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, body: dict[str, Any]) -> Memory:
+        names = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in body.items() if k in names})
+
+
+@dataclass(frozen=True)
+class _Call:
+    method: str
+    path: str
+    json: dict[str, Any] | None = None
+
+
+def _iso(at: datetime | None) -> str | None:
+    return at.isoformat() if at is not None else None
+
+
+def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if v is not None}
+
+
+class _Api:
+    """Every call once: what to send, and what the reply means. No I/O."""
+
+    @staticmethod
+    def remember(content: str, **fields: Any) -> _Call:  # noqa: ANN401
+        memory = _drop_none({"content": content, **fields, "at": _iso(fields.get("at"))})
+        return _Call("POST", "/v1/memories", {"memories": [memory]})
+
+    @staticmethod
+    def recall(query: str | None, vector: Sequence[float] | None, k: int, **options: Any) -> _Call:  # noqa: ANN401
+        body = {"query": query, "vector": list(vector) if vector is not None else None, "k": k}
+        body |= options
+        body["at"] = _iso(options.get("at"))
+        return _Call("POST", "/v1/recall", _drop_none(body))
+
+    @staticmethod
+    def access(memory_ids: Sequence[str], kind: str, at: datetime | None) -> _Call:
+        body = {"memory_ids": list(memory_ids), "kind": kind, "at": _iso(at)}
+        return _Call("POST", "/v1/access", _drop_none(body))
+
+    @staticmethod
+    def get(memory_id: str) -> _Call:
+        return _Call("GET", f"/v1/memories/{memory_id}")
+
+    @staticmethod
+    def check(reply: httpx.Response) -> Any:  # noqa: ANN401
+        if reply.status_code == 429:
+            raise Overloaded(
+                reply.json().get("detail"), float(reply.headers.get("Retry-After", "1"))
+            )
+        if reply.status_code >= 400:
+            try:
+                detail = reply.json().get("detail")
+            except ValueError:
+                detail = reply.text
+            raise MnemostreamError(reply.status_code, detail)
+        return reply.json()
+
+
+def _headers(api_key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"}
+
+
+class Client:
+    """Synchronous client. ``transport`` is for tests and custom networking (httpx transports)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout_s: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.Client(
+            base_url=base_url, headers=_headers(api_key), timeout=timeout_s, transport=transport
+        )
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _send(self, call: _Call) -> Any:  # noqa: ANN401
+        return _Api.check(self._http.request(call.method, call.path, json=call.json))
+
+    def remember(self, content: str, **fields: Any) -> str:  # noqa: ANN401
+        """Write one memory (importance, memory_type, tags, metadata, at, embedding...); its id."""
+        return str(self._send(_Api.remember(content, **fields))["ids"][0])
+
+    def recall(
+        self,
+        query: str | None = None,
+        *,
+        vector: Sequence[float] | None = None,
+        k: int = 10,
+        **options: Any,  # noqa: ANN401
+    ) -> list[Memory]:
+        """The best ``k`` memories; options: filters, preset, weights, mmr_lambda, min_score, at, track."""
+        return [
+            Memory.of(r) for r in self._send(_Api.recall(query, vector, k, **options))["results"]
+        ]
+
+    def access(
+        self, memory_ids: Sequence[str], kind: str = "explicit", at: datetime | None = None
+    ) -> int:
+        """Report accesses; returns how many were accepted."""
+        return int(self._send(_Api.access(memory_ids, kind, at))["accepted"])
+
+    def get(self, memory_id: str) -> Memory | None:
+        """One memory, or None when this tenant has none with that id."""
+        try:
+            return Memory.of(self._send(_Api.get(memory_id)))
+        except MnemostreamError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+
+class AsyncClient:
+    """Asynchronous client, the same calls as :class:`Client`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout_s: float = 10.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.AsyncClient(
+            base_url=base_url, headers=_headers(api_key), timeout=timeout_s, transport=transport
+        )
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def _send(self, call: _Call) -> Any:  # noqa: ANN401
+        return _Api.check(await self._http.request(call.method, call.path, json=call.json))
+
+    async def remember(self, content: str, **fields: Any) -> str:  # noqa: ANN401
+        return str((await self._send(_Api.remember(content, **fields)))["ids"][0])
+
+    async def recall(
+        self,
+        query: str | None = None,
+        *,
+        vector: Sequence[float] | None = None,
+        k: int = 10,
+        **options: Any,  # noqa: ANN401
+    ) -> list[Memory]:
+        reply = await self._send(_Api.recall(query, vector, k, **options))
+        return [Memory.of(r) for r in reply["results"]]
+
+    async def access(
+        self, memory_ids: Sequence[str], kind: str = "explicit", at: datetime | None = None
+    ) -> int:
+        return int((await self._send(_Api.access(memory_ids, kind, at)))["accepted"])
+
+    async def get(self, memory_id: str) -> Memory | None:
+        try:
+            return Memory.of(await self._send(_Api.get(memory_id)))
+        except MnemostreamError as exc:
+            if exc.status == 404:
+                return None
+            raise

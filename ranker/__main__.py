@@ -1,0 +1,78 @@
+"""``python -m ranker``: serve the HTTP API (settings from ``MNEMO_*`` variables)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import uvicorn
+from aiokafka import AIOKafkaProducer
+from fastapi import FastAPI
+
+from ranker.api import create_api
+from ranker.service import RecallService
+from ranker.settings import RankerSettings
+from storage import MilvusStore
+from storage.embedding import Embedder, Hashing, MiniLm
+
+log = logging.getLogger(__name__)
+
+
+def build(settings: RankerSettings) -> FastAPI:
+    """The app with its lifespan: Milvus, the embedder and the Kafka producer open at start-up."""
+    store = MilvusStore(settings.milvus())
+    embedder: Embedder = (
+        MiniLm() if settings.embedder == "minilm" else Hashing(settings.embedding_dim)
+    )
+    producers: list[AIOKafkaProducer] = []  # made in the lifespan: aiokafka needs a running loop
+
+    async def send(role: str, key: bytes, value: bytes) -> None:
+        await producers[0].send_and_wait(settings.topic(role), key=key, value=value)
+
+    service = RecallService(
+        store,
+        embedder,
+        send,
+        candidates=settings.candidates,
+        batch_max=settings.batch_max,
+        batch_wait_s=settings.batch_wait_s,
+        queue_max=settings.queue_max,
+    )
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await asyncio.to_thread(store.connect)
+        await asyncio.to_thread(embedder.start)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=2
+        )
+        await producer.start()
+        producers.append(producer)
+        await service.start()
+        log.info("mnemostream ranker ready")
+        try:
+            yield
+        finally:
+            await service.stop()
+            await producer.stop()
+            producers.clear()
+            await asyncio.to_thread(store.close)
+
+    api = create_api(service, settings.registry())
+    api.router.lifespan_context = lifespan
+    return api
+
+
+def main() -> None:
+    """Serve on ``MNEMO_HOST``:``MNEMO_PORT``."""
+    settings = RankerSettings()
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    uvicorn.run(build(settings), host=settings.host, port=settings.port, log_level="info")
+
+
+if __name__ == "__main__":
+    main()
