@@ -20,12 +20,21 @@ from storage.embedding import Embedder, Hashing, MiniLm
 log = logging.getLogger(__name__)
 
 
-def build(settings: RankerSettings) -> FastAPI:
-    """The app with its lifespan: Milvus, the embedder and the Kafka producer open at start-up."""
-    store = MilvusStore(settings.milvus())
-    embedder: Embedder = (
-        MiniLm() if settings.embedder == "minilm" else Hashing(settings.embedding_dim)
-    )
+def build(
+    settings: RankerSettings,
+    store: MilvusStore | None = None,
+    embedder: Embedder | None = None,
+) -> FastAPI:
+    """The app with its lifespan: Milvus, the embedder and the Kafka producer open at start-up.
+
+    A ``store`` or ``embedder`` passed in is already started and stays open after the app stops
+    (a process that also runs the stream worker shares them: Milvus Lite allows one process per file).
+    """
+    owned, owned_embedder = store is None, embedder is None
+    if store is None:
+        store = MilvusStore(settings.milvus())
+    if embedder is None:
+        embedder = MiniLm() if settings.embedder == "minilm" else Hashing(settings.embedding_dim)
     producers: list[AIOKafkaProducer] = []  # made in the lifespan: aiokafka needs a running loop
 
     async def send(role: str, key: bytes, value: bytes) -> None:
@@ -43,8 +52,10 @@ def build(settings: RankerSettings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        await asyncio.to_thread(store.connect)
-        await asyncio.to_thread(embedder.start)
+        if owned:
+            await asyncio.to_thread(store.connect)
+        if owned_embedder:
+            await asyncio.to_thread(embedder.start)
         producer = AIOKafkaProducer(
             bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=2
         )
@@ -58,7 +69,8 @@ def build(settings: RankerSettings) -> FastAPI:
             await service.stop()
             await producer.stop()
             producers.clear()
-            await asyncio.to_thread(store.close)
+            if owned:
+                await asyncio.to_thread(store.close)
 
     api = create_api(service, settings.registry())
     api.router.lifespan_context = lifespan

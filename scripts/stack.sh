@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The local service: Kafka (scripts/kafka.sh), the stream worker with embedded Milvus Lite.
+# The local service: Kafka (scripts/kafka.sh), and one process (python -m server) running the stream
+# worker and the ranker's HTTP API with embedded Milvus Lite (one process per Milvus Lite file).
 #
 #   scripts/stack.sh up     start what is not running; print where things are
 #   scripts/stack.sh down   stop what `up` started, by pid
@@ -35,10 +36,10 @@ up() {
     echo "worker: already running (pid $(cat "$var/worker.pid"))"
   else
     cd "$root"
-    nohup "$py" -m streams >>"$var/worker.log" 2>&1 </dev/null &
+    nohup "$py" -m server >>"$var/worker.log" 2>&1 </dev/null &
     echo $! >"$var/worker.pid"
     local started=$SECONDS
-    until grep -q "mnemostream worker ready" "$var/worker.log" 2>/dev/null; do
+    until grep -q "mnemostream ranker ready" "$var/worker.log" 2>/dev/null; do
       if ! running "$var/worker.pid"; then echo "worker exited; see $var/worker.log" >&2; tail -n 20 "$var/worker.log" >&2; exit 1; fi
       if [ $((SECONDS - started)) -ge 180 ]; then echo "worker not ready after 180 s; see $var/worker.log" >&2; exit 1; fi
       sleep 0.5
@@ -48,6 +49,8 @@ up() {
   echo "kafka:   $MNEMO_KAFKA_BOOTSTRAP   topics: memory-writes, access-events, consolidation, audit, dead-letter"
   echo "milvus:  $MNEMO_MILVUS_URI (Milvus Lite, embedded in the worker)"
   echo "tenants: $MNEMO_TENANTS_FILE"
+  echo "ranker:  http://${MNEMO_HOST:-127.0.0.1}:${MNEMO_PORT:-8080}  (OpenAPI at /docs)"
+  echo "api key: $("$py" -c 'import json,sys; print(next(iter(json.load(open(sys.argv[1]))["tenants"].values()))["api_keys"][0])' "$MNEMO_TENANTS_FILE")  (tenant demo)"
 }
 
 down() {
