@@ -75,6 +75,16 @@ class _Api:
         return _Call("POST", "/v1/memories", {"memories": [memory]})
 
     @staticmethod
+    def remember_many(memories: Sequence[dict[str, Any]]) -> _Call:
+        docs = [
+            _drop_none(
+                {**m, "at": _iso(m.get("at")) if isinstance(m.get("at"), datetime) else m.get("at")}
+            )
+            for m in memories
+        ]
+        return _Call("POST", "/v1/memories", {"memories": docs})
+
+    @staticmethod
     def recall(query: str | None, vector: Sequence[float] | None, k: int, **options: Any) -> _Call:  # noqa: ANN401
         body = {"query": query, "vector": list(vector) if vector is not None else None, "k": k}
         body |= options
@@ -140,6 +150,10 @@ class Client:
         """Write one memory (importance, memory_type, tags, metadata, at, embedding...); its id."""
         return str(self._send(_Api.remember(content, **fields))["ids"][0])
 
+    def remember_many(self, memories: Sequence[dict[str, Any]]) -> list[str]:
+        """Write many memories (dicts with ``content`` and optional fields) in one call; their ids."""
+        return [str(i) for i in self._send(_Api.remember_many(memories))["ids"]]
+
     def recall(
         self,
         query: str | None = None,
@@ -198,6 +212,9 @@ class AsyncClient:
 
     async def remember(self, content: str, **fields: Any) -> str:  # noqa: ANN401
         return str((await self._send(_Api.remember(content, **fields)))["ids"][0])
+
+    async def remember_many(self, memories: Sequence[dict[str, Any]]) -> list[str]:
+        return [str(i) for i in (await self._send(_Api.remember_many(memories)))["ids"]]
 
     async def recall(
         self,

@@ -12,7 +12,8 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from memcore import InvalidField, Tier
@@ -114,6 +115,10 @@ def create_api(service: RecallService, registry: TenantRegistry) -> FastAPI:
     @api.exception_handler(InvalidField)
     async def invalid(_: object, exc: InvalidField) -> JSONResponse:
         return JSONResponse({"detail": str(exc), "field": exc.field}, 422)
+
+    @api.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(service.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     @api.post("/v1/recall")
     async def recall(body: RecallBody, who: Auth) -> dict[str, Any]:

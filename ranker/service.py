@@ -19,8 +19,9 @@ import orjson
 from memcore import Candidate, RankParams, Scored, Tier, derive_memory_id
 from memcore.keyword import bm25_scores
 from memcore.policy import RecallPolicy
-from ranker.batcher import Batcher
+from ranker.batcher import Batcher, Overloaded
 from ranker.kernel import RankRequest, rank_many
+from ranker.metrics import Metrics
 from storage import Filters, Hit, MemoryRow, MilvusStore, from_us
 from storage.embedding import Embedder
 
@@ -72,13 +73,19 @@ class RecallService:
         batch_max: int = 64,
         batch_wait_s: float = 0.002,
         queue_max: int = 1024,
+        metrics: Metrics | None = None,
     ) -> None:
+        self.metrics = metrics or Metrics()
         self.store = store
         self.embedder = embedder
         self.send = send
         self.candidates = candidates
         self.batcher: Batcher[RankRequest, list[Scored]] = Batcher(
-            self._score, max_batch=batch_max, max_wait_s=batch_wait_s, max_queue=queue_max
+            self._score,
+            max_batch=batch_max,
+            max_wait_s=batch_wait_s,
+            max_queue=queue_max,
+            on_batch=self.metrics.on_batch,
         )
 
     async def start(self) -> None:
@@ -89,6 +96,14 @@ class RecallService:
 
     async def recall(self, tenant_id: str, query: RecallQuery) -> list[Recalled]:
         """The top ``k`` memories of one tenant, best first (raises Overloaded when saturated)."""
+        try:
+            with self.metrics.latency.time():
+                return await self._recall(tenant_id, query)
+        except Overloaded:
+            self.metrics.overloaded.inc()
+            raise
+
+    async def _recall(self, tenant_id: str, query: RecallQuery) -> list[Recalled]:
         vector = query.vector
         if vector is None:
             (vector,) = await asyncio.to_thread(self.embedder.embed, [query.text or ""])

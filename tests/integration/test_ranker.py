@@ -127,6 +127,9 @@ async def test_recall_orders_and_scores_as_the_spec_says(
     ]
     assert [r["scores"]["final"] for r in results] == pytest.approx([0.88, 0.64, 0.555], abs=1e-3)
     assert results[0]["scores"]["recency"] == pytest.approx(0.9, abs=1e-6)
+    metrics = (await http.get("/metrics")).text
+    assert "mnemostream_recall_batch_size_count 1.0" in metrics
+    assert "mnemostream_recall_seconds_count 1.0" in metrics
     sent = await asyncio.to_thread(accesses, stack)
     assert sorted((a["memory_id"], a["kind"], a["at"]) for a in sent) == sorted(
         (m, "recall", T0.isoformat()) for m, *_ in ALICE

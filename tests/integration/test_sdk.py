@@ -112,3 +112,50 @@ def test_async_client(ranker: tuple[str, Stack]) -> None:
     ids, other = asyncio.run(run())
     assert ids == []  # globex sees none of acme's memories
     assert other is None
+
+
+def test_mnemo_load_writes_a_jsonl_file(ranker: tuple[str, Stack], tmp_path: Path) -> None:
+    url, stack = ranker
+    lines = [
+        orjson.dumps({"content": f"fact {i}", "importance": 0.5, "tags": ["load"]})
+        for i in range(7)
+    ]
+    source = tmp_path / "memories.jsonl"
+    source.write_bytes(b"\n".join(lines) + b"\n")
+    mnemo = Path(sys.executable).parent / "mnemo"
+    done = subprocess.run(
+        [
+            str(mnemo),
+            "load",
+            str(source),
+            "--url",
+            url,
+            "--api-key",
+            KEY_A,
+            "--batch",
+            "3",
+            "--ids",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    ids = done.stdout.split()
+    assert len(ids) == 7
+    assert "7/7" in done.stderr
+    writes = [orjson.loads(v) for _, v in read_all(stack.bootstrap, stack.topic("memory-writes"))]
+    assert sorted(w["memory_id"] for w in writes) == sorted(ids)
+    assert {w["tenant_id"] for w in writes} == {"acme"}
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"content": "ok"}\nnot json\n')
+    refused = subprocess.run(
+        [str(mnemo), "load", str(bad), "--url", url, "--api-key", KEY_A],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert refused.returncode != 0
+    assert "bad.jsonl:2" in refused.stderr
