@@ -15,7 +15,7 @@ from ranker.api import create_api
 from ranker.service import RecallService
 from ranker.settings import RankerSettings
 from storage import MilvusStore
-from storage.embedding import Embedder, Hashing, MiniLm
+from storage.embedding import Embedder
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ def build(
     if store is None:
         store = MilvusStore(settings.milvus())
     if embedder is None:
-        embedder = MiniLm() if settings.embedder == "minilm" else Hashing(settings.embedding_dim)
+        embedder = settings.make_embedder()
     producers: list[AIOKafkaProducer] = []  # made in the lifespan: aiokafka needs a running loop
 
     async def send(role: str, key: bytes, value: bytes) -> None:

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 
-import faust
 import uvicorn
 
 from ranker.__main__ import build
 from ranker.settings import RankerSettings
-from storage import MilvusStore
-from storage.embedding import Embedder, Hashing, MiniLm
-from streams.app import Services, create_app
-from streams.llm import LlmImportance
+from streams.__main__ import prepare, run
+from streams.app import create_app
 from streams.settings import WorkerSettings
-from streams.topics import ensure_topics
 
 log = logging.getLogger(__name__)
 
@@ -25,25 +20,9 @@ def main() -> None:
     """Start the worker; the HTTP server runs as one of its tasks and stops with it."""
     worker_settings = WorkerSettings()
     ranker_settings = RankerSettings()
-    level = worker_settings.log_level.upper()
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(ensure_topics(worker_settings))
-    store = MilvusStore(worker_settings.milvus())
-    store.connect()
-    embedder: Embedder = (
-        MiniLm() if worker_settings.embedder == "minilm" else Hashing(worker_settings.embedding_dim)
-    )
-    embedder.start()
-    llm = None
-    if worker_settings.llm_url:
-        llm = LlmImportance(
-            worker_settings.llm_url,
-            worker_settings.llm_model,
-            worker_settings.llm_api_key,
-            worker_settings.llm_timeout_s,
-        )
-    app = create_app(worker_settings, Services(store, embedder, llm))
-    api = build(ranker_settings, store=store, embedder=embedder)
+    services = prepare(worker_settings)
+    app = create_app(worker_settings, services)
+    api = build(ranker_settings, store=services.store, embedder=services.embedder)
 
     @app.task  # type: ignore[untyped-decorator]
     async def http() -> None:
@@ -55,11 +34,7 @@ def main() -> None:
         log.info("ranker on http://%s:%d", ranker_settings.host, ranker_settings.port)
         await server.serve()
 
-    worker = faust.Worker(app, loglevel=worker_settings.log_level, quiet=True)
-    try:
-        worker.execute_from_commandline()
-    finally:
-        store.close()
+    run(app, worker_settings, services)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
@@ -203,3 +204,18 @@ def eventually(
     raise AssertionError(
         f"not reached within {timeout_s:.0f} s: {what}{seen}\n--- worker log ---\n{tail}"
     )
+
+
+def wait_for_http(
+    url: str, proc: subprocess.Popen[bytes], log_path: Path, timeout_s: float = 120
+) -> None:
+    """Wait until the process serves ``/openapi.json``; kill it and fail with its log otherwise."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(f"{url}/openapi.json", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            time.sleep(0.3)
+    proc.kill()
+    raise AssertionError(log_path.read_text(errors="replace")[-3000:])

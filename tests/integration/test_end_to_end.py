@@ -5,16 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from mnemostream import Client
 from tests.infra import ROOT, free_port
-from tests.integration.harness import Stack, eventually
+from tests.integration.harness import Stack, eventually, wait_for_http
 from tests.integration.test_streams import T0
 
 pytestmark = pytest.mark.integration
@@ -42,16 +40,7 @@ def server(make_stack: Callable[..., Stack], tmp_path: Path) -> Iterator[str]:
             [sys.executable, "-m", "server"], cwd=ROOT, env=env, stdout=log, stderr=log
         )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if httpx.get(f"{url}/openapi.json", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.3)
-    else:
-        proc.kill()
-        raise AssertionError(log_path.read_text()[-3000:])
+    wait_for_http(url, proc, log_path)
     yield url
     proc.terminate()
     proc.wait(60)

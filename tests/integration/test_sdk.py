@@ -7,18 +7,16 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import orjson
 import pytest
 
 from mnemostream import AsyncClient, Client, MnemostreamError
 from storage import MilvusConfig, MilvusStore
 from tests.infra import ROOT, free_port
-from tests.integration.harness import Stack, read_all
+from tests.integration.harness import Stack, read_all, wait_for_http
 from tests.integration.test_ranker import ALICE, DIM, KEY_A, KEY_B, row
 from tests.integration.test_streams import T0
 
@@ -61,16 +59,7 @@ def ranker(
     )
     log.close()
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/openapi.json", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.3)
-    else:
-        proc.kill()
-        raise AssertionError((tmp_path / "ranker.log").read_text()[-3000:])
+    wait_for_http(url, proc, tmp_path / "ranker.log")
     yield url, stack
     proc.terminate()
     proc.wait(30)
