@@ -36,7 +36,8 @@ up() {
     echo "worker: already running (pid $(cat "$var/worker.pid"))"
   else
     cd "$root"
-    nohup "$py" -m server >>"$var/worker.log" 2>&1 </dev/null &
+    [ -f "$var/worker.log" ] && mv "$var/worker.log" "$var/worker.log.1"  # readiness is read from a fresh log
+    nohup "$py" -m server >"$var/worker.log" 2>&1 </dev/null &
     echo $! >"$var/worker.pid"
     local started=$SECONDS
     until grep -q "mnemostream ranker ready" "$var/worker.log" 2>/dev/null; do
