@@ -56,10 +56,16 @@ class _Call:
     method: str
     path: str
     json: dict[str, Any] | None = None
+    missing_ok: bool = False  # a 404 reply means None, not an error
 
 
 def _iso(at: datetime | None) -> str | None:
     return at.isoformat() if at is not None else None
+
+
+def _when(at: object) -> object:
+    """A datetime as ISO text; anything else (already text, or None) as it is."""
+    return at.isoformat() if isinstance(at, datetime) else at
 
 
 def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
@@ -76,12 +82,7 @@ class _Api:
 
     @staticmethod
     def remember_many(memories: Sequence[dict[str, Any]]) -> _Call:
-        docs = [
-            _drop_none(
-                {**m, "at": _iso(m.get("at")) if isinstance(m.get("at"), datetime) else m.get("at")}
-            )
-            for m in memories
-        ]
+        docs = [_drop_none({**m, "at": _when(m.get("at"))}) for m in memories]
         return _Call("POST", "/v1/memories", {"memories": docs})
 
     @staticmethod
@@ -98,10 +99,12 @@ class _Api:
 
     @staticmethod
     def get(memory_id: str) -> _Call:
-        return _Call("GET", f"/v1/memories/{memory_id}")
+        return _Call("GET", f"/v1/memories/{memory_id}", missing_ok=True)
 
     @staticmethod
-    def check(reply: httpx.Response) -> Any:  # noqa: ANN401
+    def check(reply: httpx.Response, call: _Call) -> Any:  # noqa: ANN401
+        if reply.status_code == 404 and call.missing_ok:
+            return None
         if reply.status_code == 429:
             raise Overloaded(
                 reply.json().get("detail"), float(reply.headers.get("Retry-After", "1"))
@@ -144,7 +147,7 @@ class Client:
         self._http.close()
 
     def _send(self, call: _Call) -> Any:  # noqa: ANN401
-        return _Api.check(self._http.request(call.method, call.path, json=call.json))
+        return _Api.check(self._http.request(call.method, call.path, json=call.json), call)
 
     def remember(self, content: str, **fields: Any) -> str:  # noqa: ANN401
         """Write one memory (importance, memory_type, tags, metadata, at, embedding...); its id."""
@@ -175,12 +178,8 @@ class Client:
 
     def get(self, memory_id: str) -> Memory | None:
         """One memory, or None when this tenant has none with that id."""
-        try:
-            return Memory.of(self._send(_Api.get(memory_id)))
-        except MnemostreamError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        found = self._send(_Api.get(memory_id))
+        return Memory.of(found) if found is not None else None
 
 
 class AsyncClient:
@@ -208,7 +207,8 @@ class AsyncClient:
         await self._http.aclose()
 
     async def _send(self, call: _Call) -> Any:  # noqa: ANN401
-        return _Api.check(await self._http.request(call.method, call.path, json=call.json))
+        reply = await self._http.request(call.method, call.path, json=call.json)
+        return _Api.check(reply, call)
 
     async def remember(self, content: str, **fields: Any) -> str:  # noqa: ANN401
         return str((await self._send(_Api.remember(content, **fields)))["ids"][0])
@@ -233,9 +233,5 @@ class AsyncClient:
         return int((await self._send(_Api.access(memory_ids, kind, at)))["accepted"])
 
     async def get(self, memory_id: str) -> Memory | None:
-        try:
-            return Memory.of(await self._send(_Api.get(memory_id)))
-        except MnemostreamError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        found = await self._send(_Api.get(memory_id))
+        return Memory.of(found) if found is not None else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 
 import uvicorn
@@ -37,8 +37,11 @@ def build(
         embedder = settings.make_embedder()
     producers: list[AIOKafkaProducer] = []  # made in the lifespan: aiokafka needs a running loop
 
-    async def send(role: str, key: bytes, value: bytes) -> None:
-        await producers[0].send_and_wait(settings.topic(role), key=key, value=value)
+    async def send(role: str, key: bytes, value: bytes) -> Awaitable[object]:
+        delivery: Awaitable[object] = await producers[0].send(
+            settings.topic(role), key=key, value=value
+        )
+        return delivery
 
     service = RecallService(
         store,

@@ -134,18 +134,16 @@ def create_api(service: RecallService, registry: TenantRegistry) -> FastAPI:
     @api.post("/v1/memories")
     async def write(body: WriteBody, who: Auth) -> dict[str, Any]:
         now = datetime.now(UTC)
-        ids = []
-        for m in body.memories:
-            doc = m.model_dump(exclude_none=True)
-            doc["at"] = (m.at or now).isoformat()
-            ids.append(await service.write(who.tenant_id, doc))
-        return {"ids": ids}
+        docs = [
+            {**m.model_dump(exclude_none=True), "at": (m.at or now).isoformat()}
+            for m in body.memories
+        ]
+        return {"ids": await service.write(who.tenant_id, docs)}
 
     @api.post("/v1/access")
     async def access(body: AccessBody, who: Auth) -> dict[str, Any]:
         at = body.at or datetime.now(UTC)
-        for memory_id in body.memory_ids:
-            await service.access(who.tenant_id, memory_id, at, body.kind)
+        await service.access(who.tenant_id, body.memory_ids, at, body.kind)
         return {"accepted": len(body.memory_ids)}
 
     @api.get("/v1/memories/{memory_id}")

@@ -25,8 +25,8 @@ from ranker.metrics import Metrics
 from storage import Filters, Hit, MemoryRow, MilvusStore, from_us
 from storage.embedding import Embedder
 
-Send = Callable[[str, bytes, bytes], Awaitable[None]]
-"""Produce one message: (topic role, key, value)."""
+Send = Callable[[str, bytes, bytes], Awaitable[Awaitable[object]]]
+"""Enqueue one message (topic role, key, value), in call order; returns its delivery to await."""
 
 
 @dataclass(frozen=True)
@@ -125,27 +125,43 @@ class RecallService:
         rows = {h.row.memory_id: h.row for h in hits}
         results = [Recalled(rows[s.memory_id], s) for s in scored]
         if query.track:
-            for r in results:
-                await self.access(tenant_id, r.row.memory_id, query.at, "recall")
+            await self.access(tenant_id, [r.row.memory_id for r in results], query.at, "recall")
         return results
 
-    async def write(self, tenant_id: str, document: Mapping[str, Any]) -> str:
-        """Produce one memory write; returns its id (derived from the content when absent)."""
-        memory_id = document.get("memory_id") or derive_memory_id(tenant_id, document["content"])
-        value = {"v": 1, **document, "tenant_id": tenant_id, "memory_id": memory_id}
-        await self.send("memory-writes", f"{tenant_id}/{memory_id}".encode(), orjson.dumps(value))
-        return str(memory_id)
+    async def write(self, tenant_id: str, documents: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Produce memory writes; returns their ids (derived from the content when absent)."""
+        ids = [d.get("memory_id") or derive_memory_id(tenant_id, d["content"]) for d in documents]
+        await self._produce(
+            "memory-writes",
+            tenant_id,
+            [
+                {"v": 1, **d, "tenant_id": tenant_id, "memory_id": m}
+                for d, m in zip(documents, ids, strict=True)
+            ],
+        )
+        return [str(m) for m in ids]
 
-    async def access(self, tenant_id: str, memory_id: str, at: datetime, kind: str) -> None:
-        """Produce one access event."""
-        value = {
-            "v": 1,
-            "tenant_id": tenant_id,
-            "memory_id": memory_id,
-            "at": at.isoformat(),
-            "kind": kind,
-        }
-        await self.send("access-events", f"{tenant_id}/{memory_id}".encode(), orjson.dumps(value))
+    async def access(
+        self, tenant_id: str, memory_ids: Sequence[str], at: datetime, kind: str
+    ) -> None:
+        """Produce one access event per id."""
+        events = [
+            {"v": 1, "tenant_id": tenant_id, "memory_id": m, "at": at.isoformat(), "kind": kind}
+            for m in memory_ids
+        ]
+        await self._produce("access-events", tenant_id, events)
+
+    async def _produce(
+        self, role: str, tenant_id: str, values: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """Enqueue in order (a memory's events keep their order), then wait for all deliveries
+        at once: one round trip per call, not one per message.
+        """
+        deliveries = [
+            await self.send(role, f"{tenant_id}/{v['memory_id']}".encode(), orjson.dumps(v))
+            for v in values
+        ]
+        await asyncio.gather(*deliveries)
 
     async def get(self, tenant_id: str, memory_id: str) -> MemoryRow | None:
         """One memory of this tenant (any state), or None."""

@@ -161,8 +161,7 @@ class StreamWorker:
         for message, _ in pairs:
             done = self.write_done.get(message.partition, 0)
             self.write_done[message.partition] = max(done, message.offset + 1)
-        if self.processor.has_pending():
-            await self.expire_parked(batch, events)
+        await self.expire_parked(batch, events)
         await self.sync(batch)
         await self.emit(batch)
 

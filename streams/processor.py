@@ -183,8 +183,9 @@ class Processor:
         """True when no vector was given and none is stored for this exact content."""
         if record.embedding is not None:
             return False
-        found = self.load(record.key)
-        return found is None or found[0].content_hash != content_hash(record.content)
+        state = self.state(record.key)
+        missing_doc = record.key.encode() not in self.documents
+        return state is None or missing_doc or state.content_hash != content_hash(record.content)
 
     def write(
         self,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -93,8 +93,9 @@ async def client(
     producer = AIOKafkaProducer(bootstrap_servers=stack.bootstrap, acks="all")
     await producer.start()
 
-    async def send(role: str, key: bytes, value: bytes) -> None:
-        await producer.send_and_wait(stack.topic(role), key=key, value=value)
+    async def send(role: str, key: bytes, value: bytes) -> Awaitable[object]:
+        delivery: Awaitable[object] = await producer.send(stack.topic(role), key=key, value=value)
+        return delivery
 
     service = RecallService(store, Hashing(DIM), send, candidates=10, batch_wait_s=0.005)
     await service.start()

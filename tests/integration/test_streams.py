@@ -78,6 +78,31 @@ def table_counts(stack: Stack) -> dict[tuple[str, str], tuple[int, int]]:
     }
 
 
+def assert_counts(
+    stack: Stack,
+    store: MilvusStore,
+    tenants: tuple[str, ...],
+    expected: dict[tuple[str, str], tuple[int, int]],
+    worker: WorkerProcess,
+) -> None:
+    """Wait until Milvus holds every expected access, then require exact counts there and in the
+    table (whose changelog is flushed before each commit, which follows the Milvus sync)."""
+    total = sum(a for a, _ in expected.values())
+    eventually(
+        lambda: sum(a for a, _ in milvus_counts(store, tenants).values()) == total,
+        240,
+        f"all {total:,} accesses in Milvus",
+        worker,
+    )
+    assert milvus_counts(store, tenants) == expected
+    eventually(
+        lambda: table_counts(stack) == expected,
+        60,
+        "table counts",
+        show=lambda: table_counts(stack),
+    )
+
+
 def plan_accesses(
     rng: random.Random, memories: list[tuple[str, str]], n: int
 ) -> tuple[list[tuple[bytes, bytes]], dict[tuple[str, str], tuple[int, int]]]:
@@ -108,20 +133,7 @@ def test_counts_are_exact_in_table_and_milvus(
     produce(stack.bootstrap, stack.topic("memory-writes"), writes)
     produce(stack.bootstrap, stack.topic("access-events"), accesses)
     store = stack.store()
-    eventually(
-        lambda: sum(a for a, _ in milvus_counts(store, tenants).values()) == 10_000,
-        240,
-        "all 10,000 accesses in Milvus",
-        worker,
-    )
-    assert milvus_counts(store, tenants) == expected
-    # the changelog is flushed before each commit, which follows the Milvus sync
-    eventually(
-        lambda: table_counts(stack) == expected,
-        60,
-        "table counts",
-        show=lambda: table_counts(stack),
-    )
+    assert_counts(stack, store, tenants, expected, worker)
     assert dead_letters(stack) == []
     # every memory was written once and each tenant holds exactly its own
     for tenant in tenants:
@@ -237,24 +249,9 @@ def test_kill_9_mid_stream_loses_and_doubles_nothing(
         first,
     )
     first.kill9()
-    done_before = sum(a for a, _ in milvus_counts(store, tenants).values())
     second = WorkerProcess(stack, "second").start()
     workers.append(second)
-    eventually(
-        lambda: sum(a for a, _ in milvus_counts(store, tenants).values()) == 6_000,
-        240,
-        "all accesses after the restart",
-        second,
-    )
-    assert milvus_counts(store, tenants) == expected
-    # the changelog is flushed before each commit, which follows the Milvus sync
-    eventually(
-        lambda: table_counts(stack) == expected,
-        60,
-        "table counts",
-        show=lambda: table_counts(stack),
-    )
-    assert done_before <= 6_000
+    assert_counts(stack, store, tenants, expected, second)
 
 
 def test_replaying_the_topics_rebuilds_table_and_milvus(
