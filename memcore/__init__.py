@@ -6,7 +6,7 @@ Standard library only. No clock, no environment, no I/O: event time and the tena
 
 from memcore.card import ReviewCard, new_card, review_intervals_hours
 from memcore.consolidation import Decision, DecisionKind, Item, Strategy, plan, to_events
-from memcore.decay import classify_tier, effective_importance, recency, recency_at
+from memcore.decay import classify_tier, effective_importance, faded, recency, recency_at
 from memcore.errors import InvalidField
 from memcore.ids import content_hash, derive_memory_id, normalise_content, split_key, state_key
 from memcore.importance import (
@@ -24,6 +24,7 @@ from memcore.state import (
     Effect,
     EffectKind,
     Event,
+    Fade,
     MemoryState,
     Position,
     Promote,
@@ -44,6 +45,7 @@ __all__ = [
     "Effect",
     "EffectKind",
     "Event",
+    "Fade",
     "ImportanceDecision",
     "ImportanceSource",
     "InvalidField",
@@ -71,6 +73,7 @@ __all__ = [
     "create",
     "derive_memory_id",
     "effective_importance",
+    "faded",
     "mmr",
     "new_card",
     "normalise_content",

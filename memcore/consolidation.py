@@ -17,7 +17,7 @@ from enum import StrEnum
 from memcore.decay import effective_importance, recency_at
 from memcore.ids import derive_memory_id
 from memcore.policy import Policy
-from memcore.state import Absorb, Event, Promote, Purge, Retire
+from memcore.state import Absorb, Event, Fade, Promote, Purge, Retire
 from memcore.types import Lifecycle, Tier
 from memcore.vectors import cosine
 
@@ -318,7 +318,7 @@ def to_events(
         assert decision.to_tier is not None
         return [(decision.target, Promote(at, decision.to_tier, decision.reason))]
     if decision.kind is DecisionKind.ARCHIVE:
-        return [(decision.target, Retire(at, Lifecycle.ARCHIVED, decision.reason))]
+        return [(decision.target, Fade(at, "archive sweep"))]
     return [(decision.target, Purge(at, decision.reason))]
 
 

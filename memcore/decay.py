@@ -26,6 +26,18 @@ def effective_importance(importance: float, recency_value: float) -> float:
     return importance * recency_value
 
 
+def faded(
+    importance: float, last_access: datetime, tau_hours: float, at: datetime, archive_below: float
+) -> str | None:
+    """Why a memory has faded out of recall by ``at`` (effective importance under
+    ``archive_below``), or None while it has not.
+    """
+    value = effective_importance(importance, recency_at(last_access, at, tau_hours))
+    if value < archive_below:
+        return f"faded: effective importance {value:.4g} < {archive_below}"
+    return None
+
+
 def classify_tier(importance: float, tiers: TierPolicy) -> Tier:
     """Tier of a new memory whose writer gave none: >= 0.8 semantic, >= 0.6 episodic, else working."""
     if importance >= tiers.semantic_min_importance:

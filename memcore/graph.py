@@ -40,3 +40,19 @@ def proximity(hops: int | None) -> float:
     if hops is None:
         return 0.0
     return 1.0 / (1.0 + hops)
+
+
+def recall_hops(
+    similarities: Mapping[str, float],
+    relations: Mapping[str, Sequence[str]],
+    seeds: int = 3,
+    max_hops: int = 3,
+) -> dict[str, int]:
+    """Hops of recall candidates from the query's best vector hits (SPEC section 6).
+
+    ``similarities``: each candidate's cosine to the query; the ``seeds`` most similar (ties by
+    id) are the 0-hop seeds. ``relations``: each candidate's relations. Candidates not reached
+    within ``max_hops`` are absent (proximity 0).
+    """
+    best = sorted(similarities, key=lambda m: (-similarities[m], m))[:seeds]
+    return hops_from(best, relations, max_hops)

@@ -11,7 +11,7 @@ import dataclasses
 from datetime import timedelta
 
 from memcore import card as cards
-from memcore.decay import classify_tier, effective_importance, recency_at
+from memcore.decay import classify_tier, faded, recency_at
 from memcore.policy import LifecyclePreset, Policy
 from memcore.state import (
     Absorb,
@@ -19,6 +19,7 @@ from memcore.state import (
     Effect,
     EffectKind,
     Event,
+    Fade,
     MemoryState,
     Promote,
     Purge,
@@ -67,6 +68,8 @@ def _dispatch(state: MemoryState | None, event: Event, policy: Policy) -> Result
         return _absorb(state, event)
     if isinstance(event, Retire):
         return _retire(state, event)
+    if isinstance(event, Fade):
+        return _fade(state, event, policy)
     if isinstance(event, Promote):
         return _promote(state, event, policy)
     return _purge(state, event)
@@ -144,11 +147,8 @@ def _access(state: MemoryState, event: Access, policy: Policy) -> Result:
 
 def _access_default(state: MemoryState, event: Access, policy: Policy) -> Result:
     rules = policy.lifecycle
-    faded = effective_importance(
-        state.importance, recency_at(state.last_access, event.at, state.tau_hours)
-    )
-    if faded < rules.archive_below:
-        why = f"faded: effective importance {faded:.4g} < {rules.archive_below}"
+    why = faded(state.importance, state.last_access, state.tau_hours, event.at, rules.archive_below)
+    if why is not None:
         return _retired(state, Lifecycle.ARCHIVED, event), (Effect(EffectKind.ARCHIVED, why),)
     new, effects = _touch(state, event, policy)
     if new.tier is not Tier.SEMANTIC and (
@@ -255,7 +255,7 @@ def _maybe_recompute(
     return new, tuple(effects)
 
 
-def _retired(state: MemoryState, to: Lifecycle, event: Access | Retire) -> MemoryState:
+def _retired(state: MemoryState, to: Lifecycle, event: Access | Retire | Fade) -> MemoryState:
     return dataclasses.replace(state, state=to, state_changed_at=event.at)
 
 
@@ -281,6 +281,17 @@ def _retire(state: MemoryState, event: Retire) -> Result:
         merged_into=event.merged_into or state.merged_into,
     )
     return new, (Effect(_RETIRE_EFFECT[event.to], event.reason),)
+
+
+def _fade(state: MemoryState, event: Fade, policy: Policy) -> Result:
+    if state.state is not Lifecycle.ACTIVE:
+        return state, (Effect(EffectKind.IGNORED, f"already {state.state}"),)
+    limit = policy.lifecycle.archive_below
+    why = faded(state.importance, state.last_access, state.tau_hours, event.at, limit)
+    if why is None:
+        return state, (Effect(EffectKind.IGNORED, f"{event.reason}, but not faded any more"),)
+    new = _retired(state, Lifecycle.ARCHIVED, event)
+    return new, (Effect(EffectKind.ARCHIVED, f"{event.reason}: {why}"),)
 
 
 def _promote(state: MemoryState, event: Promote, policy: Policy) -> Result:

@@ -165,6 +165,20 @@ class Retire:
 
 
 @dataclass(frozen=True)
+class Fade:
+    """The archive gate without a touch: archive the memory if it has faded by ``at``.
+
+    Emitted for a recall candidate that was not returned because it had faded, and by the archive
+    sweep. The gate is decided again on the state the event meets (an access applied in between
+    may have revived the memory), so a stale decision never archives a memory in use.
+    """
+
+    at: datetime
+    reason: str
+    position: Position | None = None
+
+
+@dataclass(frozen=True)
 class Promote:
     """Tier consolidation: move exactly one tier up."""
 
@@ -183,7 +197,7 @@ class Purge:
     position: Position | None = None
 
 
-Event = Write | Access | Absorb | Retire | Promote | Purge
+Event = Write | Access | Absorb | Retire | Fade | Promote | Purge
 
 
 class EffectKind(StrEnum):

@@ -12,6 +12,8 @@ from aiokafka import AIOKafkaProducer
 from fastapi import FastAPI
 
 from ranker.api import create_api
+from ranker.kernel import set_threads
+from ranker.metrics import Metrics
 from ranker.service import RecallService
 from ranker.settings import RankerSettings
 from storage import MilvusStore
@@ -24,11 +26,13 @@ def build(
     settings: RankerSettings,
     store: MilvusStore | None = None,
     embedder: Embedder | None = None,
+    metrics: Metrics | None = None,
 ) -> FastAPI:
     """The app with its lifespan: Milvus, the embedder and the Kafka producer open at start-up.
 
     A ``store`` or ``embedder`` passed in is already started and stays open after the app stops
-    (a process that also runs the stream worker shares them: Milvus Lite allows one process per file).
+    (a process that also runs the stream worker shares them: Milvus Lite allows one process per file);
+    ``metrics`` passed in can serve more registries than the ranker's (that worker's).
     """
     owned, owned_embedder = store is None, embedder is None
     if store is None:
@@ -51,10 +55,12 @@ def build(
         batch_max=settings.batch_max,
         batch_wait_s=settings.batch_wait_s,
         queue_max=settings.queue_max,
+        metrics=metrics,
     )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        set_threads(settings.scoring_threads)
         if owned:
             await asyncio.to_thread(store.connect)
         if owned_embedder:

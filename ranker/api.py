@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from memcore import InvalidField, Tier
-from memcore.policy import RecallPolicy, RecallPreset
+from memcore.policy import LifecyclePreset, RecallPolicy, RecallPreset
 from ranker.batcher import Overloaded
 from ranker.service import Recalled, RecallQuery, RecallService
 from storage import Filters, MemoryRow, to_us
@@ -180,7 +180,13 @@ def _query(body: RecallBody, who: Tenant, states: tuple[str, ...]) -> RecallQuer
     )
     vector = tuple(body.vector) if body.vector is not None else None
     at = body.at or datetime.now(UTC)  # the edge reads the clock; memcore gets the time
-    return RecallQuery(body.query, vector, body.k, at, policy, filters, body.track)
+    lifecycle = who.policy.lifecycle
+    archive_below = (
+        lifecycle.archive_below
+        if lifecycle.preset is LifecyclePreset.DEFAULT and states == ("active",)
+        else None
+    )
+    return RecallQuery(body.query, vector, body.k, at, policy, filters, body.track, archive_below)
 
 
 def _memory(row: MemoryRow) -> dict[str, Any]:

@@ -1,10 +1,16 @@
 """Recall scoring for many requests in one torch pass: the vectorised twin of :func:`memcore.rank`.
 
-Requests (any tenants) are padded into ``[requests × candidates]`` tensors and scored together, on
-CUDA when present, else the CPU, in float64 so that scores equal memcore's scalar reference to 1e-6
-(tested). Ordering, ties (by memory id), the minimum score and ``k`` follow memcore exactly.
-Requests that ask for MMR, or the ``zeph`` preset (whose pipeline includes MMR), are sequential by
-nature and are scored by memcore itself.
+A request arrives as columns (built straight from the store's rows, see :meth:`RankRequest.of_rows`
+in the service). A batch of requests (any tenants) is padded into ``[requests × candidates]``
+tensors and scored together, on CUDA when present, else the CPU, in float64 so that scores equal
+memcore's scalar reference to 1e-6 (tested). Every preset, GraphRAG, MMR and the minimum score are
+vectorised; ordering, ties (by memory id) and ``k`` follow memcore exactly.
+
+FAISS does the vector products on the CPU: the exact cosine of each query with its own candidates
+(``fvec_inner_products_by_idx`` over the batch's padded id matrix, so Milvus's index never decides
+a similarity, however approximate it is) and, for MMR, each candidate with the others of its
+request. On CUDA those products are batched matmuls on the GPU instead (copying the vectors back to
+the host for FAISS would cost more than the products).
 """
 
 from __future__ import annotations
@@ -13,24 +19,117 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import torch
 
-from memcore import Candidate, RankParams, Scored, rank
+from memcore import Candidate, RankParams, Scored, Tier
+from memcore.errors import InvalidField
 from memcore.policy import RecallPreset
-from memcore.types import require_finite
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US_PER_HOUR = 3.6e9
+_HOURS_PER_DAY = 24.0
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+F32 = npt.NDArray[np.float32]
 
 
-@dataclass(frozen=True)
+def to_us(at: datetime) -> int:
+    """Microseconds since the epoch of an aware datetime."""
+    return (at - _EPOCH) // timedelta(microseconds=1)
+
+
+@dataclass(frozen=True, eq=False)
 class RankRequest:
-    """One request's candidates, scoring time and settings."""
+    """One request: its candidates as columns of equal length ``n``, the scoring time, settings.
 
-    candidates: Sequence[Candidate]
-    at: datetime
+    Attributes:
+        ids: memory ids (ties are broken by them).
+        at_us: scoring time, µs since the epoch.
+        params: ``k`` and the recall policy.
+        similarity: cosine to the query as the store gave it, [n]; replaced by the exact cosine
+            when ``query`` and ``vectors`` are both given.
+        keyword: raw keyword scores (BM25), >= 0, [n].
+        importance: [0, 1], [n].
+        last_access_us, created_at_us: µs since the epoch, [n].
+        tau_hours: decay constants, hours, [n].
+        graph_hops: hops from the query's best hits over relations, -1 when unreached, [n].
+        semantic: whether each memory is in the semantic tier (``zeph`` bonus), [n].
+        vectors: candidate vectors ``[n, dim]`` (exact similarity, MMR), or None.
+        query: the query vector ``[dim]``, or None.
+    """
+
+    ids: tuple[str, ...]
+    at_us: int
     params: RankParams
+    similarity: F64
+    keyword: F64
+    importance: F64
+    last_access_us: I64
+    created_at_us: I64
+    tau_hours: F64
+    graph_hops: I64
+    semantic: npt.NDArray[np.bool_]
+    vectors: F32 | None = None
+    query: F32 | None = None
+
+    def __post_init__(self) -> None:
+        bad = ~np.isfinite(self.similarity)
+        if bad.any():
+            raise InvalidField("similarity", float(self.similarity[bad][0]), "expected a number")
+        if self.vectors is not None and self.vectors.shape[0] != len(self.ids):
+            raise InvalidField("vectors", self.vectors.shape, f"expected {len(self.ids)} rows")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @classmethod
+    def of(
+        cls,
+        candidates: Sequence[Candidate],
+        at: datetime,
+        params: RankParams,
+        query: Sequence[float] | None = None,
+    ) -> RankRequest:
+        """From memcore candidates (tests, benchmarks). Candidates without a vector get zeros
+        (cosine 0: never penalised by MMR, as in memcore); vectors are kept only when some exist.
+        """
+        dims = {len(c.vector) for c in candidates if c.vector}
+        if len(dims) > 1:
+            raise InvalidField("vector", sorted(dims), "candidate vectors differ in length")
+        vectors = None
+        if dims:
+            (dim,) = dims
+            vectors = np.asarray(
+                [c.vector if c.vector else (0.0,) * dim for c in candidates], dtype=np.float32
+            )
+        return cls(
+            ids=tuple(c.memory_id for c in candidates),
+            at_us=to_us(at),
+            params=params,
+            similarity=np.asarray([c.similarity for c in candidates], dtype=np.float64),
+            keyword=np.asarray([c.keyword for c in candidates], dtype=np.float64),
+            importance=np.asarray([c.importance for c in candidates], dtype=np.float64),
+            last_access_us=np.asarray([to_us(c.last_access) for c in candidates], dtype=np.int64),
+            created_at_us=np.asarray([to_us(c.created_at) for c in candidates], dtype=np.int64),
+            tau_hours=np.asarray([c.tau_hours for c in candidates], dtype=np.float64),
+            graph_hops=np.asarray(
+                [-1 if c.graph_hops is None else c.graph_hops for c in candidates], dtype=np.int64
+            ),
+            semantic=np.asarray([c.tier is Tier.SEMANTIC for c in candidates], dtype=np.bool_),
+            vectors=vectors,
+            query=None if query is None else np.asarray(query, dtype=np.float32),
+        )
+
+
+def set_threads(n: int) -> None:
+    """CPU threads torch and FAISS use (process-wide; set once at start-up)."""
+    torch.set_num_threads(n)
+    _faiss().omp_set_num_threads(n)
 
 
 def default_device() -> torch.device:
@@ -38,104 +137,321 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def _us(at: datetime) -> int:
-    return (at - _EPOCH) // timedelta(microseconds=1)
-
-
-def _vectorisable(request: RankRequest) -> bool:
-    policy = request.params.policy
-    return policy.preset is not RecallPreset.ZEPH and policy.mmr_lambda is None
-
-
 def rank_many(
-    requests: Sequence[RankRequest], device: torch.device | None = None
+    requests: Sequence[RankRequest],
+    device: torch.device | None = None,
+    *,
+    use_faiss: bool | None = None,
 ) -> list[list[Scored]]:
-    """Rank every request; results in request order, each as :func:`memcore.rank` would give."""
-    out: list[list[Scored] | None] = [None] * len(requests)
-    batch = [i for i, r in enumerate(requests) if _vectorisable(r) and r.candidates]
-    scalar = set(range(len(requests))) - set(batch)
-    for i in sorted(scalar):
-        out[i] = rank(requests[i].candidates, requests[i].at, requests[i].params)
-    if batch:
-        scored = _score([requests[i] for i in batch], device or default_device())
-        for i, rows in zip(batch, scored, strict=True):
+    """Rank every request; results in request order, each as :func:`memcore.rank` would give
+    (with ``similarity`` the exact cosine where a query vector and candidate vectors are given).
+
+    ``use_faiss``: vector products by FAISS (default on the CPU) or by torch (default on CUDA).
+    """
+    out: list[list[Scored]] = [[] for _ in requests]
+    live = [i for i, r in enumerate(requests) if len(r)]
+    if live:
+        batch = [requests[i] for i in live]
+        scores = score(batch, device or default_device(), use_faiss=use_faiss)
+        for i, rows in zip(live, top_k(batch, scores), strict=True):
             out[i] = rows
-    return [rows if rows is not None else [] for rows in out]
+    return out
+
+
+@dataclass(frozen=True)
+class Scores:
+    """A batch's score terms, ``[requests × candidates]`` float64 on the CPU; padding at -inf
+    in ``final`` (and candidates under the minimum score, or dropped by it).
+    """
+
+    similarity: list[list[float]]
+    keyword: list[list[float]]
+    importance: list[list[float]]
+    recency: list[list[float]]
+    graph: list[list[float]]
+    final: list[list[float]]
+    order: list[list[int]]  # per request, candidate indices by final score, best first
+
+
+def score(
+    requests: Sequence[RankRequest], device: torch.device, *, use_faiss: bool | None = None
+) -> Scores:
+    """Score a batch of non-empty requests in one pass."""
+    cols = Columns.build(requests, device, use_faiss=use_faiss)
+    terms = kernel(cols)
+    order = torch.argsort(terms[-1], dim=1, descending=True, stable=True)
+    sim, keyword, importance, recency, graph, final = (t.cpu().tolist() for t in terms)
+    return Scores(sim, keyword, importance, recency, graph, final, order.cpu().tolist())
+
+
+def top_k(requests: Sequence[RankRequest], scores: Scores) -> list[list[Scored]]:
+    """Each request's top ``k`` by final score, ties by memory id (only ~k objects are built)."""
+    out = []
+    for row, request in enumerate(requests):
+        final = scores.final[row]
+        chosen: list[int] = []
+        for i in scores.order[row]:
+            value = final[i]
+            if value == -math.inf or (
+                len(chosen) >= request.params.k and value < final[chosen[-1]]
+            ):
+                break
+            chosen.append(i)
+        chosen.sort(key=lambda i: (-final[i], request.ids[i]))
+        out.append(
+            [
+                Scored(
+                    request.ids[i],
+                    scores.similarity[row][i],
+                    scores.keyword[row][i],
+                    scores.importance[row][i],
+                    scores.recency[row][i],
+                    scores.graph[row][i],
+                    final[i],
+                )
+                for i in chosen[: request.params.k]
+            ]
+        )
+    return out
+
+
+def _padded(
+    requests: Sequence[RankRequest],
+    name: str,
+    width: int,
+    dtype: npt.DTypeLike,
+    fill: float = 0,
+) -> npt.NDArray[Any]:
+    out = np.full((len(requests), width), fill, dtype=dtype)
+    for row, r in enumerate(requests):
+        out[row, : len(r)] = getattr(r, name)
+    return out
 
 
 @dataclass(frozen=True)
 class Columns:
-    """A batch as padded ``[requests × candidates]`` float64 tensors (per-request ones ``[R]``)."""
+    """A batch as padded ``[requests × candidates]`` tensors (per-request ones ``[R]``)."""
 
     similarity: torch.Tensor
     keyword: torch.Tensor
     importance: torch.Tensor
-    idle_us: torch.Tensor
+    idle_hours: torch.Tensor
+    age_days: torch.Tensor
     tau_hours: torch.Tensor
     graph: torch.Tensor
+    semantic: torch.Tensor
     mask: torch.Tensor
+    pairwise: torch.Tensor | None  # [R, W, W] candidate cosines, only when a request uses MMR
     weights: torch.Tensor  # [R, 5]: similarity, keyword, importance, recency, graph
     graph_weight: torch.Tensor
     graphrag: torch.Tensor
     powermem: torch.Tensor
+    zeph: torch.Tensor
+    mmr: torch.Tensor  # whether a request diversifies (zeph always does)
+    mmr_lambda: torch.Tensor
+    min_score: torch.Tensor
+    half_life_days: torch.Tensor
+    importance_weight: torch.Tensor
+    semantic_bonus: torch.Tensor
 
+    @classmethod
+    def build(
+        cls, requests: Sequence[RankRequest], device: torch.device, *, use_faiss: bool | None = None
+    ) -> Columns:
+        """Pad the requests' columns and compute the exact similarities (the host-side part)."""
+        width = max(len(r) for r in requests)
+        f64 = np.float64
+        at = np.asarray([r.at_us for r in requests], dtype=np.int64)[:, None]
+        idle = (at - _padded(requests, "last_access_us", width, np.int64)).astype(f64)
+        age = (at - _padded(requests, "created_at_us", width, np.int64)).astype(f64)
+        hops = _padded(requests, "graph_hops", width, np.int64, -1)
+        similarity = _padded(requests, "similarity", width, f64)
+        policies = [r.params.policy for r in requests]
+        mmr = [p.preset is RecallPreset.ZEPH or p.mmr_lambda is not None for p in policies]
+        if use_faiss if use_faiss is not None else device.type == "cpu":
+            _faiss_similarity(requests, similarity)
+            sim = torch.from_numpy(similarity)
+            pairwise = torch.from_numpy(_faiss_pairwise(requests, width, mmr)) if any(mmr) else None
+        else:
+            sim, pairwise = _torch_similarity(requests, similarity, width, mmr, device)
+        lengths = np.asarray([len(r) for r in requests])
 
-def columns(requests: Sequence[RankRequest], device: torch.device) -> Columns:
-    """Pad the requests' candidates into tensors (the Python-to-tensor part of a batch)."""
-    width = max(len(r.candidates) for r in requests)
-    f64 = torch.float64
+        def t(array: npt.NDArray[Any]) -> torch.Tensor:
+            return torch.from_numpy(array).to(device)
 
-    def padded(values: Sequence[Sequence[float]], fill: float = 0.0) -> torch.Tensor:
-        rows = [list(v) + [fill] * (width - len(v)) for v in values]
-        return torch.tensor(rows, dtype=f64, device=device).reshape(len(requests), width)
+        def per_request(values: Sequence[float | bool]) -> torch.Tensor:
+            dtype = torch.bool if isinstance(values[0], bool) else torch.float64
+            return torch.tensor(values, dtype=dtype, device=device)
 
-    cands = [r.candidates for r in requests]
-    for c in cands:
-        for x in c:
-            require_finite("similarity", x.similarity)
-    policies = [r.params.policy for r in requests]
-    return Columns(
-        similarity=padded([[x.similarity for x in c] for c in cands]),
-        keyword=padded([[x.keyword for x in c] for c in cands]),
-        importance=padded([[x.importance for x in c] for c in cands]),
-        idle_us=padded(
-            [[float(_us(r.at) - _us(x.last_access)) for x in r.candidates] for r in requests]
-        ),
-        tau_hours=padded([[x.tau_hours for x in c] for c in cands], fill=1.0),
-        graph=padded(
-            [
-                [0.0 if x.graph_hops is None else 1.0 / (1.0 + x.graph_hops) for x in c]
-                for c in cands
-            ]
-        ),
-        mask=padded([[1.0] * len(c) for c in cands]) > 0,
-        weights=torch.tensor(
-            [
+        return cls(
+            similarity=sim.to(device),
+            keyword=t(_padded(requests, "keyword", width, f64)),
+            importance=t(_padded(requests, "importance", width, f64)),
+            idle_hours=t(np.maximum(idle, 0.0) / _US_PER_HOUR),
+            age_days=t(np.maximum(age, 0.0) / _US_PER_HOUR / _HOURS_PER_DAY),
+            tau_hours=t(_padded(requests, "tau_hours", width, f64, 1.0)),
+            graph=t(np.where(hops >= 0, 1.0 / (1.0 + np.maximum(hops, 0)), 0.0)),
+            semantic=t(_padded(requests, "semantic", width, np.bool_, False)),
+            mask=t(np.arange(width)[None, :] < lengths[:, None]),
+            pairwise=None if pairwise is None else pairwise.to(device),
+            weights=torch.tensor(
                 [
-                    p.weights.similarity,
-                    p.weights.keyword,
-                    p.weights.importance,
-                    p.weights.recency,
-                    p.weights.graph,
+                    [
+                        p.weights.similarity,
+                        p.weights.keyword,
+                        p.weights.importance,
+                        p.weights.recency,
+                        p.weights.graph,
+                    ]
+                    for p in policies
+                ],
+                dtype=torch.float64,
+                device=device,
+            ),
+            graph_weight=per_request([p.graph_weight for p in policies]),
+            graphrag=per_request([p.graphrag for p in policies]),
+            powermem=per_request([p.preset is RecallPreset.POWERMEM for p in policies]),
+            zeph=per_request([p.preset is RecallPreset.ZEPH for p in policies]),
+            mmr=per_request(mmr),
+            mmr_lambda=per_request(
+                [
+                    p.zeph_mmr_lambda if p.preset is RecallPreset.ZEPH else (p.mmr_lambda or 1.0)
+                    for p in policies
                 ]
-                for p in policies
-            ],
-            dtype=f64,
-            device=device,
-        ),
-        graph_weight=torch.tensor([p.graph_weight for p in policies], dtype=f64, device=device),
-        graphrag=torch.tensor([p.graphrag for p in policies], device=device),
-        powermem=torch.tensor([p.preset is RecallPreset.POWERMEM for p in policies], device=device),
+            ),
+            min_score=per_request([p.min_score for p in policies]),
+            half_life_days=per_request([p.zeph_half_life_days for p in policies]),
+            importance_weight=per_request([p.zeph_importance_weight for p in policies]),
+            semantic_bonus=per_request([p.zeph_semantic_bonus for p in policies]),
+        )
+
+
+def _faiss() -> Any:  # noqa: ANN401 - faiss is untyped
+    import faiss  # noqa: PLC0415 - heavy; loaded on first use
+
+    return faiss
+
+
+def _unit(x: F32) -> F32:
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    norms = np.linalg.norm(x, axis=-1, keepdims=True)
+    out: F32 = np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
+    return out
+
+
+def _inner_products_by_idx(x: F32, y: F32, ids: I64) -> F32:
+    """``out[i, j] = x[i] · y[ids[i, j]]``; -inf where ``ids`` is -1 (FAISS, SIMD, threaded)."""
+    faiss = _faiss()
+    x, y = np.ascontiguousarray(x), np.ascontiguousarray(y)
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    out = np.empty(ids.shape, dtype=np.float32)
+    faiss.fvec_inner_products_by_idx(
+        faiss.swig_ptr(out),
+        faiss.swig_ptr(x),
+        faiss.swig_ptr(y),
+        faiss.swig_ptr(ids),
+        x.shape[1],
+        ids.shape[0],
+        ids.shape[1],
     )
+    return out
+
+
+def _stacked(requests: Sequence[RankRequest]) -> tuple[F32, list[int]]:
+    """All candidate vectors of requests that have them, unit length, and each one's offset."""
+    offsets, blocks, total = [], [], 0
+    for r in requests:
+        offsets.append(total)
+        if r.vectors is not None:
+            blocks.append(_unit(r.vectors))
+            total += len(r)
+    return (np.concatenate(blocks) if blocks else np.zeros((0, 1), np.float32)), offsets
+
+
+def _faiss_similarity(requests: Sequence[RankRequest], similarity: F64) -> None:
+    """Overwrite ``similarity`` rows with the exact cosine where query and vectors are given."""
+    by_dim: dict[int, list[tuple[int, RankRequest, F32]]] = {}
+    for i, r in enumerate(requests):
+        if r.query is not None and r.vectors is not None:
+            by_dim.setdefault(r.query.shape[0], []).append((i, r, r.query))
+    for group in by_dim.values():
+        subset = [r for _, r, _ in group]
+        y, offsets = _stacked(subset)
+        width = max(len(r) for r in subset)
+        ids = np.full((len(subset), width), -1, dtype=np.int64)
+        for row, (r, off) in enumerate(zip(subset, offsets, strict=True)):
+            ids[row, : len(r)] = np.arange(off, off + len(r))
+        ip = _inner_products_by_idx(_unit(np.stack([q for _, _, q in group])), y, ids)
+        for row, (i, r, _) in enumerate(group):
+            similarity[i, : len(r)] = np.clip(ip[row, : len(r)], -1.0, 1.0)
+
+
+def _faiss_pairwise(requests: Sequence[RankRequest], width: int, mmr: Sequence[bool]) -> F64:
+    """``[R, W, W]`` cosines between each MMR request's candidates (0 elsewhere)."""
+    out = np.zeros((len(requests), width, width), dtype=np.float64)
+    by_dim: dict[int, list[int]] = {}
+    for i, r in enumerate(requests):
+        if mmr[i] and r.vectors is not None:
+            by_dim.setdefault(r.vectors.shape[1], []).append(i)
+    for group in by_dim.values():
+        subset = [requests[i] for i in group]
+        y, offsets = _stacked(subset)
+        ids = np.full((len(y), width), -1, dtype=np.int64)
+        for r, off in zip(subset, offsets, strict=True):
+            ids[off : off + len(r), : len(r)] = np.arange(off, off + len(r))[None, :]
+        ip = np.clip(_inner_products_by_idx(y, y, ids), -1.0, 1.0)
+        for r, off, i in zip(subset, offsets, group, strict=True):
+            n = len(r)
+            out[i, :n, :n] = ip[off : off + n, :n]
+    return out
+
+
+def _torch_similarity(
+    requests: Sequence[RankRequest],
+    similarity: F64,
+    width: int,
+    mmr: Sequence[bool],
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The same products as the FAISS path, as batched matmuls on the device."""
+    dims = {r.vectors.shape[1] for r in requests if r.vectors is not None}
+    sim = torch.from_numpy(similarity).to(device)
+    if len(dims) != 1:
+        return sim, None
+    (dim,) = dims
+    vectors = np.zeros((len(requests), width, dim), dtype=np.float32)
+    has = np.zeros(len(requests), dtype=np.bool_)
+    query = np.zeros((len(requests), dim), dtype=np.float32)
+    for row, r in enumerate(requests):
+        if r.vectors is not None:
+            vectors[row, : len(r)] = _unit(r.vectors)
+            if r.query is not None and r.query.shape[0] == dim:
+                query[row] = _unit(r.query)
+                has[row] = True
+    v = torch.from_numpy(vectors).to(device)
+    exact = torch.einsum("rwd,rd->rw", v, torch.from_numpy(query).to(device)).double()
+    sim = torch.where(torch.from_numpy(has).to(device)[:, None], exact.clamp(-1.0, 1.0), sim)
+    pairwise = None
+    if any(mmr):
+        pairwise = torch.bmm(v, v.transpose(1, 2)).double().clamp(-1.0, 1.0)
+    return sim, pairwise
+
+
+def _normalised(x: torch.Tensor) -> torch.Tensor:
+    """Each row divided by its maximum (negatives as 0); all zeros when the maximum is not positive."""
+    x = x.clamp(min=0.0)
+    top = x.max(dim=1, keepdim=True).values
+    return torch.where(top > 0, x / torch.where(top > 0, top, 1.0), 0.0)
 
 
 def kernel(c: Columns) -> tuple[torch.Tensor, ...]:
-    """The scores: (similarity, keyword, importance, recency, graph, final), padding at -inf."""
-    sim = c.similarity.clamp(0.0, 1.0)
-    keyword = c.keyword.clamp(min=0.0)
-    top = keyword.max(dim=1, keepdim=True).values
-    keyword = torch.where(top > 0, keyword / torch.where(top > 0, top, 1.0), 0.0)
-    recency = torch.exp(-(c.idle_us.clamp(min=0.0) / _US_PER_HOUR) / c.tau_hours)
+    """The scores: (similarity, keyword, importance, recency, graph, final); ``final`` is -inf
+    for padding and for candidates the minimum score (or MMR's absence) drops.
+    """
+    mask = c.mask
+    sim = torch.where(mask, c.similarity.clamp(0.0, 1.0), 0.0)
+    keyword = _normalised(torch.where(mask, c.keyword, 0.0))
+    recency = torch.exp(-c.idle_hours / c.tau_hours)
     w = c.weights
     blend = (
         w[:, 0:1] * sim
@@ -146,25 +462,52 @@ def kernel(c: Columns) -> tuple[torch.Tensor, ...]:
     )
     gw = c.graph_weight[:, None]
     blend = torch.where(c.graphrag[:, None], blend * (1.0 - gw) + c.graph * gw, blend)
-    pm = c.powermem[:, None]
-    final = torch.where(c.mask, torch.where(pm, sim * recency, blend), -math.inf)
+    pm, zeph = c.powermem[:, None], c.zeph[:, None]
+    # zeph: 0.7·sim/max + 0.3·keyword/max, times the age factor
+    age = torch.exp(-math.log(2.0) / c.half_life_days[:, None] * c.age_days)
+    zeph_sim = _normalised(sim)
+    relevance = (0.7 * zeph_sim + 0.3 * keyword) * age
+    base = torch.where(zeph, relevance, torch.where(pm, sim * recency, blend))
+    # the minimum applies before MMR, except for zeph (to its final score, below)
+    kept = mask & (zeph | (base >= c.min_score[:, None]))
+    final = torch.where(kept, base, -math.inf)
+    if bool(c.mmr.any()):
+        pairwise = c.pairwise
+        if pairwise is None:  # no vectors: nothing is penalised, MMR only scales by λ
+            pairwise = torch.zeros((*final.shape, final.shape[1]), dtype=final.dtype)
+        diversified = _mmr(final, pairwise.to(final.device), c.mmr_lambda)
+        final = torch.where(c.mmr[:, None], diversified, final)
+    bonus = c.importance_weight[:, None] * c.importance + torch.where(
+        c.semantic, c.semantic_bonus[:, None], 0.0
+    )
+    final = torch.where(zeph, final + bonus, final)
+    final = torch.where(zeph & (final < c.min_score[:, None]), -math.inf, final)
+    sim = torch.where(zeph, zeph_sim, sim)
+    recency = torch.where(zeph, age, recency)
     keyword = torch.where(pm, 0.0, keyword)
-    graph = torch.where(pm, 0.0, c.graph)
+    graph = torch.where(pm | zeph, 0.0, c.graph)
     return sim, keyword, c.importance, recency, graph, final
 
 
-def _score(requests: Sequence[RankRequest], device: torch.device) -> list[list[Scored]]:
-    result = [t.cpu().tolist() for t in kernel(columns(requests, device))]
-    return [_top(request, row, result) for row, request in enumerate(requests)]
-
-
-def _top(request: RankRequest, row: int, columns: list[list[list[float]]]) -> list[Scored]:
-    sim, keyword, importance, recency, graph, final = (c[row] for c in columns)
-    policy = request.params.policy
-    scored = [
-        Scored(x.memory_id, sim[i], keyword[i], importance[i], recency[i], graph[i], final[i])
-        for i, x in enumerate(request.candidates)
-        if final[i] >= policy.min_score
-    ]
-    scored.sort(key=lambda s: (-s.final, s.memory_id))
-    return scored[: request.params.k]
+def _mmr(relevance: torch.Tensor, pairwise: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
+    """Greedy MMR on every row at once (as :func:`memcore.mmr`): each step picks, per row, the
+    remaining item maximising ``λ·relevance − (1−λ)·max cosine to those picked`` (ties to the
+    lower index) and records that value as its score. Items at -inf are never picked.
+    """
+    remaining = torch.isfinite(relevance)
+    rel = torch.where(remaining, relevance, 0.0)
+    lam = lam[:, None]
+    penalty = torch.zeros_like(rel)
+    out = torch.full_like(rel, -math.inf)
+    rows = torch.arange(rel.shape[0], device=rel.device)
+    for _ in range(rel.shape[1]):
+        live = remaining.any(dim=1)
+        if not bool(live.any()):
+            break
+        value = torch.where(remaining, lam * rel - (1.0 - lam) * penalty, -math.inf)
+        best = value.argmax(dim=1)
+        picked = value[rows, best]
+        out[rows[live], best[live]] = picked[live]
+        remaining[rows[live], best[live]] = False
+        penalty = torch.maximum(penalty, pairwise[rows, best].clamp(min=0.0))
+    return out

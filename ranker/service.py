@@ -1,8 +1,11 @@
 """Recall, write, access and get for one tenant at a time; the HTTP layer adds auth on top.
 
 Recall: embed the query (unless a vector is given), take the tenant's nearest active memories from
-Milvus (request filters applied there), score them in the shared micro-batch (one torch pass for
-many requests), and produce one recall access event per returned memory unless ``track`` is off.
+Milvus (request filters applied there), set aside the candidates that have faded (the default
+lifecycle archives them instead of returning them), count graph hops over the candidates'
+relations when the policy uses graph proximity, score the rest in the shared micro-batch (one
+torch pass for many requests, exact similarity by FAISS), and produce one recall access event per
+returned memory and one ``fade`` decision per faded candidate, unless ``track`` is off.
 Writes and accesses are produced to Kafka; the stream worker applies them.
 """
 
@@ -14,13 +17,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 import orjson
 
-from memcore import Candidate, RankParams, Scored, Tier, derive_memory_id
+from memcore import RankParams, Scored, derive_memory_id, faded
+from memcore.graph import recall_hops
 from memcore.keyword import bm25_scores
 from memcore.policy import RecallPolicy
 from ranker.batcher import Batcher, Overloaded
-from ranker.kernel import RankRequest, rank_many
+from ranker.kernel import RankRequest, rank_many, to_us
 from ranker.metrics import Metrics
 from storage import Filters, Hit, MemoryRow, MilvusStore, from_us
 from storage.embedding import Embedder
@@ -40,7 +45,11 @@ class RecallQuery:
         at: the time to score at (recency); the event time of the emitted accesses.
         policy: the tenant's recall policy with the request's overrides applied.
         filters: scalar filters applied in Milvus before ranking.
-        track: emit a recall access event per returned memory.
+        track: emit a recall access event per returned memory (and a ``fade`` decision per
+            faded candidate).
+        archive_below: effective importance under which a candidate has faded and is archived
+            instead of returned (the tenant's default lifecycle); None: no such gate (the
+            ``powermem`` lifecycle, archive search).
     """
 
     text: str | None
@@ -50,6 +59,7 @@ class RecallQuery:
     policy: RecallPolicy
     filters: Filters = field(default_factory=Filters)
     track: bool = True
+    archive_below: float | None = None
 
 
 @dataclass(frozen=True)
@@ -112,32 +122,31 @@ class RecallService:
                 self.store.search, tenant_id, [vector], max(self.candidates, query.k), query.filters
             )
         )[0]
-        if not hits:
-            return []
-        keywords = (
-            bm25_scores(query.text, [h.row.content for h in hits])
-            if query.text and query.policy.weights.keyword > 0
-            else [0.0] * len(hits)
-        )
-        candidates = [_candidate(h, kw) for h, kw in zip(hits, keywords, strict=True)]
-        params = RankParams(k=query.k, policy=query.policy)
-        scored = await self.batcher.submit(RankRequest(candidates, query.at, params))
-        rows = {h.row.memory_id: h.row for h in hits}
-        results = [Recalled(rows[s.memory_id], s) for s in scored]
+        hits, fading = _set_aside_faded(hits, query)
+        results: list[Recalled] = []
+        if hits:
+            request = _request(hits, vector, query)
+            scored = await self.batcher.submit(request)
+            rows = {h.row.memory_id: h.row for h in hits}
+            results = [Recalled(rows[s.memory_id], s) for s in scored]
         if query.track:
-            await self.access(tenant_id, [r.row.memory_id for r in results], query.at, "recall")
+            await self._produce_all(
+                [
+                    ("access-events", _access(tenant_id, r.row.memory_id, query.at, "recall"))
+                    for r in results
+                ]
+                + [("memory-writes", _fade(tenant_id, h.row.memory_id, query.at)) for h in fading]
+            )
         return results
 
     async def write(self, tenant_id: str, documents: Sequence[Mapping[str, Any]]) -> list[str]:
         """Produce memory writes; returns their ids (derived from the content when absent)."""
         ids = [d.get("memory_id") or derive_memory_id(tenant_id, d["content"]) for d in documents]
-        await self._produce(
-            "memory-writes",
-            tenant_id,
+        await self._produce_all(
             [
-                {"v": 1, **d, "tenant_id": tenant_id, "memory_id": m}
+                ("memory-writes", {"v": 1, **d, "tenant_id": tenant_id, "memory_id": m})
                 for d, m in zip(documents, ids, strict=True)
-            ],
+            ]
         )
         return [str(m) for m in ids]
 
@@ -145,21 +154,17 @@ class RecallService:
         self, tenant_id: str, memory_ids: Sequence[str], at: datetime, kind: str
     ) -> None:
         """Produce one access event per id."""
-        events = [
-            {"v": 1, "tenant_id": tenant_id, "memory_id": m, "at": at.isoformat(), "kind": kind}
-            for m in memory_ids
-        ]
-        await self._produce("access-events", tenant_id, events)
+        await self._produce_all(
+            [("access-events", _access(tenant_id, m, at, kind)) for m in memory_ids]
+        )
 
-    async def _produce(
-        self, role: str, tenant_id: str, values: Sequence[Mapping[str, Any]]
-    ) -> None:
-        """Enqueue in order (a memory's events keep their order), then wait for all deliveries
-        at once: one round trip per call, not one per message.
+    async def _produce_all(self, messages: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+        """Enqueue ``(topic role, value)`` in order (a memory's events keep their order), then
+        wait for all deliveries at once: one round trip per call, not one per message.
         """
         deliveries = [
-            await self.send(role, f"{tenant_id}/{v['memory_id']}".encode(), orjson.dumps(v))
-            for v in values
+            await self.send(role, f"{v['tenant_id']}/{v['memory_id']}".encode(), orjson.dumps(v))
+            for role, v in messages
         ]
         await asyncio.gather(*deliveries)
 
@@ -172,16 +177,74 @@ class RecallService:
         return await asyncio.to_thread(rank_many, requests)
 
 
-def _candidate(hit: Hit, keyword: float) -> Candidate:
-    row = hit.row
-    return Candidate(
-        memory_id=row.memory_id,
-        similarity=hit.similarity,
-        importance=row.importance,
-        last_access=from_us(row.last_access_us),
-        created_at=from_us(row.created_at_us),
-        tau_hours=row.tau_hours,
-        tier=Tier(row.tier),
-        keyword=keyword,
-        vector=tuple(row.vector),
+def _access(tenant_id: str, memory_id: str, at: datetime, kind: str) -> dict[str, Any]:
+    return {
+        "v": 1,
+        "tenant_id": tenant_id,
+        "memory_id": memory_id,
+        "at": at.isoformat(),
+        "kind": kind,
+    }
+
+
+def _fade(tenant_id: str, memory_id: str, at: datetime) -> dict[str, Any]:
+    """A ``fade`` decision: the worker archives the memory if it is still faded when applied."""
+    return {
+        "v": 1,
+        "kind": "decision",
+        "decision": "fade",
+        "tenant_id": tenant_id,
+        "memory_id": memory_id,
+        "at": at.isoformat(),
+        "reason": "faded recall candidate",
+    }
+
+
+def _set_aside_faded(hits: Sequence[Hit], query: RecallQuery) -> tuple[list[Hit], list[Hit]]:
+    """(candidates to rank, candidates that have faded by ``query.at``)."""
+    if query.archive_below is None:
+        return list(hits), []
+    keep: list[Hit] = []
+    fading: list[Hit] = []
+    for h in hits:
+        row = h.row
+        why = faded(
+            row.importance,
+            from_us(row.last_access_us),
+            row.tau_hours,
+            query.at,
+            query.archive_below,
+        )
+        (keep if why is None else fading).append(h)
+    return keep, fading
+
+
+def _request(hits: Sequence[Hit], vector: Sequence[float], query: RecallQuery) -> RankRequest:
+    """The kernel's columns, straight from the store's rows."""
+    rows = [h.row for h in hits]
+    policy = query.policy
+    keywords = (
+        bm25_scores(query.text, [r.content for r in rows])
+        if query.text and policy.weights.keyword > 0
+        else [0.0] * len(rows)
+    )
+    hops: dict[str, int] = {}
+    if policy.graphrag or policy.weights.graph > 0:
+        hops = recall_hops(
+            {h.row.memory_id: h.similarity for h in hits}, {r.memory_id: r.relations for r in rows}
+        )
+    return RankRequest(
+        ids=tuple(r.memory_id for r in rows),
+        at_us=to_us(query.at),
+        params=RankParams(k=query.k, policy=policy),
+        similarity=np.fromiter((h.similarity for h in hits), np.float64, len(hits)),
+        keyword=np.asarray(keywords, dtype=np.float64),
+        importance=np.fromiter((r.importance for r in rows), np.float64, len(rows)),
+        last_access_us=np.fromiter((r.last_access_us for r in rows), np.int64, len(rows)),
+        created_at_us=np.fromiter((r.created_at_us for r in rows), np.int64, len(rows)),
+        tau_hours=np.fromiter((r.tau_hours for r in rows), np.float64, len(rows)),
+        graph_hops=np.fromiter((hops.get(r.memory_id, -1) for r in rows), np.int64, len(rows)),
+        semantic=np.fromiter((r.tier == "semantic" for r in rows), np.bool_, len(rows)),
+        vectors=np.asarray([r.vector for r in rows], dtype=np.float32),
+        query=np.asarray(vector, dtype=np.float32),
     )

@@ -16,3 +16,9 @@ class RankerSettings(SharedSettings):
     batch_max: int = Field(64, ge=1, description="requests scored in one torch pass, at most")
     batch_wait_s: float = Field(0.002, ge=0, description="how long a batch waits to fill")
     queue_max: int = Field(1024, ge=1, description="waiting requests before HTTP 429")
+    scoring_threads: int = Field(
+        1,
+        ge=1,
+        description="CPU threads of torch and FAISS in a batch (the kernel is small: more threads"
+        " mostly spin against the event loop and the Milvus client)",
+    )

@@ -17,7 +17,7 @@ import orjson
 from memcore import Decision, DecisionKind, Item, Lifecycle, Policy, Tier, plan, to_events
 from memcore.consolidation import Neighbours, summarise
 from memcore.ids import content_hash
-from memcore.state import Absorb, Event, Promote, Purge, Retire
+from memcore.state import Absorb, Event, Fade, Promote, Purge, Retire
 from storage import MemoryRow, from_us
 from storage.similarity import cosine_neighbours
 from streams.processor import Outbound
@@ -142,6 +142,8 @@ def _decision(tenant_id: str, memory_id: str, event: Event, request_id: str | No
     elif isinstance(event, Retire):
         value |= {"decision": "retire", "reason": event.reason, "to": event.to.value}
         value |= {"merged_into": event.merged_into}
+    elif isinstance(event, Fade):
+        value |= {"decision": "fade", "reason": event.reason}
     elif isinstance(event, Promote):
         value |= {"decision": "promote", "reason": event.reason, "to": event.to.value}
     elif isinstance(event, Purge):

@@ -15,7 +15,17 @@ from typing import Any, Literal, TypeVar
 import orjson
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
-from memcore import Absorb, AccessKind, InvalidField, Lifecycle, Promote, Purge, Retire, Tier
+from memcore import (
+    Absorb,
+    AccessKind,
+    Fade,
+    InvalidField,
+    Lifecycle,
+    Promote,
+    Purge,
+    Retire,
+    Tier,
+)
 from memcore.consolidation import ALL_STRATEGIES, Strategy
 from memcore.ids import check_id
 from storage.milvus import MAX_RELATIONS, MAX_TAG_CHARS, MAX_TAGS
@@ -66,7 +76,8 @@ class DecisionV1(_Strict):
     """A consolidation decision for one memory, on ``memory-writes`` (the state agent applies it).
 
     ``absorb``: take over the counters of ``source``; ``retire``: move ``to`` archived, forgotten or
-    deleted (``merged_into`` names the survivor or summary); ``promote``: move ``to`` a tier;
+    deleted (``merged_into`` names the survivor or summary); ``fade``: archive it if it has faded
+    by ``at`` (decided again on the state it meets); ``promote``: move ``to`` a tier;
     ``purge``: remove a forgotten or deleted memory from the serving store.
     """
 
@@ -75,7 +86,7 @@ class DecisionV1(_Strict):
     tenant_id: str
     memory_id: str
     at: AwareDatetime
-    decision: Literal["absorb", "retire", "promote", "purge"]
+    decision: Literal["absorb", "retire", "fade", "promote", "purge"]
     reason: str = Field(min_length=1, max_length=1000)
     source: str | None = None
     access_count: int = Field(0, ge=0)
@@ -261,7 +272,7 @@ class DecisionRecord:
 
     tenant_id: str
     memory_id: str
-    event: Absorb | Retire | Promote | Purge
+    event: Absorb | Retire | Fade | Promote | Purge
     request_id: str | None
 
     @property
@@ -294,7 +305,7 @@ def decode_decision(raw: bytes, limits: Limits) -> DecisionRecord:
     m = _model(DecisionV1, raw)
     tenant_id = _tenant(m.tenant_id, limits)
     memory_id = _id("memory_id", m.memory_id)
-    event: Absorb | Retire | Promote | Purge
+    event: Absorb | Retire | Fade | Promote | Purge
     try:
         if m.decision == "absorb":
             event = Absorb(
@@ -312,6 +323,8 @@ def decode_decision(raw: bytes, limits: Limits) -> DecisionRecord:
                 raise RecordError("to", m.to, "expected archived, forgotten or deleted")
             merged = _id("merged_into", m.merged_into) if m.merged_into else None
             event = Retire(m.at, to, m.reason, merged)
+        elif m.decision == "fade":
+            event = Fade(m.at, m.reason)
         elif m.decision == "promote":
             event = Promote(m.at, Tier.parse(m.to, "to"), m.reason)
         else:

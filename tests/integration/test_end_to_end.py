@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,27 @@ def test_write_recall_and_recall_counts_grow(server: str) -> None:
         eventually(lambda: recalls() == [1, 1, 0], 60, "recall access events applied")
         client.recall(vector=query, k=1, at=T0)
         eventually(lambda: recalls() == [2, 1, 0], 60, "second recall applied")
+
+        # a weak working memory fades out of recall: archived by the worker, not returned
+        weak = client.remember(
+            "a passing remark",
+            embedding=[1.0, 0.05, *([0.0] * (DIM - 2))],
+            importance=0.1,
+            memory_type="working",
+            at=T0,
+        )
+        eventually(
+            lambda: (
+                weak in {m.memory_id for m in client.recall(vector=query, k=5, at=T0, track=False)}
+            ),
+            60,
+            "weak memory written",
+        )
+        later = T0 + timedelta(days=30)
+        assert weak not in {m.memory_id for m in client.recall(vector=query, k=5, at=later)}
+
+        def weak_state() -> str | None:
+            found = client.get(weak)
+            return None if found is None else found.state
+
+        eventually(lambda: weak_state() == "archived", 60, "faded candidate archived")

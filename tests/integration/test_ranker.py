@@ -212,3 +212,84 @@ async def test_overload_is_429_with_retry_after(
     monkeypatch.setattr(RecallService, "recall", saturated)
     reply = await http.post("/v1/recall", json=QUERY, headers={"X-API-Key": KEY_A})
     assert (reply.status_code, reply.headers["Retry-After"]) == (429, "1")
+
+
+def decisions(stack: Stack) -> list[dict[str, object]]:
+    sent = [orjson.loads(v) for _, v in read_all(stack.bootstrap, stack.topic("memory-writes"))]
+    return [d for d in sent if d.get("kind") == "decision"]
+
+
+async def test_a_faded_candidate_is_archived_not_returned(
+    client: tuple[httpx.AsyncClient, Stack, MilvusStore],
+) -> None:
+    http, stack, store = client
+    store.upsert([row("acme", "fading", 0.95, 0.1, 0.3)])  # effective importance 0.03 < 0.05
+    headers = {"X-API-Key": KEY_A}
+    quiet = await http.post("/v1/recall", json={**QUERY, "k": 5, "track": False}, headers=headers)
+    assert "fading" not in {r["memory_id"] for r in quiet.json()["results"]}
+    assert await asyncio.to_thread(decisions, stack) == []  # track=false changes nothing
+    reply = await http.post("/v1/recall", json={**QUERY, "k": 5}, headers=headers)
+    assert [r["memory_id"] for r in reply.json()["results"]] == [m for m, *_ in ALICE_ORDER]
+    sent = await asyncio.to_thread(decisions, stack)
+    assert [(d["memory_id"], d["decision"], d["at"]) for d in sent] == [
+        ("fading", "fade", T0.isoformat())
+    ]
+    assert "fading" not in {a["memory_id"] for a in await asyncio.to_thread(accesses, stack)}
+    archived = await http.post("/v1/archive/search", json=QUERY, headers=headers)
+    assert archived.json()["results"] == []  # archived only once the worker applies the decision
+
+
+ALICE_ORDER = [ALICE[0], ALICE[2], ALICE[1]]
+
+
+def unit(*xs: float) -> tuple[float, ...]:
+    norm = math.sqrt(sum(x * x for x in xs))
+    return tuple(x / norm for x in (*xs, *([0.0] * (DIM - len(xs)))))
+
+
+async def test_graph_proximity_counts_hops_over_relations(
+    client: tuple[httpx.AsyncClient, Stack, MilvusStore],
+) -> None:
+    http, _, store = client
+    store.delete("globex", ["secret"])
+    seeds = [row("globex", f"seed{i}", 0.95 - i / 100, 0.5, 0.5) for i in range(3)]
+    seeds[0] = dataclasses.replace(seeds[0], relations=("linked",))
+    store.upsert(
+        [*seeds, row("globex", "linked", 0.2, 0.5, 0.5), row("globex", "far", 0.3, 0.5, 0.5)]
+    )
+    headers = {"X-API-Key": KEY_B}
+
+    async def scores(graphrag: bool) -> dict[str, dict[str, float]]:
+        body = {**QUERY, "k": 10, "graphrag": graphrag, "track": False}
+        reply = await http.post("/v1/recall", json=body, headers=headers)
+        return {r["memory_id"]: r["scores"] for r in reply.json()["results"]}
+
+    plain, graph = await scores(False), await scores(True)
+    assert plain["far"]["final"] > plain["linked"]["final"]  # more similar, nothing else differs
+    assert (graph["linked"]["graph"], graph["far"]["graph"], graph["seed0"]["graph"]) == (
+        0.5,
+        0.0,
+        1.0,
+    )
+    assert graph["linked"]["final"] == pytest.approx(plain["linked"]["final"] * 0.7 + 0.5 * 0.3)
+    assert graph["linked"]["final"] > graph["far"]["final"]
+
+
+async def test_mmr_pushes_a_near_copy_down(
+    client: tuple[httpx.AsyncClient, Stack, MilvusStore],
+) -> None:
+    http, _, store = client
+    store.delete("globex", ["secret"])
+    a = dataclasses.replace(row("globex", "a", 0.9, 0.8, 0.9), vector=unit(0.9, 0.43589))
+    copy = dataclasses.replace(a, key="globex/a-copy", memory_id="a-copy", importance=0.79)
+    b = dataclasses.replace(row("globex", "b", 0.8, 0.8, 0.9), vector=unit(0.8, 0.0, 0.6))
+    store.upsert([a, copy, b])
+    headers = {"X-API-Key": KEY_B}
+
+    async def order(mmr: float | None) -> list[str]:
+        body = {**QUERY, "k": 3, "mmr_lambda": mmr, "track": False}
+        reply = await http.post("/v1/recall", json=body, headers=headers)
+        return [r["memory_id"] for r in reply.json()["results"]]
+
+    assert await order(None) == ["a", "a-copy", "b"]
+    assert await order(0.5) == ["a", "b", "a-copy"]

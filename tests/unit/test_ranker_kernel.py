@@ -1,21 +1,26 @@
-"""The torch kernel equals memcore's scalar reference: same order, scores within 1e-6."""
+"""The torch kernel equals memcore's scalar reference: same order, scores within 1e-6, for every
+preset, GraphRAG, MMR (vectorised over the batch) and the exact similarity FAISS computes.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from datetime import timedelta
 
 import pytest
+import torch
 
-from memcore import Candidate, InvalidField, RankParams, Tier, rank
+from memcore import Candidate, InvalidField, RankParams, Scored, Tier, rank
 from memcore.policy import RecallPolicy, RecallPreset, RecallWeights
+from memcore.vectors import cosine
 from ranker.kernel import RankRequest, rank_many
 
 from .helpers import T0
 
 
-def random_request(rng: random.Random, n: int) -> RankRequest:
-    candidates = [
+def random_candidates(rng: random.Random, n: int) -> list[Candidate]:
+    return [
         Candidate(
             memory_id=f"m{rng.randrange(10_000)}-{i}",
             similarity=rng.uniform(-0.3, 1.0),
@@ -26,10 +31,13 @@ def random_request(rng: random.Random, n: int) -> RankRequest:
             tier=rng.choice(list(Tier)),
             keyword=rng.choice([0.0, rng.uniform(0, 12)]),
             graph_hops=rng.choice([None, 0, 1, 2]),
-            vector=tuple(rng.gauss(0, 1) for _ in range(4)),
+            vector=tuple(rng.gauss(0, 1) for _ in range(8)),
         )
         for i in range(n)
     ]
+
+
+def random_params(rng: random.Random) -> RankParams:
     preset = rng.choice([RecallPreset.ZEROMEMORY] * 3 + [RecallPreset.POWERMEM, RecallPreset.ZEPH])
     weights = RecallWeights(*(rng.choice([0.0, rng.random()]) for _ in range(5)))
     policy = RecallPolicy(
@@ -39,26 +47,51 @@ def random_request(rng: random.Random, n: int) -> RankRequest:
         mmr_lambda=rng.choice([None, None, None, 0.6]),
         min_score=rng.choice([0.0, 0.0, 0.3]),
     )
-    return RankRequest(candidates, T0, RankParams(k=rng.randrange(1, 20), policy=policy))
+    return RankParams(k=rng.randrange(1, 20), policy=policy)
+
+
+def assert_same(got: list[Scored], want: list[Scored]) -> None:
+    assert [s.memory_id for s in got] == [s.memory_id for s in want]
+    for g, w in zip(got, want, strict=True):
+        for field in ("similarity", "keyword", "importance", "recency", "graph", "final"):
+            assert getattr(g, field) == pytest.approx(getattr(w, field), abs=1e-6), field
 
 
 def test_kernel_equals_the_scalar_reference() -> None:
     rng = random.Random(9)
-    requests = [random_request(rng, rng.randrange(0, 60)) for _ in range(200)]
-    ties = random_request(rng, 10)
-    tied = [Candidate(c.memory_id, 0.5, 0.5, T0, T0, 48.0) for c in ties.candidates]
-    requests.append(RankRequest(tied, T0, RankParams(k=5)))
-    results = rank_many(requests)
-    vectorised = 0
-    for request, got in zip(requests, results, strict=True):
-        want = rank(request.candidates, request.at, request.params)
-        assert [s.memory_id for s in got] == [s.memory_id for s in want]
-        for g, w in zip(got, want, strict=True):
-            for field in ("similarity", "keyword", "importance", "recency", "graph", "final"):
-                assert getattr(g, field) == pytest.approx(getattr(w, field), abs=1e-6), field
-        policy = request.params.policy
-        vectorised += policy.preset is not RecallPreset.ZEPH and policy.mmr_lambda is None
-    assert vectorised > 100  # most requests went through torch, not the fallback
+    cases = [(random_candidates(rng, rng.randrange(0, 60)), random_params(rng)) for _ in range(200)]
+    tied = [Candidate(f"t{i}", 0.5, 0.5, T0, T0, 48.0) for i in range(10)]
+    cases.append((tied, RankParams(k=5)))
+    cases.append((tied, RankParams(k=5, policy=RecallPolicy(mmr_lambda=0.5))))  # no vectors
+    results = rank_many([RankRequest.of(c, T0, p) for c, p in cases])
+    for (candidates, params), got in zip(cases, results, strict=True):
+        assert_same(got, rank(candidates, T0, params))
+    diversified = sum(
+        bool(c) and (p.policy.mmr_lambda is not None or p.policy.preset is RecallPreset.ZEPH)
+        for c, p in cases
+    )
+    assert diversified > 20  # MMR and zeph requests were in the batch too
+
+
+@pytest.mark.parametrize("use_faiss", [True, False])
+def test_similarity_is_the_exact_cosine_to_the_query(use_faiss: bool) -> None:
+    """With a query vector, the store's similarity is replaced by the exact cosine (FAISS on the
+    CPU, batched matmuls as on CUDA), so a wrong similarity from an approximate index does not
+    change the ranking; MMR's pairwise cosines come from the same products.
+    """
+    rng = random.Random(4)
+    requests, references = [], []
+    for _ in range(50):
+        query = [rng.gauss(0, 1) for _ in range(8)]
+        candidates = random_candidates(rng, rng.randrange(1, 40))
+        params = random_params(rng)
+        exact = [dataclasses.replace(c, similarity=cosine(query, c.vector)) for c in candidates]
+        noisy = [dataclasses.replace(c, similarity=rng.random()) for c in candidates]
+        requests.append(RankRequest.of(noisy, T0, params, query=query))
+        references.append(rank(exact, T0, params))
+    ranked = rank_many(requests, torch.device("cpu"), use_faiss=use_faiss)
+    for got, want in zip(ranked, references, strict=True):
+        assert_same(got, want)
 
 
 def test_the_alice_example_through_the_kernel() -> None:
@@ -70,7 +103,7 @@ def test_the_alice_example_through_the_kernel() -> None:
         Candidate(f"m{i}", s, imp, T0 - timedelta(hours=-tau * math.log(rec)), T0, tau)
         for i, (s, imp, rec) in enumerate(rows)
     ]
-    (ranked,) = rank_many([RankRequest(candidates, T0, RankParams(k=3))])
+    (ranked,) = rank_many([RankRequest.of(candidates, T0, RankParams(k=3))])
     assert [(s.memory_id, round(s.final, 3)) for s in ranked] == [
         ("m0", 0.88),
         ("m2", 0.64),
@@ -81,4 +114,4 @@ def test_the_alice_example_through_the_kernel() -> None:
 def test_nan_similarity_is_rejected() -> None:
     bad = Candidate("x", float("nan"), 0.5, T0, T0, 48.0)
     with pytest.raises(InvalidField, match="similarity"):
-        rank_many([RankRequest([bad], T0, RankParams())])
+        rank_many([RankRequest.of([bad], T0, RankParams())])

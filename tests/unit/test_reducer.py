@@ -10,6 +10,7 @@ from memcore import (
     Access,
     AccessKind,
     EffectKind,
+    Fade,
     ImportanceSource,
     Lifecycle,
     Policy,
@@ -291,3 +292,35 @@ class TestDecisions:
 
 def test_importance_source_is_kept() -> None:
     assert created(0.3).importance_source is ImportanceSource.EXPLICIT
+
+
+class TestFade:
+    """The archive gate without a touch (recall candidates, the sweep): decided on the state met."""
+
+    def test_a_faded_memory_is_archived(self) -> None:
+        state = created(0.5, Tier.WORKING)  # tau 48 h: 0.5 * exp(-10) after 20 days
+        at = T0 + hours(480)
+        after, effects = apply(state, Fade(at, "recall candidate"), DEFAULT)
+        assert after is not None
+        assert (after.state, after.state_changed_at) == (Lifecycle.ARCHIVED, at)
+        assert (after.access_count, after.last_access) == (0, T0)
+        assert effects[0].kind is EffectKind.ARCHIVED
+        assert effects[0].reason.startswith("recall candidate: faded: effective importance")
+
+    def test_an_access_in_between_keeps_it(self) -> None:
+        state = created(0.5, Tier.WORKING)
+        revived, _ = apply(state, Access(T0 + hours(1), AccessKind.GET), DEFAULT)
+        assert revived is not None
+        # decided at T0 + 1 h on a stale view; applied to the accessed state, it is not faded
+        after, effects = apply(revived, Fade(T0 + hours(2), "recall candidate"), DEFAULT)
+        assert after == revived
+        assert effects[0].kind is EffectKind.IGNORED
+
+    def test_a_fresh_or_inactive_memory_is_left(self) -> None:
+        state = created(0.5)
+        after, effects = apply(state, Fade(T0 + hours(1), "sweep"), DEFAULT)
+        assert (after, effects[0].kind) == (state, EffectKind.IGNORED)
+        gone, _ = apply(state, Retire(T0, Lifecycle.FORGOTTEN, "user"), DEFAULT)
+        again, effects = apply(gone, Fade(T0 + hours(5000), "sweep"), DEFAULT)
+        assert again == gone
+        assert effects[0].kind is EffectKind.IGNORED

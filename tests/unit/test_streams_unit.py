@@ -324,6 +324,16 @@ def test_decisions_apply_through_the_reducer() -> None:
     state = t.processor.state("acme/m1")
     assert state is not None
     assert state.state.value == "archived"
+    t.write(write_bytes(memory_id="m3", importance=0.5), key=b"acme/m3")
+    t.write(decision_bytes(memory_id="m3", decision="fade", to=None), key=b"acme/m3")
+    kept = t.processor.state("acme/m3")
+    assert kept is not None
+    assert kept.state.value == "active"  # written at AT, not faded at AT
+    later = "2027-03-01T12:00:00+00:00"
+    t.write(decision_bytes(memory_id="m3", decision="fade", to=None, at=later), key=b"acme/m3")
+    faded = t.processor.state("acme/m3")
+    assert faded is not None
+    assert faded.state.value == "archived"
     unknown = t.write(decision_bytes(memory_id="nope"), key=b"acme/nope")
     assert unknown.out == []
     assert t.processor.state("acme/nope") is None
