@@ -363,9 +363,9 @@ def _stacked(requests: Sequence[RankRequest]) -> tuple[F32, list[int]]:
     for r in requests:
         offsets.append(total)
         if r.vectors is not None:
-            blocks.append(_unit(r.vectors))
+            blocks.append(r.vectors)
             total += len(r)
-    return (np.concatenate(blocks) if blocks else np.zeros((0, 1), np.float32)), offsets
+    return (_unit(np.concatenate(blocks)) if blocks else np.zeros((0, 1), np.float32)), offsets
 
 
 def _faiss_similarity(requests: Sequence[RankRequest], similarity: F64) -> None:

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.registry import Collector
 
 from ranker.batcher import BatchStats
 
 
 class Metrics:
-    """One registry per app (tests build many apps in one process)."""
+    """One registry per app (tests build many apps in one process).
 
-    def __init__(self) -> None:
+    ``also``: more registries served after this one at ``/metrics`` (``python -m server`` passes the
+    stream worker's, which runs in the same process); their metric names must differ from ours.
+    """
+
+    def __init__(self, *also: Collector) -> None:
         self.registry = CollectorRegistry()
+        self.also = also
         self.batch_size = Histogram(
             "mnemostream_recall_batch_size",
             "requests scored in one torch pass",
@@ -33,4 +39,4 @@ class Metrics:
         self.queue_depth.set(stats.queued)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return b"".join(generate_latest(registry) for registry in (self.registry, *self.also))

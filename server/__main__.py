@@ -8,6 +8,7 @@ import logging
 import uvicorn
 
 from ranker.__main__ import build
+from ranker.metrics import Metrics
 from ranker.settings import RankerSettings
 from streams.__main__ import prepare, run
 from streams.app import create_app
@@ -17,12 +18,21 @@ log = logging.getLogger(__name__)
 
 
 def main() -> None:
-    """Start the worker; the HTTP server runs as one of its tasks and stops with it."""
+    """Start the worker; the HTTP server runs as one of its tasks and stops with it.
+
+    The ranker's ``GET /metrics`` serves the worker's metrics too (``MNEMO_METRICS_PORT`` is for
+    ``python -m streams`` alone).
+    """
     worker_settings = WorkerSettings()
     ranker_settings = RankerSettings()
     services = prepare(worker_settings)
     app = create_app(worker_settings, services)
-    api = build(ranker_settings, store=services.store, embedder=services.embedder)
+    api = build(
+        ranker_settings,
+        store=services.store,
+        embedder=services.embedder,
+        metrics=Metrics(services.metrics.registry),
+    )
 
     @app.task  # type: ignore[untyped-decorator]
     async def http() -> None:

@@ -1,4 +1,5 @@
-"""``python -m streams``: run the stream worker (settings from ``MNEMO_*`` variables);
+"""``python -m streams``: run the stream worker (settings from ``MNEMO_*`` variables), with its
+Prometheus metrics at ``GET /metrics`` on ``MNEMO_METRICS_PORT`` (default 9102; 0: not served);
 ``python -m streams consolidate --help``: ask it to consolidate (see :mod:`streams.cli`).
 """
 
@@ -46,11 +47,13 @@ def run(app: faust.App, settings: WorkerSettings, services: Services) -> None:
 
 
 def main() -> None:
-    """Read settings, prepare the services, run the Faust worker."""
+    """Read settings, prepare the services, serve the metrics, run the Faust worker."""
     if len(sys.argv) > 1 and sys.argv[1] == "consolidate":
         raise SystemExit(cli.main(sys.argv[2:]))
     settings = WorkerSettings()
     services = prepare(settings)
+    if settings.metrics_port:
+        services.metrics.serve(settings.metrics_host, settings.metrics_port)
     run(create_app(settings, services), settings, services)
 
 

@@ -16,7 +16,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -32,6 +32,7 @@ from storage.milvus import ANY_STATE
 from streams import topics
 from streams.consolidation import decision_records, plan_tenant, report
 from streams.llm import LlmImportance
+from streams.metrics import WorkerMetrics
 from streams.processor import Batch, Inbound, Processor, dead_letter
 from streams.records import Limits, RecordError, WriteRecord, decode_consolidation
 from streams.settings import WorkerSettings
@@ -42,11 +43,14 @@ T = TypeVar("T")
 
 @dataclass
 class Services:
-    """What the agents use besides Kafka. Started before the app runs."""
+    """What the agents use besides Kafka. Started before the app runs (metrics need no start;
+    serving them is the caller's choice).
+    """
 
     store: MilvusStore
     embedder: Embedder
     llm: LlmImportance | None = None
+    metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
 
 
 def create_app(settings: WorkerSettings, services: Services) -> faust.App:
@@ -70,25 +74,32 @@ def create_app(settings: WorkerSettings, services: Services) -> faust.App:
         broker_max_poll_records=settings.access_batch_size,
     )
     worker = StreamWorker(app, settings, services)
+    metrics = services.metrics
+    consumed = {
+        role: settings.topic(role) for role in (topics.WRITES, topics.ACCESS, topics.CONSOLIDATION)
+    }
 
     @app.agent(worker.topics[topics.WRITES], name=f"{settings.app_id}-writes")
     async def writes(stream: Any) -> AsyncIterator[None]:  # noqa: ANN401 - faust stream
         size, wait = settings.write_batch_size, settings.write_batch_wait_s
         async for events in stream.take_events(size, within=wait):
-            await worker.on_writes(events)
+            with metrics.batch("writes", consumed[topics.WRITES], len(events)):
+                await worker.on_writes(events)
             yield None
 
     @app.agent(worker.topics[topics.ACCESS], name=f"{settings.app_id}-access")
     async def access(stream: Any) -> AsyncIterator[None]:  # noqa: ANN401
         size, wait = settings.access_batch_size, settings.access_batch_wait_s
         async for events in stream.take_events(size, within=wait):
-            await worker.on_access(events)
+            with metrics.batch("access", consumed[topics.ACCESS], len(events)):
+                await worker.on_access(events)
             yield None
 
     @app.agent(worker.topics[topics.CONSOLIDATION], name=f"{settings.app_id}-consolidation")
     async def consolidation(stream: Any) -> AsyncIterator[None]:  # noqa: ANN401
         async for event in stream.events():
-            await worker.on_consolidation(_inbound(event))
+            with metrics.batch("consolidation", consumed[topics.CONSOLIDATION], 1):
+                await worker.on_consolidation(_inbound(event))
             yield None
 
     @app.timer(interval=settings.consolidation_interval_s)  # type: ignore[untyped-decorator]
@@ -102,6 +113,7 @@ def create_app(settings: WorkerSettings, services: Services) -> faust.App:
         # Faust holds every stream while more than ProducerBuffer.max_messages (100) table
         # writes wait to be produced; one access batch writes two per event (state and counters).
         app.producer.buffer.max_messages = 4 * settings.access_batch_size
+        metrics.watch(app.consumer, consumed.values())
         if services.llm is not None:
             await services.llm.start()
         log.info(
@@ -244,16 +256,20 @@ class StreamWorker:
     async def sync(self, batch: Batch) -> None:
         """Upsert the whole current row of every touched memory (delete purged ones)."""
         upserts, deletes = self.processor.rows(batch.touched)
+        if not upserts and not deletes:
+            return
         store = self.services.store
-        if upserts:
-            await _retrying("upsert", functools.partial(store.upsert, upserts))
-        for tenant_id, memory_id in deletes:
-            await _retrying("delete", functools.partial(store.delete, tenant_id, [memory_id]))
+        with self.services.metrics.milvus_sync(len(upserts), len(deletes)):
+            if upserts:
+                await _retrying("upsert", functools.partial(store.upsert, upserts))
+            for tenant_id, memory_id in deletes:
+                await _retrying("delete", functools.partial(store.delete, tenant_id, [memory_id]))
 
     async def emit(self, batch: Batch) -> None:
         """Produce the batch's audit, dead-letter and re-keyed records."""
         for message in batch.out:  # in order; Faust flushes them before it commits the batch
             await self.topics[message.role].send(key=message.key, value=message.value)
+        self.services.metrics.emitted(batch.out)
 
 
 @contextmanager

@@ -35,3 +35,7 @@ class WorkerSettings(SharedSettings):
     session_timeout_s: float = Field(30.0, gt=0)
     commit_interval_s: float = Field(1.0, gt=0)
     log_level: str = "info"
+    metrics_host: str = Field("127.0.0.1", description="0.0.0.0 to be scraped from outside")
+    metrics_port: int = Field(
+        9102, ge=0, le=65535, description="GET /metrics of python -m streams; 0: not served"
+    )

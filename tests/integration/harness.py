@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
 from memcore import MemoryState
 from storage import MilvusConfig, MilvusStore
@@ -64,6 +65,7 @@ class Stack:
             "MNEMO_SESSION_TIMEOUT_S": "10",
             "MNEMO_COMMIT_INTERVAL_S": "0.5",
             "MNEMO_LOG_LEVEL": os.environ.get("MNEMO_TEST_LOG_LEVEL", "info"),
+            "MNEMO_METRICS_PORT": "0",  # workers run side by side: a test that scrapes picks a port
         }
 
     def create_topics(self) -> None:
@@ -84,20 +86,24 @@ class Stack:
 
 
 class WorkerProcess:
-    """``python -m streams`` in a subprocess, logging to a file."""
+    """``python -m streams`` in a subprocess, logging to a file; with ``metrics_port``, serving
+    its Prometheus metrics there (:meth:`metrics`).
+    """
 
-    def __init__(self, stack: Stack, label: str = "worker") -> None:
+    def __init__(self, stack: Stack, label: str = "worker", metrics_port: int = 0) -> None:
         self.stack = stack
         self.log_path = stack.workdir / f"{stack.app_id}-{label}.log"
+        self.metrics_port = metrics_port
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> WorkerProcess:
         self.stack.create_topics()
+        env = {**self.stack.env(), "MNEMO_METRICS_PORT": str(self.metrics_port)}
         with self.log_path.open("ab") as log:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "streams"],
                 cwd=ROOT,
-                env=self.stack.env(),
+                env=env,
                 stdout=log,
                 stderr=log,
             )
@@ -119,6 +125,22 @@ class WorkerProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def metrics(self) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+        """A scrape of ``GET /metrics``: sample name -> sorted label pairs -> value; empty while
+        the process does not answer yet.
+        """
+        assert self.metrics_port, "started without a metrics port"
+        try:
+            response = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5)
+        except httpx.TransportError:
+            return {}
+        response.raise_for_status()
+        samples: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+        for family in text_string_to_metric_families(response.text):
+            for s in family.samples:
+                samples.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+        return samples
 
 
 def produce(bootstrap: str, topic: str, messages: Iterable[tuple[bytes | None, bytes]]) -> int:

@@ -15,6 +15,7 @@ import pytest
 from memcore import Lifecycle
 from storage import MilvusStore
 from storage.milvus import ANY_STATE
+from tests.infra import free_port
 from tests.integration.harness import (
     Stack,
     WorkerProcess,
@@ -147,7 +148,7 @@ def test_malformed_events_go_to_dead_letter_and_nothing_else_is_lost(
 ) -> None:
     stack = make_stack(("acme",))
     rng = random.Random(1)
-    workers.append(worker := WorkerProcess(stack).start())
+    workers.append(worker := WorkerProcess(stack, metrics_port=free_port()).start())
     good = [write_msg("acme", f"ok{i}", vector(rng, stack.dim)) for i in range(5)]
     bad_writes = [
         (b"acme/x1", b"not json at all"),
@@ -220,8 +221,67 @@ def test_malformed_events_go_to_dead_letter_and_nothing_else_is_lost(
         worker,
         show=lambda: (milvus_counts(store, ("acme",)), table_counts(stack)),
     )
+    assert_worker_metrics(
+        stack,
+        worker,
+        events={
+            stack.topic("memory-writes"): len(good) + len(bad_writes),
+            stack.topic("access-events"): len(good_access) + len(bad_access),
+        },
+        dead_letters={
+            **{
+                (stack.topic("memory-writes"), field): 2 if field == "$" else 1
+                for field in ("$", "embedding", "tenant_id", "at", "importance", "content")
+            },
+            (stack.topic("memory-writes"), "memory_type"): 1,
+            (stack.topic("memory-writes"), "other"): 1,  # "surprise": a name from the input
+            (stack.topic("access-events"), "memory_id"): 1,
+            (stack.topic("access-events"), "kind"): 1,
+        },
+        synced_memories=len(good),
+    )
     assert worker.proc is not None
     assert worker.proc.poll() is None  # still running
+
+
+def assert_worker_metrics(
+    stack: Stack,
+    worker: WorkerProcess,
+    events: dict[str, int],
+    dead_letters: dict[tuple[str, str], int],
+    synced_memories: int,
+) -> None:
+    """Scrape the worker's ``GET /metrics``: every event counted once on its topic, every dead
+    letter by source topic and field, Milvus syncs seen, and no lag once all is committed.
+    """
+
+    def by(name: str, *labels: str) -> dict[tuple[str, ...], float]:
+        series = worker.metrics().get(name, {})
+        return {tuple(dict(k)[label] for label in labels): v for k, v in series.items()}
+
+    def counted() -> dict[str, float]:
+        seen = by("mnemostream_worker_events_total", "topic")
+        return {topic: seen.get((topic,), 0) for topic in events}
+
+    def letters() -> dict[tuple[str, ...], float]:
+        return by("mnemostream_worker_dead_letter_total", "topic", "field")
+
+    eventually(lambda: counted() == events, 60, "events counted", worker, show=counted)
+    eventually(lambda: letters() == dead_letters, 60, "dead letters counted", worker, show=letters)
+    assert by("mnemostream_worker_batch_size_sum", "agent") == {
+        ("writes",): events[stack.topic("memory-writes")],
+        ("access",): events[stack.topic("access-events")],
+    }
+    assert by("mnemostream_worker_milvus_sync_seconds_count")[()] >= 1
+    assert by("mnemostream_worker_milvus_rows_total", "operation")[("upsert",)] >= synced_memories
+    consumed = (stack.topic("memory-writes"), stack.topic("access-events"))
+    caught_up = {(t, str(p)): 0.0 for t in consumed for p in range(stack.partitions)}
+
+    def lags() -> dict[tuple[str, ...], float]:
+        lag = by("mnemostream_worker_consumer_lag", "topic", "partition")
+        return {k: v for k, v in lag.items() if k[0] in consumed}
+
+    eventually(lambda: lags() == caught_up, 60, "no lag once committed", worker, show=lags)
 
 
 def test_kill_9_mid_stream_loses_and_doubles_nothing(
