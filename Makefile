@@ -9,7 +9,7 @@ UV_VERSION := 0.13.9
 LOCK := requirements/lock.txt
 STAMP := $(VENV)/.installed
 
-.PHONY: help install lock up down kafka test lint format typecheck imports unit integration bench
+.PHONY: help install lock up down kafka test lint format typecheck imports unit integration bench bench-gpu
 
 help: ## List every target with its one-line help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -23,11 +23,12 @@ $(STAMP): $(LOCK) pyproject.toml
 
 install: $(STAMP) ## Create .venv and install the locked dependencies (torch, faust, milvus, ...)
 
-lock: ## Re-resolve requirements/lock.txt from pyproject.toml
+lock: ## Re-resolve requirements/lock.txt (and gpu.txt, the GPU image's FAISS) from pyproject.toml
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet "uv==$(UV_VERSION)"
 	uv pip compile pyproject.toml --extra dev --python-version 3.11 --quiet -o $(LOCK)
+	uv pip compile requirements/gpu.in -c $(LOCK) --python-version 3.11 --quiet -o requirements/gpu.txt
 
-up: install ## Run the service: Kafka and the stream worker with embedded Milvus Lite (ranker: #4)
+up: install ## Run the service: Kafka, the stream worker and the ranker (HTTP :8080) on embedded Milvus Lite
 	scripts/stack.sh up
 
 down: ## Stop what `make up` started (by pid)
@@ -59,5 +60,12 @@ integration: install ## Contract and integration tests: starts a real Kafka brok
 bench: install ## Benchmarks (not tests); figures go to docs/benchmarks.md
 	$(BIN)/python -m bench.streams
 	$(BIN)/python -m bench.consolidation
+	$(BIN)/python -m bench.recall
+	$(BIN)/python -m bench.ranker_kernel
+	$(BIN)/python -m bench.ranker_kernel --mmr 0.7
+
+bench-gpu: install ## The scoring kernel on CUDA (run on a GPU machine); figures go to docs/benchmarks.md
+	$(BIN)/python -m bench.ranker_kernel --device cuda
+	$(BIN)/python -m bench.ranker_kernel --device cuda --mmr 0.7
 
 test: lint typecheck imports unit integration ## Everything CI runs: lint, types, import contract, all tests

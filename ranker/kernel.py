@@ -339,14 +339,25 @@ def _unit(x: F32) -> F32:
     return out
 
 
-def _inner_products_by_idx(x: F32, y: F32, ids: I64) -> F32:
-    """``out[i, j] = x[i] · y[ids[i, j]]``; -inf where ``ids`` is -1 (FAISS, SIMD, threaded)."""
+def _norms(x: F32) -> F32:
+    """L2 norm of each row (FAISS, SIMD)."""
     faiss = _faiss()
-    x, y = np.ascontiguousarray(x), np.ascontiguousarray(y)
+    out = np.empty(x.shape[0], dtype=np.float32)
+    faiss.fvec_norms_L2(faiss.swig_ptr(out), faiss.swig_ptr(x), x.shape[1], x.shape[0])
+    return out
+
+
+def _cosines_by_idx(x: F32, y: F32, ids: I64) -> F32:
+    """``out[i, j] = cos(x[i], y[ids[i, j]])`` in [-1, 1]; 0 where ``ids`` is -1 or a vector is
+    all zeros. Inner products and norms by FAISS (SIMD, no normalised copy of ``y``).
+    """
+    faiss = _faiss()
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    y = np.ascontiguousarray(y, dtype=np.float32)
     ids = np.ascontiguousarray(ids, dtype=np.int64)
-    out = np.empty(ids.shape, dtype=np.float32)
+    ip = np.empty(ids.shape, dtype=np.float32)
     faiss.fvec_inner_products_by_idx(
-        faiss.swig_ptr(out),
+        faiss.swig_ptr(ip),
         faiss.swig_ptr(x),
         faiss.swig_ptr(y),
         faiss.swig_ptr(ids),
@@ -354,18 +365,21 @@ def _inner_products_by_idx(x: F32, y: F32, ids: I64) -> F32:
         ids.shape[0],
         ids.shape[1],
     )
-    return out
+    scale = _norms(x)[:, None] * _norms(y)[np.maximum(ids, 0)]
+    live = (ids >= 0) & (scale > 0)
+    out: F32 = np.divide(ip, scale, out=np.zeros_like(ip), where=live)
+    return np.clip(out, -1.0, 1.0, out=out)
 
 
 def _stacked(requests: Sequence[RankRequest]) -> tuple[F32, list[int]]:
-    """All candidate vectors of requests that have them, unit length, and each one's offset."""
+    """All candidate vectors of requests that have them, in one array, and each one's offset."""
     offsets, blocks, total = [], [], 0
     for r in requests:
         offsets.append(total)
         if r.vectors is not None:
             blocks.append(r.vectors)
             total += len(r)
-    return (_unit(np.concatenate(blocks)) if blocks else np.zeros((0, 1), np.float32)), offsets
+    return (np.concatenate(blocks) if blocks else np.zeros((0, 1), np.float32)), offsets
 
 
 def _faiss_similarity(requests: Sequence[RankRequest], similarity: F64) -> None:
@@ -381,9 +395,9 @@ def _faiss_similarity(requests: Sequence[RankRequest], similarity: F64) -> None:
         ids = np.full((len(subset), width), -1, dtype=np.int64)
         for row, (r, off) in enumerate(zip(subset, offsets, strict=True)):
             ids[row, : len(r)] = np.arange(off, off + len(r))
-        ip = _inner_products_by_idx(_unit(np.stack([q for _, _, q in group])), y, ids)
+        cos = _cosines_by_idx(np.stack([q for _, _, q in group]), y, ids)
         for row, (i, r, _) in enumerate(group):
-            similarity[i, : len(r)] = np.clip(ip[row, : len(r)], -1.0, 1.0)
+            similarity[i, : len(r)] = cos[row, : len(r)]
 
 
 def _faiss_pairwise(requests: Sequence[RankRequest], width: int, mmr: Sequence[bool]) -> F64:
@@ -399,10 +413,10 @@ def _faiss_pairwise(requests: Sequence[RankRequest], width: int, mmr: Sequence[b
         ids = np.full((len(y), width), -1, dtype=np.int64)
         for r, off in zip(subset, offsets, strict=True):
             ids[off : off + len(r), : len(r)] = np.arange(off, off + len(r))[None, :]
-        ip = np.clip(_inner_products_by_idx(y, y, ids), -1.0, 1.0)
+        cos = _cosines_by_idx(y, y, ids)
         for r, off, i in zip(subset, offsets, group, strict=True):
             n = len(r)
-            out[i, :n, :n] = ip[off : off + n, :n]
+            out[i, :n, :n] = cos[off : off + n, :n]
     return out
 
 

@@ -116,7 +116,7 @@ class MemoryRow:
     def from_entity(cls, entity: Mapping[str, Any]) -> MemoryRow:
         """Inverse of :meth:`to_entity` (missing output fields raise KeyError)."""
         values = {name: entity[name] for name in cls.__dataclass_fields__}
-        values["vector"] = tuple(float(x) for x in values["vector"])
+        values["vector"] = tuple(map(float, values["vector"]))
         for name in ("tags", "relations", "summary_of"):
             values[name] = tuple(values[name])
         values["metadata"] = dict(values["metadata"] or {})
