@@ -28,7 +28,8 @@ def dataset(n: int, rng: np.random.Generator) -> np.ndarray:
     copies = rng.choice(n, size=n // 10, replace=False)
     originals = rng.choice(n, size=n // 10, replace=False)
     base[copies] = base[originals] + 0.1 * rng.standard_normal((n // 10, DIM)).astype(np.float32)
-    return base / np.linalg.norm(base, axis=1, keepdims=True)
+    out: np.ndarray = base / np.linalg.norm(base, axis=1, keepdims=True)
+    return out
 
 
 def items_of(ids: list[str]) -> list[Item]:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 
 def _faiss() -> Any:  # noqa: ANN401 - faiss is untyped
@@ -26,7 +27,9 @@ def gpu_available() -> bool:
 
 
 def cosine_neighbours(
-    ids: Sequence[str], vectors: Sequence[Sequence[float]], min_cosine: float
+    ids: Sequence[str],
+    vectors: Sequence[Sequence[float]] | npt.NDArray[np.floating[Any]],
+    min_cosine: float,
 ) -> dict[str, set[str]]:
     """For each id, the other ids whose cosine similarity to it is at least ``min_cosine``.
 

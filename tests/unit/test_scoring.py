@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 
 from memcore import Candidate, InvalidField, RankParams, Tier, mmr, rank
-from memcore.graph import hops_from, proximity
+from memcore.graph import hops_from, proximity, recall_hops
 from memcore.keyword import bm25_scores, normalise_by_max
 from memcore.policy import RecallPolicy, RecallPreset, RecallWeights
 
@@ -160,3 +160,15 @@ class TestZeph:
 def test_powermem_preset_multiplies() -> None:
     ranked = rank([cand("a", 0.8, idle_h=TAU)], T0, params(preset=RecallPreset.POWERMEM))
     assert ranked[0].final == pytest.approx(0.8 * math.exp(-1))
+
+
+def test_recall_hops_start_from_the_most_similar_candidates() -> None:
+    similarity = {"s1": 0.9, "s2": 0.8, "t1": 0.7, "t0": 0.7, "low": 0.1, "far": 0.2}
+    relations = {"s1": ["low"], "low": ["x"], "x": ["far"], "far": []}
+    hops = recall_hops(similarity, relations)
+    # seeds: s1, s2 and t0 (ties by id); low is one hop from s1 (relations go both ways)
+    assert {m: h for m, h in hops.items() if h == 0} == {"s1": 0, "s2": 0, "t0": 0}
+    assert (hops["low"], hops["far"]) == (1, 3)
+    assert "t1" not in hops
+    assert "far" not in recall_hops(similarity, relations, max_hops=2)
+    assert recall_hops(similarity, {}, seeds=1) == {"s1": 0}
