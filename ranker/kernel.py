@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -28,19 +28,14 @@ import torch
 from memcore import Candidate, RankParams, Scored, Tier
 from memcore.errors import InvalidField
 from memcore.policy import RecallPreset
+from storage.rows import to_us
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US_PER_HOUR = 3.6e9
 _HOURS_PER_DAY = 24.0
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 F32 = npt.NDArray[np.float32]
-
-
-def to_us(at: datetime) -> int:
-    """Microseconds since the epoch of an aware datetime."""
-    return (at - _EPOCH) // timedelta(microseconds=1)
 
 
 @dataclass(frozen=True, eq=False)

@@ -25,9 +25,9 @@ from memcore.graph import recall_hops
 from memcore.keyword import bm25_scores
 from memcore.policy import RecallPolicy
 from ranker.batcher import Batcher, Overloaded
-from ranker.kernel import RankRequest, rank_many, to_us
+from ranker.kernel import RankRequest, rank_many
 from ranker.metrics import Metrics
-from storage import Filters, Hit, MemoryRow, MilvusStore, from_us
+from storage import Filters, Hit, MemoryRow, MilvusStore, from_us, to_us
 from storage.embedding import Embedder
 
 Send = Callable[[str, bytes, bytes], Awaitable[Awaitable[object]]]
