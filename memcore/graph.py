@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 
+MAX_HOPS = 3
+"""Memories further than this from every seed have graph proximity 0."""
+
 
 def hops_from(
-    seeds: Iterable[str], relations: Mapping[str, Sequence[str]], max_hops: int = 3
+    seeds: Iterable[str], relations: Mapping[str, Sequence[str]], max_hops: int = MAX_HOPS
 ) -> dict[str, int]:
     """Breadth-first hop counts from ``seeds`` (0 hops) over relations, followed in both directions.
 
@@ -46,13 +49,14 @@ def recall_hops(
     similarities: Mapping[str, float],
     relations: Mapping[str, Sequence[str]],
     seeds: int = 3,
-    max_hops: int = 3,
+    max_hops: int = MAX_HOPS,
 ) -> dict[str, int]:
     """Hops of recall candidates from the query's best vector hits (SPEC section 6).
 
     ``similarities``: each candidate's cosine to the query; the ``seeds`` most similar (ties by
-    id) are the 0-hop seeds. ``relations``: each candidate's relations. Candidates not reached
-    within ``max_hops`` are absent (proximity 0).
+    id) are the 0-hop seeds. ``relations``: the relations of the candidates (and of any other
+    memories a path may pass through). Memories not reached within ``max_hops`` are absent
+    (proximity 0).
     """
     best = sorted(similarities, key=lambda m: (-similarities[m], m))[:seeds]
     return hops_from(best, relations, max_hops)

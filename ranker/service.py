@@ -21,7 +21,7 @@ import numpy as np
 import orjson
 
 from memcore import RankParams, Scored, derive_memory_id, faded
-from memcore.graph import recall_hops
+from memcore.graph import MAX_HOPS, recall_hops
 from memcore.keyword import bm25_scores
 from memcore.policy import RecallPolicy
 from ranker.batcher import Batcher, Overloaded
@@ -29,6 +29,9 @@ from ranker.kernel import RankRequest, rank_many
 from ranker.metrics import Metrics
 from storage import Filters, Hit, MemoryRow, MilvusStore, from_us, to_us
 from storage.embedding import Embedder
+
+GRAPH_FETCH_MAX = 1_000
+"""Memories beyond the candidates whose relations one recall reads, per hop, at most."""
 
 Send = Callable[[str, bytes, bytes], Awaitable[Awaitable[object]]]
 """Enqueue one message (topic role, key, value), in call order; returns its delivery to await."""
@@ -125,7 +128,10 @@ class RecallService:
         hits, fading = _set_aside_faded(hits, query)
         results: list[Recalled] = []
         if hits:
-            request = _request(hits, vector, query)
+            relations: Mapping[str, Sequence[str]] = {}
+            if query.policy.graphrag or query.policy.weights.graph > 0:
+                relations = await self._relations(tenant_id, hits)
+            request = _request(hits, vector, query, relations)
             scored = await self.batcher.submit(request)
             rows = {h.row.memory_id: h.row for h in hits}
             results = [Recalled(rows[s.memory_id], s) for s in scored]
@@ -138,6 +144,23 @@ class RecallService:
                 + [("memory-writes", _fade(tenant_id, h.row.memory_id, query.at)) for h in fading]
             )
         return results
+
+    async def _relations(self, tenant_id: str, hits: Sequence[Hit]) -> dict[str, Sequence[str]]:
+        """The candidates' relations, and those of the memories a path of at most ``MAX_HOPS``
+        from a candidate passes through (read from the store, this tenant only, a bounded number
+        per hop). Links *into* a memory from outside the candidates are not followed.
+        """
+        relations: dict[str, Sequence[str]] = {h.row.memory_id: h.row.relations for h in hits}
+        frontier = {t for targets in relations.values() for t in targets} - relations.keys()
+        for _ in range(MAX_HOPS - 1):
+            if not frontier:
+                break
+            wanted = sorted(frontier)[:GRAPH_FETCH_MAX]
+            found = await asyncio.to_thread(self.store.get, tenant_id, wanted)
+            for memory_id in wanted:
+                relations[memory_id] = found[memory_id].relations if memory_id in found else ()
+            frontier = {t for row in found.values() for t in row.relations} - relations.keys()
+        return relations
 
     async def write(self, tenant_id: str, documents: Sequence[Mapping[str, Any]]) -> list[str]:
         """Produce memory writes; returns their ids (derived from the content when absent)."""
@@ -219,8 +242,13 @@ def _set_aside_faded(hits: Sequence[Hit], query: RecallQuery) -> tuple[list[Hit]
     return keep, fading
 
 
-def _request(hits: Sequence[Hit], vector: Sequence[float], query: RecallQuery) -> RankRequest:
-    """The kernel's columns, straight from the store's rows."""
+def _request(
+    hits: Sequence[Hit],
+    vector: Sequence[float],
+    query: RecallQuery,
+    relations: Mapping[str, Sequence[str]],
+) -> RankRequest:
+    """The kernel's columns, straight from the store's rows (graph hops over ``relations``)."""
     rows = [h.row for h in hits]
     policy = query.policy
     keywords = (
@@ -229,10 +257,8 @@ def _request(hits: Sequence[Hit], vector: Sequence[float], query: RecallQuery) -
         else [0.0] * len(rows)
     )
     hops: dict[str, int] = {}
-    if policy.graphrag or policy.weights.graph > 0:
-        hops = recall_hops(
-            {h.row.memory_id: h.similarity for h in hits}, {r.memory_id: r.relations for r in rows}
-        )
+    if relations:
+        hops = recall_hops({h.row.memory_id: h.similarity for h in hits}, relations)
     return RankRequest(
         ids=tuple(r.memory_id for r in rows),
         at_us=to_us(query.at),

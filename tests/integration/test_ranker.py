@@ -253,24 +253,35 @@ async def test_graph_proximity_counts_hops_over_relations(
     http, _, store = client
     store.delete("globex", ["secret"])
     seeds = [row("globex", f"seed{i}", 0.95 - i / 100, 0.5, 0.5) for i in range(3)]
-    seeds[0] = dataclasses.replace(seeds[0], relations=("linked",))
-    store.upsert(
-        [*seeds, row("globex", "linked", 0.2, 0.5, 0.5), row("globex", "far", 0.3, 0.5, 0.5)]
+    seeds[0] = dataclasses.replace(seeds[0], relations=("linked", "bridge"))
+    # the bridge is not a candidate (filtered out by tier) but a path runs through it
+    bridge = dataclasses.replace(
+        row("globex", "bridge", 0.9, 0.5, 0.5), tier="working", relations=("two-away",)
     )
+    others = [row("globex", m, c, 0.5, 0.5) for m, c in (("linked", 0.2), ("far", 0.3))]
+    store.upsert([*seeds, bridge, *others, row("globex", "two-away", 0.25, 0.5, 0.5)])
     headers = {"X-API-Key": KEY_B}
 
     async def scores(graphrag: bool) -> dict[str, dict[str, float]]:
-        body = {**QUERY, "k": 10, "graphrag": graphrag, "track": False}
+        body = {
+            **QUERY,
+            "k": 10,
+            "graphrag": graphrag,
+            "track": False,
+            "filters": {"memory_types": ["semantic"]},
+        }
         reply = await http.post("/v1/recall", json=body, headers=headers)
         return {r["memory_id"]: r["scores"] for r in reply.json()["results"]}
 
     plain, graph = await scores(False), await scores(True)
+    assert "bridge" not in graph
     assert plain["far"]["final"] > plain["linked"]["final"]  # more similar, nothing else differs
-    assert (graph["linked"]["graph"], graph["far"]["graph"], graph["seed0"]["graph"]) == (
-        0.5,
-        0.0,
-        1.0,
-    )
+    assert {m: graph[m]["graph"] for m in ("seed0", "linked", "two-away", "far")} == {
+        "seed0": 1.0,
+        "linked": 0.5,
+        "two-away": pytest.approx(1 / 3),
+        "far": 0.0,
+    }
     assert graph["linked"]["final"] == pytest.approx(plain["linked"]["final"] * 0.7 + 0.5 * 0.3)
     assert graph["linked"]["final"] > graph["far"]["final"]
 
