@@ -1,10 +1,10 @@
 """Recall scoring for many requests in one torch pass: the vectorised twin of :func:`memcore.rank`.
 
-A request arrives as columns (built straight from the store's rows, see :meth:`RankRequest.of_rows`
-in the service). A batch of requests (any tenants) is padded into ``[requests × candidates]``
-tensors and scored together, on CUDA when present, else the CPU, in float64 so that scores equal
-memcore's scalar reference to 1e-6 (tested). Every preset, GraphRAG, MMR and the minimum score are
-vectorised; ordering, ties (by memory id) and ``k`` follow memcore exactly.
+A request arrives as columns (the service builds them straight from the store's rows; tests and
+benchmarks use :meth:`RankRequest.of`). A batch of requests (any tenants) is padded into
+``[requests × candidates]`` tensors and scored together, on CUDA when present, else the CPU, in
+float64 so that scores equal memcore's scalar reference to 1e-6 (tested). Every preset, GraphRAG,
+MMR and the minimum score are vectorised; ordering, ties (by memory id) and ``k`` follow memcore exactly.
 
 FAISS does the vector products on the CPU: the exact cosine of each query with its own candidates
 (``fvec_inner_products_by_idx`` over the batch's padded id matrix, so Milvus's index never decides
@@ -155,8 +155,8 @@ def rank_many(
 
 @dataclass(frozen=True)
 class Scores:
-    """A batch's score terms, ``[requests × candidates]`` float64 on the CPU; padding at -inf
-    in ``final`` (and candidates under the minimum score, or dropped by it).
+    """A batch's score terms, ``[requests × candidates]`` float64 on the CPU; ``final`` is -inf
+    for padding and for the candidates the minimum score drops.
     """
 
     similarity: list[list[float]]
