@@ -120,6 +120,13 @@ def create_api(service: RecallService, registry: TenantRegistry) -> FastAPI:
     async def metrics() -> Response:
         return Response(service.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
+    @api.get("/healthz", include_in_schema=False)
+    async def healthz() -> JSONResponse:
+        """200 while the service can score (started, batcher alive); 503 otherwise."""
+        if service.batcher.running:
+            return JSONResponse({"status": "ok"})
+        return JSONResponse({"status": "stopped"}, 503)
+
     @api.post("/v1/recall")
     async def recall(body: RecallBody, who: Auth) -> dict[str, Any]:
         results = await service.recall(who.tenant_id, _query(body, who, ("active",)))

@@ -67,6 +67,11 @@ class Batcher(Generic[T, R]):
     def queued(self) -> int:
         return self._queue.qsize() if self._queue is not None else 0
 
+    @property
+    def running(self) -> bool:
+        """True between start() and stop() while the batching task is alive."""
+        return self._task is not None and not self._task.done()
+
     async def start(self) -> None:
         self._queue = asyncio.Queue(self.max_queue)
         self._task = asyncio.create_task(self._run(), name="batcher")

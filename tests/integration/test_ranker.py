@@ -128,6 +128,7 @@ async def test_recall_orders_and_scores_as_the_spec_says(
     ]
     assert [r["scores"]["final"] for r in results] == pytest.approx([0.88, 0.64, 0.555], abs=1e-3)
     assert results[0]["scores"]["recency"] == pytest.approx(0.9, abs=1e-6)
+    assert (await http.get("/healthz")).json() == {"status": "ok"}
     metrics = (await http.get("/metrics")).text
     assert "mnemostream_recall_batch_size_count 1.0" in metrics
     assert "mnemostream_recall_seconds_count 1.0" in metrics

@@ -110,3 +110,18 @@ def test_invalid_settings() -> None:
 
     with pytest.raises(ValueError, match="max_batch=0"):
         Batcher(handler, max_batch=0)
+
+
+def test_running_follows_start_and_stop() -> None:
+    async def handler(items: Sequence[int]) -> list[int]:
+        return list(items)
+
+    async def main() -> list[bool]:
+        batcher: Batcher[int, int] = Batcher(handler, max_batch=2, max_wait_s=0.01)
+        seen = [batcher.running]
+        await batcher.start()
+        seen.append(batcher.running)
+        await batcher.stop()
+        return [*seen, batcher.running]
+
+    assert run(main()) == [False, True, False]
