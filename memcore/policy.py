@@ -240,7 +240,8 @@ class LifecyclePolicy:
 
 @dataclass(frozen=True)
 class RecallWeights:
-    """Weights of the recall blend; each is a non-negative finite number (they need not sum to 1).
+    """Weights of the recall blend; each is a number in [0, 1000] (they need not sum to 1; the cap
+    keeps every blend finite).
 
     Attributes:
         similarity: weight of cosine similarity in [0, 1].
@@ -258,6 +259,16 @@ class RecallWeights:
 
     def __post_init__(self) -> None:
         _check(self, "recall.weights", require_non_negative)
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            if value > MAX_WEIGHT:
+                raise InvalidField(
+                    f"policy.recall.weights.{name}", value, f"expected <= {MAX_WEIGHT}"
+                )
+
+
+MAX_WEIGHT = 1000.0
+"""The largest recall weight: weights are relative, and a bound keeps every score finite."""
 
 
 @dataclass(frozen=True)

@@ -186,14 +186,25 @@ def _query(body: RecallBody, who: Tenant, states: tuple[str, ...]) -> RecallQuer
         created_to_us=to_us(f.created_to) if f.created_to else None,
     )
     vector = tuple(body.vector) if body.vector is not None else None
-    at = body.at or datetime.now(UTC)  # the edge reads the clock; memcore gets the time
+    now = datetime.now(UTC)  # the edge reads the clock; memcore gets the time
+    at = body.at or now
     lifecycle = who.policy.lifecycle
     archive_below = (
         lifecycle.archive_below
         if lifecycle.preset is LifecyclePreset.DEFAULT and states == ("active",)
         else None
     )
-    return RecallQuery(body.query, vector, body.k, at, policy, filters, body.track, archive_below)
+    return RecallQuery(
+        body.query,
+        vector,
+        body.k,
+        at,
+        policy,
+        filters,
+        body.track,
+        archive_below,
+        archive_faded=at <= now,
+    )
 
 
 def _memory(row: MemoryRow) -> dict[str, Any]:

@@ -73,11 +73,20 @@ class RankRequest:
     query: F32 | None = None
 
     def __post_init__(self) -> None:
-        bad = ~np.isfinite(self.similarity)
-        if bad.any():
-            raise InvalidField("similarity", float(self.similarity[bad][0]), "expected a number")
-        if self.vectors is not None and self.vectors.shape[0] != len(self.ids):
-            raise InvalidField("vectors", self.vectors.shape, f"expected {len(self.ids)} rows")
+        n = len(self.ids)
+        for name in ("similarity", "keyword", "importance", "tau_hours"):
+            column = getattr(self, name)
+            if column.shape != (n,):
+                raise InvalidField(name, column.shape, f"expected {n} values")
+            bad = ~np.isfinite(column)
+            if bad.any():
+                raise InvalidField(name, float(column[bad][0]), "expected a finite number")
+        if self.vectors is not None:
+            if self.vectors.ndim != 2 or self.vectors.shape[0] != n:
+                raise InvalidField("vectors", self.vectors.shape, f"expected {n} rows")
+            if self.query is not None and self.query.shape != (self.vectors.shape[1],):
+                why = f"expected {self.vectors.shape[1]} values, as the candidate vectors"
+                raise InvalidField("query", self.query.shape, why)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -92,6 +101,8 @@ class RankRequest:
     ) -> RankRequest:
         """From memcore candidates (tests, benchmarks). Candidates without a vector get zeros
         (cosine 0: never penalised by MMR, as in memcore); vectors are kept only when some exist.
+        With a ``query``, every similarity becomes the exact cosine, so a candidate without a
+        vector then scores similarity 0 (memcore would use its given similarity).
         """
         dims = {len(c.vector) for c in candidates if c.vector}
         if len(dims) > 1:
@@ -236,13 +247,13 @@ class Columns:
     graph: torch.Tensor
     semantic: torch.Tensor
     mask: torch.Tensor
-    pairwise: torch.Tensor | None  # [R, W, W] candidate cosines, only when a request uses MMR
+    pairwise: torch.Tensor | None  # [M, W, W] float32 candidate cosines of the M MMR requests
+    mmr_rows: torch.Tensor  # [M] the rows of the MMR requests (zeph always diversifies)
     weights: torch.Tensor  # [R, 5]: similarity, keyword, importance, recency, graph
     graph_weight: torch.Tensor
     graphrag: torch.Tensor
     powermem: torch.Tensor
     zeph: torch.Tensor
-    mmr: torch.Tensor  # whether a request diversifies (zeph always does)
     mmr_lambda: torch.Tensor
     min_score: torch.Tensor
     half_life_days: torch.Tensor
@@ -289,6 +300,9 @@ class Columns:
             semantic=t(_padded(requests, "semantic", width, np.bool_, False)),
             mask=t(np.arange(width)[None, :] < lengths[:, None]),
             pairwise=None if pairwise is None else pairwise.to(device),
+            mmr_rows=torch.tensor(
+                [i for i, wanted in enumerate(mmr) if wanted], dtype=torch.long, device=device
+            ),
             weights=torch.tensor(
                 [
                     [
@@ -307,10 +321,11 @@ class Columns:
             graphrag=per_request([p.graphrag for p in policies]),
             powermem=per_request([p.preset is RecallPreset.POWERMEM for p in policies]),
             zeph=per_request([p.preset is RecallPreset.ZEPH for p in policies]),
-            mmr=per_request(mmr),
             mmr_lambda=per_request(
                 [
-                    p.zeph_mmr_lambda if p.preset is RecallPreset.ZEPH else (p.mmr_lambda or 1.0)
+                    p.zeph_mmr_lambda
+                    if p.preset is RecallPreset.ZEPH
+                    else (1.0 if p.mmr_lambda is None else p.mmr_lambda)
                     for p in policies
                 ]
             ),
@@ -395,23 +410,27 @@ def _faiss_similarity(requests: Sequence[RankRequest], similarity: F64) -> None:
             similarity[i, : len(r)] = cos[row, : len(r)]
 
 
-def _faiss_pairwise(requests: Sequence[RankRequest], width: int, mmr: Sequence[bool]) -> F64:
-    """``[R, W, W]`` cosines between each MMR request's candidates (0 elsewhere)."""
-    out = np.zeros((len(requests), width, width), dtype=np.float64)
-    by_dim: dict[int, list[int]] = {}
-    for i, r in enumerate(requests):
-        if mmr[i] and r.vectors is not None:
-            by_dim.setdefault(r.vectors.shape[1], []).append(i)
+def _faiss_pairwise(requests: Sequence[RankRequest], width: int, mmr: Sequence[bool]) -> F32:
+    """``[M, W, W]`` float32 cosines between the candidates of each of the M MMR requests, in
+    request order (zeros for a request without vectors). Memory: 4·M·W² bytes.
+    """
+    rows = [i for i, wanted in enumerate(mmr) if wanted]
+    out = np.zeros((len(rows), width, width), dtype=np.float32)
+    by_dim: dict[int, list[tuple[int, RankRequest]]] = {}
+    for slot, i in enumerate(rows):
+        r = requests[i]
+        if r.vectors is not None:
+            by_dim.setdefault(r.vectors.shape[1], []).append((slot, r))
     for group in by_dim.values():
-        subset = [requests[i] for i in group]
+        subset = [r for _, r in group]
         y, offsets = _stacked(subset)
         ids = np.full((len(y), width), -1, dtype=np.int64)
         for r, off in zip(subset, offsets, strict=True):
             ids[off : off + len(r), : len(r)] = np.arange(off, off + len(r))[None, :]
         cos = _cosines_by_idx(y, y, ids)
-        for r, off, i in zip(subset, offsets, group, strict=True):
+        for (slot, r), off in zip(group, offsets, strict=True):
             n = len(r)
-            out[i, :n, :n] = cos[off : off + n, :n]
+            out[slot, :n, :n] = cos[off : off + n, :n]
     return out
 
 
@@ -424,8 +443,15 @@ def _torch_similarity(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The same products as the FAISS path, as batched matmuls on the device."""
     dims = {r.vectors.shape[1] for r in requests if r.vectors is not None}
+    if len(dims) > 1:  # one matmul per dimension is not worth it: the host path groups by dim
+        _faiss_similarity(requests, similarity)
+        host = _faiss_pairwise(requests, width, mmr) if any(mmr) else None
+        return (
+            torch.from_numpy(similarity).to(device),
+            None if host is None else torch.from_numpy(host).to(device),
+        )
     sim = torch.from_numpy(similarity).to(device)
-    if len(dims) != 1:
+    if not dims:
         return sim, None
     (dim,) = dims
     vectors = np.zeros((len(requests), width, dim), dtype=np.float32)
@@ -442,7 +468,9 @@ def _torch_similarity(
     sim = torch.where(torch.from_numpy(has).to(device)[:, None], exact.clamp(-1.0, 1.0), sim)
     pairwise = None
     if any(mmr):
-        pairwise = torch.bmm(v, v.transpose(1, 2)).double().clamp(-1.0, 1.0)
+        rows = torch.tensor([i for i, wanted in enumerate(mmr) if wanted], device=device)
+        picked = v[rows]
+        pairwise = torch.bmm(picked, picked.transpose(1, 2)).clamp(-1.0, 1.0)
     return sim, pairwise
 
 
@@ -480,12 +508,14 @@ def kernel(c: Columns) -> tuple[torch.Tensor, ...]:
     # the minimum applies before MMR, except for zeph (to its final score, below)
     kept = mask & (zeph | (base >= c.min_score[:, None]))
     final = torch.where(kept, base, -math.inf)
-    if bool(c.mmr.any()):
+    rows = c.mmr_rows
+    if rows.numel():
         pairwise = c.pairwise
         if pairwise is None:  # no vectors: nothing is penalised, MMR only scales by λ
-            pairwise = torch.zeros((*final.shape, final.shape[1]), dtype=final.dtype)
-        diversified = _mmr(final, pairwise.to(final.device), c.mmr_lambda)
-        final = torch.where(c.mmr[:, None], diversified, final)
+            width = final.shape[1]
+            pairwise = torch.zeros((rows.numel(), width, width), device=final.device)
+        final = final.clone()
+        final[rows] = _mmr(final[rows], pairwise, c.mmr_lambda[rows])
     bonus = c.importance_weight[:, None] * c.importance + torch.where(
         c.semantic, c.semantic_bonus[:, None], 0.0
     )
@@ -518,5 +548,5 @@ def _mmr(relevance: torch.Tensor, pairwise: torch.Tensor, lam: torch.Tensor) -> 
         picked = value[rows, best]
         out[rows[live], best[live]] = picked[live]
         remaining[rows[live], best[live]] = False
-        penalty = torch.maximum(penalty, pairwise[rows, best].clamp(min=0.0))
+        penalty = torch.maximum(penalty, pairwise[rows, best].to(rel.dtype).clamp(min=0.0))
     return out

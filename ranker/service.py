@@ -23,7 +23,7 @@ import orjson
 from memcore import RankParams, Scored, derive_memory_id, faded
 from memcore.graph import MAX_HOPS, recall_hops
 from memcore.keyword import bm25_scores
-from memcore.policy import RecallPolicy
+from memcore.policy import RecallPolicy, RecallPreset
 from ranker.batcher import Batcher, Overloaded
 from ranker.kernel import RankRequest, rank_many
 from ranker.metrics import Metrics
@@ -53,6 +53,8 @@ class RecallQuery:
         archive_below: effective importance under which a candidate has faded and is archived
             instead of returned (the tenant's default lifecycle); None: no such gate (the
             ``powermem`` lifecycle, archive search).
+        archive_faded: write the ``fade`` decisions (with ``track``); off for a scoring time in
+            the future, so that a what-if recall never archives anything.
     """
 
     text: str | None
@@ -63,6 +65,7 @@ class RecallQuery:
     filters: Filters = field(default_factory=Filters)
     track: bool = True
     archive_below: float | None = None
+    archive_faded: bool = True
 
 
 @dataclass(frozen=True)
@@ -141,7 +144,10 @@ class RecallService:
                     ("access-events", _access(tenant_id, r.row.memory_id, query.at, "recall"))
                     for r in results
                 ]
-                + [("memory-writes", _fade(tenant_id, h.row.memory_id, query.at)) for h in fading]
+                + [
+                    ("memory-writes", _fade(tenant_id, h.row.memory_id, query.at))
+                    for h in (fading if query.archive_faded else [])
+                ]
             )
         return results
 
@@ -253,7 +259,7 @@ def _request(
     policy = query.policy
     keywords = (
         bm25_scores(query.text, [r.content for r in rows])
-        if query.text and policy.weights.keyword > 0
+        if query.text and (policy.preset is RecallPreset.ZEPH or policy.weights.keyword > 0)
         else [0.0] * len(rows)
     )
     hops: dict[str, int] = {}

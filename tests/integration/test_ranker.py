@@ -236,6 +236,9 @@ async def test_a_faded_candidate_is_archived_not_returned(
         ("fading", "fade", T0.isoformat())
     ]
     assert "fading" not in {a["memory_id"] for a in await asyncio.to_thread(accesses, stack)}
+    future = {**QUERY, "k": 5, "at": "2099-01-01T00:00:00+00:00"}  # a what-if: archives nothing
+    assert (await http.post("/v1/recall", json=future, headers=headers)).json()["results"] == []
+    assert len(await asyncio.to_thread(decisions, stack)) == 1
     archived = await http.post("/v1/archive/search", json=QUERY, headers=headers)
     assert archived.json()["results"] == []  # archived only once the worker applies the decision
 

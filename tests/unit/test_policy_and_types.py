@@ -91,6 +91,12 @@ def test_nan_weight_is_rejected() -> None:
         Policy.build(overrides={"recall": {"weights": {"similarity": float("nan")}}})
 
 
+def test_weights_are_bounded_so_scores_stay_finite() -> None:
+    assert Policy.build(overrides={"recall": {"weights": {"importance": 1000}}})
+    with pytest.raises(InvalidField, match=r"policy\.recall\.weights\.importance=1e\+308"):
+        Policy.build(overrides={"recall": {"weights": {"importance": 1e308}}})
+
+
 @pytest.mark.parametrize(
     ("name", "tier"),
     [("working", Tier.WORKING), ("short_term", Tier.EPISODIC), ("LONG_TERM", Tier.SEMANTIC)],

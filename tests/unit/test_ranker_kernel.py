@@ -44,7 +44,7 @@ def random_params(rng: random.Random) -> RankParams:
         preset=preset,
         weights=weights,
         graphrag=rng.random() < 0.3,
-        mmr_lambda=rng.choice([None, None, None, 0.6]),
+        mmr_lambda=rng.choice([None, None, None, 0.6, 0.0, 1.0]),
         min_score=rng.choice([0.0, 0.0, 0.3]),
     )
     return RankParams(k=rng.randrange(1, 20), policy=policy)
@@ -115,3 +115,30 @@ def test_nan_similarity_is_rejected() -> None:
     bad = Candidate("x", float("nan"), 0.5, T0, T0, 48.0)
     with pytest.raises(InvalidField, match="similarity"):
         rank_many([RankRequest.of([bad], T0, RankParams())])
+
+
+@pytest.mark.parametrize("use_faiss", [True, False])
+def test_a_batch_may_mix_vector_dimensions(use_faiss: bool) -> None:
+    rng = random.Random(5)
+    requests, references = [], []
+    for dim in (4, 8, 4, 8):
+        query = [rng.gauss(0, 1) for _ in range(dim)]
+        candidates = [
+            dataclasses.replace(c, vector=tuple(rng.gauss(0, 1) for _ in range(dim)))
+            for c in random_candidates(rng, 12)
+        ]
+        params = RankParams(k=12, policy=RecallPolicy(mmr_lambda=0.5))
+        exact = [dataclasses.replace(c, similarity=cosine(query, c.vector)) for c in candidates]
+        requests.append(RankRequest.of(candidates, T0, params, query=query))
+        references.append(rank(exact, T0, params))
+    ranked = rank_many(requests, torch.device("cpu"), use_faiss=use_faiss)
+    for got, want in zip(ranked, references, strict=True):
+        assert_same(got, want)
+
+
+def test_bad_columns_are_refused_naming_the_field() -> None:
+    good = Candidate("x", 0.5, 0.5, T0, T0, 48.0, vector=(1.0, 0.0))
+    with pytest.raises(InvalidField, match="importance"):
+        RankRequest.of([dataclasses.replace(good, importance=float("nan"))], T0, RankParams())
+    with pytest.raises(InvalidField, match="query"):
+        RankRequest.of([good], T0, RankParams(), query=[1.0, 0.0, 0.0])
