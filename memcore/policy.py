@@ -237,6 +237,14 @@ class LifecyclePolicy:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidField(f"policy.lifecycle.{name}", value, "expected an integer >= 1")
 
+    @property
+    def candidate_archive_below(self) -> float | None:
+        """Effective importance under which a recall candidate is archived instead of returned
+        (the ``default`` preset: "a touched memory, accessed or a recall candidate"); None for
+        ``powermem``, whose gates apply to accesses only.
+        """
+        return self.archive_below if self.preset is LifecyclePreset.DEFAULT else None
+
 
 @dataclass(frozen=True)
 class RecallWeights:

@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from memcore import InvalidField, Tier
-from memcore.policy import LifecyclePreset, RecallPolicy, RecallPreset
+from memcore.policy import RecallPolicy, RecallPreset
 from ranker.batcher import Overloaded
 from ranker.service import Recalled, RecallQuery, RecallService
 from storage import Filters, MemoryRow, to_us
@@ -188,12 +188,8 @@ def _query(body: RecallBody, who: Tenant, states: tuple[str, ...]) -> RecallQuer
     vector = tuple(body.vector) if body.vector is not None else None
     now = datetime.now(UTC)  # the edge reads the clock; memcore gets the time
     at = body.at or now
-    lifecycle = who.policy.lifecycle
-    archive_below = (
-        lifecycle.archive_below
-        if lifecycle.preset is LifecyclePreset.DEFAULT and states == ("active",)
-        else None
-    )
+    candidates_only = states == ("active",)  # archive search returns archived memories
+    archive_below = who.policy.lifecycle.candidate_archive_below if candidates_only else None
     return RecallQuery(
         body.query,
         vector,

@@ -162,10 +162,10 @@ class RecallService:
             if not frontier:
                 break
             wanted = sorted(frontier)[:GRAPH_FETCH_MAX]
-            found = await asyncio.to_thread(self.store.get, tenant_id, wanted)
+            found = await asyncio.to_thread(self.store.relations, tenant_id, wanted)
             for memory_id in wanted:
-                relations[memory_id] = found[memory_id].relations if memory_id in found else ()
-            frontier = {t for row in found.values() for t in row.relations} - relations.keys()
+                relations[memory_id] = found.get(memory_id, ())
+            frontier = {t for targets in found.values() for t in targets} - relations.keys()
         return relations
 
     async def write(self, tenant_id: str, documents: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -191,6 +191,26 @@ class MilvusStore:
         rows = self.query(tenant_id, Filters(states=(), memory_ids=tuple(memory_ids)))
         return {row.memory_id: row for row in rows}
 
+    def relations(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        """The ``relations`` of one tenant's memories by id, any state (only that field is read:
+        no vectors cross the wire). Ids not found are absent.
+        """
+        if not memory_ids:
+            return {}
+        expression = filter_expression(tenant_id, Filters(states=(), memory_ids=tuple(memory_ids)))
+        found = self._call(
+            "query",
+            lambda: self.client.query(
+                self.config.collection,
+                filter=expression,
+                output_fields=["memory_id", "relations"],
+                limit=len(memory_ids),
+                consistency_level="Strong",
+                timeout=self.config.timeout_s,
+            ),
+        )
+        return {e["memory_id"]: tuple(e["relations"] or ()) for e in found}
+
     def query(
         self, tenant_id: str, filters: Filters = ANY_STATE, limit: int = 16_384
     ) -> list[MemoryRow]:

@@ -11,6 +11,7 @@ import pytest
 
 from storage import Filters, MemoryRow, MilvusConfig, MilvusStore, StorageError
 from storage.milvus import ANY_STATE
+from tests.rows import make_row
 
 DIM = 8
 _names = itertools.count()
@@ -36,34 +37,7 @@ def vec(*head: float) -> tuple[float, ...]:
 
 
 def row(tenant: str, memory_id: str, vector: tuple[float, ...], **kw: object) -> MemoryRow:
-    base = MemoryRow(
-        key=f"{tenant}/{memory_id}",
-        tenant_id=tenant,
-        memory_id=memory_id,
-        content=f"content of {memory_id} ✓",
-        vector=vector,
-        tier="episodic",
-        state="active",
-        importance=0.5,
-        access_count=0,
-        recall_count=0,
-        write_count=1,
-        created_at_us=1_000_000,
-        last_access_us=1_000_000,
-        state_changed_at_us=1_000_000,
-        tau_hours=240.0,
-        retention=0.5,
-        review_count=0,
-        next_review_us=2_000_000,
-        session_id="s1",
-        agent_id="",
-        tags=("work",),
-        relations=(),
-        merged_into="",
-        summary_of=(),
-        metadata={"priority": "high", "n": 1},
-    )
-    return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
+    return make_row(tenant, memory_id, vector, **kw)
 
 
 def test_upsert_then_get_round_trips_every_field(store: MilvusStore) -> None:
@@ -94,6 +68,19 @@ def test_tenants_never_see_each_other(store: MilvusStore) -> None:
     store.delete("acme", ["shared-id", "g1"])
     assert store.count("acme") == 0
     assert store.count("globex") == 6
+
+
+def test_relations_are_read_alone_within_the_tenant(store: MilvusStore) -> None:
+    store.upsert(
+        [
+            row("acme", "a", vec(1.0), relations=("b", "c")),
+            row("acme", "b", vec(1.0), state="archived"),
+            row("globex", "c", vec(1.0), relations=("x",)),
+        ]
+    )
+    assert store.relations("acme", ["a", "b", "c", "nope"]) == {"a": ("b", "c"), "b": ()}
+    assert store.relations("globex", ["a", "c"]) == {"c": ("x",)}
+    assert store.relations("acme", []) == {}
 
 
 def test_search_orders_by_cosine_and_applies_filters(store: MilvusStore) -> None:

@@ -22,6 +22,7 @@ from storage.embedding import Hashing
 from storage.tenants import TenantRegistry
 from tests.integration.harness import Stack, read_all
 from tests.integration.test_streams import T0
+from tests.rows import make_row
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -40,34 +41,21 @@ TAU = 1200.0  # semantic, zeromemory
 
 
 def row(tenant: str, memory_id: str, cosine: float, importance: float, recency: float) -> MemoryRow:
+    """A semantic memory at ``cosine`` to QUERY's vector with the given recency at T0."""
     vector = (cosine, math.sqrt(1 - cosine * cosine), *([0.0] * (DIM - 2)))
     last = T0 - timedelta(hours=-TAU * math.log(recency))
-    return MemoryRow(
-        key=f"{tenant}/{memory_id}",
-        tenant_id=tenant,
-        memory_id=memory_id,
+    return make_row(
+        tenant,
+        memory_id,
+        vector,
         content=f"{memory_id} says something",
-        vector=vector,
         tier="semantic",
-        state="active",
         importance=importance,
-        access_count=0,
-        recall_count=0,
-        write_count=1,
         created_at_us=to_us(T0 - timedelta(days=90)),
         last_access_us=to_us(last),
         state_changed_at_us=to_us(T0 - timedelta(days=90)),
         tau_hours=TAU,
-        retention=importance,
-        review_count=0,
         next_review_us=0,
-        session_id="",
-        agent_id="",
-        tags=("work",),
-        relations=(),
-        merged_into="",
-        summary_of=(),
-        metadata={},
     )
 
 

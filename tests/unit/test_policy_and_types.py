@@ -139,3 +139,9 @@ def test_keys_round_trip_and_reject_slashes() -> None:
             check_id("memory_id", bad)
     with pytest.raises(InvalidField):
         split_key("no-slash")
+
+
+def test_only_the_default_lifecycle_archives_faded_recall_candidates() -> None:
+    assert Policy().lifecycle.candidate_archive_below == 0.05
+    powermem = Policy.build(decay="powermem", lifecycle="powermem")
+    assert powermem.lifecycle.candidate_archive_below is None

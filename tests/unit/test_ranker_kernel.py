@@ -19,7 +19,7 @@ from ranker.kernel import RankRequest, rank_many
 from .helpers import T0
 
 
-def random_candidates(rng: random.Random, n: int) -> list[Candidate]:
+def random_candidates(rng: random.Random, n: int, dim: int = 8) -> list[Candidate]:
     return [
         Candidate(
             memory_id=f"m{rng.randrange(10_000)}-{i}",
@@ -31,7 +31,7 @@ def random_candidates(rng: random.Random, n: int) -> list[Candidate]:
             tier=rng.choice(list(Tier)),
             keyword=rng.choice([0.0, rng.uniform(0, 12)]),
             graph_hops=rng.choice([None, 0, 1, 2]),
-            vector=tuple(rng.gauss(0, 1) for _ in range(8)),
+            vector=tuple(rng.gauss(0, 1) for _ in range(dim)),
         )
         for i in range(n)
     ]
@@ -80,18 +80,23 @@ def test_similarity_is_the_exact_cosine_to_the_query(use_faiss: bool) -> None:
     change the ranking; MMR's pairwise cosines come from the same products.
     """
     rng = random.Random(4)
-    requests, references = [], []
+    cases = []
     for _ in range(50):
-        query = [rng.gauss(0, 1) for _ in range(8)]
         candidates = random_candidates(rng, rng.randrange(1, 40))
-        params = random_params(rng)
-        exact = [dataclasses.replace(c, similarity=cosine(query, c.vector)) for c in candidates]
         noisy = [dataclasses.replace(c, similarity=rng.random()) for c in candidates]
-        requests.append(RankRequest.of(noisy, T0, params, query=query))
-        references.append(rank(exact, T0, params))
+        cases.append(([rng.gauss(0, 1) for _ in range(8)], noisy, random_params(rng)))
+    assert_equals_memcore_on_exact_cosines(cases, use_faiss)
+
+
+def assert_equals_memcore_on_exact_cosines(
+    cases: list[tuple[list[float], list[Candidate], RankParams]], use_faiss: bool
+) -> None:
+    """Each (query, candidates, params) ranks as memcore does with similarity = exact cosine."""
+    requests = [RankRequest.of(c, T0, p, query=q) for q, c, p in cases]
     ranked = rank_many(requests, torch.device("cpu"), use_faiss=use_faiss)
-    for got, want in zip(ranked, references, strict=True):
-        assert_same(got, want)
+    for (query, candidates, params), got in zip(cases, ranked, strict=True):
+        exact = [dataclasses.replace(c, similarity=cosine(query, c.vector)) for c in candidates]
+        assert_same(got, rank(exact, T0, params))
 
 
 def test_the_alice_example_through_the_kernel() -> None:
@@ -120,20 +125,12 @@ def test_nan_similarity_is_rejected() -> None:
 @pytest.mark.parametrize("use_faiss", [True, False])
 def test_a_batch_may_mix_vector_dimensions(use_faiss: bool) -> None:
     rng = random.Random(5)
-    requests, references = [], []
-    for dim in (4, 8, 4, 8):
-        query = [rng.gauss(0, 1) for _ in range(dim)]
-        candidates = [
-            dataclasses.replace(c, vector=tuple(rng.gauss(0, 1) for _ in range(dim)))
-            for c in random_candidates(rng, 12)
-        ]
-        params = RankParams(k=12, policy=RecallPolicy(mmr_lambda=0.5))
-        exact = [dataclasses.replace(c, similarity=cosine(query, c.vector)) for c in candidates]
-        requests.append(RankRequest.of(candidates, T0, params, query=query))
-        references.append(rank(exact, T0, params))
-    ranked = rank_many(requests, torch.device("cpu"), use_faiss=use_faiss)
-    for got, want in zip(ranked, references, strict=True):
-        assert_same(got, want)
+    params = RankParams(k=12, policy=RecallPolicy(mmr_lambda=0.5))
+    cases = [
+        ([rng.gauss(0, 1) for _ in range(dim)], random_candidates(rng, 12, dim), params)
+        for dim in (4, 8, 4, 8)
+    ]
+    assert_equals_memcore_on_exact_cosines(cases, use_faiss)
 
 
 def test_bad_columns_are_refused_naming_the_field() -> None:

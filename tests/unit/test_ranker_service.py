@@ -7,38 +7,25 @@ from datetime import timedelta
 
 from memcore.policy import RecallPolicy, RecallPreset
 from ranker.service import RecallQuery, _request, _set_aside_faded
-from storage import Hit, MemoryRow, to_us
+from storage import Hit, to_us
+from tests.rows import make_row
 
 from .helpers import T0
 
 
 def hit(memory_id: str, content: str, importance: float = 0.5, idle_h: float = 0.0) -> Hit:
-    row = MemoryRow(
-        key=f"acme/{memory_id}",
-        tenant_id="acme",
-        memory_id=memory_id,
+    """A working memory last accessed ``idle_h`` hours before T0 (tau 48 h), similarity 0.9."""
+    last = to_us(T0 - timedelta(hours=idle_h))
+    row = make_row(
+        "acme",
+        memory_id,
+        (1.0, 0.0),
         content=content,
-        vector=(1.0, 0.0),
         tier="working",
-        state="active",
         importance=importance,
-        access_count=0,
-        recall_count=0,
-        write_count=1,
-        created_at_us=to_us(T0 - timedelta(hours=idle_h)),
-        last_access_us=to_us(T0 - timedelta(hours=idle_h)),
-        state_changed_at_us=to_us(T0),
+        created_at_us=last,
+        last_access_us=last,
         tau_hours=48.0,
-        retention=importance,
-        review_count=0,
-        next_review_us=0,
-        session_id="",
-        agent_id="",
-        tags=(),
-        relations=(),
-        merged_into="",
-        summary_of=(),
-        metadata={},
     )
     return Hit(row, 0.9)
 
