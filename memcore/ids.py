@@ -8,7 +8,9 @@ import unicodedata
 
 from memcore.errors import InvalidField
 
-_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+_ID_RE = re.compile(
+    r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}"
+)  # fullmatch: "$" would pass a final newline
 _SPACE_RE = re.compile(r"\s+")
 
 
@@ -31,7 +33,7 @@ def derive_memory_id(tenant_id: str, text: str) -> str:
 
 def check_id(field: str, value: object) -> str:
     """Return ``value`` if it is a valid tenant or memory id: 1-128 of ``A-Za-z0-9._:-``, no ``/``."""
-    if not isinstance(value, str) or not _ID_RE.match(value):
+    if not isinstance(value, str) or not _ID_RE.fullmatch(value):
         raise InvalidField(
             field, value, "expected 1-128 characters of A-Z a-z 0-9 . _ : - (no '/')"
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 
@@ -12,12 +13,14 @@ from aiokafka import AIOKafkaProducer
 from fastapi import FastAPI
 
 from ranker.api import create_api
+from ranker.applied import AppliedOffsets, KafkaOffsets
 from ranker.kernel import set_threads
 from ranker.metrics import Metrics
 from ranker.service import RecallService
 from ranker.settings import RankerSettings
 from storage import MilvusStore
 from storage.embedding import Embedder
+from storage.usage import parse_service_args
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +43,11 @@ def build(
     if embedder is None:
         embedder = settings.make_embedder()
     producers: list[AIOKafkaProducer] = []  # made in the lifespan: aiokafka needs a running loop
+    offsets = KafkaOffsets(
+        settings.kafka_bootstrap,
+        settings.app_id,
+        {role: settings.topic(role) for role in ("memory-writes", "access-events")},
+    )
 
     async def send(role: str, key: bytes, value: bytes) -> Awaitable[object]:
         delivery: Awaitable[object] = await producers[0].send(
@@ -56,6 +64,9 @@ def build(
         batch_wait_s=settings.batch_wait_s,
         queue_max=settings.queue_max,
         metrics=metrics,
+        applied=AppliedOffsets(
+            offsets.committed, offsets.end_offsets, timeout_s=settings.after_timeout_s
+        ),
     )
 
     @asynccontextmanager
@@ -70,12 +81,14 @@ def build(
         )
         await producer.start()
         producers.append(producer)
+        await offsets.start()
         await service.start()
         log.info("mnemostream ranker ready")
         try:
             yield
         finally:
             await service.stop()
+            await offsets.stop()
             await producer.stop()
             producers.clear()
             if owned:
@@ -88,6 +101,7 @@ def build(
 
 def main() -> None:
     """Serve on ``MNEMO_HOST``:``MNEMO_PORT``."""
+    parse_service_args("python -m ranker", __doc__ or "", [RankerSettings], sys.argv[1:])
     settings = RankerSettings()
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 
 import uvicorn
 
 from ranker.__main__ import build
 from ranker.metrics import Metrics
 from ranker.settings import RankerSettings
+from storage.usage import parse_service_args
 from streams.__main__ import prepare, run
 from streams.app import create_app
 from streams.settings import WorkerSettings
@@ -23,6 +25,9 @@ def main() -> None:
     The ranker's ``GET /metrics`` serves the worker's metrics too (``MNEMO_METRICS_PORT`` is for
     ``python -m streams`` alone).
     """
+    parse_service_args(
+        "python -m server", __doc__ or "", [WorkerSettings, RankerSettings], sys.argv[1:]
+    )
     worker_settings = WorkerSettings()
     ranker_settings = RankerSettings()
     services = prepare(worker_settings)

@@ -12,6 +12,7 @@ import sys
 import faust
 
 from storage import MilvusStore
+from storage.usage import parse_service_args
 from streams import cli
 from streams.app import Services, create_app
 from streams.llm import LlmImportance
@@ -50,6 +51,7 @@ def main() -> None:
     """Read settings, prepare the services, serve the metrics, run the Faust worker."""
     if len(sys.argv) > 1 and sys.argv[1] == "consolidate":
         raise SystemExit(cli.main(sys.argv[2:]))
+    parse_service_args("python -m streams", __doc__ or "", [WorkerSettings], sys.argv[1:])
     settings = WorkerSettings()
     services = prepare(settings)
     if settings.metrics_port:

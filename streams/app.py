@@ -17,7 +17,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import faust
@@ -26,15 +26,21 @@ from faust.streams import _current_event
 from faust.types import TP
 
 from memcore import ImportanceDecision, resolve_importance
-from storage import MilvusStore, StorageError
+from storage import MemoryRow, MilvusStore, StorageError
 from storage.embedding import Embedder
 from storage.milvus import ANY_STATE
 from streams import topics
 from streams.consolidation import decision_records, plan_tenant, report
 from streams.llm import LlmImportance
 from streams.metrics import WorkerMetrics
-from streams.processor import Batch, Inbound, Processor, dead_letter
-from streams.records import Limits, RecordError, WriteRecord, decode_consolidation
+from streams.processor import Batch, Inbound, Processor, contained, dead_letter
+from streams.records import (
+    ConsolidationRequest,
+    Limits,
+    RecordError,
+    WriteRecord,
+    decode_consolidation,
+)
 from streams.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -145,7 +151,12 @@ class StreamWorker:
             )
             for name in ("memories", "documents", "tenant-counters", "pending-accesses")
         )
-        limits = Limits(settings.embedding_dim, settings.max_content_bytes, settings.registry())
+        limits = Limits(
+            settings.embedding_dim,
+            settings.max_content_bytes,
+            settings.registry(),
+            timedelta(seconds=settings.max_future_skew_s),
+        )
         self.processor = Processor(memories, documents, counters, pending, limits)
         self.write_done: dict[int, int] = {}  # writes partition -> next offset not yet applied
 
@@ -157,17 +168,18 @@ class StreamWorker:
         accepted = self.processor.decode_writes([message for message, _ in pairs], batch)
         writes = [r for _, r in accepted if isinstance(r, WriteRecord)]
         todo = [r for r in writes if self.processor.needs_embedding(r)]
-        embed = self.services.embedder.embed
-        computed = await asyncio.to_thread(embed, [r.content for r in todo])
-        vectors = {r.key: v for r, v in zip(todo, computed, strict=True)}
+        vectors = await self.embed(todo)  # a write it could not embed goes to dead-letter
         importance = dict(
             zip(map(id, writes), await _importances(writes, self.services.llm), strict=True)
         )
         for message, record in accepted:
-            with processing(event_for[id(message)]):
+            with processing(event_for[id(message)]), contained(message, batch):
                 if isinstance(record, WriteRecord):
                     vector = record.embedding or vectors.get(record.key)
-                    self.processor.write(message, record, vector, importance[id(record)], batch)
+                    decided = importance[id(record)]
+                    if isinstance(decided, Exception):
+                        raise decided
+                    self.processor.write(message, record, vector, decided, batch)
                 else:
                     self.processor.decision(message, record, batch)
         for message, _ in pairs:
@@ -182,8 +194,9 @@ class StreamWorker:
         started = time.perf_counter()
         batch = Batch()
         for event in events:
-            with processing(event):
-                self.processor.access(_inbound(event), batch)
+            message = _inbound(event)
+            with processing(event), contained(message, batch):
+                self.processor.access(message, batch)
         await self.expire_parked(batch, events)
         reduced = time.perf_counter()
         await self.sync(batch)  # one upsert per touched memory, however many events it had
@@ -197,6 +210,27 @@ class StreamWorker:
             synced - reduced,
             time.perf_counter() - synced,
         )
+
+    async def embed(self, records: Sequence[WriteRecord]) -> dict[str, tuple[float, ...]]:
+        """Vectors of ``records`` by key, computed in one call; when that call fails, one call
+        per record, and a record whose own call fails has no vector (its write goes to
+        dead-letter, naming ``embedding``).
+        """
+        if not records:
+            return {}
+        embed = self.services.embedder.embed
+        try:
+            computed = await asyncio.to_thread(embed, [r.content for r in records])
+            return {r.key: v for r, v in zip(records, computed, strict=True)}
+        except Exception:
+            log.exception("embedding a batch of %d failed; embedding one by one", len(records))
+        vectors: dict[str, tuple[float, ...]] = {}
+        for record in records:
+            try:
+                (vectors[record.key],) = await asyncio.to_thread(embed, [record.content])
+            except Exception:
+                log.exception("embedding %s failed", record.key)
+        return vectors
 
     async def expire_parked(self, batch: Batch, events: Sequence[Any]) -> None:
         """Dead-letter parked accesses of partitions whose writes are all applied: their memory
@@ -228,10 +262,17 @@ class StreamWorker:
         batch = Batch()
         try:
             request = decode_consolidation(message.value, self.processor.limits)
+            self.processor.check_time(message, request.at)
         except RecordError as error:
             batch.out.append(dead_letter(message, error))
             await self.emit(batch)
             return
+        with contained(message, batch):
+            await self.plan(request, batch)
+        await self.emit(batch)
+
+    async def plan(self, request: ConsolidationRequest, batch: Batch) -> None:
+        """Add the decisions (unless a dry run) and the report of each requested tenant."""
         store = self.services.store
         for tenant_id in request.tenant_ids:
             tenant = self.processor.limits.registry.get(tenant_id)
@@ -251,7 +292,6 @@ class StreamWorker:
                 len(decisions),
                 " (dry run)" if request.dry_run else "",
             )
-        await self.emit(batch)
 
     async def sync(self, batch: Batch) -> None:
         """Upsert the whole current row of every touched memory (delete purged ones)."""
@@ -261,9 +301,25 @@ class StreamWorker:
         store = self.services.store
         with self.services.metrics.milvus_sync(len(upserts), len(deletes)):
             if upserts:
-                await _retrying("upsert", functools.partial(store.upsert, upserts))
+                await self.upsert(upserts)
             for tenant_id, memory_id in deletes:
                 await _retrying("delete", functools.partial(store.delete, tenant_id, [memory_id]))
+
+    async def upsert(self, rows: Sequence[MemoryRow]) -> None:
+        """Upsert ``rows`` (retrying while Milvus is unavailable). When the store refuses the
+        batch, each row alone: a row it still refuses is logged and left out (its table state is
+        kept, and validation at the boundary should have made it storable), never blocking the rest.
+        """
+        store = self.services.store
+        try:
+            await _retrying("upsert", functools.partial(store.upsert, rows))
+        except StorageError:
+            if len(rows) == 1:
+                log.exception("Milvus refused the row of %s; left out", rows[0].key)
+                return
+            log.exception("Milvus refused a batch of %d rows; upserting one by one", len(rows))
+            for row in rows:
+                await self.upsert([row])
 
     async def emit(self, batch: Batch) -> None:
         """Produce the batch's audit, dead-letter and re-keyed records."""
@@ -289,27 +345,53 @@ def processing(event: Any) -> Iterator[None]:  # noqa: ANN401 - faust.EventT
 
 def _inbound(event: Any) -> Inbound:  # noqa: ANN401 - faust.EventT is untyped
     message = event.message
-    return Inbound(message.topic, message.partition, message.offset, message.key, message.value)
+    return Inbound(
+        message.topic,
+        message.partition,
+        message.offset,
+        message.key,
+        message.value,
+        received_at(message.timestamp, datetime.now(UTC)),
+    )
+
+
+def received_at(timestamp: float | None, now: datetime) -> datetime:
+    """When a record reached the log: its Kafka timestamp (seconds), but never later than ``now``
+    (the worker's clock; a producer may set any timestamp). A replay meets the same timestamps,
+    so an event time judged against it is judged the same way again.
+    """
+    if timestamp is None or not timestamp > 0:
+        return now
+    try:
+        return min(datetime.fromtimestamp(timestamp, UTC), now)
+    except (OverflowError, OSError, ValueError):
+        return now
 
 
 async def _importances(
     records: Sequence[WriteRecord], llm: LlmImportance | None
-) -> list[ImportanceDecision]:
+) -> list[ImportanceDecision | Exception]:
+    """Each record's importance, or the exception resolving it raised (that record's alone)."""
     answers: dict[int, str | None] = {}
     if llm is not None:
         needs_llm = [r for r in records if r.importance is None]
         replies = await llm.answers([r.content for r in needs_llm])
         answers = {id(r): a for r, a in zip(needs_llm, replies, strict=True)}
-    return [
-        resolve_importance(
-            r.content,
-            explicit=r.importance,
-            llm_answer=answers.get(id(r)),
-            metadata=r.metadata,
-            tags=r.tags,
-        )
-        for r in records
-    ]
+    decided: list[ImportanceDecision | Exception] = []
+    for r in records:
+        try:
+            decided.append(
+                resolve_importance(
+                    r.content,
+                    explicit=r.importance,
+                    llm_answer=answers.get(id(r)),
+                    metadata=r.metadata,
+                    tags=r.tags,
+                )
+            )
+        except Exception as exc:  # raised again in the record's own apply
+            decided.append(exc)
+    return decided
 
 
 async def _retrying(operation: str, call: Callable[[], T]) -> T:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-from collections.abc import Callable, Iterable, MutableMapping, Sequence
+import logging
+from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
@@ -21,6 +23,7 @@ from memcore import (
     Effect,
     EffectKind,
     ImportanceDecision,
+    InvalidField,
     MemoryState,
     Policy,
     Position,
@@ -28,7 +31,9 @@ from memcore import (
     apply,
     content_hash,
 )
+from memcore.timecheck import check_event_time
 from storage import Document, MemoryRow
+from storage.rows import from_us, to_us
 from streams import codec
 from streams.records import (
     AccessRecord,
@@ -41,6 +46,14 @@ from streams.records import (
 )
 
 R = TypeVar("R", WriteRecord | DecisionRecord, AccessRecord)
+log = logging.getLogger(__name__)
+
+MAX_DEAD_LETTER_PAYLOAD = 256 * 1024
+"""Bytes of the original value copied into a dead letter, at most (base64 makes them 4/3 as many):
+a dead letter must stay under the broker's message limit (1 MiB by default) whatever it carries."""
+MAX_DEAD_LETTER_KEY = 1024
+"""Bytes of the original key copied into a dead letter (and used as its key), at most."""
+MAX_REASON_CHARS = 1000
 
 
 @dataclass(frozen=True)
@@ -52,6 +65,7 @@ class Inbound:
     offset: int
     key: bytes | None
     value: bytes
+    received_at: datetime | None = None  # when the log received it (None: unknown)
 
     @property
     def position(self) -> Position:
@@ -69,17 +83,58 @@ class Outbound:
 
 def dead_letter(message: Inbound, error: RecordError) -> Outbound:
     """The dead-letter record of a rejected message: reason, field, and the original bytes."""
+    return rejected(message, error.field, str(error))
+
+
+def internal_error(message: Inbound, exc: Exception) -> Outbound:
+    """The dead-letter record of a message whose application raised ``exc`` (a bug, not input)."""
+    return rejected(message, "$", f"internal error: {type(exc).__name__}: {exc}")
+
+
+def rejected(message: Inbound, field_name: str, reason: str) -> Outbound:
+    """A dead letter naming the field and the reason, with the original key and value; each is cut
+    to its limit (``*_truncated`` true, ``*_bytes`` the original size) so that the dead letter
+    always fits in a Kafka message.
+    """
+    key = message.key[:MAX_DEAD_LETTER_KEY] if message.key is not None else None
+    payload = message.value[:MAX_DEAD_LETTER_PAYLOAD]
+    if len(reason) > MAX_REASON_CHARS:
+        reason = reason[: MAX_REASON_CHARS - 3] + "..."
     value = {
         "v": 1,
-        "reason": str(error),
-        "field": error.field,
+        "reason": reason,
+        "field": field_name,
         "topic": message.topic,
         "partition": message.partition,
         "offset": message.offset,
-        "key": base64.b64encode(message.key).decode() if message.key is not None else None,
-        "payload": base64.b64encode(message.value).decode(),
+        "key": base64.b64encode(key).decode() if key is not None else None,
+        "key_bytes": len(message.key) if message.key is not None else 0,
+        "key_truncated": key != message.key,
+        "payload": base64.b64encode(payload).decode(),
+        "payload_bytes": len(message.value),
+        "payload_truncated": len(payload) < len(message.value),
     }
-    return Outbound("dead-letter", message.key, orjson.dumps(value))
+    return Outbound("dead-letter", key, orjson.dumps(value))
+
+
+@contextmanager
+def contained(message: Inbound, batch: Batch) -> Iterator[None]:
+    """Apply one record in isolation: an unexpected exception is logged with its traceback, what
+    the record had added to the batch's output is dropped, and the record goes to dead-letter
+    (``internal error: <type>: <message>``); the rest of the batch goes on.
+    """
+    mark = len(batch.out)
+    try:
+        yield
+    except Exception as exc:
+        log.exception(
+            "internal error applying %s/%d@%d; sent to dead-letter",
+            message.topic,
+            message.partition,
+            message.offset,
+        )
+        del batch.out[mark:]
+        batch.out.append(internal_error(message, exc))
 
 
 @dataclass
@@ -170,6 +225,9 @@ class Processor:
         """
         try:
             record = decode(message.value, self.limits)
+            self.check_time(
+                message, record.event.at if isinstance(record, DecisionRecord) else record.at
+            )
         except RecordError as error:
             batch.out.append(dead_letter(message, error))
             return None
@@ -178,6 +236,16 @@ class Processor:
             batch.out.append(Outbound(role, key, message.value))
             return None
         return record
+
+    def check_time(self, message: Inbound, at: datetime, field_name: str = "at") -> None:
+        """Raise RecordError unless ``at`` lies in the window the model accepts: from 1970 to the
+        time the message was received plus the allowed skew (a future-dated event would archive,
+        or never decay, what it touches).
+        """
+        try:
+            check_event_time(field_name, at, message.received_at, self.limits.max_future_skew)
+        except InvalidField as exc:
+            raise RecordError(exc.field, exc.value, exc.reason) from exc
 
     def needs_embedding(self, record: WriteRecord) -> bool:
         """True when no vector was given and none is stored for this exact content."""
@@ -297,14 +365,15 @@ class Processor:
         parked = orjson.loads(raw) if raw is not None else []
         if any(p["topic"] == message.topic and p["offset"] >= message.offset for p in parked):
             return  # redelivered: already parked
-        parked.append(
-            {
-                "topic": message.topic,
-                "partition": message.partition,
-                "offset": message.offset,
-                "value": base64.b64encode(message.value).decode(),
-            }
-        )
+        entry = {
+            "topic": message.topic,
+            "partition": message.partition,
+            "offset": message.offset,
+            "value": base64.b64encode(message.value).decode(),
+        }
+        if message.received_at is not None:
+            entry["received_us"] = to_us(message.received_at)
+        parked.append(entry)
         self.pending[key] = orjson.dumps(parked)
 
     def has_pending(self) -> bool:
@@ -315,7 +384,14 @@ class Processor:
         """The access messages parked under ``key``, in arrival order."""
         raw = self.pending.get(key)
         return [
-            Inbound(p["topic"], p["partition"], p["offset"], key, base64.b64decode(p["value"]))
+            Inbound(
+                p["topic"],
+                p["partition"],
+                p["offset"],
+                key,
+                base64.b64decode(p["value"]),
+                from_us(p["received_us"]) if "received_us" in p else None,
+            )
             for p in (orjson.loads(raw) if raw is not None else [])
         ]
 
@@ -328,7 +404,8 @@ class Processor:
             return
         del self.pending[key]
         for message in messages:
-            self.access(message, batch, writes_caught_up=True)
+            with contained(message, batch):
+                self.access(message, batch, writes_caught_up=True)
 
     def expire_pending(self, partition: int, batch: Batch) -> None:
         """Release every parked key of ``partition`` (its writes are caught up): the writes that

@@ -7,9 +7,10 @@ reason; the agent sends the original bytes to the dead-letter topic with that re
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar
 
 import orjson
@@ -24,6 +25,7 @@ from memcore import (
     Promote,
     Purge,
     Retire,
+    Supersede,
     Tier,
 )
 from memcore.consolidation import ALL_STRATEGIES, Strategy
@@ -34,11 +36,22 @@ from storage.tenants import TenantRegistry
 VERSION = 1
 M = TypeVar("M", bound=BaseModel)
 
+MAX_METADATA_BYTES = 32_768
+"""Metadata as JSON (UTF-8), at most: a Milvus server refuses a JSON value over 65,536 bytes."""
+MAX_NAME_BYTES = 256
+"""``session_id`` and ``agent_id`` in UTF-8 bytes (the Milvus VARCHAR length counts bytes)."""
+MAX_FIELD_CHARS = 200
+"""A field path named in an error is cut to this (a metadata key can be as long as a record)."""
+VECTOR_NORM_RANGE = (1e-6, 1e18)
+"""An embedding's float32 norm must lie here: below, its cosine is undefined; above, it overflows."""
+
 
 class RecordError(ValueError):
     """A record we cannot accept. ``field`` is a dotted path (``embedding[3]``); ``value`` a repr."""
 
     def __init__(self, field: str, value: object, reason: str) -> None:
+        if len(field) > MAX_FIELD_CHARS:
+            field = field[: MAX_FIELD_CHARS - 3] + "..."
         self.field = field
         self.value = value
         self.reason = reason
@@ -77,7 +90,8 @@ class DecisionV1(_Strict):
 
     ``absorb``: take over the counters of ``source``; ``retire``: move ``to`` archived, forgotten or
     deleted (``merged_into`` names the survivor or summary); ``fade``: archive it if it has faded
-    by ``at`` (decided again on the state it meets); ``promote``: move ``to`` a tier;
+    by ``at`` (decided again on the state it meets); ``supersede``: the memory ``by`` states a
+    newer value of the same fact from ``at`` on; ``promote``: move ``to`` a tier;
     ``purge``: remove a forgotten or deleted memory from the serving store.
     """
 
@@ -86,9 +100,10 @@ class DecisionV1(_Strict):
     tenant_id: str
     memory_id: str
     at: AwareDatetime
-    decision: Literal["absorb", "retire", "fade", "promote", "purge"]
+    decision: Literal["absorb", "retire", "fade", "supersede", "promote", "purge"]
     reason: str = Field(min_length=1, max_length=1000)
     source: str | None = None
+    by: str | None = None
     access_count: int = Field(0, ge=0)
     recall_count: int = Field(0, ge=0)
     write_count: int = Field(0, ge=0)
@@ -131,6 +146,7 @@ class Limits:
     embedding_dim: int
     max_content_bytes: int
     registry: TenantRegistry
+    max_future_skew: timedelta = timedelta(seconds=300)
 
 
 @dataclass(frozen=True)
@@ -231,18 +247,25 @@ def decode_write(raw: bytes, limits: Limits) -> WriteRecord:
             )
         if not any(x != 0.0 for x in m.embedding):
             raise RecordError("embedding", "<all zeros>", "a zero vector has no direction")
-        embedding = tuple(m.embedding)
+        embedding = _stored_vector(m.embedding)
     try:
         tier = Tier.parse(m.memory_type) if m.memory_type is not None else None
     except InvalidField as exc:
         raise RecordError(exc.field, exc.value, exc.reason) from exc
     for i, tag in enumerate(m.tags):
-        if not tag or len(tag) > MAX_TAG_CHARS:
-            raise RecordError(f"tags[{i}]", tag, f"expected 1-{MAX_TAG_CHARS} characters")
+        if not tag or len(tag.encode("utf-8")) > MAX_TAG_CHARS:
+            raise RecordError(f"tags[{i}]", tag, f"expected 1-{MAX_TAG_CHARS} bytes (UTF-8)")
+    for name, value in (("session_id", m.session_id), ("agent_id", m.agent_id)):
+        if value is not None and len(value.encode("utf-8")) > MAX_NAME_BYTES:
+            raise RecordError(name, value, f"over {MAX_NAME_BYTES} bytes (UTF-8)")
     try:
-        orjson.dumps(m.metadata)
-    except TypeError as exc:  # pragma: no cover - JSON in, JSON out
-        raise RecordError("metadata", m.metadata, "not JSON-serialisable") from exc
+        encoded = orjson.dumps(m.metadata)
+    except TypeError as exc:  # an integer over 64 bits
+        raise RecordError("metadata", m.metadata, f"not JSON-serialisable: {exc}") from exc
+    if len(encoded) > MAX_METADATA_BYTES:
+        raise RecordError(
+            "metadata", f"<{len(encoded)} bytes>", f"over {MAX_METADATA_BYTES} bytes as JSON"
+        )
     _check_finite_json("metadata", m.metadata)
     memory_id = (
         _id("memory_id", m.memory_id)
@@ -272,7 +295,7 @@ class DecisionRecord:
 
     tenant_id: str
     memory_id: str
-    event: Absorb | Retire | Fade | Promote | Purge
+    event: Absorb | Retire | Fade | Supersede | Promote | Purge
     request_id: str | None
 
     @property
@@ -305,7 +328,7 @@ def decode_decision(raw: bytes, limits: Limits) -> DecisionRecord:
     m = _model(DecisionV1, raw)
     tenant_id = _tenant(m.tenant_id, limits)
     memory_id = _id("memory_id", m.memory_id)
-    event: Absorb | Retire | Fade | Promote | Purge
+    event: Absorb | Retire | Fade | Supersede | Promote | Purge
     try:
         if m.decision == "absorb":
             event = Absorb(
@@ -325,6 +348,8 @@ def decode_decision(raw: bytes, limits: Limits) -> DecisionRecord:
             event = Retire(m.at, to, m.reason, merged)
         elif m.decision == "fade":
             event = Fade(m.at, m.reason)
+        elif m.decision == "supersede":
+            event = Supersede(m.at, _id("by", m.by or ""), m.reason)
         elif m.decision == "promote":
             event = Promote(m.at, Tier.parse(m.to, "to"), m.reason)
         else:
@@ -362,6 +387,19 @@ def decode_access(raw: bytes, limits: Limits) -> AccessRecord:
         at=m.at,
         kind=AccessKind(m.kind),
     )
+
+
+def _stored_vector(values: list[float]) -> tuple[float, ...]:
+    """The embedding as given, if it survives float32 storage with a usable norm."""
+    for i, x in enumerate(values):
+        if not abs(x) <= 3.4028234663852886e38:  # float32 maximum; NaN fails too
+            raise RecordError(f"embedding[{i}]", x, "out of float32 range")
+    stored = array("f", values)
+    norm = math.sqrt(math.fsum(float(x) * float(x) for x in stored))
+    low, high = VECTOR_NORM_RANGE
+    if not low <= norm <= high:
+        raise RecordError("embedding", f"<norm {norm:.3g}>", f"norm must be within [{low}, {high}]")
+    return tuple(values)
 
 
 def _check_finite_json(path: str, value: object) -> None:

@@ -13,7 +13,6 @@ from storage.settings import SharedSettings
 class WorkerSettings(SharedSettings):
     """Everything the stream worker needs to know. Units are in the names."""
 
-    app_id: str = "mnemostream"
     partitions: int = Field(4, ge=1, le=1024)
     log_retention_ms: int = Field(
         -1, description="writes, access and audit topics; -1 keeps forever"
@@ -21,6 +20,12 @@ class WorkerSettings(SharedSettings):
     store: Literal["rocksdb", "memory"] = "rocksdb"
     data_dir: Path = Path("var/worker")
     max_content_bytes: int = Field(16_384, ge=1, le=65_535)
+    max_future_skew_s: float = Field(
+        300.0,
+        ge=0,
+        le=366 * 86_400,
+        description="an event dated more than this after it reached Kafka goes to dead-letter",
+    )
     llm_url: str | None = Field(None, description="OpenAI-compatible base URL; unset: rule engine")
     llm_model: str = "gpt-4o-mini"
     llm_api_key: str = ""
