@@ -119,6 +119,8 @@ def tenant_rows(
                 merged_into="",
                 summary_of=(),
                 metadata={},
+                valid_to_us=0,
+                superseded_by="",
             )
         )
     return rows
@@ -435,7 +437,11 @@ def main() -> None:
         if partition_key is None:
             partition_key = not args.milvus_server
         config = MilvusConfig(
-            uri=uri, collection=collection, dim=args.dim, partition_key=partition_key
+            uri=uri,
+            collection=collection,
+            dim=args.dim,
+            partition_key=partition_key,
+            full_text=not args.milvus_server,
         )
         store = MilvusStore(config)
         store.connect()

@@ -30,8 +30,10 @@ from memcore.state import (
     Promote,
     Purge,
     Retire,
+    Supersede,
     Write,
 )
+from memcore.supersession import Supersession, SupersessionPolicy, Version, detect, fact_of
 from memcore.types import AccessKind, ImportanceSource, Lifecycle, Tier
 
 __all__ = [
@@ -64,7 +66,11 @@ __all__ = [
     "ReviewCard",
     "Scored",
     "Strategy",
+    "Supersede",
+    "Supersession",
+    "SupersessionPolicy",
     "Tier",
+    "Version",
     "Write",
     "apply",
     "blend",
@@ -72,7 +78,9 @@ __all__ = [
     "content_hash",
     "create",
     "derive_memory_id",
+    "detect",
     "effective_importance",
+    "fact_of",
     "faded",
     "mmr",
     "new_card",

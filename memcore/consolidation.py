@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from memcore.decay import effective_importance, recency_at
+from memcore.decay import sweep_archive_reason
 from memcore.ids import derive_memory_id
 from memcore.policy import Policy
 from memcore.state import Absorb, Event, Fade, Promote, Purge, Retire
@@ -208,15 +208,13 @@ def tier_promotions(items: Sequence[Item], at: datetime, policy: Policy) -> list
 
 
 def archive_sweep(items: Sequence[Item], at: datetime, policy: Policy) -> list[Decision]:
-    """Active memories whose effective importance fell below the archive threshold."""
-    limit = policy.lifecycle.archive_below
+    """Active memories the long-horizon sweep archives (:func:`memcore.decay.sweep_archive_reason`)."""
     out = []
     for item in age_order(items):
-        value = effective_importance(
-            item.importance, recency_at(item.last_access, at, item.tau_hours)
+        reason = sweep_archive_reason(
+            item.importance, item.last_access, item.tau_hours, at, policy.lifecycle
         )
-        if value < limit:
-            reason = f"effective importance {value:.4g} < {limit}"
+        if reason is not None:
             out.append(Decision(DecisionKind.ARCHIVE, item.memory_id, (), reason))
     return out
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from datetime import datetime
 
-from memcore.policy import TierPolicy
+from memcore.policy import LifecyclePolicy, TierPolicy
 from memcore.types import Tier, hours_between
 
 
@@ -36,6 +36,22 @@ def faded(
     if value < archive_below:
         return f"faded: effective importance {value:.4g} < {archive_below}"
     return None
+
+
+def sweep_archive_reason(
+    importance: float, last_access: datetime, tau_hours: float, at: datetime, rules: LifecyclePolicy
+) -> str | None:
+    """Why the archive sweep may archive a memory at ``at`` (SPEC section 7: effective importance
+    under ``archive_below`` AND idle at least ``sweep_min_idle_hours`` AND importance under
+    ``sweep_below_importance``), or None. Recall never hides a memory for this (rule zero).
+    """
+    idle = hours_between(last_access, at)
+    if idle < rules.sweep_min_idle_hours or importance >= rules.sweep_below_importance:
+        return None
+    why = faded(importance, last_access, tau_hours, at, rules.archive_below)
+    if why is None:
+        return None
+    return f"{why}, idle {idle / 24:.4g} d, importance {importance:.4g} < {rules.sweep_below_importance}"
 
 
 def classify_tier(importance: float, tiers: TierPolicy) -> Tier:

@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Any, Self, TypeVar
 
 from memcore.errors import InvalidField
+from memcore.supersession import SupersessionPolicy
 from memcore.types import (
     HOURS_PER_DAY,
     Tier,
@@ -44,8 +45,9 @@ class LifecyclePreset(StrEnum):
 
 
 class RecallPreset(StrEnum):
-    """Named recall scoring formulas (SPEC section 6)."""
+    """Named recall scoring formulas (SPEC section 6); ``mnemostream`` is the default."""
 
+    MNEMOSTREAM = "mnemostream"
     ZEROMEMORY = "zeromemory"
     ZEPH = "zeph"
     POWERMEM = "powermem"
@@ -187,7 +189,10 @@ class LifecyclePolicy:
     Attributes:
         preset: ``default`` (decide on effective importance) or ``powermem`` (the article's gates).
         auto_boost: importance added by every access, capped at 1.
-        archive_below: effective importance under which a touched memory is archived (default preset).
+        archive_below: effective importance under which the archive sweep may archive a memory.
+        sweep_min_idle_hours: the sweep archives only memories idle (since the last access) at
+            least this long, hours (default 90 days).
+        sweep_below_importance: the sweep archives only memories whose importance is below this.
         promote_min_access_count: access count at or above which a memory moves one tier up.
         promote_above_importance: importance strictly above which a memory moves one tier up (default).
         recompute_every: every n-th access recomputes τ and the review schedule.
@@ -202,6 +207,8 @@ class LifecyclePolicy:
     preset: LifecyclePreset = LifecyclePreset.DEFAULT
     auto_boost: float = 0.05
     archive_below: float = 0.05
+    sweep_min_idle_hours: float = 90 * HOURS_PER_DAY
+    sweep_below_importance: float = 0.5
     promote_min_access_count: int = 3
     promote_above_importance: float = 0.7
     recompute_every: int = 5
@@ -220,6 +227,7 @@ class LifecyclePolicy:
             only=(
                 "auto_boost",
                 "archive_below",
+                "sweep_below_importance",
                 "promote_above_importance",
                 "forget_below_recency",
                 "promote_min_importance",
@@ -230,33 +238,36 @@ class LifecyclePolicy:
             self,
             "lifecycle",
             require_non_negative,
-            only=("forget_unaccessed_after_hours", "promote_after_hours", "archive_after_hours"),
+            only=(
+                "forget_unaccessed_after_hours",
+                "promote_after_hours",
+                "archive_after_hours",
+                "sweep_min_idle_hours",
+            ),
         )
         for name in ("promote_min_access_count", "recompute_every"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidField(f"policy.lifecycle.{name}", value, "expected an integer >= 1")
 
-    @property
-    def candidate_archive_below(self) -> float | None:
-        """Effective importance under which a recall candidate is archived instead of returned
-        (the ``default`` preset: "a touched memory, accessed or a recall candidate"); None for
-        ``powermem``, whose gates apply to accesses only.
-        """
-        return self.archive_below if self.preset is LifecyclePreset.DEFAULT else None
-
 
 @dataclass(frozen=True)
 class RecallWeights:
-    """Weights of the recall blend; each is a number in [0, 1000] (they need not sum to 1; the cap
-    keeps every blend finite).
+    """Weights of the recall score; each is a number in [0, 1000] (they need not sum to 1; the cap
+    keeps every score finite). The defaults are the ``zeromemory`` blend; ``mnemostream`` has its
+    own (:data:`RECALL_WEIGHTS`).
+
+    ``zeromemory``: ``final = Σ weight × term``. ``mnemostream``: similarity and keyword weigh the
+    relevance, the other three are bounded boosts:
+    ``final = relevance × (1 + importance·(imp − 0.5) + recency·access_recency + graph·proximity)``.
 
     Attributes:
         similarity: weight of cosine similarity in [0, 1].
         keyword: weight of the keyword score normalised by the batch maximum.
-        importance: weight of importance.
-        recency: weight of recency ``exp(-idle/τ)``.
-        graph: weight of graph proximity ``1/(1+hops)``.
+        importance: weight (boost) of importance.
+        recency: weight of recency ``exp(-idle/τ)`` (``mnemostream``: access recency, 0 for a
+            memory never accessed).
+        graph: weight (boost) of graph proximity ``1/(1+hops)``.
     """
 
     similarity: float = 0.5
@@ -278,37 +289,58 @@ class RecallWeights:
 MAX_WEIGHT = 1000.0
 """The largest recall weight: weights are relative, and a bound keeps every score finite."""
 
+RECALL_WEIGHTS: Mapping[RecallPreset, RecallWeights] = {
+    RecallPreset.MNEMOSTREAM: RecallWeights(
+        similarity=0.5, keyword=0.5, importance=0.1, recency=0.1, graph=0.0
+    ),
+    RecallPreset.ZEROMEMORY: RecallWeights(),
+    RecallPreset.ZEPH: RecallWeights(),
+    RecallPreset.POWERMEM: RecallWeights(),
+}
+"""Each preset's default weights (``zeph`` and ``powermem`` use none of them)."""
+
 
 @dataclass(frozen=True)
 class RecallPolicy:
     """Recall defaults of a tenant; a request may override each (SPEC section 6).
 
     Attributes:
-        preset: the scoring formula.
-        weights: blend weights for the ``zeromemory`` formula.
+        preset: the scoring formula (``mnemostream``: relevance first, priors as bounded boosts).
+        weights: weights of the ``mnemostream`` and ``zeromemory`` formulas.
         graphrag: when true, ``final = blend × (1 - graph_weight) + proximity × graph_weight``.
         graph_weight: the GraphRAG share of graph proximity, in [0, 1].
         mmr_lambda: MMR trade-off in [0, 1] (1 = relevance only); None disables MMR.
         min_score: results scoring below this before MMR are dropped (``zeph``: its final score).
+        archived_penalty: factor on the score of an archived candidate, in [0, 1] (archived
+            memories stay reachable, below active ones that answer as well).
+        soft_delete_below: ``zeromemory`` only: candidates whose effective importance
+            (importance × recency) is below this are not returned (its source's soft delete).
         zeph_half_life_days: age half-life of the ``zeph`` preset, days.
         zeph_mmr_lambda: MMR λ of the ``zeph`` preset.
         zeph_importance_weight: importance bonus of the ``zeph`` preset.
         zeph_semantic_bonus: bonus of semantic-tier memories in the ``zeph`` preset.
     """
 
-    preset: RecallPreset = RecallPreset.ZEROMEMORY
-    weights: RecallWeights = field(default_factory=RecallWeights)
+    preset: RecallPreset = RecallPreset.MNEMOSTREAM
+    weights: RecallWeights = field(default_factory=lambda: RECALL_WEIGHTS[RecallPreset.MNEMOSTREAM])
     graphrag: bool = False
     graph_weight: float = 0.3
     mmr_lambda: float | None = None
     min_score: float = 0.0
+    archived_penalty: float = 0.5
+    soft_delete_below: float = 0.05
     zeph_half_life_days: float = 30.0
     zeph_mmr_lambda: float = 0.7
     zeph_importance_weight: float = 0.15
     zeph_semantic_bonus: float = 0.3
 
     def __post_init__(self) -> None:
-        _check(self, "recall", require_unit, only=("graph_weight", "zeph_mmr_lambda"))
+        _check(
+            self,
+            "recall",
+            require_unit,
+            only=("graph_weight", "zeph_mmr_lambda", "archived_penalty", "soft_delete_below"),
+        )
         _check(self, "recall", require_positive, only=("zeph_half_life_days",))
         _check(
             self,
@@ -321,6 +353,11 @@ class RecallPolicy:
         if not isinstance(self.graphrag, bool):
             raise InvalidField("policy.recall.graphrag", self.graphrag, "expected true or false")
         require_finite("policy.recall.min_score", self.min_score)
+
+    @classmethod
+    def of(cls, preset: RecallPreset) -> RecallPolicy:
+        """The defaults of ``preset``, its weights included."""
+        return cls(preset=preset, weights=RECALL_WEIGHTS[preset])
 
 
 @dataclass(frozen=True)
@@ -376,13 +413,14 @@ class Policy:
     lifecycle: LifecyclePolicy = field(default_factory=LifecyclePolicy)
     recall: RecallPolicy = field(default_factory=RecallPolicy)
     consolidation: ConsolidationPolicy = field(default_factory=ConsolidationPolicy)
+    supersession: SupersessionPolicy = field(default_factory=SupersessionPolicy)
 
     @classmethod
     def build(
         cls,
         decay: str = "zeromemory",
         lifecycle: str = "default",
-        recall: str = "zeromemory",
+        recall: str = "mnemostream",
         overrides: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> Self:
         """Presets first, then ``overrides`` (section name -> field name -> value).
@@ -394,9 +432,7 @@ class Policy:
         lifecycle_policy = LifecyclePolicy(
             preset=_parse_enum(LifecyclePreset, "policy.lifecycle.preset", lifecycle)
         )
-        recall_policy = RecallPolicy(
-            preset=_parse_enum(RecallPreset, "policy.recall.preset", recall)
-        )
+        recall_policy = RecallPolicy.of(_parse_enum(RecallPreset, "policy.recall.preset", recall))
         policy = cls(decay=decay_policy, lifecycle=lifecycle_policy, recall=recall_policy)
         return policy.with_overrides(overrides or {})
 
@@ -409,8 +445,20 @@ class Policy:
                 raise InvalidField(f"policy.{section}", values, "unknown policy section")
             if not isinstance(values, Mapping):
                 raise InvalidField(f"policy.{section}", values, "expected a mapping of fields")
-            changes[section] = _replace(getattr(self, section), f"policy.{section}", values)
+            given = _with_preset_weights(values) if section == "recall" else values
+            changes[section] = _replace(getattr(self, section), f"policy.{section}", given)
         return dataclasses.replace(self, **changes)
+
+
+def _with_preset_weights(values: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Recall overrides that name a preset start from that preset's weights (then the given ones)."""
+    if "preset" not in values:
+        return values
+    preset = _parse_enum(RecallPreset, "policy.recall.preset", values["preset"])
+    given = values.get("weights") or {}
+    if not isinstance(given, Mapping):
+        return values
+    return {**values, "weights": {**dataclasses.asdict(RECALL_WEIGHTS[preset]), **given}}
 
 
 def _replace(section: Any, path: str, values: Mapping[str, Any]) -> Any:  # noqa: ANN401

@@ -11,7 +11,7 @@ import dataclasses
 from datetime import timedelta
 
 from memcore import card as cards
-from memcore.decay import classify_tier, faded, recency_at
+from memcore.decay import classify_tier, recency_at, sweep_archive_reason
 from memcore.policy import LifecyclePreset, Policy
 from memcore.state import (
     Absorb,
@@ -24,6 +24,7 @@ from memcore.state import (
     Promote,
     Purge,
     Retire,
+    Supersede,
     Write,
 )
 from memcore.types import AccessKind, Lifecycle, Tier
@@ -70,6 +71,8 @@ def _dispatch(state: MemoryState | None, event: Event, policy: Policy) -> Result
         return _retire(state, event)
     if isinstance(event, Fade):
         return _fade(state, event, policy)
+    if isinstance(event, Supersede):
+        return _supersede(state, event)
     if isinstance(event, Promote):
         return _promote(state, event, policy)
     return _purge(state, event)
@@ -134,23 +137,34 @@ def _write(state: MemoryState | None, event: Write, policy: Policy) -> Result:
             folded, state=Lifecycle.ACTIVE, last_access=event.at, state_changed_at=event.at
         )
         effects.append(Effect(EffectKind.REVIVED, f"rewritten while {state.state}"))
+    if state.valid_to is not None and event.at >= state.valid_to:
+        folded = dataclasses.replace(folded, valid_to=None, superseded_by=None)
+        why = f"written again after {state.superseded_by} superseded it: current again"
+        effects.append(Effect(EffectKind.REASSERTED, why))
     return folded, tuple(effects)
 
 
 def _access(state: MemoryState, event: Access, policy: Policy) -> Result:
-    if state.state is not Lifecycle.ACTIVE:
-        return state, (Effect(EffectKind.IGNORED, f"access to a {state.state} memory"),)
     if policy.lifecycle.preset is LifecyclePreset.POWERMEM:
+        if state.state is not Lifecycle.ACTIVE:
+            return state, (Effect(EffectKind.IGNORED, f"access to a {state.state} memory"),)
         return _access_powermem(state, event, policy)
     return _access_default(state, event, policy)
 
 
 def _access_default(state: MemoryState, event: Access, policy: Policy) -> Result:
+    """SPEC section 5, ``default``: an access never archives; an archived memory was needed, so
+    it is restored to ``active`` first and then counts. Forgotten and deleted ones are ignored.
+    """
     rules = policy.lifecycle
-    why = faded(state.importance, state.last_access, state.tau_hours, event.at, rules.archive_below)
-    if why is not None:
-        return _retired(state, Lifecycle.ARCHIVED, event), (Effect(EffectKind.ARCHIVED, why),)
+    revived: list[Effect] = []
+    if state.state is Lifecycle.ARCHIVED:
+        state = _retired(state, Lifecycle.ACTIVE, event)
+        revived.append(Effect(EffectKind.REVIVED, f"{event.kind} access to an archived memory"))
+    elif state.state is not Lifecycle.ACTIVE:
+        return state, (Effect(EffectKind.IGNORED, f"access to a {state.state} memory"),)
     new, effects = _touch(state, event, policy)
+    effects = [*revived, *effects]
     if new.tier is not Tier.SEMANTIC and (
         new.access_count >= rules.promote_min_access_count
         or new.importance > rules.promote_above_importance
@@ -256,6 +270,7 @@ def _maybe_recompute(
 
 
 def _retired(state: MemoryState, to: Lifecycle, event: Access | Retire | Fade) -> MemoryState:
+    """``state`` moved to ``to`` at the event's time."""
     return dataclasses.replace(state, state=to, state_changed_at=event.at)
 
 
@@ -286,12 +301,26 @@ def _retire(state: MemoryState, event: Retire) -> Result:
 def _fade(state: MemoryState, event: Fade, policy: Policy) -> Result:
     if state.state is not Lifecycle.ACTIVE:
         return state, (Effect(EffectKind.IGNORED, f"already {state.state}"),)
-    limit = policy.lifecycle.archive_below
-    why = faded(state.importance, state.last_access, state.tau_hours, event.at, limit)
+    why = sweep_archive_reason(
+        state.importance, state.last_access, state.tau_hours, event.at, policy.lifecycle
+    )
     if why is None:
-        return state, (Effect(EffectKind.IGNORED, f"{event.reason}, but not faded any more"),)
+        return state, (Effect(EffectKind.IGNORED, f"{event.reason}, but not due any more"),)
     new = _retired(state, Lifecycle.ARCHIVED, event)
     return new, (Effect(EffectKind.ARCHIVED, f"{event.reason}: {why}"),)
+
+
+def _supersede(state: MemoryState, event: Supersede) -> Result:
+    if event.by == state.memory_id:
+        return state, (Effect(EffectKind.IGNORED, "a memory cannot supersede itself"),)
+    if event.at < state.created_at:
+        why = f"{event.by} is older than this memory: it cannot supersede it"
+        return state, (Effect(EffectKind.IGNORED, why),)
+    if state.valid_to is not None and state.valid_to <= event.at:
+        why = f"already superseded by {state.superseded_by} at {state.valid_to.isoformat()}"
+        return state, (Effect(EffectKind.IGNORED, why),)
+    new = dataclasses.replace(state, valid_to=event.at, superseded_by=event.by)
+    return new, (Effect(EffectKind.SUPERSEDED, f"by {event.by}: {event.reason}"),)
 
 
 def _promote(state: MemoryState, event: Promote, policy: Policy) -> Result:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from memcore.decay import recency_at
+from memcore.decay import effective_importance, recency_at
 from memcore.errors import InvalidField
 from memcore.graph import proximity
 from memcore.keyword import normalise_by_max
@@ -35,6 +35,9 @@ class Candidate:
         keyword: raw keyword score (e.g. BM25), >= 0; normalised by the batch maximum.
         graph_hops: hops from the query's best hits over relations, None when unreached.
         vector: the memory's vector, needed only for MMR.
+        access_count: accesses so far; ``mnemostream``'s access recency is 0 for a memory never
+            accessed (creation alone is no sign of relevance).
+        archived: the memory is archived; its score is multiplied by the archived penalty.
     """
 
     memory_id: str
@@ -47,6 +50,8 @@ class Candidate:
     keyword: float = 0.0
     graph_hops: int | None = None
     vector: tuple[float, ...] = ()
+    access_count: int = 0
+    archived: bool = False
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,8 @@ class Scored:
         similarity: clamped cosine in [0, 1] (``zeph``: divided by the batch maximum).
         keyword: keyword score divided by the batch maximum, [0, 1].
         importance: the memory's importance.
-        recency: ``exp(-idle/τ)`` (``zeph``: the age decay factor).
+        recency: ``exp(-idle/τ)`` (``zeph``: the age decay factor; ``mnemostream``: access
+            recency, 0 for a memory never accessed).
         graph: graph proximity ``1/(1+hops)``.
         final: the score results are ordered by.
     """
@@ -116,11 +122,27 @@ def graphrag(vector_part: float, graph: float, graph_weight: float) -> float:
     return vector_part * (1.0 - graph_weight) + graph * graph_weight
 
 
+def mnemostream(
+    relevance: float, importance: float, access_recency: float, graph: float, weights: RecallWeights
+) -> float:
+    """SPEC section 6, the default: ``relevance × (1 + b_imp·(importance − 0.5) +
+    b_rec·access_recency + b_graph·graph)`` with the boosts taken from ``weights``.
+    """
+    boost = (
+        weights.importance * (importance - 0.5)
+        + weights.recency * access_recency
+        + weights.graph * graph
+    )
+    return relevance * (1.0 + boost)
+
+
 def rank(candidates: Sequence[Candidate], at: datetime, params: RankParams) -> list[Scored]:
     """Score, drop scores under the minimum, optionally diversify (MMR), keep the top k.
 
     The minimum applies to the score before MMR (MMR only reorders for diversity and may push a
     near-copy's score below zero); for ``zeph``, whose pipeline includes MMR, to its final score.
+    An archived candidate's score (before MMR; ``zeph``: its relevance) is multiplied by the
+    archived penalty. ``zeromemory`` drops candidates under its soft-delete line.
 
     Ties are broken by memory id so the order is total and reproducible.
     """
@@ -128,7 +150,7 @@ def rank(candidates: Sequence[Candidate], at: datetime, params: RankParams) -> l
     if policy.preset is RecallPreset.ZEPH:
         kept = [s for s in _zeph(candidates, at, policy) if s.final >= policy.min_score]
     else:
-        base = _powermem if policy.preset is RecallPreset.POWERMEM else _zeromemory
+        base = _BASE[policy.preset]
         pairs = [
             (s, c)
             for s, c in zip(base(candidates, at, policy), candidates, strict=True)
@@ -139,6 +161,29 @@ def rank(candidates: Sequence[Candidate], at: datetime, params: RankParams) -> l
             kept = _with_mmr(kept, [c for _, c in pairs], policy.mmr_lambda)
     kept.sort(key=lambda s: (-s.final, s.memory_id))
     return kept[: params.k]
+
+
+def _penalised(c: Candidate, value: float, policy: RecallPolicy) -> float:
+    return value * policy.archived_penalty if c.archived else value
+
+
+def _mnemostream(
+    candidates: Sequence[Candidate], at: datetime, policy: RecallPolicy
+) -> list[Scored]:
+    keywords = normalise_by_max([c.keyword for c in candidates])
+    w = policy.weights
+    out = []
+    for c, kw in zip(candidates, keywords, strict=True):
+        sim = clamp_similarity(require_finite("similarity", c.similarity))
+        rec = recency_at(c.last_access, at, c.tau_hours) if c.access_count > 0 else 0.0
+        graph = proximity(c.graph_hops)
+        final = mnemostream(w.similarity * sim + w.keyword * kw, c.importance, rec, graph, w)
+        if policy.graphrag:
+            final = graphrag(final, graph, policy.graph_weight)
+        out.append(
+            Scored(c.memory_id, sim, kw, c.importance, rec, graph, _penalised(c, final, policy))
+        )
+    return out
 
 
 def _zeromemory(
@@ -153,20 +198,25 @@ def _zeromemory(
         final = blend(sim, kw, c.importance, rec, graph, policy.weights)
         if policy.graphrag:
             final = graphrag(final, graph, policy.graph_weight)
-        out.append(Scored(c.memory_id, sim, kw, c.importance, rec, graph, final))
+        if effective_importance(c.importance, rec) < policy.soft_delete_below:
+            final = -math.inf  # zeromemory's soft delete: never returned
+        out.append(
+            Scored(c.memory_id, sim, kw, c.importance, rec, graph, _penalised(c, final, policy))
+        )
     return out
 
 
 def _powermem(
     candidates: Sequence[Candidate],
     at: datetime,
-    policy: RecallPolicy,  # noqa: ARG001 - same signature as _zeromemory
+    policy: RecallPolicy,
 ) -> list[Scored]:
     out = []
     for c in candidates:
         sim = clamp_similarity(require_finite("similarity", c.similarity))
         rec = recency_at(c.last_access, at, c.tau_hours)
-        out.append(Scored(c.memory_id, sim, 0.0, c.importance, rec, 0.0, sim * rec))
+        final = _penalised(c, sim * rec, policy)
+        out.append(Scored(c.memory_id, sim, 0.0, c.importance, rec, 0.0, final))
     return out
 
 
@@ -185,7 +235,15 @@ def _zeph(candidates: Sequence[Candidate], at: datetime, policy: RecallPolicy) -
     for c, sim, kw in zip(candidates, sims, keywords, strict=True):
         age = zeph_age_factor(c.created_at, at, policy.zeph_half_life_days)
         relevance.append(
-            Scored(c.memory_id, sim, kw, c.importance, age, 0.0, (0.7 * sim + 0.3 * kw) * age)
+            Scored(
+                c.memory_id,
+                sim,
+                kw,
+                c.importance,
+                age,
+                0.0,
+                _penalised(c, (0.7 * sim + 0.3 * kw) * age, policy),
+            )
         )
     diversified = _with_mmr(relevance, candidates, policy.zeph_mmr_lambda)
     tier_of = {c.memory_id: c.tier for c in candidates}
@@ -196,6 +254,13 @@ def _zeph(candidates: Sequence[Candidate], at: datetime, policy: RecallPolicy) -
             bonus += policy.zeph_semantic_bonus
         out.append(_with_final(s, s.final + bonus))
     return out
+
+
+_BASE = {
+    RecallPreset.MNEMOSTREAM: _mnemostream,
+    RecallPreset.ZEROMEMORY: _zeromemory,
+    RecallPreset.POWERMEM: _powermem,
+}
 
 
 def _with_final(s: Scored, final: float) -> Scored:

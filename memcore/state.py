@@ -54,6 +54,9 @@ class MemoryState:
         summary_of: ids of the memories this summary compresses.
         offsets: last applied offset per source (see :class:`Position`).
         purged: removed from the serving store; the state stays as a tombstone for idempotence.
+        valid_to: event time from which a newer memory states a newer value of the same fact
+            (SPEC section 6, supersession); None while this memory is the current version.
+        superseded_by: the id of that newer memory.
     """
 
     tenant_id: str
@@ -80,6 +83,8 @@ class MemoryState:
     summary_of: tuple[str, ...] = ()
     offsets: tuple[tuple[str, int], ...] = ()
     purged: bool = False
+    valid_to: datetime | None = None
+    superseded_by: str | None = None
 
     def last_offset(self, source: str) -> int | None:
         """The last applied offset from ``source``, or None when nothing from it was applied."""
@@ -166,14 +171,26 @@ class Retire:
 
 @dataclass(frozen=True)
 class Fade:
-    """The archive gate without a touch: archive the memory if it has faded by ``at``.
-
-    Emitted for a recall candidate that was not returned because it had faded, and by the archive
-    sweep. The gate is decided again on the state the event meets (an access applied in between
-    may have revived the memory), so a stale decision never archives a memory in use.
+    """The archive sweep's decision for one memory: archive it if it is due by ``at``
+    (:func:`memcore.decay.sweep_archive_reason`). The gate is decided again on the state the event
+    meets (an access applied in between keeps the memory), so a stale plan never archives a
+    memory in use.
     """
 
     at: datetime
+    reason: str
+    position: Position | None = None
+
+
+@dataclass(frozen=True)
+class Supersede:
+    """A newer memory (``by``, written at ``at``) states a newer value of the same fact: this one
+    is valid until ``at``. Kept for history and audit; current recall no longer returns it.
+    The earliest supersession wins, so redelivery and replays in any order agree.
+    """
+
+    at: datetime
+    by: str
     reason: str
     position: Position | None = None
 
@@ -197,7 +214,7 @@ class Purge:
     position: Position | None = None
 
 
-Event = Write | Access | Absorb | Retire | Fade | Promote | Purge
+Event = Write | Access | Absorb | Retire | Fade | Supersede | Promote | Purge
 
 
 class EffectKind(StrEnum):
@@ -216,6 +233,8 @@ class EffectKind(StrEnum):
     DELETED = "deleted"
     ABSORBED = "absorbed"
     PURGED = "purged"
+    SUPERSEDED = "superseded"
+    REASSERTED = "reasserted"
     SKIPPED = "skipped"
     IGNORED = "ignored"
 

@@ -41,6 +41,9 @@ class Memory:
     importance: float
     access_count: int
     recall_count: int
+    created_at: str | None = None
+    valid_to: str | None = None
+    superseded_by: str | None = None
     tags: list[str] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
     scores: dict[str, float] = field(default_factory=dict)
@@ -57,6 +60,33 @@ class _Call:
     path: str
     json: dict[str, Any] | None = None
     missing_ok: bool = False  # a 404 reply means None, not an error
+    params: tuple[str, ...] = ()  # read-your-writes tokens of a GET
+
+    @property
+    def query(self) -> dict[str, list[str]]:
+        return {"after": list(self.params)} if self.params else {}
+
+
+class _Session:
+    """Read-your-writes for one client: the tokens of its writes and accesses since its last read;
+    the next recall or get sends them (the server waits until the worker applied them), then they
+    are dropped.
+    """
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.pending: list[str] = []
+
+    def after(self) -> list[str]:
+        return list(self.pending) if self.enabled else []
+
+    def noted(self, call: _Call, result: Any) -> Any:  # noqa: ANN401
+        if isinstance(result, dict) and isinstance(result.get("token"), str):
+            self.pending.append(result["token"])
+        sent = set(call.params) | set((call.json or {}).get("after") or ())
+        if sent:  # the server waited for them: this client's later reads need not
+            self.pending = [t for t in self.pending if t not in sent]
+        return result
 
 
 def _iso(at: datetime | None) -> str | None:
@@ -86,10 +116,21 @@ class _Api:
         return _Call("POST", "/v1/memories", {"memories": docs})
 
     @staticmethod
-    def recall(query: str | None, vector: Sequence[float] | None, k: int, **options: Any) -> _Call:  # noqa: ANN401
-        body = {"query": query, "vector": list(vector) if vector is not None else None, "k": k}
-        body |= options
-        body["at"] = _iso(options.get("at"))
+    def recall(
+        query: str | None,
+        vector: Sequence[float] | None,
+        k: int,
+        after: Sequence[str],
+        **options: Any,  # noqa: ANN401
+    ) -> _Call:
+        body: dict[str, Any] = {
+            "query": query,
+            "vector": list(vector) if vector is not None else None,
+            "k": k,
+            **options,
+            "at": _iso(options.get("at")),
+            "after": list(after) or None,
+        }
         return _Call("POST", "/v1/recall", _drop_none(body))
 
     @staticmethod
@@ -98,8 +139,8 @@ class _Api:
         return _Call("POST", "/v1/access", _drop_none(body))
 
     @staticmethod
-    def get(memory_id: str) -> _Call:
-        return _Call("GET", f"/v1/memories/{memory_id}", missing_ok=True)
+    def get(memory_id: str, after: Sequence[str]) -> _Call:
+        return _Call("GET", f"/v1/memories/{memory_id}", missing_ok=True, params=tuple(after))
 
     @staticmethod
     def check(reply: httpx.Response, call: _Call) -> Any:  # noqa: ANN401
@@ -132,10 +173,15 @@ class Client:
         *,
         timeout_s: float = 10.0,
         transport: httpx.BaseTransport | None = None,
+        read_your_writes: bool = True,
     ) -> None:
+        """``read_your_writes``: a recall or get sees every write and access this client made
+        before it (the server waits for them to be applied).
+        """
         self._http = httpx.Client(
             base_url=base_url, headers=_headers(api_key), timeout=timeout_s, transport=transport
         )
+        self._session = _Session(read_your_writes)
 
     def __enter__(self) -> Client:
         return self
@@ -147,7 +193,8 @@ class Client:
         self._http.close()
 
     def _send(self, call: _Call) -> Any:  # noqa: ANN401
-        return _Api.check(self._http.request(call.method, call.path, json=call.json), call)
+        reply = self._http.request(call.method, call.path, json=call.json, params=call.query)
+        return self._session.noted(call, _Api.check(reply, call))
 
     def remember(self, content: str, **fields: Any) -> str:  # noqa: ANN401
         """Write one memory (importance, memory_type, tags, metadata, at, embedding...); its id."""
@@ -166,9 +213,8 @@ class Client:
         **options: Any,  # noqa: ANN401
     ) -> list[Memory]:
         """The best ``k`` memories; options: filters, preset, weights, mmr_lambda, min_score, at, track."""
-        return [
-            Memory.of(r) for r in self._send(_Api.recall(query, vector, k, **options))["results"]
-        ]
+        call = _Api.recall(query, vector, k, self._session.after(), **options)
+        return [Memory.of(r) for r in self._send(call)["results"]]
 
     def access(
         self, memory_ids: Sequence[str], kind: str = "explicit", at: datetime | None = None
@@ -178,7 +224,7 @@ class Client:
 
     def get(self, memory_id: str) -> Memory | None:
         """One memory, or None when this tenant has none with that id."""
-        found = self._send(_Api.get(memory_id))
+        found = self._send(_Api.get(memory_id, self._session.after()))
         return Memory.of(found) if found is not None else None
 
 
@@ -192,10 +238,12 @@ class AsyncClient:
         *,
         timeout_s: float = 10.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        read_your_writes: bool = True,
     ) -> None:
         self._http = httpx.AsyncClient(
             base_url=base_url, headers=_headers(api_key), timeout=timeout_s, transport=transport
         )
+        self._session = _Session(read_your_writes)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -207,8 +255,8 @@ class AsyncClient:
         await self._http.aclose()
 
     async def _send(self, call: _Call) -> Any:  # noqa: ANN401
-        reply = await self._http.request(call.method, call.path, json=call.json)
-        return _Api.check(reply, call)
+        reply = await self._http.request(call.method, call.path, json=call.json, params=call.query)
+        return self._session.noted(call, _Api.check(reply, call))
 
     async def remember(self, content: str, **fields: Any) -> str:  # noqa: ANN401
         return str((await self._send(_Api.remember(content, **fields)))["ids"][0])
@@ -224,8 +272,8 @@ class AsyncClient:
         k: int = 10,
         **options: Any,  # noqa: ANN401
     ) -> list[Memory]:
-        reply = await self._send(_Api.recall(query, vector, k, **options))
-        return [Memory.of(r) for r in reply["results"]]
+        call = _Api.recall(query, vector, k, self._session.after(), **options)
+        return [Memory.of(r) for r in (await self._send(call))["results"]]
 
     async def access(
         self, memory_ids: Sequence[str], kind: str = "explicit", at: datetime | None = None
@@ -233,5 +281,5 @@ class AsyncClient:
         return int((await self._send(_Api.access(memory_ids, kind, at)))["accepted"])
 
     async def get(self, memory_id: str) -> Memory | None:
-        found = await self._send(_Api.get(memory_id))
+        found = await self._send(_Api.get(memory_id, self._session.after()))
         return Memory.of(found) if found is not None else None

@@ -11,16 +11,17 @@ import math
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Request
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from memcore import InvalidField, Tier
 from memcore.policy import RecallPolicy, RecallPreset
+from ranker.applied import NotAppliedError, Token
 from ranker.batcher import Overloaded
 from ranker.service import Recalled, RecallQuery, RecallService
-from storage import Filters, MemoryRow, to_us
+from storage import Filters, MemoryRow, from_us, to_us
 from storage.tenants import Tenant, TenantRegistry
 
 
@@ -50,13 +51,27 @@ class RecallBody(_Body):
     vector: list[float] | None = None
     k: int = Field(10, ge=1, le=1000)
     filters: RecallFilters = Field(default_factory=RecallFilters)
-    preset: Literal["zeromemory", "zeph", "powermem"] | None = None
+    preset: Literal["mnemostream", "zeromemory", "zeph", "powermem"] | None = None
     weights: Weights | None = None
     mmr_lambda: float | None = Field(None, ge=0, le=1)
     min_score: float | None = None
     graphrag: bool | None = None
-    at: AwareDatetime | None = None
+    at: AwareDatetime | None = Field(
+        None,
+        description="as-of time: only memories written by then, in the versions valid then, scored"
+        " at that time (importance and counters are today's: the service keeps no history of"
+        " them). Default: now, with every memory written so far.",
+    )
     track: bool = True
+    include_history: bool = Field(
+        False,
+        description="also return superseded versions; the top k are then listed in time order",
+    )
+    after: str | list[str] | None = Field(
+        None,
+        description="tokens from write or access responses: wait until the worker applied them"
+        " (read-your-writes; 503 with Retry-After when it has not within the server's wait)",
+    )
 
 
 class MemoryBody(_Body):
@@ -112,6 +127,11 @@ def create_api(service: RecallService, registry: TenantRegistry) -> FastAPI:
         retry = max(1, math.ceil(exc.retry_after_s))
         return JSONResponse({"detail": str(exc)}, 429, {"Retry-After": str(retry)})
 
+    @api.exception_handler(NotAppliedError)
+    async def not_applied(_: object, exc: NotAppliedError) -> JSONResponse:
+        retry = max(1, math.ceil(exc.retry_after_s))
+        return JSONResponse({"detail": str(exc)}, 503, {"Retry-After": str(retry)})
+
     @api.exception_handler(InvalidField)
     async def invalid(_: object, exc: InvalidField) -> JSONResponse:
         return JSONResponse({"detail": str(exc), "field": exc.field}, 422)
@@ -129,7 +149,9 @@ def create_api(service: RecallService, registry: TenantRegistry) -> FastAPI:
 
     @api.post("/v1/recall")
     async def recall(body: RecallBody, who: Auth) -> dict[str, Any]:
-        results = await service.recall(who.tenant_id, _query(body, who, ("active",)))
+        results = await service.recall(who.tenant_id, _query(body, who, ("active", "archived")))
+        if body.include_history:
+            results.sort(key=lambda r: (r.row.created_at_us, r.row.memory_id))
         return {"results": [_recalled(r) for r in results]}
 
     @api.post("/v1/archive/search")
@@ -145,17 +167,20 @@ def create_api(service: RecallService, registry: TenantRegistry) -> FastAPI:
             {**m.model_dump(exclude_none=True), "at": (m.at or now).isoformat()}
             for m in body.memories
         ]
-        return {"ids": await service.write(who.tenant_id, docs)}
+        ids, token = await service.write(who.tenant_id, docs)
+        return {"ids": ids, "token": token.encode()}
 
     @api.post("/v1/access")
     async def access(body: AccessBody, who: Auth) -> dict[str, Any]:
         at = body.at or datetime.now(UTC)
-        await service.access(who.tenant_id, body.memory_ids, at, body.kind)
-        return {"accepted": len(body.memory_ids)}
+        token = await service.access(who.tenant_id, body.memory_ids, at, body.kind)
+        return {"accepted": len(body.memory_ids), "token": token.encode()}
 
     @api.get("/v1/memories/{memory_id}")
-    async def get(memory_id: str, who: Auth) -> dict[str, Any]:
-        row = await service.get(who.tenant_id, memory_id)
+    async def get(
+        memory_id: str, who: Auth, after: Annotated[list[str] | None, Query()] = None
+    ) -> dict[str, Any]:
+        row = await service.get(who.tenant_id, memory_id, Token.merged(after or []))
         if row is None:
             raise HTTPException(404, "no such memory")
         return _memory(row)
@@ -176,8 +201,12 @@ def _query(body: RecallBody, who: Tenant, states: tuple[str, ...]) -> RecallQuer
             overrides[name] = getattr(body, name)
     policy: RecallPolicy = who.policy.with_overrides({"recall": overrides}).recall
     f = body.filters
+    now = datetime.now(UTC)  # the edge reads the clock; memcore gets the time
+    at = body.at or now
     filters = Filters(
         states=states,
+        current_at_us=None if body.include_history else to_us(at),
+        created_to_inclusive_us=to_us(body.at) if body.at is not None else None,
         tiers=tuple(Tier.parse(t, "filters.memory_types").value for t in f.memory_types),
         tags_any=tuple(f.tags),
         session_id=f.session_id,
@@ -186,21 +215,9 @@ def _query(body: RecallBody, who: Tenant, states: tuple[str, ...]) -> RecallQuer
         created_to_us=to_us(f.created_to) if f.created_to else None,
     )
     vector = tuple(body.vector) if body.vector is not None else None
-    now = datetime.now(UTC)  # the edge reads the clock; memcore gets the time
-    at = body.at or now
-    candidates_only = states == ("active",)  # archive search returns archived memories
-    archive_below = who.policy.lifecycle.candidate_archive_below if candidates_only else None
-    return RecallQuery(
-        body.query,
-        vector,
-        body.k,
-        at,
-        policy,
-        filters,
-        body.track,
-        archive_below,
-        archive_faded=at <= now,
-    )
+    given = body.after if body.after is not None else []
+    after = Token.merged([given] if isinstance(given, str) else given)
+    return RecallQuery(body.query, vector, body.k, at, policy, filters, body.track, after)
 
 
 def _memory(row: MemoryRow) -> dict[str, Any]:
@@ -218,7 +235,12 @@ def _memory(row: MemoryRow) -> dict[str, Any]:
         "tags": list(row.tags),
         "metadata": dict(row.metadata),
         "session_id": row.session_id or None,
+        "agent_id": row.agent_id or None,
         "merged_into": row.merged_into or None,
+        "created_at": from_us(row.created_at_us).isoformat(),
+        "last_access": from_us(row.last_access_us).isoformat(),
+        "valid_to": from_us(row.valid_to_us).isoformat() if row.valid_to_us else None,
+        "superseded_by": row.superseded_by or None,
     }
 
 

@@ -54,6 +54,8 @@ class RankRequest:
         tau_hours: decay constants, hours, [n].
         graph_hops: hops from the query's best hits over relations, -1 when unreached, [n].
         semantic: whether each memory is in the semantic tier (``zeph`` bonus), [n].
+        accessed: whether each memory was ever accessed (``mnemostream`` access recency), [n].
+        archived: whether each memory is archived (its score takes the archived penalty), [n].
         vectors: candidate vectors ``[n, dim]`` (exact similarity, MMR), or None.
         query: the query vector ``[dim]``, or None.
     """
@@ -69,6 +71,8 @@ class RankRequest:
     tau_hours: F64
     graph_hops: I64
     semantic: npt.NDArray[np.bool_]
+    accessed: npt.NDArray[np.bool_]
+    archived: npt.NDArray[np.bool_]
     vectors: F32 | None = None
     query: F32 | None = None
 
@@ -127,6 +131,8 @@ class RankRequest:
                 [-1 if c.graph_hops is None else c.graph_hops for c in candidates], dtype=np.int64
             ),
             semantic=np.asarray([c.tier is Tier.SEMANTIC for c in candidates], dtype=np.bool_),
+            accessed=np.asarray([c.access_count > 0 for c in candidates], dtype=np.bool_),
+            archived=np.asarray([c.archived for c in candidates], dtype=np.bool_),
             vectors=vectors,
             query=None if query is None else np.asarray(query, dtype=np.float32),
         )
@@ -246,6 +252,8 @@ class Columns:
     tau_hours: torch.Tensor
     graph: torch.Tensor
     semantic: torch.Tensor
+    accessed: torch.Tensor
+    archived: torch.Tensor
     mask: torch.Tensor
     pairwise: torch.Tensor | None  # [M, W, W] float32 candidate cosines of the M MMR requests
     mmr_rows: torch.Tensor  # [M] the rows of the MMR requests (zeph always diversifies)
@@ -254,6 +262,10 @@ class Columns:
     graphrag: torch.Tensor
     powermem: torch.Tensor
     zeph: torch.Tensor
+    mnemostream: torch.Tensor
+    zeromemory: torch.Tensor
+    archived_penalty: torch.Tensor
+    soft_delete_below: torch.Tensor
     mmr_lambda: torch.Tensor
     min_score: torch.Tensor
     half_life_days: torch.Tensor
@@ -298,6 +310,8 @@ class Columns:
             tau_hours=t(_padded(requests, "tau_hours", width, f64, 1.0)),
             graph=t(np.where(hops >= 0, 1.0 / (1.0 + np.maximum(hops, 0)), 0.0)),
             semantic=t(_padded(requests, "semantic", width, np.bool_, False)),
+            accessed=t(_padded(requests, "accessed", width, np.bool_, False)),
+            archived=t(_padded(requests, "archived", width, np.bool_, False)),
             mask=t(np.arange(width)[None, :] < lengths[:, None]),
             pairwise=None if pairwise is None else pairwise.to(device),
             mmr_rows=torch.tensor(
@@ -321,6 +335,10 @@ class Columns:
             graphrag=per_request([p.graphrag for p in policies]),
             powermem=per_request([p.preset is RecallPreset.POWERMEM for p in policies]),
             zeph=per_request([p.preset is RecallPreset.ZEPH for p in policies]),
+            mnemostream=per_request([p.preset is RecallPreset.MNEMOSTREAM for p in policies]),
+            zeromemory=per_request([p.preset is RecallPreset.ZEROMEMORY for p in policies]),
+            archived_penalty=per_request([p.archived_penalty for p in policies]),
+            soft_delete_below=per_request([p.soft_delete_below for p in policies]),
             mmr_lambda=per_request(
                 [
                     p.zeph_mmr_lambda
@@ -497,6 +515,11 @@ def kernel(c: Columns) -> tuple[torch.Tensor, ...]:
         + w[:, 3:4] * recency
         + w[:, 4:5] * c.graph
     )
+    # mnemostream: relevance × (1 + bounded boosts); access recency only for accessed memories
+    mnemo = c.mnemostream[:, None]
+    access_recency = torch.where(c.accessed, recency, 0.0)
+    boost = w[:, 2:3] * (c.importance - 0.5) + w[:, 3:4] * access_recency + w[:, 4:5] * c.graph
+    blend = torch.where(mnemo, (w[:, 0:1] * sim + w[:, 1:2] * keyword) * (1.0 + boost), blend)
     gw = c.graph_weight[:, None]
     blend = torch.where(c.graphrag[:, None], blend * (1.0 - gw) + c.graph * gw, blend)
     pm, zeph = c.powermem[:, None], c.zeph[:, None]
@@ -505,8 +528,11 @@ def kernel(c: Columns) -> tuple[torch.Tensor, ...]:
     zeph_sim = _normalised(sim)
     relevance = (0.7 * zeph_sim + 0.3 * keyword) * age
     base = torch.where(zeph, relevance, torch.where(pm, sim * recency, blend))
+    base = torch.where(c.archived, base * c.archived_penalty[:, None], base)
+    # zeromemory's soft delete: effective importance under its line is never returned
+    soft_deleted = c.zeromemory[:, None] & (c.importance * recency < c.soft_delete_below[:, None])
     # the minimum applies before MMR, except for zeph (to its final score, below)
-    kept = mask & (zeph | (base >= c.min_score[:, None]))
+    kept = mask & ~soft_deleted & (zeph | (base >= c.min_score[:, None]))
     final = torch.where(kept, base, -math.inf)
     rows = c.mmr_rows
     if rows.numel():
@@ -522,7 +548,7 @@ def kernel(c: Columns) -> tuple[torch.Tensor, ...]:
     final = torch.where(zeph, final + bonus, final)
     final = torch.where(zeph & (final < c.min_score[:, None]), -math.inf, final)
     sim = torch.where(zeph, zeph_sim, sim)
-    recency = torch.where(zeph, age, recency)
+    recency = torch.where(zeph, age, torch.where(mnemo, access_recency, recency))
     keyword = torch.where(pm, 0.0, keyword)
     graph = torch.where(pm | zeph, 0.0, c.graph)
     return sim, keyword, c.importance, recency, graph, final

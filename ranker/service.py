@@ -1,12 +1,15 @@
 """Recall, write, access and get for one tenant at a time; the HTTP layer adds auth on top.
 
-Recall: embed the query (unless a vector is given), take the tenant's nearest active memories from
-Milvus (request filters applied there), set aside the candidates that have faded (the default
-lifecycle archives them instead of returning them), count graph hops over the candidates'
-relations when the policy uses graph proximity, score the rest in the shared micro-batch (one
-torch pass for many requests, exact similarity by FAISS), and produce one recall access event per
-returned memory and one ``fade`` decision per faded candidate, unless ``track`` is off.
-Writes and accesses are produced to Kafka; the stream worker applies them.
+Recall (SPEC section 6): wait for the request's read-your-writes token when it has one; embed the
+query (unless a vector is given); take the tenant's candidates, hybrid: the nearest memories by
+vector and the best by BM25 over the tenant's whole corpus (Milvus full-text search), both under
+the request's filters (active and archived memories, current versions as of ``at`` unless history
+is asked); count graph hops over relations when the policy uses graph proximity; score them in the
+shared micro-batch (one torch pass for many requests, exact similarity by FAISS); produce one
+recall access event per returned memory unless ``track`` is off. Nothing is hidden at recall time
+because it has faded (rule zero): decay only reorders.
+Writes and accesses are produced to Kafka; the stream worker applies them. Each returns a
+:class:`~ranker.applied.Token` that a later read can wait for.
 """
 
 from __future__ import annotations
@@ -20,21 +23,23 @@ from typing import Any
 import numpy as np
 import orjson
 
-from memcore import RankParams, Scored, derive_memory_id, faded
+from memcore import RankParams, Scored, derive_memory_id
 from memcore.graph import MAX_HOPS, recall_hops
 from memcore.keyword import bm25_scores
 from memcore.policy import RecallPolicy, RecallPreset
+from ranker.applied import AppliedOffsets, Token
 from ranker.batcher import Batcher, Overloaded
 from ranker.kernel import RankRequest, rank_many
 from ranker.metrics import Metrics
-from storage import Filters, Hit, MemoryRow, MilvusStore, from_us, to_us
+from storage import Filters, MemoryRow, MilvusStore, to_us
 from storage.embedding import Embedder
 
 GRAPH_FETCH_MAX = 1_000
 """Memories beyond the candidates whose relations one recall reads, per hop, at most."""
 
 Send = Callable[[str, bytes, bytes], Awaitable[Awaitable[object]]]
-"""Enqueue one message (topic role, key, value), in call order; returns its delivery to await."""
+"""Enqueue one message (topic role, key, value), in call order; returns its delivery to await
+(its result has the ``partition`` and ``offset`` the message got)."""
 
 
 @dataclass(frozen=True)
@@ -45,16 +50,12 @@ class RecallQuery:
         text: query text (embedded when ``vector`` is None; also the keyword query).
         vector: query vector, or None.
         k: results wanted.
-        at: the time to score at (recency); the event time of the emitted accesses.
+        at: the time to score at (recency) and, with the filters, the as-of time; the event
+            time of the emitted accesses.
         policy: the tenant's recall policy with the request's overrides applied.
-        filters: scalar filters applied in Milvus before ranking.
-        track: emit a recall access event per returned memory (and a ``fade`` decision per
-            faded candidate).
-        archive_below: effective importance under which a candidate has faded and is archived
-            instead of returned (the tenant's default lifecycle); None: no such gate (the
-            ``powermem`` lifecycle, archive search).
-        archive_faded: write the ``fade`` decisions (with ``track``); off for a scoring time in
-            the future, so that a what-if recall never archives anything.
+        filters: scalar filters applied in Milvus before ranking (states, validity, as-of).
+        track: emit a recall access event per returned memory.
+        after: wait until the worker has applied this token's writes and accesses.
     """
 
     text: str | None
@@ -64,8 +65,7 @@ class RecallQuery:
     policy: RecallPolicy
     filters: Filters = field(default_factory=Filters)
     track: bool = True
-    archive_below: float | None = None
-    archive_faded: bool = True
+    after: Token | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,18 @@ class Recalled:
 
     row: MemoryRow
     score: Scored
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A candidate row: its similarity as the vector search gave it (0 when only the keyword
+    search found it: the kernel computes the exact cosine from the vectors) and its BM25 score
+    (None when keywords are scored over the candidates instead).
+    """
+
+    row: MemoryRow
+    similarity: float
+    keyword: float | None
 
 
 class RecallService:
@@ -90,8 +102,13 @@ class RecallService:
         batch_wait_s: float = 0.002,
         queue_max: int = 1024,
         metrics: Metrics | None = None,
+        applied: AppliedOffsets | None = None,
     ) -> None:
+        """``applied``: how reads wait for a token; None: tokens are not waited for (a service
+        without a worker to wait on, e.g. unit tests).
+        """
         self.metrics = metrics or Metrics()
+        self.applied = applied
         self.store = store
         self.embedder = embedder
         self.send = send
@@ -120,38 +137,54 @@ class RecallService:
             raise
 
     async def _recall(self, tenant_id: str, query: RecallQuery) -> list[Recalled]:
+        await self.wait(query.after)
         vector = query.vector
         if vector is None:
             (vector,) = await asyncio.to_thread(self.embedder.embed, [query.text or ""])
-        hits = (
-            await asyncio.to_thread(
-                self.store.search, tenant_id, [vector], max(self.candidates, query.k), query.filters
-            )
-        )[0]
-        hits, fading = _set_aside_faded(hits, query)
+        candidates = await asyncio.to_thread(self._candidates, tenant_id, vector, query)
         results: list[Recalled] = []
-        if hits:
+        if candidates:
             relations: Mapping[str, Sequence[str]] = {}
             if query.policy.graphrag or query.policy.weights.graph > 0:
-                relations = await self._relations(tenant_id, hits)
-            request = _request(hits, vector, query, relations)
+                relations = await self._relations(tenant_id, candidates)
+            request = _request(candidates, vector, query, relations)
             scored = await self.batcher.submit(request)
-            rows = {h.row.memory_id: h.row for h in hits}
+            rows = {c.row.memory_id: c.row for c in candidates}
             results = [Recalled(rows[s.memory_id], s) for s in scored]
-        if query.track:
+        if query.track and results:
             await self._produce_all(
                 [
                     ("access-events", _access(tenant_id, r.row.memory_id, query.at, "recall"))
                     for r in results
                 ]
-                + [
-                    ("memory-writes", _fade(tenant_id, h.row.memory_id, query.at))
-                    for h in (fading if query.archive_faded else [])
-                ]
             )
         return results
 
-    async def _relations(self, tenant_id: str, hits: Sequence[Hit]) -> dict[str, Sequence[str]]:
+    def _candidates(
+        self, tenant_id: str, vector: Sequence[float], query: RecallQuery
+    ) -> list[Candidate]:
+        """The vector top-N and, where the store keeps a full-text index and the policy scores
+        keywords, the BM25 top-N, merged by id (blocking: run in a thread).
+        """
+        n = max(self.candidates, query.k)
+        (hits,) = self.store.search(tenant_id, [vector], n, query.filters)
+        merged = {h.row.memory_id: Candidate(h.row, h.similarity, None) for h in hits}
+        if not (query.text and _scores_keywords(query.policy) and self.store.config.full_text):
+            return list(merged.values())
+        (found,) = self.store.keyword_search(tenant_id, [query.text], n, query.filters)
+        scores = {h.row.memory_id: h.score for h in found}
+        out = [Candidate(c.row, c.similarity, scores.get(m, 0.0)) for m, c in merged.items()]
+        out.extend(Candidate(h.row, 0.0, h.score) for h in found if h.row.memory_id not in merged)
+        return out
+
+    async def wait(self, after: Token | None) -> None:
+        """Return once the worker has applied ``after`` (at once without one)."""
+        if after is not None and self.applied is not None:
+            await self.applied.wait(after)
+
+    async def _relations(
+        self, tenant_id: str, hits: Sequence[Candidate]
+    ) -> dict[str, Sequence[str]]:
         """The candidates' relations, and those of the memories a path of at most ``MAX_HOPS``
         from a candidate passes through (read from the store, this tenant only, a bounded number
         per hop). Links *into* a memory from outside the candidates are not followed.
@@ -168,26 +201,30 @@ class RecallService:
             frontier = {t for targets in found.values() for t in targets} - relations.keys()
         return relations
 
-    async def write(self, tenant_id: str, documents: Sequence[Mapping[str, Any]]) -> list[str]:
-        """Produce memory writes; returns their ids (derived from the content when absent)."""
+    async def write(
+        self, tenant_id: str, documents: Sequence[Mapping[str, Any]]
+    ) -> tuple[list[str], Token]:
+        """Produce memory writes; their ids (derived from the content when absent) and the token
+        a read can wait for.
+        """
         ids = [d.get("memory_id") or derive_memory_id(tenant_id, d["content"]) for d in documents]
-        await self._produce_all(
+        token = await self._produce_all(
             [
                 ("memory-writes", {"v": 1, **d, "tenant_id": tenant_id, "memory_id": m})
                 for d, m in zip(documents, ids, strict=True)
             ]
         )
-        return [str(m) for m in ids]
+        return [str(m) for m in ids], token
 
     async def access(
         self, tenant_id: str, memory_ids: Sequence[str], at: datetime, kind: str
-    ) -> None:
-        """Produce one access event per id."""
-        await self._produce_all(
+    ) -> Token:
+        """Produce one access event per id; the token a read can wait for."""
+        return await self._produce_all(
             [("access-events", _access(tenant_id, m, at, kind)) for m in memory_ids]
         )
 
-    async def _produce_all(self, messages: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+    async def _produce_all(self, messages: Sequence[tuple[str, Mapping[str, Any]]]) -> Token:
         """Enqueue ``(topic role, value)`` in order (a memory's events keep their order), then
         wait for all deliveries at once: one round trip per call, not one per message.
         """
@@ -195,10 +232,14 @@ class RecallService:
             await self.send(role, f"{v['tenant_id']}/{v['memory_id']}".encode(), orjson.dumps(v))
             for role, v in messages
         ]
-        await asyncio.gather(*deliveries)
+        done = await asyncio.gather(*deliveries)
+        return Token.of([(role, meta) for (role, _), meta in zip(messages, done, strict=True)])
 
-    async def get(self, tenant_id: str, memory_id: str) -> MemoryRow | None:
-        """One memory of this tenant (any state), or None."""
+    async def get(
+        self, tenant_id: str, memory_id: str, after: Token | None = None
+    ) -> MemoryRow | None:
+        """One memory of this tenant (any state), or None; after ``after`` is applied."""
+        await self.wait(after)
         found = await asyncio.to_thread(self.store.get, tenant_id, [memory_id])
         return found.get(memory_id)
 
@@ -216,67 +257,48 @@ def _access(tenant_id: str, memory_id: str, at: datetime, kind: str) -> dict[str
     }
 
 
-def _fade(tenant_id: str, memory_id: str, at: datetime) -> dict[str, Any]:
-    """A ``fade`` decision: the worker archives the memory if it is still faded when applied."""
-    return {
-        "v": 1,
-        "kind": "decision",
-        "decision": "fade",
-        "tenant_id": tenant_id,
-        "memory_id": memory_id,
-        "at": at.isoformat(),
-        "reason": "faded recall candidate",
-    }
-
-
-def _set_aside_faded(hits: Sequence[Hit], query: RecallQuery) -> tuple[list[Hit], list[Hit]]:
-    """(candidates to rank, candidates that have faded by ``query.at``)."""
-    if query.archive_below is None:
-        return list(hits), []
-    keep: list[Hit] = []
-    fading: list[Hit] = []
-    for h in hits:
-        row = h.row
-        why = faded(
-            row.importance,
-            from_us(row.last_access_us),
-            row.tau_hours,
-            query.at,
-            query.archive_below,
-        )
-        (keep if why is None else fading).append(h)
-    return keep, fading
+def _scores_keywords(policy: RecallPolicy) -> bool:
+    return policy.preset is RecallPreset.ZEPH or (
+        policy.preset is not RecallPreset.POWERMEM and policy.weights.keyword > 0
+    )
 
 
 def _request(
-    hits: Sequence[Hit],
+    candidates: Sequence[Candidate],
     vector: Sequence[float],
     query: RecallQuery,
     relations: Mapping[str, Sequence[str]],
 ) -> RankRequest:
-    """The kernel's columns, straight from the store's rows (graph hops over ``relations``)."""
-    rows = [h.row for h in hits]
+    """The kernel's columns, straight from the store's rows (graph hops over ``relations``).
+
+    Keyword scores are the store's BM25 where it gave them, else BM25 over the candidates.
+    """
+    rows = [c.row for c in candidates]
     policy = query.policy
-    keywords = (
-        bm25_scores(query.text, [r.content for r in rows])
-        if query.text and (policy.preset is RecallPreset.ZEPH or policy.weights.keyword > 0)
-        else [0.0] * len(rows)
-    )
+    if any(c.keyword is not None for c in candidates):
+        keywords = [c.keyword or 0.0 for c in candidates]
+    elif query.text and _scores_keywords(policy):
+        keywords = bm25_scores(query.text, [r.content for r in rows])
+    else:
+        keywords = [0.0] * len(rows)
     hops: dict[str, int] = {}
     if relations:
-        hops = recall_hops({h.row.memory_id: h.similarity for h in hits}, relations)
+        hops = recall_hops({c.row.memory_id: c.similarity for c in candidates}, relations)
+    n = len(rows)
     return RankRequest(
         ids=tuple(r.memory_id for r in rows),
         at_us=to_us(query.at),
         params=RankParams(k=query.k, policy=policy),
-        similarity=np.fromiter((h.similarity for h in hits), np.float64, len(hits)),
+        similarity=np.fromiter((c.similarity for c in candidates), np.float64, n),
         keyword=np.asarray(keywords, dtype=np.float64),
-        importance=np.fromiter((r.importance for r in rows), np.float64, len(rows)),
-        last_access_us=np.fromiter((r.last_access_us for r in rows), np.int64, len(rows)),
-        created_at_us=np.fromiter((r.created_at_us for r in rows), np.int64, len(rows)),
-        tau_hours=np.fromiter((r.tau_hours for r in rows), np.float64, len(rows)),
-        graph_hops=np.fromiter((hops.get(r.memory_id, -1) for r in rows), np.int64, len(rows)),
-        semantic=np.fromiter((r.tier == "semantic" for r in rows), np.bool_, len(rows)),
+        importance=np.fromiter((r.importance for r in rows), np.float64, n),
+        last_access_us=np.fromiter((r.last_access_us for r in rows), np.int64, n),
+        created_at_us=np.fromiter((r.created_at_us for r in rows), np.int64, n),
+        tau_hours=np.fromiter((r.tau_hours for r in rows), np.float64, n),
+        graph_hops=np.fromiter((hops.get(r.memory_id, -1) for r in rows), np.int64, n),
+        semantic=np.fromiter((r.tier == "semantic" for r in rows), np.bool_, n),
+        accessed=np.fromiter((r.access_count > 0 for r in rows), np.bool_, n),
+        archived=np.fromiter((r.state == "archived" for r in rows), np.bool_, n),
         vectors=np.asarray([r.vector for r in rows], dtype=np.float32),
         query=np.asarray(vector, dtype=np.float32),
     )

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from memcore.ids import check_id
 from storage.errors import StorageError
-from storage.rows import ROW_FIELDS, MemoryRow
+from storage.rows import CURRENT, ROW_FIELDS, MemoryRow
 
 T = TypeVar("T")
 
@@ -24,6 +24,8 @@ MAX_TAG_CHARS = 128
 MAX_RELATIONS = 64
 MAX_SUMMARY_SOURCES = 1024
 _ID_CHARS = 128
+_SPARSE = "content_bm25"
+"""The BM25 sparse vector Milvus derives from ``content`` (never read or written by us)."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,9 @@ class MilvusConfig:
         num_partitions: partitions behind the partition key.
         token: ``user:password`` or an API token for a server; empty for none.
         timeout_s: per-call timeout, seconds.
+        full_text: keep a BM25 index of ``content`` (Milvus's own full-text search: Milvus Lite
+            3.x and servers 2.5+). Off for a 2.3/2.4 server, which has none: keyword search is then
+            unavailable and recall scores keywords over its vector candidates only.
     """
 
     uri: str
@@ -48,6 +53,7 @@ class MilvusConfig:
     num_partitions: int = 64
     token: str = ""
     timeout_s: float = 30.0
+    full_text: bool = True
 
 
 @dataclass(frozen=True)
@@ -55,7 +61,10 @@ class Filters:
     """Scalar filters applied before ranking; each empty field means "any".
 
     Attributes:
-        states: lifecycle states to include (recall uses only ``active``).
+        states: lifecycle states to include (recall: ``active`` and ``archived``).
+        current_at_us: keep only memories valid at this time (µs): not superseded by then.
+        created_to_inclusive_us: keep only memories created at or before this time (µs): an
+            as-of view, where later writes do not exist yet.
         tiers: tiers to include.
         tags_any: include memories carrying at least one of these tags.
         session_id, agent_id: exact match.
@@ -65,6 +74,8 @@ class Filters:
     """
 
     states: tuple[str, ...] = ("active",)
+    current_at_us: int | None = None
+    created_to_inclusive_us: int | None = None
     tiers: tuple[str, ...] = ()
     tags_any: tuple[str, ...] = ()
     session_id: str | None = None
@@ -85,6 +96,16 @@ class Hit:
     similarity: float
 
 
+@dataclass(frozen=True)
+class KeywordHit:
+    """A full-text result: the row and its BM25 score (>= 0; term statistics are the
+    collection's, so scores compare within one query only).
+    """
+
+    row: MemoryRow
+    score: float
+
+
 def _literal(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
 
@@ -98,6 +119,11 @@ def filter_expression(tenant_id: str, filters: Filters) -> str:
     parts = [f"tenant_id == {_literal(check_id('tenant_id', tenant_id))}"]
     if filters.states:
         parts.append(_in("state", filters.states))
+    if filters.current_at_us is not None:
+        at = int(filters.current_at_us)
+        parts.append(f"(valid_to_us == {CURRENT} or valid_to_us > {at})")
+    if filters.created_to_inclusive_us is not None:
+        parts.append(f"created_at_us <= {int(filters.created_to_inclusive_us)}")
     if filters.tiers:
         parts.append(_in("tier", filters.tiers))
     if filters.tags_any:
@@ -275,10 +301,45 @@ class MilvusStore:
             for hits in found
         ]
 
+    def keyword_search(
+        self, tenant_id: str, texts: Sequence[str], k: int, filters: Filters = Filters()
+    ) -> list[list[KeywordHit]]:
+        """The ``k`` best rows by BM25 over ``content`` for each query text, of one tenant, after
+        filters. Raises a non-retriable :class:`StorageError` when the collection keeps no
+        full-text index (``MilvusConfig.full_text`` off).
+        """
+        if not texts:
+            return []
+        if not self.config.full_text:
+            msg = "this collection keeps no full-text index (full_text is off)"
+            raise StorageError("keyword_search", msg, retriable=False)
+        expression = filter_expression(tenant_id, filters)
+        found = self._call(
+            "keyword_search",
+            lambda: self.client.search(
+                self.config.collection,
+                data=list(texts),
+                anns_field=_SPARSE,
+                filter=expression,
+                limit=k,
+                output_fields=list(ROW_FIELDS),
+                search_params={"metric_type": "BM25"},
+                consistency_level="Strong",
+                timeout=self.config.timeout_s,
+            ),
+        )
+        return [
+            [
+                KeywordHit(MemoryRow.from_entity(hit["entity"]), abs(float(hit["distance"])))
+                for hit in hits
+            ]
+            for hits in found
+        ]
+
     # -- internals -----------------------------------------------------------------------------
 
     def _create(self) -> None:
-        from pymilvus import DataType  # noqa: PLC0415
+        from pymilvus import DataType, Function, FunctionType  # noqa: PLC0415
 
         def create() -> None:
             client = self.client
@@ -299,10 +360,13 @@ class MilvusStore:
                 "session_id": 256,
                 "agent_id": 256,
                 "merged_into": _ID_CHARS,
+                "superseded_by": _ID_CHARS,
             }
             schema.add_field("key", DataType.VARCHAR, is_primary=True, max_length=varchar["key"])
-            for name in ("tenant_id", "memory_id", "content", "tier", "state"):
+            for name in ("tenant_id", "memory_id", "tier", "state"):
                 schema.add_field(name, DataType.VARCHAR, max_length=varchar[name])
+            text: dict[str, Any] = {"enable_analyzer": True} if self.config.full_text else {}
+            schema.add_field("content", DataType.VARCHAR, max_length=varchar["content"], **text)
             schema.add_field("vector", DataType.FLOAT_VECTOR, dim=self.config.dim)
             for name in ("importance", "tau_hours", "retention"):
                 schema.add_field(name, DataType.DOUBLE)
@@ -315,9 +379,10 @@ class MilvusStore:
                 "state_changed_at_us",
                 "review_count",
                 "next_review_us",
+                "valid_to_us",
             ):
                 schema.add_field(name, DataType.INT64)
-            for name in ("session_id", "agent_id", "merged_into"):
+            for name in ("session_id", "agent_id", "merged_into", "superseded_by"):
                 schema.add_field(name, DataType.VARCHAR, max_length=varchar[name])
             for name, capacity, length in (
                 ("tags", MAX_TAGS, MAX_TAG_CHARS),
@@ -334,6 +399,17 @@ class MilvusStore:
             schema.add_field("metadata", DataType.JSON)
             index = client.prepare_index_params()
             index.add_index("vector", index_type="FLAT", metric_type="COSINE")
+            if self.config.full_text:
+                schema.add_field(_SPARSE, DataType.SPARSE_FLOAT_VECTOR)
+                schema.add_function(
+                    Function(
+                        name="content_bm25",
+                        function_type=FunctionType.BM25,
+                        input_field_names=["content"],
+                        output_field_names=[_SPARSE],
+                    )
+                )
+                index.add_index(_SPARSE, index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
             client.create_collection(
                 self.config.collection,
                 schema=schema,
@@ -349,7 +425,8 @@ class MilvusStore:
             "describe_collection", lambda: self.client.describe_collection(self.config.collection)
         )
         names = {f.get("name") for f in info.get("fields", [])}
-        missing = [f for f in ROW_FIELDS if f not in names]
+        wanted = (*ROW_FIELDS, _SPARSE) if self.config.full_text else ROW_FIELDS
+        missing = [f for f in wanted if f not in names]
         if missing:
             msg = (
                 f"collection {self.config.collection!r} lacks fields {missing}: it was made by an "

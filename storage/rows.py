@@ -1,7 +1,8 @@
 """The row a memory has in the vector store: its content, vector and the state recall needs.
 
 Times are integer microseconds since the Unix epoch (exact for event times); ``next_review_us`` is
-0 when no review is due any more.
+0 when no review is due any more; ``valid_to_us`` is 0 while the memory is the current version of
+its fact (:data:`CURRENT`).
 """
 
 from __future__ import annotations
@@ -41,9 +42,17 @@ class Document:
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
+CURRENT = 0
+"""``valid_to_us`` of a memory no newer memory has superseded."""
+
+
 @dataclass(frozen=True)
 class MemoryRow:
-    """One row of the collection; ``key`` is ``tenant_id/memory_id``."""
+    """One row of the collection; ``key`` is ``tenant_id/memory_id``.
+
+    ``valid_to_us`` (µs, :data:`CURRENT` while current) and ``superseded_by`` ("" while current)
+    record supersession (SPEC section 6).
+    """
 
     key: str
     tenant_id: str
@@ -70,6 +79,8 @@ class MemoryRow:
     merged_into: str
     summary_of: Sequence[str]
     metadata: Mapping[str, Any]
+    valid_to_us: int
+    superseded_by: str
 
     @classmethod
     def of(cls, state: MemoryState, doc: Document) -> MemoryRow:
@@ -101,6 +112,8 @@ class MemoryRow:
             merged_into=state.merged_into or "",
             summary_of=state.summary_of,
             metadata=dict(doc.metadata),
+            valid_to_us=to_us(state.valid_to) if state.valid_to is not None else CURRENT,
+            superseded_by=state.superseded_by or "",
         )
 
     def to_entity(self) -> dict[str, Any]:

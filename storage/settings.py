@@ -23,10 +23,18 @@ class SharedSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MNEMO_", extra="ignore", frozen=True)
 
     kafka_bootstrap: str = "127.0.0.1:9092"
+    app_id: str = Field(
+        "mnemostream",
+        description="the stream worker's Faust app id (its consumer group; the ranker waits on it"
+        " for read-your-writes)",
+    )
     topic_prefix: str = Field("", description="prefix of every topic name, e.g. 'staging.'")
     milvus_uri: str = "var/milvus.db"
     milvus_collection: str = "memories"
     milvus_partition_key: bool = True
+    milvus_full_text: bool = Field(
+        True, description="BM25 index of content (Milvus Lite 3.x, server 2.5+); false for 2.3/2.4"
+    )
     embedding_dim: int = Field(384, ge=1, le=32_768)
     embedder: Literal["minilm", "hash"] = Field("minilm", description="hash: fast tests only")
     tenants_file: Path | None = None
@@ -48,6 +56,7 @@ class SharedSettings(BaseSettings):
             collection=self.milvus_collection,
             dim=self.embedding_dim,
             partition_key=self.milvus_partition_key,
+            full_text=self.milvus_full_text,
         )
 
     def make_embedder(self) -> Embedder:

@@ -2,7 +2,7 @@
 
 A JSON file::
 
-    {"tenants": {"acme": {"decay": "zeromemory", "lifecycle": "default", "recall": "zeromemory",
+    {"tenants": {"acme": {"decay": "zeromemory", "lifecycle": "default", "recall": "mnemostream",
                           "overrides": {"review": {"reinforcement": 0.2}}, "api_keys": ["k-..."]}}}
 
 Every field but the tenant id is optional. Loading validates every policy (InvalidField names it).
@@ -61,7 +61,7 @@ class TenantRegistry:
             policy = Policy.build(
                 decay=entry.get("decay", "zeromemory"),
                 lifecycle=entry.get("lifecycle", "default"),
-                recall=entry.get("recall", "zeromemory"),
+                recall=entry.get("recall", "mnemostream"),
                 overrides=entry.get("overrides") or {},
             )
             keys = tuple(entry.get("api_keys", ()))

@@ -25,15 +25,29 @@ import orjson
 from faust.streams import _current_event
 from faust.types import TP
 
-from memcore import ImportanceDecision, resolve_importance
-from storage import MemoryRow, MilvusStore, StorageError
+from memcore import (
+    ImportanceDecision,
+    MemoryState,
+    Version,
+    detect,
+    fact_of,
+    resolve_importance,
+)
+from storage import Document, Filters, MemoryRow, MilvusStore, StorageError, from_us
 from storage.embedding import Embedder
 from storage.milvus import ANY_STATE
 from streams import topics
 from streams.consolidation import decision_records, plan_tenant, report
 from streams.llm import LlmImportance
 from streams.metrics import WorkerMetrics
-from streams.processor import Batch, Inbound, Processor, contained, dead_letter
+from streams.processor import (
+    Batch,
+    Inbound,
+    Processor,
+    contained,
+    dead_letter,
+    supersede_record,
+)
 from streams.records import (
     ConsolidationRequest,
     Limits,
@@ -187,7 +201,42 @@ class StreamWorker:
             self.write_done[message.partition] = max(done, message.offset + 1)
         await self.expire_parked(batch, events)
         await self.sync(batch)
+        await self.supersede(batch)
         await self.emit(batch)
+
+    async def supersede(self, batch: Batch) -> None:
+        """Compare each stated memory that states a fact with its tenant's nearest memories (now
+        synced, this batch's included) and add a ``supersede`` decision for every older version
+        (SPEC section 6). Decisions go through ``memory-writes`` keyed by the older memory, so
+        they apply on its partition and replays repeat them.
+        """
+        by_tenant: dict[str, list[tuple[MemoryState, Document]]] = {}
+        for key in batch.stated:
+            found = self.processor.load(key)
+            if found is None:
+                continue
+            rules = self.processor.policy(found[0].tenant_id).supersession
+            if rules.enabled and fact_of(found[1].content, rules.max_words) is not None:
+                by_tenant.setdefault(found[0].tenant_id, []).append(found)
+        for tenant_id, stated in by_tenant.items():
+            rules = self.processor.policy(tenant_id).supersession
+            search = functools.partial(
+                self.services.store.search,
+                tenant_id,
+                [doc.vector for _, doc in stated],
+                rules.neighbours + 1,
+                Filters(states=("active", "archived")),
+            )
+            for (state, doc), hits in zip(stated, await _retrying("search", search), strict=True):
+                new = Version(state.memory_id, doc.content, state.created_at)
+                neighbours = [
+                    Version(
+                        h.row.memory_id, h.row.content, from_us(h.row.created_at_us), h.similarity
+                    )
+                    for h in hits
+                ]
+                for supersession in detect(new, neighbours, rules):
+                    batch.out.append(supersede_record(tenant_id, supersession))
 
     async def on_access(self, events: Sequence[Any]) -> None:
         """Reduce each access; one that overtook its write is parked until the write is applied."""

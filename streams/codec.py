@@ -89,6 +89,8 @@ def encode(state: MemoryState) -> bytes:
         "summary_of": state.summary_of,
         "offsets": state.offsets,
         "purged": state.purged,
+        "valid_to": to_us(state.valid_to) if state.valid_to is not None else None,
+        "superseded_by": state.superseded_by,
     }
     return orjson.dumps(value)
 
@@ -127,4 +129,6 @@ def decode(raw: bytes) -> MemoryState:
         summary_of=tuple(v["summary_of"]),
         offsets=tuple((s, o) for s, o in v["offsets"]),
         purged=v["purged"],
+        valid_to=from_us(v["valid_to"]) if v.get("valid_to") is not None else None,
+        superseded_by=v.get("superseded_by"),
     )

@@ -27,6 +27,7 @@ from memcore import (
     MemoryState,
     Policy,
     Position,
+    Supersession,
     Write,
     apply,
     content_hash,
@@ -46,6 +47,9 @@ from streams.records import (
 )
 
 R = TypeVar("R", WriteRecord | DecisionRecord, AccessRecord)
+
+_STATED = frozenset({EffectKind.CREATED, EffectKind.UPDATED, EffectKind.REASSERTED})
+"""Effects after which a write's content is checked for supersession (SPEC section 6)."""
 log = logging.getLogger(__name__)
 
 MAX_DEAD_LETTER_PAYLOAD = 256 * 1024
@@ -137,12 +141,28 @@ def contained(message: Inbound, batch: Batch) -> Iterator[None]:
         batch.out.append(internal_error(message, exc))
 
 
+def supersede_record(tenant_id: str, found: Supersession) -> Outbound:
+    """The ``supersede`` decision for the older memory, keyed by it (on its partition)."""
+    value = {
+        "v": 1,
+        "kind": "decision",
+        "decision": "supersede",
+        "tenant_id": tenant_id,
+        "memory_id": found.older,
+        "by": found.newer,
+        "at": found.at.isoformat(),
+        "reason": found.reason[:1000],
+    }
+    return Outbound("memory-writes", f"{tenant_id}/{found.older}".encode(), orjson.dumps(value))
+
+
 @dataclass
 class Batch:
     """The result of one batch: messages to produce and memory keys whose rows must be synced."""
 
     out: list[Outbound] = field(default_factory=list)
     touched: dict[str, None] = field(default_factory=dict)  # ordered set of table keys
+    stated: dict[str, None] = field(default_factory=dict)  # keys whose content was (re)stated
     parked: set[int] = field(default_factory=set)  # partitions where accesses were parked
 
     def touch(self, key: str) -> None:
@@ -282,7 +302,7 @@ class Processor:
             summary_of=record.summary_of,
             position=message.position,
         )
-        policy = self._policy(record.tenant_id)
+        policy = self.policy(record.tenant_id)
         new, effects = apply(state, event, policy)
         assert new is not None  # a write always leaves a state
         skipped = effects[0].kind is EffectKind.SKIPPED
@@ -304,6 +324,8 @@ class Processor:
             self.documents[key] = codec.encode_document(new_doc)
         if not skipped:
             self.memories[key] = codec.encode(new)
+        if not skipped and any(e.kind in _STATED for e in effects):
+            batch.stated[record.key] = None
         self._after(message, record.at, new, effects, batch)
         self.release(key, batch)
 
@@ -313,7 +335,7 @@ class Processor:
         if state is None:
             return
         event = dataclasses.replace(record.event, position=message.position)
-        new, effects = apply(state, event, self._policy(record.tenant_id))
+        new, effects = apply(state, event, self.policy(record.tenant_id))
         assert new is not None
         if new != state:
             self.memories[record.key.encode()] = codec.encode(new)
@@ -352,7 +374,7 @@ class Processor:
     def _apply_access(
         self, message: Inbound, record: AccessRecord, state: MemoryState, batch: Batch
     ) -> None:
-        policy = self._policy(record.tenant_id)
+        policy = self.policy(record.tenant_id)
         new, effects = apply(state, Access(record.at, record.kind, message.position), policy)
         assert new is not None
         if new != state:
@@ -417,7 +439,8 @@ class Processor:
 
     # -- shared --------------------------------------------------------------------------------
 
-    def _policy(self, tenant_id: str) -> Policy:
+    def policy(self, tenant_id: str) -> Policy:
+        """The policy of a tenant the decoder accepted."""
         tenant = self.limits.registry.get(tenant_id)
         assert tenant is not None  # decode rejected unknown tenants
         return tenant.policy

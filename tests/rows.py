@@ -36,5 +36,7 @@ def make_row(tenant: str, memory_id: str, vector: Sequence[float], **kw: object)
         merged_into="",
         summary_of=(),
         metadata={"priority": "high", "n": 1},
+        valid_to_us=0,
+        superseded_by="",
     )
     return dataclasses.replace(base, **kw)  # type: ignore[arg-type]

@@ -24,7 +24,13 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MilvusStor
     else:
         uri = request.getfixturevalue("milvus_server_uri")
         # Milvus 2.3 loses upserted rows from partition-key filters: the adapter's knob turns it off.
-        config = MilvusConfig(uri=uri, dim=DIM, partition_key=False, collection=f"c{next(_names)}")
+        config = MilvusConfig(
+            uri=uri,
+            dim=DIM,
+            partition_key=False,
+            full_text=False,  # Milvus 2.3 has no BM25
+            collection=f"c{next(_names)}",
+        )
     s = MilvusStore(config)
     s.connect()
     yield s
@@ -178,3 +184,48 @@ def test_a_collection_without_every_row_field_is_refused(tmp_path: Path) -> None
         store.connect()
     assert err.value.retriable is False
     store.close()
+
+
+def test_validity_and_as_of_filters(store: MilvusStore) -> None:
+    store.upsert(
+        [
+            row("acme", "osaka", vec(1.0), created_at_us=100, valid_to_us=200, superseded_by="x"),
+            row("acme", "lisbon", vec(1.0), created_at_us=200),
+            row("acme", "later", vec(1.0), created_at_us=300),
+        ]
+    )
+
+    def ids(filters: Filters) -> list[str]:
+        return sorted(h.row.memory_id for h in store.search("acme", [vec(1.0)], 10, filters)[0])
+
+    assert ids(Filters(current_at_us=250)) == ["later", "lisbon"]
+    assert ids(Filters(current_at_us=150, created_to_inclusive_us=150)) == ["osaka"]
+    assert ids(Filters(current_at_us=200, created_to_inclusive_us=200)) == ["lisbon"]
+    assert ids(Filters(created_to_inclusive_us=250)) == ["lisbon", "osaka"]  # history
+
+
+def test_keyword_search_ranks_by_bm25_within_the_tenant(tmp_path: Path) -> None:
+    store = MilvusStore(MilvusConfig(uri=str(tmp_path / "fts.db"), dim=DIM))
+    store.connect()
+    store.upsert(
+        [
+            row("acme", "m1", vec(1.0), content="Alice adopted a cat named Miso"),
+            row("acme", "m2", vec(1.0), content="the weather was fine"),
+            row("acme", "m3", vec(1.0), content="Miso the cat, Miso again", state="archived"),
+            row("globex", "g1", vec(1.0), content="Miso Miso Miso cat"),
+        ]
+    )
+    (hits,) = store.keyword_search("acme", ["cat Miso"], 10, Filters(states=("active", "archived")))
+    assert [h.row.memory_id for h in hits] == ["m3", "m1"]
+    assert hits[0].score > hits[1].score > 0
+    (active,) = store.keyword_search("acme", ["cat Miso"], 10)
+    assert [h.row.memory_id for h in active] == ["m1"]
+    store.close()
+
+
+def test_keyword_search_without_a_full_text_index_is_a_clear_error(store: MilvusStore) -> None:
+    if store.config.full_text:
+        pytest.skip("this backend keeps a full-text index")
+    with pytest.raises(StorageError, match="full-text") as err:
+        store.keyword_search("acme", ["cat"], 5)
+    assert err.value.retriable is False

@@ -59,6 +59,7 @@ class Stack:
             "MNEMO_MILVUS_URI": self.milvus_uri,
             "MNEMO_MILVUS_COLLECTION": f"c_{self.app_id}",
             "MNEMO_MILVUS_PARTITION_KEY": "false",  # Milvus 2.3 server: see storage.MilvusConfig
+            "MNEMO_MILVUS_FULL_TEXT": "false",  # Milvus 2.3 has no BM25
             "MNEMO_EMBEDDING_DIM": str(self.dim),
             "MNEMO_EMBEDDER": self.embedder,
             "MNEMO_TENANTS": ",".join(self.tenants),
@@ -78,7 +79,11 @@ class Stack:
     def store(self) -> MilvusStore:
         s = MilvusStore(
             MilvusConfig(
-                self.milvus_uri, collection=f"c_{self.app_id}", dim=self.dim, partition_key=False
+                self.milvus_uri,
+                collection=f"c_{self.app_id}",
+                dim=self.dim,
+                partition_key=False,
+                full_text=False,
             )
         )
         s.connect()

@@ -9,11 +9,12 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
+import orjson
 import pytest
 
 from mnemostream import Client
 from tests.infra import ROOT, free_port
-from tests.integration.harness import Stack, eventually, wait_for_http
+from tests.integration.harness import Stack, eventually, produce, wait_for_http
 from tests.integration.test_streams import T0
 
 pytestmark = pytest.mark.integration
@@ -22,8 +23,12 @@ DIM = 8
 
 
 @pytest.fixture
-def server(make_stack: Callable[..., Stack], tmp_path: Path) -> Iterator[str]:
-    stack = make_stack(("acme",), dim=DIM)
+def stack(make_stack: Callable[..., Stack]) -> Stack:
+    return make_stack(("acme",), dim=DIM)
+
+
+@pytest.fixture
+def server(stack: Stack, tmp_path: Path) -> Iterator[str]:
     tenants = tmp_path / "tenants.json"
     tenants.write_text(json.dumps({"tenants": {"acme": {"api_keys": [KEY]}}}))
     port = free_port()
@@ -74,26 +79,75 @@ def test_write_recall_and_recall_counts_grow(server: str) -> None:
         client.recall(vector=query, k=1, at=T0)
         eventually(lambda: recalls() == [2, 1, 0], 60, "second recall applied")
 
-        # a weak working memory fades out of recall: archived by the worker, not returned
-        weak = client.remember(
-            "a passing remark",
-            embedding=[1.0, 0.05, *([0.0] * (DIM - 2))],
-            importance=0.1,
-            memory_type="working",
-            at=T0,
-        )
-        eventually(
-            lambda: (
-                weak in {m.memory_id for m in client.recall(vector=query, k=5, at=T0, track=False)}
-            ),
-            60,
-            "weak memory written",
-        )
-        later = T0 + timedelta(days=30)
-        assert weak not in {m.memory_id for m in client.recall(vector=query, k=5, at=later)}
 
-        def weak_state() -> str | None:
-            found = client.get(weak)
+def e(*head: float) -> list[float]:
+    return [*head, *([0.0] * (DIM - len(head)))]
+
+
+def test_remember_then_recall_reads_its_writes_without_waiting(server: str) -> None:
+    with Client(server, KEY) as client:
+        for i in range(3):
+            memory_id = client.remember(f"fresh thought number {i}", embedding=e(1.0, i), at=T0)
+            found = client.recall(vector=e(1.0, i), k=3, at=T0, track=False)
+            assert memory_id in {m.memory_id for m in found}  # no sleep, no retry loop
+        client.access([memory_id], "explicit", T0)
+        got = client.get(memory_id)
+        assert got is not None
+        assert got.access_count == 1
+
+
+def test_an_old_unimportant_memory_answers_its_question(server: str) -> None:
+    at = T0 + timedelta(days=200)
+    with Client(server, KEY) as client:
+        answer = client.remember("Bob is allergic to penicillin", importance=0.1, at=T0)
+        chatter = [
+            {"content": f"Bob said hello to the team on day {d}", "importance": 0.9, "at": at}
+            for d in range(15)
+        ]
+        client.remember_many(chatter)
+        (top, *_) = client.recall("What is Bob allergic to?", k=10, at=at, track=False)
+        assert top.memory_id == answer
+
+
+def test_superseded_values_history_and_as_of(server: str) -> None:
+    t1, t2 = T0, T0 + timedelta(days=90)
+    with Client(server, KEY) as client:
+        osaka = client.remember("Alice lives in Osaka.", embedding=e(1.0, 0.3), at=t1)
+        lisbon = client.remember("Alice lives in Lisbon now.", embedding=e(1.0, 0.4), at=t2)
+        now = t2 + timedelta(days=1)
+        current = client.recall("Where does Alice live?", k=5, at=now, track=False)
+        assert [m.memory_id for m in current] == [lisbon]
+        history = client.recall(
+            "Where does Alice live?", k=5, at=now, track=False, include_history=True
+        )
+        assert [m.memory_id for m in history] == [osaka, lisbon]  # in time order
+        assert (history[0].superseded_by, history[0].valid_to) == (lisbon, t2.isoformat())
+        then = client.recall("Where does Alice live?", k=5, at=t1 + timedelta(days=1), track=False)
+        assert [m.memory_id for m in then] == [osaka]  # Lisbon was written after `at`
+
+
+def test_an_access_revives_an_archived_memory(server: str, stack: Stack) -> None:
+    with Client(server, KEY) as client:
+        memory_id = client.remember("an old plan", embedding=e(0.0, 1.0), at=T0)
+        decision = {
+            "v": 1,
+            "kind": "decision",
+            "decision": "retire",
+            "to": "archived",
+            "tenant_id": "acme",
+            "memory_id": memory_id,
+            "at": (T0 + timedelta(days=1)).isoformat(),
+            "reason": "test: archived by an operator",
+        }
+        key = f"acme/{memory_id}".encode()
+        produce(stack.bootstrap, stack.topic("memory-writes"), [(key, orjson.dumps(decision))])
+
+        def state() -> str | None:
+            found = client.get(memory_id)
             return None if found is None else found.state
 
-        eventually(lambda: weak_state() == "archived", 60, "faded candidate archived")
+        eventually(lambda: state() == "archived", 60, "archived by the decision")
+        archived = client.recall(vector=e(0.0, 1.0), k=1, at=T0 + timedelta(days=2), track=False)
+        assert [(m.memory_id, m.state) for m in archived] == [(memory_id, "archived")]
+        client.access([memory_id], "get", T0 + timedelta(days=3))
+        assert state() == "active"

@@ -35,7 +35,12 @@ def anyio_backend() -> str:
 DIM = 8
 KEY_A, KEY_B = "key-acme-0123456789", "key-globex-0123456789"
 REGISTRY = TenantRegistry.of(
-    {"tenants": {"acme": {"api_keys": [KEY_A]}, "globex": {"api_keys": [KEY_B]}}}
+    {
+        "tenants": {
+            "acme": {"api_keys": [KEY_A], "recall": "zeromemory"},  # SPEC's Alice example
+            "globex": {"api_keys": [KEY_B]},  # the default policy
+        }
+    }
 )
 TAU = 1200.0  # semantic, zeromemory
 
@@ -208,27 +213,80 @@ def decisions(stack: Stack) -> list[dict[str, object]]:
     return [d for d in sent if d.get("kind") == "decision"]
 
 
-async def test_a_faded_candidate_is_archived_not_returned(
+async def test_nothing_faded_or_archived_is_hidden_and_archived_ranks_below_active(
     client: tuple[httpx.AsyncClient, Stack, MilvusStore],
 ) -> None:
     http, stack, store = client
-    store.upsert([row("acme", "fading", 0.95, 0.1, 0.3)])  # effective importance 0.03 < 0.05
+    store.delete("globex", ["secret"])
+    faded = dataclasses.replace(  # 200 days idle, importance 0.1: effective importance ~0
+        row("globex", "faded", 0.97, 0.1, 1e-9), content="the faded answer"
+    )
+    twin = dataclasses.replace(faded, key="globex/twin", memory_id="twin", importance=0.5)
+    archived = dataclasses.replace(
+        twin, key="globex/archived", memory_id="archived", state="archived"
+    )
+    store.upsert([faded, archived, row("globex", "weaker", 0.4, 0.9, 1.0)])  # < half as similar
+    headers = {"X-API-Key": KEY_B}
+    body = {**QUERY, "k": 5, "track": False}
+    results = (await http.post("/v1/recall", json=body, headers=headers)).json()["results"]
+    assert [r["memory_id"] for r in results] == ["faded", "archived", "weaker"]
+    assert results[1]["state"] == "archived"
+    assert results[1]["scores"]["final"] == pytest.approx(
+        results[0]["scores"]["final"] * 0.5, rel=0.1
+    )
+    assert await asyncio.to_thread(decisions, stack) == []  # recall never archives anything
+    store.upsert([twin])
+    found = (await http.post("/v1/recall", json=body, headers=headers)).json()["results"]
+    assert [r["memory_id"] for r in found][:2] == ["twin", "faded"]  # importance breaks the tie
+
+
+async def test_superseded_versions_and_as_of_recall(
+    client: tuple[httpx.AsyncClient, Stack, MilvusStore],
+) -> None:
+    http, _, store = client
+    store.delete("globex", ["secret"])
+    t1, t2 = T0 - timedelta(days=100), T0 - timedelta(days=10)
+    osaka = dataclasses.replace(
+        row("globex", "osaka", 0.9, 0.5, 0.5),
+        created_at_us=to_us(t1),
+        valid_to_us=to_us(t2),
+        superseded_by="lisbon",
+    )
+    lisbon = dataclasses.replace(row("globex", "lisbon", 0.8, 0.5, 0.5), created_at_us=to_us(t2))
+    store.upsert([osaka, lisbon])
+    headers = {"X-API-Key": KEY_B}
+
+    async def recall(**extra: object) -> list[dict[str, object]]:
+        body = {**QUERY, "k": 5, "track": False, **extra}
+        reply = await http.post("/v1/recall", json=body, headers=headers)
+        assert reply.status_code == 200, reply.text
+        return list(reply.json()["results"])
+
+    assert [r["memory_id"] for r in await recall()] == ["lisbon"]
+    history = await recall(include_history=True)
+    assert [r["memory_id"] for r in history] == ["osaka", "lisbon"]  # in time order
+    assert (history[0]["superseded_by"], history[0]["valid_to"]) == ("lisbon", t2.isoformat())
+    as_of = (t1 + timedelta(days=1)).isoformat()
+    assert [r["memory_id"] for r in await recall(at=as_of)] == ["osaka"]  # lisbon did not exist
+    before_any = (t1 - timedelta(days=1)).isoformat()
+    assert await recall(at=before_any) == []
+
+
+async def test_a_write_returns_a_token_and_reads_check_it(
+    client: tuple[httpx.AsyncClient, Stack, MilvusStore],
+) -> None:
+    http, _, _ = client
     headers = {"X-API-Key": KEY_A}
-    quiet = await http.post("/v1/recall", json={**QUERY, "k": 5, "track": False}, headers=headers)
-    assert "fading" not in {r["memory_id"] for r in quiet.json()["results"]}
-    assert await asyncio.to_thread(decisions, stack) == []  # track=false changes nothing
-    reply = await http.post("/v1/recall", json={**QUERY, "k": 5}, headers=headers)
-    assert [r["memory_id"] for r in reply.json()["results"]] == [m for m, *_ in ALICE_ORDER]
-    sent = await asyncio.to_thread(decisions, stack)
-    assert [(d["memory_id"], d["decision"], d["at"]) for d in sent] == [
-        ("fading", "fade", T0.isoformat())
-    ]
-    assert "fading" not in {a["memory_id"] for a in await asyncio.to_thread(accesses, stack)}
-    future = {**QUERY, "k": 5, "at": "2099-01-01T00:00:00+00:00"}  # a what-if: archives nothing
-    assert (await http.post("/v1/recall", json=future, headers=headers)).json()["results"] == []
-    assert len(await asyncio.to_thread(decisions, stack)) == 1
-    archived = await http.post("/v1/archive/search", json=QUERY, headers=headers)
-    assert archived.json()["results"] == []  # archived only once the worker applies the decision
+    reply = await http.post(
+        "/v1/memories", json={"memories": [{"content": "a new memory"}]}, headers=headers
+    )
+    token = reply.json()["token"]
+    assert token.startswith("v1.")
+    bad = await http.post("/v1/recall", json={**QUERY, "after": "v1.???"}, headers=headers)
+    assert (bad.status_code, bad.json()["field"]) == (422, "after")
+    # this service has no worker to wait on: a token is accepted and not waited for
+    ok = await http.post("/v1/recall", json={**QUERY, "after": token}, headers=headers)
+    assert ok.status_code == 200
 
 
 ALICE_ORDER = [ALICE[0], ALICE[2], ALICE[1]]

@@ -31,7 +31,9 @@ def ranker(
     stack.create_topics()
     collection = f"sdk_{stack.name}"
     store = MilvusStore(
-        MilvusConfig(milvus_server_uri, collection=collection, dim=DIM, partition_key=False)
+        MilvusConfig(
+            milvus_server_uri, collection=collection, dim=DIM, partition_key=False, full_text=False
+        )
     )
     store.connect()
     store.upsert([row("acme", m, c, i, r) for m, c, i, r in ALICE])
@@ -49,6 +51,7 @@ def ranker(
         "MNEMO_MILVUS_URI": milvus_server_uri,
         "MNEMO_MILVUS_COLLECTION": collection,
         "MNEMO_MILVUS_PARTITION_KEY": "false",
+        "MNEMO_MILVUS_FULL_TEXT": "false",
         "MNEMO_EMBEDDING_DIM": str(DIM),
         "MNEMO_EMBEDDER": "hash",
         "MNEMO_TENANTS_FILE": str(tenants),

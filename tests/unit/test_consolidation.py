@@ -118,10 +118,12 @@ def test_tier_consolidation() -> None:
 
 
 def test_archive_sweep_and_purge() -> None:
-    at = T0 + timedelta(days=40)
+    at = T0 + timedelta(days=100)
     items = [
-        item("faded", (1.0, 0.0), tier=Tier.WORKING, importance=0.5, tau_hours=48.0),
-        item("fresh", (0.0, 1.0), importance=0.5, last_access=at),
+        item("faded", (1.0, 0.0), tier=Tier.WORKING, importance=0.4, tau_hours=48.0),
+        item("fresh", (0.0, 1.0), importance=0.4, last_access=at),
+        item("idle-60-days", (0.0, 2.0), importance=0.4, last_access=at - timedelta(days=60)),
+        item("important", (0.0, 3.0), importance=0.5, tau_hours=48.0),
         item("gone", (1.0, 1.0), state=Lifecycle.FORGOTTEN),
         item("recently-gone", (1.0, 2.0), state=Lifecycle.DELETED, state_changed_at=at - hours(1)),
     ]

@@ -6,7 +6,7 @@ import pytest
 
 from memcore import InvalidField, Policy, Tier
 from memcore.ids import check_id, content_hash, derive_memory_id, split_key, state_key
-from memcore.policy import DecayPreset, LifecyclePreset, RecallWeights
+from memcore.policy import DecayPreset, LifecyclePreset, RecallPreset, RecallWeights
 from memcore.types import require_aware
 
 
@@ -15,7 +15,19 @@ def test_defaults_are_the_spec() -> None:
     assert policy.decay.preset is DecayPreset.ZEROMEMORY
     assert (policy.decay.working_tau_hours, policy.decay.semantic_tau_hours) == (48.0, 1200.0)
     assert policy.lifecycle.preset is LifecyclePreset.DEFAULT
-    assert policy.recall.weights == RecallWeights(0.5, 0.0, 0.3, 0.2, 0.0)
+    assert policy.recall.preset is RecallPreset.MNEMOSTREAM
+    assert policy.recall.weights == RecallWeights(0.5, 0.5, 0.1, 0.1, 0.0)
+    assert (policy.recall.archived_penalty, policy.recall.soft_delete_below) == (0.5, 0.05)
+    assert Policy.build() == policy
+    assert Policy.build(recall="zeromemory").recall.weights == RecallWeights(
+        0.5, 0.0, 0.3, 0.2, 0.0
+    )
+    rules = policy.lifecycle
+    assert (rules.archive_below, rules.sweep_min_idle_hours, rules.sweep_below_importance) == (
+        0.05,
+        90 * 24.0,
+        0.5,
+    )
     assert policy.review.intervals_hours == (1.0, 6.0, 24.0, 72.0, 168.0)
 
 
@@ -141,7 +153,8 @@ def test_keys_round_trip_and_reject_slashes() -> None:
         split_key("no-slash")
 
 
-def test_only_the_default_lifecycle_archives_faded_recall_candidates() -> None:
-    assert Policy().lifecycle.candidate_archive_below == 0.05
-    powermem = Policy.build(decay="powermem", lifecycle="powermem")
-    assert powermem.lifecycle.candidate_archive_below is None
+def test_a_preset_override_brings_its_own_weights_under_the_given_ones() -> None:
+    zeromemory = Policy().with_overrides({"recall": {"preset": "zeromemory"}}).recall
+    assert zeromemory.weights == RecallWeights(0.5, 0.0, 0.3, 0.2, 0.0)
+    tuned = Policy().with_overrides({"recall": {"preset": "zeromemory", "weights": {"keyword": 1}}})
+    assert tuned.recall.weights == RecallWeights(0.5, 1, 0.3, 0.2, 0.0)

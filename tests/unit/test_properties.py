@@ -158,7 +158,9 @@ def test_recall_scores_stay_in_range(
         for i, (sim, imp, idle, kw) in enumerate(rows)
     ]
     weights = RecallWeights(similarity=0.4, keyword=0.1, importance=0.3, recency=0.2)
-    policy = RecallPolicy(preset=preset, weights=weights, graphrag=graphrag)
+    policy = RecallPolicy(
+        preset=preset, weights=weights, graphrag=graphrag, soft_delete_below=0.0
+    )  # no zeromemory soft delete: every candidate is ranked
     ranked = rank(candidates, T0, RankParams(k=len(rows), policy=policy))
     assert len(ranked) == len(rows)
     upper = 1.0 + 0.15 + 0.3 if preset is RecallPreset.ZEPH else 1.0

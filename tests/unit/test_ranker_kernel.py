@@ -32,13 +32,19 @@ def random_candidates(rng: random.Random, n: int, dim: int = 8) -> list[Candidat
             keyword=rng.choice([0.0, rng.uniform(0, 12)]),
             graph_hops=rng.choice([None, 0, 1, 2]),
             vector=tuple(rng.gauss(0, 1) for _ in range(dim)),
+            access_count=rng.choice([0, 0, 1, 7]),
+            archived=rng.random() < 0.2,
         )
         for i in range(n)
     ]
 
 
 def random_params(rng: random.Random) -> RankParams:
-    preset = rng.choice([RecallPreset.ZEROMEMORY] * 3 + [RecallPreset.POWERMEM, RecallPreset.ZEPH])
+    preset = rng.choice(
+        [RecallPreset.MNEMOSTREAM] * 3
+        + [RecallPreset.ZEROMEMORY] * 2
+        + [RecallPreset.POWERMEM, RecallPreset.ZEPH]
+    )
     weights = RecallWeights(*(rng.choice([0.0, rng.random()]) for _ in range(5)))
     policy = RecallPolicy(
         preset=preset,
@@ -46,6 +52,8 @@ def random_params(rng: random.Random) -> RankParams:
         graphrag=rng.random() < 0.3,
         mmr_lambda=rng.choice([None, None, None, 0.6, 0.0, 1.0]),
         min_score=rng.choice([0.0, 0.0, 0.3]),
+        archived_penalty=rng.choice([0.5, 0.0, 1.0]),
+        soft_delete_below=rng.choice([0.05, 0.3]),
     )
     return RankParams(k=rng.randrange(1, 20), policy=policy)
 
@@ -108,7 +116,8 @@ def test_the_alice_example_through_the_kernel() -> None:
         Candidate(f"m{i}", s, imp, T0 - timedelta(hours=-tau * math.log(rec)), T0, tau)
         for i, (s, imp, rec) in enumerate(rows)
     ]
-    (ranked,) = rank_many([RankRequest.of(candidates, T0, RankParams(k=3))])
+    zeromemory = RankParams(k=3, policy=RecallPolicy.of(RecallPreset.ZEROMEMORY))
+    (ranked,) = rank_many([RankRequest.of(candidates, T0, zeromemory)])
     assert [(s.memory_id, round(s.final, 3)) for s in ranked] == [
         ("m0", 0.88),
         ("m2", 0.64),

@@ -1,4 +1,4 @@
-"""The service's pure steps: columns from the store's rows and the faded-candidate gate."""
+"""The service's pure steps: columns from the store's rows, keyword scores of hybrid candidates."""
 
 from __future__ import annotations
 
@@ -6,49 +6,55 @@ import dataclasses
 from datetime import timedelta
 
 from memcore.policy import RecallPolicy, RecallPreset
-from ranker.service import RecallQuery, _request, _set_aside_faded
-from storage import Hit, to_us
+from ranker.service import Candidate, RecallQuery, _request
+from storage import to_us
 from tests.rows import make_row
 
 from .helpers import T0
 
 
-def hit(memory_id: str, content: str, importance: float = 0.5, idle_h: float = 0.0) -> Hit:
-    """A working memory last accessed ``idle_h`` hours before T0 (tau 48 h), similarity 0.9."""
-    last = to_us(T0 - timedelta(hours=idle_h))
+def cand(memory_id: str, content: str, keyword: float | None = None, **kw: object) -> Candidate:
+    """A working memory last accessed at T0 (tau 48 h), similarity 0.9."""
+    last = to_us(T0 - timedelta(hours=1))
     row = make_row(
         "acme",
         memory_id,
         (1.0, 0.0),
         content=content,
         tier="working",
-        importance=importance,
         created_at_us=last,
         last_access_us=last,
         tau_hours=48.0,
+        **kw,
     )
-    return Hit(row, 0.9)
+    return Candidate(row, 0.9, keyword)
 
 
 def query(**kw: object) -> RecallQuery:
-    base = RecallQuery("python tips", None, 5, T0, RecallPolicy(), archive_below=0.05)
+    base = RecallQuery("python tips", None, 5, T0, RecallPolicy.of(RecallPreset.ZEROMEMORY))
     return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
 
 
 def test_zeph_counts_keywords_even_with_a_zero_keyword_weight() -> None:
-    hits = [hit("a", "python tips and tricks"), hit("b", "gardening")]
+    hits = [cand("a", "python tips and tricks"), cand("b", "gardening")]
     plain = _request(hits, (1.0, 0.0), query(), {})
     assert plain.keyword.tolist() == [0.0, 0.0]  # the blend's keyword weight is 0: not computed
     zeph = _request(hits, (1.0, 0.0), query(policy=RecallPolicy(preset=RecallPreset.ZEPH)), {})
     assert zeph.keyword[0] > 0 == zeph.keyword[1]
 
 
-def test_faded_candidates_are_set_aside_only_under_the_gate() -> None:
-    fresh, faded = hit("fresh", "x"), hit("faded", "y", importance=0.1, idle_h=200)
-    keep, fading = _set_aside_faded([fresh, faded], query())
-    assert ([h.row.memory_id for h in keep], [h.row.memory_id for h in fading]) == (
-        ["fresh"],
-        ["faded"],
-    )
-    keep, fading = _set_aside_faded([fresh, faded], query(archive_below=None))
-    assert (len(keep), fading) == (2, [])
+def test_the_store_bm25_is_used_when_the_candidates_carry_it() -> None:
+    hits = [cand("a", "gardening", 3.5), cand("b", "python tips", 0.0), cand("c", "x", None)]
+    request = _request(hits, (1.0, 0.0), query(policy=RecallPolicy()), {})
+    assert request.keyword.tolist() == [3.5, 0.0, 0.0]
+
+
+def test_access_and_archive_columns_follow_the_rows() -> None:
+    hits = [
+        cand("fresh", "x"),
+        cand("used", "y", access_count=3),
+        cand("old", "z", state="archived"),
+    ]
+    request = _request(hits, (1.0, 0.0), query(), {})
+    assert request.accessed.tolist() == [False, True, False]
+    assert request.archived.tolist() == [False, False, True]

@@ -110,20 +110,30 @@ class TestAccessDefault:
         assert after.importance == 0.7
         assert after.tier is Tier.EPISODIC
 
-    def test_faded_memory_is_archived_instead_of_accessed(self) -> None:
-        state = created(0.1)  # working: tau 48 h; 0.1 × e^(-t/48) < 0.05 after 33.3 h
-        after, effects = apply(state, Access(T0 + hours(34), AccessKind.RECALL), DEFAULT)
+    def test_an_access_never_archives_a_faded_memory(self) -> None:
+        state = created(0.1)  # working: tau 48 h; effective importance 0.1 × e^(-4800/48) ≈ 0
+        after, effects = apply(state, Access(T0 + hours(4800), AccessKind.RECALL), DEFAULT)
         assert after is not None
-        assert after.state is Lifecycle.ARCHIVED
-        assert after.access_count == 0
-        assert after.state_changed_at == T0 + hours(34)
-        assert [e.kind for e in effects] == [EffectKind.ARCHIVED]
+        assert after.state is Lifecycle.ACTIVE
+        assert (after.access_count, after.recall_count) == (1, 1)
+        assert after.last_access == T0 + hours(4800)
+        assert EffectKind.ARCHIVED not in [e.kind for e in effects]
 
-    def test_inactive_memories_ignore_access(self) -> None:
-        state = dataclasses.replace(created(0.5), state=Lifecycle.ARCHIVED)
-        after, effects = apply(state, Access(T0), DEFAULT)
-        assert after == state
-        assert [e.kind for e in effects] == [EffectKind.IGNORED]
+    def test_an_access_revives_an_archived_memory_then_counts(self) -> None:
+        archived = dataclasses.replace(created(0.5), state=Lifecycle.ARCHIVED)
+        at = T0 + hours(3000)
+        after, effects = apply(archived, Access(at, AccessKind.GET), DEFAULT)
+        assert after is not None
+        assert (after.state, after.state_changed_at) == (Lifecycle.ACTIVE, at)
+        assert (after.access_count, after.last_access, after.importance) == (1, at, 0.55)
+        assert [e.kind for e in effects][:2] == [EffectKind.REVIVED, EffectKind.ACCESSED]
+
+    def test_forgotten_and_deleted_memories_ignore_access(self) -> None:
+        for gone in (Lifecycle.FORGOTTEN, Lifecycle.DELETED):
+            state = dataclasses.replace(created(0.5), state=gone)
+            after, effects = apply(state, Access(T0), DEFAULT)
+            assert after == state
+            assert [e.kind for e in effects] == [EffectKind.IGNORED]
 
     def test_every_fifth_access_recomputes_the_card(self) -> None:
         policy = Policy.build(overrides={"lifecycle": {"promote_min_access_count": 100}})
@@ -295,24 +305,31 @@ def test_importance_source_is_kept() -> None:
 
 
 class TestFade:
-    """The archive gate without a touch (recall candidates, the sweep): decided on the state met."""
+    """The archive sweep's decision (SPEC section 7): decided again on the state it meets."""
 
-    def test_a_faded_memory_is_archived(self) -> None:
-        state = created(0.5, Tier.WORKING)  # tau 48 h: 0.5 * exp(-10) after 20 days
-        at = T0 + hours(480)
-        after, effects = apply(state, Fade(at, "recall candidate"), DEFAULT)
-        assert after is not None
-        assert (after.state, after.state_changed_at) == (Lifecycle.ARCHIVED, at)
-        assert (after.access_count, after.last_access) == (0, T0)
+    def test_only_the_long_horizon_archives(self) -> None:
+        state = created(0.4, Tier.WORKING)  # tau 48 h: effective importance ~0 after days
+        for days, archived in ((30, False), (89.9, False), (90, True)):
+            at = T0 + hours(days * 24)
+            after, effects = apply(state, Fade(at, "archive sweep"), DEFAULT)
+            assert after is not None
+            assert (after.state is Lifecycle.ARCHIVED) is archived, days
         assert effects[0].kind is EffectKind.ARCHIVED
-        assert effects[0].reason.startswith("recall candidate: faded: effective importance")
+        assert effects[0].reason.startswith("archive sweep: faded: effective importance")
+        assert after is not None
+        assert (after.state_changed_at, after.access_count, after.last_access) == (at, 0, T0)
+
+    def test_important_memories_are_never_swept(self) -> None:
+        state = created(0.5, Tier.WORKING)
+        after, effects = apply(state, Fade(T0 + hours(5000), "archive sweep"), DEFAULT)
+        assert (after, effects[0].kind) == (state, EffectKind.IGNORED)
 
     def test_an_access_in_between_keeps_it(self) -> None:
-        state = created(0.5, Tier.WORKING)
-        revived, _ = apply(state, Access(T0 + hours(1), AccessKind.GET), DEFAULT)
+        state = created(0.4, Tier.WORKING)
+        revived, _ = apply(state, Access(T0 + hours(2400), AccessKind.GET), DEFAULT)
         assert revived is not None
-        # decided at T0 + 1 h on a stale view; applied to the accessed state, it is not faded
-        after, effects = apply(revived, Fade(T0 + hours(2), "recall candidate"), DEFAULT)
+        # planned on a stale view; applied to the accessed state, it is not idle any more
+        after, effects = apply(revived, Fade(T0 + hours(2401), "archive sweep"), DEFAULT)
         assert after == revived
         assert effects[0].kind is EffectKind.IGNORED
 

@@ -30,7 +30,9 @@ def cand(
 
 
 def params(k: int = 10, **policy: object) -> RankParams:
-    return RankParams(k=k, policy=RecallPolicy(**policy))  # type: ignore[arg-type]
+    """Settings of the ``zeromemory`` blend unless ``policy`` names another preset."""
+    base: dict[str, object] = {"preset": RecallPreset.ZEROMEMORY, "weights": RecallWeights()}
+    return RankParams(k=k, policy=RecallPolicy(**{**base, **policy}))  # type: ignore[arg-type]
 
 
 def test_keyword_normalised_by_batch_max() -> None:

@@ -148,10 +148,16 @@ def test_zeromemory_effective_importance(
     policy = Policy()
     value = effective_importance(importance, recency(days * 24, policy.decay.tau_hours(tier)))
     assert matches_printed(value, printed)
-    state = created(importance, tier)
-    after, _ = apply(state, Access(T0 + timedelta(days=days)), policy)
+    at = T0 + timedelta(days=days)
+    candidate = Candidate(
+        "m", 0.9, importance, T0, T0, policy.decay.tau_hours(tier), tier, access_count=1
+    )
+    zeromemory = RankParams(k=1, policy=RecallPolicy.of(RecallPreset.ZEROMEMORY))
+    assert (rank([candidate], at, zeromemory) == []) is archived  # soft-deleted under the preset
+    assert rank([candidate], at, RankParams(k=1)) != []  # rule zero: the default still ranks it
+    after, _ = apply(created(importance, tier), Access(at), policy)
     assert after is not None
-    assert (after.state is Lifecycle.ARCHIVED) is archived
+    assert after.state is Lifecycle.ACTIVE  # and an access never archives
 
 
 ALICE = [
@@ -183,7 +189,7 @@ def test_alice_ranking_through_rank() -> None:
         )
         for text, sim, imp, rec, _ in ALICE
     ]
-    ranked = rank(candidates, T0, RankParams(k=3))
+    ranked = rank(candidates, T0, RankParams(k=3, policy=RecallPolicy.of(RecallPreset.ZEROMEMORY)))
     assert [s.memory_id for s in ranked] == [ALICE[0][0], ALICE[2][0], ALICE[1][0]]
     assert [round(s.final, 3) for s in ranked] == [0.88, 0.64, 0.555]
     assert [round(s.recency, 6) for s in ranked] == [0.9, 0.7, 0.3]

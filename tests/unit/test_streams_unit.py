@@ -324,12 +324,12 @@ def test_decisions_apply_through_the_reducer() -> None:
     state = t.processor.state("acme/m1")
     assert state is not None
     assert state.state.value == "archived"
-    t.write(write_bytes(memory_id="m3", importance=0.5), key=b"acme/m3")
+    t.write(write_bytes(memory_id="m3", importance=0.4), key=b"acme/m3")
     t.write(decision_bytes(memory_id="m3", decision="fade", to=None), key=b"acme/m3")
     kept = t.processor.state("acme/m3")
     assert kept is not None
-    assert kept.state.value == "active"  # written at AT, not faded at AT
-    later = "2027-03-01T12:00:00+00:00"
+    assert kept.state.value == "active"  # written at AT, not due at AT
+    later = "2027-03-01T12:00:00+00:00"  # over 90 days idle, faded, importance < 0.5
     t.write(decision_bytes(memory_id="m3", decision="fade", to=None, at=later), key=b"acme/m3")
     faded = t.processor.state("acme/m3")
     assert faded is not None

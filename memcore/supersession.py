@@ -1,0 +1,194 @@
+"""Supersession (SPEC section 6): a newer memory stating a newer value of the same fact.
+
+The deterministic rule: both memories are short single statements that parse as
+``subject · relation · value`` (``Alice lives in Osaka`` / ``Alice now lives in Lisbon``), with the
+same subject and relation, different values, and cosine similarity at least
+:attr:`SupersessionPolicy.min_cosine`. The older (by event time) is superseded by the newer.
+Anything the rule cannot parse is left alone: a missed update costs an ordering, a false one
+would hide a memory (rule zero), so the rule only fires on plain statements.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from memcore.errors import InvalidField
+from memcore.types import require_unit
+
+
+@dataclass(frozen=True)
+class SupersessionPolicy:
+    """When the write-time rule runs.
+
+    Attributes:
+        enabled: run the rule on writes.
+        min_cosine: the two memories' cosine must be at least this.
+        max_words: only statements of at most this many words are parsed.
+        neighbours: how many of the tenant's nearest memories a new write is compared with.
+    """
+
+    enabled: bool = True
+    min_cosine: float = 0.5
+    max_words: int = 16
+    neighbours: int = 10
+
+    def __post_init__(self) -> None:
+        require_unit("policy.supersession.min_cosine", self.min_cosine)
+        if not isinstance(self.enabled, bool):
+            raise InvalidField("policy.supersession.enabled", self.enabled, "expected a boolean")
+        for name in ("max_words", "neighbours"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidField(f"policy.supersession.{name}", value, "expected an integer >= 1")
+
+
+@dataclass(frozen=True)
+class Fact:
+    """A statement parsed as ``subject · relation · value`` (all normalised, lower case)."""
+
+    subject: str
+    relation: str
+    value: str
+
+
+@dataclass(frozen=True)
+class Version:
+    """A memory as the rule sees it.
+
+    Attributes:
+        memory_id: id within the tenant.
+        content: its text.
+        at: event time of its write (creation).
+        similarity: cosine to the new memory (1 for the new memory itself).
+    """
+
+    memory_id: str
+    content: str
+    at: datetime
+    similarity: float = 1.0
+
+
+@dataclass(frozen=True)
+class Supersession:
+    """``older`` is valid until ``at`` (the newer's event time), superseded by ``newer``."""
+
+    older: str
+    newer: str
+    at: datetime
+    reason: str
+
+
+# relation (canonical) -> the phrases that state it; a phrase matches between whole words
+_RELATIONS: dict[str, tuple[str, ...]] = {
+    "lives in": (
+        "lives in",
+        "live in",
+        "is living in",
+        "moved to",
+        "has moved to",
+        "relocated to",
+        "resides in",
+        "is based in",
+    ),
+    "works at": (
+        "works at",
+        "works for",
+        "is working at",
+        "is working for",
+        "is employed at",
+        "is employed by",
+        "started working at",
+        "got a job at",
+        "joined",
+    ),
+    "drives": ("drives", "is driving"),
+    "is married to": ("is married to",),
+    "is dating": ("is dating",),
+    "studies": ("studies", "is studying"),
+    "prefers": ("prefers",),
+}
+_COPULAS = ("is", "are")
+_OWNED = re.compile(r"^(the|my|his|her|their|our|your)\b|'s\b")
+_FILLER = re.compile(
+    r"\b(now|currently|nowadays|these days|recently|still|actually|anymore|already|just|"
+    r"since then|no longer)\b"
+)
+_VALUE_END = re.compile(r",|;| because | since | but | and | with | near | which | who ")
+_SENTENCE_END = re.compile(r"[.!?](\s|$)")
+
+
+def _normalised(text: str) -> str:
+    text = text.strip().lower().replace("\u2019", "'")
+    text = _FILLER.sub(" ", text)
+    return " ".join(text.split())
+
+
+def fact_of(content: str, max_words: int = 16) -> Fact | None:
+    """The fact a short single statement states, or None when it is not one the rule knows."""
+    text = _normalised(content).rstrip(".!")
+    if not text or len(text.split()) > max_words or _SENTENCE_END.search(text) or "?" in text:
+        return None
+    padded = f" {text} "
+    best: tuple[int, str, str] | None = None  # (position, relation, phrase)
+    for relation, phrases in _RELATIONS.items():
+        for phrase in phrases:
+            at = padded.find(f" {phrase} ")
+            if at >= 0 and (best is None or (at, -len(phrase)) < (best[0], -len(best[2]))):
+                best = (at, relation, phrase)
+    if best is None:
+        best = _copula(padded)
+        if best is None:
+            return None
+    at, relation, phrase = best
+    subject = padded[:at].strip()
+    value = _VALUE_END.split(padded[at + len(phrase) + 2 :], maxsplit=1)[0].strip()
+    if not subject or not value or len(subject.split()) > 6:
+        return None
+    return Fact(subject, relation, value)
+
+
+def _copula(padded: str) -> tuple[int, str, str] | None:
+    """``X is Y`` only where X names an attribute someone owns (``Alice's car``, ``the wifi
+    password``): a plain ``Alice is …`` says too many different things to compare.
+    """
+    for copula in _COPULAS:
+        at = padded.find(f" {copula} ")
+        if at > 0 and _OWNED.search(padded[:at].strip()):
+            return at, copula, copula
+    return None
+
+
+def detect(
+    new: Version, neighbours: Sequence[Version], policy: SupersessionPolicy
+) -> list[Supersession]:
+    """The supersessions between ``new`` and its ``neighbours`` (either may be the older one: a
+    write can arrive after a newer version of its fact). Neighbours with the same id, the same
+    event time, the same value, a different fact or a cosine under the policy's are left alone.
+    """
+    if not policy.enabled:
+        return []
+    fact = fact_of(new.content, policy.max_words)
+    if fact is None:
+        return []
+    out = []
+    for other in neighbours:
+        if other.memory_id == new.memory_id or other.at == new.at:
+            continue
+        if other.similarity < policy.min_cosine:
+            continue
+        theirs = fact_of(other.content, policy.max_words)
+        if theirs is None or (theirs.subject, theirs.relation) != (fact.subject, fact.relation):
+            continue
+        if theirs.value == fact.value:
+            continue
+        older, newer = (other, new) if other.at < new.at else (new, other)
+        older_fact, newer_fact = (theirs, fact) if older is other else (fact, theirs)
+        reason = (
+            f"'{fact.subject} {fact.relation}': {newer_fact.value!r} replaces "
+            f"{older_fact.value!r} (cosine {other.similarity:.3f})"
+        )
+        out.append(Supersession(older.memory_id, newer.memory_id, newer.at, reason))
+    return out

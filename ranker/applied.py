@@ -1,0 +1,192 @@
+"""Read-your-writes: a token naming what a response produced, and a wait until the worker applied it.
+
+A write or access response carries a :class:`Token`: for each topic role, the highest offset the
+request produced per partition. ``recall`` and ``get`` accept it as ``after``; they wait until the
+stream worker's consumer group has committed past every offset in it (the worker commits a batch
+only once it is in the tables and in Milvus), then until it has also caught up with what was on
+``memory-writes`` at that moment: decisions the worker derived from those writes (a supersession)
+are applied too. The wait is bounded; past it, :class:`NotAppliedError` says to retry later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from memcore import InvalidField
+
+_PREFIX = "v1."
+
+
+@dataclass(frozen=True)
+class Token:
+    """Offsets a response produced: ``{role: {partition: highest offset}}``."""
+
+    offsets: Mapping[str, Mapping[int, int]]
+
+    def encode(self) -> str:
+        """The opaque string clients pass back as ``after``."""
+        plain = {
+            role: {str(p): o for p, o in parts.items()} for role, parts in self.offsets.items()
+        }
+        return _PREFIX + base64.urlsafe_b64encode(orjson.dumps(plain)).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, text: str, field: str = "after") -> Token:
+        """Inverse of :meth:`encode`; anything else raises :class:`InvalidField` naming ``field``."""
+        if not text.startswith(_PREFIX):
+            raise InvalidField(field, text, "not a token returned by this service")
+        body = text[len(_PREFIX) :]
+        try:
+            raw = orjson.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+            offsets = {
+                str(role): {int(p): int(o) for p, o in parts.items()} for role, parts in raw.items()
+            }
+        except (ValueError, TypeError, AttributeError, binascii.Error, orjson.JSONDecodeError):
+            raise InvalidField(field, text, "not a token returned by this service") from None
+        if any(
+            p < 0 or o < 0 or o >= 2**63 for parts in offsets.values() for p, o in parts.items()
+        ):
+            raise InvalidField(field, text, "offsets out of range")
+        return cls(offsets)
+
+    @classmethod
+    def merged(cls, texts: Sequence[str], field: str = "after") -> Token | None:
+        """One token covering every given one (None for none)."""
+        offsets: dict[str, dict[int, int]] = {}
+        for i, text in enumerate(texts):
+            name = field if len(texts) == 1 else f"{field}[{i}]"
+            for role, parts in cls.decode(text, name).offsets.items():
+                mine = offsets.setdefault(role, {})
+                for p, o in parts.items():
+                    mine[p] = max(mine.get(p, -1), o)
+        return cls(offsets) if texts else None
+
+    @classmethod
+    def of(cls, deliveries: list[tuple[str, Any]]) -> Token:
+        """From ``(role, RecordMetadata)`` pairs of produced messages."""
+        offsets: dict[str, dict[int, int]] = {}
+        for role, meta in deliveries:
+            parts = offsets.setdefault(role, {})
+            parts[meta.partition] = max(parts.get(meta.partition, -1), meta.offset)
+        return cls(offsets)
+
+
+class NotAppliedError(Exception):
+    """The worker has not applied a token's messages within the wait; retriable."""
+
+    retriable = True
+
+    def __init__(self, waited_s: float) -> None:
+        super().__init__(f"the worker has not applied these writes after {waited_s:.1f} s")
+        self.retry_after_s = 1.0
+
+
+Committed = Callable[[], Awaitable[Mapping[tuple[str, int], int]]]
+"""The worker group's committed offsets, ``{(topic role, partition): next offset to apply}``."""
+EndOffsets = Callable[[str], Awaitable[Mapping[int, int]]]
+"""``{partition: end offset}`` of one topic role."""
+
+
+class AppliedOffsets:
+    """Waits on the stream worker's committed offsets. Constructors do no I/O: ``committed`` and
+    ``end_offsets`` are the Kafka calls, made only while waiting.
+    """
+
+    def __init__(
+        self,
+        committed: Committed,
+        end_offsets: EndOffsets,
+        *,
+        poll_s: float = 0.05,
+        timeout_s: float = 10.0,
+    ) -> None:
+        self.committed = committed
+        self.end_offsets = end_offsets
+        self.poll_s = poll_s
+        self.timeout_s = timeout_s
+
+    async def wait(self, token: Token, derived_role: str = "memory-writes") -> None:
+        """Return once every offset in ``token`` is applied, then what ``derived_role`` held at
+        that moment; raise :class:`NotAppliedError` after ``timeout_s``.
+        """
+        started = time.monotonic()
+        await self._until(token.offsets, started)
+        if derived_role in token.offsets:
+            ends = await self.end_offsets(derived_role)
+            await self._until({derived_role: {p: e - 1 for p, e in ends.items() if e > 0}}, started)
+
+    async def _until(self, wanted: Mapping[str, Mapping[int, int]], started: float) -> None:
+        while True:
+            done = await self.committed()
+            if all(
+                done.get((role, p), 0) > offset
+                for role, parts in wanted.items()
+                for p, offset in parts.items()
+            ):
+                return
+            waited = time.monotonic() - started
+            if waited >= self.timeout_s:
+                raise NotAppliedError(waited)
+            await asyncio.sleep(self.poll_s)
+
+
+class KafkaOffsets:
+    """The two Kafka reads :class:`AppliedOffsets` needs: the worker group's committed offsets
+    (admin API) and end offsets (a consumer outside any group). ``start()`` connects.
+    """
+
+    def __init__(self, bootstrap: str, group_id: str, topics: Mapping[str, str]) -> None:
+        """``topics``: topic role -> full topic name."""
+        self.bootstrap = bootstrap
+        self.group_id = group_id
+        self.topics = dict(topics)
+        self._roles = {name: role for role, name in self.topics.items()}
+        self._admin: Any = None
+        self._consumer: Any = None
+
+    async def start(self) -> None:
+        from aiokafka import AIOKafkaConsumer  # noqa: PLC0415 - only a process that serves needs it
+        from aiokafka.admin import AIOKafkaAdminClient  # noqa: PLC0415
+
+        self._admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+        await self._admin.start()
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap, enable_auto_commit=False
+        )
+        await self._consumer.start()
+
+    async def stop(self) -> None:
+        if self._consumer is not None:
+            await self._consumer.stop()
+        if self._admin is not None:
+            await self._admin.close()
+        self._admin = self._consumer = None
+
+    async def committed(self) -> Mapping[tuple[str, int], int]:
+        found = await self._admin.list_consumer_group_offsets(self.group_id)
+        return {
+            (self._roles[tp.topic], tp.partition): meta.offset
+            for tp, meta in found.items()
+            if tp.topic in self._roles and meta is not None and meta.offset >= 0
+        }
+
+    async def end_offsets(self, role: str) -> Mapping[int, int]:
+        from aiokafka import TopicPartition  # noqa: PLC0415
+
+        topic = self.topics[role]
+        partitions = self._consumer.partitions_for_topic(topic) or set()
+        if not partitions:
+            await (
+                self._consumer._client.force_metadata_update()
+            )  # no public call refreshes one topic
+            partitions = self._consumer.partitions_for_topic(topic) or set()
+        ends = await self._consumer.end_offsets([TopicPartition(topic, p) for p in partitions])
+        return {tp.partition: offset for tp, offset in ends.items()}

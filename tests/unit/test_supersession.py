@@ -1,0 +1,97 @@
+"""The write-time supersession rule (SPEC section 6) and what the reducer does with it."""
+
+from __future__ import annotations
+
+import pytest
+
+from memcore import EffectKind, Policy, Supersede, Write, apply
+from memcore.supersession import Fact, SupersessionPolicy, Version, detect, fact_of
+
+from .helpers import T0, created, hours, write
+
+RULE = SupersessionPolicy()
+
+
+@pytest.mark.parametrize(
+    ("text", "fact"),
+    [
+        ("Alice lives in Osaka.", Fact("alice", "lives in", "osaka")),
+        ("Alice now lives in Lisbon", Fact("alice", "lives in", "lisbon")),
+        ("Alice moved to Lisbon, near the river.", Fact("alice", "lives in", "lisbon")),
+        ("Bob works for Globex now", Fact("bob", "works at", "globex")),
+        ("Alice's favourite food is ramen", Fact("alice's favourite food", "is", "ramen")),
+        ("The wifi password is hunter2", Fact("the wifi password", "is", "hunter2")),
+    ],
+)
+def test_plain_statements_parse(text: str, fact: Fact) -> None:
+    assert fact_of(text) == fact
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Alice is tired",  # a plain "X is Y" says too many things to compare
+        "Where does Alice live?",
+        "Alice lives in Osaka. She likes it there.",  # more than one statement
+        "We talked for hours about the trip and all the places Alice lived in over the years ok",
+        "lives in Osaka",  # no subject
+    ],
+)
+def test_other_text_is_left_alone(text: str) -> None:
+    assert fact_of(text) is None
+
+
+def test_a_newer_value_supersedes_the_older_either_way_round() -> None:
+    old = Version("osaka", "Alice lives in Osaka.", T0, 0.8)
+    new = Version("lisbon", "Alice now lives in Lisbon.", T0 + hours(24 * 90))
+    (found,) = detect(new, [old], RULE)
+    assert (found.older, found.newer, found.at) == ("osaka", "lisbon", new.at)
+    assert "'lisbon' replaces 'osaka'" in found.reason
+    # the older statement written after the newer one (a backfill) is superseded on arrival
+    late_old = Version("osaka", "Alice lives in Osaka.", T0)
+    (back,) = detect(late_old, [Version("lisbon", new.content, new.at, 0.8)], RULE)
+    assert (back.older, back.newer, back.at) == ("osaka", "lisbon", new.at)
+
+
+def test_same_value_other_subject_weak_similarity_or_disabled_supersede_nothing() -> None:
+    new = Version("n", "Alice lives in Lisbon", T0 + hours(5))
+    neighbours = [
+        Version("same", "Alice still lives in Lisbon.", T0, 0.9),
+        Version("bob", "Bob lives in Osaka", T0, 0.9),
+        Version("job", "Alice works at Acme", T0, 0.9),
+        Version("far", "Alice lives in Osaka", T0, 0.2),
+        Version("n", "Alice lives in Osaka", T0, 1.0),
+        Version("simultaneous", "Alice lives in Osaka", T0 + hours(5), 0.9),
+    ]
+    assert detect(new, neighbours, RULE) == []
+    off = SupersessionPolicy(enabled=False)
+    assert detect(new, [Version("o", "Alice lives in Osaka", T0, 0.9)], off) == []
+
+
+def test_the_reducer_records_the_earliest_supersession() -> None:
+    policy = Policy()
+    state = created(0.5, memory_id="osaka")
+    later = T0 + hours(100)
+    new, effects = apply(state, Supersede(later, "lisbon", "rule"), policy)
+    assert new is not None
+    assert (new.valid_to, new.superseded_by) == (later, "lisbon")
+    assert effects[0].kind is EffectKind.SUPERSEDED
+    again, effects = apply(new, Supersede(later + hours(1), "tokyo", "rule"), policy)
+    assert (again, effects[0].kind) == (new, EffectKind.IGNORED)
+    earlier, _ = apply(new, Supersede(T0 + hours(50), "porto", "rule"), policy)
+    assert earlier is not None
+    assert (earlier.valid_to, earlier.superseded_by) == (T0 + hours(50), "porto")
+    before_it_existed, effects = apply(state, Supersede(T0 - hours(1), "x", "rule"), policy)
+    assert (before_it_existed, effects[0].kind) == (state, EffectKind.IGNORED)
+
+
+def test_a_rewrite_after_supersession_makes_it_current_again() -> None:
+    policy = Policy()
+    state = created(0.5, memory_id="m1")
+    superseded, _ = apply(state, Supersede(T0 + hours(10), "m2", "rule"), policy)
+    assert superseded is not None
+    rewrite: Write = write(at=T0 + hours(20))
+    again, effects = apply(superseded, rewrite, policy)
+    assert again is not None
+    assert (again.valid_to, again.superseded_by) == (None, None)
+    assert EffectKind.REASSERTED in [e.kind for e in effects]
