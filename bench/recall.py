@@ -121,6 +121,7 @@ def tenant_rows(
                 metadata={},
                 valid_to_us=0,
                 superseded_by="",
+                search_text=f"memory {first + i} of {tenant}: something worth keeping",
             )
         )
     return rows

@@ -19,6 +19,14 @@ def normalise_content(text: str) -> str:
     return _SPACE_RE.sub(" ", unicodedata.normalize("NFKC", text)).strip()
 
 
+def indexed_text(content: str, context: str | None) -> str:
+    """What is embedded and keyword-indexed for a memory: its ``context`` (words the writer gives
+    to find it by, e.g. the date, the speaker or the previous turn of a conversation) then its
+    content. Recall returns the content alone.
+    """
+    return f"{context}\n{content}" if context else content
+
+
 def content_hash(text: str) -> str:
     """SHA-256 (hex) of the normalised content: equal for texts that differ only in spacing."""
     return hashlib.sha256(normalise_content(text).encode("utf-8")).hexdigest()

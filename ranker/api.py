@@ -76,6 +76,11 @@ class RecallBody(_Body):
 
 class MemoryBody(_Body):
     content: str = Field(min_length=1)
+    context: str | None = Field(
+        None,
+        description="words to find this memory by (e.g. the date, the speaker, the previous turn)"
+        ": embedded and keyword-indexed with the content, never returned as content",
+    )
     memory_id: str | None = None
     at: AwareDatetime | None = None
     embedding: list[float] | None = None

@@ -25,7 +25,7 @@ MAX_RELATIONS = 64
 MAX_SUMMARY_SOURCES = 1024
 _ID_CHARS = 128
 _SPARSE = "content_bm25"
-"""The BM25 sparse vector Milvus derives from ``content`` (never read or written by us)."""
+"""The BM25 sparse vector Milvus derives from ``search_text`` (never read or written by us)."""
 
 
 @dataclass(frozen=True)
@@ -304,9 +304,9 @@ class MilvusStore:
     def keyword_search(
         self, tenant_id: str, texts: Sequence[str], k: int, filters: Filters = Filters()
     ) -> list[list[KeywordHit]]:
-        """The ``k`` best rows by BM25 over ``content`` for each query text, of one tenant, after
-        filters. Raises a non-retriable :class:`StorageError` when the collection keeps no
-        full-text index (``MilvusConfig.full_text`` off).
+        """The ``k`` best rows by BM25 over ``search_text`` (context and content) for each query
+        text, of one tenant, after filters. Raises a non-retriable :class:`StorageError` when the
+        collection keeps no full-text index (``MilvusConfig.full_text`` off).
         """
         if not texts:
             return []
@@ -355,6 +355,7 @@ class MilvusStore:
                 "tenant_id": _ID_CHARS,
                 "memory_id": _ID_CHARS,
                 "content": MAX_CONTENT_BYTES,
+                "search_text": MAX_CONTENT_BYTES,
                 "tier": 16,
                 "state": 16,
                 "session_id": 256,
@@ -363,10 +364,12 @@ class MilvusStore:
                 "superseded_by": _ID_CHARS,
             }
             schema.add_field("key", DataType.VARCHAR, is_primary=True, max_length=varchar["key"])
-            for name in ("tenant_id", "memory_id", "tier", "state"):
+            for name in ("tenant_id", "memory_id", "content", "tier", "state"):
                 schema.add_field(name, DataType.VARCHAR, max_length=varchar[name])
             text: dict[str, Any] = {"enable_analyzer": True} if self.config.full_text else {}
-            schema.add_field("content", DataType.VARCHAR, max_length=varchar["content"], **text)
+            schema.add_field(
+                "search_text", DataType.VARCHAR, max_length=varchar["search_text"], **text
+            )
             schema.add_field("vector", DataType.FLOAT_VECTOR, dim=self.config.dim)
             for name in ("importance", "tau_hours", "retention"):
                 schema.add_field(name, DataType.DOUBLE)
@@ -405,7 +408,7 @@ class MilvusStore:
                     Function(
                         name="content_bm25",
                         function_type=FunctionType.BM25,
-                        input_field_names=["content"],
+                        input_field_names=["search_text"],
                         output_field_names=[_SPARSE],
                     )
                 )
@@ -447,10 +450,10 @@ class MilvusStore:
 
     def _checked(self, row: MemoryRow) -> dict[str, Any]:
         self._check_dim(f"row {row.key} vector", row.vector)
-        if len(row.content.encode("utf-8")) > MAX_CONTENT_BYTES:
-            raise StorageError(
-                "upsert", f"row {row.key} content over {MAX_CONTENT_BYTES} bytes", retriable=False
-            )
+        for name in ("content", "search_text"):
+            if len(getattr(row, name).encode("utf-8")) > MAX_CONTENT_BYTES:
+                msg = f"row {row.key} {name} over {MAX_CONTENT_BYTES} bytes"
+                raise StorageError("upsert", msg, retriable=False)
         return row.to_entity()
 
     def _call(self, operation: str, fn: Callable[[], T]) -> T:

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from memcore import MemoryState
+from memcore.ids import indexed_text
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -35,11 +36,14 @@ class Document:
         content: the text.
         vector: its embedding (the collection's dimension).
         metadata: free JSON-able metadata.
+        context: words to find it by, embedded and indexed with the content, never returned as
+            content (``memcore.ids.indexed_text``).
     """
 
     content: str
     vector: tuple[float, ...]
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    context: str | None = None
 
 
 CURRENT = 0
@@ -51,7 +55,8 @@ class MemoryRow:
     """One row of the collection; ``key`` is ``tenant_id/memory_id``.
 
     ``valid_to_us`` (µs, :data:`CURRENT` while current) and ``superseded_by`` ("" while current)
-    record supersession (SPEC section 6).
+    record supersession (SPEC section 6). ``search_text`` is what the full-text index reads: the
+    document's context and content.
     """
 
     key: str
@@ -81,6 +86,7 @@ class MemoryRow:
     metadata: Mapping[str, Any]
     valid_to_us: int
     superseded_by: str
+    search_text: str
 
     @classmethod
     def of(cls, state: MemoryState, doc: Document) -> MemoryRow:
@@ -114,6 +120,7 @@ class MemoryRow:
             metadata=dict(doc.metadata),
             valid_to_us=to_us(state.valid_to) if state.valid_to is not None else CURRENT,
             superseded_by=state.superseded_by or "",
+            search_text=indexed_text(doc.content, doc.context),
         )
 
     def to_entity(self) -> dict[str, Any]:

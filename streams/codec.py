@@ -45,6 +45,7 @@ def encode_document(doc: Document) -> bytes:
             "content": doc.content,
             "vector": encode_vector(doc.vector),
             "metadata": doc.metadata,
+            "context": doc.context,
         }
     )
 
@@ -52,7 +53,7 @@ def encode_document(doc: Document) -> bytes:
 def decode_document(raw: bytes) -> Document:
     """Inverse of :func:`encode_document`."""
     d = orjson.loads(raw)
-    return Document(d["content"], decode_vector(d["vector"]), d["metadata"])
+    return Document(d["content"], decode_vector(d["vector"]), d["metadata"], d.get("context"))
 
 
 def encode(state: MemoryState) -> bytes:

@@ -317,9 +317,11 @@ class Processor:
             return
         new_doc = None
         if doc is None or effects[0].kind in (EffectKind.CREATED, EffectKind.UPDATED):
-            new_doc = Document(record.content, use, record.metadata)
+            new_doc = Document(record.content, use, record.metadata, record.context)
         elif record.metadata:
-            new_doc = Document(doc.content, doc.vector, {**doc.metadata, **record.metadata})
+            new_doc = Document(
+                doc.content, doc.vector, {**doc.metadata, **record.metadata}, doc.context
+            )
         if new_doc is not None:
             self.documents[key] = codec.encode_document(new_doc)
         if not skipped:

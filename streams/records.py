@@ -29,8 +29,8 @@ from memcore import (
     Tier,
 )
 from memcore.consolidation import ALL_STRATEGIES, Strategy
-from memcore.ids import check_id
-from storage.milvus import MAX_RELATIONS, MAX_TAG_CHARS, MAX_TAGS
+from memcore.ids import check_id, indexed_text
+from storage.milvus import MAX_CONTENT_BYTES, MAX_RELATIONS, MAX_TAG_CHARS, MAX_TAGS
 from storage.tenants import TenantRegistry
 
 VERSION = 1
@@ -73,6 +73,7 @@ class MemoryWriteV1(_Strict):
     tenant_id: str
     memory_id: str | None = None
     content: str = Field(min_length=1)
+    context: str | None = None
     at: AwareDatetime
     embedding: list[float] | None = None
     importance: float | None = Field(None, ge=0.0, le=1.0)
@@ -166,10 +167,16 @@ class WriteRecord:
     agent_id: str | None
     relations: tuple[str, ...]
     summary_of: tuple[str, ...]
+    context: str | None = None
 
     @property
     def key(self) -> str:
         return f"{self.tenant_id}/{self.memory_id}"
+
+    @property
+    def indexed_text(self) -> str:
+        """What is embedded and keyword-indexed (:func:`memcore.ids.indexed_text`)."""
+        return indexed_text(self.content, self.context)
 
 
 @dataclass(frozen=True)
@@ -228,15 +235,23 @@ def _id(field: str, value: str) -> str:
         raise RecordError(exc.field, exc.value, exc.reason) from exc
 
 
+def _check_text_sizes(m: MemoryWriteV1, limits: Limits) -> None:
+    for name in ("content", "context"):
+        size = len((getattr(m, name) or "").encode("utf-8"))
+        if size > limits.max_content_bytes:
+            raise RecordError(name, f"<{size} bytes>", f"over {limits.max_content_bytes} bytes")
+    indexed = len(indexed_text(m.content, m.context).encode("utf-8"))
+    if indexed > MAX_CONTENT_BYTES:
+        raise RecordError("context", f"<{indexed} bytes>", f"with content over {MAX_CONTENT_BYTES}")
+
+
 def decode_write(raw: bytes, limits: Limits) -> WriteRecord:
     """Validate a memory-write record; raises RecordError naming the first bad field."""
     from memcore import derive_memory_id  # noqa: PLC0415 - keeps the import list short
 
     m = _model(MemoryWriteV1, raw)
     tenant_id = _tenant(m.tenant_id, limits)
-    size = len(m.content.encode("utf-8"))
-    if size > limits.max_content_bytes:
-        raise RecordError("content", f"<{size} bytes>", f"over {limits.max_content_bytes} bytes")
+    _check_text_sizes(m, limits)
     embedding = None
     if m.embedding is not None:
         if len(m.embedding) != limits.embedding_dim:
@@ -276,6 +291,7 @@ def decode_write(raw: bytes, limits: Limits) -> WriteRecord:
         tenant_id=tenant_id,
         memory_id=memory_id,
         content=m.content,
+        context=m.context or None,
         at=m.at,
         embedding=embedding,
         importance=m.importance,

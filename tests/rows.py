@@ -38,5 +38,6 @@ def make_row(tenant: str, memory_id: str, vector: Sequence[float], **kw: object)
         metadata={"priority": "high", "n": 1},
         valid_to_us=0,
         superseded_by="",
+        search_text=f"content of {memory_id} ✓",
     )
     return dataclasses.replace(base, **kw)  # type: ignore[arg-type]

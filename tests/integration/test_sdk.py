@@ -40,7 +40,14 @@ def ranker(
     store.close()
     tenants = tmp_path / "tenants.json"
     tenants.write_text(
-        json.dumps({"tenants": {"acme": {"api_keys": [KEY_A]}, "globex": {"api_keys": [KEY_B]}}})
+        json.dumps(
+            {
+                "tenants": {
+                    "acme": {"api_keys": [KEY_A], "recall": "zeromemory"},  # SPEC's Alice example
+                    "globex": {"api_keys": [KEY_B]},
+                }
+            }
+        )
     )
     port = free_port()
     env = {

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memcore import EffectKind, ImportanceSource, resolve_importance
-from storage import Document
+from storage import Document, MemoryRow
 from storage.tenants import TenantRegistry
 from streams import codec
 from streams.processor import Batch, Inbound, Processor, tenant_counts
@@ -22,6 +22,7 @@ from streams.records import (
     RecordError,
     decode_access,
     decode_consolidation,
+    decode_decision,
     decode_memory_event,
     decode_write,
     encode_access,
@@ -96,9 +97,34 @@ def test_codec_round_trip() -> None:
     state = dataclasses.replace(
         created(0.7), tags=("a",), relations=("m2",), offsets=(("w/0", 3),), merged_from=("x",)
     )
-    doc = Document("hello", (0.5, -0.25, 1.0), {"k": [1, 2]})
+    doc = Document("hello", (0.5, -0.25, 1.0), {"k": [1, 2]}, "said by Ann")
+    superseded = dataclasses.replace(state, valid_to=state.created_at, superseded_by="m9")
     assert codec.decode(codec.encode(state)) == state
+    assert codec.decode(codec.encode(superseded)) == superseded
     assert codec.decode_document(codec.encode_document(doc)) == doc
+
+
+def test_context_is_indexed_with_the_content_and_kept_apart() -> None:
+    record = decode_write(
+        write_bytes(content="I went there", context="[8 May] Ann: the gym"), LIMITS
+    )
+    assert record.indexed_text == "[8 May] Ann: the gym\nI went there"
+    t = Tables()
+    t.write(write_bytes(content="I went there", context="[8 May] Ann: the gym"))
+    found = t.processor.load("acme/m1")
+    assert found is not None
+    row = MemoryRow.of(*found)
+    assert (row.content, row.search_text) == ("I went there", "[8 May] Ann: the gym\nI went there")
+    too_big = write_bytes(context="x" * (LIMITS.max_content_bytes + 1))
+    with pytest.raises(RecordError, match=r"^context"):
+        decode_write(too_big, LIMITS)
+
+
+def test_a_write_stating_a_fact_is_noted_for_supersession() -> None:
+    t = Tables()
+    assert list(t.write(write_bytes(content="Alice lives in Osaka")).stated) == ["acme/m1"]
+    assert list(t.write(write_bytes(content="Alice lives in Osaka")).stated) == []  # a fold
+    assert list(t.write(write_bytes(content="Alice lives in Lisbon")).stated) == ["acme/m1"]
 
 
 @given(st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False), max_size=64))
@@ -376,3 +402,16 @@ def test_a_summary_is_written_once() -> None:
     assert state is not None
     assert state.write_count == 1
     assert [orjson.loads(o.value)["kind"] for o in again.out] == ["ignored"]
+
+
+def test_a_supersede_decision_marks_the_older_version() -> None:
+    t = Tables()
+    t.write(write_bytes(content="Alice lives in Osaka"))
+    later = "2026-06-01T12:00:00+00:00"
+    batch = t.write(decision_bytes(decision="supersede", to=None, by="m2", at=later))
+    state = t.processor.state("acme/m1")
+    assert state is not None
+    assert (state.superseded_by, state.valid_to) == ("m2", datetime.fromisoformat(later))
+    assert [orjson.loads(o.value)["kind"] for o in batch.out if o.role == "audit"] == ["superseded"]
+    with pytest.raises(RecordError, match=r"^by"):
+        decode_decision(decision_bytes(decision="supersede", to=None, by="no/slash"), LIMITS)
