@@ -94,7 +94,7 @@ def build(
             if owned:
                 await asyncio.to_thread(store.close)
 
-    api = create_api(service, settings.registry())
+    api = create_api(service, settings.registry(), settings.limits())
     api.router.lifespan_context = lifespan
     return api
 

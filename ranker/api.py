@@ -3,15 +3,22 @@
 Every route is authenticated by an API key (``Authorization: Bearer <key>`` or ``X-API-Key``); the
 key decides the tenant, never the body. No key or an unknown key: 401. Another tenant's memory id is
 indistinguishable from a missing one: 404. A saturated batcher: 429 with ``Retry-After``.
+
+Writes and accesses are checked with the worker's own decode (:mod:`storage.records`) before
+anything is produced: a request is all-or-nothing, and a 200 means the worker will apply it. Every
+validation error is a 422 with one body shape, ``{"detail": "<field>=<value>: <reason>", "field":
+"memories[3].tags[2]"}``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
@@ -22,6 +29,7 @@ from ranker.applied import NotAppliedError, Token
 from ranker.batcher import Overloaded
 from ranker.service import Recalled, RecallQuery, RecallService
 from storage import Filters, MemoryRow, from_us, to_us
+from storage.records import Limits, RecordError, checked_access, checked_write
 from storage.tenants import Tenant, TenantRegistry
 
 
@@ -75,6 +83,10 @@ class RecallBody(_Body):
 
 
 class MemoryBody(_Body):
+    """One memory to write. Strict types (no coercion): the worker decodes the record strictly."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
+
     content: str = Field(min_length=1)
     context: str | None = Field(
         None,
@@ -82,7 +94,12 @@ class MemoryBody(_Body):
         ": embedded and keyword-indexed with the content, never returned as content",
     )
     memory_id: str | None = None
-    at: AwareDatetime | None = None
+    at: str | None = Field(
+        None,
+        json_schema_extra={"format": "date-time"},
+        description="event time, ISO 8601 with a timezone (default: now); not before 1970, at most"
+        " MNEMO_MAX_FUTURE_SKEW_S after the server's clock",
+    )
     embedding: list[float] | None = None
     importance: float | None = Field(None, ge=0, le=1)
     memory_type: str | None = None
@@ -122,10 +139,16 @@ def tenant(
 Auth = Annotated[Tenant, Depends(tenant)]
 
 
-def create_api(service: RecallService, registry: TenantRegistry) -> FastAPI:
-    """The app; ``service`` must be started (and stopped) by the caller's lifespan."""
+def create_api(
+    service: RecallService, registry: TenantRegistry, limits: Limits | None = None
+) -> FastAPI:
+    """The app; ``service`` must be started (and stopped) by the caller's lifespan. ``limits``:
+    what the worker accepts (``SharedSettings.limits()``); default: the embedder's dimension and
+    the settings' default sizes and skew.
+    """
     api = FastAPI(title="Mnemostream", version="0.1.0")
     api.state.registry = registry
+    checks = limits or Limits(service.embedder.dim, 16_384, registry)
 
     @api.exception_handler(Overloaded)
     async def overloaded(_: object, exc: Overloaded) -> JSONResponse:
@@ -139,7 +162,20 @@ def create_api(service: RecallService, registry: TenantRegistry) -> FastAPI:
 
     @api.exception_handler(InvalidField)
     async def invalid(_: object, exc: InvalidField) -> JSONResponse:
-        return JSONResponse({"detail": str(exc), "field": exc.field}, 422)
+        return _invalid(RecordError(exc.field, exc.value, exc.reason))
+
+    @api.exception_handler(RecordError)
+    async def bad_record(_: object, exc: RecordError) -> JSONResponse:
+        return _invalid(exc)
+
+    @api.exception_handler(RequestValidationError)
+    async def bad_request(_: object, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        if not errors:
+            return _invalid(RecordError("$", None, "invalid request"))
+        err = errors[0]
+        loc = [p for p in err.get("loc", ()) if p != "body"]
+        return _invalid(RecordError(_path(loc) or "$", err.get("input"), str(err.get("msg"))))
 
     @api.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
@@ -168,16 +204,32 @@ def create_api(service: RecallService, registry: TenantRegistry) -> FastAPI:
     @api.post("/v1/memories")
     async def write(body: WriteBody, who: Auth) -> dict[str, Any]:
         now = datetime.now(UTC)
-        docs = [
-            {**m.model_dump(exclude_none=True), "at": (m.at or now).isoformat()}
-            for m in body.memories
-        ]
+        docs = []
+        for i, m in enumerate(body.memories):  # every memory is checked before any is produced
+            doc = {
+                **m.model_dump(exclude_none=True),
+                "tenant_id": who.tenant_id,
+                "at": m.at or now.isoformat(),
+            }
+            try:
+                record, _ = checked_write(doc, checks, now)
+            except RecordError as exc:
+                raise _under(f"memories[{i}]", exc) from exc
+            docs.append({**doc, "memory_id": record.memory_id})
         ids, token = await service.write(who.tenant_id, docs)
         return {"ids": ids, "token": token.encode()}
 
     @api.post("/v1/access")
     async def access(body: AccessBody, who: Auth) -> dict[str, Any]:
-        at = body.at or datetime.now(UTC)
+        now = datetime.now(UTC)
+        at = body.at or now
+        for i, memory_id in enumerate(body.memory_ids):
+            doc = {"tenant_id": who.tenant_id, "memory_id": memory_id, "at": at.isoformat()}
+            try:
+                checked_access({**doc, "kind": body.kind}, checks, now)
+            except RecordError as exc:
+                field = f"memory_ids[{i}]" if exc.field == "memory_id" else exc.field
+                raise RecordError(field, exc.value, exc.reason) from exc
         token = await service.access(who.tenant_id, body.memory_ids, at, body.kind)
         return {"accepted": len(body.memory_ids), "token": token.encode()}
 
@@ -191,6 +243,29 @@ def create_api(service: RecallService, registry: TenantRegistry) -> FastAPI:
         return _memory(row)
 
     return api
+
+
+def _invalid(exc: RecordError) -> JSONResponse:
+    """The one 422 body: the message (field, value, reason) and the field's path."""
+    field, detail = (_printable(t) for t in (exc.field, str(exc)))
+    return JSONResponse({"detail": detail, "field": field}, 422)
+
+
+def _printable(text: str) -> str:
+    """``text`` with what UTF-8 cannot carry (a lone surrogate) escaped."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _path(loc: Sequence[object]) -> str:
+    """``("memories", 3, "tags", 2)`` -> ``memories[3].tags[2]``."""
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+
+
+def _under(prefix: str, exc: RecordError) -> RecordError:
+    """The same error with its field under ``prefix`` (``tags[2]`` -> ``memories[3].tags[2]``)."""
+    return RecordError(
+        prefix if exc.field == "$" else f"{prefix}.{exc.field}", exc.value, exc.reason
+    )
 
 
 def _query(body: RecallBody, who: Tenant, states: tuple[str, ...]) -> RecallQuery:

@@ -6,6 +6,7 @@ extends this one with its own fields.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
@@ -14,6 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from storage.embedding import Embedder, Hashing, MiniLm
 from storage.milvus import MilvusConfig
+from storage.records import Limits
 from storage.tenants import TenantRegistry
 
 
@@ -39,6 +41,16 @@ class SharedSettings(BaseSettings):
     embedder: Literal["minilm", "hash"] = Field("minilm", description="hash: fast tests only")
     tenants_file: Path | None = None
     tenants: str = Field("", description="comma-separated tenant ids, used when no tenants_file")
+    max_content_bytes: int = Field(
+        16_384, ge=1, le=65_535, description="content (and context) of a write, in UTF-8 bytes"
+    )
+    max_future_skew_s: float = Field(
+        300.0,
+        ge=0,
+        le=366 * 86_400,
+        description="an event dated more than this after it reached Kafka goes to dead-letter (the"
+        " HTTP API answers 422: more than this after the server's clock)",
+    )
 
     def topic(self, name: str) -> str:
         """The full name of one of our topics."""
@@ -49,6 +61,15 @@ class SharedSettings(BaseSettings):
         if self.tenants_file is not None:
             return TenantRegistry.load(self.tenants_file)
         return TenantRegistry.open_to([t.strip() for t in self.tenants.split(",") if t.strip()])
+
+    def limits(self) -> Limits:
+        """What a record must satisfy (the worker's decode and the HTTP edge check the same)."""
+        return Limits(
+            self.embedding_dim,
+            self.max_content_bytes,
+            self.registry(),
+            timedelta(seconds=self.max_future_skew_s),
+        )
 
     def milvus(self) -> MilvusConfig:
         return MilvusConfig(

@@ -19,9 +19,9 @@ from memcore.consolidation import Neighbours, summarise
 from memcore.ids import content_hash
 from memcore.state import Absorb, Event, Fade, Promote, Purge, Retire
 from storage import MemoryRow, from_us
+from storage.records import ConsolidationRequest
 from storage.similarity import cosine_neighbours
 from streams.processor import Outbound
-from streams.records import ConsolidationRequest
 
 
 def item_of(row: MemoryRow) -> Item:

@@ -26,9 +26,9 @@ import orjson
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
+from storage.records import AccessEventV1, ConsolidationRequestV1, DecisionV1, MemoryWriteV1
 from streams import topics
 from streams.processor import Outbound
-from streams.records import AccessEventV1, ConsolidationRequestV1, DecisionV1, MemoryWriteV1
 
 log = logging.getLogger(__name__)
 

@@ -19,13 +19,6 @@ class WorkerSettings(SharedSettings):
     )
     store: Literal["rocksdb", "memory"] = "rocksdb"
     data_dir: Path = Path("var/worker")
-    max_content_bytes: int = Field(16_384, ge=1, le=65_535)
-    max_future_skew_s: float = Field(
-        300.0,
-        ge=0,
-        le=366 * 86_400,
-        description="an event dated more than this after it reached Kafka goes to dead-letter",
-    )
     llm_url: str | None = Field(None, description="OpenAI-compatible base URL; unset: rule engine")
     llm_model: str = "gpt-4o-mini"
     llm_api_key: str = ""

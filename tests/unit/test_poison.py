@@ -12,6 +12,7 @@ import pytest
 
 from memcore import InvalidField, Lifecycle, resolve_importance
 from memcore.timecheck import check_event_time
+from storage.records import DecisionRecord, Limits, RecordError, encode_access
 from storage.tenants import TenantRegistry
 from streams.app import received_at
 from streams.processor import (
@@ -22,7 +23,6 @@ from streams.processor import (
     contained,
     dead_letter,
 )
-from streams.records import DecisionRecord, Limits, RecordError, encode_access
 
 SKEW = timedelta(seconds=300)
 LIMITS = Limits(4, 16_384, TenantRegistry.open_to(["acme"]), SKEW)

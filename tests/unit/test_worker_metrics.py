@@ -12,9 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
 from ranker.metrics import Metrics
+from storage.records import RecordError
 from streams.metrics import WorkerMetrics, consumer_lag, field_label
 from streams.processor import Inbound, Outbound, dead_letter
-from streams.records import RecordError
 from streams.settings import WorkerSettings
 
 WRITES, ACCESS = "p.memory-writes", "p.access-events"

@@ -1,0 +1,517 @@
+"""Wire records (JSON, version 1) and their validation at the boundary.
+
+A record that fails validation raises :class:`RecordError`, which names the field, the value and the
+reason; the worker sends the original bytes to the dead-letter topic with that reason and goes on.
+The HTTP edge runs the same checks on the bytes it is about to produce
+(:func:`checked_write`, :func:`checked_access`) and answers 422 instead: a write it accepts is one
+the worker applies.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal, TypeVar
+
+import orjson
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+
+from memcore import (
+    Absorb,
+    AccessKind,
+    Fade,
+    InvalidField,
+    Lifecycle,
+    Promote,
+    Purge,
+    Retire,
+    Supersede,
+    Tier,
+)
+from memcore.consolidation import ALL_STRATEGIES, Strategy
+from memcore.ids import check_id, indexed_text
+from memcore.timecheck import check_event_time
+from storage.milvus import MAX_CONTENT_BYTES, MAX_RELATIONS, MAX_TAG_CHARS, MAX_TAGS
+from storage.tenants import TenantRegistry
+
+VERSION = 1
+M = TypeVar("M", bound=BaseModel)
+
+MAX_METADATA_BYTES = 32_768
+"""Metadata as JSON (UTF-8), at most: a Milvus server refuses a JSON value over 65,536 bytes."""
+MAX_NAME_BYTES = 256
+"""``session_id`` and ``agent_id`` in UTF-8 bytes (the Milvus VARCHAR length counts bytes)."""
+MAX_FIELD_CHARS = 200
+"""A field path named in an error is cut to this (a metadata key can be as long as a record)."""
+VECTOR_NORM_RANGE = (1e-6, 1e18)
+"""An embedding's float32 norm must lie here: below, its cosine is undefined; above, it overflows."""
+
+
+class RecordError(ValueError):
+    """A record we cannot accept. ``field`` is a dotted path (``embedding[3]``); ``value`` a repr."""
+
+    def __init__(self, field: str, value: object, reason: str) -> None:
+        if len(field) > MAX_FIELD_CHARS:
+            field = field[: MAX_FIELD_CHARS - 3] + "..."
+        self.field = field
+        self.value = value
+        self.reason = reason
+        shown = repr(value)
+        if len(shown) > 120:
+            shown = shown[:117] + "..."
+        super().__init__(f"{field}={shown}: {reason}")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+
+
+class MemoryWriteV1(_Strict):
+    """A memory written by an app. ``at`` is the event time; ``memory_id`` is derived when absent."""
+
+    v: Literal[1]
+    kind: Literal["write"] = "write"
+    tenant_id: str
+    memory_id: str | None = None
+    content: str = Field(min_length=1)
+    context: str | None = None
+    at: AwareDatetime
+    embedding: list[float] | None = None
+    importance: float | None = Field(None, ge=0.0, le=1.0)
+    memory_type: str | None = None
+    tags: list[str] = Field(default_factory=list, max_length=MAX_TAGS)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    session_id: str | None = Field(None, max_length=256)
+    agent_id: str | None = Field(None, max_length=256)
+    relations: list[str] = Field(default_factory=list, max_length=MAX_RELATIONS)
+    summary_of: list[str] = Field(default_factory=list)
+
+
+class DecisionV1(_Strict):
+    """A consolidation decision for one memory, on ``memory-writes`` (the state agent applies it).
+
+    ``absorb``: take over the counters of ``source``; ``retire``: move ``to`` archived, forgotten or
+    deleted (``merged_into`` names the survivor or summary); ``fade``: archive it if it has faded
+    by ``at`` (decided again on the state it meets); ``supersede``: the memory ``by`` states a
+    newer value of the same fact from ``at`` on; ``promote``: move ``to`` a tier;
+    ``purge``: remove a forgotten or deleted memory from the serving store.
+    """
+
+    v: Literal[1]
+    kind: Literal["decision"]
+    tenant_id: str
+    memory_id: str
+    at: AwareDatetime
+    decision: Literal["absorb", "retire", "fade", "supersede", "promote", "purge"]
+    reason: str = Field(min_length=1, max_length=1000)
+    source: str | None = None
+    by: str | None = None
+    access_count: int = Field(0, ge=0)
+    recall_count: int = Field(0, ge=0)
+    write_count: int = Field(0, ge=0)
+    importance: float = Field(0.0, ge=0.0, le=1.0)
+    to: str | None = None
+    merged_into: str | None = None
+    request_id: str | None = Field(None, max_length=128)
+
+
+class ConsolidationRequestV1(_Strict):
+    """Consolidate one tenant (or ``*``: every tenant). ``at`` is the time decisions are taken at."""
+
+    v: Literal[1]
+    tenant_id: str
+    at: AwareDatetime
+    strategies: (
+        list[Literal["exact_dedup", "semantic_dedup", "compress", "tiers", "archive", "purge"]]
+        | None
+    ) = None
+    semantic_dedup_min_cosine: float | None = Field(None, ge=0.0, le=1.0)
+    cluster_min_cosine: float | None = Field(None, ge=0.0, le=1.0)
+    dry_run: bool = False
+    request_id: str | None = Field(None, max_length=128)
+
+
+class AccessEventV1(_Strict):
+    """One access to a memory: a recall hit, a get or an explicit access."""
+
+    v: Literal[1]
+    tenant_id: str
+    memory_id: str
+    at: AwareDatetime
+    kind: Literal["recall", "get", "explicit"] = "explicit"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Boundary limits from the settings."""
+
+    embedding_dim: int
+    max_content_bytes: int
+    registry: TenantRegistry
+    max_future_skew: timedelta = timedelta(seconds=300)
+
+
+@dataclass(frozen=True)
+class WriteRecord:
+    """A validated write; ``memory_type`` parsed, ``memory_id`` present."""
+
+    tenant_id: str
+    memory_id: str
+    content: str
+    at: datetime
+    embedding: tuple[float, ...] | None
+    importance: float | None
+    memory_type: Tier | None
+    tags: tuple[str, ...]
+    metadata: Mapping[str, Any]
+    session_id: str | None
+    agent_id: str | None
+    relations: tuple[str, ...]
+    summary_of: tuple[str, ...]
+    context: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.tenant_id}/{self.memory_id}"
+
+    @property
+    def indexed_text(self) -> str:
+        """What is embedded and keyword-indexed (:func:`memcore.ids.indexed_text`)."""
+        return indexed_text(self.content, self.context)
+
+
+@dataclass(frozen=True)
+class AccessRecord:
+    """A validated access event."""
+
+    tenant_id: str
+    memory_id: str
+    at: datetime
+    kind: AccessKind
+
+    @property
+    def key(self) -> str:
+        return f"{self.tenant_id}/{self.memory_id}"
+
+
+def _parse(raw: bytes) -> object:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise RecordError("$", raw[:60], f"not JSON: {exc}") from exc
+
+
+def _first_error(exc: ValidationError) -> RecordError:
+    err = exc.errors()[0]
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
+    return RecordError(path or "$", err.get("input"), err["msg"])
+
+
+def _model(model: type[M], raw: bytes) -> M:
+    document = _parse(raw)
+    if not isinstance(document, dict):
+        raise RecordError("$", document, "expected a JSON object")
+    if document.get("v") != VERSION:
+        raise RecordError("v", document.get("v"), f"unsupported version; expected {VERSION}")
+    try:
+        return model.model_validate_json(raw)  # JSON-mode strictness: ISO times, no coercion
+    except ValidationError as exc:
+        raise _first_error(exc) from exc
+
+
+def _tenant(tenant_id: str, limits: Limits) -> str:
+    try:
+        check_id("tenant_id", tenant_id)
+    except InvalidField as exc:
+        raise RecordError(exc.field, exc.value, exc.reason) from exc
+    if limits.registry.get(tenant_id) is None:
+        raise RecordError("tenant_id", tenant_id, "unknown tenant")
+    return tenant_id
+
+
+def _id(field: str, value: str) -> str:
+    try:
+        return check_id(field, value)
+    except InvalidField as exc:
+        raise RecordError(exc.field, exc.value, exc.reason) from exc
+
+
+def _check_text_sizes(m: MemoryWriteV1, limits: Limits) -> None:
+    for name in ("content", "context"):
+        size = len((getattr(m, name) or "").encode("utf-8"))
+        if size > limits.max_content_bytes:
+            raise RecordError(name, f"<{size} bytes>", f"over {limits.max_content_bytes} bytes")
+    indexed = len(indexed_text(m.content, m.context).encode("utf-8"))
+    if indexed > MAX_CONTENT_BYTES:
+        raise RecordError("context", f"<{indexed} bytes>", f"with content over {MAX_CONTENT_BYTES}")
+
+
+def decode_write(raw: bytes, limits: Limits) -> WriteRecord:
+    """Validate a memory-write record; raises RecordError naming the first bad field."""
+    from memcore import derive_memory_id  # noqa: PLC0415 - keeps the import list short
+
+    m = _model(MemoryWriteV1, raw)
+    tenant_id = _tenant(m.tenant_id, limits)
+    _check_text_sizes(m, limits)
+    embedding = None
+    if m.embedding is not None:
+        if len(m.embedding) != limits.embedding_dim:
+            raise RecordError(
+                "embedding",
+                f"<{len(m.embedding)} values>",
+                f"expected {limits.embedding_dim} values",
+            )
+        if not any(x != 0.0 for x in m.embedding):
+            raise RecordError("embedding", "<all zeros>", "a zero vector has no direction")
+        embedding = _stored_vector(m.embedding)
+    try:
+        tier = Tier.parse(m.memory_type) if m.memory_type is not None else None
+    except InvalidField as exc:
+        raise RecordError(exc.field, exc.value, exc.reason) from exc
+    for i, tag in enumerate(m.tags):
+        if not tag or len(tag.encode("utf-8")) > MAX_TAG_CHARS:
+            raise RecordError(f"tags[{i}]", tag, f"expected 1-{MAX_TAG_CHARS} bytes (UTF-8)")
+    for name, value in (("session_id", m.session_id), ("agent_id", m.agent_id)):
+        if value is not None and len(value.encode("utf-8")) > MAX_NAME_BYTES:
+            raise RecordError(name, value, f"over {MAX_NAME_BYTES} bytes (UTF-8)")
+    try:
+        encoded = orjson.dumps(m.metadata)
+    except TypeError as exc:  # an integer over 64 bits
+        raise RecordError("metadata", m.metadata, f"not JSON-serialisable: {exc}") from exc
+    if len(encoded) > MAX_METADATA_BYTES:
+        raise RecordError(
+            "metadata", f"<{len(encoded)} bytes>", f"over {MAX_METADATA_BYTES} bytes as JSON"
+        )
+    _check_finite_json("metadata", m.metadata)
+    memory_id = (
+        _id("memory_id", m.memory_id)
+        if m.memory_id is not None
+        else derive_memory_id(tenant_id, m.content)
+    )
+    return WriteRecord(
+        tenant_id=tenant_id,
+        memory_id=memory_id,
+        content=m.content,
+        context=m.context or None,
+        at=m.at,
+        embedding=embedding,
+        importance=m.importance,
+        memory_type=tier,
+        tags=tuple(m.tags),
+        metadata=m.metadata,
+        session_id=m.session_id,
+        agent_id=m.agent_id,
+        relations=tuple(_id(f"relations[{i}]", r) for i, r in enumerate(m.relations)),
+        summary_of=tuple(_id(f"summary_of[{i}]", r) for i, r in enumerate(m.summary_of)),
+    )
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    """A validated decision: the memcore event to apply to one memory (its position comes later)."""
+
+    tenant_id: str
+    memory_id: str
+    event: Absorb | Retire | Fade | Supersede | Promote | Purge
+    request_id: str | None
+
+    @property
+    def key(self) -> str:
+        return f"{self.tenant_id}/{self.memory_id}"
+
+
+@dataclass(frozen=True)
+class ConsolidationRequest:
+    """A validated consolidation request; ``tenant_ids`` is every tenant for ``*``."""
+
+    tenant_ids: tuple[str, ...]
+    at: datetime
+    strategies: tuple[Strategy, ...]
+    overrides: Mapping[str, float]
+    dry_run: bool
+    request_id: str | None
+
+
+def decode_memory_event(raw: bytes, limits: Limits) -> WriteRecord | DecisionRecord:
+    """A write or a consolidation decision, told apart by ``kind`` (default ``write``)."""
+    document = _parse(raw)
+    if isinstance(document, dict) and document.get("kind") == "decision":
+        return decode_decision(raw, limits)
+    return decode_write(raw, limits)
+
+
+def decode_decision(raw: bytes, limits: Limits) -> DecisionRecord:
+    """Validate a decision record; raises RecordError naming the first bad field."""
+    m = _model(DecisionV1, raw)
+    tenant_id = _tenant(m.tenant_id, limits)
+    memory_id = _id("memory_id", m.memory_id)
+    event: Absorb | Retire | Fade | Supersede | Promote | Purge
+    try:
+        if m.decision == "absorb":
+            event = Absorb(
+                m.at,
+                _id("source", m.source or ""),
+                m.access_count,
+                m.recall_count,
+                m.write_count,
+                m.importance,
+                m.reason,
+            )
+        elif m.decision == "retire":
+            to = Lifecycle(m.to) if m.to in ("archived", "forgotten", "deleted") else None
+            if to is None:
+                raise RecordError("to", m.to, "expected archived, forgotten or deleted")
+            merged = _id("merged_into", m.merged_into) if m.merged_into else None
+            event = Retire(m.at, to, m.reason, merged)
+        elif m.decision == "fade":
+            event = Fade(m.at, m.reason)
+        elif m.decision == "supersede":
+            event = Supersede(m.at, _id("by", m.by or ""), m.reason)
+        elif m.decision == "promote":
+            event = Promote(m.at, Tier.parse(m.to, "to"), m.reason)
+        else:
+            event = Purge(m.at, m.reason)
+    except InvalidField as exc:
+        raise RecordError(exc.field, exc.value, exc.reason) from exc
+    return DecisionRecord(tenant_id, memory_id, event, m.request_id)
+
+
+def decode_consolidation(raw: bytes, limits: Limits) -> ConsolidationRequest:
+    """Validate a consolidation request; raises RecordError naming the first bad field."""
+    m = _model(ConsolidationRequestV1, raw)
+    if m.tenant_id == "*":
+        tenants = tuple(sorted(limits.registry.tenants))
+    else:
+        tenants = (_tenant(m.tenant_id, limits),)
+    overrides = {
+        name: value
+        for name, value in (
+            ("semantic_dedup_min_cosine", m.semantic_dedup_min_cosine),
+            ("cluster_min_cosine", m.cluster_min_cosine),
+        )
+        if value is not None
+    }
+    strategies = tuple(Strategy(s) for s in m.strategies) if m.strategies else ALL_STRATEGIES
+    return ConsolidationRequest(tenants, m.at, strategies, overrides, m.dry_run, m.request_id)
+
+
+def decode_access(raw: bytes, limits: Limits) -> AccessRecord:
+    """Validate an access event; raises RecordError naming the first bad field."""
+    m = _model(AccessEventV1, raw)
+    return AccessRecord(
+        tenant_id=_tenant(m.tenant_id, limits),
+        memory_id=_id("memory_id", m.memory_id),
+        at=m.at,
+        kind=AccessKind(m.kind),
+    )
+
+
+def _stored_vector(values: list[float]) -> tuple[float, ...]:
+    """The embedding as given, if it survives float32 storage with a usable norm."""
+    for i, x in enumerate(values):
+        if not abs(x) <= 3.4028234663852886e38:  # float32 maximum; NaN fails too
+            raise RecordError(f"embedding[{i}]", x, "out of float32 range")
+    stored = array("f", values)
+    norm = math.sqrt(math.fsum(float(x) * float(x) for x in stored))
+    low, high = VECTOR_NORM_RANGE
+    if not low <= norm <= high:
+        raise RecordError("embedding", f"<norm {norm:.3g}>", f"norm must be within [{low}, {high}]")
+    return tuple(values)
+
+
+def _check_finite_json(path: str, value: object) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise RecordError(path, value, "must be finite")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_finite_json(f"{path}.{k}", v)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_finite_json(f"{path}[{i}]", v)
+
+
+INT64_RANGE = (-(2**63), 2**64 - 1)
+"""Integers a JSON encoder writes exactly (orjson: signed 64 bits, unsigned 64 bits)."""
+
+
+def _check_encodable(path: str, value: object) -> None:
+    """Raise RecordError naming the first number JSON bytes cannot carry (NaN, infinity, an
+    integer over 64 bits), at its path (``metadata.x``, ``embedding[3]``).
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        raise RecordError(path, value, "must be finite")
+    if isinstance(value, int) and not isinstance(value, bool):
+        low, high = INT64_RANGE
+        if not low <= value <= high:
+            raise RecordError(path, value, "integer over 64 bits")
+    if isinstance(value, str):
+        _check_utf8(path, value)
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            name = str(k).encode("utf-8", "backslashreplace").decode("utf-8")
+            inner = f"{path}.{name}" if path else name
+            _check_utf8(inner, str(k))
+            _check_encodable(inner, v)
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            _check_encodable(f"{path}[{i}]", v)
+
+
+def _check_utf8(path: str, text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        shown = text.encode("utf-8", "backslashreplace").decode("utf-8")
+        raise RecordError(path, shown, f"not valid UTF-8: {exc.reason}") from exc
+
+
+def check_time(field: str, at: datetime, now: datetime | None, limits: Limits) -> datetime:
+    """``at`` if it lies in the window the model accepts (:func:`memcore.timecheck.check_event_time`
+    with the configured skew after ``now``, the time the event was received); else RecordError.
+    """
+    try:
+        return check_event_time(field, at, now, limits.max_future_skew)
+    except InvalidField as exc:
+        raise RecordError(exc.field, exc.value, exc.reason) from exc
+
+
+def checked_write(
+    document: Mapping[str, Any], limits: Limits, now: datetime
+) -> tuple[WriteRecord, bytes]:
+    """The record the worker will decode from a write ``document`` (``v`` added), and the bytes to
+    produce; raises RecordError naming the first field the worker would dead-letter, including an
+    event time past ``now`` + the allowed skew.
+    """
+    doc = {"v": VERSION, **document}
+    _check_encodable("", doc)
+    raw = orjson.dumps(doc)
+    record = decode_write(raw, limits)
+    check_time("at", record.at, now, limits)
+    return record, raw
+
+
+def checked_access(
+    document: Mapping[str, Any], limits: Limits, now: datetime
+) -> tuple[AccessRecord, bytes]:
+    """The access record the worker will decode from ``document`` (``v`` added), and the bytes to
+    produce; raises RecordError as :func:`checked_write` does.
+    """
+    doc = {"v": VERSION, **document}
+    _check_encodable("", doc)
+    raw = orjson.dumps(doc)
+    record = decode_access(raw, limits)
+    check_time("at", record.at, now, limits)
+    return record, raw
+
+
+def encode_write(record: Mapping[str, Any]) -> bytes:
+    """Bytes of a write document (``v`` added); for producers and tests."""
+    return orjson.dumps({"v": VERSION, **record})
+
+
+def encode_access(record: Mapping[str, Any]) -> bytes:
+    """Bytes of an access document (``v`` added)."""
+    return orjson.dumps({"v": VERSION, **record})
