@@ -4,6 +4,8 @@ mnemo serve | worker | ranker        run a process (settings: MNEMO_* variables)
 mnemo up | down                      the local stack (scripts/stack.sh, from a checkout)
 mnemo load FILE.jsonl --api-key K    write memories through the HTTP API, with progress
 mnemo consolidate --tenant T [--dry-run]
+mnemo state-hash [--app-id A]          hash of every memory state in the worker's tables
+mnemo rebuild [--collection C] [--drop]  Milvus rows from the worker's tables, and the hash
 """
 
 from __future__ import annotations
@@ -77,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     loader.add_argument("--batch", type=int, default=200)
     loader.add_argument("--ids", action="store_true", help="print the ids written")
     commands.add_parser("consolidate", add_help=False)
+    for name in ("state-hash", "rebuild"):
+        commands.add_parser(name, add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.command == "load":
         return load(args)
@@ -84,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         from streams import cli  # noqa: PLC0415
 
         return cli.main(rest)
+    if args.command in ("state-hash", "rebuild"):
+        from streams import rebuild  # noqa: PLC0415
+
+        return rebuild.main(args.command, rest)
     if args.command in ("up", "down"):
         return subprocess.call([str(ROOT / "scripts" / "stack.sh"), args.command])  # noqa: S603
     sys.argv = [sys.argv[0]]

@@ -1,6 +1,8 @@
 """``python -m streams``: run the stream worker (settings from ``MNEMO_*`` variables), with its
 Prometheus metrics at ``GET /metrics`` on ``MNEMO_METRICS_PORT`` (default 9102; 0: not served);
-``python -m streams consolidate --help``: ask it to consolidate (see :mod:`streams.cli`).
+``python -m streams consolidate --help``: ask it to consolidate (see :mod:`streams.cli`);
+``python -m streams state-hash | rebuild --help``: hash the tables, rebuild Milvus from them
+(see :mod:`streams.rebuild`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import faust
 
 from storage import MilvusStore
 from storage.usage import parse_service_args
-from streams import cli
+from streams import cli, rebuild
 from streams.app import Services, create_app
 from streams.llm import LlmImportance
 from streams.settings import WorkerSettings
@@ -51,6 +53,8 @@ def main() -> None:
     """Read settings, prepare the services, serve the metrics, run the Faust worker."""
     if len(sys.argv) > 1 and sys.argv[1] == "consolidate":
         raise SystemExit(cli.main(sys.argv[2:]))
+    if len(sys.argv) > 1 and sys.argv[1] in ("rebuild", "state-hash"):
+        raise SystemExit(rebuild.main(sys.argv[1], sys.argv[2:]))
     parse_service_args("python -m streams", __doc__ or "", [WorkerSettings], sys.argv[1:])
     settings = WorkerSettings()
     services = prepare(settings)

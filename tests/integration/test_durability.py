@@ -1,0 +1,207 @@
+"""The serving store is a view the worker rebuilds: memories acknowledged before a kill -9 of
+``python -m server``, or before its Milvus Lite files were lost, are served again after a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mnemostream import Client
+from streams.rebuild import read_changelog, state_hash
+from tests.infra import ROOT, free_port
+from tests.integration.harness import Stack, WorkerProcess, eventually, produce, wait_for_http
+from tests.integration.test_streams import (
+    T0,
+    milvus_counts,
+    plan_accesses,
+    table_counts,
+    vector,
+    write_msg,
+)
+
+pytestmark = pytest.mark.integration
+KEY = "durability-key-0123456789abcdef"
+DIM = 8
+N = 60
+
+
+class Server:
+    """``python -m server`` on its own Milvus Lite directory; restartable on the same state."""
+
+    def __init__(self, stack: Stack, workdir: Path) -> None:
+        tenants = workdir / "tenants.json"
+        tenants.write_text(json.dumps({"tenants": {"acme": {"api_keys": [KEY]}}}))
+        self.milvus_path = workdir / "milvus.db"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            **stack.env(),
+            "MNEMO_MILVUS_URI": str(self.milvus_path),
+            "MNEMO_MILVUS_PARTITION_KEY": "true",
+            "MNEMO_MILVUS_FULL_TEXT": "true",
+            "MNEMO_TENANTS_FILE": str(tenants),
+            "MNEMO_TENANTS": "",
+            "MNEMO_PORT": str(self.port),
+        }
+        self.log_path = workdir / "server.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "server"], cwd=ROOT, env=self.env, stdout=log, stderr=log
+            )
+        wait_for_http(self.url, self.proc, self.log_path)
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(30)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+
+@pytest.fixture
+def server(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Server]:
+    stack = Stack(kafka_bootstrap, "milvus-lite", tmp_path, ("acme",), dim=DIM)  # no server
+    stack.create_topics()
+    server = Server(stack, tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+def embedding(i: int) -> list[float]:
+    return [1.0, i / N, *([0.0] * (DIM - 2))]
+
+
+def write_memories(client: Client) -> list[str]:
+    memories = [
+        {
+            "content": f"durable note {i}",
+            "embedding": embedding(i),
+            "importance": 0.7,
+            "memory_type": "semantic",
+            "at": T0,
+        }
+        for i in range(N)
+    ]
+    return client.remember_many(memories)
+
+
+def served(client: Client, ids: list[str]) -> tuple[int, int]:
+    """How many of ``ids`` are gettable, and how many one recall returns."""
+    gettable = sum(client.get(i) is not None for i in ids)
+    recalled = client.recall(vector=embedding(0), k=N, at=T0, track=False)
+    return gettable, len({m.memory_id for m in recalled} & set(ids))
+
+
+def assert_served_again(server: Server, ids: list[str]) -> None:
+    with Client(server.url, KEY) as client:
+        eventually(
+            lambda: served(client, ids) == (N, N),
+            180,
+            f"all {N} memories gettable and recallable after the restart",
+            show=lambda: (served(client, ids), server.log()),
+        )
+
+
+def test_memories_acknowledged_before_a_kill_9_are_served_after_the_restart(
+    server: Server,
+) -> None:
+    with Client(server.url, KEY) as client:
+        ids = write_memories(client)
+        eventually(lambda: served(client, ids) == (N, N), 120, "written", show=server.log)
+    server.kill9()
+    server.start()
+    assert_served_again(server, ids)
+
+
+def test_a_lost_milvus_store_is_rebuilt_from_the_tables(server: Server) -> None:
+    with Client(server.url, KEY) as client:
+        ids = write_memories(client)
+        eventually(lambda: served(client, ids) == (N, N), 120, "written", show=server.log)
+    server.stop()
+    shutil.rmtree(server.milvus_path)
+    server.start()
+    assert_served_again(server, ids)
+
+
+def run_cli(stack: Stack, *args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "streams", *args],
+        cwd=ROOT,
+        env=stack.env(),
+        capture_output=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr.decode(errors="replace")[-3000:]
+    return result.stdout.decode()
+
+
+def table_hash(stack: Stack) -> str:
+    topic = f"{stack.app_id}-memories-changelog"
+    return state_hash(asyncio.run(read_changelog(stack.bootstrap, topic)))
+
+
+def test_a_replay_has_the_live_state_hash_and_rebuild_restores_milvus(
+    kafka_bootstrap: str, tmp_path: Path, workers: list[WorkerProcess]
+) -> None:
+    # Milvus Lite: one process per file, so the test reads it only once the workers stopped
+    stack = Stack(kafka_bootstrap, str(tmp_path / "live.db"), tmp_path, ("acme",))
+    rng = random.Random(3)
+    memories = [("acme", f"m{j}") for j in range(30)]
+    workers.append(worker := WorkerProcess(stack).start())
+    writes = [write_msg(t, m, vector(rng, stack.dim)) for t, m in memories]
+    produce(stack.bootstrap, stack.topic("memory-writes"), writes)
+    accesses, expected = plan_accesses(rng, memories, 300)
+    produce(stack.bootstrap, stack.topic("access-events"), accesses)
+    eventually(
+        lambda: table_counts(stack) == expected, 180, "the live worker applied every access", worker
+    )
+    worker.stop()
+    live = table_hash(stack)
+    assert run_cli(stack, "state-hash").split() == [live, "30", "memories"]
+
+    replay = Stack(
+        stack.bootstrap,
+        str(tmp_path / "replay.db"),
+        stack.workdir,
+        stack.tenants,
+        name=stack.name,
+        app_id=f"{stack.app_id}r",
+    )
+    workers.append(again := WorkerProcess(replay).start())
+    eventually(lambda: table_hash(replay) == live, 180, "the replay reached the live hash", again)
+    again.stop()
+    assert table_hash(replay) == live
+
+    rebuilt = run_cli(stack, "rebuild", "--drop")  # the live collection, dropped and rebuilt
+    assert rebuilt.splitlines()[0].startswith(f"rebuilt c_{stack.app_id}: 30 rows, 0 purged")
+    assert rebuilt.splitlines()[1].split() == [live, "30", "memories"]
+    store = stack.store()
+    try:
+        assert milvus_counts(store, ("acme",)) == expected
+    finally:
+        store.close()
