@@ -21,9 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from memcore import ImportanceDecision, ImportanceSource, Policy, Write, apply, content_hash
-from storage import Document, MilvusConfig, MilvusStore
+from storage import Document, MilvusConfig, MilvusStore, codec
 from storage.tenants import TenantRegistry
-from streams import codec
 from streams.processor import Processor
 from streams.records import Limits
 

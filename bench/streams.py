@@ -17,15 +17,18 @@ import asyncio
 import contextlib
 import random
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from tests.infra import kafka_broker, milvus_server
+from tests.infra import ROOT, kafka_broker, milvus_server
 from tests.integration.harness import Stack, WorkerProcess, produce
 
 T0 = "2026-03-01T12:00:00+00:00"
@@ -75,6 +78,52 @@ def raw_consume_rate(bootstrap: str, topic: str, partitions: int, n: int) -> flo
             await consumer.stop()
 
     return asyncio.run(run())
+
+
+def faust_floor_rate(stack: Stack, work: Path, n: int) -> float:
+    """Events/s of :mod:`bench.faust_floor` over the same access topic (already full: the rate is
+    from its start-up and group join, which are excluded, to its last commit).
+    """
+    app_id = f"{stack.app_id}-floor"
+    log_path = work / f"{app_id}.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(  # noqa: S603 - our own module, our own arguments
+            [
+                sys.executable,
+                "-m",
+                "bench.faust_floor",
+                stack.bootstrap,
+                stack.topic("access-events"),
+                app_id,
+                str(work / app_id),
+                str(stack.partitions),
+            ],
+            cwd=ROOT,
+            stdout=log,
+            stderr=log,
+        )
+    try:
+        first = wait_until(
+            lambda: committed_total(stack.bootstrap, app_id, stack.topic("access-events")) > 0
+        )
+        done = wait_until(
+            lambda: committed_total(stack.bootstrap, app_id, stack.topic("access-events")) >= n
+        )
+        counted = committed_total(stack.bootstrap, app_id, stack.topic("access-events"))
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    return counted / max(done - first, 1e-9) if done > first else float(n)
+
+
+def wait_until(check: Callable[[], bool], timeout_s: float = 900) -> float:
+    """The monotonic time ``check`` first held (polled every 0.05 s)."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        if check():
+            return time.monotonic()
+        time.sleep(0.05)
+    raise SystemExit(f"not reached within {timeout_s} s")
 
 
 def write_msgs(
@@ -143,6 +192,7 @@ def main() -> None:
             bootstrap, stack.topic("access-events"), stack.partitions, args.accesses
         )
         worker.stop()
+        floor_rate = faust_floor_rate(stack, work, args.accesses)
         # 2b: writes without vectors, embedded by MiniLM in the worker
         embedded = Stack(
             bootstrap, str(work / "milvus2.db"), work, tenants, dim=384, embedder="minilm"
@@ -170,6 +220,8 @@ def main() -> None:
         ),
         ("raw aiokafka consume + JSON decode, same topic", f"{raw_rate:,.0f}", args.accesses),
         ("ratio worker / raw", f"{access_rate / raw_rate:.4f}", ""),
+        ("minimal Faust agent counting into a table", f"{floor_rate:,.0f}", args.accesses),
+        ("ratio worker / minimal Faust agent", f"{access_rate / floor_rate:.2f}", ""),
         ("writes/s, 384-d vectors given", f"{write_rate:,.0f}", args.writes),
         (
             "writes/s, embedded by all-MiniLM-L6-v2 (CPU)",

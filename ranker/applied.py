@@ -107,21 +107,31 @@ class AppliedOffsets:
         *,
         poll_s: float = 0.05,
         timeout_s: float = 10.0,
+        view_caught_up: Callable[[float], Awaitable[bool]] | None = None,
     ) -> None:
+        """``view_caught_up(timeout_s)``: after the worker applied a token, wait for the state
+        view to have read the worker's changelog as it is then (``StateView.caught_up``).
+        """
         self.committed = committed
         self.end_offsets = end_offsets
+        self.view_caught_up = view_caught_up
         self.poll_s = poll_s
         self.timeout_s = timeout_s
 
     async def wait(self, token: Token, derived_role: str = "memory-writes") -> None:
         """Return once every offset in ``token`` is applied, then what ``derived_role`` held at
-        that moment; raise :class:`NotAppliedError` after ``timeout_s``.
+        that moment, then once the state view holds the result; raise :class:`NotAppliedError`
+        after ``timeout_s``.
         """
         started = time.monotonic()
         await self._until(token.offsets, started)
         if derived_role in token.offsets:
             ends = await self.end_offsets(derived_role)
             await self._until({derived_role: {p: e - 1 for p, e in ends.items() if e > 0}}, started)
+        if self.view_caught_up is not None:
+            left = self.timeout_s - (time.monotonic() - started)
+            if left <= 0 or not await self.view_caught_up(left):
+                raise NotAppliedError(time.monotonic() - started)
 
     async def _until(self, wanted: Mapping[str, Mapping[int, int]], started: float) -> None:
         while True:

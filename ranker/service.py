@@ -31,6 +31,7 @@ from ranker.applied import AppliedOffsets, Token
 from ranker.batcher import Batcher, Overloaded
 from ranker.kernel import RankRequest, rank_many
 from ranker.metrics import Metrics
+from ranker.view import StateView
 from storage import Filters, MemoryRow, MilvusStore, to_us
 from storage.embedding import Embedder
 
@@ -103,12 +104,15 @@ class RecallService:
         queue_max: int = 1024,
         metrics: Metrics | None = None,
         applied: AppliedOffsets | None = None,
+        view: StateView | None = None,
     ) -> None:
         """``applied``: how reads wait for a token; None: tokens are not waited for (a service
-        without a worker to wait on, e.g. unit tests).
+        without a worker to wait on, e.g. unit tests). ``view``: the live state laid over the
+        rows Milvus returns (counters, importance, decay clock); None: the rows as stored.
         """
         self.metrics = metrics or Metrics()
         self.applied = applied
+        self.view = view
         self.store = store
         self.embedder = embedder
         self.send = send
@@ -167,15 +171,21 @@ class RecallService:
         keywords, the BM25 top-N, merged by id (blocking: run in a thread).
         """
         n = max(self.candidates, query.k)
+        live = self._live
         (hits,) = self.store.search(tenant_id, [vector], n, query.filters)
-        merged = {h.row.memory_id: Candidate(h.row, h.similarity, None) for h in hits}
+        merged = {h.row.memory_id: Candidate(live(h.row), h.similarity, None) for h in hits}
         if not (query.text and _scores_keywords(query.policy) and self.store.config.full_text):
             return list(merged.values())
         (found,) = self.store.keyword_search(tenant_id, [query.text], n, query.filters)
         scores = {h.row.memory_id: h.score for h in found}
         out = [Candidate(c.row, c.similarity, scores.get(m, 0.0)) for m, c in merged.items()]
-        out.extend(Candidate(h.row, 0.0, h.score) for h in found if h.row.memory_id not in merged)
+        out.extend(
+            Candidate(live(h.row), 0.0, h.score) for h in found if h.row.memory_id not in merged
+        )
         return out
+
+    def _live(self, row: MemoryRow) -> MemoryRow:
+        return self.view.overlay(row) if self.view is not None else row
 
     async def wait(self, after: Token | None) -> None:
         """Return once the worker has applied ``after`` (at once without one)."""
@@ -240,8 +250,8 @@ class RecallService:
     ) -> MemoryRow | None:
         """One memory of this tenant (any state), or None; after ``after`` is applied."""
         await self.wait(after)
-        found = await asyncio.to_thread(self.store.get, tenant_id, [memory_id])
-        return found.get(memory_id)
+        found = (await asyncio.to_thread(self.store.get, tenant_id, [memory_id])).get(memory_id)
+        return self._live(found) if found is not None else None
 
     async def _score(self, requests: Sequence[RankRequest]) -> list[list[Scored]]:
         return await asyncio.to_thread(rank_many, requests)

@@ -7,6 +7,7 @@ its fact (:data:`CURRENT`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -91,26 +92,13 @@ class MemoryRow:
     @classmethod
     def of(cls, state: MemoryState, doc: Document) -> MemoryRow:
         """The row of a memory from its state and document."""
-        next_review = state.card.next_review
         return cls(
             key=f"{state.tenant_id}/{state.memory_id}",
             tenant_id=state.tenant_id,
             memory_id=state.memory_id,
             content=doc.content,
             vector=doc.vector,
-            tier=state.tier.value,
-            state=state.state.value,
-            importance=state.importance,
-            access_count=state.access_count,
-            recall_count=state.recall_count,
-            write_count=state.write_count,
             created_at_us=to_us(state.created_at),
-            last_access_us=to_us(state.last_access),
-            state_changed_at_us=to_us(state.state_changed_at),
-            tau_hours=state.tau_hours,
-            retention=state.card.retention,
-            review_count=state.card.review_count,
-            next_review_us=to_us(next_review) if next_review is not None else 0,
             session_id=state.session_id or "",
             agent_id=state.agent_id or "",
             tags=state.tags,
@@ -118,9 +106,8 @@ class MemoryRow:
             merged_into=state.merged_into or "",
             summary_of=state.summary_of,
             metadata=dict(doc.metadata),
-            valid_to_us=to_us(state.valid_to) if state.valid_to is not None else CURRENT,
-            superseded_by=state.superseded_by or "",
             search_text=indexed_text(doc.content, doc.context),
+            **dict(zip(LIVE_FIELDS, live_values(state), strict=True)),
         )
 
     def to_entity(self) -> dict[str, Any]:
@@ -144,3 +131,73 @@ class MemoryRow:
 
 
 ROW_FIELDS: tuple[str, ...] = tuple(MemoryRow.__dataclass_fields__)
+
+LIVE_FIELDS: tuple[str, ...] = (
+    "tier",
+    "state",
+    "importance",
+    "access_count",
+    "recall_count",
+    "write_count",
+    "last_access_us",
+    "state_changed_at_us",
+    "tau_hours",
+    "retention",
+    "review_count",
+    "next_review_us",
+    "valid_to_us",
+    "superseded_by",
+)
+"""The row fields an access or a fold changes: the tables (and the ranker's state view) are their
+source of truth; a Milvus row may hold older values of all but ``tier`` and ``state``."""
+
+
+def live_values(state: MemoryState) -> tuple[Any, ...]:
+    """The :data:`LIVE_FIELDS` of a memory's row, from its state, in that order."""
+    next_review = state.card.next_review
+    return (
+        state.tier.value,
+        state.state.value,
+        state.importance,
+        state.access_count,
+        state.recall_count,
+        state.write_count,
+        to_us(state.last_access),
+        to_us(state.state_changed_at),
+        state.tau_hours,
+        state.card.retention,
+        state.card.review_count,
+        to_us(next_review) if next_review is not None else 0,
+        to_us(state.valid_to) if state.valid_to is not None else CURRENT,
+        state.superseded_by or "",
+    )
+
+
+def with_live(row: MemoryRow, values: Sequence[Any]) -> MemoryRow:
+    """``row`` with its :data:`LIVE_FIELDS` replaced by ``values`` (from :func:`live_values`)."""
+    return dataclasses.replace(row, **dict(zip(LIVE_FIELDS, values, strict=True)))
+
+
+def serving_changed(before: MemoryState, after: MemoryState) -> bool:
+    """True when ``after`` changes what a Milvus row is searched or filtered by (state, tier,
+    validity, scope, links, content): only then must the row be rewritten. Counters, importance,
+    the decay clock and the review card live in the tables (SPEC: an access writes no row).
+    """
+    return _serving(before) != _serving(after)
+
+
+def _serving(s: MemoryState) -> tuple[Any, ...]:
+    return (
+        s.content_hash,
+        s.state,
+        s.tier,
+        s.valid_to,
+        s.superseded_by,
+        s.tags,
+        s.relations,
+        s.session_id,
+        s.agent_id,
+        s.merged_into,
+        s.summary_of,
+        s.purged,
+    )

@@ -245,10 +245,16 @@ class StreamWorker:
         """Reduce each access; one that overtook its write is parked until the write is applied."""
         started = time.perf_counter()
         batch = Batch()
-        for event in events:
-            message = _inbound(event)
-            with processing(event), contained(message, batch):
-                self.processor.access(message, batch)
+        by_key = {e.message.key: e for e in events}
+        by_partition = {e.message.partition: e for e in events}
+        with self.processor.buffered() as (memories, counters):
+            for event in events:
+                message = _inbound(event)
+                with processing(event), contained(message, batch):
+                    self.processor.access(message, batch)
+        # one table write per memory and per tenant counter row, not one per event
+        memories.flush(lambda key: processing(by_key[key]))
+        counters.flush(lambda key: processing(by_partition[_counter_partition(key)]))
         await self.expire_parked(batch, events)
         reduced = time.perf_counter()
         await self.sync(batch)  # one upsert per touched memory, however many events it had
@@ -272,14 +278,14 @@ class StreamWorker:
             return {}
         embed = self.services.embedder.embed
         try:
-            computed = await asyncio.to_thread(embed, [r.content for r in records])
+            computed = await asyncio.to_thread(embed, [r.indexed_text for r in records])
             return {r.key: v for r, v in zip(records, computed, strict=True)}
         except Exception:
             log.exception("embedding a batch of %d failed; embedding one by one", len(records))
         vectors: dict[str, tuple[float, ...]] = {}
         for record in records:
             try:
-                (vectors[record.key],) = await asyncio.to_thread(embed, [record.content])
+                (vectors[record.key],) = await asyncio.to_thread(embed, [record.indexed_text])
             except Exception:
                 log.exception("embedding %s failed", record.key)
         return vectors
@@ -424,6 +430,11 @@ def processing(event: Any) -> Iterator[None]:  # noqa: ANN401 - faust.EventT
         yield
     finally:
         _current_event.reset(token)
+
+
+def _counter_partition(key: bytes) -> int:
+    """The partition in a tenant-counter key ``tenant@partition``."""
+    return int(key.rsplit(b"@", 1)[1])
 
 
 def _inbound(event: Any) -> Inbound:  # noqa: ANN401 - faust.EventT is untyped

@@ -11,10 +11,10 @@ import base64
 import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import orjson
 
@@ -33,9 +33,8 @@ from memcore import (
     content_hash,
 )
 from memcore.timecheck import check_event_time
-from storage import Document, MemoryRow
-from storage.rows import from_us, to_us
-from streams import codec
+from storage import Document, MemoryRow, codec
+from storage.rows import from_us, serving_changed, to_us
 from streams.records import (
     AccessRecord,
     DecisionRecord,
@@ -158,7 +157,9 @@ def supersede_record(tenant_id: str, found: Supersession) -> Outbound:
 
 @dataclass
 class Batch:
-    """The result of one batch: messages to produce and memory keys whose rows must be synced."""
+    """The result of one batch: messages to produce and memory keys whose rows must be synced
+    (an access that changes no served field, :func:`storage.rows.serving_changed`, syncs none).
+    """
 
     out: list[Outbound] = field(default_factory=list)
     touched: dict[str, None] = field(default_factory=dict)  # ordered set of table keys
@@ -167,6 +168,48 @@ class Batch:
 
     def touch(self, key: str) -> None:
         self.touched[key] = None
+
+
+class WriteBack(MutableMapping[bytes, bytes]):
+    """A table seen through a batch's buffer: reads see the batch's own writes, and each key is
+    written to the table once, by :meth:`flush`, however many events changed it.
+    """
+
+    def __init__(self, table: MutableMapping[bytes, bytes]) -> None:
+        self.table = table
+        self.dirty: dict[bytes, bytes] = {}
+
+    def __getitem__(self, key: bytes) -> bytes:
+        if key in self.dirty:
+            return self.dirty[key]
+        return self.table[key]
+
+    def get(self, key: bytes, default: Any = None) -> Any:  # noqa: ANN401 - Mapping.get's own
+        found = self.dirty.get(key)
+        return found if found is not None else self.table.get(key, default)
+
+    def __setitem__(self, key: bytes, value: bytes) -> None:
+        self.dirty[key] = value
+
+    def __delitem__(self, key: bytes) -> None:  # not used by the access path
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter({**dict.fromkeys(self.table), **self.dirty})
+
+    def __len__(self) -> int:
+        return len(set(self.table) | set(self.dirty))
+
+    def flush(self, context: Callable[[bytes], AbstractContextManager[object]]) -> int:
+        """Write every buffered key to the table inside ``context(key)`` (the Faust event whose
+        partition the key's changelog record belongs to); returns how many.
+        """
+        for key, value in self.dirty.items():
+            with context(key):
+                self.table[key] = value
+        written = len(self.dirty)
+        self.dirty.clear()
+        return written
 
 
 class Processor:
@@ -185,6 +228,18 @@ class Processor:
         self.counters = counters
         self.pending = pending  # memory key -> accesses that arrived before the memory's write
         self.limits = limits
+
+    @contextmanager
+    def buffered(self) -> Iterator[tuple[WriteBack, WriteBack]]:
+        """Buffer the memory and counter tables for one batch (see :class:`WriteBack`); the
+        caller flushes both before the batch is acknowledged.
+        """
+        memories, counters = self.memories, self.counters
+        self.memories, self.counters = WriteBack(memories), WriteBack(counters)
+        try:
+            yield self.memories, self.counters
+        finally:
+            self.memories, self.counters = memories, counters
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -381,7 +436,7 @@ class Processor:
         assert new is not None
         if new != state:
             self.memories[record.key.encode()] = codec.encode(new)
-        self._after(message, record.at, new, effects, batch)
+        self._after(message, record.at, new, effects, batch, sync=serving_changed(state, new))
 
     def _park(self, key: bytes, message: Inbound, batch: Batch) -> None:
         batch.parked.add(message.partition)
@@ -454,9 +509,13 @@ class Processor:
         state: MemoryState,
         effects: Sequence[Effect],
         batch: Batch,
+        *,
+        sync: bool = True,
     ) -> None:
+        """Count and audit the effects; with ``sync``, the memory's Milvus row is rewritten."""
         key = f"{state.tenant_id}/{state.memory_id}"
-        batch.touch(key)
+        if sync:
+            batch.touch(key)
         if effects[0].kind is EffectKind.SKIPPED:
             return
         self._count(state.tenant_id, message.partition, effects)

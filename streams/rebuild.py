@@ -24,8 +24,7 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from storage import MemoryRow, MilvusStore
-from streams import codec
+from storage import MemoryRow, MilvusStore, codec
 from streams.settings import WorkerSettings
 
 CHUNK = 1000

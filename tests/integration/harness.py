@@ -20,8 +20,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from memcore import MemoryState
-from storage import MilvusConfig, MilvusStore
-from streams import codec
+from storage import MilvusConfig, MilvusStore, codec
 from streams.settings import WorkerSettings
 from streams.topics import ensure_topics
 from tests.infra import ROOT

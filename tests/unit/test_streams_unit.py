@@ -12,9 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memcore import EffectKind, ImportanceSource, resolve_importance
-from storage import Document, MemoryRow
+from storage import Document, MemoryRow, codec
 from storage.tenants import TenantRegistry
-from streams import codec
 from streams.processor import Batch, Inbound, Processor, tenant_counts
 from streams.records import (
     DecisionRecord,
@@ -189,7 +188,7 @@ def test_write_access_and_counters() -> None:
     assert deletes == []
 
 
-def test_redelivered_access_is_skipped_but_still_synced() -> None:
+def test_redelivered_access_is_skipped() -> None:
     t = Tables()
     t.write(write_bytes(importance=0.5))
     message = t.message("a", access_bytes())
@@ -201,9 +200,19 @@ def test_redelivered_access_is_skipped_but_still_synced() -> None:
     assert state is not None
     assert state[0].access_count == 1
     assert again.out == []  # no audit for a skipped event
-    assert list(again.touched) == [
-        "acme/m1"
-    ]  # the row is re-synced in case the first sync was lost
+    assert list(again.touched) == []
+
+
+def test_only_an_access_that_changes_a_served_field_rewrites_the_row() -> None:
+    t = Tables()
+    t.write(write_bytes(importance=0.5, memory_type="semantic"))
+    assert list(t.access(access_bytes()).touched) == []  # counters live in the tables
+    t.write(decision_bytes())  # archived
+    revived = t.access(access_bytes())
+    assert list(revived.touched) == ["acme/m1"]  # state: archived -> active
+    state = t.processor.state("acme/m1")
+    assert state is not None
+    assert (state.state.value, state.access_count) == ("active", 2)
 
 
 def test_bad_and_misrouted_messages() -> None:
