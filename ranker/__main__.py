@@ -5,17 +5,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import uvicorn
-from aiokafka import AIOKafkaProducer
 from fastapi import FastAPI
 
 from ranker.api import create_api
 from ranker.applied import AppliedOffsets, KafkaOffsets
 from ranker.kernel import set_threads
 from ranker.metrics import Metrics
+from ranker.producer import CachedCheck, EventProducer
 from ranker.service import RecallService
 from ranker.settings import RankerSettings
 from storage import MilvusStore
@@ -30,35 +30,33 @@ def build(
     store: MilvusStore | None = None,
     embedder: Embedder | None = None,
     metrics: Metrics | None = None,
+    worker_ready: Callable[[], bool] | None = None,
 ) -> FastAPI:
     """The app with its lifespan: Milvus, the embedder and the Kafka producer open at start-up.
 
     A ``store`` or ``embedder`` passed in is already started and stays open after the app stops
     (a process that also runs the stream worker shares them: Milvus Lite allows one process per file);
-    ``metrics`` passed in can serve more registries than the ranker's (that worker's).
+    ``metrics`` passed in can serve more registries than the ranker's (that worker's);
+    ``worker_ready``: True once that worker's tables have recovered (``GET /readyz`` waits for it).
     """
     owned, owned_embedder = store is None, embedder is None
     if store is None:
         store = MilvusStore(settings.milvus())
     if embedder is None:
         embedder = settings.make_embedder()
-    producers: list[AIOKafkaProducer] = []  # made in the lifespan: aiokafka needs a running loop
+    producer = EventProducer(
+        settings.kafka_bootstrap, settings.topic, timeout_s=settings.produce_timeout_s
+    )
     offsets = KafkaOffsets(
         settings.kafka_bootstrap,
         settings.app_id,
         {role: settings.topic(role) for role in ("memory-writes", "access-events")},
     )
 
-    async def send(role: str, key: bytes, value: bytes) -> Awaitable[object]:
-        delivery: Awaitable[object] = await producers[0].send(
-            settings.topic(role), key=key, value=value
-        )
-        return delivery
-
     service = RecallService(
         store,
         embedder,
-        send,
+        producer.send,
         candidates=settings.candidates,
         batch_max=settings.batch_max,
         batch_wait_s=settings.batch_wait_s,
@@ -76,11 +74,7 @@ def build(
             await asyncio.to_thread(store.connect)
         if owned_embedder:
             await asyncio.to_thread(embedder.start)
-        producer = AIOKafkaProducer(
-            bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=2
-        )
         await producer.start()
-        producers.append(producer)
         await offsets.start()
         await service.start()
         log.info("mnemostream ranker ready")
@@ -90,11 +84,20 @@ def build(
             await service.stop()
             await offsets.stop()
             await producer.stop()
-            producers.clear()
             if owned:
                 await asyncio.to_thread(store.close)
 
-    api = create_api(service, settings.registry(), settings.limits())
+    milvus = CachedCheck(lambda: asyncio.to_thread(store.reachable))
+    ready: dict[str, Callable[[], Awaitable[bool]]] = {"kafka": producer.ready, "milvus": milvus}
+    if worker_ready is not None:
+        ready["worker"] = lambda: asyncio.sleep(0, worker_ready())
+    api = create_api(
+        service,
+        settings.registry(),
+        settings.limits(),
+        max_in_flight=settings.max_in_flight,
+        ready=ready,
+    )
     api.router.lifespan_context = lifespan
     return api
 

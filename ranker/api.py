@@ -2,7 +2,9 @@
 
 Every route is authenticated by an API key (``Authorization: Bearer <key>`` or ``X-API-Key``); the
 key decides the tenant, never the body. No key or an unknown key: 401. Another tenant's memory id is
-indistinguishable from a missing one: 404. A saturated batcher: 429 with ``Retry-After``.
+indistinguishable from a missing one: 404. More than ``max_in_flight`` API requests being served,
+or a saturated batcher: 429 with ``Retry-After`` (:mod:`ranker.admission`). Kafka or Milvus not
+answering: 503 with ``Retry-After``; any other failure: 500, with a JSON body like every error.
 
 Writes and accesses are checked with the worker's own decode (:mod:`storage.records`) before
 anything is produced: a request is all-or-nothing, and a 200 means the worker will apply it. Every
@@ -12,8 +14,9 @@ validation error is a 422 with one body shape, ``{"detail": "<field>=<value>: <r
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -25,12 +28,16 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from memcore import InvalidField, Tier
 from memcore.policy import RecallPolicy, RecallPreset
+from ranker.admission import Admission
 from ranker.applied import NotAppliedError, Token
 from ranker.batcher import Overloaded
+from ranker.errors import Unavailable
 from ranker.service import Recalled, RecallQuery, RecallService
-from storage import Filters, MemoryRow, from_us, to_us
+from storage import Filters, MemoryRow, StorageError, from_us, to_us
 from storage.records import Limits, RecordError, checked_access, checked_write
 from storage.tenants import Tenant, TenantRegistry
+
+log = logging.getLogger(__name__)
 
 
 class _Body(BaseModel):
@@ -140,15 +147,100 @@ Auth = Annotated[Tenant, Depends(tenant)]
 
 
 def create_api(
-    service: RecallService, registry: TenantRegistry, limits: Limits | None = None
+    service: RecallService,
+    registry: TenantRegistry,
+    limits: Limits | None = None,
+    *,
+    max_in_flight: int = 256,
+    ready: Mapping[str, Callable[[], Awaitable[bool]]] | None = None,
 ) -> FastAPI:
     """The app; ``service`` must be started (and stopped) by the caller's lifespan. ``limits``:
     what the worker accepts (``SharedSettings.limits()``); default: the embedder's dimension and
-    the settings' default sizes and skew.
+    the settings' default sizes and skew. ``max_in_flight``: API requests served at once, beyond
+    which 429. ``ready``: named checks (cheap or cached) that ``GET /readyz`` requires besides
+    the batcher running (the producer, Milvus, the worker's recovery in ``python -m server``).
     """
     api = FastAPI(title="Mnemostream", version="0.1.0")
+    api.add_middleware(
+        Admission,
+        max_in_flight=max_in_flight,
+        metrics=service.metrics,
+        routes=lambda: api.routes,
+    )
+    checks = dict(ready or {})
     api.state.registry = registry
-    checks = limits or Limits(service.embedder.dim, 16_384, registry)
+    limits = limits or Limits(service.embedder.dim, 16_384, registry)
+
+    _errors(api)
+
+    @api.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(service.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @api.get("/healthz", include_in_schema=False)
+    async def healthz() -> JSONResponse:
+        """200 while the service can score (started, batcher alive); 503 otherwise."""
+        if service.batcher.running:
+            return JSONResponse({"status": "ok"})
+        return JSONResponse({"status": "stopped"}, 503)
+
+    @api.get("/readyz", include_in_schema=False)
+    async def readyz() -> JSONResponse:
+        """200 when the service can answer: the batcher runs and every check passes; else 503
+        naming the checks that fail.
+        """
+        results = {"batcher": service.batcher.running}
+        for name, check in checks.items():
+            try:
+                results[name] = bool(await check())
+            except Exception:
+                log.warning("readiness check %s failed", name, exc_info=True)
+                results[name] = False
+        if all(results.values()):
+            return JSONResponse({"status": "ready", "checks": results})
+        return JSONResponse({"status": "not ready", "checks": results}, 503)
+
+    @api.post("/v1/recall")
+    async def recall(body: RecallBody, who: Auth) -> dict[str, Any]:
+        results = await service.recall(who.tenant_id, _query(body, who, ("active", "archived")))
+        if body.include_history:
+            results.sort(key=lambda r: (r.row.created_at_us, r.row.memory_id))
+        return {"results": [_recalled(r) for r in results]}
+
+    @api.post("/v1/archive/search")
+    async def archive_search(body: RecallBody, who: Auth) -> dict[str, Any]:
+        query = _query(body.model_copy(update={"track": False}), who, ("archived",))
+        results = await service.recall(who.tenant_id, query)
+        return {"results": [_recalled(r) for r in results]}
+
+    @api.post("/v1/memories")
+    async def write(body: WriteBody, who: Auth) -> dict[str, Any]:
+        docs = _writes(body, who.tenant_id, limits, datetime.now(UTC))
+        ids, token = await service.write(who.tenant_id, docs)
+        return {"ids": ids, "token": token.encode()}
+
+    @api.post("/v1/access")
+    async def access(body: AccessBody, who: Auth) -> dict[str, Any]:
+        now = datetime.now(UTC)
+        at = body.at or now
+        _check_accesses(body, who.tenant_id, at, limits, now)
+        token = await service.access(who.tenant_id, body.memory_ids, at, body.kind)
+        return {"accepted": len(body.memory_ids), "token": token.encode()}
+
+    @api.get("/v1/memories/{memory_id}")
+    async def get(
+        memory_id: str, who: Auth, after: Annotated[list[str] | None, Query()] = None
+    ) -> dict[str, Any]:
+        row = await service.get(who.tenant_id, memory_id, Token.merged(after or []))
+        if row is None:
+            raise HTTPException(404, "no such memory")
+        return _memory(row)
+
+    return api
+
+
+def _errors(api: FastAPI) -> None:
+    """One JSON body for every error: ``detail`` (and ``field`` for a 422)."""
 
     @api.exception_handler(Overloaded)
     async def overloaded(_: object, exc: Overloaded) -> JSONResponse:
@@ -159,6 +251,22 @@ def create_api(
     async def not_applied(_: object, exc: NotAppliedError) -> JSONResponse:
         retry = max(1, math.ceil(exc.retry_after_s))
         return JSONResponse({"detail": str(exc)}, 503, {"Retry-After": str(retry)})
+
+    @api.exception_handler(Unavailable)
+    async def unavailable(_: object, exc: Unavailable) -> JSONResponse:
+        return _retry(503, str(exc), exc.retry_after_s)
+
+    @api.exception_handler(StorageError)
+    async def storage_failed(_: object, exc: StorageError) -> JSONResponse:
+        if exc.retriable:
+            return _retry(503, f"milvus {exc}", 1.0)
+        log.error("storage error: %s", exc)
+        return JSONResponse({"detail": f"milvus {exc}"}, 500)
+
+    @api.exception_handler(Exception)
+    async def failed(_: object, exc: Exception) -> JSONResponse:
+        log.error("internal error: %s: %s", type(exc).__name__, exc, exc_info=exc)
+        return JSONResponse({"detail": f"internal error: {type(exc).__name__}"}, 500)
 
     @api.exception_handler(InvalidField)
     async def invalid(_: object, exc: InvalidField) -> JSONResponse:
@@ -177,72 +285,42 @@ def create_api(
         loc = [p for p in err.get("loc", ()) if p != "body"]
         return _invalid(RecordError(_path(loc) or "$", err.get("input"), str(err.get("msg"))))
 
-    @api.get("/metrics", include_in_schema=False)
-    async def metrics() -> Response:
-        return Response(service.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-    @api.get("/healthz", include_in_schema=False)
-    async def healthz() -> JSONResponse:
-        """200 while the service can score (started, batcher alive); 503 otherwise."""
-        if service.batcher.running:
-            return JSONResponse({"status": "ok"})
-        return JSONResponse({"status": "stopped"}, 503)
+def _writes(body: WriteBody, tenant_id: str, limits: Limits, now: datetime) -> list[dict[str, Any]]:
+    """The write documents to produce, each checked as the worker decodes it (all of them before
+    any is produced); raises RecordError naming ``memories[i].<field>``.
+    """
+    docs = []
+    for i, m in enumerate(body.memories):
+        doc = {
+            **m.model_dump(exclude_none=True),
+            "tenant_id": tenant_id,
+            "at": m.at or now.isoformat(),
+        }
+        try:
+            record, _ = checked_write(doc, limits, now)
+        except RecordError as exc:
+            raise _under(f"memories[{i}]", exc) from exc
+        docs.append({**doc, "memory_id": record.memory_id})
+    return docs
 
-    @api.post("/v1/recall")
-    async def recall(body: RecallBody, who: Auth) -> dict[str, Any]:
-        results = await service.recall(who.tenant_id, _query(body, who, ("active", "archived")))
-        if body.include_history:
-            results.sort(key=lambda r: (r.row.created_at_us, r.row.memory_id))
-        return {"results": [_recalled(r) for r in results]}
 
-    @api.post("/v1/archive/search")
-    async def archive_search(body: RecallBody, who: Auth) -> dict[str, Any]:
-        query = _query(body.model_copy(update={"track": False}), who, ("archived",))
-        results = await service.recall(who.tenant_id, query)
-        return {"results": [_recalled(r) for r in results]}
+def _check_accesses(
+    body: AccessBody, tenant_id: str, at: datetime, limits: Limits, now: datetime
+) -> None:
+    """Raise RecordError (``memory_ids[i]``, ``at``) unless the worker accepts every access."""
+    for i, memory_id in enumerate(body.memory_ids):
+        doc = {"tenant_id": tenant_id, "memory_id": memory_id, "at": at.isoformat()}
+        try:
+            checked_access({**doc, "kind": body.kind}, limits, now)
+        except RecordError as exc:
+            field = f"memory_ids[{i}]" if exc.field == "memory_id" else exc.field
+            raise RecordError(field, exc.value, exc.reason) from exc
 
-    @api.post("/v1/memories")
-    async def write(body: WriteBody, who: Auth) -> dict[str, Any]:
-        now = datetime.now(UTC)
-        docs = []
-        for i, m in enumerate(body.memories):  # every memory is checked before any is produced
-            doc = {
-                **m.model_dump(exclude_none=True),
-                "tenant_id": who.tenant_id,
-                "at": m.at or now.isoformat(),
-            }
-            try:
-                record, _ = checked_write(doc, checks, now)
-            except RecordError as exc:
-                raise _under(f"memories[{i}]", exc) from exc
-            docs.append({**doc, "memory_id": record.memory_id})
-        ids, token = await service.write(who.tenant_id, docs)
-        return {"ids": ids, "token": token.encode()}
 
-    @api.post("/v1/access")
-    async def access(body: AccessBody, who: Auth) -> dict[str, Any]:
-        now = datetime.now(UTC)
-        at = body.at or now
-        for i, memory_id in enumerate(body.memory_ids):
-            doc = {"tenant_id": who.tenant_id, "memory_id": memory_id, "at": at.isoformat()}
-            try:
-                checked_access({**doc, "kind": body.kind}, checks, now)
-            except RecordError as exc:
-                field = f"memory_ids[{i}]" if exc.field == "memory_id" else exc.field
-                raise RecordError(field, exc.value, exc.reason) from exc
-        token = await service.access(who.tenant_id, body.memory_ids, at, body.kind)
-        return {"accepted": len(body.memory_ids), "token": token.encode()}
-
-    @api.get("/v1/memories/{memory_id}")
-    async def get(
-        memory_id: str, who: Auth, after: Annotated[list[str] | None, Query()] = None
-    ) -> dict[str, Any]:
-        row = await service.get(who.tenant_id, memory_id, Token.merged(after or []))
-        if row is None:
-            raise HTTPException(404, "no such memory")
-        return _memory(row)
-
-    return api
+def _retry(status: int, detail: str, retry_after_s: float) -> JSONResponse:
+    retry = max(1, math.ceil(retry_after_s))
+    return JSONResponse({"detail": detail}, status, {"Retry-After": str(retry)})
 
 
 def _invalid(exc: RecordError) -> JSONResponse:

@@ -33,6 +33,17 @@ class Metrics:
         self.overloaded = Counter(
             "mnemostream_recall_overloaded", "recalls refused with 429", registry=self.registry
         )
+        self.http_responses = Counter(
+            "mnemostream_http_responses",
+            "HTTP responses by route (its path template) and status",
+            ["route", "status"],
+            registry=self.registry,
+        )
+        self.in_flight = Gauge(
+            "mnemostream_http_in_flight",
+            "API requests being served (admission control refuses more than MNEMO_MAX_IN_FLIGHT)",
+            registry=self.registry,
+        )
 
     def on_batch(self, stats: BatchStats) -> None:
         self.batch_size.observe(stats.size)

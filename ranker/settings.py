@@ -16,6 +16,17 @@ class RankerSettings(SharedSettings):
     batch_max: int = Field(64, ge=1, description="requests scored in one torch pass, at most")
     batch_wait_s: float = Field(0.002, ge=0, description="how long a batch waits to fill")
     queue_max: int = Field(1024, ge=1, description="waiting requests before HTTP 429")
+    max_in_flight: int = Field(
+        256,
+        ge=1,
+        description="API requests served at once; more get HTTP 429 at once, before any work",
+    )
+    produce_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        le=300,
+        description="a write or access not acknowledged by Kafka in this time gets HTTP 503",
+    )
     after_timeout_s: float = Field(
         10.0, gt=0, description="how long a read waits for its read-your-writes token, at most"
     )

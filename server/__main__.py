@@ -37,6 +37,7 @@ def main() -> None:
         store=services.store,
         embedder=services.embedder,
         metrics=Metrics(services.metrics.registry),
+        worker_ready=lambda: bool(app.tables.recovery.completed.is_set()),  # type: ignore[attr-defined]
     )
 
     @app.task  # type: ignore[untyped-decorator]

@@ -174,6 +174,16 @@ class MilvusStore:
         """Drop the collection (tests and rebuilds)."""
         self._call("drop", lambda: self.client.drop_collection(self.config.collection))
 
+    def reachable(self, timeout_s: float = 2.0) -> bool:
+        """True when the collection answers now (a cheap call, for readiness checks)."""
+        if self._client is None:
+            return False
+        try:
+            self._client.has_collection(self.config.collection, timeout=timeout_s)
+        except Exception:
+            return False
+        return True
+
     @property
     def client(self) -> Any:  # noqa: ANN401 - pymilvus is untyped
         if self._client is None:

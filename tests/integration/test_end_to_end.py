@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
+import httpx
 import orjson
 import pytest
 
@@ -151,3 +153,20 @@ def test_an_access_revives_an_archived_memory(server: str, stack: Stack) -> None
         assert [(m.memory_id, m.state) for m in archived] == [(memory_id, "archived")]
         client.access([memory_id], "get", T0 + timedelta(days=3))
         assert state() == "active"
+
+
+def test_ready_once_the_worker_recovered(server: str) -> None:
+    """``/readyz`` in ``python -m server`` checks the worker's table recovery besides the ranker's
+    own dependencies (polled: recovery may end after the API starts).
+    """
+    deadline = time.monotonic() + 120
+    while True:
+        reply = httpx.get(f"{server}/readyz", timeout=10)
+        if reply.status_code == 200 or time.monotonic() > deadline:
+            break
+        assert reply.json()["status"] == "not ready"
+        time.sleep(0.5)
+    assert reply.status_code == 200, reply.text
+    checks = {"batcher": True, "kafka": True, "milvus": True, "worker": True}
+    assert reply.json() == {"status": "ready", "checks": checks}
+    assert httpx.get(f"{server}/healthz", timeout=10).status_code == 200

@@ -23,7 +23,7 @@ import os
 import re
 import shlex
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -33,8 +33,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from ranker.api import create_api
+from ranker.service import RecallService
 from ranker.settings import RankerSettings
-from storage import MilvusStore
+from storage import MilvusConfig, MilvusStore
 from storage.embedding import Hashing
 from storage.settings import SharedSettings
 from storage.tenants import TenantRegistry
@@ -257,6 +259,20 @@ def named_port(container: Doc, name: str) -> int:
     return int(port)
 
 
+PROBES = ("startupProbe", "readinessProbe", "livenessProbe")
+
+
+def api_paths() -> set[str]:
+    """The paths the ranker's app serves (built without I/O: nothing is connected)."""
+    registry = TenantRegistry.open_to(["acme"])
+    service = RecallService(MilvusStore(MilvusConfig("unused.db", dim=8)), Hashing(8), _no_send)
+    return {str(getattr(route, "path", "")) for route in create_api(service, registry).routes}
+
+
+async def _no_send(role: str, key: bytes, value: bytes) -> Awaitable[object]:
+    raise AssertionError(role)
+
+
 def probe_ports(container: Doc) -> list[str | int]:
     return [
         probe[kind]["port"]
@@ -406,6 +422,13 @@ def test_ports_probes_and_scrape_annotations_follow_the_settings(
     assert probe_ports(worker_container) == ["metrics"]
     assert worker_container["readinessProbe"]["tcpSocket"]["port"] == "metrics"
     assert set(probe_ports(ranker_container)) == {"http"}
+    paths = {key: ranker_container[key]["httpGet"]["path"] for key in PROBES}
+    assert paths == {
+        "startupProbe": "/healthz",
+        "readinessProbe": "/readyz",
+        "livenessProbe": "/healthz",
+    }
+    assert set(paths.values()) <= api_paths()
     for workload, settings_port in ((worker, ws.metrics_port), (ranker, rs.port)):
         annotations = workload["spec"]["template"]["metadata"]["annotations"]
         assert annotations["prometheus.io/scrape"] == "true"

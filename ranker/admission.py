@@ -1,0 +1,91 @@
+"""Admission control at the edge, and the HTTP status counter.
+
+An ASGI middleware in front of the whole app: a request to the API (``/v1/...``) beyond
+``max_in_flight`` being served is answered 429 with ``Retry-After`` at once, before its body is
+read, embedded or searched, so overload costs microseconds and memory stays bounded. Every
+response is counted in ``mnemostream_http_responses_total{route,status}`` (``route`` is the
+path template, ``other`` for no route).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import orjson
+from starlette.routing import BaseRoute, Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ranker.metrics import Metrics
+
+RETRY_AFTER_S = 1
+"""The retry hint of a refused request: the service drains its in-flight requests in about this."""
+
+
+class Admission:
+    """The middleware. ``routes``: the app's routes, read at call time (for the route label)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_in_flight: int,
+        metrics: Metrics,
+        routes: Callable[[], Sequence[BaseRoute]],
+    ) -> None:
+        if max_in_flight < 1:
+            msg = f"max_in_flight={max_in_flight}: must be at least 1"
+            raise ValueError(msg)
+        self.app = app
+        self.max_in_flight = max_in_flight
+        self.metrics = metrics
+        self.routes = routes
+        self.in_flight = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        route = self._route(scope)
+        status = 500  # an exception escaping the app is answered 500 by the server
+
+        async def counted(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        admitted = str(scope.get("path", "")).startswith("/v1/")
+        try:
+            if admitted and self.in_flight >= self.max_in_flight:
+                await self._refuse(counted)
+                return
+            if admitted:
+                self.in_flight += 1
+                self.metrics.in_flight.set(self.in_flight)
+            try:
+                await self.app(scope, receive, counted)
+            finally:
+                if admitted:
+                    self.in_flight -= 1
+                    self.metrics.in_flight.set(self.in_flight)
+        finally:
+            self.metrics.http_responses.labels(route, str(status)).inc()
+
+    async def _refuse(self, send: Send) -> None:
+        body = orjson.dumps(
+            {"detail": f"{self.in_flight} requests in flight; retry after {RETRY_AFTER_S} s"}
+        )
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"retry-after", str(RETRY_AFTER_S).encode()),
+        ]
+        await send({"type": "http.response.start", "status": 429, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    def _route(self, scope: Scope) -> str:
+        for route in self.routes():
+            match, _ = route.matches(scope)
+            if match is Match.FULL:
+                return str(getattr(route, "path", "other"))
+        return "other"

@@ -1,0 +1,24 @@
+"""The ranker's own error for a dependency that cannot answer now (HTTP 503 with Retry-After).
+
+Vendor errors (aiokafka's) are translated into it where the ranker calls the vendor
+(:mod:`ranker.producer`); Milvus errors arrive as :class:`storage.StorageError` already.
+"""
+
+from __future__ import annotations
+
+
+class Unavailable(Exception):  # noqa: N818 - the condition, as callers catch it
+    """``dependency`` (``kafka``, ``milvus``) did not answer ``operation`` in time or refused it;
+    the same request may succeed after ``retry_after_s``.
+    """
+
+    retriable = True
+
+    def __init__(
+        self, dependency: str, operation: str, reason: str, retry_after_s: float = 1.0
+    ) -> None:
+        self.dependency = dependency
+        self.operation = operation
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+        super().__init__(f"{dependency} {operation}: {reason} (retriable)")
