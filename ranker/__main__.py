@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from ranker.api import create_api
 from ranker.applied import AppliedOffsets, KafkaOffsets
 from ranker.kernel import set_threads
+from ranker.logs import configure
 from ranker.metrics import Metrics
 from ranker.producer import CachedCheck, EventProducer
 from ranker.service import RecallService
@@ -106,10 +107,10 @@ def main() -> None:
     """Serve on ``MNEMO_HOST``:``MNEMO_PORT``."""
     parse_service_args("python -m ranker", __doc__ or "", [RankerSettings], sys.argv[1:])
     settings = RankerSettings()
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    configure(settings.log_format)
+    uvicorn.run(
+        build(settings), host=settings.host, port=settings.port, log_level="info", log_config=None
     )
-    uvicorn.run(build(settings), host=settings.host, port=settings.port, log_level="info")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from ranker.admission import Admission
 from ranker.applied import NotAppliedError, Token
 from ranker.batcher import Overloaded
 from ranker.errors import Unavailable
+from ranker.logs import RequestLog, set_tenant
 from ranker.service import Recalled, RecallQuery, RecallService
 from storage import Filters, MemoryRow, StorageError, from_us, to_us
 from storage.records import Limits, RecordError, checked_access, checked_write
@@ -140,6 +141,7 @@ def tenant(
     found = registry.by_api_key(key) if key else None
     if found is None:
         raise HTTPException(401, "missing or unknown API key", {"WWW-Authenticate": "Bearer"})
+    set_tenant(found.tenant_id)
     return found
 
 
@@ -162,11 +164,12 @@ def create_api(
     """
     api = FastAPI(title="Mnemostream", version="0.1.0")
     api.add_middleware(
-        Admission,
+        Admission,  # inside RequestLog: a refused request is logged with its request id too
         max_in_flight=max_in_flight,
         metrics=service.metrics,
         routes=lambda: api.routes,
     )
+    api.add_middleware(RequestLog)
     checks = dict(ready or {})
     api.state.registry = registry
     limits = limits or Limits(service.embedder.dim, 16_384, registry)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from storage.settings import SharedSettings
@@ -11,6 +13,9 @@ class RankerSettings(SharedSettings):
     """What the recall service needs beyond the shared settings. Units are in the names."""
 
     host: str = "127.0.0.1"
+    log_format: Literal["json", "text"] = Field(
+        "text", description="json: one object per line, with request_id and tenant_id"
+    )
     port: int = Field(8080, ge=1, le=65535)
     candidates: int = Field(100, ge=1, le=16_384, description="Milvus hits scored per request")
     batch_max: int = Field(64, ge=1, description="requests scored in one torch pass, at most")

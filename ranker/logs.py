@@ -1,0 +1,127 @@
+"""The HTTP API's logs: one line per request with its request id and tenant id, as JSON or text.
+
+``MNEMO_LOG_FORMAT=json`` writes every log record as one JSON object (``ts``, ``level``,
+``logger``, ``message``, ``request_id``, ``tenant_id``, ``exc``); ``text`` (the default) writes
+the same fields as plain text. The request id is the caller's ``X-Request-ID`` (when it is a
+short printable token) or a new one, and is returned in the response's ``X-Request-ID``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import re
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Literal
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+LogFormat = Literal["json", "text"]
+
+_context: contextvars.ContextVar[dict[str, str | None] | None] = contextvars.ContextVar(
+    "mnemostream_request", default=None
+)
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+access_log = logging.getLogger("mnemostream.http")
+
+
+def set_tenant(tenant_id: str) -> None:
+    """Record the tenant of the request being served (the API key's, once authenticated)."""
+    current = _context.get()
+    if current is not None:
+        current["tenant_id"] = tenant_id
+
+
+class RequestContext(logging.Filter):
+    """Adds ``request_id`` and ``tenant_id`` (None outside a request) to every record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        current = _context.get() or {}
+        record.request_id = current.get("request_id")
+        record.tenant_id = current.get("tenant_id")
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, object] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+            "request_id": getattr(record, "request_id", None),
+            "tenant_id": getattr(record, "tenant_id", None),
+        }
+        for name in ("method", "route", "status", "duration_ms"):
+            if hasattr(record, name):
+                line[name] = getattr(record, name)
+        if record.exc_info:
+            line["exc"] = self.formatException(record.exc_info)
+        return orjson.dumps(line, default=str).decode()
+
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s %(tenant_id)s]: %(message)s"
+
+
+def configure(log_format: LogFormat, level: int = logging.INFO) -> None:
+    """Route every logger (uvicorn's too) to one stderr handler in ``log_format``."""
+    handler = logging.StreamHandler()
+    handler.addFilter(RequestContext())
+    handler.setFormatter(
+        JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = []
+        logger.propagate = name != "uvicorn.access"  # our access line replaces uvicorn's
+
+
+class RequestLog:
+    """ASGI middleware: a request id per request, echoed as ``X-Request-ID``, and one log line
+    when the response starts (method, route path, status, duration).
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope.get("headers", [])).get(b"x-request-id", b"").decode("latin-1")
+        request_id = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        token = _context.set({"request_id": request_id, "tenant_id": None})
+        started = time.perf_counter()
+
+        async def tagged(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [
+                    *message.get("headers", []),
+                    (b"x-request-id", request_id.encode()),
+                ]
+                access_log.info(
+                    "%s %s %d",
+                    scope.get("method"),
+                    scope.get("path"),
+                    message["status"],
+                    extra={
+                        "method": scope.get("method"),
+                        "route": scope.get("path"),
+                        "status": message["status"],
+                        "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+                    },
+                )
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tagged)
+        finally:
+            _context.reset(token)

@@ -1,0 +1,69 @@
+"""The HTTP API's request log: request id and tenant id on every line, as JSON."""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Awaitable, Iterator
+
+import httpx
+import orjson
+import pytest
+
+from ranker.api import create_api
+from ranker.logs import JsonFormatter, RequestContext, access_log
+from ranker.service import RecallService
+from storage import MilvusConfig, MilvusStore
+from storage.embedding import Hashing
+from storage.tenants import TenantRegistry
+
+KEY = "key-acme-0123456789"
+
+
+async def _no_send(role: str, key: bytes, value: bytes) -> Awaitable[object]:
+    raise AssertionError(role)
+
+
+@pytest.fixture
+def lines() -> Iterator[io.StringIO]:
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.addFilter(RequestContext())
+    handler.setFormatter(JsonFormatter())
+    access_log.addHandler(handler)
+    level = access_log.level
+    access_log.setLevel(logging.INFO)
+    yield out
+    access_log.removeHandler(handler)
+    access_log.setLevel(level)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_every_request_logs_its_request_id_and_tenant(lines: io.StringIO) -> None:
+    registry = TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}})
+    store = MilvusStore(MilvusConfig("unused.db", dim=4))  # never connected: no request reaches it
+    app = create_api(RecallService(store, Hashing(4), _no_send), registry)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://mnemostream") as http:
+        given = {"X-API-Key": KEY, "X-Request-ID": "req-42"}
+        bad = await http.post("/v1/recall", json={"k": 3}, headers=given)
+        anonymous = await http.post("/v1/recall", json={"k": 3})
+        odd = await http.post("/v1/recall", json={}, headers={"X-Request-ID": "a b\tc"})
+    assert (bad.status_code, bad.headers["X-Request-ID"]) == (422, "req-42")
+    first, second, third = (orjson.loads(line) for line in lines.getvalue().splitlines())
+    assert {k: first[k] for k in ("request_id", "tenant_id", "status", "method", "route")} == {
+        "request_id": "req-42",
+        "tenant_id": "acme",
+        "status": 422,
+        "method": "POST",
+        "route": "/v1/recall",
+    }
+    assert (first["level"], first["logger"]) == ("info", "mnemostream.http")
+    assert (second["tenant_id"], second["status"]) == (None, 401)
+    assert second["request_id"] == anonymous.headers["X-Request-ID"] != "req-42"
+    assert third["request_id"] == odd.headers["X-Request-ID"] != "a b\tc"  # not a token: replaced
