@@ -19,6 +19,7 @@ from ranker.metrics import Metrics
 from ranker.producer import CachedCheck, EventProducer
 from ranker.service import RecallService
 from ranker.settings import RankerSettings
+from ranker.view import StateView, changelog_topic
 from storage import MilvusStore
 from storage.embedding import Embedder
 from storage.usage import parse_service_args
@@ -48,6 +49,7 @@ def build(
     producer = EventProducer(
         settings.kafka_bootstrap, settings.topic, timeout_s=settings.produce_timeout_s
     )
+    view = StateView(settings.kafka_bootstrap, changelog_topic(settings.app_id))
     offsets = KafkaOffsets(
         settings.kafka_bootstrap,
         settings.app_id,
@@ -64,8 +66,12 @@ def build(
         queue_max=settings.queue_max,
         metrics=metrics,
         applied=AppliedOffsets(
-            offsets.committed, offsets.end_offsets, timeout_s=settings.after_timeout_s
+            offsets.committed,
+            offsets.end_offsets,
+            timeout_s=settings.after_timeout_s,
+            view_caught_up=view.caught_up,
         ),
+        view=view,
     )
 
     @asynccontextmanager
@@ -77,12 +83,14 @@ def build(
             await asyncio.to_thread(embedder.start)
         await producer.start()
         await offsets.start()
+        await view.start()
         await service.start()
         log.info("mnemostream ranker ready")
         try:
             yield
         finally:
             await service.stop()
+            await view.stop()
             await offsets.stop()
             await producer.stop()
             if owned:
