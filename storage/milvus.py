@@ -476,8 +476,9 @@ class MilvusStore:
 
 
 # Milvus status codes that say "try again": 2 connect failed / server unavailable (pymilvus raises it
-# when no server answers), 8 rate limited, and the server's own "not ready" codes.
-_RETRIABLE_CODES = frozenset({2, 8, 1100, 1101, 1102})
+# when no server answers) and 8 rate limited. Not 1100-1102: the 2.3 server answers 1100 for an
+# invalid parameter (a field over its length), which no retry can fix.
+_RETRIABLE_CODES = frozenset({2, 8})
 
 
 def translate(operation: str, exc: BaseException) -> StorageError:

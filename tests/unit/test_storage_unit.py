@@ -86,6 +86,8 @@ def test_error_translation() -> None:
     assert translate("upsert", ConnectionError("down")).retriable
     assert translate("upsert", MilvusException(code=2, message="unavailable")).retriable
     assert not translate("upsert", MilvusException(code=1100 + 900, message="bad")).retriable
+    invalid = MilvusException(code=1100, message="invalid parameter: length exceeds max length")
+    assert not translate("upsert", invalid).retriable  # an input error never heals
     assert not translate("upsert", ValueError("x")).retriable
     err = translate("search", TimeoutError())
     assert isinstance(err, StorageError)
