@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from memcore.ids import indexed_text
 from memcore.importance import rule_importance
 from memcore.keyword import tokenize
 
@@ -207,6 +208,7 @@ class Variant:
     prev: bool = False
     next: bool = False
     context_first: bool = False  # "prev / current" in time order instead of "current (context)"
+    split: bool = False  # the date and the previous turn go in the write's ``context``, not content
 
 
 VARIANTS: tuple[Variant, ...] = (
@@ -222,12 +224,20 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("date+spk+cap+prev", caption=True, date=True, prev=True),
     Variant("date+prev/spk+cap", caption=True, date=True, prev=True, context_first=True),
     Variant("date+spk+cap+prev+next", caption=True, date=True, prev=True, next=True),
+    # The service's ``context`` field: indexed as ``memcore.ids.indexed_text`` = context, newline,
+    # content; content "Caroline: text [shares a photo: ...]".
+    Variant("ctx[date] spk+cap", caption=True, date=True, split=True),
+    Variant("ctx[prev] spk+cap", caption=True, prev=True, split=True),
+    Variant("ctx[date+prev] spk+cap", caption=True, date=True, prev=True, split=True),
 )
 
 
-#: The write-side text the service should store per turn: the best variant that needs nothing written
-#: later (no ``next`` turn): "[8 May 2023] Caroline: text [shares a photo: caption]\n(previous: ...)".
-SERVICE_VARIANT = Variant("date+spk+cap+prev", caption=True, date=True, prev=True)
+#: What a turn's write carries (``bench.quality`` writes it): content "Caroline: text [shares a photo:
+#: caption]" and context "[8 May 2023] previous: Melanie: text", which the service embeds and indexes
+#: before the content. Everything in it is known when the turn is written. The best text written
+#: inline as content alone is ``date+spk+cap+prev`` (``INLINE_VARIANT``).
+SERVICE_VARIANT = Variant("ctx[date+prev] spk+cap", caption=True, date=True, prev=True, split=True)
+INLINE_VARIANT = Variant("date+spk+cap+prev", caption=True, date=True, prev=True)
 
 
 def date_words(at: datetime) -> str:
@@ -242,13 +252,36 @@ def _line(turn: Turn, variant: Variant) -> str:
     return text
 
 
-def render(turns: Sequence[Turn], index: int, variant: Variant) -> str:
-    """The memory text of ``turns[index]``; context turns come from the same session only."""
+def _neighbours(
+    turns: Sequence[Turn], index: int, variant: Variant
+) -> tuple[Turn | None, Turn | None]:
+    """The previous and next turns the variant uses, from the same session only."""
     turn = turns[index]
     before = turns[index - 1] if variant.prev and index > 0 else None
     after = turns[index + 1] if variant.next and index + 1 < len(turns) else None
     before = before if before and before.session == turn.session else None
     after = after if after and after.session == turn.session else None
+    return before, after
+
+
+def write_parts(turns: Sequence[Turn], index: int, variant: Variant) -> tuple[str, str | None]:
+    """The ``content`` and ``context`` of the write for ``turns[index]``."""
+    if not variant.split:
+        return render(turns, index, variant), None
+    turn = turns[index]
+    before, after = _neighbours(turns, index, variant)
+    context = [f"[{date_words(turn.at)}]"] if variant.date else []
+    context += [f"previous: {_line(before, variant)}"] if before else []
+    context += [f"next: {_line(after, variant)}"] if after else []
+    return _line(turn, variant), " ".join(context) or None
+
+
+def render(turns: Sequence[Turn], index: int, variant: Variant) -> str:
+    """The text embedded and BM25-indexed for ``turns[index]``."""
+    if variant.split:
+        return indexed_text(*write_parts(turns, index, variant))
+    turn = turns[index]
+    before, after = _neighbours(turns, index, variant)
     text = _line(turn, variant)
     if variant.context_first:
         text = "\n".join([*([_line(before, variant)] if before else []), text])
@@ -500,7 +533,8 @@ class Study:
         for conversation, turns in zip(
             self.data.conversations, self.turn_vectors(embedded), strict=True
         ):
-            written = render_all(conversation, embedded)
+            turns_of = conversation.turns
+            written = [write_parts(turns_of, i, embedded)[0] for i in range(len(turns_of))]
             questions = [q.text for q in conversation.questions]
             out.append(
                 Signals(

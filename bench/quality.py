@@ -1,0 +1,874 @@
+"""Recall quality measured through the service's HTTP API: LoCoMo and a knowledge-update workload.
+
+Against ``make up`` (the service reads its tenant registry once, at start-up)::
+
+    .venv/bin/python -m bench.quality tenants     # adds the bench's tenants and keys to var/tenants.json
+    make down && make up                          # restart so that the service sees them
+    .venv/bin/python -m bench.quality locomo      # [--data ../shared/data/locomo10.json] [--json]
+    .venv/bin/python -m bench.quality updates     # [--seed 7] [--json]
+
+``tenants`` keeps what the file already holds (the ``demo`` tenant, its key) and adds one tenant per
+LoCoMo conversation (``locomo-conv-26``, ...) and the update workload's (``upd-0`` .. ``upd-3``),
+each with a fresh key. Another file: ``--tenants-file F`` here and ``MNEMO_TENANTS_FILE=F make up``.
+Keys come from that file; ``--key TENANT=KEY`` overrides one. ``--base-url`` (default
+http://127.0.0.1:8080). Start from a fresh state
+(``make down && rm -rf var/worker var/milvus.db var/kafka/data && make up``; the worker's tables are
+restored from Kafka, so all three go): LoCoMo writes carry their own ids, so a rerun rewrites the same
+memories, but ``updates`` refuses a tenant that already holds its memories (its explicit accesses
+would count twice) unless ``--force``.
+
+**locomo**: one memory per turn, written as ``bench.quality_study.SERVICE_VARIANT`` (the offline
+study's choice, ``docs/quality-study.md``): content "Caroline: <text> [shares a photo: <caption>]",
+context "[8 May 2023] previous: Melanie: <previous turn>" (the service embeds and indexes the context
+with the content and returns the content alone; ``--representation`` picks another variant, e.g.
+``date+spk+cap+prev`` with everything inline in the content), ``at`` = the session's date,
+``memory_id`` = ``<sample>-<dia_id>``, ``session_id`` = ``session_<n>``; writes in batches of 1,000.
+Each question (categories 1-4) is one recall: k 10, ``at`` one hour after the conversation's last
+session, ``track`` false; the tenant's first recall carries the write tokens as ``after``
+(read-your-writes; a server that gives no token or refuses the field gets every written id polled
+with ``GET /v1/memories/{id}`` until it answers 200 instead). Metrics as in ``bench.quality_study``
+(R@10 per category, the old slice, Hit@10) plus results returned per question and leaks (a result
+that is not one of the tenant's own writes). The same table has the offline baselines (cosine, BM25,
+and the service's blend computed offline) on turn text only and on the written content.
+
+**updates**: a seeded generator (``updates_workload``) of tenants that reuse the same person names:
+changing facts ("Alice lives in Osaka." ... "Alice lives in Lisbon now.", five attributes, 2-4
+versions weeks to months apart), old critical facts (importance 0.9, 200-300 days old) under recent
+chatter about the same person, paraphrase sets of which one is accessed explicitly later, and
+general chatter. Probes and their metrics:
+
+* ``current``: "Where does Alice live?" after every write: newest-first (top 1 is the newest
+  version), stale-above-newest (an older version ranks above the newest, or is returned without it);
+* ``as-of``: the same question with ``at`` between two versions: as-of P@1 (top 1 is the version
+  valid then);
+* ``before``: "Where did Alice live before Lisbon?" with ``include_history`` true: before P@1 = of
+  the fact's versions older than the named one that come back, the newest is its predecessor (the
+  order of the results is not used: with history the service lists them in time order);
+* ``critical``: "What is Bob allergic to?": critical R@5;
+* ``re-accessed``: the paraphrase that received explicit accesses is top 1: re-accessed P@1;
+* every result of every probe: leaks (a memory id or content that is not the tenant's own write).
+
+Per tenant: the writes (in time order), the explicit accesses, then the probes, the first of them
+``after`` the tokens of those writes and accesses. Offline baselines (cosine and BM25 over the
+tenant's memories written up to the probe's ``at``, ties in a seeded random order) go in the same
+table. Output: Markdown on stdout; ``--json`` for machine output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import secrets
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from bench.quality_study import (
+    BY_NAME,
+    DEFAULT_CACHE,
+    DEFAULT_DATA,
+    SERVICE_VARIANT,
+    CachedEmbedder,
+    Conversation,
+    K,
+    Matrix,
+    Report,
+    Signals,
+    Variant,
+    blend,
+    bm25_matrix,
+    load_locomo,
+    render_all,
+    top_k,
+    write_parts,
+)
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+DEFAULT_TENANTS = Path("var/tenants.json")
+BATCH = 1000
+UPDATE_TENANTS = ("upd-0", "upd-1", "upd-2", "upd-3")
+TEXT_ONLY = Variant("text", speaker=False)
+
+
+def locomo_tenant(sample_id: str) -> str:
+    return f"locomo-{sample_id}"
+
+
+# -- tenants ------------------------------------------------------------------------------------------
+
+
+def bench_tenants(data: Path) -> list[str]:
+    samples = [s["sample_id"] for s in json.loads(data.read_text(encoding="utf-8"))]
+    return [*(locomo_tenant(s) for s in samples), *UPDATE_TENANTS]
+
+
+def add_tenants(path: Path, tenant_ids: Sequence[str]) -> list[str]:
+    """Add the tenants the file lacks, each with a new key; returns the ids added."""
+    spec: dict[str, Any] = {"tenants": {}}
+    if path.exists():
+        spec = json.loads(path.read_text(encoding="utf-8"))
+    tenants: dict[str, Any] = spec.setdefault("tenants", {})
+    if not tenants:
+        tenants["demo"] = {"api_keys": [f"mk-{secrets.token_hex(16)}"]}
+    added = [t for t in tenant_ids if t not in tenants]
+    for tenant_id in added:
+        tenants[tenant_id] = {"api_keys": [f"mk-{secrets.token_hex(16)}"]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(spec, indent=2) + "\n", encoding="utf-8")
+    return added
+
+
+def api_keys(path: Path, overrides: Sequence[str]) -> dict[str, str]:
+    """Tenant id -> its first key, from the registry file, then ``TENANT=KEY`` overrides."""
+    keys: dict[str, str] = {}
+    if path.exists():
+        for tenant_id, entry in json.loads(path.read_text(encoding="utf-8"))["tenants"].items():
+            if (entry or {}).get("api_keys"):
+                keys[tenant_id] = entry["api_keys"][0]
+    for item in overrides:
+        tenant_id, _, key = item.partition("=")
+        keys[tenant_id] = key
+    return keys
+
+
+def require_keys(keys: Mapping[str, str], tenant_ids: Sequence[str], path: Path) -> None:
+    missing = [t for t in tenant_ids if t not in keys]
+    if missing:
+        msg = (
+            f"no API key for {', '.join(missing)} in {path}: run `python -m bench.quality tenants` "
+            "and restart the service (`make down && make up`), or pass --key TENANT=KEY"
+        )
+        raise SystemExit(msg)
+
+
+# -- HTTP -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Api:
+    """The service's HTTP API as the bench uses it; retries 429 and 5xx answers."""
+
+    base_url: str
+    timeout_s: float = 60.0
+    supports_after: bool | None = None  # None until the first recall with a token tells
+    supports_history: bool | None = None
+    _client: httpx.Client | None = field(default=None, repr=False)
+
+    def __enter__(self) -> Api:
+        self._client = httpx.Client(base_url=self.base_url, timeout=self.timeout_s)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._client is not None:
+            self._client.close()
+
+    def _call(
+        self, method: str, path: str, key: str, body: Mapping[str, Any] | None = None
+    ) -> httpx.Response:
+        assert self._client is not None, "use Api as a context manager"
+        for attempt in range(8):
+            reply = self._client.request(
+                method, path, json=body, headers={"Authorization": f"Bearer {key}"}
+            )
+            if reply.status_code != 429 and reply.status_code < 500:
+                return reply
+            time.sleep(float(reply.headers.get("Retry-After", 0.2 * 2**attempt)))
+        return reply
+
+    @staticmethod
+    def _ok(reply: httpx.Response) -> dict[str, Any]:
+        if reply.status_code >= 400:
+            msg = f"{reply.request.method} {reply.request.url.path}: HTTP {reply.status_code} {reply.text}"
+            raise SystemExit(msg)
+        out: dict[str, Any] = reply.json()
+        return out
+
+    def write(self, key: str, memories: Sequence[Mapping[str, Any]]) -> str | None:
+        """Write in batches of 1,000; returns the last read-your-writes token (None: no tokens)."""
+        token = None
+        for start in range(0, len(memories), BATCH):
+            body = {"memories": list(memories[start : start + BATCH])}
+            token = self._ok(self._call("POST", "/v1/memories", key, body)).get("token") or token
+        return token
+
+    def access(self, key: str, memory_ids: Sequence[str], at: datetime) -> str | None:
+        """Explicit accesses; returns the read-your-writes token (None: no tokens)."""
+        body = {"memory_ids": list(memory_ids), "kind": "explicit", "at": at.isoformat()}
+        token: str | None = self._ok(self._call("POST", "/v1/access", key, body)).get("token")
+        return token
+
+    def get(self, key: str, memory_id: str) -> dict[str, Any] | None:
+        reply = self._call("GET", f"/v1/memories/{memory_id}", key)
+        return None if reply.status_code == 404 else self._ok(reply)
+
+    def wait_for(self, key: str, memory_ids: Sequence[str], timeout_s: float = 300.0) -> None:
+        """Poll every id until it is readable (the fallback when the server takes no token)."""
+        deadline = time.monotonic() + timeout_s
+        for memory_id in reversed(memory_ids):
+            while self.get(key, memory_id) is None:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"{memory_id} not readable after {timeout_s:.0f} s")
+                time.sleep(0.2)
+
+    def recall(self, key: str, body: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """One recall; a 422 that names ``include_history`` is remembered and retried without it."""
+        reply = self._call("POST", "/v1/recall", key, body)
+        if (
+            reply.status_code == 422
+            and "include_history" in reply.text
+            and "include_history" in body
+        ):
+            self.supports_history = False
+            reply = self._call("POST", "/v1/recall", key, _without(body, "include_history"))
+        elif "include_history" in body and reply.status_code < 400:
+            self.supports_history = True
+        results: list[dict[str, Any]] = self._ok(reply)["results"]
+        return results
+
+    def settled(self, key: str, body: Mapping[str, Any], tokens: Sequence[str | None]) -> bool:
+        """Recall once ``after`` the tokens of the writes and accesses just made (read-your-writes).
+        False when the server gave no tokens or refuses the field: the caller polls instead.
+        """
+        if None in tokens or not tokens or self.supports_after is False:
+            self.supports_after = False
+            return False
+        reply = self._call("POST", "/v1/recall", key, {**body, "after": list(tokens)})
+        self.supports_after = not (reply.status_code == 422 and "after" in reply.text)
+        if self.supports_after:
+            self._ok(reply)
+        return self.supports_after
+
+
+def _without(body: Mapping[str, Any], name: str) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if k != name}
+
+
+# -- LoCoMo --------------------------------------------------------------------------------------------
+
+
+def locomo_memories(conversation: Conversation, variant: Variant) -> list[dict[str, Any]]:
+    """One write per turn: content, and the context (date, previous turn) when the variant splits."""
+    out = []
+    for index, turn in enumerate(conversation.turns):
+        content, context = write_parts(conversation.turns, index, variant)
+        memory: dict[str, Any] = {
+            "memory_id": f"{conversation.sample_id}-{turn.dia_id}",
+            "content": content,
+            "at": turn.at.isoformat(),
+            "session_id": f"session_{turn.session}",
+            "metadata": {"dia_id": turn.dia_id, "speaker": turn.speaker},
+        }
+        if context is not None:
+            memory["context"] = context
+        out.append(memory)
+    return out
+
+
+@dataclass
+class Served:
+    """What the service returned for one conversation's questions, as dia_ids."""
+
+    returned: list[list[str]]
+    leaks: int
+
+
+def recall_conversation(api: Api, key: str, conversation: Conversation, variant: Variant) -> Served:
+    memories = locomo_memories(conversation, variant)
+    token = api.write(key, memories)
+    own = {m["memory_id"]: m["metadata"]["dia_id"] for m in memories}
+    at = (conversation.last_at + timedelta(hours=1)).isoformat()
+    served = Served([], 0)
+    for n, question in enumerate(conversation.questions):
+        body = {"query": question.text, "k": K, "at": at, "track": False}
+        if n == 0 and not api.settled(key, body, [token]):
+            api.wait_for(key, list(own))
+        results = api.recall(key, body)
+        served.leaks += sum(r["memory_id"] not in own for r in results)
+        served.returned.append([own[r["memory_id"]] for r in results if r["memory_id"] in own])
+    return served
+
+
+def offline_rows(
+    conversations: Sequence[Conversation], embedder: CachedEmbedder, written: Variant
+) -> list[tuple[str, Report]]:
+    """Cosine, BM25 and the blend computed offline, on turn text and on the written content."""
+    questions = embedder.embed([q.text for c in conversations for q in c.questions])
+    rows: list[tuple[str, Report]] = []
+    for variant in (TEXT_ONLY, written):
+        texts = [render_all(c, variant) for c in conversations]
+        turns = embedder.embed([t for chunk in texts for t in chunk])
+        rankers: dict[str, Callable[[Signals], Any]] = {
+            "cosine": lambda s: top_k(s.cosine),
+            "bm25": lambda s: top_k(s.bm25),
+            "blend .5": blend(0.5),
+        }
+        reports = {name: Report() for name in rankers}
+        q0 = t0 = 0
+        for conversation, chunk in zip(conversations, texts, strict=True):
+            nq, nt = len(conversation.questions), len(chunk)
+            cosine: Matrix = questions[q0 : q0 + nq] @ turns[t0 : t0 + nt].T
+            bm25 = bm25_matrix([q.text for q in conversation.questions], chunk)
+            signals = Signals(cosine, bm25, np.full(nt, 0.5))
+            for name, ranker in rankers.items():
+                for question, top in zip(conversation.questions, ranker(signals), strict=True):
+                    ids = [conversation.turns[i].dia_id for i in top]
+                    reports[name].add(conversation, question, ids)
+            q0, t0 = q0 + nq, t0 + nt
+        rows += [(f"offline {name} on {variant.name}", report) for name, report in reports.items()]
+    return rows
+
+
+LOCOMO_COLUMNS = (
+    "R@10 all",
+    "R@10 cat1",
+    "R@10 cat2",
+    "R@10 cat3",
+    "R@10 cat4",
+    "R@10 old",
+    "Hit@10 all",
+    "Hit@10 old",
+    "returned",
+)
+
+
+def run_locomo(args: argparse.Namespace) -> dict[str, Any]:
+    data = load_locomo(args.data)
+    variant = BY_NAME[args.representation]
+    conversations = data.conversations[: args.conversations or None]
+    keys = api_keys(args.tenants_file, args.key)
+    tenants = [locomo_tenant(c.sample_id) for c in conversations]
+    require_keys(keys, tenants, args.tenants_file)
+    offline = offline_rows(conversations, CachedEmbedder(args.cache), variant)  # first: fails fast
+    service = Report()
+    leaks = 0
+    with Api(args.base_url) as api:
+        for conversation, tenant in zip(conversations, tenants, strict=True):
+            served = recall_conversation(api, keys[tenant], conversation, variant)
+            leaks += served.leaks
+            for question, ids in zip(conversation.questions, served.returned, strict=True):
+                service.add(conversation, question, ids)
+            print(f"  {tenant}: {len(conversation.questions)} questions", file=sys.stderr)
+        after = api.supports_after
+    rows = [("service (HTTP API)", service), *offline]
+    return {
+        "content": variant.name,
+        "questions": sum(len(c.questions) for c in conversations),
+        "leaks": leaks,
+        "read_your_writes": "token (after)" if after else "polled GET /v1/memories/{id}",
+        "rows": {name: report.summary() for name, report in rows},
+    }
+
+
+def locomo_markdown(result: Mapping[str, Any]) -> str:
+    lines = [
+        f"LoCoMo through the API: {result['questions']} questions (categories 1-4), content "
+        f"`{result['content']}`, leaks {result['leaks']}, settle: {result['read_your_writes']}",
+        "",
+        "| ranking | " + " | ".join(LOCOMO_COLUMNS) + " |",
+        "|---|" + "---:|" * len(LOCOMO_COLUMNS),
+    ]
+    for name, summary in result["rows"].items():
+        cells = [
+            f"{summary[c]:.3f}" if c != "returned" else f"{summary[c]:.2f}" for c in LOCOMO_COLUMNS
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# -- the knowledge-update workload -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Attribute:
+    name: str
+    first: str  # "{p} lives in {v}."
+    later: str  # "{p} lives in {v} now."
+    question: str  # "Where does {p} live?"
+    before: str  # "Where did {p} live before {v}?"
+    values: tuple[str, ...]
+
+
+ATTRIBUTES = (
+    Attribute(
+        "city",
+        "{p} lives in {v}.",
+        "{p} lives in {v} now.",
+        "Where does {p} live?",
+        "Where did {p} live before {v}?",
+        (
+            "Osaka",
+            "Lisbon",
+            "Toronto",
+            "Nairobi",
+            "Oslo",
+            "Lima",
+            "Hanoi",
+            "Dublin",
+            "Perth",
+            "Quito",
+        ),
+    ),
+    Attribute(
+        "employer",
+        "{p} works at {v}.",
+        "{p} works at {v} now.",
+        "Where does {p} work?",
+        "Where did {p} work before {v}?",
+        (
+            "Acme",
+            "Globex",
+            "Initech",
+            "Umbrella",
+            "Hooli",
+            "Tyrell",
+            "Cyberdyne",
+            "Soylent",
+            "Vandelay",
+        ),
+    ),
+    Attribute(
+        "food",
+        "{p}'s favourite food is {v}.",
+        "{p}'s favourite food is {v} now.",
+        "What is {p}'s favourite food?",
+        "What was {p}'s favourite food before {v}?",
+        ("sushi", "ramen", "tacos", "paella", "pierogi", "falafel", "lasagne", "pho", "curry"),
+    ),
+    Attribute(
+        "car",
+        "{p} drives a {v}.",
+        "{p} drives a {v} now.",
+        "What car does {p} drive?",
+        "What car did {p} drive before the {v}?",
+        (
+            "Toyota Corolla",
+            "Honda Civic",
+            "Tesla Model 3",
+            "Volvo XC60",
+            "Ford Focus",
+            "Mazda 3",
+            "Kia Niro",
+        ),
+    ),
+    Attribute(
+        "sport",
+        "{p} plays {v}.",
+        "{p} plays {v} now.",
+        "Which sport does {p} play?",
+        "Which sport did {p} play before {v}?",
+        (
+            "tennis",
+            "squash",
+            "football",
+            "volleyball",
+            "cricket",
+            "basketball",
+            "rugby",
+            "badminton",
+        ),
+    ),
+)
+PEOPLE = ("Alice", "Bob", "Carol", "Dave")
+CRITICAL = (
+    ("{p} is allergic to penicillin.", "What is {p} allergic to?"),
+    ("{p} has type 1 diabetes.", "Does {p} have a medical condition?"),
+    ("{p}'s blood type is O negative.", "What is {p}'s blood type?"),
+    ("{p} is allergic to peanuts.", "Which food is {p} allergic to?"),
+)
+CHATTER = (
+    "{p} took some cold medicine on {d}.",
+    "{p} had a routine check-up at the doctor on {d}.",
+    "{p} complained about the pollen on {d}; hay fever season has started.",
+    "{p} cooked dinner for friends on {d}.",
+    "{p} went hiking near the lake on {d}.",
+    "{p} watched a documentary about {t} on {d}.",
+    "{p} is reading a book about {t}.",
+    "{p} said the team lunch on {d} was great.",
+    "{p} had a headache after the meeting on {d}.",
+    "{p} bought new running shoes on {d}.",
+    "{p} talked about {t} over coffee on {d}.",
+    "{p} visited the pharmacy on {d} to pick up vitamins.",
+)
+TOPICS = (
+    "volcanoes",
+    "jazz",
+    "bees",
+    "the Roman empire",
+    "sailing",
+    "chess",
+    "mushrooms",
+    "tea",
+    "rockets",
+)
+PARAPHRASES = (
+    (
+        "What is {p}'s gym locker code?",
+        (
+            "{p}'s gym locker code is {n}.",
+            "The code of {p}'s gym locker is {n}.",
+            "{p} uses {n} as the gym locker code.",
+            "At the gym, {p}'s locker code is {n}.",
+        ),
+    ),
+    (
+        "Which parking spot does {p} use at the office?",
+        (
+            "{p} parks in spot B{n} at the office.",
+            "{p}'s parking spot at the office is B{n}.",
+            "At the office, {p} parks in spot B{n}.",
+        ),
+    ),
+)
+START = datetime(2024, 1, 8, 9, 0, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Write:
+    memory_id: str
+    content: str
+    at: datetime
+    importance: float | None = None
+
+    def body(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"memory_id": self.memory_id, "content": self.content}
+        out["at"] = self.at.isoformat()
+        if self.importance is not None:
+            out["importance"] = self.importance
+        return out
+
+
+@dataclass(frozen=True)
+class Probe:
+    kind: str  # current, as-of, before, critical, re-accessed
+    query: str
+    at: datetime
+    expected: str  # memory id
+    versions: tuple[str, ...] = ()  # the fact's versions, oldest first (current, as-of, before)
+    named: str = ""  # before: the version the question names
+    history: bool = False
+
+
+@dataclass
+class Workload:
+    tenant: str
+    writes: list[Write] = field(default_factory=list)
+    accesses: list[tuple[str, datetime]] = field(default_factory=list)
+    probes: list[Probe] = field(default_factory=list)
+
+
+def _days(rng: random.Random, low: int, high: int) -> timedelta:
+    return timedelta(days=rng.randint(low, high), hours=rng.randint(0, 9))
+
+
+def _fact_versions(
+    rng: random.Random, w: Workload, person: str, attribute: Attribute
+) -> tuple[list[Write], list[str]]:
+    values = rng.sample(attribute.values, rng.randint(2, 4))
+    at = START + _days(rng, 0, 60)
+    versions: list[Write] = []
+    for n, value in enumerate(values):
+        template = attribute.first if n == 0 else attribute.later
+        memory_id = f"{w.tenant}-{person.lower()}-{attribute.name}-{n + 1}"
+        versions.append(Write(memory_id, template.format(p=person, v=value), at))
+        at += _days(rng, 21, 120)
+    return versions, values
+
+
+def _add_facts(rng: random.Random, w: Workload, end: datetime) -> None:
+    for person in PEOPLE:
+        for attribute in ATTRIBUTES:
+            versions, values = _fact_versions(rng, w, person, attribute)
+            w.writes += versions
+            ids = tuple(v.memory_id for v in versions)
+            question = attribute.question.format(p=person)
+            w.probes.append(Probe("current", question, end, ids[-1], ids))
+            for n in range(1, len(versions)):
+                older, newer = versions[n - 1], versions[n]
+                middle = older.at + (newer.at - older.at) / 2
+                w.probes.append(Probe("as-of", question, middle, older.memory_id, ids))
+                before = attribute.before.format(p=person, v=values[n])
+                w.probes.append(
+                    Probe("before", before, end, older.memory_id, ids, newer.memory_id, True)
+                )
+
+
+def _add_critical(rng: random.Random, w: Workload, end: datetime) -> None:
+    for n, person in enumerate(rng.sample(PEOPLE, 2)):
+        fact, question = CRITICAL[rng.randrange(len(CRITICAL))]
+        memory_id = f"{w.tenant}-{person.lower()}-critical-{n}"
+        w.writes.append(Write(memory_id, fact.format(p=person), end - _days(rng, 200, 300), 0.9))
+        w.probes.append(Probe("critical", question.format(p=person), end, memory_id))
+        for m, template in enumerate(CHATTER * 3):
+            at = end - timedelta(days=30) + _days(rng, 0, 29)
+            text = template.format(p=person, d=f"{at:%A %d %B}", t=rng.choice(TOPICS))
+            w.writes.append(Write(f"{w.tenant}-{person.lower()}-recent-{n}-{m}", text, at))
+
+
+def _add_paraphrases(rng: random.Random, w: Workload, end: datetime) -> None:
+    for n, (question, forms) in enumerate(PARAPHRASES):
+        person = rng.choice(PEOPLE)
+        number = rng.randint(10, 9999)
+        at = end - _days(rng, 120, 180)
+        ids = []
+        for m, form in enumerate(forms):
+            ids.append(f"{w.tenant}-{person.lower()}-para-{n}-{m}")
+            w.writes.append(Write(ids[-1], form.format(p=person, n=number), at + timedelta(days=m)))
+        chosen = rng.choice(ids)
+        w.accesses += [(chosen, end - timedelta(days=d)) for d in (20, 10, 2)]
+        w.probes.append(Probe("re-accessed", question.format(p=person), end, chosen, tuple(ids)))
+
+
+def _add_chatter(rng: random.Random, w: Workload, end: datetime, count: int) -> None:
+    for n in range(count):
+        at = START + (end - START) * rng.random()
+        template = rng.choice(CHATTER)
+        text = template.format(p=rng.choice(PEOPLE), d=f"{at:%A %d %B %Y}", t=rng.choice(TOPICS))
+        w.writes.append(Write(f"{w.tenant}-chatter-{n}", text, at))
+
+
+def updates_workload(seed: int, tenants: Sequence[str] = UPDATE_TENANTS) -> list[Workload]:
+    """The whole workload, a pure function of ``seed``; writes sorted by time, contents unique."""
+    rng = random.Random(seed)
+    out = []
+    end = START + timedelta(days=540)
+    for tenant in tenants:
+        w = Workload(tenant)
+        _add_facts(rng, w, end)
+        _add_critical(rng, w, end)
+        _add_paraphrases(rng, w, end)
+        _add_chatter(rng, w, end, 120)
+        seen: set[str] = set()
+        w.writes = [x for x in sorted(w.writes, key=lambda x: x.at) if not _dup(seen, x.content)]
+        out.append(w)
+    return out
+
+
+def _dup(seen: set[str], content: str) -> bool:
+    if content in seen:
+        return True
+    seen.add(content)
+    return False
+
+
+@dataclass
+class Outcome:
+    """Per probe kind: hits and counts; plus leaks over every result."""
+
+    hits: dict[str, list[float]] = field(default_factory=dict)
+    leaks: int = 0
+    results: int = 0
+
+    def add(self, metric: str, value: bool) -> None:
+        self.hits.setdefault(metric, []).append(float(value))
+
+    def summary(self) -> dict[str, float]:
+        out = {name: float(np.mean(v)) for name, v in sorted(self.hits.items())}
+        out["leaks"] = float(self.leaks)
+        return out
+
+
+def score_probe(outcome: Outcome, probe: Probe, ranked: Sequence[str]) -> None:
+    """Adds the probe's metrics for ``ranked`` (memory ids, best first)."""
+    top = ranked[0] if ranked else ""
+    if probe.kind == "current":
+        outcome.add("newest-first", top == probe.expected)
+        stale = [m for m in ranked if m in probe.versions and m != probe.expected]
+        newest = ranked.index(probe.expected) if probe.expected in ranked else len(ranked)
+        outcome.add("stale-above-newest", any(ranked.index(m) < newest for m in stale))
+    elif probe.kind == "as-of":
+        outcome.add("as-of P@1", top == probe.expected)
+    elif probe.kind == "before":
+        earlier = probe.versions[: probe.versions.index(probe.named)]
+        returned = [m for m in earlier if m in ranked]  # in time order, whatever the result order
+        outcome.add("before P@1", bool(returned) and returned[-1] == probe.expected)
+    elif probe.kind == "critical":
+        outcome.add("critical R@5", probe.expected in ranked[:5])
+    else:
+        outcome.add("re-accessed P@1", top == probe.expected)
+
+
+def probe_body(probe: Probe) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "query": probe.query,
+        "k": K,
+        "at": probe.at.isoformat(),
+        "track": False,
+    }
+    if probe.history:
+        body["include_history"] = True
+    return body
+
+
+def wait_for_accesses(api: Api, key: str, accesses: Sequence[tuple[str, datetime]]) -> None:
+    """Poll until every explicitly accessed memory shows its accesses (they have no token)."""
+    wanted: dict[str, int] = {}
+    for memory_id, _ in accesses:
+        wanted[memory_id] = wanted.get(memory_id, 0) + 1
+    deadline = time.monotonic() + 120
+    for memory_id, count in wanted.items():
+        while ((api.get(key, memory_id) or {}).get("access_count") or 0) < count:
+            if time.monotonic() > deadline:
+                print(
+                    f"  warning: accesses of {memory_id} not applied after 120 s", file=sys.stderr
+                )
+                return
+            time.sleep(0.2)
+
+
+def serve_workload(api: Api, key: str, w: Workload, force: bool) -> Outcome:
+    if not force and api.get(key, w.writes[0].memory_id) is not None:
+        msg = f"{w.tenant} already holds this workload: reset the service state or pass --force"
+        raise SystemExit(msg)
+    tokens = [api.write(key, [x.body() for x in w.writes])]
+    tokens += [api.access(key, [memory_id], at) for memory_id, at in w.accesses]
+    own = {x.memory_id: x.content for x in w.writes}
+    if not api.settled(key, probe_body(w.probes[0]), tokens):
+        api.wait_for(key, list(own))
+        wait_for_accesses(api, key, w.accesses)
+    outcome = Outcome()
+    for probe in w.probes:
+        results = api.recall(key, probe_body(probe))
+        outcome.results += len(results)
+        outcome.leaks += sum(own.get(r["memory_id"]) != r["content"] for r in results)
+        score_probe(outcome, probe, [r["memory_id"] for r in results])
+    return outcome
+
+
+def offline_updates(
+    workloads: Sequence[Workload], embedder: CachedEmbedder, seed: int
+) -> dict[str, Outcome]:
+    """Cosine and BM25 over the tenant's memories written up to each probe's ``at``."""
+    out = {"offline cosine": Outcome(), "offline bm25": Outcome()}
+    rng = np.random.default_rng(seed)
+    for w in workloads:
+        vectors = embedder.embed([x.content for x in w.writes])
+        queries = embedder.embed([p.query for p in w.probes])
+        for probe, qv in zip(w.probes, queries, strict=True):
+            visible = [i for i, x in enumerate(w.writes) if x.at <= probe.at]
+            texts = [w.writes[i].content for i in visible]
+            scores = {
+                "offline cosine": vectors[visible] @ qv,
+                "offline bm25": bm25_matrix([probe.query], texts)[0],
+            }
+            for name, s in scores.items():
+                order = np.lexsort((rng.random(len(s)), -s))[:K]  # ties in a seeded random order
+                score_probe(out[name], probe, [w.writes[visible[i]].memory_id for i in order])
+    return out
+
+
+UPDATE_COLUMNS = (
+    "newest-first",
+    "stale-above-newest",
+    "as-of P@1",
+    "before P@1",
+    "critical R@5",
+    "re-accessed P@1",
+    "leaks",
+)
+
+
+def run_updates(args: argparse.Namespace) -> dict[str, Any]:
+    workloads = updates_workload(args.seed)
+    keys = api_keys(args.tenants_file, args.key)
+    require_keys(keys, [w.tenant for w in workloads], args.tenants_file)
+    service = Outcome()
+    with Api(args.base_url) as api:
+        for w in workloads:
+            got = serve_workload(api, keys[w.tenant], w, args.force)
+            for name, values in got.hits.items():
+                service.hits.setdefault(name, []).extend(values)
+            service.leaks += got.leaks
+            service.results += got.results
+            print(f"  {w.tenant}: {len(w.writes)} writes, {len(w.probes)} probes", file=sys.stderr)
+        history = api.supports_history
+    offline = offline_updates(workloads, CachedEmbedder(args.cache), args.seed)
+    rows = {"service (HTTP API)": service, **offline}
+    counts: dict[str, int] = {}
+    for probe in (p for w in workloads for p in w.probes):
+        counts[probe.kind] = counts.get(probe.kind, 0) + 1
+    return {
+        "seed": args.seed,
+        "tenants": len(workloads),
+        "writes": sum(len(w.writes) for w in workloads),
+        "probes": counts,
+        "results": service.results,
+        "include_history": "accepted" if history else "refused (recalled without it)",
+        "read_your_writes": "token (after)"
+        if api.supports_after
+        else "polled GET /v1/memories/{id}",
+        "rows": {name: outcome.summary() for name, outcome in rows.items()},
+    }
+
+
+def updates_markdown(result: Mapping[str, Any]) -> str:
+    lines = [
+        f"Knowledge updates (seed {result['seed']}): {result['tenants']} tenants, {result['writes']} "
+        f"writes, probes {result['probes']}, {result['results']} results checked for leaks; "
+        f"include_history {result['include_history']}, settle: {result['read_your_writes']}",
+        "",
+        "| ranking | " + " | ".join(UPDATE_COLUMNS) + " |",
+        "|---|" + "---:|" * len(UPDATE_COLUMNS),
+    ]
+    for name, summary in result["rows"].items():
+        cells = [
+            f"{summary[c]:.0f}" if c == "leaks" else f"{summary[c]:.3f}" for c in UPDATE_COLUMNS
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# -- command line -----------------------------------------------------------------------------------
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Recall quality through the HTTP API")
+    parser.add_argument("mode", choices=("tenants", "locomo", "updates"))
+    parser.add_argument("--base-url", default=DEFAULT_URL)
+    parser.add_argument("--tenants-file", type=Path, default=DEFAULT_TENANTS)
+    parser.add_argument("--key", action="append", default=[], metavar="TENANT=KEY")
+    parser.add_argument(
+        "--data", type=Path, default=DEFAULT_DATA, help="locomo10.json (never in the repo)"
+    )
+    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="embedding cache folder")
+    parser.add_argument("--conversations", type=int, default=0, help="locomo: the first N only")
+    parser.add_argument(
+        "--representation",
+        choices=list(BY_NAME),
+        default=SERVICE_VARIANT.name,
+        help="locomo: what each turn's write carries (bench.quality_study variants)",
+    )
+    parser.add_argument("--seed", type=int, default=7, help="updates: the generator's seed")
+    parser.add_argument(
+        "--force", action="store_true", help="updates: write into non-empty tenants"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse(argv)
+    if args.mode == "tenants":
+        added = add_tenants(args.tenants_file, bench_tenants(args.data))
+        print(f"{args.tenants_file}: added {len(added)} tenants; restart the service to load them")
+        return
+    runners: dict[
+        str, tuple[Callable[[argparse.Namespace], dict[str, Any]], Callable[..., str]]
+    ] = {
+        "locomo": (run_locomo, locomo_markdown),
+        "updates": (run_updates, updates_markdown),
+    }
+    run, markdown = runners[args.mode]
+    result = run(args)
+    print(json.dumps(result, indent=1) if args.json else markdown(result))
+
+
+if __name__ == "__main__":
+    main()
