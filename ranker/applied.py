@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from memcore import InvalidField
+from ranker.errors import Unavailable
 
 _PREFIX = "v1."
 
@@ -181,7 +182,18 @@ class KafkaOffsets:
         self._admin = self._consumer = None
 
     async def committed(self) -> Mapping[tuple[str, int], int]:
-        found = await self._admin.list_consumer_group_offsets(self.group_id)
+        """The group's committed offsets by (role, partition); none while the broker says to
+        retry (e.g. its group coordinator is not available yet): the caller's wait goes on.
+        Another Kafka error raises :class:`~ranker.errors.Unavailable`.
+        """
+        from aiokafka.errors import KafkaError  # noqa: PLC0415
+
+        try:
+            found = await self._admin.list_consumer_group_offsets(self.group_id)
+        except KafkaError as exc:
+            if getattr(exc, "retriable", False):
+                return {}
+            raise Unavailable("kafka", "committed offsets", f"{type(exc).__name__}: {exc}") from exc
         return {
             (self._roles[tp.topic], tp.partition): meta.offset
             for tp, meta in found.items()
@@ -190,6 +202,7 @@ class KafkaOffsets:
 
     async def end_offsets(self, role: str) -> Mapping[int, int]:
         from aiokafka import TopicPartition  # noqa: PLC0415
+        from aiokafka.errors import KafkaError  # noqa: PLC0415
 
         topic = self.topics[role]
         partitions = self._consumer.partitions_for_topic(topic) or set()
@@ -198,5 +211,8 @@ class KafkaOffsets:
                 self._consumer._client.force_metadata_update()
             )  # no public call refreshes one topic
             partitions = self._consumer.partitions_for_topic(topic) or set()
-        ends = await self._consumer.end_offsets([TopicPartition(topic, p) for p in partitions])
+        try:
+            ends = await self._consumer.end_offsets([TopicPartition(topic, p) for p in partitions])
+        except KafkaError as exc:
+            raise Unavailable("kafka", "end offsets", f"{type(exc).__name__}: {exc}") from exc
         return {tp.partition: offset for tp, offset in ends.items()}
