@@ -77,7 +77,8 @@ def ranker(
 
 def test_sync_client(ranker: tuple[str, Stack]) -> None:
     url, stack = ranker
-    with Client(url, KEY_A) as client:
+    # no worker runs here: nothing would apply the writes a read-your-writes read waits for
+    with Client(url, KEY_A, read_your_writes=False) as client:
         results = client.recall(vector=[1.0, *([0.0] * (DIM - 1))], k=3, at=T0, track=False)
         assert [m.memory_id for m in results] == [
             "prefers-python",

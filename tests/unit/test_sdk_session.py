@@ -1,0 +1,62 @@
+"""The SDK's read-your-writes session, against a fake transport (the real server: test_end_to_end)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+
+from mnemostream import AsyncClient, Client
+
+
+class Recorder:
+    """Answers like the API and records what each request carried as ``after``."""
+
+    def __init__(self) -> None:
+        self.after: list[list[str]] = []
+        self.tokens = 0
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/memories":
+            self.tokens += 1
+            return httpx.Response(200, json={"ids": ["m1"], "token": f"v1.t{self.tokens}"})
+        if request.url.path == "/v1/access":
+            self.tokens += 1
+            return httpx.Response(200, json={"accepted": 1, "token": f"v1.t{self.tokens}"})
+        if request.url.path == "/v1/recall":
+            self.after.append(json.loads(request.content).get("after") or [])
+            return httpx.Response(200, json={"results": []})
+        self.after.append(request.url.params.get_list("after"))
+        return httpx.Response(404, json={"detail": "no such memory"})
+
+
+def test_reads_wait_for_this_clients_writes_once() -> None:
+    seen = Recorder()
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(seen)) as client:
+        client.remember("a")
+        client.access(["m1"])
+        client.recall("q")
+        client.recall("q")
+        client.remember("b")
+        client.get("m1")
+    assert seen.after == [["v1.t1", "v1.t2"], [], ["v1.t3"]]
+
+
+def test_the_async_client_shares_the_session_and_it_can_be_turned_off() -> None:
+    seen = Recorder()
+
+    async def run() -> None:
+        transport = httpx.MockTransport(seen)
+        async with AsyncClient("http://x", "k" * 16, transport=transport) as client:
+            await client.remember("a")
+            await client.recall("q")
+
+    asyncio.run(run())
+    off = Recorder()
+    with Client(
+        "http://x", "k" * 16, transport=httpx.MockTransport(off), read_your_writes=False
+    ) as client:
+        client.remember("a")
+        client.recall("q")
+    assert (seen.after, off.after) == ([["v1.t1"]], [[]])
