@@ -330,12 +330,18 @@ class StreamWorker:
         await self.emit(batch)
 
     async def plan(self, request: ConsolidationRequest, batch: Batch) -> None:
-        """Add the decisions (unless a dry run) and the report of each requested tenant."""
+        """Add the decisions (unless a dry run) and the report of each requested tenant.
+
+        Rows come from Milvus with their counters, importance and clock taken from the tables (an
+        access rewrites no row); a memory of a partition another worker serves keeps its row's
+        values, which may be older.
+        """
         store = self.services.store
         for tenant_id in request.tenant_ids:
             tenant = self.processor.limits.registry.get(tenant_id)
             assert tenant is not None
-            rows = await _retrying("query", functools.partial(store.query, tenant_id, ANY_STATE))
+            stored = await _retrying("query", functools.partial(store.query, tenant_id, ANY_STATE))
+            rows = [self.processor.live(row) for row in stored]
             decisions = await asyncio.to_thread(
                 plan_tenant, tenant_id, rows, request, tenant.policy
             )

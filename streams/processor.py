@@ -34,7 +34,7 @@ from memcore import (
 )
 from memcore.timecheck import check_event_time
 from storage import Document, MemoryRow, codec
-from storage.rows import from_us, serving_changed, to_us
+from storage.rows import from_us, live_values, serving_changed, to_us, with_live
 from streams.records import (
     AccessRecord,
     DecisionRecord,
@@ -257,6 +257,11 @@ class Processor:
         """The state alone (an access needs no document)."""
         raw = self.memories.get(key.encode())
         return codec.decode(raw) if raw is not None else None
+
+    def live(self, row: MemoryRow) -> MemoryRow:
+        """``row`` with the live fields of the table's state (as it is when the table has none)."""
+        state = self.state(row.key)
+        return with_live(row, live_values(state)) if state is not None else row
 
     def rows(self, keys: Iterable[str]) -> tuple[list[MemoryRow], list[tuple[str, str]]]:
         """Rows to upsert and (tenant, memory id) pairs to delete, for the current table values."""

@@ -424,3 +424,19 @@ def test_a_supersede_decision_marks_the_older_version() -> None:
     assert [orjson.loads(o.value)["kind"] for o in batch.out if o.role == "audit"] == ["superseded"]
     with pytest.raises(RecordError, match=r"^by"):
         decode_decision(decision_bytes(decision="supersede", to=None, by="no/slash"), LIMITS)
+
+
+def test_consolidation_plans_on_the_tables_live_state_not_a_stale_row() -> None:
+    t = Tables()
+    t.write(write_bytes(importance=0.5))
+    found = t.processor.load("acme/m1")
+    assert found is not None
+    stale = MemoryRow.of(*found)  # as Milvus holds it: no access since the write
+    for _ in range(3):
+        t.access(access_bytes())
+    live = t.processor.live(stale)
+    assert (stale.access_count, live.access_count, live.recall_count) == (0, 3, 3)
+    assert live.importance > stale.importance
+    assert (live.content, live.vector) == (stale.content, stale.vector)
+    unknown = dataclasses.replace(stale, key="acme/other", memory_id="other")
+    assert t.processor.live(unknown) == unknown
