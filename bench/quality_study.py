@@ -403,8 +403,9 @@ def blend(w_sim: float) -> Ranker:
     return lambda s: top_k(relevance(s, w_sim))
 
 
-def blend_prior(s: Signals) -> IntMatrix:
-    return top_k(relevance(s, 0.5) * (1 + 0.1 * (s.importance - 0.5)))
+def blend_prior(b_imp: float = 0.1) -> Ranker:
+    """The default score without accesses: ``blend .5 × (1 + b_imp·(importance − 0.5))``."""
+    return lambda s: top_k(relevance(s, 0.5) * (1 + b_imp * (s.importance - 0.5)))
 
 
 def rrf(s: Signals, k: float = 60.0) -> IntMatrix:
@@ -420,7 +421,9 @@ RANKERS: dict[str, Ranker] = {
     "cosine": lambda s: top_k(s.cosine),
     "bm25": lambda s: top_k(s.bm25),
     "blend .5": blend(0.5),
-    "blend+prior": blend_prior,
+    "blend+prior": blend_prior(),
+    "blend+prior .3": blend_prior(0.3),
+    "blend+prior .5": blend_prior(0.5),
     "blend .3 (kw .7)": blend(0.3),
     "blend .4": blend(0.4),
     "blend .6": blend(0.6),

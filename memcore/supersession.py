@@ -116,6 +116,8 @@ _FILLER = re.compile(
     r"\b(now|currently|nowadays|these days|recently|still|actually|anymore|already|just|"
     r"since then|no longer)\b"
 )
+_UPDATE_MARKER = re.compile(r"\b(now|currently|nowadays|these days|no longer|anymore)\b", re.I)
+_PAST = frozenset({"was", "were", "had", "did", "went", "said", "is", "are", "has", "have"})
 _VALUE_END = re.compile(r",|;| because | since | but | and | with | near | which | who ")
 _SENTENCE_END = re.compile(r"[.!?](\s|$)")
 
@@ -126,8 +128,17 @@ def _normalised(text: str) -> str:
     return " ".join(text.split())
 
 
-def fact_of(content: str, max_words: int = 16) -> Fact | None:
-    """The fact a short single statement states, or None when it is not one the rule knows."""
+def states_an_update(content: str) -> bool:
+    """The statement says a value changed ("... now", "currently", "no longer", ...)."""
+    return _UPDATE_MARKER.search(content) is not None
+
+
+def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact | None:
+    """The fact a short single statement states, or None when it is not one the rule knows.
+
+    ``generic``: when no known relation matches, read ``Name verb value`` (``Alice plays
+    squash``) — used only when the newer of two statements says it is an update.
+    """
     text = _normalised(content).rstrip(".!")
     if not text or len(text.split()) > max_words or _SENTENCE_END.search(text) or "?" in text:
         return None
@@ -139,7 +150,7 @@ def fact_of(content: str, max_words: int = 16) -> Fact | None:
             if at >= 0 and (best is None or (at, -len(phrase)) < (best[0], -len(best[2]))):
                 best = (at, relation, phrase)
     if best is None:
-        best = _copula(padded)
+        best = _copula(padded) or (_generic(text) if generic else None)
         if best is None:
             return None
     at, relation, phrase = best
@@ -148,6 +159,14 @@ def fact_of(content: str, max_words: int = 16) -> Fact | None:
     if not subject or not value or len(subject.split()) > 6:
         return None
     return Fact(subject, relation, value)
+
+
+def _generic(text: str) -> tuple[int, str, str] | None:
+    """``Name verb value``: a one-word subject and a present-tense verb (not a copula)."""
+    words = text.split()
+    if len(words) < 3 or words[1] in _PAST or not words[1].endswith("s"):
+        return None
+    return len(words[0]) + 1, words[1], words[1]  # positions in " text "
 
 
 def _copula(padded: str) -> tuple[int, str, str] | None:
@@ -170,25 +189,25 @@ def detect(
     """
     if not policy.enabled:
         return []
-    fact = fact_of(new.content, policy.max_words)
-    if fact is None:
-        return []
     out = []
     for other in neighbours:
         if other.memory_id == new.memory_id or other.at == new.at:
             continue
         if other.similarity < policy.min_cosine:
             continue
-        theirs = fact_of(other.content, policy.max_words)
-        if theirs is None or (theirs.subject, theirs.relation) != (fact.subject, fact.relation):
-            continue
-        if theirs.value == fact.value:
-            continue
         older, newer = (other, new) if other.at < new.at else (new, other)
-        older_fact, newer_fact = (theirs, fact) if older is other else (fact, theirs)
+        generic = states_an_update(newer.content)
+        old_fact = fact_of(older.content, policy.max_words, generic=generic)
+        new_fact = fact_of(newer.content, policy.max_words, generic=generic)
+        if old_fact is None or new_fact is None:
+            continue
+        if (old_fact.subject, old_fact.relation) != (new_fact.subject, new_fact.relation):
+            continue
+        if old_fact.value == new_fact.value:
+            continue
         reason = (
-            f"'{fact.subject} {fact.relation}': {newer_fact.value!r} replaces "
-            f"{older_fact.value!r} (cosine {other.similarity:.3f})"
+            f"'{new_fact.subject} {new_fact.relation}': {new_fact.value!r} replaces "
+            f"{old_fact.value!r} (cosine {other.similarity:.3f})"
         )
         out.append(Supersession(older.memory_id, newer.memory_id, newer.at, reason))
     return out

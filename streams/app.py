@@ -219,7 +219,8 @@ class StreamWorker:
             if found is None:
                 continue
             rules = self.processor.policy(found[0].tenant_id).supersession
-            if rules.enabled and fact_of(found[1].content, rules.max_words) is not None:
+            statement = fact_of(found[1].content, rules.max_words, generic=True)
+            if rules.enabled and statement is not None:
                 by_tenant.setdefault(found[0].tenant_id, []).append(found)
         for tenant_id, stated in by_tenant.items():
             rules = self.processor.policy(tenant_id).supersession

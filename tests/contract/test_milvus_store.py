@@ -209,10 +209,10 @@ def test_keyword_search_ranks_by_bm25_within_the_tenant(tmp_path: Path) -> None:
     store.connect()
     store.upsert(
         [
-            row("acme", "m1", vec(1.0), content="Alice adopted a cat named Miso"),
-            row("acme", "m2", vec(1.0), content="the weather was fine"),
-            row("acme", "m3", vec(1.0), content="Miso the cat, Miso again", state="archived"),
-            row("globex", "g1", vec(1.0), content="Miso Miso Miso cat"),
+            row("acme", "m1", vec(1.0), search_text="Alice adopted a cat named Miso"),
+            row("acme", "m2", vec(1.0), search_text="the weather was fine"),
+            row("acme", "m3", vec(1.0), search_text="Miso the cat, Miso again", state="archived"),
+            row("globex", "g1", vec(1.0), search_text="Miso Miso Miso cat"),
         ]
     )
     (hits,) = store.keyword_search("acme", ["cat Miso"], 10, Filters(states=("active", "archived")))

@@ -14,6 +14,7 @@ import pytest
 
 from storage import Filters, MemoryRow, MilvusStore
 from storage.milvus import ANY_STATE
+from storage.rows import live_values, with_live
 from tests.infra import ROOT
 from tests.integration.harness import (
     Stack,
@@ -22,6 +23,7 @@ from tests.integration.harness import (
     eventually,
     produce,
     read_all,
+    table_states,
 )
 from tests.integration.test_streams import T0, access_msg, at, write_msg
 
@@ -59,8 +61,15 @@ def load(stack: Stack, tenant: str) -> None:
     produce(stack.bootstrap, stack.topic("access-events"), accesses)
 
 
-def rows(store: MilvusStore, tenant: str) -> dict[str, MemoryRow]:
-    return {r.memory_id: r for r in store.query(tenant, ANY_STATE)}
+def rows(stack: Stack, store: MilvusStore, tenant: str) -> dict[str, MemoryRow]:
+    """A tenant's Milvus rows with their live fields (counters, importance, clock) from the
+    worker's table, as the ranker's state view lays them over the rows: an access writes no row.
+    """
+    live = {k: live_values(s) for k, s in table_states(stack).items()}
+    return {
+        r.memory_id: with_live(r, live[r.key]) if r.key in live else r
+        for r in store.query(tenant, ANY_STATE)
+    }
 
 
 def request(stack: Stack, request_id: str, **kw: object) -> None:
@@ -92,12 +101,12 @@ def test_consolidation_end_to_end(
     loaded = sum(ACCESSES.values())
 
     def settled(tenant: str) -> bool:
-        found = rows(store, tenant)
+        found = rows(stack, store, tenant)
         return len(found) == len(MEMORIES) and sum(r.access_count for r in found.values()) == loaded
 
     eventually(lambda: settled("acme") and settled("globex"), 120, "memories and accesses", worker)
-    before = rows(store, "acme")
-    globex_before = rows(store, "globex")
+    before = rows(stack, store, "acme")
+    globex_before = rows(stack, store, "globex")
 
     # a dry run reports the plan and changes nothing
     request(stack, "dry", dry_run=True)
@@ -112,14 +121,14 @@ def test_consolidation_end_to_end(
             ("summarise", summary_id, ("c1", "c2", "c3")),
         ]
     )
-    assert rows(store, "acme") == before
+    assert rows(stack, store, "acme") == before
 
     # the real run: duplicates collapse with counters conserved, summary sources archived
     request(stack, "first")
-    eventually(lambda: summary_id in rows(store, "acme"), 60, "summary written", worker)
+    eventually(lambda: summary_id in rows(stack, store, "acme"), 60, "summary written", worker)
 
     def applied() -> bool:
-        now = rows(store, "acme")
+        now = rows(stack, store, "acme")
         return (
             now["dup2"].state == "deleted"
             and now["near2"].state == "deleted"
@@ -128,8 +137,8 @@ def test_consolidation_end_to_end(
             and now["near1"].access_count == 6
         )
 
-    eventually(applied, 60, "decisions applied", worker, show=lambda: rows(store, "acme"))
-    after = rows(store, "acme")
+    eventually(applied, 60, "decisions applied", worker, show=lambda: rows(stack, store, "acme"))
+    after = rows(stack, store, "acme")
     assert (after["dup1"].access_count, after["dup1"].recall_count) == (4, 4)
     assert (after["near1"].access_count, after["near1"].recall_count) == (6, 6)
     assert after["dup1"].write_count == 2
@@ -146,13 +155,13 @@ def test_consolidation_end_to_end(
     assert {h.row.memory_id for h in archived} == {"c1", "c2", "c3"}
     active = store.search("acme", [MEMORIES["c1"][0]], k=10)[0]
     assert not {"c1", "c2", "c3", "dup2", "near2"} & {h.row.memory_id for h in active}
-    assert rows(store, "globex") == globex_before  # another tenant is never touched
+    assert rows(stack, store, "globex") == globex_before  # another tenant is never touched
 
     # the same consolidation again changes nothing
     request(stack, "second")
     eventually(lambda: len(reports(stack, "second")) == 1, 60, "second report", worker)
     assert reports(stack, "second")[0]["decisions"] == []
-    assert rows(store, "acme") == after
+    assert rows(stack, store, "acme") == after
 
     # the CLI asks for a dry run and prints the (now empty) plan
     cli = subprocess.run(

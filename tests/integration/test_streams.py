@@ -116,7 +116,7 @@ def assert_counts(
 ) -> None:
     """Wait until the state view holds every expected access, then require exact counts there
     and in the table. Milvus rows are rewritten only when an access changes a served field (a
-    promotion): their counters are older snapshots, never ahead, and far from all accesses.
+    promotion) or a recovery resyncs them: their counters are snapshots, never ahead.
     """
     total = sum(a for a, _ in expected.values())
     eventually(
@@ -130,10 +130,8 @@ def assert_counts(
     # the view rebuilt from the compacted changelog equals the worker's table, field by field
     table = {(s.tenant_id, s.memory_id): live_values(s) for s in table_states(stack).values()}
     assert view_live(stack, tenants) == table
-    stored = milvus_counts(store, tenants)
+    stored = milvus_counts(store, tenants)  # snapshots: never ahead of the table
     assert all(stored[m][0] <= expected[m][0] for m in expected)
-    stale = [m for m in expected if stored[m][0] < expected[m][0]]
-    assert len(stale) > len(expected) / 2  # most accesses wrote no row
 
 
 def plan_accesses(

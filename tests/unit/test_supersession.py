@@ -95,3 +95,16 @@ def test_a_rewrite_after_supersession_makes_it_current_again() -> None:
     assert again is not None
     assert (again.valid_to, again.superseded_by) == (None, None)
     assert EffectKind.REASSERTED in [e.kind for e in effects]
+
+
+def test_an_update_marker_lets_any_name_verb_value_statement_supersede() -> None:
+    old = Version("tennis", "Alice plays tennis.", T0, 0.8)
+    new = Version("squash", "Alice plays squash now.", T0 + hours(24 * 40))
+    (found,) = detect(new, [old], RULE)
+    assert (found.older, found.newer) == ("tennis", "squash")
+    assert "'squash' replaces 'tennis'" in found.reason
+    # without the marker two such statements may both be true: nothing is superseded
+    also = Version("chess", "Alice plays chess.", T0 + hours(24 * 40))
+    assert detect(also, [old], RULE) == []
+    assert fact_of("Alice plays squash") is None
+    assert fact_of("Alice went home now", generic=True) is None  # past tense: an event
