@@ -342,7 +342,8 @@ class StreamWorker:
             tenant = self.processor.limits.registry.get(tenant_id)
             assert tenant is not None
             stored = await _retrying("query", functools.partial(store.query, tenant_id, ANY_STATE))
-            rows = [self.processor.live(row) for row in stored]
+            with processing(None):  # the tenant's keys live in every partition
+                rows = [self.processor.live(row) for row in stored]
             decisions = await asyncio.to_thread(
                 plan_tenant, tenant_id, rows, request, tenant.policy
             )
@@ -430,9 +431,11 @@ def processing(event: Any) -> Iterator[None]:  # noqa: ANN401 - faust.EventT
 
     ``take_events`` hands over a batch without setting the current event, but a table assignment
     needs it: its changelog partition and RocksDB partition are the event's. This sets the same
-    context variable that Faust's own stream iteration sets.
+    context variable that Faust's own stream iteration sets. ``None``: no current event, so that
+    a read finds a key in any of this worker's partitions (a read under an event looks only in
+    the event's partition).
     """
-    token = _current_event.set(weakref.ref(event))
+    token = _current_event.set(weakref.ref(event) if event is not None else None)
     try:
         yield
     finally:
