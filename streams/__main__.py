@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import time
 
 import faust
 
@@ -21,6 +22,8 @@ from streams.llm import LlmImportance
 from streams.settings import WorkerSettings
 from streams.topics import ensure_topics
 
+log = logging.getLogger(__name__)
+
 
 def prepare(settings: WorkerSettings) -> Services:
     """Log set-up, topics created, Milvus connected, the embedder loaded, the LLM client made."""
@@ -30,6 +33,14 @@ def prepare(settings: WorkerSettings) -> Services:
     asyncio.run(ensure_topics(settings))
     store = MilvusStore(settings.milvus())
     store.connect()
+    started = time.perf_counter()
+    upserted, deleted = rebuild.resync(settings, store)
+    log.info(
+        "Milvus resynced from the changelogs: %d rows upserted, %d purged rows deleted in %.1f s",
+        upserted,
+        deleted,
+        time.perf_counter() - started,
+    )
     embedder = settings.make_embedder()
     embedder.start()
     llm = None

@@ -59,7 +59,6 @@ from streams.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-RESYNC_CHUNK = 1000  # memories read from the tables and upserted at a time when resyncing
 
 
 @dataclass
@@ -173,8 +172,6 @@ class StreamWorker:
             timedelta(seconds=settings.max_future_skew_s),
         )
         self.processor = Processor(memories, documents, counters, pending, limits)
-        # after every recovery, before the streams resume: Milvus catches up with the tables
-        memories.on_recover(self.resync)
         self.write_done: dict[int, int] = {}  # writes partition -> next offset not yet applied
 
     async def on_writes(self, events: Sequence[Any]) -> None:
@@ -386,37 +383,6 @@ class StreamWorker:
             log.exception("Milvus refused a batch of %d rows; upserting one by one", len(rows))
             for row in rows:
                 await self.upsert([row])
-
-    async def resync(self) -> None:
-        """Make Milvus hold the table's current row of every memory of the partitions this worker
-        now serves (purged ones deleted).
-
-        Milvus is a view derived from the tables, and the tables are what Kafka restores exactly:
-        a row Milvus lost (a kill -9 before Milvus Lite persisted it, a lost or new collection)
-        is written again before any new event is processed. Upserts are idempotent, so running it
-        after every rebalance costs time, never correctness.
-        """
-        started = time.perf_counter()
-        keys = [key.decode() for key in self.processor.memories]
-        upserted = deleted = 0
-        for i in range(0, len(keys), RESYNC_CHUNK):
-            upserts, deletes = self.processor.rows(keys[i : i + RESYNC_CHUNK])
-            with self.services.metrics.milvus_sync(len(upserts), len(deletes)):
-                if upserts:
-                    await self.upsert(upserts)
-                by_tenant: dict[str, list[str]] = {}
-                for tenant_id, memory_id in deletes:
-                    by_tenant.setdefault(tenant_id, []).append(memory_id)
-                for tenant_id, ids in by_tenant.items():
-                    delete = functools.partial(self.services.store.delete, tenant_id, ids)
-                    await _retrying("delete", delete)
-            upserted, deleted = upserted + len(upserts), deleted + len(deletes)
-        log.info(
-            "Milvus resynced from the tables: %d rows upserted, %d purged rows deleted in %.1f s",
-            upserted,
-            deleted,
-            time.perf_counter() - started,
-        )
 
     async def emit(self, batch: Batch) -> None:
         """Produce the batch's audit, dead-letter and re-keyed records."""

@@ -9,7 +9,7 @@ are the durable copy of the worker's state: the last value of each key is the cu
 - ``rebuild`` writes every memory's row from the tables into a Milvus collection (the configured
   one, or ``--collection`` for a new one: the migration path), deletes purged ones, and prints the
   hash. With Milvus Lite, run it while the server is stopped (one process per file); a starting
-  worker also resyncs Milvus from its tables by itself.
+  worker also resyncs Milvus from the changelogs by itself (:func:`resync`).
 """
 
 from __future__ import annotations
@@ -105,6 +105,29 @@ class Tables:
         return upserts, purged
 
 
+def write_rows(store: MilvusStore, tables: Tables) -> tuple[int, int]:
+    """Upsert every memory's row from ``tables`` into a connected store and delete purged ones;
+    returns (rows upserted, purged rows deleted). Idempotent.
+    """
+    upserts, purged = tables.rows()
+    for i in range(0, len(upserts), CHUNK):
+        store.upsert(upserts[i : i + CHUNK])
+    by_tenant: dict[str, list[str]] = {}
+    for tenant_id, memory_id in purged:
+        by_tenant.setdefault(tenant_id, []).append(memory_id)
+    for tenant_id, ids in by_tenant.items():
+        store.delete(tenant_id, ids)
+    return len(upserts), len(purged)
+
+
+def resync(settings: WorkerSettings, store: MilvusStore) -> tuple[int, int]:
+    """At worker start-up, before Faust runs: make Milvus hold the row of every memory the
+    changelogs hold (a row lost by a kill -9, a lost or new collection). Reads the changelog
+    topics directly (not the Faust tables: a read of them inside recovery stalled the streams).
+    """
+    return write_rows(store, asyncio.run(Tables.read(settings)))
+
+
 def rebuild(settings: WorkerSettings, tables: Tables, *, drop: bool) -> tuple[int, int]:
     """Write the tables' rows into the configured collection (dropped first with ``drop``);
     returns (rows upserted, purged rows deleted).
@@ -116,15 +139,7 @@ def rebuild(settings: WorkerSettings, tables: Tables, *, drop: bool) -> tuple[in
             store.drop()
             store.close()
             store.connect()
-        upserts, purged = tables.rows()
-        for i in range(0, len(upserts), CHUNK):
-            store.upsert(upserts[i : i + CHUNK])
-        by_tenant: dict[str, list[str]] = {}
-        for tenant_id, memory_id in purged:
-            by_tenant.setdefault(tenant_id, []).append(memory_id)
-        for tenant_id, ids in by_tenant.items():
-            store.delete(tenant_id, ids)
-        return len(upserts), len(purged)
+        return write_rows(store, tables)
     finally:
         store.close()
 
