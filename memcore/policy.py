@@ -291,7 +291,7 @@ MAX_WEIGHT = 1000.0
 
 RECALL_WEIGHTS: Mapping[RecallPreset, RecallWeights] = {
     RecallPreset.MNEMOSTREAM: RecallWeights(
-        similarity=0.5, keyword=0.5, importance=0.5, recency=0.3, graph=0.0
+        similarity=0.5, keyword=0.5, importance=0.3, recency=0.3, graph=0.0
     ),
     RecallPreset.ZEROMEMORY: RecallWeights(),
     RecallPreset.ZEPH: RecallWeights(),

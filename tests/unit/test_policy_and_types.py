@@ -16,7 +16,7 @@ def test_defaults_are_the_spec() -> None:
     assert (policy.decay.working_tau_hours, policy.decay.semantic_tau_hours) == (48.0, 1200.0)
     assert policy.lifecycle.preset is LifecyclePreset.DEFAULT
     assert policy.recall.preset is RecallPreset.MNEMOSTREAM
-    assert policy.recall.weights == RecallWeights(0.5, 0.5, 0.5, 0.3, 0.0)
+    assert policy.recall.weights == RecallWeights(0.5, 0.5, 0.3, 0.3, 0.0)
     assert (policy.recall.archived_penalty, policy.recall.soft_delete_below) == (0.5, 0.05)
     assert Policy.build() == policy
     assert Policy.build(recall="zeromemory").recall.weights == RecallWeights(
