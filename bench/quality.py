@@ -73,6 +73,7 @@ import numpy as np
 
 from bench.quality_study import (
     BY_NAME,
+    COLUMNS,
     DEFAULT_CACHE,
     DEFAULT_DATA,
     SERVICE_VARIANT,
@@ -326,17 +327,7 @@ def offline_rows(
     return rows
 
 
-LOCOMO_COLUMNS = (
-    "R@10 all",
-    "R@10 cat1",
-    "R@10 cat2",
-    "R@10 cat3",
-    "R@10 cat4",
-    "R@10 old",
-    "Hit@10 all",
-    "Hit@10 old",
-    "returned",
-)
+LOCOMO_COLUMNS = (*COLUMNS, "returned")
 
 
 def run_locomo(args: argparse.Namespace) -> dict[str, Any]:

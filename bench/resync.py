@@ -22,9 +22,9 @@ from pathlib import Path
 
 from memcore import ImportanceDecision, ImportanceSource, Policy, Write, apply, content_hash
 from storage import Document, MilvusConfig, MilvusStore, codec
+from storage.records import Limits
 from storage.tenants import TenantRegistry
 from streams.processor import Processor
-from streams.records import Limits
 
 CHUNK = 1000
 

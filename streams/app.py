@@ -36,6 +36,13 @@ from memcore import (
 from storage import Document, Filters, MemoryRow, MilvusStore, StorageError, from_us
 from storage.embedding import Embedder
 from storage.milvus import ANY_STATE
+from storage.records import (
+    ConsolidationRequest,
+    Limits,
+    RecordError,
+    WriteRecord,
+    decode_consolidation,
+)
 from streams import topics
 from streams.consolidation import decision_records, plan_tenant, report
 from streams.llm import LlmImportance
@@ -47,13 +54,6 @@ from streams.processor import (
     contained,
     dead_letter,
     supersede_record,
-)
-from streams.records import (
-    ConsolidationRequest,
-    Limits,
-    RecordError,
-    WriteRecord,
-    decode_consolidation,
 )
 from streams.settings import WorkerSettings
 

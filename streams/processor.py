@@ -23,7 +23,6 @@ from memcore import (
     Effect,
     EffectKind,
     ImportanceDecision,
-    InvalidField,
     MemoryState,
     Policy,
     Position,
@@ -32,18 +31,18 @@ from memcore import (
     apply,
     content_hash,
 )
-from memcore.timecheck import check_event_time
 from storage import Document, MemoryRow, codec
-from storage.rows import from_us, live_values, serving_changed, to_us, with_live
-from streams.records import (
+from storage.records import (
     AccessRecord,
     DecisionRecord,
     Limits,
     RecordError,
     WriteRecord,
+    check_time,
     decode_access,
     decode_memory_event,
 )
+from storage.rows import from_us, live_values, serving_changed, to_us, with_live
 
 R = TypeVar("R", WriteRecord | DecisionRecord, AccessRecord)
 
@@ -322,10 +321,7 @@ class Processor:
         time the message was received plus the allowed skew (a future-dated event would archive,
         or never decay, what it touches).
         """
-        try:
-            check_event_time(field_name, at, message.received_at, self.limits.max_future_skew)
-        except InvalidField as exc:
-            raise RecordError(exc.field, exc.value, exc.reason) from exc
+        check_time(field_name, at, message.received_at, self.limits)
 
     def needs_embedding(self, record: WriteRecord) -> bool:
         """True when no vector was given and none is stored for this exact content."""

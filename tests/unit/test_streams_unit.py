@@ -13,9 +13,7 @@ from hypothesis import strategies as st
 
 from memcore import EffectKind, ImportanceSource, resolve_importance
 from storage import Document, MemoryRow, codec
-from storage.tenants import TenantRegistry
-from streams.processor import Batch, Inbound, Processor, tenant_counts
-from streams.records import (
+from storage.records import (
     DecisionRecord,
     Limits,
     RecordError,
@@ -27,6 +25,8 @@ from streams.records import (
     encode_access,
     encode_write,
 )
+from storage.tenants import TenantRegistry
+from streams.processor import Batch, Inbound, Processor, tenant_counts
 
 from .helpers import created
 
