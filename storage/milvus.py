@@ -292,20 +292,8 @@ class MilvusStore:
             return []
         for i, vector in enumerate(vectors):
             self._check_dim(f"vectors[{i}]", vector)
-        expression = filter_expression(tenant_id, filters)
-        found = self._call(
-            "search",
-            lambda: self.client.search(
-                self.config.collection,
-                data=[[float(x) for x in v] for v in vectors],
-                filter=expression,
-                limit=k,
-                output_fields=list(ROW_FIELDS),
-                search_params={"metric_type": "COSINE"},
-                consistency_level="Strong",
-                timeout=self.config.timeout_s,
-            ),
-        )
+        data = [[float(x) for x in v] for v in vectors]
+        found = self._search("search", tenant_id, data, k, filters, "vector", "COSINE")
         return [
             [Hit(MemoryRow.from_entity(hit["entity"]), float(hit["distance"])) for hit in hits]
             for hits in found
@@ -323,21 +311,7 @@ class MilvusStore:
         if not self.config.full_text:
             msg = "this collection keeps no full-text index (full_text is off)"
             raise StorageError("keyword_search", msg, retriable=False)
-        expression = filter_expression(tenant_id, filters)
-        found = self._call(
-            "keyword_search",
-            lambda: self.client.search(
-                self.config.collection,
-                data=list(texts),
-                anns_field=_SPARSE,
-                filter=expression,
-                limit=k,
-                output_fields=list(ROW_FIELDS),
-                search_params={"metric_type": "BM25"},
-                consistency_level="Strong",
-                timeout=self.config.timeout_s,
-            ),
-        )
+        found = self._search("keyword_search", tenant_id, list(texts), k, filters, _SPARSE, "BM25")
         return [
             [
                 KeywordHit(MemoryRow.from_entity(hit["entity"]), abs(float(hit["distance"])))
@@ -347,6 +321,33 @@ class MilvusStore:
         ]
 
     # -- internals -----------------------------------------------------------------------------
+
+    def _search(
+        self,
+        operation: str,
+        tenant_id: str,
+        data: list[Any],
+        k: int,
+        filters: Filters,
+        field: str,
+        metric: str,
+    ) -> Any:  # noqa: ANN401 - pymilvus's result
+        """One search call of one tenant over ``field`` (whole rows, strong consistency)."""
+        expression = filter_expression(tenant_id, filters)
+        return self._call(
+            operation,
+            lambda: self.client.search(
+                self.config.collection,
+                data=data,
+                anns_field=field,
+                filter=expression,
+                limit=k,
+                output_fields=list(ROW_FIELDS),
+                search_params={"metric_type": metric},
+                consistency_level="Strong",
+                timeout=self.config.timeout_s,
+            ),
+        )
 
     def _create(self) -> None:
         from pymilvus import DataType, Function, FunctionType  # noqa: PLC0415
