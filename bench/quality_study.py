@@ -332,12 +332,18 @@ class CachedEmbedder:
 
 
 def bm25_matrix(
-    queries: Sequence[str], documents: Sequence[str], k1: float = 1.2, b: float = 0.75
+    queries: Sequence[str],
+    documents: Sequence[str],
+    k1: float = 1.2,
+    b: float = 0.75,
+    *,
+    stemmed: bool = False,
 ) -> Matrix:
     """BM25 of every query against every document, IDF over ``documents``: equal to
-    ``memcore.keyword.bm25_scores`` row by row.
+    ``memcore.keyword.bm25_scores`` row by row (stemmed tokens when ``stemmed``, as the
+    service's full-text index keeps them).
     """
-    docs = [tokenize(d) for d in documents]
+    docs = [tokenize(d, stemmed=stemmed) for d in documents]
     vocab: dict[str, int] = {}
     for doc in docs:
         for token in doc:
@@ -354,7 +360,7 @@ def bm25_matrix(
     weights = idf * tf * (k1 + 1) / (tf + norm)
     present = np.zeros((len(queries), len(vocab)))
     for row, query in enumerate(queries):
-        for token in set(tokenize(query)):
+        for token in set(tokenize(query, stemmed=stemmed)):
             if token in vocab:
                 present[row, vocab[token]] = 1.0
     scores: Matrix = present @ weights.T
@@ -531,7 +537,9 @@ class Study:
             start += len(chunk)
         return out
 
-    def signals(self, embedded: Variant, indexed: Variant) -> list[Signals]:
+    def signals(
+        self, embedded: Variant, indexed: Variant, *, stemmed: bool = False
+    ) -> list[Signals]:
         out = []
         for conversation, turns in zip(
             self.data.conversations, self.turn_vectors(embedded), strict=True
@@ -542,7 +550,7 @@ class Study:
             out.append(
                 Signals(
                     cosine=self.question_vectors(conversation) @ turns.T,
-                    bm25=bm25_matrix(questions, render_all(conversation, indexed)),
+                    bm25=bm25_matrix(questions, render_all(conversation, indexed), stemmed=stemmed),
                     importance=np.array([rule_importance(t) for t in written]),
                 )
             )
@@ -586,6 +594,11 @@ def run(study: Study, variants: Sequence[Variant]) -> list[tuple[str, str, dict[
         (best.name, name, study.evaluate(signals, ranker))
         for name, ranker in RANKERS.items()
         if name not in MAIN_RANKERS
+    ]
+    stemmed = study.signals(best, best, stemmed=True)
+    rows += [
+        (f"{best.name}, stemmed", name, study.evaluate(stemmed, RANKERS[name]))
+        for name in ("bm25", "blend .5", "blend+prior")
     ]
     return rows
 

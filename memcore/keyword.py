@@ -10,19 +10,66 @@ from collections.abc import Sequence
 _TOKEN_RE = re.compile(r"\w+", re.UNICODE)
 
 
-def tokenize(text: str) -> list[str]:
-    """Lower-cased word tokens."""
-    return _TOKEN_RE.findall(text.lower())
+_KEEP_DOUBLE = frozenset("lsz")
+
+
+def stem(token: str) -> str:
+    """A light, deterministic English suffix stemmer for keyword matching (lower-case input).
+
+    Plural and verb endings, then a final ``e``: lives, lived, living, live -> ``liv``; works,
+    worked, working -> ``work``; running -> ``run``; studies -> ``study``. Tokens of three
+    characters or fewer and tokens with digits are kept as they are. Conflating two different
+    words now and then costs a keyword score a little; missing ``live`` for ``lives`` costs the
+    answer (measured in docs/quality.md).
+    """
+    if len(token) <= 3 or not token.isalpha():
+        return token
+    word = token
+    if word.endswith("ies") and len(word) > 5:
+        word = word[:-3] + "y"
+    elif word.endswith(("sses", "xes", "zes", "ches", "shes")):
+        word = word[:-2]
+    elif word.endswith("s") and len(word) > 4 and not word.endswith(("ss", "us", "is")):
+        word = word[:-1]
+    for suffix in ("ing", "ed"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)]
+            if len(word) > 3 and word[-1] == word[-2] and word[-1] not in _KEEP_DOUBLE:
+                word = word[:-1]
+            break
+    if word.endswith("e") and len(word) > 3:
+        word = word[:-1]
+    return word
+
+
+def tokenize(text: str, *, stemmed: bool = False) -> list[str]:
+    """Lower-cased word tokens, each :func:`stem`-med when ``stemmed``."""
+    tokens = _TOKEN_RE.findall(text.lower())
+    return [stem(t) for t in tokens] if stemmed else tokens
+
+
+def keyword_text(text: str) -> str:
+    """``text`` as the full-text index keeps it and as keyword queries are sent: stemmed tokens
+    separated by single spaces, so an engine whose analyzer only splits on spaces and lower-cases
+    (Milvus Lite's standard analyzer) matches ``live`` with ``lives``.
+    """
+    return " ".join(tokenize(text, stemmed=True))
 
 
 def bm25_scores(
-    query: str, documents: Sequence[str], *, k1: float = 1.2, b: float = 0.75
+    query: str,
+    documents: Sequence[str],
+    *,
+    k1: float = 1.2,
+    b: float = 0.75,
+    stemmed: bool = False,
 ) -> list[float]:
-    """BM25 of ``query`` against each document, with IDF taken over ``documents`` themselves.
+    """BM25 of ``query`` against each document, with IDF taken over ``documents`` themselves
+    (tokens :func:`stem`-med when ``stemmed``, as the default policy's full-text index has them).
 
     Scores are >= 0; a batch of candidates is its own corpus, so scores compare within a batch only.
     """
-    docs = [tokenize(d) for d in documents]
+    docs = [tokenize(d, stemmed=stemmed) for d in documents]
     if not docs:
         return []
     n = len(docs)
@@ -30,7 +77,7 @@ def bm25_scores(
     df: Counter[str] = Counter()
     for d in docs:
         df.update(set(d))
-    terms = set(tokenize(query))
+    terms = set(tokenize(query, stemmed=stemmed))
     scores = []
     for d in docs:
         tf = Counter(d)

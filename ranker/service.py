@@ -288,7 +288,8 @@ def _request(
     if any(c.keyword is not None for c in candidates):
         keywords = [c.keyword or 0.0 for c in candidates]
     elif query.text and _scores_keywords(policy):
-        keywords = bm25_scores(query.text, [r.content for r in rows])
+        stemmed = policy.preset is RecallPreset.MNEMOSTREAM  # as the full-text index (SPEC 6)
+        keywords = bm25_scores(query.text, [r.content for r in rows], stemmed=stemmed)
     else:
         keywords = [0.0] * len(rows)
     hops: dict[str, int] = {}

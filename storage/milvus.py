@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from memcore.ids import check_id
+from memcore.keyword import keyword_text
 from storage.errors import StorageError
 from storage.rows import CURRENT, ROW_FIELDS, MemoryRow
 
@@ -303,21 +304,31 @@ class MilvusStore:
         self, tenant_id: str, texts: Sequence[str], k: int, filters: Filters = Filters()
     ) -> list[list[KeywordHit]]:
         """The ``k`` best rows by BM25 over ``search_text`` (context and content) for each query
-        text, of one tenant, after filters. Raises a non-retriable :class:`StorageError` when the
-        collection keeps no full-text index (``MilvusConfig.full_text`` off).
+        text, of one tenant, after filters; queries are stemmed as ``search_text`` is
+        (:func:`memcore.keyword.keyword_text`), and one with no word finds nothing. Raises a
+        non-retriable :class:`StorageError` when the collection keeps no full-text index
+        (``MilvusConfig.full_text`` off).
         """
         if not texts:
             return []
         if not self.config.full_text:
             msg = "this collection keeps no full-text index (full_text is off)"
             raise StorageError("keyword_search", msg, retriable=False)
-        found = self._search("keyword_search", tenant_id, list(texts), k, filters, _SPARSE, "BM25")
+        queries = [keyword_text(t) for t in texts]
+        asked = [q for q in queries if q]
+        found = iter(
+            self._search("keyword_search", tenant_id, asked, k, filters, _SPARSE, "BM25")
+            if asked
+            else []
+        )
         return [
             [
                 KeywordHit(MemoryRow.from_entity(hit["entity"]), abs(float(hit["distance"])))
-                for hit in hits
+                for hit in next(found)
             ]
-            for hits in found
+            if q
+            else []
+            for q in queries
         ]
 
     # -- internals -----------------------------------------------------------------------------

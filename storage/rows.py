@@ -15,6 +15,7 @@ from typing import Any
 
 from memcore import MemoryState
 from memcore.ids import indexed_text
+from memcore.keyword import keyword_text
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -57,7 +58,7 @@ class MemoryRow:
 
     ``valid_to_us`` (µs, :data:`CURRENT` while current) and ``superseded_by`` ("" while current)
     record supersession (SPEC section 6). ``search_text`` is what the full-text index reads: the
-    document's context and content.
+    document's context and content as :func:`memcore.keyword.keyword_text` (stemmed tokens).
     """
 
     key: str
@@ -106,7 +107,7 @@ class MemoryRow:
             merged_into=state.merged_into or "",
             summary_of=state.summary_of,
             metadata=dict(doc.metadata),
-            search_text=indexed_text(doc.content, doc.context),
+            search_text=keyword_text(indexed_text(doc.content, doc.context)),
             **dict(zip(LIVE_FIELDS, live_values(state), strict=True)),
         )
 

@@ -7,7 +7,7 @@ import pytest
 
 from memcore import Candidate, InvalidField, RankParams, Tier, mmr, rank
 from memcore.graph import hops_from, proximity, recall_hops
-from memcore.keyword import bm25_scores, normalise_by_max
+from memcore.keyword import bm25_scores, keyword_text, normalise_by_max, stem
 from memcore.policy import RecallPolicy, RecallPreset, RecallWeights
 
 from .helpers import T0, hours
@@ -46,6 +46,40 @@ def test_bm25_prefers_matching_documents() -> None:
         "python backend", ["Alice likes Python", "Rust is fun", "python backend api"]
     )
     assert scores[2] > scores[0] > scores[1] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("words", "root"),
+    [
+        (("live", "lives", "lived", "living"), "liv"),
+        (("work", "works", "worked", "working"), "work"),
+        (("run", "running"), "run"),
+        (("study", "studies"), "study"),
+        (("drive", "drives"), "driv"),
+    ],
+)
+def test_stem_conflates_inflections(words: tuple[str, ...], root: str) -> None:
+    assert {stem(w) for w in words} == {root}
+
+
+@pytest.mark.parametrize("word", ["is", "bus", "tennis", "glass", "9087", "b5441", "news"])
+def test_stem_keeps_short_words_digits_and_non_plurals(word: str) -> None:
+    assert stem(word) == word
+    assert stem("glasses") == "glass"
+
+
+def test_keyword_text_is_what_the_index_and_the_queries_share() -> None:
+    assert keyword_text("Where does Carol LIVE?") == "wher does carol liv"
+    assert keyword_text("Carol lives in Dublin now.") == "carol liv in dublin now"
+    assert keyword_text("?!") == ""
+
+
+def test_stemmed_bm25_matches_an_inflected_question() -> None:
+    docs = ["Carol lives in Dublin now.", "Carol has type 1 diabetes."]
+    plain = bm25_scores("Where does Carol live?", docs)
+    stemmed = bm25_scores("Where does Carol live?", docs, stemmed=True)
+    assert plain[0] == plain[1]  # only "carol" matches
+    assert stemmed[0] > stemmed[1] > 0.0
 
 
 def test_keyword_weight_enters_the_blend() -> None:
