@@ -33,7 +33,16 @@ from memcore.state import (
     Supersede,
     Write,
 )
-from memcore.supersession import Supersession, SupersessionPolicy, Version, detect, fact_of
+from memcore.supersession import (
+    Supersession,
+    SupersessionPolicy,
+    Version,
+    decide,
+    detect,
+    fact_of,
+    llm_candidates,
+    llm_prompt,
+)
 from memcore.types import AccessKind, ImportanceSource, Lifecycle, Tier
 
 __all__ = [
@@ -77,11 +86,14 @@ __all__ = [
     "classify_tier",
     "content_hash",
     "create",
+    "decide",
     "derive_memory_id",
     "detect",
     "effective_importance",
     "fact_of",
     "faded",
+    "llm_candidates",
+    "llm_prompt",
     "mmr",
     "new_card",
     "normalise_content",

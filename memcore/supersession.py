@@ -6,10 +6,15 @@ same subject and relation, different values, and cosine similarity at least
 :attr:`SupersessionPolicy.min_cosine`. The older (by event time) is superseded by the newer.
 Anything the rule cannot parse is left alone: a missed update costs an ordering, a false one
 would hide a memory (rule zero), so the rule only fires on plain statements.
+
+When the worker has an LLM endpoint, it asks the LLM instead (:func:`llm_prompt`,
+:func:`parse_llm_answer`) about every new write with close older neighbours; :func:`decide` falls
+back to the rule whenever the LLM gives no usable answer.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -211,3 +216,83 @@ def detect(
         )
         out.append(Supersession(older.memory_id, newer.memory_id, newer.at, reason))
     return out
+
+
+# -- the LLM path (SPEC section 6: "the LLM when configured") ---------------------------------------
+
+LLM_PROMPT = (
+    "A memory store keeps short statements about people and things. A NEW statement was just "
+    "written. Which of the OLDER statements below does it replace, because it gives a newer value "
+    "of the same fact about the same subject (e.g. a new city someone lives in)? A statement that "
+    "adds information, repeats it, or is about something else replaces nothing. Answer only JSON: "
+    '{"replaces": [<numbers of the older statements it replaces>], "reason": "<short>"}\n\n'
+)
+
+
+def llm_candidates(
+    new: Version, neighbours: Sequence[Version], policy: SupersessionPolicy
+) -> list[Version]:
+    """The neighbours an LLM is asked about: other memories written before ``new``, at least
+    the policy's cosine apart (a write that arrives after a newer version is left to the rule).
+    """
+    return [
+        n
+        for n in neighbours
+        if n.memory_id != new.memory_id and n.at < new.at and n.similarity >= policy.min_cosine
+    ]
+
+
+def llm_prompt(new: Version, candidates: Sequence[Version]) -> str:
+    """The question for :data:`LLM_PROMPT`'s model: the new statement and numbered older ones."""
+    older = "\n".join(f"{i}. {c.content}" for i, c in enumerate(candidates, start=1))
+    return f"{LLM_PROMPT}NEW: {new.content}\n\nOLDER:\n{older}\n"
+
+
+_JSON_OBJECT = re.compile(r"\{.*\}", re.S)
+
+
+def parse_llm_answer(
+    answer: str, new: Version, candidates: Sequence[Version]
+) -> list[Supersession] | None:
+    """The supersessions an LLM answer names, or None when the answer is not the JSON asked for
+    (the caller then falls back to the rule). Numbers outside the list are ignored.
+    """
+    match = _JSON_OBJECT.search(answer)
+    if match is None:
+        return None
+    try:
+        parsed = json.loads(match.group(0))
+    except ValueError:
+        return None
+    numbers = parsed.get("replaces") if isinstance(parsed, dict) else None
+    if not isinstance(numbers, list):
+        return None
+    reason = parsed.get("reason")
+    why = reason.strip()[:200] if isinstance(reason, str) and reason.strip() else "no reason given"
+    chosen = sorted(
+        {n for n in numbers if isinstance(n, int) and not isinstance(n, bool)}
+        & set(range(1, len(candidates) + 1))
+    )
+    return [
+        Supersession(candidates[n - 1].memory_id, new.memory_id, new.at, f"llm: {why}")
+        for n in chosen
+    ]
+
+
+def decide(
+    new: Version,
+    neighbours: Sequence[Version],
+    policy: SupersessionPolicy,
+    llm_answer: str | None = None,
+) -> list[Supersession]:
+    """The supersessions of ``new``: what the LLM answered about :func:`llm_candidates` when it
+    answered as asked, else the deterministic rule (:func:`detect`): an LLM that times out, fails
+    or answers out of format never blocks or loses a write's supersession.
+    """
+    if not policy.enabled:
+        return []
+    if llm_answer is not None:
+        parsed = parse_llm_answer(llm_answer, new, llm_candidates(new, neighbours, policy))
+        if parsed is not None:
+            return parsed
+    return detect(new, neighbours, policy)

@@ -28,9 +28,12 @@ from faust.types import TP
 from memcore import (
     ImportanceDecision,
     MemoryState,
+    SupersessionPolicy,
     Version,
-    detect,
+    decide,
     fact_of,
+    llm_candidates,
+    llm_prompt,
     resolve_importance,
 )
 from storage import Document, Filters, MemoryRow, MilvusStore, StorageError, from_us
@@ -205,11 +208,13 @@ class StreamWorker:
         await self.emit(batch)
 
     async def supersede(self, batch: Batch) -> None:
-        """Compare each stated memory that states a fact with its tenant's nearest memories (now
-        synced, this batch's included) and add a ``supersede`` decision for every older version
-        (SPEC section 6). Decisions go through ``memory-writes`` keyed by the older memory, so
-        they apply on its partition and replays repeat them.
+        """Compare each stated memory with its tenant's nearest memories (now synced, this
+        batch's included) and add a ``supersede`` decision for every older version (SPEC section
+        6): the LLM decides when the worker has one and it answers, else the rule (which only
+        looks at memories that state a fact). Decisions go through ``memory-writes`` keyed by the
+        older memory, so they apply on its partition and replays repeat them.
         """
+        llm = self.services.llm
         by_tenant: dict[str, list[tuple[MemoryState, Document]]] = {}
         for key in batch.stated:
             found = self.processor.load(key)
@@ -217,7 +222,7 @@ class StreamWorker:
                 continue
             rules = self.processor.policy(found[0].tenant_id).supersession
             statement = fact_of(found[1].content, rules.max_words, generic=True)
-            if rules.enabled and statement is not None:
+            if rules.enabled and (statement is not None or llm is not None):
                 by_tenant.setdefault(found[0].tenant_id, []).append(found)
         for tenant_id, stated in by_tenant.items():
             rules = self.processor.policy(tenant_id).supersession
@@ -228,15 +233,26 @@ class StreamWorker:
                 rules.neighbours + 1,
                 Filters(states=("active", "archived")),
             )
-            for (state, doc), hits in zip(stated, await _retrying("search", search), strict=True):
-                new = Version(state.memory_id, doc.content, state.created_at)
-                neighbours = [
-                    Version(
-                        h.row.memory_id, h.row.content, from_us(h.row.created_at_us), h.similarity
-                    )
-                    for h in hits
-                ]
-                for supersession in detect(new, neighbours, rules):
+            compared = [
+                (
+                    Version(state.memory_id, doc.content, state.created_at),
+                    [
+                        Version(
+                            h.row.memory_id,
+                            h.row.content,
+                            from_us(h.row.created_at_us),
+                            h.similarity,
+                        )
+                        for h in hits
+                    ],
+                )
+                for (state, doc), hits in zip(
+                    stated, await _retrying("search", search), strict=True
+                )
+            ]
+            answers = await _llm_answers(llm, compared, rules)
+            for (new, neighbours), answer in zip(compared, answers, strict=True):
+                for supersession in decide(new, neighbours, rules, answer):
                     batch.out.append(supersede_record(tenant_id, supersession))
 
     async def on_access(self, events: Sequence[Any]) -> None:
@@ -462,6 +478,24 @@ async def _importances(
         except Exception as exc:  # raised again in the record's own apply
             decided.append(exc)
     return decided
+
+
+async def _llm_answers(
+    llm: LlmImportance | None,
+    compared: Sequence[tuple[Version, Sequence[Version]]],
+    rules: SupersessionPolicy,
+) -> list[str | None]:
+    """The LLM's answer for each new memory that has older close neighbours (concurrently, each
+    within the LLM timeout); None where there is no LLM, nothing to ask, or no answer in time.
+    """
+    if llm is None:
+        return [None] * len(compared)
+
+    async def one(new: Version, neighbours: Sequence[Version]) -> str | None:
+        candidates = llm_candidates(new, neighbours, rules)
+        return await llm.ask(llm_prompt(new, candidates)) if candidates else None
+
+    return list(await asyncio.gather(*(one(new, ns) for new, ns in compared)))
 
 
 async def _retrying(operation: str, call: Callable[[], T]) -> T:

@@ -1,7 +1,9 @@
-"""Importance from an OpenAI-compatible LLM endpoint, never blocking a write.
+"""Importance and supersession from an OpenAI-compatible LLM endpoint, never blocking a write.
 
 :meth:`LlmImportance.answer` returns the model's raw answer text, or None on timeout, transport
 error or a non-2xx reply; :func:`memcore.resolve_importance` parses it and falls back to the rules.
+:meth:`LlmImportance.ask` sends any prompt the same way (supersession:
+:func:`memcore.supersession.decide` parses the answer and falls back to its rule).
 """
 
 from __future__ import annotations
@@ -43,13 +45,17 @@ class LlmImportance:
             self._client = None
 
     async def answer(self, content: str) -> str | None:
-        """The answer text, or None when the LLM cannot answer in time."""
+        """The importance answer for ``content``, or None when the LLM cannot answer in time."""
+        return await self.ask(PROMPT + content)
+
+    async def ask(self, prompt: str) -> str | None:
+        """The answer text to ``prompt``, or None when the LLM cannot answer in time."""
         if self._client is None:
             return None
         body = {
             "model": self.model,
             "temperature": 0,
-            "messages": [{"role": "user", "content": PROMPT + content}],
+            "messages": [{"role": "user", "content": prompt}],
         }
         try:
             async with asyncio.timeout(self.timeout_s):
@@ -57,7 +63,7 @@ class LlmImportance:
             reply.raise_for_status()
             text = reply.json()["choices"][0]["message"]["content"]
         except (TimeoutError, httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as exc:
-            log.warning("llm importance unavailable (%s); rule engine decides", type(exc).__name__)
+            log.warning("llm unavailable (%s); the rules decide", type(exc).__name__)
             return None
         return text if isinstance(text, str) else None
 

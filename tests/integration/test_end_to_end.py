@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -31,6 +33,11 @@ def stack(make_stack: Callable[..., Stack]) -> Stack:
 
 @pytest.fixture
 def server(stack: Stack, tmp_path: Path) -> Iterator[str]:
+    yield from serve(stack, tmp_path)
+
+
+def serve(stack: Stack, tmp_path: Path, **extra: str) -> Iterator[str]:
+    """``python -m server`` on the stack's broker and a Milvus Lite file; ``extra``: more env."""
     tenants = tmp_path / "tenants.json"
     tenants.write_text(json.dumps({"tenants": {"acme": {"api_keys": [KEY]}}}))
     port = free_port()
@@ -41,6 +48,7 @@ def server(stack: Stack, tmp_path: Path) -> Iterator[str]:
         "MNEMO_TENANTS_FILE": str(tenants),
         "MNEMO_TENANTS": "",
         "MNEMO_PORT": str(port),
+        **extra,
     }
     log_path = tmp_path / "server.log"
     with log_path.open("wb") as log:
@@ -126,6 +134,59 @@ def test_superseded_values_history_and_as_of(server: str) -> None:
         assert (history[0].superseded_by, history[0].valid_to) == (lisbon, t2.isoformat())
         then = client.recall("Where does Alice live?", k=5, at=t1 + timedelta(days=1), track=False)
         assert [m.memory_id for m in then] == [osaka]  # Lisbon was written after `at`
+
+
+class StandInLlm(BaseHTTPRequestHandler):
+    """An OpenAI-compatible endpoint: importance 0.5 for every text; a new statement about a
+    Pixel replaces the older statement about an iPhone (which no rule could tell).
+    """
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        prompt: str = body["messages"][0]["content"]
+        answer: dict[str, object] = {"importance_score": 0.5}
+        if "\nNEW: " in prompt:
+            new, _, older = prompt.partition("\nNEW: ")[2].partition("\nOLDER:\n")
+            lines = [line.split(". ", 1) for line in older.strip().splitlines()]
+            replaced = [int(n) for n, text in lines if "Pixel" in new and "iPhone" in text]
+            answer = {"replaces": replaced, "reason": "a new phone"}
+        payload = json.dumps({"choices": [{"message": {"content": json.dumps(answer)}}]})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload.encode())
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+
+@pytest.fixture
+def llm_server(stack: Stack, tmp_path: Path) -> Iterator[str]:
+    llm = ThreadingHTTPServer(("127.0.0.1", free_port()), StandInLlm)
+    thread = threading.Thread(target=llm.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{llm.server_address[1]}/v1"
+        yield from serve(stack, tmp_path, MNEMO_LLM_URL=url, MNEMO_LLM_TIMEOUT_S="5")
+    finally:
+        llm.shutdown()
+        llm.server_close()
+        thread.join()
+
+
+def test_the_llm_decides_supersession_when_configured(llm_server: str) -> None:
+    t1, t2 = T0, T0 + timedelta(days=30)
+    with Client(llm_server, KEY) as client:
+        iphone = client.remember("Alice has an iPhone 12.", embedding=e(1.0, 0.3), at=t1)
+        pixel = client.remember("Alice got a Pixel 8 phone.", embedding=e(1.0, 0.4), at=t2)
+        now = t2 + timedelta(days=1)
+        current = client.recall("Which phone does Alice have?", k=5, at=now, track=False)
+        assert [m.memory_id for m in current] == [pixel]
+        history = client.recall(
+            "Which phone does Alice have?", k=5, at=now, track=False, include_history=True
+        )
+        assert [(m.memory_id, m.superseded_by) for m in history] == [(iphone, pixel), (pixel, None)]
 
 
 def test_an_access_revives_an_archived_memory(server: str, stack: Stack) -> None:

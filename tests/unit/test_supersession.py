@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from memcore import EffectKind, Policy, Supersede, Write, apply
-from memcore.supersession import Fact, SupersessionPolicy, Version, detect, fact_of
+from memcore.supersession import (
+    Fact,
+    SupersessionPolicy,
+    Version,
+    decide,
+    detect,
+    fact_of,
+    llm_candidates,
+    llm_prompt,
+)
 
 from .helpers import T0, created, hours, write
 
@@ -108,3 +117,38 @@ def test_an_update_marker_lets_any_name_verb_value_statement_supersede() -> None
     assert detect(also, [old], RULE) == []
     assert fact_of("Alice plays squash") is None
     assert fact_of("Alice went home now", generic=True) is None  # past tense: an event
+
+
+PHONE_OLD = Version("iphone", "Alice has an iPhone 12.", T0, 0.8)
+PHONE_NEW = Version("pixel", "Alice got a Pixel 8 phone.", T0 + hours(24))
+OSAKA = Version("osaka", "Alice lives in Osaka.", T0, 0.9)
+LISBON = Version("lisbon", "Alice lives in Lisbon now.", T0 + hours(24))
+
+
+def test_llm_is_asked_about_older_close_neighbours_only() -> None:
+    later = Version("later", "Alice has a Nokia.", T0 + hours(48), 0.9)
+    far = Version("far", "Bob has an iPhone.", T0, 0.2)
+    candidates = llm_candidates(PHONE_NEW, [PHONE_OLD, later, far, PHONE_NEW], RULE)
+    assert candidates == [PHONE_OLD]
+    prompt = llm_prompt(PHONE_NEW, candidates)
+    assert prompt.endswith(
+        "NEW: Alice got a Pixel 8 phone.\n\nOLDER:\n1. Alice has an iPhone 12.\n"
+    )
+
+
+def test_the_llm_answer_decides_when_it_parses() -> None:
+    answer = 'Sure: {"replaces": [1, 7, true, "1"], "reason": "new phone"}'
+    (decided,) = decide(PHONE_NEW, [PHONE_OLD], RULE, answer)
+    assert (decided.older, decided.newer, decided.at) == ("iphone", "pixel", PHONE_NEW.at)
+    assert decided.reason == "llm: new phone"
+    # the LLM may also overrule the rule: "nothing replaced" is an answer
+    assert decide(LISBON, [OSAKA], RULE, '{"replaces": []}') == []
+
+
+@pytest.mark.parametrize(
+    "answer", [None, "", "no idea", '{"replaces": 1}', '{"answer": [1]}', "{broken json"]
+)
+def test_no_usable_llm_answer_falls_back_to_the_rule(answer: str | None) -> None:
+    assert [s.older for s in decide(LISBON, [OSAKA], RULE, answer)] == ["osaka"]
+    assert decide(PHONE_NEW, [PHONE_OLD], RULE, answer) == []  # the rule cannot read this one
+    assert decide(LISBON, [OSAKA], SupersessionPolicy(enabled=False), '{"replaces": [1]}') == []
