@@ -13,6 +13,7 @@ from fastapi import FastAPI
 
 from ranker.api import create_api
 from ranker.applied import AppliedOffsets, KafkaOffsets
+from ranker.hotcache import HotCache
 from ranker.kernel import set_threads
 from ranker.logs import configure
 from ranker.metrics import Metrics
@@ -50,6 +51,15 @@ def build(
         settings.kafka_bootstrap, settings.topic, timeout_s=settings.produce_timeout_s
     )
     view = StateView(settings.kafka_bootstrap, changelog_topic(settings.app_id))
+    cache = None
+    if settings.hot_cache:
+        cache = HotCache(
+            store,
+            view.values,
+            tenant_max=settings.hot_tenant_max,
+            total_max=settings.hot_total_max,
+        )
+        view.listeners.append(cache.on_change)
     offsets = KafkaOffsets(
         settings.kafka_bootstrap,
         settings.app_id,
@@ -72,6 +82,7 @@ def build(
             view_caught_up=view.caught_up,
         ),
         view=view,
+        cache=cache,
     )
 
     @asynccontextmanager

@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 
 from memcore import RankParams, Scored, derive_memory_id
@@ -29,6 +30,7 @@ from memcore.keyword import bm25_scores
 from memcore.policy import RecallPolicy, RecallPreset
 from ranker.applied import AppliedOffsets, Token
 from ranker.batcher import Batcher, Overloaded
+from ranker.hotcache import HotCache
 from ranker.kernel import RankRequest, rank_many
 from ranker.metrics import Metrics
 from ranker.view import StateView
@@ -80,13 +82,15 @@ class Recalled:
 @dataclass(frozen=True)
 class Candidate:
     """A candidate row: its similarity as the vector search gave it (0 when only the keyword
-    search found it: the kernel computes the exact cosine from the vectors) and its BM25 score
-    (None when keywords are scored over the candidates instead).
+    search found it: the kernel computes the exact cosine from the vectors), its BM25 score
+    (None when keywords are scored over the candidates instead) and its vector when the row
+    carries none (the hot cache's).
     """
 
     row: MemoryRow
     similarity: float
     keyword: float | None
+    vector: npt.NDArray[np.float32] | None = None
 
 
 class RecallService:
@@ -105,11 +109,15 @@ class RecallService:
         metrics: Metrics | None = None,
         applied: AppliedOffsets | None = None,
         view: StateView | None = None,
+        cache: HotCache | None = None,
     ) -> None:
         """``applied``: how reads wait for a token; None: tokens are not waited for (a service
         without a worker to wait on, e.g. unit tests). ``view``: the live state laid over the
         rows Milvus returns (counters, importance, decay clock); None: the rows as stored.
+        ``cache``: vector candidates from the ranker's memory where it can answer (exact, like
+        Milvus); None: every vector search goes to Milvus.
         """
+        self.cache = cache
         self.metrics = metrics or Metrics()
         self.applied = applied
         self.view = view
@@ -172,13 +180,22 @@ class RecallService:
         """
         n = max(self.candidates, query.k)
         live = self._live
-        (hits,) = self.store.search(tenant_id, [vector], n, query.filters)
-        merged = {h.row.memory_id: Candidate(live(h.row), h.similarity, None) for h in hits}
+        cached = self.cache.search(tenant_id, vector, n, query.filters) if self.cache else None
+        if cached is not None:
+            merged = {
+                h.row.memory_id: Candidate(live(h.row), h.similarity, None, h.vector)
+                for h in cached
+            }
+        else:
+            (hits,) = self.store.search(tenant_id, [vector], n, query.filters)
+            merged = {h.row.memory_id: Candidate(live(h.row), h.similarity, None) for h in hits}
         if not (query.text and _scores_keywords(query.policy) and self.store.config.full_text):
             return list(merged.values())
         (found,) = self.store.keyword_search(tenant_id, [query.text], n, query.filters)
         scores = {h.row.memory_id: h.score for h in found}
-        out = [Candidate(c.row, c.similarity, scores.get(m, 0.0)) for m, c in merged.items()]
+        out = [
+            Candidate(c.row, c.similarity, scores.get(m, 0.0), c.vector) for m, c in merged.items()
+        ]
         out.extend(
             Candidate(live(h.row), 0.0, h.score) for h in found if h.row.memory_id not in merged
         )
@@ -310,6 +327,11 @@ def _request(
         semantic=np.fromiter((r.tier == "semantic" for r in rows), np.bool_, n),
         accessed=np.fromiter((r.access_count > 0 for r in rows), np.bool_, n),
         archived=np.fromiter((r.state == "archived" for r in rows), np.bool_, n),
-        vectors=np.asarray([r.vector for r in rows], dtype=np.float32),
+        vectors=np.stack(
+            [
+                c.vector if c.vector is not None else np.asarray(c.row.vector, dtype=np.float32)
+                for c in candidates
+            ]
+        ),
         query=np.asarray(vector, dtype=np.float32),
     )

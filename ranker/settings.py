@@ -41,3 +41,17 @@ class RankerSettings(SharedSettings):
         description="CPU threads of torch and FAISS in a batch (the kernel is small: more threads"
         " mostly spin against the event loop and the Milvus client)",
     )
+    hot_cache: bool = Field(
+        True,
+        description="vector candidates of small tenants from the ranker's memory (exact); off:"
+        " every vector search goes to Milvus",
+    )
+    hot_tenant_max: int = Field(
+        16_384, ge=1, le=16_384, description="the largest tenant (rows) the hot cache keeps"
+    )
+    hot_total_max: int = Field(
+        2_000_000,
+        ge=1,
+        description="rows the hot cache keeps over all tenants (about dim × 4 bytes each plus the"
+        " row's text); least recently searched tenants go first",
+    )

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from storage import MemoryRow, codec
@@ -44,6 +44,8 @@ class StateView:
         self._consumer: Any = None
         self._task: asyncio.Task[None] | None = None
         self.applied = 0
+        self.listeners: list[Callable[[str, str, Sequence[Any] | None], None]] = []
+        """Called, in the event loop, with each memory's new live values (None: deleted)."""
 
     # -- state -----------------------------------------------------------------------------------
 
@@ -56,6 +58,7 @@ class StateView:
         tenant_id, _, memory_id = key.decode("utf-8", "replace").partition("/")
         if value is None:
             self._live.get(tenant_id, {}).pop(memory_id, None)
+            self._tell(tenant_id, memory_id, None)
             return
         try:
             values = live_values(codec.decode(value))
@@ -64,6 +67,15 @@ class StateView:
             return
         self._live.setdefault(tenant_id, {})[memory_id] = values
         self.applied += 1
+        self._tell(tenant_id, memory_id, values)
+
+    def _tell(self, tenant_id: str, memory_id: str, values: Sequence[Any] | None) -> None:
+        for listener in self.listeners:
+            listener(tenant_id, memory_id, values)
+
+    def values(self, tenant_id: str, memory_id: str) -> tuple[Any, ...] | None:
+        """One memory's live values (:func:`storage.rows.live_values`), or None."""
+        return self._live.get(tenant_id, {}).get(memory_id)
 
     def overlay(self, row: MemoryRow) -> MemoryRow:
         """``row`` with the live fields the view holds for it (the row as it is when it has none)."""

@@ -1,0 +1,367 @@
+"""The hot cache: exact vector candidates per tenant from the ranker's own memory (issue 12).
+
+Milvus keeps every memory version; a recall's vector stage costs a Milvus search (O(collection)
+on Milvus Lite, a network round trip and a time tick on a server). For a tenant of at most
+``tenant_max`` memories the ranker instead keeps the tenant's rows (vectors in one float32 block,
+L2-normalised, so a dot product is the cosine Milvus computes) and answers the vector top-N by
+one matrix product over the rows that pass the request's filters: exact, like Milvus's FLAT
+index, and with no I/O.
+
+Freshness: the state view (:class:`ranker.view.StateView`, fed from the worker's changelog) tells
+the cache about every change of a memory's state. A change of what a search filters by (state,
+tier, validity) is applied in place; a new memory, a new version (``write_count``) or a
+tombstone marks the id dirty, and the next search of that tenant first re-reads the dirty rows
+from Milvus (the worker writes the row before it commits the offsets a read-your-writes token
+waits for). An access changes only counters, importance and the decay clock: nothing here.
+
+A tenant is loaded on its first search (one Milvus query); a tenant over ``tenant_max`` rows, a
+filter the cache does not evaluate (``tags_any``, ``memory_ids``) or a cache over its total row
+budget (least recently searched tenants are dropped) answers None: the caller searches Milvus.
+
+Thread-safety: searches run in worker threads, :meth:`HotCache.on_change` in the event loop; each
+tenant's block has a lock. Memory: ``dim × 4`` bytes per row for the vector plus the row's
+other fields (no Python floats per vector component).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from memcore import Tier
+from storage import Filters, MemoryRow, MilvusStore
+from storage.milvus import ANY_STATE
+from storage.rows import LIVE_FIELDS
+
+STATES = ("active", "archived", "forgotten", "merged", "purged")
+"""State names with a code each (an unknown name gets code -2: never matches a filter)."""
+TIERS = tuple(t.value for t in Tier)
+ABSENT = -1
+"""State code of a slot whose memory is gone (deleted or never loaded)."""
+DIRTY_GIVE_UP_S = 30.0
+"""A dirty id Milvus still does not have after this long is dropped until its next change."""
+
+_STATE = LIVE_FIELDS.index("state")
+_TIER = LIVE_FIELDS.index("tier")
+_WRITES = LIVE_FIELDS.index("write_count")
+_VALID_TO = LIVE_FIELDS.index("valid_to_us")
+_SUPERSEDED_BY = LIVE_FIELDS.index("superseded_by")
+
+Vector = npt.NDArray[np.float32]
+
+
+def _code(names: Sequence[str], value: str) -> int:
+    return names.index(value) if value in names else -2
+
+
+@dataclass(frozen=True)
+class CachedHit:
+    """A vector candidate: the row (its ``vector`` left empty), its cosine to the query, and
+    its unit vector (a view into the cache's block: read it, never write it).
+    """
+
+    row: MemoryRow
+    similarity: float
+    vector: Vector
+
+
+class _Block:
+    """One tenant's rows: parallel columns of capacity ``len(vectors)``, the first ``n`` used."""
+
+    def __init__(self, dim: int) -> None:
+        self.lock = threading.Lock()
+        self.n = 0
+        self.rows: list[MemoryRow | None] = []
+        self.index: dict[str, int] = {}
+        self.vectors = np.zeros((16, dim), dtype=np.float32)
+        self.state = np.full(16, ABSENT, dtype=np.int8)
+        self.tier = np.zeros(16, dtype=np.int8)
+        self.created = np.zeros(16, dtype=np.int64)
+        self.valid_to = np.zeros(16, dtype=np.int64)
+        self.writes = np.zeros(16, dtype=np.int64)
+        self.session = np.empty(16, dtype=object)
+        self.agent = np.empty(16, dtype=object)
+        self.dirty: dict[str, float] = {}  # memory id -> monotonic time first marked
+
+    def put(self, row: MemoryRow) -> None:
+        """Insert or replace ``row`` (its vector is copied, normalised, into the block)."""
+        slot = self.index.get(row.memory_id)
+        if slot is None:
+            slot = self.n
+            if slot == len(self.state):
+                self._grow()
+            self.n += 1
+            self.index[row.memory_id] = slot
+            self.rows.append(None)
+        vector = np.asarray(row.vector, dtype=np.float32)
+        norm = float(np.linalg.norm(vector))
+        self.vectors[slot] = vector / norm if norm > 0 else vector
+        self.rows[slot] = dataclasses.replace(row, vector=())
+        self.state[slot] = _code(STATES, row.state)
+        self.tier[slot] = _code(TIERS, row.tier)
+        self.created[slot] = row.created_at_us
+        self.valid_to[slot] = row.valid_to_us
+        self.writes[slot] = row.write_count
+        self.session[slot] = row.session_id
+        self.agent[slot] = row.agent_id
+
+    def remove(self, memory_id: str) -> None:
+        slot = self.index.get(memory_id)
+        if slot is not None:
+            self.state[slot] = ABSENT
+            self.rows[slot] = None
+
+    def live(self, memory_id: str, values: Sequence[Any]) -> bool:
+        """Apply a state change in place; True when the row must be re-read (a new memory or a
+        newer version than the block's: what is embedded, scoped or linked may have changed).
+        """
+        slot = self.index.get(memory_id)
+        if slot is None or self.state[slot] == ABSENT:
+            return True
+        if int(values[_WRITES]) > int(self.writes[slot]):
+            return True
+        self.state[slot] = _code(STATES, str(values[_STATE]))
+        self.tier[slot] = _code(TIERS, str(values[_TIER]))
+        self.valid_to[slot] = int(values[_VALID_TO])
+        row = self.rows[slot]
+        if row is not None:
+            self.rows[slot] = dataclasses.replace(
+                row,
+                state=str(values[_STATE]),
+                tier=str(values[_TIER]),
+                valid_to_us=int(values[_VALID_TO]),
+                superseded_by=str(values[_SUPERSEDED_BY]),
+            )
+        return False
+
+    def mask(self, filters: Filters) -> npt.NDArray[np.bool_]:
+        """The used slots that pass ``filters`` (as :func:`storage.milvus.filter_expression`)."""
+        n = self.n
+        keep = self.state[:n] != ABSENT
+        if filters.states:
+            keep &= np.isin(self.state[:n], [_code(STATES, s) for s in filters.states])
+        if filters.current_at_us is not None:
+            valid_to = self.valid_to[:n]
+            keep &= (valid_to == 0) | (valid_to > filters.current_at_us)
+        created = self.created[:n]
+        if filters.created_to_inclusive_us is not None:
+            keep &= created <= filters.created_to_inclusive_us
+        if filters.created_from_us is not None:
+            keep &= created >= filters.created_from_us
+        if filters.created_to_us is not None:
+            keep &= created < filters.created_to_us
+        if filters.tiers:
+            keep &= np.isin(self.tier[:n], [_code(TIERS, t) for t in filters.tiers])
+        if filters.session_id is not None:
+            keep &= np.asarray(self.session[:n] == filters.session_id, dtype=np.bool_)
+        if filters.agent_id is not None:
+            keep &= np.asarray(self.agent[:n] == filters.agent_id, dtype=np.bool_)
+        return np.asarray(keep, dtype=np.bool_)
+
+    def _grow(self) -> None:
+        cap = 2 * len(self.state)
+        for name in (
+            "vectors",
+            "state",
+            "tier",
+            "created",
+            "valid_to",
+            "writes",
+            "session",
+            "agent",
+        ):
+            old = getattr(self, name)
+            new = (
+                np.full((cap, *old.shape[1:]), ABSENT, dtype=old.dtype)
+                if name == "state"
+                else np.zeros((cap, *old.shape[1:]), dtype=old.dtype)
+            )
+            new[: len(old)] = old
+            setattr(self, name, new)
+
+
+class HotCache:
+    """Exact per-tenant vector candidates (see the module doc). The constructor does no I/O.
+
+    ``tenant_max``: the largest tenant (rows, any state) kept; larger tenants use Milvus.
+    ``total_max``: rows kept over all tenants; beyond it, least recently searched tenants go.
+    ``live_of``: a memory's live values as the state view holds them (None: none known), laid
+    over rows read from Milvus, which may be older. ``clock``: monotonic seconds (for tests).
+    """
+
+    def __init__(
+        self,
+        store: MilvusStore,
+        live_of: Callable[[str, str], Sequence[Any] | None] = lambda _t, _m: None,
+        *,
+        tenant_max: int = 16_384,
+        total_max: int = 2_000_000,
+        recheck_s: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.live_of = live_of
+        self.tenant_max = tenant_max
+        self.total_max = total_max
+        self.recheck_s = recheck_s
+        self.clock = clock
+        self._blocks: OrderedDict[str, _Block] = OrderedDict()
+        self._loading: dict[str, threading.Lock] = {}
+        self._cold: dict[str, float] = {}  # tenant -> when it was found too large
+        self._guard = threading.Lock()
+        self.loads = 0
+        self.refreshed = 0
+
+    @property
+    def rows(self) -> int:
+        """Rows held over all tenants."""
+        return sum(b.n for b in list(self._blocks.values()))
+
+    # -- changes (event loop) -------------------------------------------------------------------
+
+    def on_change(self, tenant_id: str, memory_id: str, values: Sequence[Any] | None) -> None:
+        """A memory's new live values (:func:`storage.rows.live_values`), or None when its state
+        was deleted. Tenants not loaded are ignored (they load fresh).
+        """
+        block = self._blocks.get(tenant_id)
+        loading = self._loading.get(tenant_id)
+        if block is None and loading is None:
+            return
+        if block is None:  # a load in flight: re-read the id once it is in
+            block = self._pending(tenant_id)
+        with block.lock:
+            if values is None:  # the worker deletes the row too; re-read in case it did not
+                block.remove(memory_id)
+            if values is None or block.live(memory_id, values):
+                block.dirty.setdefault(memory_id, self.clock())
+
+    # -- search (worker threads) ----------------------------------------------------------------
+
+    def search(
+        self, tenant_id: str, vector: Sequence[float], n: int, filters: Filters
+    ) -> list[CachedHit] | None:
+        """The ``n`` nearest rows of one tenant that pass ``filters``, best first, or None when
+        the cache cannot answer exactly (the caller searches Milvus). Blocking: Milvus is read
+        when the tenant is not loaded yet or has dirty rows; may raise ``StorageError`` then.
+        """
+        if filters.tags_any or filters.memory_ids:
+            return None
+        block = self._block(tenant_id)
+        if block is None:
+            return None
+        self._refresh(tenant_id, block)
+        query = np.asarray(vector, dtype=np.float32)
+        norm = float(np.linalg.norm(query))
+        if norm > 0:
+            query = query / norm
+        with block.lock:
+            slots = np.flatnonzero(block.mask(filters))
+            if not len(slots):
+                return []
+            scores = block.vectors[slots] @ query
+            top = np.argpartition(-scores, n - 1)[:n] if len(slots) > n else np.arange(len(slots))
+            top = top[np.argsort(-scores[top], kind="stable")]
+            hits = []
+            for i in top:
+                slot = int(slots[i])
+                row = block.rows[slot]
+                if row is not None:
+                    hits.append(CachedHit(row, float(scores[i]), block.vectors[slot].copy()))
+            return hits
+
+    def _block(self, tenant_id: str) -> _Block | None:
+        with self._guard:
+            block = self._blocks.get(tenant_id)
+            if block is not None and self._loading.get(tenant_id) is None:
+                self._blocks.move_to_end(tenant_id)
+                return block
+            cold = self._cold.get(tenant_id)
+            if cold is not None and self.clock() - cold < self.recheck_s:
+                return None
+            gate = self._loading.setdefault(tenant_id, threading.Lock())
+        with gate:  # one load per tenant; the others wait for it
+            with self._guard:
+                if tenant_id in self._blocks and self._loading.get(tenant_id) is not gate:
+                    return self._blocks[tenant_id]
+            try:
+                return self._load(tenant_id)
+            finally:
+                with self._guard:
+                    self._loading.pop(tenant_id, None)
+
+    def _pending(self, tenant_id: str) -> _Block:
+        """The block a load in flight fills (created empty here so changes can mark it dirty)."""
+        with self._guard:
+            block = self._blocks.get(tenant_id)
+            if block is None:
+                block = _Block(self.store.config.dim)
+                self._blocks[tenant_id] = block
+            return block
+
+    def _load(self, tenant_id: str) -> _Block | None:
+        count = self.store.count(tenant_id, ANY_STATE)
+        if count > self.tenant_max:
+            with self._guard:
+                self._cold[tenant_id] = self.clock()
+                self._blocks.pop(tenant_id, None)
+            return None
+        block = self._pending(tenant_id)
+        rows = self.store.query(tenant_id, ANY_STATE, limit=self.tenant_max + 1)
+        now = self.clock()
+        with block.lock:
+            for row in rows:
+                if not self._put(tenant_id, block, row):
+                    block.dirty.setdefault(row.memory_id, now)
+        self.loads += 1
+        with self._guard:
+            self._cold.pop(tenant_id, None)
+            self._evict(keep=tenant_id)
+        return block
+
+    def _refresh(self, tenant_id: str, block: _Block) -> None:
+        """Re-read the block's dirty ids from Milvus (rows there now replace the block's; ids
+        Milvus no longer has are removed once the state view has dropped them too).
+        """
+        with block.lock:
+            wanted = dict(block.dirty)
+        if not wanted:
+            return
+        found = self.store.get(tenant_id, list(wanted))
+        now = self.clock()
+        with block.lock:
+            for memory_id, since in wanted.items():
+                if block.dirty.get(memory_id) != since:
+                    continue  # changed again meanwhile: the next search re-reads it
+                row = found.get(memory_id)
+                if row is not None and self._put(tenant_id, block, row):
+                    del block.dirty[memory_id]
+                elif now - since > DIRTY_GIVE_UP_S:
+                    if row is None:
+                        block.remove(memory_id)
+                    del block.dirty[memory_id]
+            self.refreshed += len(found)
+
+    def _put(self, tenant_id: str, block: _Block, row: MemoryRow) -> bool:
+        """Put ``row`` with the state view's live values over it (block lock held); False when
+        the view knows a newer version than Milvus gave (the row is kept until that arrives).
+        """
+        block.put(row)
+        values = self.live_of(tenant_id, row.memory_id)
+        return values is None or not block.live(row.memory_id, values)
+
+    def _evict(self, keep: str) -> None:
+        """Drop least recently searched tenants while over ``total_max`` rows (guard held)."""
+        total = sum(b.n for b in self._blocks.values())
+        for tenant_id in list(self._blocks):
+            if total <= self.total_max:
+                break
+            if tenant_id != keep and tenant_id not in self._loading:
+                total -= self._blocks.pop(tenant_id).n

@@ -1,0 +1,76 @@
+"""The ranker's hot cache answers what Milvus answers: same ids, same order, same cosine, for
+random filters, on both backends (Milvus Lite and a real server)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from ranker.hotcache import HotCache
+from storage import Filters, MemoryRow, MilvusStore
+from tests.contract.conftest import DIM
+from tests.rows import make_row
+
+STATES = ("active", "archived", "forgotten")
+TIERS = ("working", "episodic", "semantic")
+
+
+def corpus(rng: random.Random, tenant: str, n: int) -> list[MemoryRow]:
+    return [
+        make_row(
+            tenant,
+            f"m{i}",
+            [rng.gauss(0, 1) for _ in range(DIM)],
+            state=rng.choice(STATES),
+            tier=rng.choice(TIERS),
+            created_at_us=rng.randrange(0, 1_000),
+            valid_to_us=rng.choice((0, 0, rng.randrange(1, 1_000))),
+            session_id=rng.choice(("s1", "s2")),
+            agent_id=rng.choice(("", "a1")),
+        )
+        for i in range(n)
+    ]
+
+
+def random_filters(rng: random.Random) -> Filters:
+    at = rng.randrange(0, 1_000)
+    return Filters(
+        states=tuple(rng.sample(STATES, rng.randint(1, 3))),
+        current_at_us=rng.choice((None, at)),
+        created_to_inclusive_us=rng.choice((None, at)),
+        tiers=tuple(rng.sample(TIERS, rng.randint(0, 2))),
+        session_id=rng.choice((None, "s1")),
+        agent_id=rng.choice((None, "a1", "")),
+        created_from_us=rng.choice((None, rng.randrange(0, 500))),
+        created_to_us=rng.choice((None, rng.randrange(500, 1_000))),
+    )
+
+
+def test_the_hot_cache_equals_milvus(store: MilvusStore) -> None:
+    rng = random.Random(5)
+    store.upsert(corpus(rng, "acme", 300) + corpus(rng, "globex", 50))
+    cache = HotCache(store)
+    for _ in range(40):
+        filters = random_filters(rng)
+        query = [rng.gauss(0, 1) for _ in range(DIM)]
+        (expected,) = store.search("acme", [query], 20, filters)
+        got = cache.search("acme", query, 20, filters)
+        assert got is not None
+        assert [h.row.memory_id for h in got] == [h.row.memory_id for h in expected]
+        assert [h.similarity for h in got] == pytest.approx(
+            [h.similarity for h in expected], abs=1e-5
+        )
+        assert all(h.row.tenant_id == "acme" for h in got)
+    assert cache.loads == 1  # loaded once, then served from memory
+
+
+def test_a_tenant_over_the_limit_and_unsupported_filters_go_to_milvus(store: MilvusStore) -> None:
+    rng = random.Random(6)
+    store.upsert(corpus(rng, "acme", 30))
+    query = [1.0] * DIM
+    assert HotCache(store, tenant_max=29).search("acme", query, 5, Filters()) is None
+    cache = HotCache(store, tenant_max=30)
+    assert cache.search("acme", query, 5, Filters(tags_any=("work",))) is None
+    assert cache.search("acme", query, 5, Filters(memory_ids=("m1",))) is None
+    assert cache.search("acme", query, 5, Filters()) is not None

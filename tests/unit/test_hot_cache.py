@@ -1,0 +1,155 @@
+"""The hot cache's freshness rules over a fake store (its I/O path against real Milvus is in
+tests/contract/test_hot_cache.py; the whole path through the worker in tests/integration)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from ranker.hotcache import DIRTY_GIVE_UP_S, HotCache
+from storage import Filters, MemoryRow, MilvusConfig
+from storage.milvus import ANY_STATE
+from storage.rows import LIVE_FIELDS
+from tests.rows import make_row
+
+DIM = 4
+RECALL = Filters(states=("active", "archived"), current_at_us=5_000_000)
+
+
+class FakeStore:
+    """Rows by tenant and id; counts the reads the cache makes."""
+
+    def __init__(self) -> None:
+        self.config = MilvusConfig(uri="unused", dim=DIM)
+        self.rows: dict[str, dict[str, MemoryRow]] = {}
+        self.reads = 0
+
+    def put(self, *rows: MemoryRow) -> None:
+        for row in rows:
+            self.rows.setdefault(row.tenant_id, {})[row.memory_id] = row
+
+    def count(self, tenant_id: str, filters: Filters = ANY_STATE) -> int:
+        return len(self.rows.get(tenant_id, {}))
+
+    def query(
+        self, tenant_id: str, filters: Filters = ANY_STATE, limit: int = 0
+    ) -> list[MemoryRow]:
+        self.reads += 1
+        return list(self.rows.get(tenant_id, {}).values())[:limit]
+
+    def get(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, MemoryRow]:
+        self.reads += 1
+        found = self.rows.get(tenant_id, {})
+        return {m: found[m] for m in memory_ids if m in found}
+
+
+def row(memory_id: str, *head: float, **kw: object) -> MemoryRow:
+    return make_row("acme", memory_id, [*head, *([0.0] * (DIM - len(head)))], **kw)
+
+
+def live(r: MemoryRow, **kw: object) -> tuple[Any, ...]:
+    return tuple(getattr(dataclasses.replace(r, **kw), name) for name in LIVE_FIELDS)  # type: ignore[arg-type]
+
+
+class Clock:
+    now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def ids(cache: HotCache, filters: Filters = RECALL) -> list[str]:
+    hits = cache.search("acme", [1.0, 0.0, 0.0, 0.0], 10, filters)
+    assert hits is not None
+    return [h.row.memory_id for h in hits]
+
+
+def setup(*rows: MemoryRow) -> tuple[FakeStore, dict[str, tuple[Any, ...]], HotCache, Clock]:
+    store = FakeStore()
+    store.put(*rows)
+    view: dict[str, tuple[Any, ...]] = {}
+    clock = Clock()
+    cache = HotCache(store, lambda _t, m: view.get(m), clock=clock)  # type: ignore[arg-type]
+    return store, view, cache, clock
+
+
+def test_state_changes_apply_in_place_without_reading_milvus() -> None:
+    a, b = row("a", 1.0), row("b", 0.9, 0.1)
+    store, view, cache, _ = setup(a, b)
+    assert ids(cache) == ["a", "b"]
+    reads = store.reads
+    view["a"] = live(a, state="forgotten")
+    cache.on_change("acme", "a", view["a"])
+    view["b"] = live(b, valid_to_us=4_000_000, superseded_by="c", access_count=9)
+    cache.on_change("acme", "b", view["b"])
+    assert ids(cache) == []
+    assert ids(cache, Filters(states=("forgotten",))) == ["a"]
+    assert store.reads == reads  # no Milvus read: filters were applied from the view
+
+
+def test_a_new_memory_is_read_from_milvus_once_it_is_there() -> None:
+    a = row("a", 0.5, 0.5)
+    store, view, cache, _ = setup(a)
+    assert ids(cache) == ["a"]
+    new = row("n", 1.0)
+    view["n"] = live(new)
+    cache.on_change("acme", "n", view["n"])
+    assert ids(cache) == ["a"]  # the worker has not written the row yet
+    store.put(new)
+    assert ids(cache) == ["n", "a"]
+    reads = store.reads
+    assert ids(cache) == ["n", "a"]
+    assert store.reads == reads  # clean again
+
+
+def test_a_newer_version_waits_for_its_row() -> None:
+    a = row("a", 1.0)
+    store, view, cache, _ = setup(a)
+    assert ids(cache) == ["a"]
+    rewritten = row("a", 0.0, 1.0, write_count=2)
+    view["a"] = live(rewritten)
+    cache.on_change("acme", "a", view["a"])
+    hits = cache.search("acme", [1.0, 0.0, 0.0, 0.0], 1, RECALL)
+    assert hits is not None
+    assert hits[0].similarity == 1.0  # the old version, until Milvus has the new one
+    store.put(rewritten)
+    hits = cache.search("acme", [1.0, 0.0, 0.0, 0.0], 1, RECALL)
+    assert hits is not None
+    assert abs(hits[0].similarity) < 1e-6
+
+
+def test_a_deleted_memory_leaves_at_once_and_a_missing_row_is_given_up_later() -> None:
+    a, b = row("a", 1.0), row("b", 0.9, 0.1)
+    store, _, cache, clock = setup(a, b)
+    assert ids(cache) == ["a", "b"]
+    cache.on_change("acme", "a", None)
+    del store.rows["acme"]["a"]
+    assert ids(cache) == ["b"]
+    ghost = row("g", 1.0)
+    cache.on_change("acme", "g", live(ghost))
+    clock.now += DIRTY_GIVE_UP_S + 1
+    assert ids(cache) == ["b"]
+    reads = store.reads
+    assert ids(cache) == ["b"]
+    assert store.reads == reads  # given up: no read per search
+
+
+def test_rows_read_from_milvus_take_the_views_newer_state() -> None:
+    a = row("a", 1.0, state="archived")
+    _, view, cache, _ = setup(a)
+    view["a"] = live(a, state="active")  # revived; Milvus not rewritten yet
+    assert ids(cache, Filters(states=("active",))) == ["a"]
+
+
+def test_least_recently_searched_tenants_go_over_the_budget() -> None:
+    store = FakeStore()
+    for tenant in ("t1", "t2", "t3"):
+        store.put(*(make_row(tenant, f"m{i}", [1.0, 0, 0, 0]) for i in range(4)))
+    cache = HotCache(store, total_max=8)  # type: ignore[arg-type]
+    for tenant in ("t1", "t2", "t1", "t3"):
+        assert cache.search(tenant, [1.0, 0, 0, 0], 2, Filters()) is not None
+    assert cache.rows == 8
+    assert cache.loads == 3
+    cache.search("t2", [1.0, 0, 0, 0], 2, Filters())
+    assert cache.loads == 4  # t2 was dropped for t3, loaded again
