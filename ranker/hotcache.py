@@ -36,13 +36,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memcore import Tier
+from memcore import Lifecycle, Tier
 from storage import Filters, MemoryRow, MilvusStore
 from storage.milvus import ANY_STATE
 from storage.rows import LIVE_FIELDS
 
-STATES = ("active", "archived", "forgotten", "merged", "purged")
-"""State names with a code each (an unknown name gets code -2: never matches a filter)."""
+STATES = tuple(s.value for s in Lifecycle)
+"""State names with a code each (an unknown name gets code -2)."""
 TIERS = tuple(t.value for t in Tier)
 ABSENT = -1
 """State code of a slot whose memory is gone (deleted or never loaded)."""
@@ -60,6 +60,11 @@ Vector = npt.NDArray[np.float32]
 
 def _code(names: Sequence[str], value: str) -> int:
     return names.index(value) if value in names else -2
+
+
+def _codes(names: Sequence[str], wanted: Sequence[str]) -> list[int]:
+    """Codes of the wanted names the cache knows (an unknown name matches no row)."""
+    return [names.index(v) for v in wanted if v in names]
 
 
 @dataclass(frozen=True)
@@ -147,7 +152,7 @@ class _Block:
         n = self.n
         keep = self.state[:n] != ABSENT
         if filters.states:
-            keep &= np.isin(self.state[:n], [_code(STATES, s) for s in filters.states])
+            keep &= np.isin(self.state[:n], _codes(STATES, filters.states))
         if filters.current_at_us is not None:
             valid_to = self.valid_to[:n]
             keep &= (valid_to == 0) | (valid_to > filters.current_at_us)
@@ -159,7 +164,7 @@ class _Block:
         if filters.created_to_us is not None:
             keep &= created < filters.created_to_us
         if filters.tiers:
-            keep &= np.isin(self.tier[:n], [_code(TIERS, t) for t in filters.tiers])
+            keep &= np.isin(self.tier[:n], _codes(TIERS, filters.tiers))
         if filters.session_id is not None:
             keep &= np.asarray(self.session[:n] == filters.session_id, dtype=np.bool_)
         if filters.agent_id is not None:

@@ -12,7 +12,7 @@ from storage import Filters, MemoryRow, MilvusStore
 from tests.contract.conftest import DIM
 from tests.rows import make_row
 
-STATES = ("active", "archived", "forgotten")
+STATES = ("active", "archived", "forgotten", "deleted")
 TIERS = ("working", "episodic", "semantic")
 
 

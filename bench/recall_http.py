@@ -1,0 +1,185 @@
+"""Recall through the HTTP API of a running service (``make up``): the issue-12 measurement.
+
+    .venv/bin/python -m bench.recall_http tenants          # adds bench-t000 .. to var/tenants.json
+    make down && rm -rf var/worker var/milvus.db var/kafka/data && make up
+    .venv/bin/python -m bench.recall_http run [--memories 100000] [--tenants 100] [--concurrency 32]
+                                              [--requests 4000] [--base-url http://127.0.0.1:8080]
+
+``run`` writes ``--memories`` memories spread over ``--tenants`` tenants through
+``POST /v1/memories`` with given vectors (``bench.recall``'s generator: unit vectors clustered
+around 16 centres per tenant, random importance), waits until the worker has applied them (the
+read-your-writes token of each tenant's last write, as ``after`` of one recall), then sends
+``--requests`` recalls (``vector``, k 10, ``track`` false, a random tenant each) from
+``--concurrency`` asyncio clients over keep-alive connections, after a warm-up that loads every
+tenant. Prints QPS, p50/p99 latency, and exact top 10: the share of the first 200 answers equal to
+the top 10 of the default score computed by brute force over every memory the bench wrote for the
+tenant (``0.5·max(cos, 0) × (1 + 0.3·(importance − 0.5))``: no keywords for a vector query, no
+accesses). Client and service share the machine's cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from bench.quality import DEFAULT_TENANTS, add_tenants, api_keys, require_keys
+from bench.recall import AT, CLUSTERS, K, around, unit
+from memcore.policy import RECALL_WEIGHTS, RecallPreset
+
+WRITE_BATCH = 500
+
+
+def tenant_names(n: int) -> list[str]:
+    return [f"bench-t{j:03d}" for j in range(n)]
+
+
+class Corpus:
+    """What the bench wrote for each tenant: ids, unit vectors, importance."""
+
+    def __init__(self, tenants: list[str], per_tenant: int, dim: int, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        self.centres = {t: unit(rng.standard_normal((CLUSTERS, dim))) for t in tenants}
+        self.vectors = {t: around(self.centres[t], per_tenant, rng) for t in tenants}
+        self.importance = {t: rng.uniform(0.05, 1.0, per_tenant) for t in tenants}
+        self.ids = {t: [f"{t}-m{i:06d}" for i in range(per_tenant)] for t in tenants}
+
+    def exact_top(self, tenant: str, query: np.ndarray) -> list[str]:
+        weights = RECALL_WEIGHTS[RecallPreset.MNEMOSTREAM]
+        cosine = np.clip(self.vectors[tenant] @ query, 0.0, None)
+        boost = 1 + weights.importance * (self.importance[tenant] - 0.5)
+        final = weights.similarity * cosine * boost
+        order = np.argsort(-final, kind="stable")[:K]
+        return [self.ids[tenant][i] for i in order]
+
+
+async def write_all(
+    client: httpx.AsyncClient, keys: dict[str, str], corpus: Corpus, concurrency: int
+) -> dict[str, str]:
+    """Write every tenant's memories; the last token per tenant."""
+    tokens: dict[str, str] = {}
+    todo = [(t, start) for t in corpus.ids for start in range(0, len(corpus.ids[t]), WRITE_BATCH)]
+    it = iter(todo)
+
+    async def writer() -> None:
+        for tenant, start in it:
+            stop = start + WRITE_BATCH
+            memories = [
+                {
+                    "memory_id": memory_id,
+                    "content": f"memory {memory_id}: something worth keeping",
+                    "embedding": vector.tolist(),
+                    "importance": float(imp),
+                    "at": AT.isoformat(),
+                }
+                for memory_id, vector, imp in zip(
+                    corpus.ids[tenant][start:stop],
+                    corpus.vectors[tenant][start:stop],
+                    corpus.importance[tenant][start:stop],
+                    strict=True,
+                )
+            ]
+            reply = await call(client, "/v1/memories", keys[tenant], {"memories": memories})
+            tokens[tenant] = str(reply["token"])
+
+    await asyncio.gather(*(writer() for _ in range(concurrency)))
+    return tokens
+
+
+async def call(
+    client: httpx.AsyncClient, path: str, key: str, body: dict[str, object]
+) -> dict[str, object]:
+    for attempt in range(10):
+        reply = await client.post(path, json=body, headers={"Authorization": f"Bearer {key}"})
+        if reply.status_code == 429 or reply.status_code >= 500:
+            await asyncio.sleep(float(reply.headers.get("Retry-After", 0.1 * 2**attempt)))
+            continue
+        if reply.status_code >= 400:
+            raise SystemExit(f"POST {path}: HTTP {reply.status_code} {reply.text[:500]}")
+        out: dict[str, object] = reply.json()
+        return out
+    raise SystemExit(f"POST {path}: still refused after 10 tries")
+
+
+def recall_body(vector: np.ndarray) -> dict[str, object]:
+    return {"vector": vector.tolist(), "k": K, "at": AT.isoformat(), "track": False}
+
+
+async def run(args: argparse.Namespace) -> None:
+    tenants = tenant_names(args.tenants)
+    keys = api_keys(args.tenants_file, [])
+    require_keys(keys, tenants, args.tenants_file)
+    corpus = Corpus(tenants, args.memories // args.tenants, args.dim, args.seed)
+    limits = httpx.Limits(
+        max_connections=args.concurrency, max_keepalive_connections=args.concurrency
+    )
+    async with httpx.AsyncClient(base_url=args.base_url, timeout=120, limits=limits) as client:
+        start = time.perf_counter()
+        tokens = await write_all(client, keys, corpus, 4)
+        written = time.perf_counter() - start
+        print(
+            f"wrote {args.memories:,} memories in {written:.1f} s ({args.memories / written:,.0f}/s)"
+        )
+        for tenant in tenants:  # read-your-writes: each tenant's writes applied, then loaded
+            body = {**recall_body(corpus.centres[tenant][0]), "after": tokens[tenant]}
+            await call(client, "/v1/recall", keys[tenant], body)
+        applied = time.perf_counter() - start
+        print(f"applied and searchable after {applied:.1f} s")
+        rng = np.random.default_rng(args.seed + 1)
+        picks = [tenants[int(i)] for i in rng.integers(0, len(tenants), args.requests)]
+        queries = [(t, around(corpus.centres[t], 1, rng)[0]) for t in picks]
+        latencies: list[float] = []
+        answers: dict[int, list[str]] = {}
+        it = iter(enumerate(queries))
+
+        async def client_loop() -> None:
+            for n, (tenant, vector) in it:
+                t = time.perf_counter()
+                reply = await call(client, "/v1/recall", keys[tenant], recall_body(vector))
+                latencies.append(time.perf_counter() - t)
+                if n < 200:
+                    results = reply["results"]
+                    assert isinstance(results, list)
+                    answers[n] = [r["memory_id"] for r in results]
+
+        start = time.perf_counter()
+        await asyncio.gather(*(client_loop() for _ in range(args.concurrency)))
+        wall = time.perf_counter() - start
+    ms = sorted(x * 1000 for x in latencies)
+    p99 = ms[min(len(ms) - 1, int(0.99 * len(ms)))]
+    exact = sum(answers[n] == corpus.exact_top(*queries[n]) for n in answers)
+    print("| path | memories | tenants | clients | QPS | p50 ms | p99 ms | exact top 10 |")
+    print("|---|---|---|---|---|---|---|---|")
+    print(
+        f"| HTTP /v1/recall | {args.memories:,} | {args.tenants} | {args.concurrency} | "
+        f"{len(queries) / wall:,.0f} | {statistics.median(ms):.1f} | {p99:.1f} | "
+        f"{exact}/{len(answers)} |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("mode", choices=("tenants", "run"))
+    parser.add_argument("--base-url", default="http://127.0.0.1:8080")
+    parser.add_argument("--tenants-file", type=Path, default=DEFAULT_TENANTS)
+    parser.add_argument("--memories", type=int, default=100_000)
+    parser.add_argument("--tenants", type=int, default=100)
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--requests", type=int, default=4_000)
+    parser.add_argument("--seed", type=int, default=4)
+    args = parser.parse_args()
+    if args.mode == "tenants":
+        added = add_tenants(args.tenants_file, tenant_names(args.tenants))
+        print(f"{args.tenants_file}: added {len(added)} tenants; restart the service to load them")
+        return
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()
