@@ -60,11 +60,14 @@ class _Call:
     path: str
     json: dict[str, Any] | None = None
     missing_ok: bool = False  # a 404 reply means None, not an error
-    params: tuple[str, ...] = ()  # read-your-writes tokens of a GET
+    params: tuple[str, ...] = ()  # read-your-writes tokens of a GET or DELETE
+    flags: tuple[tuple[str, str], ...] = ()  # other query parameters
 
     @property
     def query(self) -> dict[str, list[str]]:
-        return {"after": list(self.params)} if self.params else {}
+        """The whole query string (httpx replaces a query written into the path)."""
+        out = {name: [value] for name, value in self.flags}
+        return {**out, "after": list(self.params)} if self.params else out
 
 
 class _Session:
@@ -141,6 +144,16 @@ class _Api:
     @staticmethod
     def get(memory_id: str, after: Sequence[str]) -> _Call:
         return _Call("GET", f"/v1/memories/{memory_id}", missing_ok=True, params=tuple(after))
+
+    @staticmethod
+    def get_many(memory_ids: Sequence[str], after: Sequence[str]) -> _Call:
+        body = {"memory_ids": list(memory_ids), "after": list(after) or None}
+        return _Call("POST", "/v1/memories/get", _drop_none(body))
+
+    @staticmethod
+    def forget(memory_id: str, purge: bool, after: Sequence[str]) -> _Call:
+        flags = (("purge", "true" if purge else "false"),)
+        return _Call("DELETE", f"/v1/memories/{memory_id}", params=tuple(after), flags=flags)
 
     @staticmethod
     def check(reply: httpx.Response, call: _Call) -> Any:  # noqa: ANN401
@@ -227,6 +240,17 @@ class Client:
         found = self._send(_Api.get(memory_id, self._session.after()))
         return Memory.of(found) if found is not None else None
 
+    def get_many(self, memory_ids: Sequence[str]) -> dict[str, Memory]:
+        """Memories by id (any state); ids this tenant has none of are absent."""
+        found = self._send(_Api.get_many(memory_ids, self._session.after()))
+        return {m["memory_id"]: Memory.of(m) for m in found["memories"]}
+
+    def forget(self, memory_id: str, *, purge: bool = False) -> None:
+        """Delete a memory (recall never returns it; ``purge``: get no longer finds it either).
+        Raises MnemostreamError (404) when this tenant has no such memory.
+        """
+        self._send(_Api.forget(memory_id, purge, self._session.after()))
+
 
 class AsyncClient:
     """Asynchronous client, the same calls as :class:`Client`."""
@@ -283,3 +307,10 @@ class AsyncClient:
     async def get(self, memory_id: str) -> Memory | None:
         found = await self._send(_Api.get(memory_id, self._session.after()))
         return Memory.of(found) if found is not None else None
+
+    async def get_many(self, memory_ids: Sequence[str]) -> dict[str, Memory]:
+        found = await self._send(_Api.get_many(memory_ids, self._session.after()))
+        return {m["memory_id"]: Memory.of(m) for m in found["memories"]}
+
+    async def forget(self, memory_id: str, *, purge: bool = False) -> None:
+        await self._send(_Api.forget(memory_id, purge, self._session.after()))

@@ -27,6 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from memcore import InvalidField, Tier
+from memcore.ids import check_id
 from memcore.policy import RecallPolicy, RecallPreset
 from ranker.admission import Admission
 from ranker.applied import NotAppliedError, Token
@@ -126,6 +127,13 @@ class AccessBody(_Body):
     memory_ids: list[str] = Field(min_length=1, max_length=1000)
     kind: Literal["recall", "get", "explicit"] = "explicit"
     at: AwareDatetime | None = None
+
+
+class GetManyBody(_Body):
+    memory_ids: list[str] = Field(min_length=1, max_length=1000)
+    after: str | list[str] | None = Field(
+        None, description="read-your-writes tokens, as for recall"
+    )
 
 
 def tenant(
@@ -239,7 +247,41 @@ def create_api(
             raise HTTPException(404, "no such memory")
         return _memory(row)
 
+    _more_memory_routes(api, service)
     return api
+
+
+def _more_memory_routes(api: FastAPI, service: RecallService) -> None:
+    """Batch get and delete."""
+
+    @api.post("/v1/memories/get")
+    async def get_many(body: GetManyBody, who: Auth) -> dict[str, Any]:
+        """Many memories by id, any state: those found, and the ids this tenant has none of."""
+        ids = [check_id("memory_ids", m) for m in body.memory_ids]
+        given = body.after if body.after is not None else []
+        after = Token.merged([given] if isinstance(given, str) else given)
+        found = await service.get_many(who.tenant_id, ids, after)
+        return {
+            "memories": [_memory(found[m]) for m in dict.fromkeys(ids) if m in found],
+            "missing": [m for m in dict.fromkeys(ids) if m not in found],
+        }
+
+    @api.delete("/v1/memories/{memory_id}")
+    async def forget(
+        memory_id: str,
+        who: Auth,
+        purge: bool = False,
+        after: Annotated[list[str] | None, Query()] = None,
+    ) -> dict[str, Any]:
+        """Delete a memory: recall never returns it again and get shows it ``deleted``; with
+        ``purge`` its row leaves the serving store too (get answers 404). Audited; 404 when this
+        tenant has no such memory (after ``after`` is applied).
+        """
+        check_id("memory_id", memory_id)
+        if await service.get(who.tenant_id, memory_id, Token.merged(after or [])) is None:
+            raise HTTPException(404, "no such memory")
+        token = await service.forget(who.tenant_id, memory_id, datetime.now(UTC), purge=purge)
+        return {"memory_id": memory_id, "purge": purge, "token": token.encode()}
 
 
 def _errors(api: FastAPI) -> None:

@@ -243,6 +243,47 @@ class RecallService:
         )
         return [str(m) for m in ids], token
 
+    async def forget(
+        self, tenant_id: str, memory_id: str, at: datetime, *, purge: bool = False
+    ) -> Token:
+        """Delete one memory: a ``retire`` decision to ``deleted`` (recall never returns it; get
+        shows it deleted), then with ``purge`` a ``purge`` decision (its row leaves Milvus; the
+        worker's table keeps a tombstone). Both are audited; the token a read can wait for.
+        """
+        base = {
+            "v": 1,
+            "kind": "decision",
+            "tenant_id": tenant_id,
+            "memory_id": memory_id,
+            "at": at.isoformat(),
+        }
+        messages: list[tuple[str, Mapping[str, Any]]] = [
+            (
+                "memory-writes",
+                {
+                    **base,
+                    "decision": "retire",
+                    "to": "deleted",
+                    "reason": "deleted through the API",
+                },
+            )
+        ]
+        if purge:
+            messages.append(
+                ("memory-writes", {**base, "decision": "purge", "reason": "purged through the API"})
+            )
+        return await self._produce_all(messages)
+
+    async def get_many(
+        self, tenant_id: str, memory_ids: Sequence[str], after: Token | None = None
+    ) -> dict[str, MemoryRow]:
+        """This tenant's memories among ``memory_ids`` (any state) by id, after ``after`` is
+        applied; ids it has none of are absent.
+        """
+        await self.wait(after)
+        found = await asyncio.to_thread(self.store.get, tenant_id, list(memory_ids))
+        return {m: self._live(row) for m, row in found.items()}
+
     async def access(
         self, tenant_id: str, memory_ids: Sequence[str], at: datetime, kind: str
     ) -> Token:

@@ -16,7 +16,7 @@ import httpx
 import orjson
 import pytest
 
-from mnemostream import Client
+from mnemostream import Client, MnemostreamError
 from tests.infra import ROOT, free_port
 from tests.integration.harness import Stack, eventually, produce, wait_for_http
 from tests.integration.test_streams import T0
@@ -187,6 +187,26 @@ def test_the_llm_decides_supersession_when_configured(llm_server: str) -> None:
             "Which phone does Alice have?", k=5, at=now, track=False, include_history=True
         )
         assert [(m.memory_id, m.superseded_by) for m in history] == [(iphone, pixel), (pixel, None)]
+
+
+def test_batch_get_forget_and_purge(server: str) -> None:
+    near = e(0.0, 0.0, 1.0)
+    with Client(server, KEY) as client:
+        keep = client.remember("a plan to keep", embedding=e(0.0, 0.0, 1.0, 0.2), at=T0)
+        gone = client.remember("a plan to drop", embedding=near, at=T0)
+        assert set(client.get_many([keep, gone, "never-written"])) == {keep, gone}
+        client.forget(gone)
+        found = client.recall(vector=near, k=5, at=T0, track=False)
+        assert [m.memory_id for m in found] == [keep]  # deleted: never recalled again
+        deleted = client.get(gone)
+        assert deleted is not None
+        assert deleted.state == "deleted"
+        client.forget(gone, purge=True)
+        assert client.get(gone) is None  # purged: out of the serving store
+        assert set(client.get_many([keep, gone])) == {keep}
+        with pytest.raises(MnemostreamError) as missing:
+            client.forget("never-written")
+        assert missing.value.status == 404
 
 
 def test_an_access_revives_an_archived_memory(server: str, stack: Stack) -> None:

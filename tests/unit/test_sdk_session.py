@@ -60,3 +60,22 @@ def test_the_async_client_shares_the_session_and_it_can_be_turned_off() -> None:
         client.remember("a")
         client.recall("q")
     assert (seen.after, off.after) == ([["v1.t1"]], [[]])
+
+
+def test_forget_sends_purge_with_the_sessions_tokens() -> None:
+    seen: list[httpx.URL] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.method == "DELETE":
+            seen.append(request.url)
+            return httpx.Response(200, json={"memory_id": "m1", "token": "v1.t9"})
+        return httpx.Response(200, json={"ids": ["m1"], "token": "v1.t1"})
+
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(answer)) as client:
+        client.remember("a")
+        client.forget("m1", purge=True)
+        client.forget("m1")
+    assert [(u.path, dict(u.params.multi_items())) for u in seen] == [
+        ("/v1/memories/m1", {"purge": "true", "after": "v1.t1"}),
+        ("/v1/memories/m1", {"purge": "false", "after": "v1.t9"}),
+    ]
