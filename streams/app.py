@@ -46,6 +46,7 @@ from storage.records import (
     WriteRecord,
     decode_consolidation,
 )
+from storage.tenants import TenantRegistry
 from streams import topics
 from streams.consolidation import decision_records, plan_tenant, report
 from streams.llm import LlmImportance
@@ -125,11 +126,14 @@ def create_app(settings: WorkerSettings, services: Services) -> faust.App:
                 await worker.on_consolidation(_inbound(event))
             yield None
 
-    @app.timer(interval=settings.consolidation_interval_s)  # type: ignore[untyped-decorator]
+    @app.timer(  # type: ignore[untyped-decorator]
+        interval=settings.consolidation_interval_s, on_leader=True
+    )
     async def scheduled_consolidation() -> None:
         # the edge reads the clock; the request carries the time the rules will use
-        request = {"v": 1, "tenant_id": "*", "at": datetime.now(UTC).isoformat()}
-        await worker.topics[topics.CONSOLIDATION].send(key=b"*", value=orjson.dumps(request))
+        requests = consolidation_requests(worker.processor.limits.registry, datetime.now(UTC))
+        for key, value in requests:
+            await worker.topics[topics.CONSOLIDATION].send(key=key, value=value)
 
     @app.task  # type: ignore[untyped-decorator]
     async def announce() -> None:
@@ -405,6 +409,17 @@ class StreamWorker:
         for message in batch.out:  # in order; Faust flushes them before it commits the batch
             await self.topics[message.role].send(key=message.key, value=message.value)
         self.services.metrics.emitted(batch.out)
+
+
+def consolidation_requests(registry: TenantRegistry, at: datetime) -> list[tuple[bytes, bytes]]:
+    """The scheduled consolidation: one request per tenant, keyed by the tenant, so that the
+    tenants spread over the consolidation topic's partitions and so over the workers (one
+    ``*`` request would put every tenant on one worker). Only the group's leader sends them.
+    """
+    return [
+        (tenant_id.encode(), orjson.dumps({"v": 1, "tenant_id": tenant_id, "at": at.isoformat()}))
+        for tenant_id in sorted(registry.tenants)
+    ]
 
 
 @contextmanager

@@ -26,6 +26,7 @@ from storage.records import (
     encode_write,
 )
 from storage.tenants import TenantRegistry
+from streams.app import consolidation_requests
 from streams.processor import Batch, Inbound, Processor, tenant_counts
 
 from .helpers import created
@@ -440,3 +441,14 @@ def test_consolidation_plans_on_the_tables_live_state_not_a_stale_row() -> None:
     assert (live.content, live.vector) == (stale.content, stale.vector)
     unknown = dataclasses.replace(stale, key="acme/other", memory_id="other")
     assert t.processor.live(unknown) == unknown
+
+
+def test_scheduled_consolidation_spreads_one_request_per_tenant() -> None:
+    registry = TenantRegistry.of({"tenants": {"globex": {}, "acme": {}}})
+    at = datetime(2026, 3, 1, tzinfo=UTC)
+    requests = consolidation_requests(registry, at)
+    assert [key for key, _ in requests] == [b"acme", b"globex"]  # keyed by tenant: spread
+    for key, value in requests:
+        decoded = decode_consolidation(value, Limits(8, 16_384, registry))
+        assert decoded.tenant_ids == (key.decode(),)
+        assert decoded.at == at
