@@ -45,6 +45,17 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.vector_searches = Counter(
+            "mnemostream_vector_searches",
+            "vector candidate searches by where they were answered: hot (the ranker's cache) or"
+            " milvus (a large or cold tenant, or a filter the cache does not evaluate)",
+            ["source"],
+            registry=self.registry,
+        )
+        self.hot_rows = Gauge(
+            "mnemostream_hot_cache_rows", "rows the hot cache holds", registry=self.registry
+        )
+
     def on_batch(self, stats: BatchStats) -> None:
         self.batch_size.observe(stats.size)
         self.queue_depth.set(stats.queued)

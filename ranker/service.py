@@ -181,7 +181,9 @@ class RecallService:
         n = max(self.candidates, query.k)
         live = self._live
         cached = self.cache.search(tenant_id, vector, n, query.filters) if self.cache else None
+        self.metrics.vector_searches.labels("hot" if cached is not None else "milvus").inc()
         if cached is not None:
+            self.metrics.hot_rows.set(self.cache.rows if self.cache else 0)
             merged = {
                 h.row.memory_id: Candidate(live(h.row), h.similarity, None, h.vector)
                 for h in cached

@@ -207,6 +207,13 @@ def test_batch_get_forget_and_purge(server: str) -> None:
         with pytest.raises(MnemostreamError) as missing:
             client.forget("never-written")
         assert missing.value.status == 404
+    # the recall above was answered from the ranker's hot cache, kept fresh by the state view
+    (hot,) = [
+        line
+        for line in httpx.get(f"{server}/metrics", timeout=10).text.splitlines()
+        if line.startswith('mnemostream_vector_searches_total{source="hot"}')
+    ]
+    assert float(hot.split()[-1]) >= 1
 
 
 def test_an_access_revives_an_archived_memory(server: str, stack: Stack) -> None:
