@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -21,7 +22,7 @@ from ranker.producer import CachedCheck, EventProducer
 from ranker.service import RecallService
 from ranker.settings import RankerSettings
 from ranker.view import StateView, changelog_topic
-from storage import MilvusStore
+from storage import MilvusStore, StorageError
 from storage.embedding import Embedder
 from storage.usage import parse_service_args
 
@@ -51,6 +52,7 @@ def build(
         settings.kafka_bootstrap, settings.topic, timeout_s=settings.produce_timeout_s
     )
     view = StateView(settings.kafka_bootstrap, changelog_topic(settings.app_id))
+    registry = settings.registry()
     cache = None
     if settings.hot_cache:
         cache = HotCache(
@@ -96,10 +98,15 @@ def build(
         await offsets.start()
         await view.start()
         await service.start()
+        preload = None
+        if cache is not None:
+            preload = asyncio.create_task(_preload(cache, sorted(registry.tenants)))
         log.info("mnemostream ranker ready")
         try:
             yield
         finally:
+            if preload is not None:
+                preload.cancel()
             await service.stop()
             await view.stop()
             await offsets.stop()
@@ -113,7 +120,7 @@ def build(
         ready["worker"] = lambda: asyncio.sleep(0, worker_ready())
     api = create_api(
         service,
-        settings.registry(),
+        registry,
         settings.limits(),
         max_in_flight=settings.max_in_flight,
         ready=ready,
@@ -122,13 +129,31 @@ def build(
     return api
 
 
+async def _preload(cache: HotCache, tenant_ids: list[str]) -> None:
+    """Fill the hot cache in one pass in a thread; recalls use Milvus until it is done."""
+    started = time.monotonic()
+    try:
+        rows, tenants = await asyncio.to_thread(cache.preload, tenant_ids)
+    except StorageError:
+        log.warning("hot cache preload failed; tenants load at their first recall", exc_info=True)
+        return
+    log.info(
+        "hot cache: %d rows of %d tenants in %.1f s", rows, tenants, time.monotonic() - started
+    )
+
+
 def main() -> None:
     """Serve on ``MNEMO_HOST``:``MNEMO_PORT``."""
     parse_service_args("python -m ranker", __doc__ or "", [RankerSettings], sys.argv[1:])
     settings = RankerSettings()
     configure(settings.log_format)
     uvicorn.run(
-        build(settings), host=settings.host, port=settings.port, log_level="info", log_config=None
+        build(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level="info",
+        log_config=None,
+        access_log=False,  # ranker.logs.RequestLog logs every request, with its ids
     )
 
 

@@ -136,7 +136,7 @@ class GetManyBody(_Body):
     )
 
 
-def tenant(
+async def tenant(  # async: FastAPI runs a sync dependency in a thread, a hop per request
     request: Request,
     authorization: Annotated[str | None, Header()] = None,
     x_api_key: Annotated[str | None, Header()] = None,

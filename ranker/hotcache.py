@@ -26,6 +26,7 @@ other fields (no Python floats per vector component).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -37,9 +38,11 @@ import numpy as np
 import numpy.typing as npt
 
 from memcore import Lifecycle, Tier
-from storage import Filters, MemoryRow, MilvusStore
+from storage import Filters, MemoryRow, MilvusStore, StorageError
 from storage.milvus import ANY_STATE
 from storage.rows import LIVE_FIELDS
+
+log = logging.getLogger(__name__)
 
 STATES = tuple(s.value for s in Lifecycle)
 """State names with a code each (an unknown name gets code -2)."""
@@ -62,15 +65,23 @@ def _code(names: Sequence[str], value: str) -> int:
     return names.index(value) if value in names else -2
 
 
-def _codes(names: Sequence[str], wanted: Sequence[str]) -> list[int]:
-    """Codes of the wanted names the cache knows (an unknown name matches no row)."""
-    return [names.index(v) for v in wanted if v in names]
+def _any_of(
+    column: npt.NDArray[np.int8], names: Sequence[str], wanted: Sequence[str]
+) -> npt.NDArray[np.bool_]:
+    """Rows whose code is one of the wanted names' (an unknown name matches no row); a loop of
+    comparisons: a filter names one to four values, where ``np.isin`` costs far more.
+    """
+    out = np.zeros(len(column), dtype=np.bool_)
+    for value in wanted:
+        if value in names:
+            out |= column == names.index(value)
+    return out
 
 
 @dataclass(frozen=True)
 class CachedHit:
     """A vector candidate: the row (its ``vector`` left empty), its cosine to the query, and
-    its unit vector (a view into the cache's block: read it, never write it).
+    its unit vector (a copy, taken with the search's other hits).
     """
 
     row: MemoryRow
@@ -152,7 +163,7 @@ class _Block:
         n = self.n
         keep = self.state[:n] != ABSENT
         if filters.states:
-            keep &= np.isin(self.state[:n], _codes(STATES, filters.states))
+            keep &= _any_of(self.state[:n], STATES, filters.states)
         if filters.current_at_us is not None:
             valid_to = self.valid_to[:n]
             keep &= (valid_to == 0) | (valid_to > filters.current_at_us)
@@ -164,7 +175,7 @@ class _Block:
         if filters.created_to_us is not None:
             keep &= created < filters.created_to_us
         if filters.tiers:
-            keep &= np.isin(self.tier[:n], _codes(TIERS, filters.tiers))
+            keep &= _any_of(self.tier[:n], TIERS, filters.tiers)
         if filters.session_id is not None:
             keep &= np.asarray(self.session[:n] == filters.session_id, dtype=np.bool_)
         if filters.agent_id is not None:
@@ -222,6 +233,7 @@ class HotCache:
         self._loading: dict[str, threading.Lock] = {}
         self._cold: dict[str, float] = {}  # tenant -> when it was found too large
         self._guard = threading.Lock()
+        self._preloading = False
         self.loads = 0
         self.refreshed = 0
 
@@ -248,6 +260,18 @@ class HotCache:
             if values is None or block.live(memory_id, values):
                 block.dirty.setdefault(memory_id, self.clock())
 
+    def ready(self, tenant_id: str) -> bool:
+        """True when a search of this tenant would read nothing from Milvus (loaded, nothing
+        dirty): the caller may run it on the event loop instead of in a thread.
+        """
+        block = self._blocks.get(tenant_id)
+        return (
+            block is not None
+            and not block.dirty
+            and not self._preloading
+            and tenant_id not in self._loading
+        )
+
     # -- search (worker threads) ----------------------------------------------------------------
 
     def search(
@@ -268,22 +292,81 @@ class HotCache:
         if norm > 0:
             query = query / norm
         with block.lock:
-            slots = np.flatnonzero(block.mask(filters))
-            if not len(slots):
+            keep = block.mask(filters)
+            passing = int(np.count_nonzero(keep))
+            if not passing:
                 return []
-            scores = block.vectors[slots] @ query
-            top = np.argpartition(-scores, n - 1)[:n] if len(slots) > n else np.arange(len(slots))
+            # every used row's product (no gather of the passing rows' vectors), then the mask
+            scores = np.where(keep, block.vectors[: block.n] @ query, -np.inf)
+            m = min(n, passing)
+            top = np.argpartition(-scores, m - 1)[:m] if len(scores) > m else np.arange(m)
             top = top[np.argsort(-scores[top], kind="stable")]
-            hits = []
-            for i in top:
-                slot = int(slots[i])
-                row = block.rows[slot]
-                if row is not None:
-                    hits.append(CachedHit(row, float(scores[i]), block.vectors[slot].copy()))
-            return hits
+            rows, vectors = block.rows, block.vectors[top]  # one copy of the top rows' vectors
+            return [
+                CachedHit(row, score, vectors[i])
+                for i, (slot, score) in enumerate(
+                    zip(top.tolist(), scores[top].tolist(), strict=True)
+                )
+                if (row := rows[slot]) is not None
+            ]
+
+    def preload(self, tenant_ids: Sequence[str] = ()) -> tuple[int, int]:
+        """Load every tenant in one pass over the collection (:meth:`MilvusStore.scan`): on
+        Milvus Lite one pass costs what one tenant's query does, so this beats loading tenants
+        one by one at their first search. Tenants over ``tenant_max`` are left to Milvus; once
+        ``total_max`` rows are held no new tenant is taken. Searches meanwhile go to Milvus. A
+        change during the pass is caught either way: a tenant already met takes it as any
+        change (:meth:`on_change`); a row met later is laid under the state view's values, and
+        marked dirty when the view knows a newer version than Milvus gave. A Milvus
+        that cannot scan (a 2.3 server has no query iterator) loads ``tenant_ids`` one by one
+        instead. Blocking; returns (rows, tenants) held; raises ``StorageError`` when Milvus
+        fails.
+        """
+        try:
+            self._scan_all()
+        except StorageError:
+            if self.rows or not tenant_ids:
+                raise
+            log.info("hot cache: this Milvus cannot scan; loading tenants one by one")
+            for tenant_id in tenant_ids:
+                self._block(tenant_id)
+        return self.rows, len(self._blocks)
+
+    def _scan_all(self) -> None:
+        with self._guard:
+            self._preloading = True
+        try:
+            too_big: set[str] = set()
+            total = self.rows
+            for page in self.store.scan():
+                for row in page:
+                    tenant_id = row.tenant_id
+                    if tenant_id in too_big:
+                        continue
+                    block = self._blocks.get(tenant_id)
+                    if block is None:
+                        if total >= self.total_max:
+                            continue
+                        block = self._pending(tenant_id)
+                    with block.lock:
+                        if row.memory_id not in block.index:
+                            total += 1
+                        if not self._put(tenant_id, block, row):
+                            block.dirty.setdefault(row.memory_id, self.clock())
+                    if block.n > self.tenant_max:
+                        too_big.add(tenant_id)
+                        with self._guard:
+                            total -= self._blocks.pop(tenant_id).n
+                            self._cold[tenant_id] = self.clock()
+        finally:
+            with self._guard:
+                self._preloading = False
+        self.loads += len(self._blocks)
 
     def _block(self, tenant_id: str) -> _Block | None:
         with self._guard:
+            if self._preloading:
+                return None
             block = self._blocks.get(tenant_id)
             if block is not None and self._loading.get(tenant_id) is None:
                 self._blocks.move_to_end(tenant_id)
@@ -319,7 +402,7 @@ class HotCache:
                 self._blocks.pop(tenant_id, None)
             return None
         block = self._pending(tenant_id)
-        rows = self.store.query(tenant_id, ANY_STATE, limit=self.tenant_max + 1)
+        rows = self.store.query(tenant_id, ANY_STATE, limit=self.tenant_max)
         now = self.clock()
         with block.lock:
             for row in rows:

@@ -36,6 +36,12 @@ from ranker.metrics import Metrics
 from ranker.view import StateView
 from storage import Filters, MemoryRow, MilvusStore, to_us
 from storage.embedding import Embedder
+from storage.rows import LIVE_FIELDS
+
+_IMPORTANCE, _LAST_ACCESS, _TAU, _TIER, _ACCESSES, _STATE = (
+    LIVE_FIELDS.index(name)
+    for name in ("importance", "last_access_us", "tau_hours", "tier", "access_count", "state")
+)
 
 GRAPH_FETCH_MAX = 1_000
 """Memories beyond the candidates whose relations one recall reads, per hop, at most."""
@@ -153,16 +159,19 @@ class RecallService:
         vector = query.vector
         if vector is None:
             (vector,) = await asyncio.to_thread(self.embedder.embed, [query.text or ""])
-        candidates = await asyncio.to_thread(self._candidates, tenant_id, vector, query)
+        if self._in_memory(tenant_id, query):  # ~1 ms of numpy: not worth a thread hop
+            candidates = self._candidates(tenant_id, vector, query)
+        else:
+            candidates = await asyncio.to_thread(self._candidates, tenant_id, vector, query)
         results: list[Recalled] = []
         if candidates:
             relations: Mapping[str, Sequence[str]] = {}
             if query.policy.graphrag or query.policy.weights.graph > 0:
                 relations = await self._relations(tenant_id, candidates)
-            request = _request(candidates, vector, query, relations)
+            request = _request(candidates, vector, query, relations, self._live_values)
             scored = await self.batcher.submit(request)
             rows = {c.row.memory_id: c.row for c in candidates}
-            results = [Recalled(rows[s.memory_id], s) for s in scored]
+            results = [Recalled(self._live(rows[s.memory_id]), s) for s in scored]
         if query.track and results:
             await self._produce_all(
                 [
@@ -179,18 +188,16 @@ class RecallService:
         keywords, the BM25 top-N, merged by id (blocking: run in a thread).
         """
         n = max(self.candidates, query.k)
-        live = self._live
         cached = self.cache.search(tenant_id, vector, n, query.filters) if self.cache else None
         self.metrics.vector_searches.labels("hot" if cached is not None else "milvus").inc()
         if cached is not None:
             self.metrics.hot_rows.set(self.cache.rows if self.cache else 0)
             merged = {
-                h.row.memory_id: Candidate(live(h.row), h.similarity, None, h.vector)
-                for h in cached
+                h.row.memory_id: Candidate(h.row, h.similarity, None, h.vector) for h in cached
             }
         else:
             (hits,) = self.store.search(tenant_id, [vector], n, query.filters)
-            merged = {h.row.memory_id: Candidate(live(h.row), h.similarity, None) for h in hits}
+            merged = {h.row.memory_id: Candidate(h.row, h.similarity, None) for h in hits}
         if not (query.text and _scores_keywords(query.policy) and self.store.config.full_text):
             return list(merged.values())
         (found,) = self.store.keyword_search(tenant_id, [query.text], n, query.filters)
@@ -198,10 +205,23 @@ class RecallService:
         out = [
             Candidate(c.row, c.similarity, scores.get(m, 0.0), c.vector) for m, c in merged.items()
         ]
-        out.extend(
-            Candidate(live(h.row), 0.0, h.score) for h in found if h.row.memory_id not in merged
-        )
+        out.extend(Candidate(h.row, 0.0, h.score) for h in found if h.row.memory_id not in merged)
         return out
+
+    def _in_memory(self, tenant_id: str, query: RecallQuery) -> bool:
+        """The candidates come from the hot cache alone, with no I/O (no keyword search)."""
+        keywords = bool(query.text) and _scores_keywords(query.policy)
+        return (
+            self.cache is not None
+            and self.cache.ready(tenant_id)
+            and not (keywords and self.store.config.full_text)
+            and not (query.filters.tags_any or query.filters.memory_ids)
+        )
+
+    def _live_values(self, row: MemoryRow) -> Sequence[Any]:
+        """The row's :data:`storage.rows.LIVE_FIELDS`: the view's when it has them."""
+        found = self.view.values(row.tenant_id, row.memory_id) if self.view is not None else None
+        return found if found is not None else _row_values(row)
 
     def _live(self, row: MemoryRow) -> MemoryRow:
         return self.view.overlay(row) if self.view is not None else row
@@ -317,6 +337,11 @@ class RecallService:
         return await asyncio.to_thread(rank_many, requests)
 
 
+def _row_values(row: MemoryRow) -> tuple[Any, ...]:
+    """The row's own :data:`storage.rows.LIVE_FIELDS`, in that order."""
+    return tuple(getattr(row, name) for name in LIVE_FIELDS)
+
+
 def _access(tenant_id: str, memory_id: str, at: datetime, kind: str) -> dict[str, Any]:
     return {
         "v": 1,
@@ -338,8 +363,11 @@ def _request(
     vector: Sequence[float],
     query: RecallQuery,
     relations: Mapping[str, Sequence[str]],
+    live: Callable[[MemoryRow], Sequence[Any]] | None = None,
 ) -> RankRequest:
-    """The kernel's columns, straight from the store's rows (graph hops over ``relations``).
+    """The kernel's columns: the candidates' live values (``live``: the state view's, else the
+    row's, in :data:`storage.rows.LIVE_FIELDS` order), created time and vectors from the rows,
+    graph hops over ``relations``.
 
     Keyword scores are the store's BM25 where it gave them, else BM25 over the candidates.
     """
@@ -356,20 +384,21 @@ def _request(
     if relations:
         hops = recall_hops({c.row.memory_id: c.similarity for c in candidates}, relations)
     n = len(rows)
+    values = [(live or _row_values)(r) for r in rows]
     return RankRequest(
         ids=tuple(r.memory_id for r in rows),
         at_us=to_us(query.at),
         params=RankParams(k=query.k, policy=policy),
         similarity=np.fromiter((c.similarity for c in candidates), np.float64, n),
         keyword=np.asarray(keywords, dtype=np.float64),
-        importance=np.fromiter((r.importance for r in rows), np.float64, n),
-        last_access_us=np.fromiter((r.last_access_us for r in rows), np.int64, n),
+        importance=np.fromiter((v[_IMPORTANCE] for v in values), np.float64, n),
+        last_access_us=np.fromiter((v[_LAST_ACCESS] for v in values), np.int64, n),
         created_at_us=np.fromiter((r.created_at_us for r in rows), np.int64, n),
-        tau_hours=np.fromiter((r.tau_hours for r in rows), np.float64, n),
+        tau_hours=np.fromiter((v[_TAU] for v in values), np.float64, n),
         graph_hops=np.fromiter((hops.get(r.memory_id, -1) for r in rows), np.int64, n),
-        semantic=np.fromiter((r.tier == "semantic" for r in rows), np.bool_, n),
-        accessed=np.fromiter((r.access_count > 0 for r in rows), np.bool_, n),
-        archived=np.fromiter((r.state == "archived" for r in rows), np.bool_, n),
+        semantic=np.fromiter((v[_TIER] == "semantic" for v in values), np.bool_, n),
+        accessed=np.fromiter((v[_ACCESSES] > 0 for v in values), np.bool_, n),
+        archived=np.fromiter((v[_STATE] == "archived" for v in values), np.bool_, n),
         vectors=np.stack(
             [
                 c.vector if c.vector is not None else np.asarray(c.row.vector, dtype=np.float32)

@@ -43,7 +43,11 @@ def main() -> None:
     @app.task  # type: ignore[untyped-decorator]
     async def http() -> None:
         config = uvicorn.Config(
-            api, host=ranker_settings.host, port=ranker_settings.port, log_level="info"
+            api,
+            host=ranker_settings.host,
+            port=ranker_settings.port,
+            log_level="info",
+            access_log=False,  # ranker.logs.RequestLog logs every request, with its ids
         )
         server = uvicorn.Server(config)  # Faust owns the signals: uvicorn must not take them
         server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]

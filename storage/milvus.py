@@ -8,7 +8,7 @@ Works unchanged against Milvus Lite (a file path URI, embedded) and a Milvus ser
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -265,6 +265,31 @@ class MilvusStore:
             ),
         )
         return [MemoryRow.from_entity(entity) for entity in found]
+
+    def scan(self, batch_size: int = 2_000) -> Iterator[list[MemoryRow]]:
+        """Every row of the collection, every tenant and state, ``batch_size`` rows at a time (one
+        pass, no order promised; rows written meanwhile may or may not appear). For a reader that
+        serves all tenants (the ranker's hot cache): one pass costs what one tenant's query costs
+        on Milvus Lite per tenant.
+        """
+        it = self._call(
+            "scan",
+            lambda: self.client.query_iterator(
+                self.config.collection,
+                batch_size=batch_size,
+                filter="",
+                output_fields=list(ROW_FIELDS),
+                timeout=self.config.timeout_s,
+            ),
+        )
+        try:
+            while True:
+                page = self._call("scan", it.next)
+                if not page:
+                    return
+                yield [MemoryRow.from_entity(entity) for entity in page]
+        finally:
+            it.close()
 
     def count(self, tenant_id: str, filters: Filters = ANY_STATE) -> int:
         """How many rows of one tenant match ``filters``."""

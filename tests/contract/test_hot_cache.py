@@ -4,11 +4,12 @@ random filters, on both backends (Milvus Lite and a real server)."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
 from ranker.hotcache import HotCache
-from storage import Filters, MemoryRow, MilvusStore
+from storage import Filters, MemoryRow, MilvusConfig, MilvusStore
 from tests.contract.conftest import DIM
 from tests.rows import make_row
 
@@ -74,3 +75,35 @@ def test_a_tenant_over_the_limit_and_unsupported_filters_go_to_milvus(store: Mil
     assert cache.search("acme", query, 5, Filters(tags_any=("work",))) is None
     assert cache.search("acme", query, 5, Filters(memory_ids=("m1",))) is None
     assert cache.search("acme", query, 5, Filters()) is not None
+
+
+def test_one_preload_pass_equals_loading_each_tenant(store: MilvusStore) -> None:
+    rng = random.Random(7)
+    store.upsert(corpus(rng, "acme", 120) + corpus(rng, "globex", 40) + corpus(rng, "big", 140))
+    preloaded = HotCache(store, tenant_max=130)
+    # one pass (a 2.3 server cannot scan: the cache then loads the tenants it is given)
+    assert preloaded.preload(["acme", "globex", "big"]) == (160, 2)
+    assert preloaded.search("big", [1.0] * DIM, 5, Filters()) is None  # over the limit: Milvus
+    one_by_one = HotCache(store, tenant_max=130)
+    for _ in range(10):
+        tenant = rng.choice(("acme", "globex"))
+        filters = random_filters(rng)
+        query = [rng.gauss(0, 1) for _ in range(DIM)]
+        got, expected = (
+            cache.search(tenant, query, 10, filters) for cache in (preloaded, one_by_one)
+        )
+        assert got is not None
+        assert expected is not None
+        assert [h.row.memory_id for h in got] == [h.row.memory_id for h in expected]
+    assert preloaded.loads == 2  # the preload's; no tenant was loaded again
+
+
+def test_a_scan_reads_every_row_of_every_tenant(tmp_path: Path) -> None:
+    lite = MilvusStore(MilvusConfig(uri=str(tmp_path / "scan.db"), dim=DIM))
+    lite.connect()
+    rng = random.Random(8)
+    written = corpus(rng, "acme", 120) + corpus(rng, "globex", 40)
+    lite.upsert(written)
+    scanned = [row.key for page in lite.scan(batch_size=50) for row in page]
+    assert sorted(scanned) == sorted(row.key for row in written)
+    lite.close()
