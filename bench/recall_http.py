@@ -17,8 +17,8 @@ run), after a warm-up that loads every tenant.
 
 Prints QPS, p50/p99 latency, and exact top 10: the share of the first 200 answers equal to the
 top 10 of the default score computed by brute force over every memory the bench wrote for the
-tenant (``0.5·max(cos, 0) × (1 + 0.3·(importance − 0.5))``: no keywords for a vector query, no
-accesses). Client and service share the machine's cores.
+tenant (``memcore.rank`` with the default policy over all of them, not only 100 candidates).
+Client and service share the machine's cores.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ import orjson
 
 from bench.quality import DEFAULT_TENANTS, add_tenants, api_keys, require_keys
 from bench.recall import AT, CLUSTERS, K, around, unit
-from memcore.policy import RECALL_WEIGHTS, RecallPreset
+from memcore import Candidate, RankParams, rank
+from memcore.policy import RecallPolicy
 
 WRITE_BATCH = 500
 
@@ -55,12 +56,17 @@ class Corpus:
         self.ids = {t: [f"{t}-m{i:06d}" for i in range(per_tenant)] for t in tenants}
 
     def exact_top(self, tenant: str, query: np.ndarray) -> list[str]:
-        weights = RECALL_WEIGHTS[RecallPreset.MNEMOSTREAM]
-        cosine = np.clip(self.vectors[tenant] @ query, 0.0, None)
-        boost = 1 + weights.importance * (self.importance[tenant] - 0.5)
-        final = weights.similarity * cosine * boost
-        order = np.argsort(-final, kind="stable")[:K]
-        return [self.ids[tenant][i] for i in order]
+        """The default policy's top k over every memory of the tenant (``memcore.rank``: never
+        accessed, so decay and tier do not enter; no keywords for a vector query).
+        """
+        cosine = (self.vectors[tenant] @ query).tolist()
+        candidates = [
+            Candidate(memory_id, sim, float(imp), AT, AT, 24.0)
+            for memory_id, sim, imp in zip(
+                self.ids[tenant], cosine, self.importance[tenant], strict=True
+            )
+        ]
+        return [s.memory_id for s in rank(candidates, AT, RankParams(k=K, policy=RecallPolicy()))]
 
 
 async def write_all(

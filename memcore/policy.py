@@ -354,6 +354,22 @@ class RecallPolicy:
             raise InvalidField("policy.recall.graphrag", self.graphrag, "expected true or false")
         require_finite("policy.recall.min_score", self.min_score)
 
+    @property
+    def scores_keywords(self) -> bool:
+        """The score reads keyword (BM25) scores: ``zeph`` always, ``powermem`` never, the others
+        when their keyword weight is positive.
+        """
+        return self.preset is RecallPreset.ZEPH or (
+            self.preset is not RecallPreset.POWERMEM and self.weights.keyword > 0
+        )
+
+    @property
+    def stems_keywords(self) -> bool:
+        """Keywords match stemmed (``memcore.keyword.stem``), as the default preset's full-text
+        index keeps them; the named presets keep their sources' plain tokens.
+        """
+        return self.preset is RecallPreset.MNEMOSTREAM
+
     @classmethod
     def of(cls, preset: RecallPreset) -> RecallPolicy:
         """The defaults of ``preset``, its weights included."""

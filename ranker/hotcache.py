@@ -235,7 +235,6 @@ class HotCache:
         self._guard = threading.Lock()
         self._preloading = False
         self.loads = 0
-        self.refreshed = 0
 
     @property
     def rows(self) -> int:
@@ -260,13 +259,19 @@ class HotCache:
             if values is None or block.live(memory_id, values):
                 block.dirty.setdefault(memory_id, self.clock())
 
-    def ready(self, tenant_id: str) -> bool:
-        """True when a search of this tenant would read nothing from Milvus (loaded, nothing
-        dirty): the caller may run it on the event loop instead of in a thread.
+    @staticmethod
+    def evaluates(filters: Filters) -> bool:
+        """The cache can apply ``filters`` (not ``tags_any`` or ``memory_ids``)."""
+        return not (filters.tags_any or filters.memory_ids)
+
+    def ready(self, tenant_id: str, filters: Filters) -> bool:
+        """True when a search of this tenant under ``filters`` would read nothing from Milvus
+        (loaded, nothing dirty): the caller may run it on the event loop, not in a thread.
         """
         block = self._blocks.get(tenant_id)
         return (
-            block is not None
+            self.evaluates(filters)
+            and block is not None
             and not block.dirty
             and not self._preloading
             and tenant_id not in self._loading
@@ -281,7 +286,7 @@ class HotCache:
         the cache cannot answer exactly (the caller searches Milvus). Blocking: Milvus is read
         when the tenant is not loaded yet or has dirty rows; may raise ``StorageError`` then.
         """
-        if filters.tags_any or filters.memory_ids:
+        if not self.evaluates(filters):
             return None
         block = self._block(tenant_id)
         if block is None:
@@ -435,7 +440,6 @@ class HotCache:
                     if row is None:
                         block.remove(memory_id)
                     del block.dirty[memory_id]
-            self.refreshed += len(found)
 
     def _put(self, tenant_id: str, block: _Block, row: MemoryRow) -> bool:
         """Put ``row`` with the state view's live values over it (block lock held); False when

@@ -24,10 +24,10 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from memcore import RankParams, Scored, derive_memory_id
+from memcore import Lifecycle, Purge, RankParams, Retire, Scored, derive_memory_id
 from memcore.graph import MAX_HOPS, recall_hops
 from memcore.keyword import bm25_scores
-from memcore.policy import RecallPolicy, RecallPreset
+from memcore.policy import RecallPolicy
 from ranker.applied import AppliedOffsets, Token
 from ranker.batcher import Batcher, Overloaded
 from ranker.hotcache import HotCache
@@ -36,7 +36,8 @@ from ranker.metrics import Metrics
 from ranker.view import StateView
 from storage import Filters, MemoryRow, MilvusStore, to_us
 from storage.embedding import Embedder
-from storage.rows import LIVE_FIELDS
+from storage.records import decision_value
+from storage.rows import LIVE_FIELDS, row_live_values
 
 _IMPORTANCE, _LAST_ACCESS, _TAU, _TIER, _ACCESSES, _STATE = (
     LIVE_FIELDS.index(name)
@@ -125,6 +126,8 @@ class RecallService:
         """
         self.cache = cache
         self.metrics = metrics or Metrics()
+        if cache is not None:
+            self.metrics.hot_rows.set_function(lambda: cache.rows)  # read at scrape time
         self.applied = applied
         self.view = view
         self.store = store
@@ -191,16 +194,15 @@ class RecallService:
         cached = self.cache.search(tenant_id, vector, n, query.filters) if self.cache else None
         self.metrics.vector_searches.labels("hot" if cached is not None else "milvus").inc()
         if cached is not None:
-            self.metrics.hot_rows.set(self.cache.rows if self.cache else 0)
             merged = {
                 h.row.memory_id: Candidate(h.row, h.similarity, None, h.vector) for h in cached
             }
         else:
             (hits,) = self.store.search(tenant_id, [vector], n, query.filters)
             merged = {h.row.memory_id: Candidate(h.row, h.similarity, None) for h in hits}
-        if not (query.text and _scores_keywords(query.policy) and self.store.config.full_text):
+        if not self._keyword_search(query):
             return list(merged.values())
-        (found,) = self.store.keyword_search(tenant_id, [query.text], n, query.filters)
+        (found,) = self.store.keyword_search(tenant_id, [query.text or ""], n, query.filters)
         scores = {h.row.memory_id: h.score for h in found}
         out = [
             Candidate(c.row, c.similarity, scores.get(m, 0.0), c.vector) for m, c in merged.items()
@@ -208,20 +210,22 @@ class RecallService:
         out.extend(Candidate(h.row, 0.0, h.score) for h in found if h.row.memory_id not in merged)
         return out
 
+    def _keyword_search(self, query: RecallQuery) -> bool:
+        """The request's keyword candidates come from the store's full-text index."""
+        return bool(query.text) and query.policy.scores_keywords and self.store.config.full_text
+
     def _in_memory(self, tenant_id: str, query: RecallQuery) -> bool:
         """The candidates come from the hot cache alone, with no I/O (no keyword search)."""
-        keywords = bool(query.text) and _scores_keywords(query.policy)
         return (
             self.cache is not None
-            and self.cache.ready(tenant_id)
-            and not (keywords and self.store.config.full_text)
-            and not (query.filters.tags_any or query.filters.memory_ids)
+            and self.cache.ready(tenant_id, query.filters)
+            and not self._keyword_search(query)
         )
 
     def _live_values(self, row: MemoryRow) -> Sequence[Any]:
         """The row's :data:`storage.rows.LIVE_FIELDS`: the view's when it has them."""
         found = self.view.values(row.tenant_id, row.memory_id) if self.view is not None else None
-        return found if found is not None else _row_values(row)
+        return found if found is not None else row_live_values(row)
 
     def _live(self, row: MemoryRow) -> MemoryRow:
         return self.view.overlay(row) if self.view is not None else row
@@ -272,28 +276,10 @@ class RecallService:
         shows it deleted), then with ``purge`` a ``purge`` decision (its row leaves Milvus; the
         worker's table keeps a tombstone). Both are audited; the token a read can wait for.
         """
-        base = {
-            "v": 1,
-            "kind": "decision",
-            "tenant_id": tenant_id,
-            "memory_id": memory_id,
-            "at": at.isoformat(),
-        }
-        messages: list[tuple[str, Mapping[str, Any]]] = [
-            (
-                "memory-writes",
-                {
-                    **base,
-                    "decision": "retire",
-                    "to": "deleted",
-                    "reason": "deleted through the API",
-                },
-            )
-        ]
+        events: list[Retire | Purge] = [Retire(at, Lifecycle.DELETED, "deleted through the API")]
         if purge:
-            messages.append(
-                ("memory-writes", {**base, "decision": "purge", "reason": "purged through the API"})
-            )
+            events.append(Purge(at, "purged through the API"))
+        messages = [("memory-writes", decision_value(tenant_id, memory_id, e)) for e in events]
         return await self._produce_all(messages)
 
     async def get_many(
@@ -337,11 +323,6 @@ class RecallService:
         return await asyncio.to_thread(rank_many, requests)
 
 
-def _row_values(row: MemoryRow) -> tuple[Any, ...]:
-    """The row's own :data:`storage.rows.LIVE_FIELDS`, in that order."""
-    return tuple(getattr(row, name) for name in LIVE_FIELDS)
-
-
 def _access(tenant_id: str, memory_id: str, at: datetime, kind: str) -> dict[str, Any]:
     return {
         "v": 1,
@@ -350,12 +331,6 @@ def _access(tenant_id: str, memory_id: str, at: datetime, kind: str) -> dict[str
         "at": at.isoformat(),
         "kind": kind,
     }
-
-
-def _scores_keywords(policy: RecallPolicy) -> bool:
-    return policy.preset is RecallPreset.ZEPH or (
-        policy.preset is not RecallPreset.POWERMEM and policy.weights.keyword > 0
-    )
 
 
 def _request(
@@ -375,16 +350,15 @@ def _request(
     policy = query.policy
     if any(c.keyword is not None for c in candidates):
         keywords = [c.keyword or 0.0 for c in candidates]
-    elif query.text and _scores_keywords(policy):
-        stemmed = policy.preset is RecallPreset.MNEMOSTREAM  # as the full-text index (SPEC 6)
-        keywords = bm25_scores(query.text, [r.content for r in rows], stemmed=stemmed)
+    elif query.text and policy.scores_keywords:
+        keywords = bm25_scores(query.text, [r.content for r in rows], stemmed=policy.stems_keywords)
     else:
         keywords = [0.0] * len(rows)
     hops: dict[str, int] = {}
     if relations:
         hops = recall_hops({c.row.memory_id: c.similarity for c in candidates}, relations)
     n = len(rows)
-    values = [(live or _row_values)(r) for r in rows]
+    values = [(live or row_live_values)(r) for r in rows]
     return RankRequest(
         ids=tuple(r.memory_id for r in rows),
         at_us=to_us(query.at),

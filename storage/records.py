@@ -343,12 +343,53 @@ def decode_memory_event(raw: bytes, limits: Limits) -> WriteRecord | DecisionRec
     return decode_write(raw, limits)
 
 
+DecisionEvent = Absorb | Retire | Fade | Supersede | Promote | Purge
+
+
+def decision_value(
+    tenant_id: str, memory_id: str, event: DecisionEvent, request_id: str | None = None
+) -> dict[str, Any]:
+    """The ``memory-writes`` record of a decision about one memory (the inverse of
+    :func:`decode_decision`), keyed ``tenant_id/memory_id`` by whoever produces it.
+    """
+    value: dict[str, Any] = {
+        "v": VERSION,
+        "kind": "decision",
+        "tenant_id": tenant_id,
+        "memory_id": memory_id,
+        "at": event.at.isoformat(),
+        "reason": event.reason[:1000],
+    }
+    if request_id is not None:
+        value["request_id"] = request_id
+    if isinstance(event, Absorb):
+        value |= {
+            "decision": "absorb",
+            "source": event.source,
+            "access_count": event.access_count,
+            "recall_count": event.recall_count,
+            "write_count": event.write_count,
+            "importance": event.importance,
+        }
+    elif isinstance(event, Retire):
+        value |= {"decision": "retire", "to": event.to.value, "merged_into": event.merged_into}
+    elif isinstance(event, Fade):
+        value["decision"] = "fade"
+    elif isinstance(event, Supersede):
+        value |= {"decision": "supersede", "by": event.by}
+    elif isinstance(event, Promote):
+        value |= {"decision": "promote", "to": event.to.value}
+    else:
+        value["decision"] = "purge"
+    return value
+
+
 def decode_decision(raw: bytes, limits: Limits) -> DecisionRecord:
     """Validate a decision record; raises RecordError naming the first bad field."""
     m = _model(DecisionV1, raw)
     tenant_id = _tenant(m.tenant_id, limits)
     memory_id = _id("memory_id", m.memory_id)
-    event: Absorb | Retire | Fade | Supersede | Promote | Purge
+    event: DecisionEvent
     try:
         if m.decision == "absorb":
             event = Absorb(

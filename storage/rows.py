@@ -174,6 +174,11 @@ def live_values(state: MemoryState) -> tuple[Any, ...]:
     )
 
 
+def row_live_values(row: MemoryRow) -> tuple[Any, ...]:
+    """The :data:`LIVE_FIELDS` a row holds, in that order (the values it was written with)."""
+    return tuple(getattr(row, name) for name in LIVE_FIELDS)
+
+
 def with_live(row: MemoryRow, values: Sequence[Any]) -> MemoryRow:
     """``row`` with its :data:`LIVE_FIELDS` replaced by ``values`` (from :func:`live_values`)."""
     return dataclasses.replace(row, **dict(zip(LIVE_FIELDS, values, strict=True)))

@@ -7,19 +7,17 @@ reducer like any other event, so replaying the topics reproduces every consolida
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
 
 import orjson
 
 from memcore import Decision, DecisionKind, Item, Lifecycle, Policy, Tier, plan, to_events
 from memcore.consolidation import Neighbours, summarise
 from memcore.ids import content_hash
-from memcore.state import Absorb, Event, Fade, Promote, Purge, Retire
+from memcore.state import Access, Event, Write
 from storage import MemoryRow, from_us
-from storage.records import ConsolidationRequest
+from storage.records import ConsolidationRequest, decision_value
 from storage.similarity import cosine_neighbours
 from streams.processor import Outbound
 
@@ -125,28 +123,6 @@ def _summary(
 
 
 def _decision(tenant_id: str, memory_id: str, event: Event, request_id: str | None) -> Outbound:
-    value: dict[str, Any] = {
-        "v": 1,
-        "kind": "decision",
-        "tenant_id": tenant_id,
-        "memory_id": memory_id,
-        "at": event.at.isoformat(),
-        "request_id": request_id,
-    }
-    if isinstance(event, Absorb):
-        fields = dataclasses.asdict(event)
-        value |= {"decision": "absorb", "reason": event.reason, "source": event.source}
-        value |= {
-            k: fields[k] for k in ("access_count", "recall_count", "write_count", "importance")
-        }
-    elif isinstance(event, Retire):
-        value |= {"decision": "retire", "reason": event.reason, "to": event.to.value}
-        value |= {"merged_into": event.merged_into}
-    elif isinstance(event, Fade):
-        value |= {"decision": "fade", "reason": event.reason}
-    elif isinstance(event, Promote):
-        value |= {"decision": "promote", "reason": event.reason, "to": event.to.value}
-    elif isinstance(event, Purge):
-        value |= {"decision": "purge", "reason": event.reason}
-    key = f"{tenant_id}/{memory_id}".encode()
-    return Outbound("memory-writes", key, orjson.dumps(value))
+    assert not isinstance(event, (Write, Access)), "plans hold decisions only"
+    value = decision_value(tenant_id, memory_id, event, request_id)
+    return Outbound("memory-writes", f"{tenant_id}/{memory_id}".encode(), orjson.dumps(value))

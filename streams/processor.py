@@ -26,6 +26,7 @@ from memcore import (
     MemoryState,
     Policy,
     Position,
+    Supersede,
     Supersession,
     Write,
     apply,
@@ -39,6 +40,7 @@ from storage.records import (
     RecordError,
     WriteRecord,
     check_time,
+    decision_value,
     decode_access,
     decode_memory_event,
 )
@@ -141,16 +143,7 @@ def contained(message: Inbound, batch: Batch) -> Iterator[None]:
 
 def supersede_record(tenant_id: str, found: Supersession) -> Outbound:
     """The ``supersede`` decision for the older memory, keyed by it (on its partition)."""
-    value = {
-        "v": 1,
-        "kind": "decision",
-        "decision": "supersede",
-        "tenant_id": tenant_id,
-        "memory_id": found.older,
-        "by": found.newer,
-        "at": found.at.isoformat(),
-        "reason": found.reason[:1000],
-    }
+    value = decision_value(tenant_id, found.older, Supersede(found.at, found.newer, found.reason))
     return Outbound("memory-writes", f"{tenant_id}/{found.older}".encode(), orjson.dumps(value))
 
 

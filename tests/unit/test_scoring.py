@@ -208,3 +208,17 @@ def test_recall_hops_start_from_the_most_similar_candidates() -> None:
     assert "t1" not in hops
     assert "far" not in recall_hops(similarity, relations, max_hops=2)
     assert recall_hops(similarity, {}, seeds=1) == {"s1": 0}
+
+
+def test_which_presets_read_and_stem_keywords() -> None:
+    read = {p: RecallPolicy.of(p).scores_keywords for p in RecallPreset}
+    stem_ = {p: RecallPolicy.of(p).stems_keywords for p in RecallPreset}
+    assert read == {
+        RecallPreset.MNEMOSTREAM: True,
+        RecallPreset.ZEROMEMORY: False,  # keyword weight 0
+        RecallPreset.ZEPH: True,  # its own 0.3 keyword share
+        RecallPreset.POWERMEM: False,
+    }
+    assert [p for p, s in stem_.items() if s] == [RecallPreset.MNEMOSTREAM]
+    keyed = RecallPolicy(preset=RecallPreset.ZEROMEMORY, weights=RecallWeights(keyword=0.2))
+    assert keyed.scores_keywords

@@ -11,12 +11,26 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memcore import EffectKind, ImportanceSource, resolve_importance
+from memcore import (
+    Absorb,
+    EffectKind,
+    Fade,
+    ImportanceSource,
+    Lifecycle,
+    Promote,
+    Purge,
+    Retire,
+    Supersede,
+    Tier,
+    resolve_importance,
+)
 from storage import Document, MemoryRow, codec
 from storage.records import (
+    DecisionEvent,
     DecisionRecord,
     Limits,
     RecordError,
+    decision_value,
     decode_access,
     decode_consolidation,
     decode_decision,
@@ -31,6 +45,7 @@ from streams.processor import Batch, Inbound, Processor, tenant_counts
 
 from .helpers import created
 
+T = datetime(2026, 3, 1, 12, tzinfo=UTC)
 LIMITS = Limits(4, 64, TenantRegistry.open_to(["acme", "globex"]))
 AT = "2026-03-01T12:00:00+00:00"
 
@@ -452,3 +467,21 @@ def test_scheduled_consolidation_spreads_one_request_per_tenant() -> None:
         decoded = decode_consolidation(value, Limits(8, 16_384, registry))
         assert decoded.tenant_ids == (key.decode(),)
         assert decoded.at == at
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        Absorb(T, "m2", 3, 1, 2, 0.7, "merged"),
+        Retire(T, Lifecycle.DELETED, "deleted through the API", "m3"),
+        Fade(T, "swept"),
+        Supersede(T, "m9", "newer value"),
+        Promote(T, Tier.SEMANTIC, "accessed often"),
+        Purge(T, "purged"),
+    ],
+)
+def test_decision_values_decode_to_the_same_event(event: DecisionEvent) -> None:
+    value = decision_value("acme", "m1", event, "req-1")
+    decoded = decode_decision(orjson.dumps(value), LIMITS)
+    assert (decoded.tenant_id, decoded.memory_id, decoded.request_id) == ("acme", "m1", "req-1")
+    assert decoded.event == event
