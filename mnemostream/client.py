@@ -4,7 +4,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -66,7 +67,9 @@ class _Call:
     @property
     def query(self) -> dict[str, list[str]]:
         """The whole query string (httpx replaces a query written into the path)."""
-        out = {name: [value] for name, value in self.flags}
+        out: dict[str, list[str]] = {}
+        for name, value in self.flags:  # a name may repeat (tag=a&tag=b)
+            out.setdefault(name, []).append(value)
         return {**out, "after": list(self.params)} if self.params else out
 
 
@@ -90,6 +93,9 @@ class _Session:
         if sent:  # the server waited for them: this client's later reads need not
             self.pending = [t for t in self.pending if t not in sent]
         return result
+
+
+_CUT_SHORT = "the export stream ended before its closing line"
 
 
 def _iso(at: datetime | None) -> str | None:
@@ -154,6 +160,39 @@ class _Api:
     def forget(memory_id: str, purge: bool, after: Sequence[str]) -> _Call:
         flags = (("purge", "true" if purge else "false"),)
         return _Call("DELETE", f"/v1/memories/{memory_id}", params=tuple(after), flags=flags)
+
+    @staticmethod
+    def update(memory_id: str, changes: dict[str, Any], after: Sequence[str]) -> _Call:
+        body = _drop_none({**changes, "at": _when(changes.get("at")), "after": list(after) or None})
+        return _Call("PATCH", f"/v1/memories/{memory_id}", body)
+
+    @staticmethod
+    def page(filters: dict[str, Any], cursor: str | None, after: Sequence[str]) -> _Call:
+        flags = [
+            (name, str(v).lower() if isinstance(v, bool) else str(v))
+            for name, value in filters.items()
+            if value is not None
+            for v in (value if isinstance(value, list | tuple) else [value])
+        ]
+        if cursor is not None:
+            flags.append(("cursor", cursor))
+        return _Call("GET", "/v1/memories", params=tuple(after), flags=tuple(flags))
+
+    @staticmethod
+    def history(memory_id: str, after: Sequence[str]) -> _Call:
+        return _Call("GET", f"/v1/memories/{memory_id}/history", params=tuple(after))
+
+    @staticmethod
+    def export(vectors: bool) -> _Call:
+        return _Call("GET", "/v1/export", flags=(("vectors", "true" if vectors else "false"),))
+
+    @staticmethod
+    def export_line(line: str) -> dict[str, Any] | None:
+        """One line of an export stream: a memory, or None for the closing line. Blank lines
+        are not passed in.
+        """
+        doc: dict[str, Any] = json.loads(line)
+        return None if doc.get("end") is True else doc
 
     @staticmethod
     def check(reply: httpx.Response, call: _Call) -> Any:  # noqa: ANN401
@@ -251,6 +290,47 @@ class Client:
         """
         self._send(_Api.forget(memory_id, purge, self._session.after()))
 
+    def update(self, memory_id: str, **changes: Any) -> str:  # noqa: ANN401
+        """Write a new version of a memory (content, tags, metadata, importance, at...: the rest
+        is kept) that supersedes it from ``at`` on; the new version's id. MnemostreamError 404
+        (no such memory) or 409 (deleted or already superseded).
+        """
+        call = _Api.update(memory_id, changes, self._session.after())
+        return str(self._send(call)["memory_id"])
+
+    def list_memories(self, *, page_size: int = 100, **filters: Any) -> Iterator[Memory]:  # noqa: ANN401
+        """Every memory matching ``filters`` (state, memory_type, tag, agent_id, session_id,
+        include_history), in id order, fetched ``page_size`` at a time as the iterator advances.
+        """
+        cursor: str | None = None
+        while True:
+            call = _Api.page({**filters, "limit": page_size}, cursor, self._session.after())
+            found = self._send(call)
+            yield from (Memory.of(m) for m in found["memories"])
+            cursor = found["cursor"]
+            if cursor is None:
+                return
+
+    def history(self, memory_id: str) -> list[dict[str, Any]]:
+        """Every decision about a memory, oldest first (kind, reason, at, source, offset, after)."""
+        return list(self._send(_Api.history(memory_id, self._session.after()))["events"])
+
+    def export(self, *, vectors: bool = False) -> Iterator[dict[str, Any]]:
+        """Every memory of the tenant (any state but purged) as dicts, streamed."""
+        call = _Api.export(vectors)
+        with self._http.stream(call.method, call.path, params=call.query) as reply:
+            if reply.status_code >= 400:
+                reply.read()
+                _Api.check(reply, call)
+            for line in reply.iter_lines():
+                if not line.strip():
+                    continue
+                doc = _Api.export_line(line)
+                if doc is None:
+                    return
+                yield doc
+            raise MnemostreamError(502, _CUT_SHORT)
+
 
 class AsyncClient:
     """Asynchronous client, the same calls as :class:`Client`."""
@@ -314,3 +394,36 @@ class AsyncClient:
 
     async def forget(self, memory_id: str, *, purge: bool = False) -> None:
         await self._send(_Api.forget(memory_id, purge, self._session.after()))
+
+    async def update(self, memory_id: str, **changes: Any) -> str:  # noqa: ANN401
+        call = _Api.update(memory_id, changes, self._session.after())
+        return str((await self._send(call))["memory_id"])
+
+    async def list_memories(self, *, page_size: int = 100, **filters: Any) -> AsyncIterator[Memory]:  # noqa: ANN401
+        cursor: str | None = None
+        while True:
+            call = _Api.page({**filters, "limit": page_size}, cursor, self._session.after())
+            found = await self._send(call)
+            for m in found["memories"]:
+                yield Memory.of(m)
+            cursor = found["cursor"]
+            if cursor is None:
+                return
+
+    async def history(self, memory_id: str) -> list[dict[str, Any]]:
+        return list((await self._send(_Api.history(memory_id, self._session.after())))["events"])
+
+    async def export(self, *, vectors: bool = False) -> AsyncIterator[dict[str, Any]]:
+        call = _Api.export(vectors)
+        async with self._http.stream(call.method, call.path, params=call.query) as reply:
+            if reply.status_code >= 400:
+                await reply.aread()
+                _Api.check(reply, call)
+            async for line in reply.aiter_lines():
+                if not line.strip():
+                    continue
+                doc = _Api.export_line(line)
+                if doc is None:
+                    return
+                yield doc
+            raise MnemostreamError(502, _CUT_SHORT)

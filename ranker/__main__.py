@@ -14,6 +14,7 @@ from fastapi import FastAPI
 
 from ranker.api import create_api
 from ranker.applied import AppliedOffsets, KafkaOffsets
+from ranker.history import AuditLog
 from ranker.hotcache import HotCache
 from ranker.kernel import set_threads
 from ranker.logs import configure
@@ -124,6 +125,7 @@ def build(
         settings.limits(),
         max_in_flight=settings.max_in_flight,
         ready=ready,
+        audit=AuditLog(settings.kafka_bootstrap, settings.topic("audit")),
     )
     api.router.lifespan_context = lifespan
     return api

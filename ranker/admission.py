@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import orjson
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ranker.metrics import Metrics
+from ranker.problems import problem_body
 
 RETRY_AFTER_S = 1
 """The retry hint of a refused request: the service drains its in-flight requests in about this."""
@@ -72,14 +72,10 @@ class Admission:
             self.metrics.http_responses.labels(route, str(status)).inc()
 
     async def _refuse(self, send: Send) -> None:
-        body = orjson.dumps(
-            {"detail": f"{self.in_flight} requests in flight; retry after {RETRY_AFTER_S} s"}
-        )
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"retry-after", str(RETRY_AFTER_S).encode()),
-        ]
+        detail = f"{self.in_flight} requests in flight; retry after {RETRY_AFTER_S} s"
+        body, own = problem_body(429, detail, retry_after_s=RETRY_AFTER_S)
+        headers = [(k.encode(), v.encode()) for k, v in own.items()]
+        headers.append((b"content-length", str(len(body)).encode()))
         await send({"type": "http.response.start", "status": 429, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 

@@ -4,49 +4,49 @@ Every route is authenticated by an API key (``Authorization: Bearer <key>`` or `
 key decides the tenant, never the body. No key or an unknown key: 401. Another tenant's memory id is
 indistinguishable from a missing one: 404. More than ``max_in_flight`` API requests being served,
 or a saturated batcher: 429 with ``Retry-After`` (:mod:`ranker.admission`). Kafka or Milvus not
-answering: 503 with ``Retry-After``; any other failure: 500, with a JSON body like every error.
+answering: 503 with ``Retry-After``; any other failure: 500. Every error has one body, problem
+details (:mod:`ranker.problems`).
 
 Writes and accesses are checked with the worker's own decode (:mod:`storage.records`) before
 anything is produced: a request is all-or-nothing, and a 200 means the worker will apply it. Every
-validation error is a 422 with one body shape, ``{"detail": "<field>=<value>: <reason>", "field":
-"memories[3].tags[2]"}``.
+validation error is a 422 whose ``field`` names the path (``memories[3].tags[2]``).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi import FastAPI, HTTPException, Query
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, ConfigDict, Field, StrictBool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from memcore import InvalidField, Tier
 from memcore.ids import check_id
 from memcore.policy import RecallPolicy, RecallPreset
 from ranker.admission import Admission
-from ranker.applied import NotAppliedError, Token
+from ranker.applied import NotAppliedError
 from ranker.batcher import Overloaded
 from ranker.errors import Unavailable
-from ranker.logs import RequestLog, set_tenant
+from ranker.history import AuditLog
+from ranker.logs import RequestLog
+from ranker.problems import NOT_FOUND, RESPONSES, problem
+from ranker.routes import memory_routes
 from ranker.service import Recalled, RecallQuery, RecallService
-from storage import Filters, MemoryRow, StorageError, from_us, to_us
-from storage.records import Limits, RecordError, checked_access, checked_write
+from ranker.wire import Auth, Body, memory_json, tokens, under
+from storage import Filters, StorageError, to_us
+from storage.records import Limits, RecordError, checked_access, checked_vector, checked_write
 from storage.tenants import Tenant, TenantRegistry
 
 log = logging.getLogger(__name__)
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-
-class RecallFilters(_Body):
+class RecallFilters(Body):
     memory_types: list[str] = Field(default_factory=list)
     tags: list[str] = Field(default_factory=list)
     session_id: str | None = None
@@ -55,7 +55,7 @@ class RecallFilters(_Body):
     created_to: AwareDatetime | None = None
 
 
-class Weights(_Body):
+class Weights(Body):
     similarity: float | None = Field(None, ge=0)
     keyword: float | None = Field(None, ge=0)
     importance: float | None = Field(None, ge=0)
@@ -63,7 +63,7 @@ class Weights(_Body):
     graph: float | None = Field(None, ge=0)
 
 
-class RecallBody(_Body):
+class RecallBody(Body):
     query: str | None = Field(None, min_length=1, max_length=16_384)
     vector: list[float] | None = None
     k: int = Field(10, ge=1, le=1000)
@@ -72,15 +72,15 @@ class RecallBody(_Body):
     weights: Weights | None = None
     mmr_lambda: float | None = Field(None, ge=0, le=1)
     min_score: float | None = None
-    graphrag: bool | None = None
+    graphrag: StrictBool | None = None
     at: AwareDatetime | None = Field(
         None,
         description="as-of time: only memories written by then, in the versions valid then, scored"
         " at that time (importance and counters are today's: the service keeps no history of"
         " them). Default: now, with every memory written so far.",
     )
-    track: bool = True
-    include_history: bool = Field(
+    track: StrictBool = True
+    include_history: StrictBool = Field(
         False,
         description="also return superseded versions; the top k are then listed in time order",
     )
@@ -91,7 +91,7 @@ class RecallBody(_Body):
     )
 
 
-class MemoryBody(_Body):
+class MemoryBody(Body):
     """One memory to write. Strict types (no coercion): the worker decodes the record strictly."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
@@ -119,41 +119,14 @@ class MemoryBody(_Body):
     relations: list[str] = Field(default_factory=list)
 
 
-class WriteBody(_Body):
+class WriteBody(Body):
     memories: list[MemoryBody] = Field(min_length=1, max_length=1000)
 
 
-class AccessBody(_Body):
+class AccessBody(Body):
     memory_ids: list[str] = Field(min_length=1, max_length=1000)
     kind: Literal["recall", "get", "explicit"] = "explicit"
     at: AwareDatetime | None = None
-
-
-class GetManyBody(_Body):
-    memory_ids: list[str] = Field(min_length=1, max_length=1000)
-    after: str | list[str] | None = Field(
-        None, description="read-your-writes tokens, as for recall"
-    )
-
-
-async def tenant(  # async: FastAPI runs a sync dependency in a thread, a hop per request
-    request: Request,
-    authorization: Annotated[str | None, Header()] = None,
-    x_api_key: Annotated[str | None, Header()] = None,
-) -> Tenant:
-    """The tenant the request's API key acts for; 401 without one."""
-    key = x_api_key
-    if authorization and authorization.lower().startswith("bearer "):
-        key = authorization[7:].strip()
-    registry: TenantRegistry = request.app.state.registry
-    found = registry.by_api_key(key) if key else None
-    if found is None:
-        raise HTTPException(401, "missing or unknown API key", {"WWW-Authenticate": "Bearer"})
-    set_tenant(found.tenant_id)
-    return found
-
-
-Auth = Annotated[Tenant, Depends(tenant)]
 
 
 def create_api(
@@ -163,14 +136,23 @@ def create_api(
     *,
     max_in_flight: int = 256,
     ready: Mapping[str, Callable[[], Awaitable[bool]]] | None = None,
+    audit: AuditLog | None = None,
 ) -> FastAPI:
     """The app; ``service`` must be started (and stopped) by the caller's lifespan. ``limits``:
     what the worker accepts (``SharedSettings.limits()``); default: the embedder's dimension and
     the settings' default sizes and skew. ``max_in_flight``: API requests served at once, beyond
     which 429. ``ready``: named checks (cheap or cached) that ``GET /readyz`` requires besides
     the batcher running (the producer, Milvus, the worker's recovery in ``python -m server``).
+    ``audit``: where a memory's history is read (None: the history route answers 503).
     """
-    api = FastAPI(title="Mnemostream", version="0.1.0")
+    api = FastAPI(
+        title="Mnemostream",
+        version="0.1.0",
+        description="A memory service for AI agents. Authenticate with `Authorization: Bearer"
+        " <API key>` (or `X-API-Key`); the key decides the tenant. Errors are problem details"
+        " (RFC 9457).",
+        responses=RESPONSES,
+    )
     api.add_middleware(
         Admission,  # inside RequestLog: a refused request is logged with its request id too
         max_in_flight=max_in_flight,
@@ -213,14 +195,18 @@ def create_api(
 
     @api.post("/v1/recall")
     async def recall(body: RecallBody, who: Auth) -> dict[str, Any]:
-        results = await service.recall(who.tenant_id, _query(body, who, ("active", "archived")))
+        results = await service.recall(
+            who.tenant_id, _query(body, who, ("active", "archived"), limits.embedding_dim)
+        )
         if body.include_history:
             results.sort(key=lambda r: (r.row.created_at_us, r.row.memory_id))
         return {"results": [_recalled(r) for r in results]}
 
     @api.post("/v1/archive/search")
     async def archive_search(body: RecallBody, who: Auth) -> dict[str, Any]:
-        query = _query(body.model_copy(update={"track": False}), who, ("archived",))
+        query = _query(
+            body.model_copy(update={"track": False}), who, ("archived",), limits.embedding_dim
+        )
         results = await service.recall(who.tenant_id, query)
         return {"results": [_recalled(r) for r in results]}
 
@@ -238,97 +224,69 @@ def create_api(
         token = await service.access(who.tenant_id, body.memory_ids, at, body.kind)
         return {"accepted": len(body.memory_ids), "token": token.encode()}
 
-    @api.get("/v1/memories/{memory_id}")
+    @api.get("/v1/memories/{memory_id}", responses=NOT_FOUND)
     async def get(
         memory_id: str, who: Auth, after: Annotated[list[str] | None, Query()] = None
     ) -> dict[str, Any]:
-        row = await service.get(who.tenant_id, memory_id, Token.merged(after or []))
+        check_id("memory_id", memory_id)
+        row = await service.get(who.tenant_id, memory_id, tokens(after))
         if row is None:
             raise HTTPException(404, "no such memory")
-        return _memory(row)
+        return memory_json(row)
 
-    _more_memory_routes(api, service)
+    memory_routes(api, service, limits, audit)
     return api
 
 
-def _more_memory_routes(api: FastAPI, service: RecallService) -> None:
-    """Batch get and delete."""
-
-    @api.post("/v1/memories/get")
-    async def get_many(body: GetManyBody, who: Auth) -> dict[str, Any]:
-        """Many memories by id, any state: those found, and the ids this tenant has none of."""
-        ids = [check_id("memory_ids", m) for m in body.memory_ids]
-        given = body.after if body.after is not None else []
-        after = Token.merged([given] if isinstance(given, str) else given)
-        found = await service.get_many(who.tenant_id, ids, after)
-        return {
-            "memories": [_memory(found[m]) for m in dict.fromkeys(ids) if m in found],
-            "missing": [m for m in dict.fromkeys(ids) if m not in found],
-        }
-
-    @api.delete("/v1/memories/{memory_id}")
-    async def forget(
-        memory_id: str,
-        who: Auth,
-        purge: bool = False,
-        after: Annotated[list[str] | None, Query()] = None,
-    ) -> dict[str, Any]:
-        """Delete a memory: recall never returns it again and get shows it ``deleted``; with
-        ``purge`` its row leaves the serving store too (get answers 404). Audited; 404 when this
-        tenant has no such memory (after ``after`` is applied).
-        """
-        check_id("memory_id", memory_id)
-        if await service.get(who.tenant_id, memory_id, Token.merged(after or [])) is None:
-            raise HTTPException(404, "no such memory")
-        token = await service.forget(who.tenant_id, memory_id, datetime.now(UTC), purge=purge)
-        return {"memory_id": memory_id, "purge": purge, "token": token.encode()}
-
-
 def _errors(api: FastAPI) -> None:
-    """One JSON body for every error: ``detail`` (and ``field`` for a 422)."""
+    """One body for every error: problem details (:mod:`ranker.problems`)."""
+
+    @api.exception_handler(StarletteHTTPException)
+    async def http_error(_: object, exc: StarletteHTTPException) -> Response:
+        return problem(exc.status_code, str(exc.detail), headers=exc.headers)
 
     @api.exception_handler(Overloaded)
-    async def overloaded(_: object, exc: Overloaded) -> JSONResponse:
-        retry = max(1, math.ceil(exc.retry_after_s))
-        return JSONResponse({"detail": str(exc)}, 429, {"Retry-After": str(retry)})
+    async def overloaded(_: object, exc: Overloaded) -> Response:
+        return problem(429, str(exc), retry_after_s=exc.retry_after_s)
 
     @api.exception_handler(NotAppliedError)
-    async def not_applied(_: object, exc: NotAppliedError) -> JSONResponse:
-        retry = max(1, math.ceil(exc.retry_after_s))
-        return JSONResponse({"detail": str(exc)}, 503, {"Retry-After": str(retry)})
+    async def not_applied(_: object, exc: NotAppliedError) -> Response:
+        return problem(503, str(exc), retry_after_s=exc.retry_after_s)
 
     @api.exception_handler(Unavailable)
-    async def unavailable(_: object, exc: Unavailable) -> JSONResponse:
-        return _retry(503, str(exc), exc.retry_after_s)
+    async def unavailable(_: object, exc: Unavailable) -> Response:
+        return problem(503, str(exc), retry_after_s=exc.retry_after_s)
 
     @api.exception_handler(StorageError)
-    async def storage_failed(_: object, exc: StorageError) -> JSONResponse:
+    async def storage_failed(_: object, exc: StorageError) -> Response:
         if exc.retriable:
-            return _retry(503, f"milvus {exc}", 1.0)
+            return problem(503, f"milvus {exc}", retry_after_s=1.0)
         log.error("storage error: %s", exc)
-        return JSONResponse({"detail": f"milvus {exc}"}, 500)
+        return problem(500, f"milvus {exc}")
 
     @api.exception_handler(Exception)
-    async def failed(_: object, exc: Exception) -> JSONResponse:
+    async def failed(_: object, exc: Exception) -> Response:
         log.error("internal error: %s: %s", type(exc).__name__, exc, exc_info=exc)
-        return JSONResponse({"detail": f"internal error: {type(exc).__name__}"}, 500)
+        return problem(500, f"internal error: {type(exc).__name__}")
 
     @api.exception_handler(InvalidField)
-    async def invalid(_: object, exc: InvalidField) -> JSONResponse:
+    async def invalid(_: object, exc: InvalidField) -> Response:
         return _invalid(RecordError(exc.field, exc.value, exc.reason))
 
     @api.exception_handler(RecordError)
-    async def bad_record(_: object, exc: RecordError) -> JSONResponse:
+    async def bad_record(_: object, exc: RecordError) -> Response:
         return _invalid(exc)
 
     @api.exception_handler(RequestValidationError)
-    async def bad_request(_: object, exc: RequestValidationError) -> JSONResponse:
+    async def bad_request(_: object, exc: RequestValidationError) -> Response:
         errors = exc.errors()
         if not errors:
             return _invalid(RecordError("$", None, "invalid request"))
         err = errors[0]
         loc = [p for p in err.get("loc", ()) if p != "body"]
-        return _invalid(RecordError(_path(loc) or "$", err.get("input"), str(err.get("msg"))))
+        below = str((err.get("ctx") or {}).get("at", ""))  # a path inside the field (wire.Body)
+        field = (_path(loc) + below).lstrip(".") or "$"
+        return _invalid(RecordError(field, err.get("input"), str(err.get("msg"))))
 
 
 def _writes(body: WriteBody, tenant_id: str, limits: Limits, now: datetime) -> list[dict[str, Any]]:
@@ -345,7 +303,7 @@ def _writes(body: WriteBody, tenant_id: str, limits: Limits, now: datetime) -> l
         try:
             record, _ = checked_write(doc, limits, now)
         except RecordError as exc:
-            raise _under(f"memories[{i}]", exc) from exc
+            raise under(f"memories[{i}]", exc) from exc
         docs.append({**doc, "memory_id": record.memory_id})
     return docs
 
@@ -363,20 +321,9 @@ def _check_accesses(
             raise RecordError(field, exc.value, exc.reason) from exc
 
 
-def _retry(status: int, detail: str, retry_after_s: float) -> JSONResponse:
-    retry = max(1, math.ceil(retry_after_s))
-    return JSONResponse({"detail": detail}, status, {"Retry-After": str(retry)})
-
-
-def _invalid(exc: RecordError) -> JSONResponse:
-    """The one 422 body: the message (field, value, reason) and the field's path."""
-    field, detail = (_printable(t) for t in (exc.field, str(exc)))
-    return JSONResponse({"detail": detail, "field": field}, 422)
-
-
-def _printable(text: str) -> str:
-    """``text`` with what UTF-8 cannot carry (a lone surrogate) escaped."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+def _invalid(exc: RecordError) -> Response:
+    """The one 422: the message (field, value, reason) and the field's path."""
+    return problem(422, str(exc), field=exc.field)
 
 
 def _path(loc: Sequence[object]) -> str:
@@ -384,14 +331,7 @@ def _path(loc: Sequence[object]) -> str:
     return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
 
 
-def _under(prefix: str, exc: RecordError) -> RecordError:
-    """The same error with its field under ``prefix`` (``tags[2]`` -> ``memories[3].tags[2]``)."""
-    return RecordError(
-        prefix if exc.field == "$" else f"{prefix}.{exc.field}", exc.value, exc.reason
-    )
-
-
-def _query(body: RecallBody, who: Tenant, states: tuple[str, ...]) -> RecallQuery:
+def _query(body: RecallBody, who: Tenant, states: tuple[str, ...], dim: int) -> RecallQuery:
     if body.query is None and body.vector is None:
         raise InvalidField("query", None, "give a query text or a vector")
     overrides: dict[str, Any] = {}
@@ -417,34 +357,10 @@ def _query(body: RecallBody, who: Tenant, states: tuple[str, ...]) -> RecallQuer
         created_from_us=to_us(f.created_from) if f.created_from else None,
         created_to_us=to_us(f.created_to) if f.created_to else None,
     )
-    vector = tuple(body.vector) if body.vector is not None else None
+    vector = checked_vector("vector", body.vector, dim) if body.vector is not None else None
     given = body.after if body.after is not None else []
-    after = Token.merged([given] if isinstance(given, str) else given)
+    after = tokens(given)
     return RecallQuery(body.query, vector, body.k, at, policy, filters, body.track, after)
-
-
-def _memory(row: MemoryRow) -> dict[str, Any]:
-    return {
-        "memory_id": row.memory_id,
-        "content": row.content,
-        "memory_type": row.tier,
-        "state": row.state,
-        "importance": row.importance,
-        "access_count": row.access_count,
-        "recall_count": row.recall_count,
-        "write_count": row.write_count,
-        "retention": row.retention,
-        "review_count": row.review_count,
-        "tags": list(row.tags),
-        "metadata": dict(row.metadata),
-        "session_id": row.session_id or None,
-        "agent_id": row.agent_id or None,
-        "merged_into": row.merged_into or None,
-        "created_at": from_us(row.created_at_us).isoformat(),
-        "last_access": from_us(row.last_access_us).isoformat(),
-        "valid_to": from_us(row.valid_to_us).isoformat() if row.valid_to_us else None,
-        "superseded_by": row.superseded_by or None,
-    }
 
 
 def _recalled(r: Recalled) -> dict[str, Any]:
@@ -457,4 +373,4 @@ def _recalled(r: Recalled) -> dict[str, Any]:
         "graph": s.graph,
         "final": s.final,
     }
-    return {**_memory(r.row), "scores": scores}
+    return {**memory_json(r.row), "scores": scores}

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from memcore import Lifecycle, Purge, RankParams, Retire, Scored, derive_memory_id
+from memcore import Lifecycle, Purge, RankParams, Retire, Scored, Supersede, derive_memory_id
 from memcore.graph import MAX_HOPS, recall_hops
 from memcore.keyword import bm25_scores
 from memcore.policy import RecallPolicy
@@ -32,6 +32,7 @@ from ranker.applied import AppliedOffsets, Token
 from ranker.batcher import Batcher, Overloaded
 from ranker.hotcache import HotCache
 from ranker.kernel import RankRequest, rank_many
+from ranker.listing import Page, page
 from ranker.metrics import Metrics
 from ranker.view import StateView
 from storage import Filters, MemoryRow, MilvusStore, to_us
@@ -281,6 +282,42 @@ class RecallService:
             events.append(Purge(at, "purged through the API"))
         messages = [("memory-writes", decision_value(tenant_id, memory_id, e)) for e in events]
         return await self._produce_all(messages)
+
+    async def update(
+        self, tenant_id: str, memory_id: str, document: Mapping[str, Any], at: datetime
+    ) -> Token:
+        """Write ``document`` (a checked write with its own ``memory_id``) as the new version
+        of ``memory_id``, which it supersedes from ``at`` on (its ``valid_to``; as-of recall
+        before ``at`` still finds it). Both records are audited; the token a read can wait for.
+        """
+        new_id = str(document["memory_id"])
+        supersede = Supersede(at, new_id, f"updated through the API by {new_id}")
+        return await self._produce_all(
+            [
+                ("memory-writes", {"v": 1, **document, "tenant_id": tenant_id}),
+                ("memory-writes", decision_value(tenant_id, memory_id, supersede)),
+            ]
+        )
+
+    async def list_page(
+        self,
+        tenant_id: str,
+        filters: Filters,
+        after_id: str | None,
+        limit: int,
+        after: Token | None = None,
+    ) -> Page:
+        """One page of this tenant's memories in id order (see :mod:`ranker.listing`), after
+        ``after`` is applied; the rows carry their live state.
+        """
+        await self.wait(after)
+        if self.view is not None:
+            ids: list[str] = list(self.view.tenant(tenant_id))
+        else:  # no view (tests): the rows Milvus holds
+            rows = await asyncio.to_thread(self.store.query, tenant_id, Filters(states=()))
+            ids = [r.memory_id for r in rows]
+        found = await asyncio.to_thread(page, self.store, tenant_id, ids, filters, after_id, limit)
+        return Page([self._live(r) for r in found.rows], found.cursor)
 
     async def get_many(
         self, tenant_id: str, memory_ids: Sequence[str], after: Token | None = None

@@ -7,7 +7,6 @@ Works unchanged against Milvus Lite (a file path URI, embedded) and a Milvus ser
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -107,8 +106,14 @@ class KeywordHit:
     score: float
 
 
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r"}
+
+
 def _literal(value: str) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    """A Milvus string literal of ``value``: quotes, backslashes and line breaks escaped, every
+    other character as it is (Milvus Lite's parser knows no unicode escapes, which JSON would write).
+    """
+    return '"' + "".join(_ESCAPES.get(ch, ch) for ch in value) + '"'
 
 
 def _in(field: str, values: Iterable[str]) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar
@@ -258,15 +258,7 @@ def decode_write(raw: bytes, limits: Limits) -> WriteRecord:
     _check_text_sizes(m, limits)
     embedding = None
     if m.embedding is not None:
-        if len(m.embedding) != limits.embedding_dim:
-            raise RecordError(
-                "embedding",
-                f"<{len(m.embedding)} values>",
-                f"expected {limits.embedding_dim} values",
-            )
-        if not any(x != 0.0 for x in m.embedding):
-            raise RecordError("embedding", "<all zeros>", "a zero vector has no direction")
-        embedding = _stored_vector(m.embedding)
+        embedding = checked_vector("embedding", m.embedding, limits.embedding_dim)
     try:
         tier = Tier.parse(m.memory_type) if m.memory_type is not None else None
     except InvalidField as exc:
@@ -450,16 +442,23 @@ def decode_access(raw: bytes, limits: Limits) -> AccessRecord:
     )
 
 
-def _stored_vector(values: list[float]) -> tuple[float, ...]:
-    """The embedding as given, if it survives float32 storage with a usable norm."""
+def checked_vector(field: str, values: Sequence[float], dim: int) -> tuple[float, ...]:
+    """``values`` as given, if it has ``dim`` values and survives float32 storage with a usable
+    norm (an embedding to store, a query vector to search with); else RecordError naming
+    ``field`` or ``field[i]``.
+    """
+    if len(values) != dim:
+        raise RecordError(field, f"<{len(values)} values>", f"expected {dim} values")
+    if not any(x != 0.0 for x in values):
+        raise RecordError(field, "<all zeros>", "a zero vector has no direction")
     for i, x in enumerate(values):
         if not abs(x) <= 3.4028234663852886e38:  # float32 maximum; NaN fails too
-            raise RecordError(f"embedding[{i}]", x, "out of float32 range")
+            raise RecordError(f"{field}[{i}]", x, "out of float32 range")
     stored = array("f", values)
     norm = math.sqrt(math.fsum(float(x) * float(x) for x in stored))
     low, high = VECTOR_NORM_RANGE
     if not low <= norm <= high:
-        raise RecordError("embedding", f"<norm {norm:.3g}>", f"norm must be within [{low}, {high}]")
+        raise RecordError(field, f"<norm {norm:.3g}>", f"norm must be within [{low}, {high}]")
     return tuple(values)
 
 

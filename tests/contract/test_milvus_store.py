@@ -204,3 +204,22 @@ def test_keyword_search_without_a_full_text_index_is_a_clear_error(store: Milvus
     with pytest.raises(StorageError, match="full-text") as err:
         store.keyword_search("acme", ["cat"], 5)
     assert err.value.retriable is False
+
+
+ODD = ["a\x12b", 'q"x', "b\\c", "n\nl", "c\rr", "t\tt", "é\u2028", "\\n", 'x\\"', "plain"]
+
+
+def test_filters_match_values_with_quotes_escapes_and_control_characters(
+    store: MilvusStore,
+) -> None:
+    store.upsert(
+        [
+            make_row("acme", f"m{i}", [1.0, *([0.0] * (DIM - 1))], agent_id=v, tags=(v,))
+            for i, v in enumerate(ODD)
+        ]
+    )
+    for i, value in enumerate(ODD):
+        by_agent = store.query("acme", Filters(states=(), agent_id=value))
+        by_tag = store.query("acme", Filters(states=(), tags_any=(value,)))
+        assert [r.memory_id for r in by_agent] == [f"m{i}"], repr(value)
+        assert [r.memory_id for r in by_tag] == [f"m{i}"], repr(value)

@@ -154,7 +154,7 @@ async def test_every_write_the_worker_would_dead_letter_is_a_422_naming_its_fiel
         assert worker_field(memory) == field, name  # the worker's own verdict
         reply = await http.post("/v1/memories", json={"memories": [memory]}, headers=HEADERS)
         assert (reply.status_code, reply.json()["field"]) == (422, f"memories[0].{field}"), name
-        assert set(reply.json()) == {"detail", "field"}
+        assert set(reply.json()) == {"type", "title", "status", "detail", "field"}
         assert reply.json()["detail"].startswith(f"memories[0].{field}="), name
     for name, fields, field in UNPARSABLE:
         body = json.dumps({"memories": [{**GOOD, **fields}]}).encode()  # NaN as NaN

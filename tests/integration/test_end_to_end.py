@@ -258,3 +258,43 @@ def test_ready_once_the_worker_recovered(server: str) -> None:
     checks = {"batcher": True, "kafka": True, "milvus": True, "worker": True}
     assert reply.json() == {"status": "ready", "checks": checks}
     assert httpx.get(f"{server}/healthz", timeout=10).status_code == 200
+
+
+def test_update_writes_a_new_version_and_history_tells_it(server: str) -> None:
+    t1, t2 = T0, T0 + timedelta(days=10)
+    with Client(server, KEY) as client:
+        old = client.remember("Carol works at Initech.", embedding=e(0.0, 1.0), tags=["job"], at=t1)
+        new = client.update(old, content="Carol works at Globex.", at=t2)
+        assert new != old
+        got = client.get_many([old, new])
+        assert (got[old].superseded_by, got[old].valid_to) == (new, t2.isoformat())
+        assert got[new].tags == ["job"]  # kept from the old version
+        current = client.recall("Where does Carol work?", k=5, at=t2, track=False)
+        assert [m.memory_id for m in current] == [new]
+        with pytest.raises(MnemostreamError) as refused:
+            client.update(old, content="Carol works at Hooli.")
+        assert refused.value.status == 409  # only the current version can be updated
+        eventually(lambda: len(client.history(old)) >= 2, 60, "both decisions audited")
+        kinds = [(h["kind"], h["at"]) for h in client.history(old)]
+        assert kinds[0][1] == t1.isoformat()
+        assert ("superseded", t2.isoformat()) in kinds
+        assert client.history(new)[0]["at"] == t2.isoformat()
+        with pytest.raises(MnemostreamError) as missing:
+            client.history("never-written")
+        assert missing.value.status == 404
+
+
+def test_list_and_export_every_memory(server: str) -> None:
+    with Client(server, KEY) as client:
+        ids = client.remember_many(
+            [{"content": f"fact {i}", "embedding": e(1.0, i), "at": T0} for i in range(12)]
+        )
+        client.forget(ids[0])
+        listed = [m.memory_id for m in client.list_memories(page_size=5)]
+        assert listed == sorted(ids[1:])  # deleted memories are not listed by default
+        deleted = [m.memory_id for m in client.list_memories(state=["deleted"])]
+        assert deleted == [ids[0]]
+        exported = list(client.export(vectors=True))
+        assert sorted(d["memory_id"] for d in exported) == sorted(ids)
+        assert {d["state"] for d in exported} == {"active", "deleted"}
+        assert all(len(d["embedding"]) == DIM for d in exported)

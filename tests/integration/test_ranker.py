@@ -352,3 +352,35 @@ async def test_mmr_pushes_a_near_copy_down(
 
     assert await order(None) == ["a", "a-copy", "b"]
     assert await order(0.5) == ["a", "b", "a-copy"]
+
+
+async def test_list_pages_with_a_cursor_filters_and_keeps_tenants_apart(
+    client: tuple[httpx.AsyncClient, Stack, MilvusStore],
+) -> None:
+    http, _, store = client
+    extra = [
+        dataclasses.replace(row("acme", f"note-{i:02d}", 0.5, 0.5, 0.5), tags=("odd",) * (i % 2))
+        for i in range(7)
+    ]
+    store.upsert(extra)
+    auth = {"Authorization": f"Bearer {KEY_A}"}
+    seen: list[str] = []
+    cursor = None
+    while True:
+        params = {"limit": "4", **({"cursor": cursor} if cursor else {})}
+        reply = await http.get("/v1/memories", params=params, headers=auth)
+        assert reply.status_code == 200, reply.text
+        body = reply.json()
+        assert len(body["memories"]) <= 4
+        seen += [m["memory_id"] for m in body["memories"]]
+        cursor = body["cursor"]
+        if cursor is None:
+            break
+    expected = sorted([m for m, *_ in ALICE] + [r.memory_id for r in extra])
+    assert seen == expected  # every memory once, in id order; none of globex's
+    tagged = await http.get("/v1/memories", params={"tag": "odd"}, headers=auth)
+    assert [m["memory_id"] for m in tagged.json()["memories"]] == ["note-01", "note-03", "note-05"]
+    theirs = await http.get("/v1/memories", headers={"Authorization": f"Bearer {KEY_B}"})
+    assert [m["memory_id"] for m in theirs.json()["memories"]] == ["secret"]
+    bad = await http.get("/v1/memories", params={"cursor": "%%%"}, headers=auth)
+    assert (bad.status_code, bad.json()["field"]) == (422, "cursor")

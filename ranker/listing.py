@@ -1,0 +1,72 @@
+"""Listing a tenant's memories in pages, in memory-id order, with an opaque cursor.
+
+The ids come from the state view (every memory the worker's table holds, so a page never misses
+one that Milvus is slow to show); the rows and the filters are Milvus's, asked for a chunk of ids at
+a time. A cursor is the last id of the previous page: pages stay consistent while memories are
+written (a new memory appears on a later page when its id sorts after the cursor, never twice).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from memcore import InvalidField
+from memcore.ids import check_id
+from storage import Filters, MemoryRow, MilvusStore
+
+CHUNK = 500
+"""Ids asked of Milvus in one query."""
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page: its rows in id order, and the cursor of the next page (None: the last page)."""
+
+    rows: list[MemoryRow]
+    cursor: str | None
+
+
+def encode_cursor(memory_id: str) -> str:
+    """The cursor of the page after ``memory_id`` (base64url, no padding)."""
+    return base64.urlsafe_b64encode(memory_id.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> str:
+    """The memory id a cursor stands for; InvalidField (``cursor``) for one we did not issue."""
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        return check_id("cursor", text)
+    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
+        raise InvalidField("cursor", cursor, "not a cursor this service gave") from exc
+
+
+def page(
+    store: MilvusStore,
+    tenant_id: str,
+    ids: Iterable[str],
+    filters: Filters,
+    after_id: str | None,
+    limit: int,
+) -> Page:
+    """Up to ``limit`` rows of ``tenant_id`` among ``ids`` after ``after_id``, matching
+    ``filters`` (blocking: run it in a thread). Raises StorageError when Milvus fails.
+    """
+    ordered = sorted(i for i in set(ids) if after_id is None or i > after_id)
+    out: list[MemoryRow] = []
+    for start in range(0, len(ordered), CHUNK):
+        part = ordered[start : start + CHUNK]
+        wanted = dataclasses.replace(filters, memory_ids=tuple(part))
+        found = {r.memory_id: r for r in store.query(tenant_id, wanted, limit=len(part))}
+        for memory_id in part:
+            row = found.get(memory_id)
+            if row is None:
+                continue
+            out.append(row)
+            if len(out) == limit:
+                last = memory_id != ordered[-1]
+                return Page(out, encode_cursor(memory_id) if last else None)
+    return Page(out, None)

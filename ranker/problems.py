@@ -1,0 +1,101 @@
+"""One error body for the whole API: problem details (RFC 9457), ``application/problem+json``.
+
+``{"type": "about:blank", "title": "Unprocessable Content", "status": 422, "detail":
+"memories[0].tags[2]=...: <reason>", "field": "memories[0].tags[2]"}``: ``title`` is the status's
+phrase, ``detail`` says what went wrong for this request, ``field`` (422 only) is the path of the
+field at fault. A 429 or 503 also carries ``Retry-After`` (seconds) and ``retry_after_s``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from http import HTTPStatus
+from typing import Any
+
+import orjson
+from fastapi.responses import Response
+from pydantic import BaseModel, Field
+
+MEDIA_TYPE = "application/problem+json"
+
+
+class Problem(BaseModel):
+    """The body of every error response."""
+
+    type: str = Field("about:blank", description="no problem types beyond the status")
+    title: str = Field(description="the HTTP status phrase", examples=["Unprocessable Content"])
+    status: int = Field(description="the HTTP status", examples=[422])
+    detail: str = Field(
+        description="what went wrong: for a 422, ``<field>=<value>: <reason>``",
+        examples=["memories[0].importance=1.5: Input should be less than or equal to 1"],
+    )
+    field: str | None = Field(
+        None, description="422 only: the path of the field at fault", examples=["memories[0]"]
+    )
+    retry_after_s: int | None = Field(
+        None, description="429 and 503 only: seconds to wait before the same request (Retry-After)"
+    )
+
+
+def problem_body(
+    status: int, detail: str, *, field: str | None = None, retry_after_s: float | None = None
+) -> tuple[bytes, dict[str, str]]:
+    """The JSON body and the headers (content type, Retry-After) of one problem response."""
+    body: dict[str, Any] = {
+        "type": "about:blank",
+        "title": HTTPStatus(status).phrase,
+        "status": status,
+        "detail": printable(detail),
+    }
+    headers = {"content-type": MEDIA_TYPE}
+    if field is not None:
+        body["field"] = printable(field)
+    if retry_after_s is not None:
+        retry = max(1, math.ceil(retry_after_s))
+        body["retry_after_s"] = retry
+        headers["retry-after"] = str(retry)
+    return orjson.dumps(body), headers
+
+
+def problem(
+    status: int,
+    detail: str,
+    *,
+    field: str | None = None,
+    retry_after_s: float | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Response:
+    """A problem response; ``headers`` adds to the body's (e.g. ``WWW-Authenticate``)."""
+    content, own = problem_body(status, detail, field=field, retry_after_s=retry_after_s)
+    return Response(content, status, {**own, **(headers or {})}, media_type=MEDIA_TYPE)
+
+
+def printable(text: str) -> str:
+    """``text`` with what UTF-8 cannot carry (a lone surrogate) escaped."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _described(description: str) -> dict[str, Any]:
+    return {
+        "model": Problem,
+        "description": description,
+        "content": {MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+    }
+
+
+RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: _described("the body is not JSON (or not UTF-8)"),
+    401: _described("no API key, or one this service does not know"),
+    422: _described("a field is invalid: ``field`` names it; nothing was written"),
+    429: _described("too many requests in flight: retry after ``Retry-After`` seconds"),
+    500: _described("an internal error (a bug): the request may be retried"),
+    503: _described(
+        "Kafka or Milvus cannot answer now, or a read-your-writes token was not applied in"
+        " time: retry after ``Retry-After`` seconds"
+    ),
+}
+"""The errors every API route can answer, for the OpenAPI document."""
+
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: _described("this tenant has no such memory")}
+CONFLICT: dict[int | str, dict[str, Any]] = {409: _described("the memory is deleted or superseded")}

@@ -1,0 +1,244 @@
+"""Managing memories over HTTP: batch get, delete, update, list, export and history.
+
+Every route acts for the tenant of the request's API key only; another tenant's memory is a 404
+like a missing one. Reads take ``after`` (read-your-writes tokens) like recall and get.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+import orjson
+from fastapi import FastAPI, HTTPException, Query
+from fastapi.responses import StreamingResponse
+from pydantic import Field
+
+from memcore import InvalidField, Tier, derive_memory_id
+from memcore.ids import check_id
+from ranker.errors import Unavailable
+from ranker.history import AuditLog
+from ranker.listing import decode_cursor
+from ranker.problems import CONFLICT, NOT_FOUND
+from ranker.service import RecallService
+from ranker.wire import Auth, Body, memory_json, tokens
+from storage import Filters, MemoryRow, to_us
+from storage.records import Limits, checked_write
+
+States = Literal["active", "archived", "forgotten", "deleted"]
+LIVE_STATES = ("active", "archived")
+EXPORT_PAGE = 1_000
+
+
+class GetManyBody(Body):
+    memory_ids: list[str] = Field(min_length=1, max_length=1000)
+    after: str | list[str] | None = Field(None, description="read-your-writes tokens")
+
+
+class UpdateBody(Body):
+    """What changes in the new version of a memory; a field left out keeps the current version's
+    value (the vector too, when content and context stay the same). Strict types, as for a write.
+    """
+
+    model_config = Body.model_config | {"strict": True}
+
+    content: str | None = Field(None, min_length=1)
+    context: str | None = None
+    at: str | None = Field(
+        None,
+        json_schema_extra={"format": "date-time"},
+        description="when the new version takes over (default: now): the old one is valid until"
+        " then, and as-of recall before it still finds the old one",
+    )
+    embedding: list[float] | None = None
+    importance: float | None = Field(None, ge=0, le=1)
+    memory_type: str | None = None
+    tags: list[str] | None = None
+    metadata: dict[str, Any] | None = None
+    session_id: str | None = None
+    agent_id: str | None = None
+    after: str | list[str] | None = Field(None, description="read-your-writes tokens")
+
+
+def memory_routes(
+    api: FastAPI, service: RecallService, limits: Limits, audit: AuditLog | None
+) -> None:
+    """Add the routes to ``api``."""
+    _get_and_delete(api, service)
+    _update(api, service, limits)
+    _listing(api, service)
+    _history(api, service, audit)
+
+
+def _get_and_delete(api: FastAPI, service: RecallService) -> None:
+    @api.post("/v1/memories/get")
+    async def get_many(body: GetManyBody, who: Auth) -> dict[str, Any]:
+        """Many memories by id, any state: those found, and the ids this tenant has none of."""
+        ids = [check_id("memory_ids", m) for m in body.memory_ids]
+        found = await service.get_many(who.tenant_id, ids, tokens(body.after))
+        return {
+            "memories": [memory_json(found[m]) for m in dict.fromkeys(ids) if m in found],
+            "missing": [m for m in dict.fromkeys(ids) if m not in found],
+        }
+
+    @api.delete("/v1/memories/{memory_id}", responses=NOT_FOUND)
+    async def forget(
+        memory_id: str,
+        who: Auth,
+        purge: bool = False,
+        after: Annotated[list[str] | None, Query()] = None,
+    ) -> dict[str, Any]:
+        """Delete a memory: recall never returns it again and get shows it ``deleted``; with
+        ``purge`` its row leaves the serving store too (get answers 404). Audited; 404 when this
+        tenant has no such memory (after ``after`` is applied).
+        """
+        check_id("memory_id", memory_id)
+        if await service.get(who.tenant_id, memory_id, tokens(after)) is None:
+            raise HTTPException(404, "no such memory")
+        token = await service.forget(who.tenant_id, memory_id, datetime.now(UTC), purge=purge)
+        return {"memory_id": memory_id, "purge": purge, "token": token.encode()}
+
+
+def _update(api: FastAPI, service: RecallService, limits: Limits) -> None:
+    @api.patch("/v1/memories/{memory_id}", responses=NOT_FOUND | CONFLICT)
+    async def update(memory_id: str, body: UpdateBody, who: Auth) -> dict[str, Any]:
+        """Write a new version of a memory and supersede the current one from ``at`` on (both
+        audited; history shows them). 404: no such memory; 409: it is deleted or already
+        superseded (update the version that superseded it); 422 as for a write.
+        """
+        check_id("memory_id", memory_id)
+        old = await service.get(who.tenant_id, memory_id, tokens(body.after))
+        if old is None or old.state == "purged":
+            raise HTTPException(404, "no such memory")
+        if old.state in ("deleted", "forgotten") or old.superseded_by:
+            reason = f"superseded by {old.superseded_by}" if old.superseded_by else old.state
+            raise HTTPException(409, f"memory {memory_id} is {reason}: not updatable")
+        now = datetime.now(UTC)
+        document = new_version(old, body, who.tenant_id, now)
+        record, _ = checked_write(document, limits, now)  # RecordError: 422 naming the field
+        token = await service.update(who.tenant_id, memory_id, document, record.at)
+        return {
+            "memory_id": document["memory_id"],
+            "supersedes": memory_id,
+            "token": token.encode(),
+        }
+
+
+def new_version(old: MemoryRow, body: UpdateBody, tenant_id: str, now: datetime) -> dict[str, Any]:
+    """The write record of the new version: ``body``'s fields over ``old``'s. Its id derives from
+    the old id, the time and the change, so the same update sent twice is one version. Raises
+    InvalidField when the update changes nothing.
+    """
+    given = body.model_dump(exclude_none=True, exclude={"after"})
+    at = given.pop("at", None) or now.isoformat()
+    if not given:
+        raise InvalidField("$", {}, "an update needs at least one field to change")
+    same_text = "content" not in given and "context" not in given
+    document: dict[str, Any] = {
+        "content": old.content,
+        "importance": old.importance,
+        "memory_type": old.tier,
+        "tags": list(old.tags),
+        "metadata": dict(old.metadata),
+        "relations": list(old.relations),
+        **({"session_id": old.session_id} if old.session_id else {}),
+        **({"agent_id": old.agent_id} if old.agent_id else {}),
+        **({"embedding": list(old.vector)} if same_text and old.vector else {}),
+        **given,
+        "tenant_id": tenant_id,
+        "at": at,
+    }
+    change = orjson.dumps(given, option=orjson.OPT_SORT_KEYS).decode()
+    document["memory_id"] = derive_memory_id(tenant_id, f"{old.memory_id}\x00{at}\x00{change}")
+    return document
+
+
+def _list_filters(
+    state: list[States] | None,
+    memory_type: list[str] | None,
+    tag: list[str] | None,
+    agent_id: str | None,
+    session_id: str | None,
+    include_history: bool,
+    now: datetime,
+) -> Filters:
+    return Filters(
+        states=tuple(state) if state else LIVE_STATES,
+        current_at_us=None if include_history else to_us(now),
+        tiers=tuple(Tier.parse(t, "memory_type").value for t in memory_type or ()),
+        tags_any=tuple(tag or ()),
+        agent_id=agent_id,
+        session_id=session_id,
+    )
+
+
+def _listing(api: FastAPI, service: RecallService) -> None:
+    @api.get("/v1/memories")
+    async def list_memories(
+        who: Auth,
+        state: Annotated[list[States] | None, Query()] = None,
+        memory_type: Annotated[list[str] | None, Query()] = None,
+        tag: Annotated[list[str] | None, Query()] = None,
+        agent_id: Annotated[str | None, Query(max_length=256)] = None,
+        session_id: Annotated[str | None, Query(max_length=256)] = None,
+        include_history: bool = False,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        cursor: Annotated[str | None, Query(max_length=512)] = None,
+        after: Annotated[list[str] | None, Query()] = None,
+    ) -> dict[str, Any]:
+        """This tenant's memories in id order, ``limit`` per page: pass the reply's ``cursor``
+        for the next page (null on the last). Default: active and archived, current versions
+        only (``include_history`` adds superseded ones); ``tag``: any of them.
+        """
+        filters = _list_filters(
+            state, memory_type, tag, agent_id, session_id, include_history, datetime.now(UTC)
+        )
+        after_id = decode_cursor(cursor) if cursor is not None else None
+        found = await service.list_page(who.tenant_id, filters, after_id, limit, tokens(after))
+        return {"memories": [memory_json(r) for r in found.rows], "cursor": found.cursor}
+
+    @api.get("/v1/export", response_class=StreamingResponse)
+    async def export(who: Auth, vectors: bool = False) -> StreamingResponse:
+        """Every memory of this tenant in any state but purged, superseded versions included, as
+        JSON lines (``application/x-ndjson``) in id order; ``vectors`` adds each ``embedding``.
+        A failure after the first line ends the stream early (the last line is then not
+        ``{"end": ...}``).
+        """
+        everything = Filters(states=())
+        first = await service.list_page(who.tenant_id, everything, None, EXPORT_PAGE)
+
+        async def lines() -> AsyncIterator[bytes]:
+            page, count = first, 0
+            while True:
+                for row in page.rows:
+                    doc = memory_json(row) | ({"embedding": list(row.vector)} if vectors else {})
+                    yield orjson.dumps(doc) + b"\n"
+                count += len(page.rows)
+                if page.cursor is None:
+                    break
+                after_id = decode_cursor(page.cursor)
+                page = await service.list_page(who.tenant_id, everything, after_id, EXPORT_PAGE)
+            yield orjson.dumps({"end": True, "count": count}) + b"\n"
+
+        return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+def _history(api: FastAPI, service: RecallService, audit: AuditLog | None) -> None:
+    @api.get("/v1/memories/{memory_id}/history", responses=NOT_FOUND)
+    async def history(
+        memory_id: str, who: Auth, after: Annotated[list[str] | None, Query()] = None
+    ) -> dict[str, Any]:
+        """Every decision about a memory, oldest first, from the audit log: ``kind`` (created,
+        superseded, archived, revived, deleted...), ``reason``, event time ``at``, the record it
+        came from (``source``, ``offset``) and the state after it. 404 when this tenant has no
+        such memory and the log has nothing about it.
+        """
+        check_id("memory_id", memory_id)
+        if audit is None:
+            raise Unavailable("kafka", "read audit", "this server reads no audit log")
+        await service.wait(tokens(after))
+        events = await audit.history(who.tenant_id, memory_id)
+        if not events and await service.get(who.tenant_id, memory_id) is None:
+            raise HTTPException(404, "no such memory")
+        return {"memory_id": memory_id, "events": events}

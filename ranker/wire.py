@@ -1,0 +1,123 @@
+"""What the HTTP routes share: the request-body base, the tenant of a request, a memory's JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+from fastapi import Depends, HTTPException, Request, Security
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic_core import PydanticCustomError
+
+from ranker.applied import Token
+from ranker.logs import set_tenant
+from ranker.problems import printable
+from storage import MemoryRow, from_us
+from storage.records import RecordError
+from storage.tenants import Tenant, TenantRegistry
+
+
+class Body(BaseModel):
+    """A request body: no unknown fields, no NaN or infinity, no text UTF-8 cannot carry."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _utf8(cls, value: object) -> object:
+        if _bad(value):  # the C encoder: cheap even for a 384-float embedding
+            raise PydanticCustomError(
+                "utf8",
+                "text that UTF-8 cannot carry (a lone surrogate)",
+                {"at": printable(_unencodable(value))},  # the path below the field: [0], .key
+            )
+        return value
+
+
+_BEARER = HTTPBearer(auto_error=False, description="the tenant's API key")
+_API_KEY = APIKeyHeader(name="X-API-Key", auto_error=False, description="the same key")
+
+
+async def tenant(  # async: FastAPI runs a sync dependency in a thread, a hop per request
+    request: Request,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)],
+    x_api_key: Annotated[str | None, Security(_API_KEY)],
+) -> Tenant:
+    """The tenant the request's API key acts for; 401 without one."""
+    key = bearer.credentials if bearer is not None else x_api_key
+    registry: TenantRegistry = request.app.state.registry
+    found = registry.by_api_key(key.strip()) if key else None
+    if found is None:
+        raise HTTPException(401, "missing or unknown API key", {"WWW-Authenticate": "Bearer"})
+    set_tenant(found.tenant_id)
+    return found
+
+
+def _unencodable(value: object) -> str:
+    """The path, below ``value``, of the first text UTF-8 cannot carry ("" for ``value``)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if _bad(k) or _bad(v):
+                return f".{k}" + ("" if _bad(k) else _unencodable(v))
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            if _bad(v):
+                return f"[{i}]" + _unencodable(v)
+    return ""
+
+
+def _bad(value: object) -> bool:
+    """``value`` holds text UTF-8 cannot carry (only that: big integers are checked elsewhere)."""
+    try:
+        json.dumps(value, ensure_ascii=False, default=_checked_already).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _checked_already(_: object) -> None:
+    """What is not JSON text (a nested body, a parsed time) was checked by its own validator."""
+
+
+Auth = Annotated[Tenant, Depends(tenant)]
+
+
+def tokens(given: str | Sequence[str] | None) -> Token | None:
+    """The read-your-writes token of a request's ``after`` (one token or many)."""
+    if given is None:
+        return None
+    return Token.merged([given] if isinstance(given, str) else given)
+
+
+def under(prefix: str, exc: RecordError) -> RecordError:
+    """The same error with its field under ``prefix`` (``tags[2]`` -> ``memories[3].tags[2]``)."""
+    return RecordError(
+        prefix if exc.field == "$" else f"{prefix}.{exc.field}", exc.value, exc.reason
+    )
+
+
+def memory_json(row: MemoryRow) -> dict[str, Any]:
+    """A memory as every route returns it (recall adds ``scores``)."""
+    return {
+        "memory_id": row.memory_id,
+        "content": row.content,
+        "memory_type": row.tier,
+        "state": row.state,
+        "importance": row.importance,
+        "access_count": row.access_count,
+        "recall_count": row.recall_count,
+        "write_count": row.write_count,
+        "retention": row.retention,
+        "review_count": row.review_count,
+        "tags": list(row.tags),
+        "metadata": dict(row.metadata),
+        "session_id": row.session_id or None,
+        "agent_id": row.agent_id or None,
+        "merged_into": row.merged_into or None,
+        "created_at": from_us(row.created_at_us).isoformat(),
+        "last_access": from_us(row.last_access_us).isoformat(),
+        "valid_to": from_us(row.valid_to_us).isoformat() if row.valid_to_us else None,
+        "superseded_by": row.superseded_by or None,
+    }

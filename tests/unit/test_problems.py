@@ -1,0 +1,91 @@
+"""Every error is problem details; the OpenAPI document says so and names the auth schemes."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+
+import httpx
+import pytest
+
+from ranker.api import create_api
+from ranker.service import RecallService
+from storage import MilvusConfig, MilvusStore
+from storage.embedding import Hashing
+from storage.tenants import TenantRegistry
+
+KEY = "key-acme-0123456789"
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def _no_send(role: str, key: bytes, value: bytes) -> Awaitable[object]:
+    raise AssertionError(role)
+
+
+def app() -> httpx.AsyncClient:
+    registry = TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}})
+    store = MilvusStore(MilvusConfig("unused.db", dim=4))  # never connected
+    api = create_api(RecallService(store, Hashing(4), _no_send), registry)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=api), base_url="http://m")
+
+
+async def test_errors_of_every_kind_share_the_problem_shape() -> None:
+    auth = {"Authorization": f"Bearer {KEY}"}
+    async with app() as http:
+        replies = {
+            401: await http.post("/v1/recall", json={"k": 3}),
+            422: await http.post("/v1/memories", json={"memories": [{"content": 3}]}, headers=auth),
+            404: await http.get("/no/such/route", headers=auth),
+            405: await http.put("/v1/recall", headers=auth),
+        }
+    for status, reply in replies.items():
+        body = reply.json()
+        assert reply.status_code == status, reply.text
+        assert reply.headers["content-type"] == "application/problem+json"
+        assert (body["type"], body["status"]) == ("about:blank", status)
+        assert body["title"]
+        assert body["detail"]
+    assert replies[422].json()["field"] == "memories[0].content"
+    assert replies[401].headers["WWW-Authenticate"] == "Bearer"
+
+
+async def test_the_openapi_document_types_errors_and_names_the_key_schemes() -> None:
+    async with app() as http:
+        doc = (await http.get("/openapi.json")).json()
+    schemes = doc["components"]["securitySchemes"]
+    assert {s["type"] for s in schemes.values()} == {"http", "apiKey"}
+    assert doc["components"]["schemas"]["Problem"]["required"] == ["title", "status", "detail"]
+    for path in ("/v1/recall", "/v1/memories"):
+        for method, operation in doc["paths"][path].items():
+            assert operation["security"], (path, method)
+            for status in ("401", "422", "429", "503"):
+                content = operation["responses"][status]["content"]
+                assert "application/problem+json" in content, (path, method, status)
+    assert "409" in doc["paths"]["/v1/memories/{memory_id}"]["patch"]["responses"]
+
+
+async def test_what_milvus_or_the_cache_would_choke_on_is_a_422_naming_the_field() -> None:
+    auth = {"Authorization": f"Bearer {KEY}", "content-type": "application/json"}
+    surrogate_key = b'{"memories": [{"content": "a", "metadata": {"k\\udc00": 1}}]}'
+    async with app() as http:
+        replies = {
+            "memories[0].metadata.k\\udc00": await http.post(
+                "/v1/memories", content=surrogate_key, headers=auth
+            ),
+            "filters.tags[0]": await http.post(
+                "/v1/recall",
+                content=b'{"query": "x", "filters": {"tags": ["\\ud800"]}}',
+                headers=auth,
+            ),
+            "vector": await http.post("/v1/recall", json={"vector": [1.0, 0.0]}, headers=auth),
+            "memory_id": await http.get("/v1/memories/a%0Ab", headers=auth),
+            "include_history": await http.post(
+                "/v1/recall", json={"query": "x", "include_history": 0}, headers=auth
+            ),
+        }
+    for field, reply in replies.items():
+        assert (reply.status_code, reply.json()["field"]) == (422, field), reply.text
