@@ -14,11 +14,11 @@ STAMP := $(VENV)/.installed
 help: ## List every target with its one-line help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-$(STAMP): $(LOCK) pyproject.toml
+$(STAMP): $(LOCK) pyproject.toml sdk/pyproject.toml
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet "uv==$(UV_VERSION)"
 	@test -x $(BIN)/python || uv venv --quiet --python $(PYTHON) $(VENV)
 	uv pip install --quiet --python $(BIN)/python -r $(LOCK)
-	uv pip install --quiet --python $(BIN)/python --no-deps -e .
+	uv pip install --quiet --python $(BIN)/python --no-deps -e . -e sdk
 	@touch $@
 
 install: $(STAMP) ## Create .venv and install the locked dependencies (torch, faust, milvus, ...)

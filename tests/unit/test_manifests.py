@@ -764,7 +764,8 @@ def test_dockerfile_builds_what_the_manifests_run() -> None:
     copied = {shlex.split(line)[1].rstrip("/") for line in lines if line.startswith("COPY ")}
     assert packages <= copied
     assert project["project"]["readme"] in copied
-    assert any("pip install --no-deps ." in line for line in lines)
+    assert any("pip install --no-deps . ./sdk" in line for line in lines)  # `mnemo load` uses it
+    assert "sdk" in copied
     # the GPU image swaps faiss-cpu for the same FAISS with GPU support, other pins unchanged
     lock = lock_pins(ROOT / "requirements" / "lock.txt")
     gpu = lock_pins(ROOT / "requirements" / "gpu.txt")
