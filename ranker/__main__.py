@@ -49,10 +49,9 @@ def build(
         store = MilvusStore(settings.milvus())
     if embedder is None:
         embedder = settings.make_embedder()
-    producer = EventProducer(
-        settings.kafka_bootstrap, settings.topic, timeout_s=settings.produce_timeout_s
-    )
-    view = StateView(settings.kafka_bootstrap, changelog_topic(settings.app_id))
+    kafka = settings.kafka()
+    producer = EventProducer(kafka, settings.topic, timeout_s=settings.produce_timeout_s)
+    view = StateView(kafka, changelog_topic(settings.app_id))
     registry = settings.registry()
     cache = None
     if settings.hot_cache:
@@ -64,7 +63,7 @@ def build(
         )
         view.listeners.append(cache.on_change)
     offsets = KafkaOffsets(
-        settings.kafka_bootstrap,
+        kafka,
         settings.app_id,
         {role: settings.topic(role) for role in ("memory-writes", "access-events")},
     )
@@ -125,7 +124,7 @@ def build(
         settings.limits(),
         max_in_flight=settings.max_in_flight,
         ready=ready,
-        audit=AuditLog(settings.kafka_bootstrap, settings.topic("audit")),
+        audit=AuditLog(kafka, settings.topic("audit")),
     )
     api.router.lifespan_context = lifespan
     return api

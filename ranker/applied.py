@@ -22,6 +22,7 @@ import orjson
 
 from memcore import InvalidField
 from ranker.errors import Unavailable
+from storage.kafka import KafkaConnection
 
 _PREFIX = "v1."
 
@@ -154,9 +155,11 @@ class KafkaOffsets:
     (admin API) and end offsets (a consumer outside any group). ``start()`` connects.
     """
 
-    def __init__(self, bootstrap: str, group_id: str, topics: Mapping[str, str]) -> None:
+    def __init__(
+        self, kafka: KafkaConnection | str, group_id: str, topics: Mapping[str, str]
+    ) -> None:
         """``topics``: topic role -> full topic name."""
-        self.bootstrap = bootstrap
+        self.kafka = KafkaConnection.of(kafka)
         self.group_id = group_id
         self.topics = dict(topics)
         self._roles = {name: role for role, name in self.topics.items()}
@@ -167,11 +170,9 @@ class KafkaOffsets:
         from aiokafka import AIOKafkaConsumer  # noqa: PLC0415 - only a process that serves needs it
         from aiokafka.admin import AIOKafkaAdminClient  # noqa: PLC0415
 
-        self._admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+        self._admin = AIOKafkaAdminClient(**self.kafka.client())
         await self._admin.start()
-        self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap, enable_auto_commit=False
-        )
+        self._consumer = AIOKafkaConsumer(**self.kafka.client(), enable_auto_commit=False)
         await self._consumer.start()
 
     async def stop(self) -> None:

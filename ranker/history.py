@@ -25,6 +25,7 @@ from aiokafka.partitioner import murmur2
 
 from memcore.ids import state_key
 from ranker.errors import Unavailable
+from storage.kafka import KafkaConnection
 
 MAX_EVENTS = 10_000
 """At most this many records of one memory are returned (the oldest first)."""
@@ -38,8 +39,10 @@ def partition_of(key: bytes, partitions: int) -> int:
 class AuditLog:
     """Reads one memory's audit records. The constructor does no I/O; each call connects."""
 
-    def __init__(self, bootstrap: str, topic: str, *, timeout_s: float = 10.0) -> None:
-        self.bootstrap = bootstrap
+    def __init__(
+        self, kafka: KafkaConnection | str, topic: str, *, timeout_s: float = 10.0
+    ) -> None:
+        self.kafka = KafkaConnection.of(kafka)
         self.topic = topic
         self.timeout_s = timeout_s
 
@@ -56,9 +59,7 @@ class AuditLog:
             raise Unavailable("kafka", "read audit", reason) from exc
 
     async def _read(self, key: bytes, tenant_id: str) -> list[dict[str, Any]]:
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap, enable_auto_commit=False, group_id=None
-        )
+        consumer = AIOKafkaConsumer(**self.kafka.client(), enable_auto_commit=False, group_id=None)
         await consumer.start()
         try:
             partitions = await _partitions(consumer, self.topic)

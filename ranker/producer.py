@@ -19,6 +19,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from ranker.errors import Unavailable
+from storage.kafka import KafkaConnection
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +48,14 @@ class EventProducer:
 
     def __init__(
         self,
-        bootstrap: str,
+        kafka: KafkaConnection | str,
         topic: Callable[[str], str],
         *,
         timeout_s: float = 5.0,
         check_every_s: float = 5.0,
     ) -> None:
-        self.bootstrap = bootstrap
+        self.kafka = KafkaConnection.of(kafka)
+        self.bootstrap = self.kafka.bootstrap
         self.topic = topic
         self.timeout_s = timeout_s
         self.check_every_s = check_every_s
@@ -64,7 +66,7 @@ class EventProducer:
     def _make(self) -> AIOKafkaProducer:
         timeout_ms = max(1000, int(self.timeout_s * 1000))
         return AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap,
+            **self.kafka.client(),
             acks="all",
             linger_ms=2,
             request_timeout_ms=timeout_ms,  # a batch stuck in the accumulator expires too

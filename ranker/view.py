@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from storage import MemoryRow, codec
+from storage.kafka import KafkaConnection
 from storage.rows import live_values, with_live
 
 log = logging.getLogger(__name__)
@@ -36,8 +37,8 @@ class StateView:
     follows the topic in a task of its own (waiting for the topic while the worker creates it).
     """
 
-    def __init__(self, bootstrap: str, topic: str, *, poll_s: float = 0.05) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, kafka: KafkaConnection | str, topic: str, *, poll_s: float = 0.05) -> None:
+        self.kafka = KafkaConnection.of(kafka)
         self.topic = topic
         self.poll_s = poll_s
         self._live: dict[str, dict[str, tuple[Any, ...]]] = {}
@@ -92,7 +93,7 @@ class StateView:
         from aiokafka import AIOKafkaConsumer  # noqa: PLC0415 - only a serving process needs it
 
         self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap, enable_auto_commit=False, group_id=None
+            **self.kafka.client(), enable_auto_commit=False, group_id=None
         )
         await self._consumer.start()
         self._task = asyncio.create_task(self._follow(), name="state-view")

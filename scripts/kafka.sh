@@ -7,7 +7,8 @@
 #   scripts/kafka.sh status   exit 0 when the broker started here is running
 #
 # Settings (environment): KAFKA_HOME (var/kafka), KAFKA_PORT (9092), KAFKA_CONTROLLER_PORT (port+1),
-# KAFKA_START_TIMEOUT seconds (90), KAFKA_HEAP (-Xms256m -Xmx1g).
+# KAFKA_START_TIMEOUT seconds (90), KAFKA_HEAP (-Xms256m -Xmx1g),
+# KAFKA_SASL_PLAIN_USERS ("user:password ..."; set: clients must authenticate with SASL PLAIN on the port).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 home=${KAFKA_HOME:-$root/var/kafka}
@@ -31,15 +32,25 @@ port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; }
 
 configure() {
   mkdir -p "$home/config" "$home/data"
+  local listener=PLAINTEXT sasl=""
+  if [ -n "${KAFKA_SASL_PLAIN_USERS:-}" ]; then
+    listener=SASL_PLAINTEXT
+    local users="" pair
+    for pair in $KAFKA_SASL_PLAIN_USERS; do users="$users user_${pair%%:*}=\"${pair#*:}\""; done
+    sasl="sasl.enabled.mechanisms=PLAIN
+sasl.mechanism.inter.broker.protocol=PLAIN
+listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username=\"broker\" password=\"broker-secret\" user_broker=\"broker-secret\"$users;"
+  fi
   cat >"$home/config/server.properties" <<PROPS
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers=127.0.0.1:$cport
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
-advertised.listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+listeners=$listener://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=$listener://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
 controller.listener.names=CONTROLLER
-inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+inter.broker.listener.name=$listener
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,$listener:$listener
+$sasl
 log.dirs=$home/data
 num.partitions=1
 offsets.topic.replication.factor=1

@@ -10,10 +10,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from storage.embedding import Embedder, Hashing, MiniLm
+from storage.kafka import KafkaConnection, Mechanism, Protocol
 from storage.milvus import MilvusConfig
 from storage.records import Limits
 from storage.tenants import TenantRegistry
@@ -25,6 +26,17 @@ class SharedSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MNEMO_", extra="ignore", frozen=True)
 
     kafka_bootstrap: str = "127.0.0.1:9092"
+    kafka_security_protocol: Protocol = Field(
+        "PLAINTEXT", description="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"
+    )
+    kafka_sasl_mechanism: Mechanism | None = Field(
+        None, description="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
+    )
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = None
+    kafka_ssl_cafile: str | None = Field(None, description="CA bundle (PEM); unset: the system's")
+    kafka_ssl_certfile: str | None = Field(None, description="client certificate for mutual TLS")
+    kafka_ssl_keyfile: str | None = None
     app_id: str = Field(
         "mnemostream",
         description="the stream worker's Faust app id (its consumer group; the ranker waits on it"
@@ -32,6 +44,9 @@ class SharedSettings(BaseSettings):
     )
     topic_prefix: str = Field("", description="prefix of every topic name, e.g. 'staging.'")
     milvus_uri: str = "var/milvus.db"
+    milvus_token: SecretStr = Field(
+        SecretStr(""), description="a Milvus server's `user:password` or API token; empty: none"
+    )
     milvus_collection: str = "memories"
     milvus_partition_key: bool = True
     milvus_full_text: bool = Field(
@@ -51,6 +66,20 @@ class SharedSettings(BaseSettings):
         description="an event dated more than this after it reached Kafka goes to dead-letter (the"
         " HTTP API answers 422: more than this after the server's clock)",
     )
+
+    def kafka(self) -> KafkaConnection:
+        """How to reach the brokers; ValueError naming the settings when SASL lacks a field."""
+        password = self.kafka_sasl_password
+        return KafkaConnection(
+            self.kafka_bootstrap,
+            self.kafka_security_protocol,
+            self.kafka_sasl_mechanism,
+            self.kafka_sasl_username,
+            password.get_secret_value() if password is not None else None,
+            self.kafka_ssl_cafile,
+            self.kafka_ssl_certfile,
+            self.kafka_ssl_keyfile,
+        )
 
     def topic(self, name: str) -> str:
         """The full name of one of our topics."""
@@ -78,6 +107,7 @@ class SharedSettings(BaseSettings):
             dim=self.embedding_dim,
             partition_key=self.milvus_partition_key,
             full_text=self.milvus_full_text,
+            token=self.milvus_token.get_secret_value(),
         )
 
     def make_embedder(self) -> Embedder:

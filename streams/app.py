@@ -38,6 +38,7 @@ from memcore import (
 )
 from storage import Document, Filters, MemoryRow, MilvusStore, StorageError, from_us
 from storage.embedding import Embedder
+from storage.kafka import KafkaConnection
 from storage.milvus import ANY_STATE
 from storage.records import (
     ConsolidationRequest,
@@ -77,15 +78,29 @@ class Services:
     metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
 
 
+def credentials(kafka: KafkaConnection) -> faust.types.auth.CredentialsT | None:
+    """Faust's form of the connection's TLS and SASL (None: PLAINTEXT)."""
+    if kafka.sasl:
+        return faust.SASLCredentials(
+            username=kafka.sasl_username,
+            password=kafka.sasl_password,
+            ssl_context=kafka.ssl_context(),
+            mechanism=kafka.sasl_mechanism,
+        )
+    context = kafka.ssl_context()
+    return faust.SSLCredentials(context) if context is not None else None
+
+
 def create_app(settings: WorkerSettings, services: Services) -> faust.App:
     """The Faust app for ``settings``; nothing connects until it is started."""
     app = faust.App(
         settings.app_id,
-        broker=f"kafka://{settings.kafka_bootstrap}",
+        broker=[f"kafka://{b.strip()}" for b in settings.kafka_bootstrap.split(",")],
+        broker_credentials=credentials(settings.kafka()),
         store="rocksdb://" if settings.store == "rocksdb" else "memory://",
         datadir=str(settings.data_dir),
         topic_partitions=settings.partitions,
-        topic_replication_factor=1,
+        topic_replication_factor=settings.kafka_replication,
         topic_disable_leader=True,
         broker_session_timeout=settings.session_timeout_s,
         broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 4),

@@ -33,12 +33,12 @@ async def consolidate(settings: WorkerSettings, args: argparse.Namespace) -> lis
         request["strategies"] = args.strategies
     consumer = AIOKafkaConsumer(
         settings.topic(topics.AUDIT),
-        bootstrap_servers=settings.kafka_bootstrap,
+        **settings.kafka().client(),
         auto_offset_reset="latest",
         enable_auto_commit=False,
     )
     await consumer.start()
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+    producer = AIOKafkaProducer(**settings.kafka().client(), acks="all")
     await producer.start()
     try:
         await consumer.seek_to_end()

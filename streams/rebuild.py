@@ -25,14 +25,15 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from storage import MemoryRow, MilvusStore, codec
+from storage.kafka import KafkaConnection
 from streams.settings import WorkerSettings
 
 CHUNK = 1000
 
 
-async def read_changelog(bootstrap: str, topic: str) -> dict[bytes, bytes]:
+async def read_changelog(kafka: KafkaConnection | str, topic: str) -> dict[bytes, bytes]:
     """The last value of every key of a changelog topic (a tombstone removes its key)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(**KafkaConnection.of(kafka).client(), enable_auto_commit=False)
     await consumer.start()
     try:
         partitions = consumer.partitions_for_topic(topic)
@@ -83,8 +84,8 @@ class Tables:
     @classmethod
     async def read(cls, settings: WorkerSettings) -> Tables:
         memories, documents = await asyncio.gather(
-            read_changelog(settings.kafka_bootstrap, f"{settings.app_id}-memories-changelog"),
-            read_changelog(settings.kafka_bootstrap, f"{settings.app_id}-documents-changelog"),
+            read_changelog(settings.kafka(), f"{settings.app_id}-memories-changelog"),
+            read_changelog(settings.kafka(), f"{settings.app_id}-documents-changelog"),
         )
         return cls(memories, documents)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from storage.settings import SharedSettings
 
@@ -14,8 +14,17 @@ class WorkerSettings(SharedSettings):
     """Everything the stream worker needs to know. Units are in the names."""
 
     partitions: int = Field(4, ge=1, le=1024)
+    kafka_replication: int = Field(
+        1, ge=1, le=16, description="replicas of every topic we create, Faust's changelogs included"
+    )
+    kafka_min_insync: int = Field(
+        1, ge=1, le=16, description="min.insync.replicas of those topics (writes use acks=all)"
+    )
     log_retention_ms: int = Field(
-        -1, description="writes, access and audit topics; -1 keeps forever"
+        -1, ge=-1, description="writes, access and audit topics; -1 keeps forever"
+    )
+    dead_letter_retention_ms: int = Field(
+        30 * 86_400_000, ge=-1, description="dead-letter topic: how long rejected records stay"
     )
     store: Literal["rocksdb", "memory"] = "rocksdb"
     data_dir: Path = Path("var/worker")
@@ -37,3 +46,13 @@ class WorkerSettings(SharedSettings):
     metrics_port: int = Field(
         9102, ge=0, le=65535, description="GET /metrics of python -m streams; 0: not served"
     )
+
+    @model_validator(mode="after")
+    def _replicas(self) -> WorkerSettings:
+        if self.kafka_min_insync > self.kafka_replication:
+            msg = (
+                f"kafka_min_insync={self.kafka_min_insync} exceeds kafka_replication="
+                f"{self.kafka_replication}: every write would be refused"
+            )
+            raise ValueError(msg)
+        return self

@@ -1,4 +1,6 @@
-"""Our topics, created by the worker at start-up with the configured partitions and retention."""
+"""Our topics, created by the worker at start-up with the configured partitions, replicas and
+retention. Existing topics are left as they are (change them with Kafka's own tools).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ from streams.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
 
-#: Topic roles. Writes, access and audit are the replayable log: kept for ``log_retention_ms``.
+#: Topic roles. Writes, access and audit are the replayable log: kept for ``log_retention_ms``
+#: (forever by default); consolidation requests for a week; dead letters for
+#: ``dead_letter_retention_ms``. The broker compresses every topic with zstd.
 WRITES = "memory-writes"
 ACCESS = "access-events"
 CONSOLIDATION = "consolidation"
@@ -19,11 +23,28 @@ AUDIT = "audit"
 DEAD_LETTER = "dead-letter"
 ROLES = (WRITES, ACCESS, CONSOLIDATION, AUDIT, DEAD_LETTER)
 _REPLAYED = {WRITES, ACCESS, AUDIT}
+WEEK_MS = 7 * 86_400_000
+
+
+def topic_config(settings: WorkerSettings, role: str) -> dict[str, str]:
+    """The configuration a topic of ``role`` is created with (see the roles above)."""
+    if role in _REPLAYED:
+        retention = settings.log_retention_ms
+    elif role == DEAD_LETTER:
+        retention = settings.dead_letter_retention_ms
+    else:
+        retention = WEEK_MS
+    return {
+        "retention.ms": str(retention),
+        "cleanup.policy": "delete",
+        "compression.type": "zstd",
+        "min.insync.replicas": str(settings.kafka_min_insync),
+    }
 
 
 async def ensure_topics(settings: WorkerSettings) -> list[str]:
     """Create the missing topics; returns the names created. Existing topics are left as they are."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    admin = AIOKafkaAdminClient(**settings.kafka().client())
     await admin.start()
     created = []
     try:
@@ -33,8 +54,9 @@ async def ensure_topics(settings: WorkerSettings) -> list[str]:
             name = settings.topic(role)
             if name in existing:
                 continue
-            config = {"retention.ms": str(settings.log_retention_ms)} if role in _REPLAYED else {}
-            wanted.append(NewTopic(name, settings.partitions, 1, topic_configs=config))
+            config = topic_config(settings, role)
+            replicas = settings.kafka_replication
+            wanted.append(NewTopic(name, settings.partitions, replicas, topic_configs=config))
         for topic in wanted:
             try:
                 await admin.create_topics([topic])

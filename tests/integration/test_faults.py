@@ -30,10 +30,11 @@ class Broker:
     ports and data.
     """
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, **extra: str) -> None:
         self.port = free_port()
         self.env = {
             **os.environ,
+            **extra,
             "KAFKA_HOME": str(home),
             "KAFKA_PORT": str(self.port),
             "KAFKA_CONTROLLER_PORT": str(free_port()),
@@ -130,22 +131,26 @@ def test_a_broker_restart_loses_no_acknowledged_write_and_answers_503_meanwhile(
         eventually(lambda: not missing(), 180, "every acknowledged write applied")
 
 
+@pytest.fixture
+def small_server(make_stack: Callable[..., Stack], tmp_path: Path) -> Iterator[str]:
+    yield from serve(make_stack(("acme",), dim=DIM), tmp_path, MNEMO_MAX_IN_FLIGHT="64")
+
+
 def test_a_flood_of_recalls_gets_fast_429s_and_the_service_answers_right_after(
-    make_stack: Callable[..., Stack], tmp_path: Path
+    small_server: str,
 ) -> None:
-    stack = make_stack(("acme",), dim=DIM)
-    for url in serve(stack, tmp_path, MNEMO_MAX_IN_FLIGHT="64"):
-        with httpx.Client(base_url=url, headers=AUTH, timeout=30.0) as http:
-            memories = [{"content": f"note {i}", "embedding": e(1.0, i / 10)} for i in range(50)]
-            assert http.post("/v1/memories", json={"memories": memories}).status_code == 200
-        statuses = asyncio.run(flood(url, 5_000))
-        assert set(statuses) <= {200, 429}, statuses  # every request answered, no 5xx
-        assert statuses.get(429, 0) > 0  # beyond the in-flight limit: refused, not queued
-        assert statuses.get(200, 0) > 0
-        with httpx.Client(base_url=url, headers=AUTH, timeout=10.0) as http:
-            after = http.post("/v1/recall", json={"vector": e(1.0), "k": 3, "track": False})
-            assert after.status_code == 200, after.text  # answering again at once
-            assert http.get("/readyz").status_code == 200
+    url = small_server
+    with httpx.Client(base_url=url, headers=AUTH, timeout=30.0) as http:
+        memories = [{"content": f"note {i}", "embedding": e(1.0, i / 10)} for i in range(50)]
+        assert http.post("/v1/memories", json={"memories": memories}).status_code == 200
+    statuses = asyncio.run(flood(url, 5_000))
+    assert set(statuses) <= {200, 429}, statuses  # every request answered, no 5xx
+    assert statuses.get(429, 0) > 0  # beyond the in-flight limit: refused, not queued
+    assert statuses.get(200, 0) > 0
+    with httpx.Client(base_url=url, headers=AUTH, timeout=10.0) as http:
+        after = http.post("/v1/recall", json={"vector": e(1.0), "k": 3, "track": False})
+        assert after.status_code == 200, after.text  # answering again at once
+        assert http.get("/readyz").status_code == 200
 
 
 async def flood(url: str, n: int) -> dict[int, int]:

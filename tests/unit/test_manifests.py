@@ -365,7 +365,9 @@ def test_crd_schemas_are_the_pinned_versions() -> None:
         ("keda.sh/v1alpha1", "ScaledObject"),
     }
     custom = {(d["apiVersion"], d["kind"]) for n in KUSTOMIZATIONS for d in rendered(n)}
-    assert {key for key in custom if "." in key[0].split("/")[0]} <= set(CRD_SCHEMAS)
+    groups = {key: key[0].split("/")[0] for key in custom}  # Kubernetes' own end in .k8s.io
+    crds = {key for key, group in groups.items() if "." in group and not group.endswith(".k8s.io")}
+    assert crds <= set(CRD_SCHEMAS)
 
 
 # -- settings: names, values, ports ------------------------------------------------------------
@@ -560,12 +562,15 @@ def test_kafka_topics_are_the_apps_topics(settings_for: SettingsFor) -> None:
         # writes and access share a key's partition: the same count everywhere, the worker's
         assert topic["spec"]["partitions"] == settings.partitions, name
         assert min_isr < topic["spec"]["replicas"] <= brokers, name
-        retention = topic["spec"].get("config", {}).get("retention.ms")
         role = name.removeprefix(settings.topic_prefix)
+        # the configuration the worker would create it with, replicas included
+        given = {k: str(v) for k, v in topic["spec"].get("config", {}).items()}
+        assert given == topics.topic_config(settings, role), name
+        assert topic["spec"]["replicas"] == settings.kafka_replication, name
         if role in topics._REPLAYED:
-            assert int(retention) == settings.log_retention_ms == -1, name
-        else:
-            assert retention is None, name
+            assert settings.log_retention_ms == -1, name  # the log is kept: replay needs it
+    # changelogs get the same replicas; acks=all writes need the cluster's min.insync in sync
+    assert settings.kafka_min_insync == min_isr < settings.kafka_replication <= brokers
     for pool in (d for d in docs if d["kind"] == "KafkaNodePool"):
         assert pool["metadata"]["labels"]["strimzi.io/cluster"] == cluster
     assert "controller" in {
@@ -577,6 +582,36 @@ def test_kafka_topics_are_the_apps_topics(settings_for: SettingsFor) -> None:
     assert {d["metadata"]["namespace"] for d in docs} == {
         one(base, "Namespace")["metadata"]["name"]
     }
+
+
+def test_network_policies_deny_by_default_and_open_what_the_pods_serve() -> None:
+    base = rendered("base")
+    policies = {d["metadata"]["name"]: d for d in base if d["kind"] == "NetworkPolicy"}
+    deny = policies.pop("default-deny-ingress")["spec"]
+    assert (deny["podSelector"], deny["policyTypes"], deny.get("ingress")) == (
+        {},
+        ["Ingress"],
+        None,
+    )
+    milvus = policies.pop("milvus-from-mnemostream")["spec"]
+    assert [p["port"] for rule in milvus["ingress"] for p in rule["ports"]] == [19530]
+    (peer,) = milvus["ingress"][0]["from"]
+    app_pods = [w["spec"]["template"]["metadata"]["labels"] for w in workloads(base)]
+    assert all(peer["podSelector"]["matchLabels"].items() <= pod.items() for pod in app_pods)
+    for name, policy in policies.items():  # the ranker's and the worker's
+        wanted = policy["spec"]["podSelector"]["matchLabels"]
+        (workload,) = [
+            w
+            for w in workloads(base)
+            if wanted.items() <= w["spec"]["template"]["metadata"]["labels"].items()
+        ]
+        served = {
+            port["name"]
+            for container in workload["spec"]["template"]["spec"]["containers"]
+            for port in container.get("ports", [])
+        }
+        opened = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
+        assert opened <= served, name
 
 
 def test_keda_scales_the_worker_on_the_faust_group(

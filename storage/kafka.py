@@ -1,0 +1,89 @@
+"""How every Kafka client of ours reaches the brokers: address, TLS and SASL, in one value.
+
+The worker (Faust), the ranker's producer and consumers, the CLI and the topic admin all take a
+:class:`KafkaConnection` (or a plain ``host:port`` string for a PLAINTEXT broker) and build their
+clients from :meth:`KafkaConnection.client`, so a secured cluster is configured once.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Protocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+Mechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+
+@dataclass(frozen=True)
+class KafkaConnection:
+    """The brokers and how to authenticate to them.
+
+    Attributes:
+        bootstrap: ``host:port[,host:port...]``.
+        security_protocol: PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or SASL_SSL (SASL over TLS).
+        sasl_mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (SASL protocols only).
+        sasl_username, sasl_password: the SASL credentials (the password is never printed).
+        ssl_cafile: CA bundle (PEM) to verify the brokers; None: the system's.
+        ssl_certfile, ssl_keyfile: a client certificate and key (PEM) for mutual TLS.
+    """
+
+    bootstrap: str
+    security_protocol: Protocol = "PLAINTEXT"
+    sasl_mechanism: Mechanism | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.sasl and not (self.sasl_mechanism and self.sasl_username and self.sasl_password):
+            msg = (
+                f"kafka_security_protocol={self.security_protocol}: needs kafka_sasl_mechanism,"
+                " kafka_sasl_username and kafka_sasl_password"
+            )
+            raise ValueError(msg)
+        if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
+            msg = "kafka_ssl_certfile and kafka_ssl_keyfile go together (mutual TLS)"
+            raise ValueError(msg)
+
+    @classmethod
+    def of(cls, given: KafkaConnection | str) -> KafkaConnection:
+        """``given`` itself, or a PLAINTEXT connection to the bootstrap address it is."""
+        return given if isinstance(given, KafkaConnection) else cls(given)
+
+    @property
+    def sasl(self) -> bool:
+        return self.security_protocol.startswith("SASL_")
+
+    @property
+    def tls(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context (verifying the brokers' certificates), or None without TLS. Reads the
+        files named; an unreadable one raises OSError at start-up.
+        """
+        if not self.tls:
+            return None
+        context = ssl.create_default_context(cafile=self.ssl_cafile)
+        if self.ssl_certfile and self.ssl_keyfile:
+            context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
+        return context
+
+    def client(self) -> dict[str, Any]:
+        """Keyword arguments for any aiokafka client (producer, consumer, admin)."""
+        kwargs: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap,
+            "security_protocol": self.security_protocol,
+        }
+        if self.tls:
+            kwargs["ssl_context"] = self.ssl_context()
+        if self.sasl:
+            kwargs |= {
+                "sasl_mechanism": self.sasl_mechanism,
+                "sasl_plain_username": self.sasl_username,
+                "sasl_plain_password": self.sasl_password,
+            }
+        return kwargs

@@ -1,0 +1,87 @@
+"""One Kafka connection for every client: TLS and SASL settings, replication, topic configs."""
+
+from __future__ import annotations
+
+import ssl
+
+import pytest
+from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
+from pydantic import ValidationError
+
+from storage.kafka import KafkaConnection
+from streams.app import credentials
+from streams.settings import WorkerSettings
+from streams.topics import DEAD_LETTER, ROLES, WEEK_MS, topic_config
+
+
+def settings(**env: object) -> WorkerSettings:
+    """Settings from ``env`` alone (model_validate reads no environment variables)."""
+    return WorkerSettings.model_validate(env)
+
+
+def test_plaintext_by_default_and_a_bare_address_is_plaintext() -> None:
+    assert settings().kafka().client() == {
+        "bootstrap_servers": "127.0.0.1:9092",
+        "security_protocol": "PLAINTEXT",
+    }
+    assert KafkaConnection.of("b:1") == KafkaConnection("b:1")
+    assert credentials(KafkaConnection("b:1")) is None
+
+
+def test_sasl_over_tls_reaches_aiokafka_and_faust_alike() -> None:
+    kafka = settings(
+        kafka_bootstrap="b1:9093,b2:9093",
+        kafka_security_protocol="SASL_SSL",
+        kafka_sasl_mechanism="SCRAM-SHA-512",
+        kafka_sasl_username="mnemo",
+        kafka_sasl_password="s3cret",
+    ).kafka()
+    client = kafka.client()
+    assert isinstance(client.pop("ssl_context"), ssl.SSLContext)
+    assert client == {
+        "bootstrap_servers": "b1:9093,b2:9093",
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "mnemo",
+        "sasl_plain_password": "s3cret",
+    }
+    faust = dict(credentials_to_aiokafka_auth(credentials(kafka)))
+    assert isinstance(faust.pop("ssl_context"), ssl.SSLContext)
+    assert faust == {k: v for k, v in client.items() if k != "bootstrap_servers"}
+    assert "s3cret" not in repr(kafka)
+    assert "s3cret" not in repr(settings(kafka_sasl_password="s3cret"))
+
+
+def test_tls_alone_verifies_the_brokers() -> None:
+    kafka = settings(kafka_security_protocol="SSL").kafka()
+    context = kafka.client()["ssl_context"]
+    assert context.verify_mode is ssl.CERT_REQUIRED
+    assert credentials_to_aiokafka_auth(credentials(kafka))["security_protocol"] == "SSL"
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"kafka_security_protocol": "SASL_PLAINTEXT"}, "kafka_sasl_mechanism"),
+        ({"kafka_ssl_certfile": "/c.pem"}, "kafka_ssl_keyfile"),
+    ],
+)
+def test_incomplete_security_settings_name_what_is_missing(env: dict[str, str], named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        settings(**env).kafka()
+
+
+def test_min_insync_above_the_replication_is_refused_at_start_up() -> None:
+    with pytest.raises(ValidationError, match="kafka_min_insync=2 exceeds kafka_replication=1"):
+        settings(kafka_min_insync=2)
+    assert settings(kafka_replication=3, kafka_min_insync=2).kafka_min_insync == 2
+
+
+def test_every_topic_is_compressed_with_its_retention_and_min_insync() -> None:
+    s = settings(kafka_replication=3, kafka_min_insync=2, log_retention_ms=-1)
+    configs = {role: topic_config(s, role) for role in ROLES}
+    assert {c["min.insync.replicas"] for c in configs.values()} == {"2"}
+    assert {c["compression.type"] for c in configs.values()} == {"zstd"}
+    assert configs["memory-writes"]["retention.ms"] == "-1"  # the log is kept: replay needs it
+    assert configs["consolidation"]["retention.ms"] == str(WEEK_MS)
+    assert configs[DEAD_LETTER]["retention.ms"] == str(s.dead_letter_retention_ms)
