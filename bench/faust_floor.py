@@ -59,7 +59,7 @@ def build(bootstrap: str, topic: str, app_id: str, data_dir: str, partitions: in
 def main() -> None:
     """Run the app as a Faust worker with the arguments of the module docstring."""
     bootstrap, topic, app_id, data_dir, partitions = sys.argv[1:6]
-    sys.argv = [sys.argv[0], "worker", "-l", "warning"]  # Faust reads its own command line
+    sys.argv = [sys.argv[0], "worker", "-l", "warn"]  # Faust reads its own command line
     build(bootstrap, topic, app_id, data_dir, int(partitions)).main()
 
 

@@ -58,6 +58,8 @@ class Item:
         tier, state, importance, tau_hours: as in the memory state.
         access_count, recall_count, write_count: counters that merges add up.
         session_ended: the memory's session has ended (working -> episodic).
+        scope: the writer's ``(agent_id, session_id)`` ("" for none): memories of different
+            scopes are never merged or summarised together.
     """
 
     memory_id: str
@@ -74,6 +76,7 @@ class Item:
     recall_count: int = 0
     write_count: int = 1
     session_ended: bool = False
+    scope: tuple[str, str] = ("", "")
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,7 @@ def pairwise_neighbours(items: Sequence[Item], min_cosine: float) -> dict[str, s
 
 def greedy_groups(items: Sequence[Item], neighbours: Neighbours) -> list[list[Item]]:
     """Oldest-first greedy grouping: each unassigned memory founds a group that takes its unassigned
-    neighbours. Groups of one are included; the founder is first.
+    neighbours of the same scope. Groups of one are included; the founder is first.
     """
     by_id = {i.memory_id: i for i in items}
     assigned: set[str] = set()
@@ -127,7 +130,9 @@ def greedy_groups(items: Sequence[Item], neighbours: Neighbours) -> list[list[It
             continue
         assigned.add(item.memory_id)
         members = [
-            by_id[n] for n in neighbours.get(item.memory_id, ()) if n in by_id and n not in assigned
+            by_id[n]
+            for n in neighbours.get(item.memory_id, ())
+            if n in by_id and n not in assigned and by_id[n].scope == item.scope
         ]
         members = age_order(members)
         assigned.update(m.memory_id for m in members)
@@ -142,10 +147,10 @@ def _merge(group: Sequence[Item], reason: str) -> Decision:
 
 
 def exact_duplicates(items: Sequence[Item]) -> list[Decision]:
-    """Same content hash -> keep the oldest, merge the others into it."""
+    """Same content hash and scope -> keep the oldest, merge the others into it."""
     by_hash: dict[str, list[Item]] = {}
     for item in age_order(items):
-        by_hash.setdefault(item.content_hash, []).append(item)
+        by_hash.setdefault(f"{item.scope}{item.content_hash}", []).append(item)
     return [
         _merge(group, f"exact duplicate: content hash {group[0].content_hash[:12]}")
         for group in by_hash.values()

@@ -32,11 +32,18 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(normalise_content(text).encode("utf-8")).hexdigest()
 
 
-def derive_memory_id(tenant_id: str, text: str) -> str:
-    """The id of a memory whose writer gave none: same tenant and content -> same id."""
+def derive_memory_id(
+    tenant_id: str, text: str, agent_id: str | None = None, session_id: str | None = None
+) -> str:
+    """The id of a memory whose writer gave none: same tenant, scope and content -> same id. The
+    scope is the writer's ``agent_id`` and ``session_id`` (a run): the same sentence from two
+    agents is two memories. Without a scope the id is the tenant's and content's alone (as before
+    scopes existed, so older ids stay valid).
+    """
     check_id("tenant_id", tenant_id)
-    digest = hashlib.sha256(f"{tenant_id}\x00{normalise_content(text)}".encode()).hexdigest()
-    return f"m-{digest[:32]}"
+    scope = f"{agent_id or ''}\x00{session_id or ''}\x00" if agent_id or session_id else ""
+    digest = hashlib.sha256(f"{tenant_id}\x00{scope}{normalise_content(text)}".encode())
+    return f"m-{digest.hexdigest()[:32]}"
 
 
 def check_id(field: str, value: object) -> str:

@@ -38,7 +38,7 @@ from ranker.logs import RequestLog
 from ranker.problems import NOT_FOUND, RESPONSES, problem
 from ranker.routes import memory_routes
 from ranker.service import Recalled, RecallQuery, RecallService
-from ranker.wire import Auth, Body, memory_json, tokens, under
+from ranker.wire import Auth, Body, memory_json, session_of, tokens, under
 from storage import Filters, StorageError, to_us
 from storage.records import Limits, RecordError, checked_access, checked_vector, checked_write
 from storage.tenants import Tenant, TenantRegistry
@@ -50,6 +50,7 @@ class RecallFilters(Body):
     memory_types: list[str] = Field(default_factory=list)
     tags: list[str] = Field(default_factory=list)
     session_id: str | None = None
+    run_id: str | None = Field(None, description="the same as session_id (mem0's name)")
     agent_id: str | None = None
     created_from: AwareDatetime | None = None
     created_to: AwareDatetime | None = None
@@ -114,7 +115,12 @@ class MemoryBody(Body):
     memory_type: str | None = None
     tags: list[str] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
-    session_id: str | None = None
+    session_id: str | None = Field(
+        None,
+        description="the run or conversation (with agent_id, the memory's scope: the same"
+        " content in two scopes is two memories)",
+    )
+    run_id: str | None = Field(None, description="the same as session_id (mem0's name)")
     agent_id: str | None = None
     relations: list[str] = Field(default_factory=list)
 
@@ -296,11 +302,14 @@ def _writes(body: WriteBody, tenant_id: str, limits: Limits, now: datetime) -> l
     docs = []
     for i, m in enumerate(body.memories):
         doc = {
-            **m.model_dump(exclude_none=True),
+            **m.model_dump(exclude_none=True, exclude={"run_id", "session_id"}),
             "tenant_id": tenant_id,
             "at": m.at or now.isoformat(),
         }
         try:
+            session = session_of(m.session_id, m.run_id, "run_id")
+            if session is not None:
+                doc["session_id"] = session
             record, _ = checked_write(doc, limits, now)
         except RecordError as exc:
             raise under(f"memories[{i}]", exc) from exc
@@ -352,7 +361,7 @@ def _query(body: RecallBody, who: Tenant, states: tuple[str, ...], dim: int) -> 
         created_to_inclusive_us=to_us(body.at) if body.at is not None else None,
         tiers=tuple(Tier.parse(t, "filters.memory_types").value for t in f.memory_types),
         tags_any=tuple(f.tags),
-        session_id=f.session_id,
+        session_id=session_of(f.session_id, f.run_id, "filters.run_id"),
         agent_id=f.agent_id,
         created_from_us=to_us(f.created_from) if f.created_from else None,
         created_to_us=to_us(f.created_to) if f.created_to else None,

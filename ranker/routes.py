@@ -22,7 +22,7 @@ from ranker.history import AuditLog
 from ranker.listing import decode_cursor
 from ranker.problems import CONFLICT, NOT_FOUND
 from ranker.service import RecallService
-from ranker.wire import Auth, Body, memory_json, tokens
+from ranker.wire import Auth, Body, memory_json, session_of, tokens
 from storage import Filters, MemoryRow, to_us
 from storage.records import Limits, checked_write
 
@@ -182,6 +182,7 @@ def _listing(api: FastAPI, service: RecallService) -> None:
         tag: Annotated[list[str] | None, Query()] = None,
         agent_id: Annotated[str | None, Query(max_length=256)] = None,
         session_id: Annotated[str | None, Query(max_length=256)] = None,
+        run_id: Annotated[str | None, Query(max_length=256)] = None,
         include_history: bool = False,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
         cursor: Annotated[str | None, Query(max_length=512)] = None,
@@ -191,8 +192,9 @@ def _listing(api: FastAPI, service: RecallService) -> None:
         for the next page (null on the last). Default: active and archived, current versions
         only (``include_history`` adds superseded ones); ``tag``: any of them.
         """
+        session = session_of(session_id, run_id, "run_id")
         filters = _list_filters(
-            state, memory_type, tag, agent_id, session_id, include_history, datetime.now(UTC)
+            state, memory_type, tag, agent_id, session, include_history, datetime.now(UTC)
         )
         after_id = decode_cursor(cursor) if cursor is not None else None
         found = await service.list_page(who.tenant_id, filters, after_id, limit, tokens(after))

@@ -261,7 +261,11 @@ class RecallService:
         """Produce memory writes; their ids (derived from the content when absent) and the token
         a read can wait for.
         """
-        ids = [d.get("memory_id") or derive_memory_id(tenant_id, d["content"]) for d in documents]
+        ids = [
+            d.get("memory_id")
+            or derive_memory_id(tenant_id, d["content"], d.get("agent_id"), d.get("session_id"))
+            for d in documents
+        ]
         token = await self._produce_all(
             [
                 ("memory-writes", {"v": 1, **d, "tenant_id": tenant_id, "memory_id": m})

@@ -84,6 +84,15 @@ def _checked_already(_: object) -> None:
 Auth = Annotated[Tenant, Depends(tenant)]
 
 
+def session_of(session_id: str | None, run_id: str | None, field: str) -> str | None:
+    """``run_id`` is mem0's name for a session: either names it; both must agree (else
+    RecordError naming ``field``, the run_id's path).
+    """
+    if run_id is not None and session_id is not None and run_id != session_id:
+        raise RecordError(field, run_id, f"differs from session_id {session_id!r}: give one")
+    return session_id if session_id is not None else run_id
+
+
 def tokens(given: str | Sequence[str] | None) -> Token | None:
     """The read-your-writes token of a request's ``after`` (one token or many)."""
     if given is None:
@@ -115,6 +124,7 @@ def memory_json(row: MemoryRow) -> dict[str, Any]:
         "metadata": dict(row.metadata),
         "session_id": row.session_id or None,
         "agent_id": row.agent_id or None,
+        "run_id": row.session_id or None,  # mem0's name for the session
         "merged_into": row.merged_into or None,
         "created_at": from_us(row.created_at_us).isoformat(),
         "last_access": from_us(row.last_access_us).isoformat(),

@@ -281,7 +281,7 @@ def decode_write(raw: bytes, limits: Limits) -> WriteRecord:
     memory_id = (
         _id("memory_id", m.memory_id)
         if m.memory_id is not None
-        else derive_memory_id(tenant_id, m.content)
+        else derive_memory_id(tenant_id, m.content, m.agent_id, m.session_id)
     )
     return WriteRecord(
         tenant_id=tenant_id,

@@ -17,6 +17,7 @@ from memcore.consolidation import Neighbours, summarise
 from memcore.ids import content_hash
 from memcore.state import Access, Event, Write
 from storage import MemoryRow, from_us
+from storage.milvus import MAX_TAGS
 from storage.records import ConsolidationRequest, decision_value
 from storage.similarity import cosine_neighbours
 from streams.processor import Outbound
@@ -38,6 +39,7 @@ def item_of(row: MemoryRow) -> Item:
         access_count=row.access_count,
         recall_count=row.recall_count,
         write_count=row.write_count,
+        scope=(row.agent_id or "", row.session_id or ""),
     )
 
 
@@ -118,6 +120,10 @@ def _summary(
         "importance": summary.importance,
         "summary_of": list(decision.sources),
         "metadata": {"consolidation": request_id, "reason": decision.reason},
+        # the sources share a scope (memcore.consolidation groups within one); tags: all of theirs
+        **({"agent_id": sources[0].agent_id} if sources[0].agent_id else {}),
+        **({"session_id": sources[0].session_id} if sources[0].session_id else {}),
+        "tags": sorted({t for s in sources for t in s.tags})[:MAX_TAGS],
     }
     return Outbound("memory-writes", f"{tenant_id}/{decision.target}".encode(), orjson.dumps(value))
 

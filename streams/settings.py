@@ -23,6 +23,9 @@ class WorkerSettings(SharedSettings):
     log_retention_ms: int = Field(
         -1, ge=-1, description="writes, access and audit topics; -1 keeps forever"
     )
+    topic_compression: Literal["zstd", "lz4", "gzip", "snappy", "producer", "uncompressed"] = Field(
+        "zstd", description="compression.type of the topics we create (zstd: ~2-4x on JSON)"
+    )
     dead_letter_retention_ms: int = Field(
         30 * 86_400_000, ge=-1, description="dead-letter topic: how long rejected records stay"
     )

@@ -15,7 +15,7 @@ log = logging.getLogger(__name__)
 
 #: Topic roles. Writes, access and audit are the replayable log: kept for ``log_retention_ms``
 #: (forever by default); consolidation requests for a week; dead letters for
-#: ``dead_letter_retention_ms``. The broker compresses every topic with zstd.
+#: ``dead_letter_retention_ms``. The broker compresses every topic (``topic_compression``, zstd).
 WRITES = "memory-writes"
 ACCESS = "access-events"
 CONSOLIDATION = "consolidation"
@@ -37,7 +37,7 @@ def topic_config(settings: WorkerSettings, role: str) -> dict[str, str]:
     return {
         "retention.ms": str(retention),
         "cleanup.policy": "delete",
-        "compression.type": "zstd",
+        "compression.type": settings.topic_compression,
         "min.insync.replicas": str(settings.kafka_min_insync),
     }
 

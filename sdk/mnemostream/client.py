@@ -45,6 +45,8 @@ class Memory:
     created_at: str | None = None
     valid_to: str | None = None
     superseded_by: str | None = None
+    agent_id: str | None = None
+    session_id: str | None = None
     tags: list[str] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
     scores: dict[str, float] = field(default_factory=dict)

@@ -298,3 +298,14 @@ def test_list_and_export_every_memory(server: str) -> None:
         assert sorted(d["memory_id"] for d in exported) == sorted(ids)
         assert {d["state"] for d in exported} == {"active", "deleted"}
         assert all(len(d["embedding"]) == DIM for d in exported)
+
+
+def test_scopes_keep_the_same_sentence_of_two_agents_apart(server: str) -> None:
+    with Client(server, KEY) as client:
+        mine = client.remember("Prefers dark mode", agent_id="bot-1", run_id="r1", at=T0)
+        theirs = client.remember("Prefers dark mode", agent_id="bot-2", session_id="r2", at=T0)
+        assert mine != theirs  # one sentence, two scopes, two memories
+        found = client.recall("dark mode", k=5, at=T0, track=False, filters={"run_id": "r1"})
+        assert [(m.memory_id, m.agent_id, m.session_id) for m in found] == [(mine, "bot-1", "r1")]
+        listed = [m.memory_id for m in client.list_memories(agent_id="bot-2")]
+        assert listed == [theirs]

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
-from mnemostream import Client
 
+from mnemostream import Client
 from tests.integration.harness import Stack
 from tests.integration.test_end_to_end import DIM, KEY, e, serve
 from tests.integration.test_faults import Broker

@@ -60,6 +60,7 @@ def test_fuzzed_requests_get_no_server_error_and_only_documented_answers(
             "--report-dir",
             str(tmp_path),
         ],
+        cwd=tmp_path,  # its cache and reports stay out of the checkout
         capture_output=True,
         text=True,
         timeout=900,

@@ -223,3 +223,17 @@ def test_summary_takes_the_largest_importance() -> None:
 
     summary = summarise(["A. B.", "B. C."], [0.2, 0.6])
     assert (summary.content, summary.importance) == ("A. B. C.", 0.6)
+
+
+def test_memories_of_different_scopes_are_never_merged() -> None:
+    bot, other = ("bot", "run-1"), ("other-bot", "run-1")
+    items = [
+        item("a", (1.0, 0.0), 1, "h", scope=bot),
+        item("b", (1.0, 0.0), 2, "h", scope=other),
+        item("c", (1.0, 0.01), 3, "h", scope=bot),
+        item("d", (1.0, 0.02), 4, "x", scope=other),
+    ]
+    exact = plan("t", items, T0 + hours(5), POLICY, [Strategy.EXACT_DEDUP])
+    assert [(d.target, d.sources) for d in exact] == [("a", ("c",))]  # not b: another agent's
+    groups = greedy_groups(items, pairwise_neighbours(items, 0.99))
+    assert [[i.memory_id for i in g] for g in groups] == [["a", "c"], ["b", "d"]]

@@ -83,6 +83,16 @@ async def test_what_milvus_or_the_cache_would_choke_on_is_a_422_naming_the_field
             ),
             "vector": await http.post("/v1/recall", json={"vector": [1.0, 0.0]}, headers=auth),
             "memory_id": await http.get("/v1/memories/a%0Ab", headers=auth),
+            "memories[0].run_id": await http.post(
+                "/v1/memories",
+                json={"memories": [{"content": "a", "session_id": "s1", "run_id": "s2"}]},
+                headers=auth,
+            ),
+            "filters.run_id": await http.post(
+                "/v1/recall",
+                json={"query": "x", "filters": {"session_id": "s1", "run_id": "s2"}},
+                headers=auth,
+            ),
             "include_history": await http.post(
                 "/v1/recall", json={"query": "x", "include_history": 0}, headers=auth
             ),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from datetime import timedelta
@@ -21,6 +22,7 @@ from memcore import (
     apply,
     blend,
     classify_tier,
+    derive_memory_id,
     effective_importance,
     parse_llm_answer,
     rank,
@@ -248,3 +250,12 @@ def test_review_card_type_is_frozen() -> None:
     card = ReviewCard(0.5, (), None)
     with pytest.raises(AttributeError):
         card.retention = 0.9  # type: ignore[misc]
+
+
+def test_derived_ids_include_the_scope_and_unscoped_ids_are_unchanged() -> None:
+    before_scopes = "m-" + hashlib.sha256(b"acme\x00Alice likes tea").hexdigest()[:32]
+    assert derive_memory_id("acme", "Alice  likes tea") == before_scopes
+    by_agent = {derive_memory_id("acme", "Alice likes tea", a) for a in ("bot-1", "bot-2")}
+    assert len(by_agent) == 2
+    assert before_scopes not in by_agent
+    assert derive_memory_id("acme", "x", "a", None) != derive_memory_id("acme", "x", None, "a")
