@@ -9,6 +9,8 @@
 # Settings (environment): KAFKA_HOME (var/kafka), KAFKA_PORT (9092), KAFKA_CONTROLLER_PORT (port+1),
 # KAFKA_START_TIMEOUT seconds (90), KAFKA_HEAP (-Xms256m -Xmx1g),
 # KAFKA_SASL_PLAIN_USERS ("user:password ..."; set: clients must authenticate with SASL PLAIN on the port).
+# A cluster: KAFKA_NODE_ID, KAFKA_VOTERS ("1@127.0.0.1:PORT,2@...": the controllers, static quorum),
+# KAFKA_CLUSTER_ID (the same for every node), KAFKA_INTERNAL_RF (replicas of Kafka's own topics).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 home=${KAFKA_HOME:-$root/var/kafka}
@@ -32,7 +34,8 @@ port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; }
 
 configure() {
   mkdir -p "$home/config" "$home/data"
-  local listener=PLAINTEXT sasl=""
+  local listener=PLAINTEXT sasl="" quorum="controller.quorum.bootstrap.servers=127.0.0.1:$cport"
+  if [ -n "${KAFKA_VOTERS:-}" ]; then quorum="controller.quorum.voters=$KAFKA_VOTERS"; fi
   if [ -n "${KAFKA_SASL_PLAIN_USERS:-}" ]; then
     listener=SASL_PLAINTEXT
     local users="" pair
@@ -43,8 +46,8 @@ listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.secu
   fi
   cat >"$home/config/server.properties" <<PROPS
 process.roles=broker,controller
-node.id=1
-controller.quorum.bootstrap.servers=127.0.0.1:$cport
+node.id=${KAFKA_NODE_ID:-1}
+$quorum
 listeners=$listener://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
 advertised.listeners=$listener://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
 controller.listener.names=CONTROLLER
@@ -53,11 +56,11 @@ listener.security.protocol.map=CONTROLLER:PLAINTEXT,$listener:$listener
 $sasl
 log.dirs=$home/data
 num.partitions=1
-offsets.topic.replication.factor=1
+offsets.topic.replication.factor=${KAFKA_INTERNAL_RF:-1}
 offsets.topic.num.partitions=4
-transaction.state.log.replication.factor=1
+transaction.state.log.replication.factor=${KAFKA_INTERNAL_RF:-1}
 transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.replication.factor=${KAFKA_INTERNAL_RF:-1}
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 num.network.threads=2
@@ -74,10 +77,11 @@ start() {
   configure
   local cp="$home/lib/*" started=$SECONDS
   if [ ! -f "$home/data/meta.properties" ]; then
-    local id
-    id=$(java -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
+    local id=${KAFKA_CLUSTER_ID:-} mode=--standalone
+    [ -n "$id" ] || id=$(java -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
+    [ -z "${KAFKA_VOTERS:-}" ] || mode=""  # a static quorum: the voters are in the config
     java -Dlog4j2.configurationFile="$root/scripts/kafka/log4j2.properties" -cp "$cp" \
-      kafka.tools.StorageTool format --standalone -t "$id" -c "$home/config/server.properties" >"$home/format.log" 2>&1
+      kafka.tools.StorageTool format ${mode:+"$mode"} -t "$id" -c "$home/config/server.properties" >"$home/format.log" 2>&1
   fi
   # shellcheck disable=SC2086
   nohup java ${KAFKA_HEAP:--Xms256m -Xmx1g} -XX:+UseG1GC \
