@@ -717,6 +717,9 @@ def test_compose_wires_the_containers(settings_for: SettingsFor) -> None:
     )
     listeners = dict(item.split("://") for item in kafka_env["KAFKA_LISTENERS"].split(","))
     milvus_ports = {int(p.split(":")[1]) for p in services["milvus"]["ports"]}
+    # one Milvus version for compose and Helm (the tests' server is the PyPI 2.3.5 build)
+    helm = yaml.safe_load((K8S / "milvus" / "values.yaml").read_text())
+    assert services["milvus"]["image"] == f"milvusdb/milvus:{helm['image']['all']['tag']}"
     images = set()
     for name in ("worker", "ranker"):
         service = services[name]
