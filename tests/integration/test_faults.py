@@ -54,12 +54,19 @@ class Broker:
         subprocess.run([ROOT / "scripts" / "kafka.sh", "stop"], check=False, env=self.env)
 
 
+def running_broker(home: Path, **extra: str) -> Iterator[Broker]:
+    """A started :class:`Broker` (``extra``: ``scripts/kafka.sh`` settings), stopped after."""
+    own = Broker(home, **extra)
+    own.start()
+    try:
+        yield own
+    finally:
+        own.stop()
+
+
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Broker]:
-    own = Broker(tmp_path / "kafka")
-    own.start()
-    yield own
-    own.stop()
+    yield from running_broker(tmp_path / "kafka")
 
 
 @pytest.fixture

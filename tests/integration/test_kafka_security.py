@@ -16,7 +16,7 @@ from aiokafka.errors import KafkaError
 from mnemostream import Client
 from tests.integration.harness import Stack
 from tests.integration.test_end_to_end import DIM, KEY, e, serve
-from tests.integration.test_faults import Broker
+from tests.integration.test_faults import Broker, running_broker
 from tests.integration.test_streams import T0
 
 pytestmark = pytest.mark.integration
@@ -30,10 +30,7 @@ SASL = {
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Broker]:
-    own = Broker(tmp_path / "kafka", KAFKA_SASL_PLAIN_USERS="mnemo:mnemo-secret-1")
-    own.start()
-    yield own
-    own.stop()
+    yield from running_broker(tmp_path / "kafka", KAFKA_SASL_PLAIN_USERS="mnemo:mnemo-secret-1")
 
 
 @pytest.fixture
