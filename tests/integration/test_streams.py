@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
 
 from memcore import Lifecycle
 from ranker.view import StateView, changelog_topic
@@ -425,3 +426,52 @@ def test_writes_without_vectors_are_embedded_with_minilm(
     assert norm == pytest.approx(1.0, abs=1e-3)
     states = table_states(stack)
     assert {s.importance_source.value for s in states.values()} == {"rules"}
+
+
+def group_members(stack: Stack) -> int:
+    """Members of the worker group once it is stable (4 partitions: each member holds some)."""
+
+    async def run() -> int:
+        admin = AIOKafkaAdminClient(bootstrap_servers=stack.bootstrap)
+        await admin.start()
+        try:
+            (response,) = await admin.describe_consumer_groups([stack.app_id])
+        finally:
+            await admin.close()
+        _, _, state, _, _, members, *_ = response.groups[0]
+        return len(members) if state == "Stable" else -1
+
+    return asyncio.run(run())
+
+
+def applied_accesses(stack: Stack, tenants: tuple[str, ...]) -> int:
+    return sum(a for a, _ in view_counts(stack, tenants).values())
+
+
+def test_two_workers_with_rebalances_mid_stream_count_exactly(
+    make_stack: Callable[..., Stack], workers: list[WorkerProcess]
+) -> None:
+    tenants = ("acme", "globex")
+    stack = make_stack(tenants)
+    rng = random.Random(5)
+    memories = [(t, f"m{j}") for t in tenants for j in range(50)]
+    first = WorkerProcess(stack, "first").start()
+    workers.append(first)
+    produce(
+        stack.bootstrap,
+        stack.topic("memory-writes"),
+        [write_msg(t, m, vector(rng, stack.dim)) for t, m in memories],
+    )
+    store = stack.store()
+    eventually(lambda: sum(store.count(t, ANY_STATE) for t in tenants) == 100, 120, "writes", first)
+    accesses, expected = plan_accesses(rng, memories, 9_000)
+    produce(stack.bootstrap, stack.topic("access-events"), accesses[:3_000])
+    second = WorkerProcess(stack, "second").start()
+    workers.append(second)
+    eventually(lambda: group_members(stack) == 2, 120, "partitions shared by two workers", second)
+    produce(stack.bootstrap, stack.topic("access-events"), accesses[3_000:6_000])
+    eventually(lambda: applied_accesses(stack, tenants) == 6_000, 240, "applied by both", second)
+    first.stop()  # another rebalance: the second worker takes every partition
+    eventually(lambda: group_members(stack) == 1, 120, "one worker left", second)
+    produce(stack.bootstrap, stack.topic("access-events"), accesses[6_000:])
+    assert_counts(stack, store, tenants, expected, second)
