@@ -38,7 +38,7 @@ from ranker.logs import RequestLog
 from ranker.problems import NOT_FOUND, RESPONSES, problem
 from ranker.routes import memory_routes
 from ranker.service import Recalled, RecallQuery, RecallService
-from ranker.wire import Auth, Body, memory_json, session_of, tokens, under
+from ranker.wire import Auth, Body, TextBody, memory_json, session_of, tokens, under
 from storage import Filters, StorageError, to_us
 from storage.records import Limits, RecordError, checked_access, checked_vector, checked_write
 from storage.tenants import Tenant, TenantRegistry
@@ -46,7 +46,7 @@ from storage.tenants import Tenant, TenantRegistry
 log = logging.getLogger(__name__)
 
 
-class RecallFilters(Body):
+class RecallFilters(TextBody):
     memory_types: list[str] = Field(default_factory=list)
     tags: list[str] = Field(default_factory=list)
     session_id: str | None = None
@@ -64,7 +64,7 @@ class Weights(Body):
     graph: float | None = Field(None, ge=0)
 
 
-class RecallBody(Body):
+class RecallBody(TextBody):
     query: str | None = Field(None, min_length=1, max_length=16_384)
     vector: list[float] | None = None
     k: int = Field(10, ge=1, le=1000)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memcore import InvalidField
@@ -47,15 +48,15 @@ def decode_cursor(cursor: str) -> str:
 def page(
     store: MilvusStore,
     tenant_id: str,
-    ids: Iterable[str],
+    ids: Sequence[str],
     filters: Filters,
     after_id: str | None,
     limit: int,
 ) -> Page:
-    """Up to ``limit`` rows of ``tenant_id`` among ``ids`` after ``after_id``, matching
-    ``filters`` (blocking: run it in a thread). Raises StorageError when Milvus fails.
+    """Up to ``limit`` rows of ``tenant_id`` among ``ids`` (sorted, distinct) after ``after_id``,
+    matching ``filters`` (blocking: run it in a thread). Raises StorageError when Milvus fails.
     """
-    ordered = sorted(i for i in set(ids) if after_id is None or i > after_id)
+    ordered = ids[bisect.bisect_right(ids, after_id) :] if after_id is not None else ids
     out: list[MemoryRow] = []
     for start in range(0, len(ordered), CHUNK):
         part = ordered[start : start + CHUNK]

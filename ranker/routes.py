@@ -208,7 +208,10 @@ def _listing(api: FastAPI, service: RecallService) -> None:
         ``{"end": ...}``).
         """
         everything = Filters(states=())
-        first = await service.list_page(who.tenant_id, everything, None, EXPORT_PAGE)
+        ordered = await service.memory_ids(who.tenant_id)  # sorted once for the whole stream
+        first = await service.list_page(
+            who.tenant_id, everything, None, EXPORT_PAGE, ordered=ordered
+        )
 
         async def lines() -> AsyncIterator[bytes]:
             page, count = first, 0
@@ -220,7 +223,9 @@ def _listing(api: FastAPI, service: RecallService) -> None:
                 if page.cursor is None:
                     break
                 after_id = decode_cursor(page.cursor)
-                page = await service.list_page(who.tenant_id, everything, after_id, EXPORT_PAGE)
+                page = await service.list_page(
+                    who.tenant_id, everything, after_id, EXPORT_PAGE, ordered=ordered
+                )
             yield orjson.dumps({"end": True, "count": count}) + b"\n"
 
         return StreamingResponse(lines(), media_type="application/x-ndjson")

@@ -310,18 +310,25 @@ class RecallService:
         after_id: str | None,
         limit: int,
         after: Token | None = None,
+        ordered: Sequence[str] | None = None,
     ) -> Page:
         """One page of this tenant's memories in id order (see :mod:`ranker.listing`), after
-        ``after`` is applied; the rows carry their live state.
+        ``after`` is applied; the rows carry their live state. ``ordered``: the tenant's ids from
+        :meth:`memory_ids` when the caller pages through many (an export); else read now.
         """
         await self.wait(after)
-        if self.view is not None:
-            ids: list[str] = list(self.view.tenant(tenant_id))
-        else:  # no view (tests): the rows Milvus holds
-            rows = await asyncio.to_thread(self.store.query, tenant_id, Filters(states=()))
-            ids = [r.memory_id for r in rows]
+        ids = ordered if ordered is not None else await self.memory_ids(tenant_id)
         found = await asyncio.to_thread(page, self.store, tenant_id, ids, filters, after_id, limit)
         return Page([self._live(r) for r in found.rows], found.cursor)
+
+    async def memory_ids(self, tenant_id: str) -> list[str]:
+        """Every memory id of this tenant, sorted: the state view's (the table's), or without a
+        view (tests) the ids of the rows Milvus holds.
+        """
+        if self.view is not None:
+            return sorted(self.view.tenant(tenant_id))
+        rows = await asyncio.to_thread(self.store.query, tenant_id, Filters(states=()))
+        return sorted(r.memory_id for r in rows)
 
     async def get_many(
         self, tenant_id: str, memory_ids: Sequence[str], after: Token | None = None

@@ -20,9 +20,16 @@ from storage.tenants import Tenant, TenantRegistry
 
 
 class Body(BaseModel):
-    """A request body: no unknown fields, no NaN or infinity, no text UTF-8 cannot carry."""
+    """A request body: no unknown fields, no NaN or infinity."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class TextBody(Body):
+    """A body whose text goes to the embedder or into Milvus expressions as it is (recall):
+    no text UTF-8 cannot carry either. Writes, accesses and updates need no such check here:
+    the worker's own decode (:mod:`storage.records`) checks them at the edge.
+    """
 
     @field_validator("*", mode="after")
     @classmethod

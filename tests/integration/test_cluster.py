@@ -12,14 +12,13 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
 from tests.infra import ROOT, free_port
 from tests.integration.harness import Stack, eventually
 from tests.integration.test_end_to_end import DIM, serve
-from tests.integration.test_faults import AUTH, Writer
+from tests.integration.test_faults import Writer, assert_all_applied
 
 pytestmark = pytest.mark.integration
 KAFKA = ROOT / "scripts" / "kafka.sh"
@@ -107,14 +106,7 @@ def test_three_replicas_and_a_lost_broker_lose_no_acknowledged_write(
     replicas = replicas_of(cluster.bootstrap)
     assert any(t.endswith("-changelog") for t in replicas), replicas
     assert set(replicas.values()) == {3}, replicas  # ours and Faust's changelogs
-    acked = writer.acked()
-    with httpx.Client(base_url=server, headers=AUTH, timeout=30.0) as http:
-
-        def missing() -> list[str]:
-            reply = http.post("/v1/memories/get", json={"memory_ids": acked})
-            return list(reply.json()["missing"]) if reply.status_code == 200 else acked
-
-        eventually(lambda: not missing(), 180, "every acknowledged write applied")
+    assert_all_applied(server, writer.acked())
 
 
 def replicas_of(bootstrap: str) -> dict[str, int]:

@@ -128,7 +128,11 @@ def test_a_broker_restart_loses_no_acknowledged_write_and_answers_503_meanwhile(
     statuses = {s for s, *_ in writer.answers}
     assert statuses <= {200, 503}, statuses  # no 500, no hang (0)
     assert all(r is not None for s, _, r in writer.answers if s == 503)  # Retry-After on each
-    acked = writer.acked()
+    assert_all_applied(server, writer.acked())
+
+
+def assert_all_applied(server: str, acked: list[str]) -> None:
+    """Wait until every acknowledged id can be read back (at most 180 s)."""
     with httpx.Client(base_url=server, headers=AUTH, timeout=30.0) as http:
 
         def missing() -> list[str]:

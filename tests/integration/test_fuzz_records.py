@@ -62,18 +62,10 @@ def record(i: int, rng: random.Random, dim: int, at: str) -> tuple[bytes, bytes]
         if name == "embedding" and rng.random() < 0.5:
             value = [rng.choice([1.0, 0.0, 1e39, -1e39]) for _ in range(rng.choice([dim, dim + 1]))]
         doc[name] = value
-    text = orjson.dumps(doc, option=orjson.OPT_NON_STR_KEYS, default=str) if _plain(doc) else None
-    if text is None:  # a lone surrogate or an integer over 64 bits: write the JSON by hand
-        text = _by_hand(doc).encode("utf-8", "surrogatepass")
-    return key, text
-
-
-def _plain(doc: dict[str, Any]) -> bool:
     try:
-        orjson.dumps(doc)
-    except orjson.JSONEncodeError:
-        return False
-    return True
+        return key, orjson.dumps(doc)
+    except orjson.JSONEncodeError:  # a lone surrogate or an integer over 64 bits: by hand
+        return key, _by_hand(doc).encode("utf-8", "surrogatepass")
 
 
 def _by_hand(value: Any) -> str:

@@ -316,6 +316,26 @@ def assert_worker_metrics(
     eventually(lambda: lags() == caught_up, 60, "no lag once committed", worker, show=lags)
 
 
+def hundred_memories(
+    stack: Stack, tenants: tuple[str, ...], rng: random.Random, workers: list[WorkerProcess]
+) -> tuple[WorkerProcess, MilvusStore, list[tuple[str, str]]]:
+    """A first worker that has applied 50 written memories per tenant; it, the store, their keys."""
+    memories = [(t, f"m{j}") for t in tenants for j in range(50)]
+    first = WorkerProcess(stack, "first").start()
+    workers.append(first)
+    produce(
+        stack.bootstrap,
+        stack.topic("memory-writes"),
+        [write_msg(t, m, vector(rng, stack.dim)) for t, m in memories],
+    )
+    store = stack.store()
+    total = len(memories)
+    eventually(
+        lambda: sum(store.count(t, ANY_STATE) for t in tenants) == total, 120, "writes", first
+    )
+    return first, store, memories
+
+
 @pytest.mark.xfail(
     strict=False,
     reason="known, under investigation: after a kill -9 mid-stream, when the new worker restores"
@@ -328,16 +348,7 @@ def test_kill_9_mid_stream_loses_and_doubles_nothing(
     tenants = ("acme", "globex")
     stack = make_stack(tenants)
     rng = random.Random(3)
-    memories = [(t, f"m{j}") for t in tenants for j in range(50)]
-    first = WorkerProcess(stack, "first").start()
-    workers.append(first)
-    produce(
-        stack.bootstrap,
-        stack.topic("memory-writes"),
-        [write_msg(t, m, vector(rng, stack.dim)) for t, m in memories],
-    )
-    store = stack.store()
-    eventually(lambda: sum(store.count(t, ANY_STATE) for t in tenants) == 100, 120, "writes", first)
+    first, store, memories = hundred_memories(stack, tenants, rng, workers)
     accesses, expected = plan_accesses(rng, memories, 6_000)
     produce(stack.bootstrap, stack.topic("access-events"), accesses)
     eventually(
@@ -444,33 +455,25 @@ def group_members(stack: Stack) -> int:
     return asyncio.run(run())
 
 
-def applied_accesses(stack: Stack, tenants: tuple[str, ...]) -> int:
-    return sum(a for a, _ in view_counts(stack, tenants).values())
-
-
 def test_two_workers_with_rebalances_mid_stream_count_exactly(
     make_stack: Callable[..., Stack], workers: list[WorkerProcess]
 ) -> None:
     tenants = ("acme", "globex")
     stack = make_stack(tenants)
     rng = random.Random(5)
-    memories = [(t, f"m{j}") for t in tenants for j in range(50)]
-    first = WorkerProcess(stack, "first").start()
-    workers.append(first)
-    produce(
-        stack.bootstrap,
-        stack.topic("memory-writes"),
-        [write_msg(t, m, vector(rng, stack.dim)) for t, m in memories],
-    )
-    store = stack.store()
-    eventually(lambda: sum(store.count(t, ANY_STATE) for t in tenants) == 100, 120, "writes", first)
+    first, store, memories = hundred_memories(stack, tenants, rng, workers)
     accesses, expected = plan_accesses(rng, memories, 9_000)
     produce(stack.bootstrap, stack.topic("access-events"), accesses[:3_000])
     second = WorkerProcess(stack, "second").start()
     workers.append(second)
     eventually(lambda: group_members(stack) == 2, 120, "partitions shared by two workers", second)
     produce(stack.bootstrap, stack.topic("access-events"), accesses[3_000:6_000])
-    eventually(lambda: applied_accesses(stack, tenants) == 6_000, 240, "applied by both", second)
+    eventually(
+        lambda: sum(a for a, _ in view_counts(stack, tenants).values()) == 6_000,
+        240,
+        "applied by both",
+        second,
+    )
     first.stop()  # another rebalance: the second worker takes every partition
     eventually(lambda: group_members(stack) == 1, 120, "one worker left", second)
     produce(stack.bootstrap, stack.topic("access-events"), accesses[6_000:])

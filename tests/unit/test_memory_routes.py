@@ -44,7 +44,7 @@ def store_of(rows: Sequence[MemoryRow]) -> MilvusStore:
 def test_pages_walk_every_matching_id_once_in_order_across_chunks() -> None:
     n = CHUNK + 30
     rows = [make_row("a", f"m{i:05d}", (1.0,), tags=("x",) if i % 3 else ()) for i in range(n)]
-    ids = [r.memory_id for r in rows] + ["only-in-the-view"]  # Milvus has no row for it yet
+    ids = sorted([r.memory_id for r in rows] + ["only-in-the-view"])  # no Milvus row for it yet
     fake = store_of(rows)
     seen, after = [], None
     while True:
