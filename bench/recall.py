@@ -118,6 +118,7 @@ def tenant_rows(
                 next_review_us=0,
                 session_id="",
                 agent_id="",
+                user_id="",
                 tags=(),
                 relations=(),
                 merged_into="",

@@ -58,8 +58,8 @@ class Item:
         tier, state, importance, tau_hours: as in the memory state.
         access_count, recall_count, write_count: counters that merges add up.
         session_ended: the memory's session has ended (working -> episodic).
-        scope: the writer's ``(agent_id, session_id)`` ("" for none): memories of different
-            scopes are never merged or summarised together.
+        scope: the writer's ``(agent_id, session_id, user_id)`` ("" for none): memories of
+            different scopes are never merged or summarised together.
     """
 
     memory_id: str
@@ -76,7 +76,7 @@ class Item:
     recall_count: int = 0
     write_count: int = 1
     session_ended: bool = False
-    scope: tuple[str, str] = ("", "")
+    scope: tuple[str, str, str] = ("", "", "")
 
 
 @dataclass(frozen=True)

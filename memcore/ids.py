@@ -33,15 +33,22 @@ def content_hash(text: str) -> str:
 
 
 def derive_memory_id(
-    tenant_id: str, text: str, agent_id: str | None = None, session_id: str | None = None
+    tenant_id: str,
+    text: str,
+    agent_id: str | None = None,
+    session_id: str | None = None,
+    user_id: str | None = None,
 ) -> str:
     """The id of a memory whose writer gave none: same tenant, scope and content -> same id. The
-    scope is the writer's ``agent_id`` and ``session_id`` (a run): the same sentence from two
-    agents is two memories. Without a scope the id is the tenant's and content's alone (as before
-    scopes existed, so older ids stay valid).
+    scope is the writer's ``agent_id``, ``session_id`` (a run) and ``user_id``: the same sentence
+    from two agents, or about two users, is two memories. Without a scope the id is the tenant's
+    and content's alone (as before scopes existed, so older ids stay valid); ``user_id`` joins the
+    scope only when given, so ids scoped by agent or session alone are those from before it.
     """
     check_id("tenant_id", tenant_id)
     scope = f"{agent_id or ''}\x00{session_id or ''}\x00" if agent_id or session_id else ""
+    if user_id:
+        scope += f"user:{user_id}\x00"
     digest = hashlib.sha256(f"{tenant_id}\x00{scope}{normalise_content(text)}".encode())
     return f"m-{digest.hexdigest()[:32]}"
 

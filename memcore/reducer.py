@@ -97,6 +97,7 @@ def create(event: Write, policy: Policy) -> MemoryState:
         tau_hours=policy.decay.tau_hours(tier),
         session_id=event.session_id,
         agent_id=event.agent_id,
+        user_id=event.user_id,
         tags=event.tags,
         relations=event.relations,
         summary_of=event.summary_of,

@@ -49,6 +49,8 @@ class MemoryState:
         recall_count: accesses that were recall hits.
         write_count: writes folded into this memory (1 for a single write).
         session_id, agent_id, tags, relations: writer's metadata; ``relations`` are memory ids.
+        user_id: the end user the memory is about (mem0's ``user_id``): with ``agent_id`` and
+            ``session_id``, the memory's scope.
         merged_from: ids of memories merged into this one.
         merged_into: the survivor this memory was merged into, if any.
         summary_of: ids of the memories this summary compresses.
@@ -76,6 +78,7 @@ class MemoryState:
     write_count: int = 1
     session_id: str | None = None
     agent_id: str | None = None
+    user_id: str | None = None
     tags: tuple[str, ...] = ()
     relations: tuple[str, ...] = ()
     merged_from: tuple[str, ...] = ()
@@ -112,6 +115,7 @@ class Write:
         importance: the resolved write-time importance.
         memory_type: the writer's tier, or None to classify by importance.
         summary_of: for a summary memory, the ids it compresses.
+        session_id, agent_id, user_id: the writer's scope (see :class:`MemoryState`).
     """
 
     tenant_id: str
@@ -122,6 +126,7 @@ class Write:
     memory_type: Tier | None = None
     session_id: str | None = None
     agent_id: str | None = None
+    user_id: str | None = None
     tags: tuple[str, ...] = ()
     relations: tuple[str, ...] = ()
     summary_of: tuple[str, ...] = ()

@@ -52,6 +52,7 @@ class RecallFilters(TextBody):
     session_id: str | None = None
     run_id: str | None = Field(None, description="the same as session_id (mem0's name)")
     agent_id: str | None = None
+    user_id: str | None = None
     created_from: AwareDatetime | None = None
     created_to: AwareDatetime | None = None
 
@@ -117,11 +118,14 @@ class MemoryBody(Body):
     metadata: dict[str, Any] = Field(default_factory=dict)
     session_id: str | None = Field(
         None,
-        description="the run or conversation (with agent_id, the memory's scope: the same"
-        " content in two scopes is two memories)",
+        description="the run or conversation (with agent_id and user_id, the memory's scope: the"
+        " same content in two scopes is two memories)",
     )
     run_id: str | None = Field(None, description="the same as session_id (mem0's name)")
     agent_id: str | None = None
+    user_id: str | None = Field(
+        None, description="the end user the memory is about (mem0's user_id); part of the scope"
+    )
     relations: list[str] = Field(default_factory=list)
 
 
@@ -363,6 +367,7 @@ def _query(body: RecallBody, who: Tenant, states: tuple[str, ...], dim: int) -> 
         tags_any=tuple(f.tags),
         session_id=session_of(f.session_id, f.run_id, "filters.run_id"),
         agent_id=f.agent_id,
+        user_id=f.user_id,
         created_from_us=to_us(f.created_from) if f.created_from else None,
         created_to_us=to_us(f.created_to) if f.created_to else None,
     )

@@ -105,6 +105,7 @@ class _Block:
         self.writes = np.zeros(16, dtype=np.int64)
         self.session = np.empty(16, dtype=object)
         self.agent = np.empty(16, dtype=object)
+        self.user = np.empty(16, dtype=object)
         self.dirty: dict[str, float] = {}  # memory id -> monotonic time first marked
 
     def put(self, row: MemoryRow) -> None:
@@ -128,6 +129,7 @@ class _Block:
         self.writes[slot] = row.write_count
         self.session[slot] = row.session_id
         self.agent[slot] = row.agent_id
+        self.user[slot] = row.user_id
 
     def remove(self, memory_id: str) -> None:
         slot = self.index.get(memory_id)
@@ -180,6 +182,8 @@ class _Block:
             keep &= np.asarray(self.session[:n] == filters.session_id, dtype=np.bool_)
         if filters.agent_id is not None:
             keep &= np.asarray(self.agent[:n] == filters.agent_id, dtype=np.bool_)
+        if filters.user_id is not None:
+            keep &= np.asarray(self.user[:n] == filters.user_id, dtype=np.bool_)
         return np.asarray(keep, dtype=np.bool_)
 
     def _grow(self) -> None:
@@ -193,6 +197,7 @@ class _Block:
             "writes",
             "session",
             "agent",
+            "user",
         ):
             old = getattr(self, name)
             new = (

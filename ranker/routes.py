@@ -58,6 +58,7 @@ class UpdateBody(Body):
     metadata: dict[str, Any] | None = None
     session_id: str | None = None
     agent_id: str | None = None
+    user_id: str | None = None
     after: str | list[str] | None = Field(None, description="read-your-writes tokens")
 
 
@@ -144,6 +145,7 @@ def new_version(old: MemoryRow, body: UpdateBody, tenant_id: str, now: datetime)
         "relations": list(old.relations),
         **({"session_id": old.session_id} if old.session_id else {}),
         **({"agent_id": old.agent_id} if old.agent_id else {}),
+        **({"user_id": old.user_id} if old.user_id else {}),
         **({"embedding": list(old.vector)} if same_text and old.vector else {}),
         **given,
         "tenant_id": tenant_id,
@@ -160,6 +162,7 @@ def _list_filters(
     tag: list[str] | None,
     agent_id: str | None,
     session_id: str | None,
+    user_id: str | None,
     include_history: bool,
     now: datetime,
 ) -> Filters:
@@ -170,6 +173,7 @@ def _list_filters(
         tags_any=tuple(tag or ()),
         agent_id=agent_id,
         session_id=session_id,
+        user_id=user_id,
     )
 
 
@@ -183,6 +187,7 @@ def _listing(api: FastAPI, service: RecallService) -> None:
         agent_id: Annotated[str | None, Query(max_length=256)] = None,
         session_id: Annotated[str | None, Query(max_length=256)] = None,
         run_id: Annotated[str | None, Query(max_length=256)] = None,
+        user_id: Annotated[str | None, Query(max_length=256)] = None,
         include_history: bool = False,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
         cursor: Annotated[str | None, Query(max_length=512)] = None,
@@ -194,7 +199,14 @@ def _listing(api: FastAPI, service: RecallService) -> None:
         """
         session = session_of(session_id, run_id, "run_id")
         filters = _list_filters(
-            state, memory_type, tag, agent_id, session, include_history, datetime.now(UTC)
+            state,
+            memory_type,
+            tag,
+            agent_id,
+            session,
+            user_id,
+            include_history,
+            datetime.now(UTC),
         )
         after_id = decode_cursor(cursor) if cursor is not None else None
         found = await service.list_page(who.tenant_id, filters, after_id, limit, tokens(after))

@@ -263,7 +263,9 @@ class RecallService:
         """
         ids = [
             d.get("memory_id")
-            or derive_memory_id(tenant_id, d["content"], d.get("agent_id"), d.get("session_id"))
+            or derive_memory_id(
+                tenant_id, d["content"], d.get("agent_id"), d.get("session_id"), d.get("user_id")
+            )
             for d in documents
         ]
         token = await self._produce_all(

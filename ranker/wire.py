@@ -132,6 +132,7 @@ def memory_json(row: MemoryRow) -> dict[str, Any]:
         "session_id": row.session_id or None,
         "agent_id": row.agent_id or None,
         "run_id": row.session_id or None,  # mem0's name for the session
+        "user_id": row.user_id or None,
         "merged_into": row.merged_into or None,
         "created_at": from_us(row.created_at_us).isoformat(),
         "last_access": from_us(row.last_access_us).isoformat(),

@@ -93,6 +93,8 @@ def encode(state: MemoryState) -> bytes:
         "valid_to": to_us(state.valid_to) if state.valid_to is not None else None,
         "superseded_by": state.superseded_by,
     }
+    if state.user_id is not None:  # left out when absent: states from before user scopes
+        value["user_id"] = state.user_id  # encode, and hash, as they did
     return orjson.dumps(value)
 
 
@@ -123,6 +125,7 @@ def decode(raw: bytes) -> MemoryState:
         write_count=v["write_count"],
         session_id=v["session_id"],
         agent_id=v["agent_id"],
+        user_id=v.get("user_id"),  # absent from states written before user scopes
         tags=tuple(v["tags"]),
         relations=tuple(v["relations"]),
         merged_from=tuple(v["merged_from"]),

@@ -67,7 +67,7 @@ class Filters:
             as-of view, where later writes do not exist yet.
         tiers: tiers to include.
         tags_any: include memories carrying at least one of these tags.
-        session_id, agent_id: exact match.
+        session_id, agent_id, user_id: exact match (the memory's scope).
         created_from_us, created_to_us: creation time range, microseconds since the epoch,
             inclusive start, exclusive end.
         memory_ids: restrict to these ids.
@@ -80,6 +80,7 @@ class Filters:
     tags_any: tuple[str, ...] = ()
     session_id: str | None = None
     agent_id: str | None = None
+    user_id: str | None = None
     created_from_us: int | None = None
     created_to_us: int | None = None
     memory_ids: tuple[str, ...] = ()
@@ -138,6 +139,8 @@ def filter_expression(tenant_id: str, filters: Filters) -> str:
         parts.append(f"session_id == {_literal(filters.session_id)}")
     if filters.agent_id is not None:
         parts.append(f"agent_id == {_literal(filters.agent_id)}")
+    if filters.user_id is not None:
+        parts.append(f"user_id == {_literal(filters.user_id)}")
     if filters.created_from_us is not None:
         parts.append(f"created_at_us >= {int(filters.created_from_us)}")
     if filters.created_to_us is not None:
@@ -412,6 +415,7 @@ class MilvusStore:
                 "state": 16,
                 "session_id": 256,
                 "agent_id": 256,
+                "user_id": 256,
                 "merged_into": _ID_CHARS,
                 "superseded_by": _ID_CHARS,
             }
@@ -437,7 +441,7 @@ class MilvusStore:
                 "valid_to_us",
             ):
                 schema.add_field(name, DataType.INT64)
-            for name in ("session_id", "agent_id", "merged_into", "superseded_by"):
+            for name in ("session_id", "agent_id", "user_id", "merged_into", "superseded_by"):
                 schema.add_field(name, DataType.VARCHAR, max_length=varchar[name])
             for name, capacity, length in (
                 ("tags", MAX_TAGS, MAX_TAG_CHARS),
@@ -483,17 +487,27 @@ class MilvusStore:
         wanted = (*ROW_FIELDS, _SPARSE) if self.config.full_text else ROW_FIELDS
         missing = [f for f in wanted if f not in names]
         if missing:
-            msg = (
-                f"collection {self.config.collection!r} lacks fields {missing}: it was made by an "
-                "older version; rebuild it by replaying the topics into a new collection"
-            )
-            raise StorageError("connect", msg, retriable=False)
+            raise StorageError("connect", self._older_schema(missing), retriable=False)
         for field in info.get("fields", []):
             if field.get("name") == "vector":
                 dim = int(field.get("params", {}).get("dim", 0))
                 if dim != self.config.dim:
                     msg = f"collection {self.config.collection!r} has dim {dim}, configured {self.config.dim}"
                     raise StorageError("connect", msg, retriable=False)
+
+    def _older_schema(self, missing: Sequence[str]) -> str:
+        """Why an existing collection without ``missing`` fields cannot be served, and the way out:
+        Milvus adds no field to a collection, so its rows are rebuilt into a new one from the
+        worker's tables (e.g. ``user_id``, the user scope, is absent from collections made before
+        it).
+        """
+        name = self.config.collection
+        return (
+            f"collection {name!r} lacks fields {list(missing)}: it was made by an older version. "
+            "Rebuild it into a new collection with `python -m streams rebuild --collection <new>` "
+            "(`mnemo rebuild`; with Milvus Lite, while the server is stopped), then set "
+            "MNEMO_MILVUS_COLLECTION=<new> for the worker and the ranker"
+        )
 
     def _check_dim(self, name: str, vector: Sequence[float]) -> None:
         if len(vector) != self.config.dim:

@@ -43,7 +43,7 @@ M = TypeVar("M", bound=BaseModel)
 MAX_METADATA_BYTES = 32_768
 """Metadata as JSON (UTF-8), at most: a Milvus server refuses a JSON value over 65,536 bytes."""
 MAX_NAME_BYTES = 256
-"""``session_id`` and ``agent_id`` in UTF-8 bytes (the Milvus VARCHAR length counts bytes)."""
+"""``session_id``, ``agent_id`` and ``user_id`` in UTF-8 bytes (the Milvus VARCHAR length counts bytes)."""
 MAX_FIELD_CHARS = 200
 """A field path named in an error is cut to this (a metadata key can be as long as a record)."""
 VECTOR_NORM_RANGE = (1e-6, 1e18)
@@ -86,6 +86,7 @@ class MemoryWriteV1(_Strict):
     metadata: dict[str, Any] = Field(default_factory=dict)
     session_id: str | None = Field(None, max_length=256)
     agent_id: str | None = Field(None, max_length=256)
+    user_id: str | None = Field(None, max_length=256)
     relations: list[str] = Field(default_factory=list, max_length=MAX_RELATIONS)
     summary_of: list[str] = Field(default_factory=list)
 
@@ -169,6 +170,7 @@ class WriteRecord:
     metadata: Mapping[str, Any]
     session_id: str | None
     agent_id: str | None
+    user_id: str | None
     relations: tuple[str, ...]
     summary_of: tuple[str, ...]
     context: str | None = None
@@ -266,7 +268,11 @@ def decode_write(raw: bytes, limits: Limits) -> WriteRecord:
     for i, tag in enumerate(m.tags):
         if not tag or len(tag.encode("utf-8")) > MAX_TAG_CHARS:
             raise RecordError(f"tags[{i}]", tag, f"expected 1-{MAX_TAG_CHARS} bytes (UTF-8)")
-    for name, value in (("session_id", m.session_id), ("agent_id", m.agent_id)):
+    for name, value in (
+        ("session_id", m.session_id),
+        ("agent_id", m.agent_id),
+        ("user_id", m.user_id),
+    ):
         if value is not None and len(value.encode("utf-8")) > MAX_NAME_BYTES:
             raise RecordError(name, value, f"over {MAX_NAME_BYTES} bytes (UTF-8)")
     try:
@@ -281,7 +287,7 @@ def decode_write(raw: bytes, limits: Limits) -> WriteRecord:
     memory_id = (
         _id("memory_id", m.memory_id)
         if m.memory_id is not None
-        else derive_memory_id(tenant_id, m.content, m.agent_id, m.session_id)
+        else derive_memory_id(tenant_id, m.content, m.agent_id, m.session_id, m.user_id)
     )
     return WriteRecord(
         tenant_id=tenant_id,
@@ -296,6 +302,7 @@ def decode_write(raw: bytes, limits: Limits) -> WriteRecord:
         metadata=m.metadata,
         session_id=m.session_id,
         agent_id=m.agent_id,
+        user_id=m.user_id,
         relations=tuple(_id(f"relations[{i}]", r) for i, r in enumerate(m.relations)),
         summary_of=tuple(_id(f"summary_of[{i}]", r) for i, r in enumerate(m.summary_of)),
     )

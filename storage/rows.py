@@ -81,6 +81,7 @@ class MemoryRow:
     next_review_us: int
     session_id: str
     agent_id: str
+    user_id: str
     tags: Sequence[str]
     relations: Sequence[str]
     merged_into: str
@@ -102,6 +103,7 @@ class MemoryRow:
             created_at_us=to_us(state.created_at),
             session_id=state.session_id or "",
             agent_id=state.agent_id or "",
+            user_id=state.user_id or "",
             tags=state.tags,
             relations=state.relations,
             merged_into=state.merged_into or "",
@@ -203,6 +205,7 @@ def _serving(s: MemoryState) -> tuple[Any, ...]:
         s.relations,
         s.session_id,
         s.agent_id,
+        s.user_id,
         s.merged_into,
         s.summary_of,
         s.purged,

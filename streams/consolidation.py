@@ -39,7 +39,7 @@ def item_of(row: MemoryRow) -> Item:
         access_count=row.access_count,
         recall_count=row.recall_count,
         write_count=row.write_count,
-        scope=(row.agent_id or "", row.session_id or ""),
+        scope=(row.agent_id or "", row.session_id or "", row.user_id or ""),
     )
 
 
@@ -123,6 +123,7 @@ def _summary(
         # the sources share a scope (memcore.consolidation groups within one); tags: all of theirs
         **({"agent_id": sources[0].agent_id} if sources[0].agent_id else {}),
         **({"session_id": sources[0].session_id} if sources[0].session_id else {}),
+        **({"user_id": sources[0].user_id} if sources[0].user_id else {}),
         "tags": sorted({t for s in sources for t in s.tags})[:MAX_TAGS],
     }
     return Outbound("memory-writes", f"{tenant_id}/{decision.target}".encode(), orjson.dumps(value))

@@ -346,6 +346,7 @@ class Processor:
             memory_type=record.memory_type,
             session_id=record.session_id,
             agent_id=record.agent_id,
+            user_id=record.user_id,
             tags=record.tags,
             relations=record.relations,
             summary_of=record.summary_of,

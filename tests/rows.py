@@ -31,6 +31,7 @@ def make_row(tenant: str, memory_id: str, vector: Sequence[float], **kw: object)
         next_review_us=2_000_000,
         session_id="s1",
         agent_id="",
+        user_id="",
         tags=("work",),
         relations=(),
         merged_into="",

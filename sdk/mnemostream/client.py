@@ -47,6 +47,7 @@ class Memory:
     superseded_by: str | None = None
     agent_id: str | None = None
     session_id: str | None = None
+    user_id: str | None = None
     tags: list[str] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
     scores: dict[str, float] = field(default_factory=dict)
@@ -301,8 +302,9 @@ class Client:
         return str(self._send(call)["memory_id"])
 
     def list_memories(self, *, page_size: int = 100, **filters: Any) -> Iterator[Memory]:  # noqa: ANN401
-        """Every memory matching ``filters`` (state, memory_type, tag, agent_id, session_id,
-        include_history), in id order, fetched ``page_size`` at a time as the iterator advances.
+        """Every memory matching ``filters`` (state, memory_type, tag, agent_id, session_id or
+        run_id, user_id, include_history), in id order, fetched ``page_size`` at a time as the
+        iterator advances.
         """
         cursor: str | None = None
         while True:

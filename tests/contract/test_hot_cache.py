@@ -29,6 +29,7 @@ def corpus(rng: random.Random, tenant: str, n: int) -> list[MemoryRow]:
             valid_to_us=rng.choice((0, 0, rng.randrange(1, 1_000))),
             session_id=rng.choice(("s1", "s2")),
             agent_id=rng.choice(("", "a1")),
+            user_id=rng.choice(("", "u1", "u2")),
         )
         for i in range(n)
     ]
@@ -43,6 +44,7 @@ def random_filters(rng: random.Random) -> Filters:
         tiers=tuple(rng.sample(TIERS, rng.randint(0, 2))),
         session_id=rng.choice((None, "s1")),
         agent_id=rng.choice((None, "a1", "")),
+        user_id=rng.choice((None, "u1", "")),
         created_from_us=rng.choice((None, rng.randrange(0, 500))),
         created_to_us=rng.choice((None, rng.randrange(500, 1_000))),
     )

@@ -9,6 +9,7 @@ import pytest
 
 from storage import Filters, MemoryRow, MilvusConfig, MilvusStore, StorageError
 from storage.milvus import ANY_STATE
+from storage.rows import ROW_FIELDS
 from tests.contract.conftest import DIM
 from tests.rows import make_row
 
@@ -161,6 +162,54 @@ def test_a_collection_without_every_row_field_is_refused(tmp_path: Path) -> None
     store.close()
 
 
+def test_a_collection_made_before_user_scopes_names_the_rebuild(tmp_path: Path) -> None:
+    """A collection with every field of the version before ``user_id`` (no field can be added
+    to a Milvus collection): connecting is refused, naming the collection and the migration.
+    """
+    from pymilvus import DataType, MilvusClient
+
+    uri = str(tmp_path / "before-users.db")
+    client = MilvusClient(uri)
+    schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("key", DataType.VARCHAR, is_primary=True, max_length=257)
+    for name in ROW_FIELDS:
+        if name in ("key", "user_id"):
+            continue
+        if name == "vector":
+            schema.add_field(name, DataType.FLOAT_VECTOR, dim=DIM)
+        elif name in ("importance", "tau_hours", "retention"):
+            schema.add_field(name, DataType.DOUBLE)
+        elif name.endswith("_us") or name.endswith("_count"):
+            schema.add_field(name, DataType.INT64)
+        elif name in ("tags", "relations", "summary_of"):
+            schema.add_field(
+                name, DataType.ARRAY, element_type=DataType.VARCHAR, max_capacity=8, max_length=64
+            )
+        elif name == "metadata":
+            schema.add_field(name, DataType.JSON)
+        else:
+            schema.add_field(name, DataType.VARCHAR, max_length=256)
+    index = client.prepare_index_params()
+    index.add_index("vector", index_type="FLAT", metric_type="COSINE")
+    client.create_collection("mem_v1", schema=schema, index_params=index)
+    client.close()
+    store = MilvusStore(MilvusConfig(uri=uri, collection="mem_v1", dim=DIM, full_text=False))
+    with pytest.raises(StorageError) as err:
+        store.connect()
+    assert err.value.retriable is False
+    message = str(err.value)
+    assert "'mem_v1'" in message
+    assert "['user_id']" in message
+    assert "python -m streams rebuild --collection <new>" in message
+    assert "MNEMO_MILVUS_COLLECTION" in message
+    store.close()
+    fresh = MilvusStore(MilvusConfig(uri=uri, collection="mem_v2", dim=DIM, full_text=False))
+    fresh.connect()  # the rebuild's new collection, made by this version, is served
+    fresh.upsert([make_row("acme", "m1", vec(1.0), user_id="ann")])
+    assert fresh.get("acme", ["m1"])["m1"].user_id == "ann"
+    fresh.close()
+
+
 def test_validity_and_as_of_filters(store: MilvusStore) -> None:
     store.upsert(
         [
@@ -214,12 +263,14 @@ def test_filters_match_values_with_quotes_escapes_and_control_characters(
 ) -> None:
     store.upsert(
         [
-            make_row("acme", f"m{i}", [1.0, *([0.0] * (DIM - 1))], agent_id=v, tags=(v,))
+            make_row("acme", f"m{i}", [1.0, *([0.0] * (DIM - 1))], agent_id=v, user_id=v, tags=(v,))
             for i, v in enumerate(ODD)
         ]
     )
     for i, value in enumerate(ODD):
         by_agent = store.query("acme", Filters(states=(), agent_id=value))
         by_tag = store.query("acme", Filters(states=(), tags_any=(value,)))
+        by_user = store.query("acme", Filters(states=(), user_id=value))
         assert [r.memory_id for r in by_agent] == [f"m{i}"], repr(value)
+        assert [r.memory_id for r in by_user] == [f"m{i}"], repr(value)
         assert [r.memory_id for r in by_tag] == [f"m{i}"], repr(value)

@@ -300,7 +300,7 @@ def test_list_and_export_every_memory(server: str) -> None:
         assert all(len(d["embedding"]) == DIM for d in exported)
 
 
-def test_scopes_keep_the_same_sentence_of_two_agents_apart(server: str) -> None:
+def test_scopes_keep_the_same_sentence_of_two_agents_and_two_users_apart(server: str) -> None:
     with Client(server, KEY) as client:
         mine = client.remember("Prefers dark mode", agent_id="bot-1", run_id="r1", at=T0)
         theirs = client.remember("Prefers dark mode", agent_id="bot-2", session_id="r2", at=T0)
@@ -309,3 +309,25 @@ def test_scopes_keep_the_same_sentence_of_two_agents_apart(server: str) -> None:
         assert [(m.memory_id, m.agent_id, m.session_id) for m in found] == [(mine, "bot-1", "r1")]
         listed = [m.memory_id for m in client.list_memories(agent_id="bot-2")]
         assert listed == [theirs]
+        ann, bob = (
+            client.remember("Prefers dark mode", user_id=u, agent_id="bot-3", run_id="r3", at=T0)
+            for u in ("ann", "bob")
+        )
+        assert len({mine, theirs, ann, bob}) == 4  # one sentence, two users: two memories
+        by_user = client.recall(
+            "dark mode", k=5, at=T0, track=False, filters={"user_id": "ann", "agent_id": "bot-3"}
+        )
+        assert [(m.memory_id, m.user_id, m.agent_id, m.session_id) for m in by_user] == [
+            (ann, "ann", "bot-3", "r3")
+        ]
+        bobs = [(m.memory_id, m.user_id) for m in client.list_memories(user_id="bob")]
+        assert bobs == [(bob, "bob")]
+        raw = httpx.get(
+            f"{server}/v1/memories",
+            params={"user_id": "ann", "run_id": "r3"},
+            headers={"Authorization": f"Bearer {KEY}"},
+        ).json()["memories"]
+        assert [(m["memory_id"], m["user_id"], m["run_id"]) for m in raw] == [(ann, "ann", "r3")]
+        unscoped = client.get(mine)
+        assert unscoped is not None
+        assert unscoped.user_id is None

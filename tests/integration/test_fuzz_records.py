@@ -31,8 +31,8 @@ ODD_VALUES: list[Any] = [
     "9999-12-31T23:59:59+00:00", "0001-01-01T00:00:00+00:00", "1969-12-31T23:59:59Z",
     "2026-02-30T00:00:00Z", "not a time", "2026-03-01T12:00:00",
 ]  # fmt: skip
-FIELDS = ["v", "tenant_id", "content", "at", "importance", "embedding", "tags",
-          "metadata", "memory_type", "session_id", "agent_id", "relations", "context", "kind"]  # fmt: skip
+FIELDS = ["v", "tenant_id", "content", "at", "importance", "embedding", "tags", "metadata",
+          "memory_type", "session_id", "agent_id", "user_id", "relations", "context", "kind"]  # fmt: skip
 
 
 def record(i: int, rng: random.Random, dim: int, at: str) -> tuple[bytes, bytes]:

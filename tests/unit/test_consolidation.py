@@ -226,7 +226,7 @@ def test_summary_takes_the_largest_importance() -> None:
 
 
 def test_memories_of_different_scopes_are_never_merged() -> None:
-    bot, other = ("bot", "run-1"), ("other-bot", "run-1")
+    bot, other = ("bot", "run-1", ""), ("other-bot", "run-1", "")
     items = [
         item("a", (1.0, 0.0), 1, "h", scope=bot),
         item("b", (1.0, 0.0), 2, "h", scope=other),
@@ -237,3 +237,24 @@ def test_memories_of_different_scopes_are_never_merged() -> None:
     assert [(d.target, d.sources) for d in exact] == [("a", ("c",))]  # not b: another agent's
     groups = greedy_groups(items, pairwise_neighbours(items, 0.99))
     assert [[i.memory_id for i in g] for g in groups] == [["a", "c"], ["b", "d"]]
+
+
+def test_memories_of_different_users_are_never_merged_or_summarised_together() -> None:
+    ann, bob = ("bot", "run-1", "ann"), ("bot", "run-1", "bob")  # one agent and run, two users
+    items = [
+        item("a", (1.0, 0.0), 1, "h", scope=ann),
+        item("b", (1.0, 0.0), 2, "h", scope=bob),
+        item("c", (1.0, 0.0), 3, "h", scope=ann),
+        item("d", (1.0, 0.001), 4, "y", scope=bob),
+    ]
+    exact = plan("t", items, T0 + hours(5), POLICY, [Strategy.EXACT_DEDUP])
+    assert [(d.target, d.sources) for d in exact] == [("a", ("c",))]  # not b: another user's
+    near = plan("t", items, T0 + hours(5), POLICY, [Strategy.SEMANTIC_DEDUP])
+    assert sorted((d.target, d.sources) for d in near) == [("a", ("c",)), ("b", ("d",))]
+    similar = [
+        item("p", (1.0, 0.0), 1, "p", scope=ann),
+        item("q", (1.0, 0.5), 2, "q", scope=bob),
+        item("r", (1.0, 0.4), 3, "r", scope=ann),
+    ]
+    (summary,) = plan("t", similar, T0, POLICY, [Strategy.COMPRESS])
+    assert (summary.kind, summary.sources) == (DecisionKind.SUMMARISE, ("p", "r"))  # not bob's q

@@ -142,6 +142,28 @@ def test_rows_read_from_milvus_take_the_views_newer_state() -> None:
     assert ids(cache, Filters(states=("active",))) == ["a"]
 
 
+def test_the_user_scope_filters_like_the_agent_scope() -> None:
+    users = ("ann", "bob", "")
+    rows = [
+        row(f"m{i:02d}", 1.0, i / 100, user_id=users[i % 3], agent_id="bot" if i % 2 else "")
+        for i in range(40)  # past the first block: the user column grows with the others
+    ]
+    _, _, cache, _ = setup(*rows)
+
+    def found(filters: Filters) -> list[str]:
+        hits = cache.search("acme", [1.0, 0.0, 0.0, 0.0], 100, filters)
+        assert hits is not None
+        return sorted(h.row.memory_id for h in hits)
+
+    for user in users:
+        assert found(Filters(user_id=user)) == [
+            f"m{i:02d}" for i in range(40) if users[i % 3] == user
+        ]
+    both = found(Filters(user_id="ann", agent_id="bot"))
+    assert both == [f"m{i:02d}" for i in range(40) if i % 3 == 0 and i % 2]
+    assert len(found(Filters())) == 40
+
+
 def test_least_recently_searched_tenants_go_over_the_budget() -> None:
     store = FakeStore()
     for tenant in ("t1", "t2", "t3"):

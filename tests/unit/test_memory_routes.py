@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -80,6 +81,7 @@ def test_a_new_version_keeps_what_the_update_leaves_out() -> None:
         tags=("job",),
         metadata={"source": "chat"},
         agent_id="agent-7",
+        user_id="ann",
         importance=0.7,
         tier="semantic",
     )
@@ -90,6 +92,12 @@ def test_a_new_version_keeps_what_the_update_leaves_out() -> None:
         {"source": "chat"},
     )
     assert (doc["agent_id"], doc["importance"], doc["memory_type"]) == ("agent-7", 0.9, "semantic")
+    assert doc["user_id"] == "ann"  # the scope is kept too
+    assert new_version(old, UpdateBody(user_id="bob"), "a", NOW)["user_id"] == "bob"
+    unscoped = new_version(
+        dataclasses.replace(old, user_id=""), UpdateBody(importance=0.9), "a", NOW
+    )
+    assert "user_id" not in unscoped
     assert doc["embedding"] == [0.6, 0.8]  # same text: the vector is kept, not recomputed
     assert doc["at"] == NOW.isoformat()
     again = new_version(old, UpdateBody(importance=0.9), "a", NOW)["memory_id"]

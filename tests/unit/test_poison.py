@@ -145,6 +145,8 @@ POISON = [
     ("control character in the id", write(memory_id="m\x001"), "memory_id"),
     ("900 KB content", write(content="x" * 900_000), "content"),
     ("session id over 256 bytes", write(session_id="é" * 200), "session_id"),
+    ("user id over 256 bytes", write(user_id="é" * 200), "user_id"),
+    ("lone surrogate in user_id", raw_write('"user_id":"\\ud800"'), "$"),
     ("tag over 128 bytes", write(tags=["é" * 100]), "tags[0]"),
     ("metadata over 32 KiB", write(metadata={"a": "x" * 40_000}), "metadata"),
     (

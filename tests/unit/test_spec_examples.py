@@ -259,3 +259,34 @@ def test_derived_ids_include_the_scope_and_unscoped_ids_are_unchanged() -> None:
     assert len(by_agent) == 2
     assert before_scopes not in by_agent
     assert derive_memory_id("acme", "x", "a", None) != derive_memory_id("acme", "x", None, "a")
+
+
+def test_user_scoped_ids_and_ids_scoped_before_users_existed() -> None:
+    def sha(text: bytes) -> str:
+        return "m-" + hashlib.sha256(text).hexdigest()[:32]
+
+    # ids of the agent/session formula stay those written before user_id existed
+    assert derive_memory_id("acme", "Alice likes tea", "bot-1", "run-1") == sha(
+        b"acme\x00bot-1\x00run-1\x00Alice likes tea"
+    )
+    assert derive_memory_id("acme", "Alice likes tea", "bot-1") == sha(
+        b"acme\x00bot-1\x00\x00Alice likes tea"
+    )
+    assert derive_memory_id("acme", "Alice likes tea", None, "run-1") == sha(
+        b"acme\x00\x00run-1\x00Alice likes tea"
+    )
+    unscoped = sha(b"acme\x00Alice likes tea")
+    assert derive_memory_id("acme", "Alice likes tea", user_id=None) == unscoped
+    assert derive_memory_id("acme", "Alice likes tea", user_id="") == unscoped
+    # the same sentence about two users is two memories, and neither is the unscoped one
+    by_user = {derive_memory_id("acme", "Alice likes tea", user_id=u) for u in ("u-1", "u-2")}
+    assert len(by_user) == 2
+    assert unscoped not in by_user
+    assert derive_memory_id("acme", "Alice likes tea", user_id="u-1") == sha(
+        b"acme\x00user:u-1\x00Alice likes tea"
+    )
+    agent_only = derive_memory_id("acme", "Alice likes tea", "bot-1", "run-1")
+    with_user = derive_memory_id("acme", "Alice likes tea", "bot-1", "run-1", "u-1")
+    assert with_user != agent_only
+    assert with_user == derive_memory_id("acme", "Alice  likes tea", "bot-1", "run-1", "u-1")
+    assert with_user != derive_memory_id("acme", "Alice likes tea", "bot-1", "run-1", "u-2")

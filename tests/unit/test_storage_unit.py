@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -27,6 +28,16 @@ def test_filter_expression_quotes_values_and_scopes_the_tenant() -> None:
         filter_expression('acme" or "1"=="1', Filters())
 
 
+def test_the_user_scope_filters_by_exact_match_quoted_like_the_other_scopes() -> None:
+    expr = filter_expression(
+        "acme", Filters(agent_id="bot", session_id="run-1", user_id='ann" or user_id != "')
+    )
+    assert 'agent_id == "bot"' in expr
+    assert 'user_id == "ann\\" or user_id != \\""' in expr
+    assert "user_id" not in filter_expression("acme", Filters(agent_id="bot"))
+    assert 'user_id == ""' in filter_expression("acme", Filters(user_id=""))
+
+
 def test_rows_round_trip_through_entities() -> None:
     state = created(0.7)
     row = MemoryRow.of(state, Document("text", (1.0, 2.0), {"a": 1}))
@@ -34,6 +45,11 @@ def test_rows_round_trip_through_entities() -> None:
     assert row.last_access_us == to_us(T0)
     assert from_us(row.created_at_us) == T0
     assert MemoryRow.from_entity(row.to_entity()) == row
+    scoped = MemoryRow.of(
+        dataclasses.replace(state, user_id="ann", agent_id="bot"), Document("t", (1.0, 2.0), {})
+    )
+    assert (scoped.user_id, scoped.agent_id, row.user_id) == ("ann", "bot", "")
+    assert MemoryRow.from_entity(scoped.to_entity()) == scoped
 
 
 def test_tenant_registry(tmp_path: Path) -> None:

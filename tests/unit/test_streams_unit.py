@@ -13,19 +13,25 @@ from hypothesis import strategies as st
 
 from memcore import (
     Absorb,
+    Decision,
+    DecisionKind,
     EffectKind,
     Fade,
     ImportanceSource,
     Lifecycle,
+    Policy,
     Promote,
     Purge,
     Retire,
+    Strategy,
     Supersede,
     Tier,
     resolve_importance,
 )
+from memcore.ids import derive_memory_id
 from storage import Document, MemoryRow, codec
 from storage.records import (
+    ConsolidationRequest,
     DecisionEvent,
     DecisionRecord,
     Limits,
@@ -41,7 +47,9 @@ from storage.records import (
 )
 from storage.tenants import TenantRegistry
 from streams.app import consolidation_requests
+from streams.consolidation import decision_records, item_of, plan_tenant
 from streams.processor import Batch, Inbound, Processor, tenant_counts
+from tests.rows import make_row
 
 from .helpers import created
 
@@ -117,6 +125,42 @@ def test_codec_round_trip() -> None:
     assert codec.decode(codec.encode(state)) == state
     assert codec.decode(codec.encode(superseded)) == superseded
     assert codec.decode_document(codec.encode_document(doc)) == doc
+
+
+def test_codec_keeps_the_user_scope_and_reads_states_written_before_it() -> None:
+    state = dataclasses.replace(created(0.7), agent_id="bot", session_id="run-1", user_id="ann")
+    assert codec.decode(codec.encode(state)).user_id == "ann"
+    assert codec.decode(codec.encode(state)) == state
+    unscoped = dataclasses.replace(state, user_id=None)
+    older = orjson.loads(codec.encode(unscoped))
+    # a state without a user encodes (and so hashes) as before user scopes existed
+    assert "user_id" not in older
+    assert orjson.loads(codec.encode(state)).keys() - older.keys() == {"user_id"}
+    decoded = codec.decode(orjson.dumps(older))
+    assert decoded.user_id is None
+    assert decoded == unscoped
+
+
+def test_a_user_scoped_write_keeps_its_user_and_derives_its_id_from_it() -> None:
+    ann = decode_write(write_bytes(memory_id=None, user_id="ann", agent_id="bot"), LIMITS)
+    bob = decode_write(write_bytes(memory_id=None, user_id="bob", agent_id="bot"), LIMITS)
+    unscoped = decode_write(write_bytes(memory_id=None, agent_id="bot"), LIMITS)
+    assert (ann.user_id, bob.user_id, unscoped.user_id) == ("ann", "bob", None)
+    assert ann.memory_id == derive_memory_id("acme", "hello", "bot", None, "ann")
+    assert len({ann.memory_id, bob.memory_id, unscoped.memory_id}) == 3
+    assert unscoped.memory_id == derive_memory_id("acme", "hello", "bot")  # as before users
+    for bad in ("é" * 129, 5):
+        with pytest.raises(RecordError) as err:
+            decode_write(write_bytes(user_id=bad), LIMITS)
+        assert err.value.field == "user_id"
+    t = Tables()
+    t.write(write_bytes(user_id="ann", agent_id="bot", session_id="run-1"))
+    found = t.processor.load("acme/m1")
+    assert found is not None
+    assert found[0].user_id == "ann"
+    row = MemoryRow.of(*found)
+    assert (row.user_id, row.agent_id, row.session_id) == ("ann", "bot", "run-1")
+    assert MemoryRow.of(created(), found[1]).user_id == ""  # no user: the empty VARCHAR
 
 
 def test_context_is_indexed_with_the_content_and_kept_apart() -> None:
@@ -485,3 +529,27 @@ def test_decision_values_decode_to_the_same_event(event: DecisionEvent) -> None:
     decoded = decode_decision(orjson.dumps(value), LIMITS)
     assert (decoded.tenant_id, decoded.memory_id, decoded.request_id) == ("acme", "m1", "req-1")
     assert decoded.event == event
+
+
+def test_summaries_keep_their_sources_scope_and_users_are_consolidated_apart() -> None:
+    def row(memory_id: str, user_id: str, content: str = "Ann likes tea.") -> MemoryRow:
+        vector = (1.0, 0.0, 0.0, 0.0)
+        scope = {"agent_id": "bot", "session_id": "run-1", "user_id": user_id}
+        return make_row("acme", memory_id, vector, content=content, **scope)
+
+    ann, ann2, bob = row("a", "ann"), row("c", "ann", "Ann drinks tea."), row("b", "bob")
+    assert item_of(ann).scope == ("bot", "run-1", "ann")
+    assert item_of(row("x", "")).scope == ("bot", "run-1", "")
+    request = ConsolidationRequest(("acme",), T, (Strategy.EXACT_DEDUP,), {}, False, None)
+    assert plan_tenant("acme", [ann, bob], request, Policy()) == []  # one sentence, two users
+    (merge,) = plan_tenant("acme", [ann, row("a2", "ann")], request, Policy())
+    assert merge.kind is DecisionKind.MERGE
+    summary = Decision(DecisionKind.SUMMARISE, "s-1", ("a", "c"), "a cluster")
+    out = decision_records("acme", [summary], [ann, ann2], T, "req-1")
+    value = orjson.loads(out[0].value)
+    assert (value["user_id"], value["agent_id"], value["session_id"]) == ("ann", "bot", "run-1")
+    written = decode_write(out[0].value, LIMITS)
+    assert (written.memory_id, written.user_id) == ("s-1", "ann")
+    plain = [dataclasses.replace(r, user_id="") for r in (ann, ann2)]
+    unscoped = orjson.loads(decision_records("acme", [summary], plain, T, None)[0].value)
+    assert "user_id" not in unscoped
