@@ -150,6 +150,10 @@ def create_app(settings: WorkerSettings, services: Services) -> faust.App:
         for key, value in requests:
             await worker.topics[topics.CONSOLIDATION].send(key=key, value=value)
 
+    @app.on_rebalance_complete.connect  # type: ignore[arg-type]  # mode's handler union
+    async def hold_streams_until_sought(sender: faust.App, **_: object) -> None:
+        hold_streams(sender)
+
     @app.task  # type: ignore[untyped-decorator]
     async def announce() -> None:
         # Faust holds every stream while more than ProducerBuffer.max_messages (100) table
@@ -163,6 +167,21 @@ def create_app(settings: WorkerSettings, services: Services) -> faust.App:
         )
 
     return app
+
+
+def hold_streams(app: faust.App) -> None:
+    """Keep stream events from the agents until Faust has sought the stream partitions to their
+    committed offsets; Faust resumes both flows itself right after that seek.
+
+    Faust 0.15.3 resumes the flow at the start of a table restore (to read the changelogs) and,
+    once restored, resumes the stream partitions and seeks them while that flow is still open:
+    events fetched during the seek went into the agents' queues, which the final resume then
+    cleared, after the consumer's position had passed them. They were never applied, and their
+    partition's offset was never committed again (after a kill -9 or a rebalance with a restore).
+    Connected to ``on_rebalance_complete``, which Faust sends just before that resume and seek.
+    """
+    app.flow_control.suspend()
+    app.consumer.stop_flow()
 
 
 class StreamWorker:

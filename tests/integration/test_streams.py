@@ -336,12 +336,6 @@ def hundred_memories(
     return first, store, memories
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known, under investigation: after a kill -9 mid-stream, when the new worker restores"
-    " its tables from the changelogs (its fetcher starts during the restore), its agents sometimes"
-    " never resume (seen in about half the runs of this session; never when no restore happens)",
-)
 def test_kill_9_mid_stream_loses_and_doubles_nothing(
     make_stack: Callable[..., Stack], workers: list[WorkerProcess]
 ) -> None:
@@ -455,12 +449,6 @@ def group_members(stack: Stack) -> int:
     return asyncio.run(run())
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="the same restore stall as the kill -9 test: the worker that takes partitions over"
-    " restores their tables and its agents sometimes never resume (passed 3 of 3 runs alone,"
-    " stalled in a full fresh-clone run)",
-)
 def test_two_workers_with_rebalances_mid_stream_count_exactly(
     make_stack: Callable[..., Stack], workers: list[WorkerProcess]
 ) -> None:
