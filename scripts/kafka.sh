@@ -8,7 +8,11 @@
 #
 # Settings (environment): KAFKA_HOME (var/kafka), KAFKA_PORT (9092), KAFKA_CONTROLLER_PORT (port+1),
 # KAFKA_START_TIMEOUT seconds (90), KAFKA_HEAP (-Xms256m -Xmx1g),
-# KAFKA_SASL_PLAIN_USERS ("user:password ..."; set: clients must authenticate with SASL PLAIN on the port).
+# KAFKA_SASL_PLAIN_USERS ("user:password ..."; set: clients must authenticate with SASL PLAIN on the port),
+# KAFKA_SSL_CERT + KAFKA_SSL_KEY (PEM files: the broker's certificate chain and unencrypted PKCS#8 key;
+# set: the port speaks TLS only, SSL or SASL_SSL with SASL users), KAFKA_SSL_CA (PEM: the CA the broker
+# trusts, for its own inter-broker connections and client certificates),
+# KAFKA_SSL_CLIENT_AUTH (none, requested or required: clients need a certificate signed by KAFKA_SSL_CA).
 # A cluster: KAFKA_NODE_ID, KAFKA_VOTERS ("1@127.0.0.1:PORT,2@...": the controllers, static quorum),
 # KAFKA_CLUSTER_ID (the same for every node), KAFKA_INTERNAL_RF (replicas of Kafka's own topics).
 set -euo pipefail
@@ -36,13 +40,28 @@ configure() {
   mkdir -p "$home/config" "$home/data"
   local listener=PLAINTEXT sasl="" quorum="controller.quorum.bootstrap.servers=127.0.0.1:$cport"
   if [ -n "${KAFKA_VOTERS:-}" ]; then quorum="controller.quorum.voters=$KAFKA_VOTERS"; fi
+  local tls="" ssl=""
+  if [ -n "${KAFKA_SSL_CERT:-}${KAFKA_SSL_KEY:-}" ]; then
+    [ -r "${KAFKA_SSL_CERT:-}" ] && [ -r "${KAFKA_SSL_KEY:-}" ] \
+      || { echo "kafka.sh: KAFKA_SSL_CERT and KAFKA_SSL_KEY must both name readable PEM files" >&2; exit 1; }
+    tls=1 listener=SSL
+    (umask 077 && cat "$KAFKA_SSL_KEY" "$KAFKA_SSL_CERT" >"$home/config/keystore.pem")
+    ssl="ssl.keystore.type=PEM
+ssl.keystore.location=$home/config/keystore.pem
+ssl.client.auth=${KAFKA_SSL_CLIENT_AUTH:-none}"
+    if [ -n "${KAFKA_SSL_CA:-}" ]; then
+      ssl="$ssl
+ssl.truststore.type=PEM
+ssl.truststore.location=$KAFKA_SSL_CA"
+    fi
+  fi
   if [ -n "${KAFKA_SASL_PLAIN_USERS:-}" ]; then
-    listener=SASL_PLAINTEXT
+    if [ -n "$tls" ]; then listener=SASL_SSL; else listener=SASL_PLAINTEXT; fi
     local users="" pair
     for pair in $KAFKA_SASL_PLAIN_USERS; do users="$users user_${pair%%:*}=\"${pair#*:}\""; done
     sasl="sasl.enabled.mechanisms=PLAIN
 sasl.mechanism.inter.broker.protocol=PLAIN
-listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username=\"broker\" password=\"broker-secret\" user_broker=\"broker-secret\"$users;"
+listener.name.${listener,,}.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username=\"broker\" password=\"broker-secret\" user_broker=\"broker-secret\"$users;"
   fi
   cat >"$home/config/server.properties" <<PROPS
 process.roles=broker,controller
@@ -54,6 +73,7 @@ controller.listener.names=CONTROLLER
 inter.broker.listener.name=$listener
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,$listener:$listener
 $sasl
+$ssl
 log.dirs=$home/data
 num.partitions=1
 offsets.topic.replication.factor=${KAFKA_INTERNAL_RF:-1}
