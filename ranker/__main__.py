@@ -25,6 +25,7 @@ from ranker.settings import RankerSettings
 from ranker.view import StateView, changelog_topic
 from storage import MilvusStore, StorageError
 from storage.embedding import Embedder
+from storage.tenant_log import TenantLog, TenantLogError
 from storage.usage import parse_service_args
 
 log = logging.getLogger(__name__)
@@ -52,16 +53,8 @@ def build(
     kafka = settings.kafka()
     producer = EventProducer(kafka, settings.topic, timeout_s=settings.produce_timeout_s)
     view = StateView(kafka, changelog_topic(settings.app_id))
-    registry = settings.registry()
-    cache = None
-    if settings.hot_cache:
-        cache = HotCache(
-            store,
-            view.values,
-            tenant_max=settings.hot_tenant_max,
-            total_max=settings.hot_total_max,
-        )
-        view.listeners.append(cache.on_change)
+    registry = settings.tenant_log(timeout_s=settings.after_timeout_s)
+    cache = _hot_cache(settings, store, view)
     offsets = KafkaOffsets(
         kafka,
         settings.app_id,
@@ -95,6 +88,7 @@ def build(
         if owned_embedder:
             await asyncio.to_thread(embedder.start)
         await producer.start()
+        await _follow_tenants(registry)
         await offsets.start()
         await view.start()
         await service.start()
@@ -110,6 +104,7 @@ def build(
             await service.stop()
             await view.stop()
             await offsets.stop()
+            await registry.stop()
             await producer.stop()
             if owned:
                 await asyncio.to_thread(store.close)
@@ -121,13 +116,35 @@ def build(
     api = create_api(
         service,
         registry,
-        settings.limits(),
+        settings.limits(registry),
         max_in_flight=settings.max_in_flight,
         ready=ready,
         audit=AuditLog(kafka, settings.topic("audit")),
+        rate_limit_per_s=settings.tenant_rate_limit_per_s,
+        admin_key=settings.admin_key.get_secret_value() if settings.admin_key else None,
     )
     api.router.lifespan_context = lifespan
     return api
+
+
+def _hot_cache(settings: RankerSettings, store: MilvusStore, view: StateView) -> HotCache | None:
+    """The hot cache, fed by the state view (None when ``MNEMO_HOT_CACHE`` is off)."""
+    if not settings.hot_cache:
+        return None
+    cache = HotCache(
+        store, view.values, tenant_max=settings.hot_tenant_max, total_max=settings.hot_total_max
+    )
+    view.listeners.append(cache.on_change)
+    return cache
+
+
+async def _follow_tenants(registry: TenantLog) -> None:
+    """Start following the tenants topic and read what it holds before the first request."""
+    await registry.start()
+    try:
+        await registry.catch_up()
+    except TenantLogError as exc:
+        log.warning("serving before the tenants topic is read: %s", exc)
 
 
 async def _preload(cache: HotCache, tenant_ids: list[str]) -> None:

@@ -1,7 +1,9 @@
 """The HTTP API (FastAPI; OpenAPI at /docs and /openapi.json).
 
 Every route is authenticated by an API key (``Authorization: Bearer <key>`` or ``X-API-Key``); the
-key decides the tenant, never the body. No key or an unknown key: 401. Another tenant's memory id is
+key decides the tenant, never the body. No key or an unknown key: 401; a tenant over its request
+rate: 429 with ``Retry-After`` (:mod:`ranker.ratelimit`). The admin routes (:mod:`ranker.admin`)
+take the admin key instead. Another tenant's memory id is
 indistinguishable from a missing one: 404. More than ``max_in_flight`` API requests being served,
 or a saturated batcher: 429 with ``Retry-After`` (:mod:`ranker.admission`). Kafka or Milvus not
 answering: 503 with ``Retry-After``; any other failure: 500. Every error has one body, problem
@@ -29,6 +31,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from memcore import InvalidField, Tier
 from memcore.ids import check_id
 from memcore.policy import RecallPolicy, RecallPreset
+from ranker.admin import admin_routes
 from ranker.admission import Admission
 from ranker.applied import NotAppliedError
 from ranker.batcher import Overloaded
@@ -36,12 +39,14 @@ from ranker.errors import Unavailable
 from ranker.history import AuditLog
 from ranker.logs import RequestLog
 from ranker.problems import NOT_FOUND, RESPONSES, problem
+from ranker.ratelimit import RateLimited, RateLimiter
 from ranker.routes import memory_routes
 from ranker.service import Recalled, RecallQuery, RecallService
 from ranker.wire import Auth, Body, TextBody, memory_json, session_of, tokens, under
 from storage import Filters, StorageError, to_us
 from storage.records import Limits, RecordError, checked_access, checked_vector, checked_write
-from storage.tenants import Tenant, TenantRegistry
+from storage.tenant_log import TenantLog, TenantLogError
+from storage.tenants import Tenant, Tenants
 
 log = logging.getLogger(__name__)
 
@@ -141,12 +146,14 @@ class AccessBody(Body):
 
 def create_api(
     service: RecallService,
-    registry: TenantRegistry,
+    registry: Tenants,
     limits: Limits | None = None,
     *,
     max_in_flight: int = 256,
     ready: Mapping[str, Callable[[], Awaitable[bool]]] | None = None,
     audit: AuditLog | None = None,
+    rate_limit_per_s: float = 0.0,
+    admin_key: str | None = None,
 ) -> FastAPI:
     """The app; ``service`` must be started (and stopped) by the caller's lifespan. ``limits``:
     what the worker accepts (``SharedSettings.limits()``); default: the embedder's dimension and
@@ -154,6 +161,9 @@ def create_api(
     which 429. ``ready``: named checks (cheap or cached) that ``GET /readyz`` requires besides
     the batcher running (the producer, Milvus, the worker's recovery in ``python -m server``).
     ``audit``: where a memory's history is read (None: the history route answers 503).
+    ``rate_limit_per_s``: a tenant's request rate when its own is not set (0: unlimited).
+    ``admin_key``: opens the admin routes (:mod:`ranker.admin`) when ``registry`` is the live
+    :class:`~storage.tenant_log.TenantLog`; None: they answer 403.
     """
     api = FastAPI(
         title="Mnemostream",
@@ -171,7 +181,10 @@ def create_api(
     )
     api.add_middleware(RequestLog)
     checks = dict(ready or {})
-    api.state.registry = registry
+    api.state.registry = registry  # the live view when it is a TenantLog: read per request
+    api.state.rate_limiter = RateLimiter(rate_limit_per_s)
+    api.state.admin_key = admin_key
+    api.state.tenant_log = registry if isinstance(registry, TenantLog) else None
     limits = limits or Limits(service.embedder.dim, 16_384, registry)
 
     _errors(api)
@@ -245,6 +258,7 @@ def create_api(
         return memory_json(row)
 
     memory_routes(api, service, limits, audit)
+    admin_routes(api)
     return api
 
 
@@ -258,6 +272,14 @@ def _errors(api: FastAPI) -> None:
     @api.exception_handler(Overloaded)
     async def overloaded(_: object, exc: Overloaded) -> Response:
         return problem(429, str(exc), retry_after_s=exc.retry_after_s)
+
+    @api.exception_handler(RateLimited)
+    async def rate_limited(_: object, exc: RateLimited) -> Response:
+        return problem(429, str(exc), retry_after_s=exc.retry_after_s)
+
+    @api.exception_handler(TenantLogError)
+    async def tenants_unavailable(_: object, exc: TenantLogError) -> Response:
+        return problem(503, str(exc), retry_after_s=exc.retry_after_s)
 
     @api.exception_handler(NotAppliedError)
     async def not_applied(_: object, exc: NotAppliedError) -> Response:

@@ -88,7 +88,10 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
     400: _described("the body is not JSON (or not UTF-8)"),
     401: _described("no API key, or one this service does not know"),
     422: _described("a field is invalid: ``field`` names it; nothing was written"),
-    429: _described("too many requests in flight: retry after ``Retry-After`` seconds"),
+    429: _described(
+        "too many requests in flight, or the tenant is over its request rate: retry after"
+        " ``Retry-After`` seconds"
+    ),
     500: _described("an internal error (a bug): the request may be retried"),
     503: _described(
         "Kafka or Milvus cannot answer now, or a read-your-writes token was not applied in"
@@ -99,3 +102,8 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
 
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: _described("this tenant has no such memory")}
 CONFLICT: dict[int | str, dict[str, Any]] = {409: _described("the memory is deleted or superseded")}
+ADMIN: dict[int | str, dict[str, Any]] = {
+    403: _described("admin routes are disabled: the server has no MNEMO_ADMIN_KEY"),
+    404: _described("no such tenant (or key)"),
+}
+"""What an admin route answers besides :data:`RESPONSES` (401 there: no or a wrong admin key)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 
 from storage.settings import SharedSettings
 
@@ -54,4 +54,15 @@ class RankerSettings(SharedSettings):
         ge=1,
         description="rows the hot cache keeps over all tenants (about dim × 4 bytes each plus the"
         " row's text); least recently searched tenants go first",
+    )
+    admin_key: SecretStr | None = Field(
+        None,
+        description="opens the admin routes (/v1/admin: tenants, policies, keys); unset: they"
+        " answer 403. Never a tenant's key",
+    )
+    tenant_rate_limit_per_s: float = Field(
+        0.0,
+        ge=0,
+        description="requests per second per tenant when its record sets none (0: unlimited);"
+        " over it: HTTP 429 with Retry-After",
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from typing import Annotated, Any
 
@@ -14,9 +15,10 @@ from pydantic_core import PydanticCustomError
 from ranker.applied import Token
 from ranker.logs import set_tenant
 from ranker.problems import printable
+from ranker.ratelimit import RateLimiter
 from storage import MemoryRow, from_us
 from storage.records import RecordError
-from storage.tenants import Tenant, TenantRegistry
+from storage.tenants import Tenant, Tenants
 
 
 class Body(BaseModel):
@@ -52,14 +54,24 @@ async def tenant(  # async: FastAPI runs a sync dependency in a thread, a hop pe
     bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)],
     x_api_key: Annotated[str | None, Security(_API_KEY)],
 ) -> Tenant:
-    """The tenant the request's API key acts for; 401 without one."""
-    key = bearer.credentials if bearer is not None else x_api_key
-    registry: TenantRegistry = request.app.state.registry
-    found = registry.by_api_key(key.strip()) if key else None
+    """The tenant the request's API key acts for; 401 without one; 429 (RateLimited) when the
+    tenant is over its request rate. The registry is the live one: a key added a moment ago works.
+    """
+    key = presented_key(bearer, x_api_key)
+    registry: Tenants = request.app.state.registry
+    found = registry.by_api_key(key) if key else None
     if found is None:
         raise HTTPException(401, "missing or unknown API key", {"WWW-Authenticate": "Bearer"})
     set_tenant(found.tenant_id)
+    limiter: RateLimiter = request.app.state.rate_limiter
+    limiter.check(found.tenant_id, found.rate_limit_per_s, time.monotonic())  # the edge's clock
     return found
+
+
+def presented_key(bearer: HTTPAuthorizationCredentials | None, x_api_key: str | None) -> str | None:
+    """The key a request presents (bearer first, else ``X-API-Key``), stripped; None if none."""
+    key = bearer.credentials if bearer is not None else x_api_key
+    return key.strip() if key else None
 
 
 def _unencodable(value: object) -> str:

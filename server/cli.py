@@ -6,6 +6,7 @@ mnemo load FILE.jsonl --api-key K    write memories through the HTTP API, with p
 mnemo consolidate --tenant T [--dry-run]
 mnemo state-hash [--app-id A]          hash of every memory state in the worker's tables
 mnemo rebuild [--collection C] [--drop]  Milvus rows from the worker's tables, and the hash
+mnemo tenants list | get | put | add-key | revoke-key | delete ...   tenants, policies, API keys
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     loader.add_argument("--batch", type=int, default=200)
     loader.add_argument("--ids", action="store_true", help="print the ids written")
     commands.add_parser("consolidate", add_help=False)
-    for name in ("state-hash", "rebuild"):
+    for name in ("state-hash", "rebuild", "tenants"):
         commands.add_parser(name, add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.command == "load":
@@ -88,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         from streams import cli  # noqa: PLC0415
 
         return cli.main(rest)
+    if args.command == "tenants":
+        from streams import tenants_cli  # noqa: PLC0415
+
+        return tenants_cli.main(rest)
     if args.command in ("state-hash", "rebuild"):
         from streams import rebuild  # noqa: PLC0415
 

@@ -35,7 +35,7 @@ from memcore.consolidation import ALL_STRATEGIES, Strategy
 from memcore.ids import check_id, indexed_text
 from memcore.timecheck import check_event_time
 from storage.milvus import MAX_CONTENT_BYTES, MAX_RELATIONS, MAX_TAG_CHARS, MAX_TAGS
-from storage.tenants import TenantRegistry
+from storage.tenants import Tenants
 
 VERSION = 1
 M = TypeVar("M", bound=BaseModel)
@@ -151,7 +151,7 @@ class Limits:
 
     embedding_dim: int
     max_content_bytes: int
-    registry: TenantRegistry
+    registry: Tenants
     max_future_skew: timedelta = timedelta(seconds=300)
 
 

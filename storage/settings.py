@@ -17,7 +17,9 @@ from storage.embedding import Embedder, Hashing, MiniLm
 from storage.kafka import KafkaConnection, Mechanism, Protocol
 from storage.milvus import MilvusConfig
 from storage.records import Limits
-from storage.tenants import TenantRegistry
+from storage.tenant_log import ROLE as TENANTS_ROLE
+from storage.tenant_log import TenantLog
+from storage.tenants import TenantRegistry, Tenants
 
 
 class SharedSettings(BaseSettings):
@@ -56,6 +58,7 @@ class SharedSettings(BaseSettings):
     embedder: Literal["minilm", "hash"] = Field("minilm", description="hash: fast tests only")
     tenants_file: Path | None = None
     tenants: str = Field("", description="comma-separated tenant ids, used when no tenants_file")
+    # the tenants topic (storage.tenant_log) adds to and overrides these, without a restart
     max_content_bytes: int = Field(
         16_384, ge=1, le=65_535, description="content (and context) of a write, in UTF-8 bytes"
     )
@@ -91,12 +94,20 @@ class SharedSettings(BaseSettings):
             return TenantRegistry.load(self.tenants_file)
         return TenantRegistry.open_to([t.strip() for t in self.tenants.split(",") if t.strip()])
 
-    def limits(self) -> Limits:
-        """What a record must satisfy (the worker's decode and the HTTP edge check the same)."""
+    def tenant_log(self, timeout_s: float = 10.0) -> TenantLog:
+        """The live registry: the ``tenants`` topic over :meth:`registry` (not yet started)."""
+        return TenantLog(
+            self.kafka(), self.topic(TENANTS_ROLE), self.registry(), timeout_s=timeout_s
+        )
+
+    def limits(self, registry: Tenants | None = None) -> Limits:
+        """What a record must satisfy (the worker's decode and the HTTP edge check the same);
+        ``registry``: the tenants (default: :meth:`registry`).
+        """
         return Limits(
             self.embedding_dim,
             self.max_content_bytes,
-            self.registry(),
+            registry if registry is not None else self.registry(),
             timedelta(seconds=self.max_future_skew_s),
         )
 

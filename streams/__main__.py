@@ -2,7 +2,8 @@
 Prometheus metrics at ``GET /metrics`` on ``MNEMO_METRICS_PORT`` (default 9102; 0: not served);
 ``python -m streams consolidate --help``: ask it to consolidate (see :mod:`streams.cli`);
 ``python -m streams state-hash | rebuild --help``: hash the tables, rebuild Milvus from them
-(see :mod:`streams.rebuild`).
+(see :mod:`streams.rebuild`); ``python -m streams tenants --help``: tenants, policies and API keys
+(see :mod:`streams.tenants_cli`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import faust
 
 from storage import MilvusStore
 from storage.usage import parse_service_args
-from streams import cli, rebuild
+from streams import cli, rebuild, tenants_cli
 from streams.app import Services, create_app
 from streams.llm import LlmImportance
 from streams.settings import WorkerSettings
@@ -64,6 +65,8 @@ def main() -> None:
     """Read settings, prepare the services, serve the metrics, run the Faust worker."""
     if len(sys.argv) > 1 and sys.argv[1] == "consolidate":
         raise SystemExit(cli.main(sys.argv[2:]))
+    if len(sys.argv) > 1 and sys.argv[1] == "tenants":
+        raise SystemExit(tenants_cli.main(sys.argv[2:]))
     if len(sys.argv) > 1 and sys.argv[1] in ("rebuild", "state-hash"):
         raise SystemExit(rebuild.main(sys.argv[1], sys.argv[2:]))
     parse_service_args("python -m streams", __doc__ or "", [WorkerSettings], sys.argv[1:])

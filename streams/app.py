@@ -14,7 +14,7 @@ import functools
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -47,7 +47,8 @@ from storage.records import (
     WriteRecord,
     decode_consolidation,
 )
-from storage.tenants import TenantRegistry
+from storage.tenant_log import TenantLogError
+from storage.tenants import Tenants
 from streams import topics
 from streams.consolidation import decision_records, plan_tenant, report
 from streams.llm import LlmImportance
@@ -155,6 +156,14 @@ def create_app(settings: WorkerSettings, services: Services) -> faust.App:
         hold_streams(sender)
 
     @app.task  # type: ignore[untyped-decorator]
+    async def follow_tenants() -> None:
+        await worker.tenants.start()  # a record of a tenant not known yet also starts it
+
+    @app.on_before_shutdown.connect  # type: ignore[arg-type]  # mode's handler union
+    async def stop_tenants(_sender: faust.App, **_: object) -> None:
+        await worker.tenants.stop()
+
+    @app.task  # type: ignore[untyped-decorator]
     async def announce() -> None:
         # Faust holds every stream while more than ProducerBuffer.max_messages (100) table
         # writes wait to be produced; one access batch writes two per event (state and counters).
@@ -206,19 +215,34 @@ class StreamWorker:
             )
             for name in ("memories", "documents", "tenant-counters", "pending-accesses")
         )
+        self.tenants = settings.tenant_log()
         limits = Limits(
             settings.embedding_dim,
             settings.max_content_bytes,
-            settings.registry(),
+            self.tenants,
             timedelta(seconds=settings.max_future_skew_s),
         )
         self.processor = Processor(memories, documents, counters, pending, limits)
         self.write_done: dict[int, int] = {}  # writes partition -> next offset not yet applied
 
+    async def know_tenants(self, values: Iterable[bytes]) -> None:
+        """When a record names a tenant this worker does not know, read the tenants topic up to
+        its end first (once per batch): a tenant created just before its first write is never
+        dead-lettered as unknown. A topic that cannot be read in time is logged; the records of
+        tenants still unknown then go to dead-letter.
+        """
+        if not unknown_tenants(values, self.tenants):
+            return
+        try:
+            await self.tenants.catch_up()
+        except TenantLogError as exc:
+            log.warning("records name unknown tenants and %s", exc)
+
     async def on_writes(self, events: Sequence[Any]) -> None:
         """Decode, embed what has no vector, score importance, reduce, sync, emit."""
         batch = Batch()
         pairs = [(_inbound(e), e) for e in events]
+        await self.know_tenants(message.value for message, _ in pairs)
         event_for = {id(message): event for message, event in pairs}
         accepted = self.processor.decode_writes([message for message, _ in pairs], batch)
         writes = [r for _, r in accepted if isinstance(r, WriteRecord)]
@@ -296,6 +320,7 @@ class StreamWorker:
     async def on_access(self, events: Sequence[Any]) -> None:
         """Reduce each access; one that overtook its write is parked until the write is applied."""
         started = time.perf_counter()
+        await self.know_tenants(e.message.value for e in events)
         batch = Batch()
         by_key = {e.message.key: e for e in events}
         by_partition = {e.message.partition: e for e in events}
@@ -370,6 +395,7 @@ class StreamWorker:
         report. A malformed request goes to dead-letter.
         """
         batch = Batch()
+        await self.know_tenants([message.value])
         try:
             request = decode_consolidation(message.value, self.processor.limits)
             self.processor.check_time(message, request.at)
@@ -391,7 +417,8 @@ class StreamWorker:
         store = self.services.store
         for tenant_id in request.tenant_ids:
             tenant = self.processor.limits.registry.get(tenant_id)
-            assert tenant is not None
+            if tenant is None:  # deleted since the request was decoded
+                continue
             stored = await _retrying("query", functools.partial(store.query, tenant_id, ANY_STATE))
             with processing(None):  # the tenant's keys live in every partition
                 rows = [self.processor.live(row) for row in stored]
@@ -445,7 +472,22 @@ class StreamWorker:
         self.services.metrics.emitted(batch.out)
 
 
-def consolidation_requests(registry: TenantRegistry, at: datetime) -> list[tuple[bytes, bytes]]:
+def unknown_tenants(values: Iterable[bytes], tenants: Tenants) -> set[str]:
+    """The tenant ids that records (JSON values) name and ``tenants`` does not know (``*``, a
+    consolidation of every tenant, and values that are not records are left to the decoder).
+    """
+    unknown = set()
+    for value in values:
+        try:
+            tenant_id = orjson.loads(value).get("tenant_id")
+        except (orjson.JSONDecodeError, AttributeError, TypeError):
+            continue
+        if isinstance(tenant_id, str) and tenant_id != "*" and tenants.get(tenant_id) is None:
+            unknown.add(tenant_id)
+    return unknown
+
+
+def consolidation_requests(registry: Tenants, at: datetime) -> list[tuple[bytes, bytes]]:
     """The scheduled consolidation: one request per tenant, keyed by the tenant, so that the
     tenants spread over the consolidation topic's partitions and so over the workers (one
     ``*`` request would put every tenant on one worker). Only the group's leader sends them.

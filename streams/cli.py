@@ -47,7 +47,7 @@ async def consolidate(settings: WorkerSettings, args: argparse.Namespace) -> lis
             settings.topic(topics.CONSOLIDATION), key=args.tenant.encode(), value=value
         )
         found: list[dict[str, Any]] = []
-        expected = len(settings.registry().tenants) if args.tenant == "*" else 1
+        expected = await _tenant_count(settings) if args.tenant == "*" else 1
         loop = asyncio.get_running_loop()
         deadline = loop.time() + args.wait
         while len(found) < expected and loop.time() < deadline:
@@ -63,6 +63,16 @@ async def consolidate(settings: WorkerSettings, args: argparse.Namespace) -> lis
     finally:
         await producer.stop()
         await consumer.stop()
+
+
+async def _tenant_count(settings: WorkerSettings) -> int:
+    """How many tenants there are now (the file's and the tenants topic's)."""
+    tenants = settings.tenant_log()
+    try:
+        await tenants.catch_up()
+        return len(tenants.tenants)
+    finally:
+        await tenants.stop()
 
 
 def main(argv: list[str]) -> int:

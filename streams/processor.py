@@ -492,10 +492,9 @@ class Processor:
     # -- shared --------------------------------------------------------------------------------
 
     def policy(self, tenant_id: str) -> Policy:
-        """The policy of a tenant the decoder accepted."""
+        """The policy of a tenant the decoder accepted (the default one if it was deleted since)."""
         tenant = self.limits.registry.get(tenant_id)
-        assert tenant is not None  # decode rejected unknown tenants
-        return tenant.policy
+        return tenant.policy if tenant is not None else Policy()
 
     def _after(
         self,

@@ -9,25 +9,36 @@ import logging
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
+from storage import tenant_log
 from streams.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
 
 #: Topic roles. Writes, access and audit are the replayable log: kept for ``log_retention_ms``
 #: (forever by default); consolidation requests for a week; dead letters for
-#: ``dead_letter_retention_ms``. The broker compresses every topic (``topic_compression``, zstd).
+#: ``dead_letter_retention_ms``; tenants (:mod:`storage.tenant_log`, keyed by tenant id) are
+#: compacted: the last record of each tenant is kept forever. The broker compresses every topic
+#: (``topic_compression``, zstd).
 WRITES = "memory-writes"
 ACCESS = "access-events"
 CONSOLIDATION = "consolidation"
 AUDIT = "audit"
 DEAD_LETTER = "dead-letter"
-ROLES = (WRITES, ACCESS, CONSOLIDATION, AUDIT, DEAD_LETTER)
+TENANTS = tenant_log.ROLE
+ROLES = (WRITES, ACCESS, CONSOLIDATION, AUDIT, DEAD_LETTER, TENANTS)
 _REPLAYED = {WRITES, ACCESS, AUDIT}
 WEEK_MS = 7 * 86_400_000
 
 
 def topic_config(settings: WorkerSettings, role: str) -> dict[str, str]:
     """The configuration a topic of ``role`` is created with (see the roles above)."""
+    if role == TENANTS:
+        return {
+            "retention.ms": "-1",
+            "cleanup.policy": "compact",
+            "compression.type": settings.topic_compression,
+            "min.insync.replicas": str(settings.kafka_min_insync),
+        }
     if role in _REPLAYED:
         retention = settings.log_retention_ms
     elif role == DEAD_LETTER:

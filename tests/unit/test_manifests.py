@@ -472,7 +472,7 @@ def test_tenants_file_is_mounted_from_the_secret(settings_for: SettingsFor) -> N
         registry = TenantRegistry.of(json.loads(text))
         demo = registry.get("demo")
         assert demo is not None
-        assert demo.api_keys
+        assert demo.api_key_hashes
         seen += 1
     assert seen == 2
     for name in ("worker", "ranker"):

@@ -1,0 +1,156 @@
+"""Tenant administration over HTTP, under ``/v1/admin``: tenants, their policy, rate limit and keys.
+
+Authenticated by the admin key (``MNEMO_ADMIN_KEY``, as ``Authorization: Bearer`` or
+``X-API-Key``) and by nothing else: a tenant's key gets 401 here, and the admin key acts for no
+tenant on the memory routes. Without ``MNEMO_ADMIN_KEY`` every admin route answers 403.
+
+Every change is a record on the compacted ``tenants`` topic (:mod:`storage.tenant_log`); a route
+answers once this ranker has applied it, so the next request here sees it (a new key works at
+once); the worker and other rankers follow the topic. Keys are generated here
+(``mk-`` and ``secrets.token_urlsafe(32)``), returned once, and only their SHA-256 digests are stored; a key
+is named by the first 12 hex digits of its digest (``key_id``).
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Request, Security
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import Field
+
+from ranker.problems import ADMIN
+from ranker.wire import Body, presented_key
+from storage.tenant_log import TenantLog
+from storage.tenants import (
+    KEY_ID_CHARS,
+    Tenant,
+    key_hash,
+    new_api_key,
+    replaced,
+    with_key,
+    without_key,
+)
+
+_BEARER = HTTPBearer(auto_error=False, scheme_name="AdminBearer", description="MNEMO_ADMIN_KEY")
+_API_KEY = APIKeyHeader(
+    name="X-API-Key", auto_error=False, scheme_name="AdminKey", description="MNEMO_ADMIN_KEY"
+)
+
+
+class TenantBody(Body):
+    """A tenant's settings (all of them: what is left out takes its default)."""
+
+    decay: str = Field("zeromemory", description="decay preset: zeromemory, zeph, powermem, ...")
+    lifecycle: str = Field("default", description="lifecycle preset")
+    recall: str = Field("mnemostream", description="recall preset (its weights)")
+    overrides: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description='policy section -> field -> value, e.g. {"recall": {"weights":'
+        ' {"recency": 0.5}}}',
+    )
+    rate_limit_per_s: float | None = Field(
+        None, ge=0, description="requests per second (null: the server's default; 0: unlimited)"
+    )
+
+
+async def admin(
+    request: Request,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)],
+    x_api_key: Annotated[str | None, Security(_API_KEY)],
+) -> TenantLog:
+    """The tenants log, for a request that presents the admin key; 403 when there is none."""
+    expected: str | None = request.app.state.admin_key
+    log: TenantLog | None = request.app.state.tenant_log
+    if not expected or log is None:
+        raise HTTPException(403, "admin routes are disabled: MNEMO_ADMIN_KEY is not set")
+    key = presented_key(bearer, x_api_key) or ""
+    if not hmac.compare_digest(key.encode(), expected.encode()):
+        raise HTTPException(401, "missing or wrong admin key", {"WWW-Authenticate": "Bearer"})
+    return log
+
+
+Admin = Annotated[TenantLog, Depends(admin)]
+
+
+def admin_routes(api: FastAPI) -> None:
+    """Add the admin routes to ``api`` (``api.state.admin_key`` and ``api.state.tenant_log``
+    enable them).
+    """
+
+    @api.put("/v1/admin/tenants/{tenant_id}", responses=ADMIN, tags=["admin"])
+    async def put_tenant(tenant_id: str, body: TenantBody, log: Admin) -> dict[str, Any]:
+        """Create a tenant or replace its settings (policy, rate limit); its keys are kept.
+        422 names the field of a bad policy; nothing is written then.
+        """
+        settings = body.model_dump()
+        changed = await log.update(
+            tenant_id, lambda current: replaced(current, tenant_id, settings)
+        )
+        assert changed is not None
+        return changed.public()
+
+    @api.get("/v1/admin/tenants", responses=ADMIN, tags=["admin"])
+    async def list_tenants(log: Admin) -> dict[str, Any]:
+        """Every tenant (the file's and the topic's), without keys."""
+        await log.catch_up()
+        return {"tenants": [log.tenants[t].public() for t in sorted(log.tenants)]}
+
+    @api.get("/v1/admin/tenants/{tenant_id}", responses=ADMIN, tags=["admin"])
+    async def get_tenant(tenant_id: str, log: Admin) -> dict[str, Any]:
+        await log.catch_up()
+        found = log.get(tenant_id)
+        if found is None:
+            raise HTTPException(404, f"no such tenant: {tenant_id}")
+        return found.public()
+
+    @api.delete("/v1/admin/tenants/{tenant_id}", responses=ADMIN, tags=["admin"])
+    async def delete_tenant(tenant_id: str, log: Admin) -> dict[str, Any]:
+        """Remove a tenant: its keys stop working, and the worker dead-letters its new records.
+        Its memories are kept.
+        """
+
+        def delete(current: Tenant | None) -> None:
+            _found(current, tenant_id)
+
+        await _changing(log.update(tenant_id, delete))
+        return {"tenant_id": tenant_id, "deleted": True}
+
+    @api.post(
+        "/v1/admin/tenants/{tenant_id}/keys", status_code=201, responses=ADMIN, tags=["admin"]
+    )
+    async def add_key(tenant_id: str, log: Admin) -> dict[str, Any]:
+        """A new API key for the tenant, returned this once (only its digest is stored)."""
+        api_key = new_api_key()
+        await _changing(log.update(tenant_id, lambda t: with_key(_found(t, tenant_id), api_key)))
+        return {
+            "tenant_id": tenant_id,
+            "api_key": api_key,
+            "key_id": key_hash(api_key)[:KEY_ID_CHARS],
+        }
+
+    @api.delete("/v1/admin/tenants/{tenant_id}/keys/{key_id}", responses=ADMIN, tags=["admin"])
+    async def revoke_key(tenant_id: str, key_id: str, log: Admin) -> dict[str, Any]:
+        """Revoke a key, named by its ``key_id`` (or any 8+ leading hex digits of its SHA-256)."""
+        changed = await _changing(
+            log.update(tenant_id, lambda t: without_key(_found(t, tenant_id), key_id))
+        )
+        assert changed is not None
+        return changed.public()
+
+
+def _found(tenant: Tenant | None, tenant_id: str) -> Tenant:
+    if tenant is None:
+        raise LookupError(tenant_id)
+    return tenant
+
+
+async def _changing(change: Awaitable[Tenant | None]) -> Tenant | None:
+    """Await a :meth:`TenantLog.update`; a tenant or key it does not find is a 404."""
+    try:
+        result: Tenant | None = await change
+    except LookupError as exc:
+        raise HTTPException(404, f"no such tenant or key: {exc.args[0]}") from exc
+    return result

@@ -1,0 +1,149 @@
+"""Tenants managed at run time: `python -m server` on a real broker (Milvus Lite) with an admin key.
+
+A tenant created through the admin routes gets a key that writes and recalls at once (no restart),
+its writes are applied by the worker (not dead-lettered as unknown), tenant keys never open the
+admin routes, a revoked key is refused, a tenant over its rate gets 429 with Retry-After, the CLI
+sees the same tenants, and the ``tenants`` topic holds no plain key.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from mnemostream import Client
+from tests.infra import ROOT
+from tests.integration.harness import Stack, dead_letters, eventually, produce, read_all
+from tests.integration.test_end_to_end import DIM, KEY, e, serve
+from tests.integration.test_streams import T0
+
+pytestmark = pytest.mark.integration
+ADMIN = "admin-key-0123456789abcdef"
+
+
+@pytest.fixture
+def stack(kafka_bootstrap: str, tmp_path: Path) -> Stack:
+    # `python -m server` runs on Milvus Lite (serve sets the URI): no Milvus server needed
+    return Stack(kafka_bootstrap, str(tmp_path / "unused.db"), tmp_path, ("acme",), dim=DIM)
+
+
+@pytest.fixture
+def server(stack: Stack, tmp_path: Path) -> Iterator[str]:
+    yield from serve(stack, tmp_path, MNEMO_ADMIN_KEY=ADMIN)
+
+
+def admin(key: str = ADMIN) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def test_a_tenant_created_at_run_time_writes_and_recalls_without_a_restart(
+    server: str, stack: Stack
+) -> None:
+    with httpx.Client(base_url=server, timeout=30) as http:
+        put = http.put(
+            "/v1/admin/tenants/initech",
+            json={"recall": "zeromemory", "overrides": {"recall": {"weights": {"recency": 0.5}}}},
+            headers=admin(),
+        )
+        assert put.status_code == 200, put.text
+        assert put.json()["recall"] == "zeromemory"
+        added = http.post("/v1/admin/tenants/initech/keys", headers=admin())
+        assert added.status_code == 201, added.text
+        api_key = added.json()["api_key"]
+
+        with Client(server, api_key) as client:  # at once: the route waited for this ranker
+            memory_id = client.remember(
+                "initech ships staplers", embedding=e(1.0, 0.2), importance=0.8, at=T0
+            )
+            found = client.recall(vector=e(1.0, 0.2), k=3, at=T0, track=False)  # read-your-writes
+            assert [m.memory_id for m in found] == [memory_id], dead_letters(stack)
+
+        # tenant keys never open the admin routes; the admin key is no tenant's
+        for key in (api_key, KEY):
+            assert http.get("/v1/admin/tenants", headers=admin(key)).status_code == 401
+        assert http.get("/v1/admin/tenants").status_code == 401
+        assert http.post("/v1/recall", json={"query": "x"}, headers=admin()).status_code == 401
+
+        listed = http.get("/v1/admin/tenants", headers=admin()).json()["tenants"]
+        assert {t["tenant_id"] for t in listed} == {"acme", "initech"}  # the file's too
+        bad = http.put("/v1/admin/tenants/initech", json={"decay": "x"}, headers=admin())
+        assert (bad.status_code, bad.json()["field"]) == (422, "policy.decay.preset")
+
+        key_id = added.json()["key_id"]
+        revoked = http.delete(f"/v1/admin/tenants/initech/keys/{key_id}", headers=admin())
+        assert revoked.status_code == 200, revoked.text
+        assert revoked.json()["key_ids"] == []
+        refused = http.post("/v1/recall", json={"query": "staplers"}, headers=admin(api_key))
+        assert refused.status_code == 401
+
+    assert not [d for d in dead_letters(stack) if "initech" in d["reason"]]
+
+
+def test_the_worker_reads_a_new_tenant_before_it_dead_letters_one(
+    server: str, stack: Stack
+) -> None:
+    # a tenant record, then at once its first write, straight onto the topics
+    (tenant_key, tenant_value) = (
+        b"hooli",
+        orjson.dumps(
+            {"v": 1, "tenant_id": "hooli", "api_key_hashes": [], "rate_limit_per_s": None}
+        ),
+    )
+    produce(stack.bootstrap, stack.topic("tenants"), [(tenant_key, tenant_value)])
+    write = {
+        "v": 1,
+        "tenant_id": "hooli",
+        "memory_id": "m-hooli-1",
+        "content": "hooli makes compression",
+        "at": T0.isoformat(),
+        "embedding": e(1.0),
+    }
+    produce(
+        stack.bootstrap, stack.topic("memory-writes"), [(b"hooli/m-hooli-1", orjson.dumps(write))]
+    )
+    # the worker applied it: the memory is in its table (via an admin-made key on the ranker)
+    with httpx.Client(base_url=server, timeout=30) as http:
+        api_key = http.post("/v1/admin/tenants/hooli/keys", headers=admin()).json()["api_key"]
+    with Client(server, api_key) as client:
+        eventually(lambda: client.get("m-hooli-1") is not None, 60, "the write applied")
+    assert not [d for d in dead_letters(stack) if "hooli" in d["reason"]]
+
+
+def test_a_tenant_over_its_rate_gets_429_with_retry_after(server: str, stack: Stack) -> None:
+    with httpx.Client(base_url=server, timeout=30) as http:
+        put = http.put("/v1/admin/tenants/slow", json={"rate_limit_per_s": 0.01}, headers=admin())
+        assert put.status_code == 200, put.text
+        api_key = http.post("/v1/admin/tenants/slow/keys", headers=admin()).json()["api_key"]
+        replies = [http.get("/v1/memories/m-none", headers=admin(api_key)) for _ in range(5)]
+    statuses = [r.status_code for r in replies]
+    assert statuses[0] == 404  # the bucket's one request
+    limited = [r for r in replies if r.status_code == 429]
+    assert len(limited) == 4, statuses
+    for reply in limited:
+        assert int(reply.headers["retry-after"]) == reply.json()["retry_after_s"] >= 1
+        assert reply.headers["content-type"] == "application/problem+json"
+
+    # the CLI reads the same topic
+    cli = subprocess.run(
+        [sys.executable, "-m", "streams", "tenants", "get", "slow"],
+        cwd=ROOT,
+        env=stack.env(),
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert orjson.loads(cli.stdout)["rate_limit_per_s"] == 0.01
+
+    # no plain key on the topic, only digests
+    records = read_all(stack.bootstrap, stack.topic("tenants"))
+    assert records
+    for _, value in records:
+        assert api_key.encode() not in value
+        assert KEY.encode() not in value

@@ -1,0 +1,303 @@
+"""Tenants: hashed keys, the ``tenants`` topic's records, the live registry's merge, the admin
+routes (on a log that applies its own records, no broker) and the per-tenant rate limit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable
+
+import httpx
+import orjson
+import pytest
+
+from memcore import InvalidField
+from ranker.api import create_api
+from ranker.ratelimit import RateLimited, RateLimiter, TokenBucket
+from ranker.service import RecallService
+from storage import MilvusConfig, MilvusStore
+from storage.embedding import Hashing
+from storage.tenant_log import TenantLog
+from storage.tenants import (
+    Tenant,
+    TenantRegistry,
+    decode_tenant_record,
+    key_hash,
+    replaced,
+    tenant_of,
+    tenant_record,
+    with_key,
+    without_key,
+)
+from streams.app import unknown_tenants
+
+KEY = "key-acme-0123456789"
+ADMIN = "admin-key-0123456789"
+
+
+def test_keys_are_kept_as_sha256_digests_only() -> None:
+    digest = hashlib.sha256(KEY.encode()).hexdigest()
+    assert key_hash(KEY) == digest
+    registry = TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}})
+    acme = registry.get("acme")
+    assert acme is not None
+    assert acme.api_key_hashes == (digest,)
+    assert KEY not in repr(acme)
+    assert registry.by_api_key(KEY) is acme
+    assert registry.by_api_key(KEY + "x") is None
+    hashed = TenantRegistry.of({"tenants": {"acme": {"api_key_hashes": [digest]}}})
+    assert hashed.by_api_key(KEY) == acme
+
+
+@pytest.mark.parametrize(
+    ("entry", "field"),
+    [
+        ({"api_key_hashes": ["ABC"]}, "tenants.a.api_key_hashes"),
+        ({"api_key_hashes": "x"}, "tenants.a.api_key_hashes"),
+        ({"api_keys": [KEY], "api_key_hashes": [key_hash(KEY)]}, "tenants.a.api_keys"),
+        ({"rate_limit_per_s": -1}, "tenants.a.rate_limit_per_s"),
+        ({"rate_limit_per_s": "9"}, "tenants.a.rate_limit_per_s"),
+        ({"recall": "nope"}, "policy.recall.preset"),
+        ({"decay": 3}, "policy.decay.preset"),
+        ({"overrides": {"recall": {"weights": {"recency": -1}}}}, "policy.recall.weights"),
+    ],
+)
+def test_bad_tenant_settings_name_their_field(entry: dict[str, object], field: str) -> None:
+    with pytest.raises(InvalidField) as err:
+        TenantRegistry.of({"tenants": {"a": entry}})
+    assert err.value.field.startswith(field)
+
+
+def test_a_key_two_tenants_claim_acts_for_neither() -> None:
+    digest = key_hash(KEY)
+    registry = TenantRegistry({"a": Tenant("a", api_key_hashes=(digest,))}).merged(
+        {"b": Tenant("b", api_key_hashes=(digest,))}
+    )
+    assert registry.by_api_key(KEY) is None
+
+
+def test_a_record_round_trips_and_holds_no_plain_key() -> None:
+    tenant = with_key(
+        tenant_of(
+            "acme",
+            {"recall": "zeromemory", "overrides": {"review": {"reinforcement": 0.2}}},
+        ),
+        KEY,
+    )
+    tenant = replaced(tenant, "acme", {"recall": "zeromemory", "rate_limit_per_s": 5})
+    key, value = tenant_record(tenant)
+    assert KEY.encode() not in value
+    assert orjson.loads(value)["api_key_hashes"] == [key_hash(KEY)]
+    tenant_id, decoded = decode_tenant_record(key, value)
+    assert (tenant_id, decoded) == ("acme", tenant)
+    assert decoded is not None
+    assert decoded.rate_limit_per_s == 5.0
+    assert decoded.policy.recall == tenant.policy.recall
+    _, deleted = tenant_record(tenant, deleted=True)
+    assert decode_tenant_record(key, deleted) == ("acme", None)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "field"),
+    [
+        (None, {"v": 1, "tenant_id": "a"}, "key"),
+        (b"a", {"v": 2, "tenant_id": "a"}, "v"),
+        (b"a", {"v": 1, "tenant_id": "b"}, "tenant_id"),
+        (b"a", {"v": 1, "tenant_id": "a", "deleted": "yes"}, "deleted"),
+        (b"a", {"v": 1, "tenant_id": "a", "api_keys": [KEY]}, "api_keys"),
+        (b"a", {"v": 1, "tenant_id": "a", "decay": "nope"}, "policy.decay.preset"),
+        (b"a", [1], "$"),
+    ],
+)
+def test_bad_records_name_their_field(key: bytes | None, value: object, field: str) -> None:
+    with pytest.raises(InvalidField) as err:
+        decode_tenant_record(key, orjson.dumps(value))
+    assert err.value.field == field
+
+
+def test_the_log_merges_over_the_file_and_deletes_and_tombstones() -> None:
+    base = TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}, "globex": {}}})
+    log = TenantLog("127.0.0.1:1", "t.tenants", base)  # no I/O until started
+    assert log.by_api_key(KEY) is not None
+    other = "other-key-0123456789"
+    log.apply(*tenant_record(with_key(Tenant("initech"), other)))
+    log.apply(*tenant_record(replaced(base.get("acme"), "acme", {"recall": "zeph"})))
+    log.apply(*tenant_record(Tenant("globex"), deleted=True))
+    log.apply(b"bad", b"not json")  # skipped
+    assert log.get("initech") is None  # applied, not yet in the view
+    log.refresh()
+    assert sorted(log.tenants) == ["acme", "initech"]
+    acme = log.by_api_key(KEY)
+    assert acme is not None
+    assert acme.recall == "zeph"  # the topic's record over the file's, keys kept
+    assert log.by_api_key(other) == log.get("initech")
+    log.apply(b"acme", None)  # a tombstone forgets the topic's record: the file's shows again
+    log.apply(b"initech", None)
+    log.refresh()
+    assert sorted(log.tenants) == ["acme"]
+    file_acme = log.get("acme")
+    assert file_acme is not None
+    assert file_acme.recall == "mnemostream"
+
+
+def test_keys_are_added_and_revoked_by_digest_prefix() -> None:
+    second = "second-key-0123456789"
+    tenant = with_key(with_key(Tenant("acme"), KEY), second)
+    assert with_key(tenant, KEY) == tenant
+    assert len(tenant.key_ids) == 2
+    assert without_key(tenant, key_hash(KEY)[:8]).api_key_hashes == (key_hash(second),)
+    assert without_key(tenant, key_hash(second).upper()).api_key_hashes == (key_hash(KEY),)
+    with pytest.raises(LookupError):
+        without_key(tenant, "0" * 8 if not key_hash(KEY).startswith("0" * 8) else "f" * 8)
+    with pytest.raises(InvalidField):
+        without_key(tenant, "xyz")
+    with pytest.raises(InvalidField, match="keys are added"):
+        replaced(tenant, "acme", {"api_keys": [KEY]})
+    assert "api_key" not in str(tenant.public()).replace("key_ids", "")
+
+
+def test_a_token_bucket_bursts_to_its_rate_then_refills() -> None:
+    bucket = TokenBucket.full(2.0, now=100.0)
+    assert [bucket.take(100.0), bucket.take(100.0)] == [0.0, 0.0]
+    assert bucket.take(100.0) == pytest.approx(0.5)
+    assert bucket.take(100.25) == pytest.approx(0.25)  # half a token back, nothing taken
+    assert bucket.take(100.5) == 0.0
+    assert bucket.take(90.0) > 0  # a clock that went back refills nothing
+    slow = TokenBucket.full(0.1, now=0.0)
+    assert (slow.capacity, slow.take(0.0)) == (1.0, 0.0)
+    assert slow.take(0.0) == pytest.approx(10.0)
+
+
+def test_the_limiter_uses_the_tenant_rate_else_the_default() -> None:
+    limiter = RateLimiter(default_per_s=0.0)
+    for _ in range(100):
+        limiter.check("a", None, 0.0)  # 0: unlimited
+        limiter.check("b", 0.0, 0.0)
+    limited = RateLimiter(default_per_s=1.0)
+    limited.check("a", None, 0.0)
+    with pytest.raises(RateLimited) as err:
+        limited.check("a", None, 0.5)
+    assert err.value.retry_after_s == pytest.approx(0.5)
+    limited.check("a", 3.0, 0.5)  # a new rate starts a full bucket
+    limited.check("b", None, 0.5)  # buckets are per tenant
+
+
+def test_the_worker_finds_the_tenants_it_does_not_know() -> None:
+    registry = TenantRegistry.open_to(["acme"])
+    values = [
+        orjson.dumps({"tenant_id": "acme"}),
+        orjson.dumps({"tenant_id": "new"}),
+        orjson.dumps({"tenant_id": "*"}),
+        orjson.dumps({"tenant_id": 3}),
+        b"[1]",
+        b"not json",
+    ]
+    assert unknown_tenants(values, registry) == {"new"}
+
+
+# -- the HTTP edge ---------------------------------------------------------------------------------
+
+
+class LocalLog(TenantLog):
+    """A tenants log that applies what it publishes itself (no broker)."""
+
+    async def catch_up(self, timeout_s: float | None = None) -> None:
+        return None
+
+    async def publish(self, tenant: Tenant, *, deleted: bool = False) -> None:
+        self.apply(*tenant_record(tenant, deleted=deleted))
+        self.refresh()
+
+
+async def _no_send(role: str, key: bytes, value: bytes) -> Awaitable[object]:
+    raise AssertionError(role)
+
+
+def client(registry: TenantRegistry | TenantLog, **kw: object) -> httpx.AsyncClient:
+    store = MilvusStore(MilvusConfig("unused.db", dim=4))  # never connected
+    api = create_api(RecallService(store, Hashing(4), _no_send), registry, **kw)  # type: ignore[arg-type]
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=api), base_url="http://m")
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_admin_routes_create_a_tenant_whose_new_key_works_at_once() -> None:
+    log = LocalLog("127.0.0.1:1", "t.tenants", TenantRegistry.of({"tenants": {}}))
+    async with client(log, admin_key=ADMIN) as http:
+        put = await http.put(
+            "/v1/admin/tenants/initech",
+            json={"recall": "zeph", "rate_limit_per_s": 100},
+            headers=bearer(ADMIN),
+        )
+        assert put.status_code == 200, put.text
+        assert put.json()["key_ids"] == []
+        added = await http.post("/v1/admin/tenants/initech/keys", headers=bearer(ADMIN))
+        assert added.status_code == 201, added.text
+        api_key = added.json()["api_key"]
+        assert added.json()["key_id"] == key_hash(api_key)[:12]
+        # the key works on the memory routes (422: past the key, at the body)
+        write = await http.post("/v1/memories", json={"memories": []}, headers=bearer(api_key))
+        assert write.status_code == 422, write.text
+        # ...and never on the admin routes; the admin key acts for no tenant
+        assert (await http.get("/v1/admin/tenants", headers=bearer(api_key))).status_code == 401
+        assert (await http.post("/v1/memories", json={}, headers=bearer(ADMIN))).status_code == 401
+        listed = (await http.get("/v1/admin/tenants", headers={"X-API-Key": ADMIN})).json()
+        assert [t["tenant_id"] for t in listed["tenants"]] == ["initech"]
+        assert api_key not in str(listed)
+        # replacing the settings keeps the keys
+        again = await http.put("/v1/admin/tenants/initech", json={}, headers=bearer(ADMIN))
+        assert again.json()["key_ids"] == [key_hash(api_key)[:12]]
+        assert again.json()["recall"] == "mnemostream"
+        bad = await http.put(
+            "/v1/admin/tenants/initech", json={"decay": "nope"}, headers=bearer(ADMIN)
+        )
+        assert (bad.status_code, bad.json()["field"]) == (422, "policy.decay.preset")
+        revoked = await http.delete(
+            f"/v1/admin/tenants/initech/keys/{key_hash(api_key)[:12]}", headers=bearer(ADMIN)
+        )
+        assert revoked.status_code == 200, revoked.text
+        gone = await http.post("/v1/memories", json={"memories": []}, headers=bearer(api_key))
+        assert gone.status_code == 401
+        missing = await http.delete("/v1/admin/tenants/nobody", headers=bearer(ADMIN))
+        assert missing.status_code == 404
+        deleted = await http.delete("/v1/admin/tenants/initech", headers=bearer(ADMIN))
+        assert deleted.status_code == 200
+        assert (
+            await http.get("/v1/admin/tenants/initech", headers=bearer(ADMIN))
+        ).status_code == 404
+
+
+@pytest.mark.anyio
+async def test_admin_routes_are_closed_without_an_admin_key() -> None:
+    registry = TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}})
+    async with client(registry) as http:
+        reply = await http.get("/v1/admin/tenants", headers=bearer(KEY))
+        assert reply.status_code == 403
+        assert reply.headers["content-type"] == "application/problem+json"
+    log = LocalLog("127.0.0.1:1", "t.tenants", registry)
+    async with client(log, admin_key=ADMIN) as http:
+        assert (await http.get("/v1/admin/tenants")).status_code == 401
+        assert (await http.get("/v1/admin/tenants", headers=bearer(KEY))).status_code == 401
+
+
+@pytest.mark.anyio
+async def test_a_tenant_over_its_rate_gets_429_with_retry_after() -> None:
+    registry = TenantRegistry.of(
+        {"tenants": {"acme": {"api_keys": [KEY], "rate_limit_per_s": 0.001}}}
+    )
+    async with client(registry) as http:
+        first = await http.post("/v1/memories", json={"memories": []}, headers=bearer(KEY))
+        assert first.status_code == 422  # one request's worth in the bucket
+        second = await http.post("/v1/memories", json={"memories": []}, headers=bearer(KEY))
+    assert second.status_code == 429, second.text
+    assert int(second.headers["retry-after"]) == second.json()["retry_after_s"] > 1
+    assert second.headers["content-type"] == "application/problem+json"
+    assert "acme" in second.json()["detail"]
