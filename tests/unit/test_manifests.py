@@ -220,12 +220,18 @@ def module_of(command: list[str]) -> str:
 
 
 def container_env(docs: list[Doc], container: Doc) -> dict[str, str]:
-    """The variables a container starts with: its ConfigMaps' data, then its own ``env``."""
+    """The variables a container starts with: its ConfigMaps' data, then its own ``env``
+    (a value from a Secret is left out: the Secret is the operator's, and optional).
+    """
     env: dict[str, str] = {}
     for source in container.get("envFrom", []):
         assert set(source) == {"configMapRef"}, source
         env.update(one(docs, "ConfigMap", source["configMapRef"]["name"])["data"])
     for variable in container.get("env", []):
+        if "valueFrom" in variable:
+            assert set(variable["valueFrom"]) == {"secretKeyRef"}, variable
+            assert variable["valueFrom"]["secretKeyRef"]["optional"] is True, variable
+            continue
         assert set(variable) == {"name", "value"}, variable
         env[variable["name"]] = variable["value"]
     return env
