@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import FastAPI, HTTPException, Query
+from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -262,6 +262,15 @@ def create_api(
     return api
 
 
+def _retry_later(status: int) -> Callable[[Request, Exception], Awaitable[Response]]:
+    """A handler answering ``status`` with the error's ``retry_after_s`` (as Retry-After)."""
+
+    async def handler(_: Request, exc: Exception) -> Response:
+        return problem(status, str(exc), retry_after_s=getattr(exc, "retry_after_s", 1.0))
+
+    return handler
+
+
 def _errors(api: FastAPI) -> None:
     """One body for every error: problem details (:mod:`ranker.problems`)."""
 
@@ -269,25 +278,16 @@ def _errors(api: FastAPI) -> None:
     async def http_error(_: object, exc: StarletteHTTPException) -> Response:
         return problem(exc.status_code, str(exc.detail), headers=exc.headers)
 
-    @api.exception_handler(Overloaded)
-    async def overloaded(_: object, exc: Overloaded) -> Response:
-        return problem(429, str(exc), retry_after_s=exc.retry_after_s)
-
-    @api.exception_handler(RateLimited)
-    async def rate_limited(_: object, exc: RateLimited) -> Response:
-        return problem(429, str(exc), retry_after_s=exc.retry_after_s)
-
-    @api.exception_handler(TenantLogError)
-    async def tenants_unavailable(_: object, exc: TenantLogError) -> Response:
-        return problem(503, str(exc), retry_after_s=exc.retry_after_s)
-
-    @api.exception_handler(NotAppliedError)
-    async def not_applied(_: object, exc: NotAppliedError) -> Response:
-        return problem(503, str(exc), retry_after_s=exc.retry_after_s)
-
-    @api.exception_handler(Unavailable)
-    async def unavailable(_: object, exc: Unavailable) -> Response:
-        return problem(503, str(exc), retry_after_s=exc.retry_after_s)
+    # refusals that say when to come back: overload is 429, an unavailable dependency 503
+    retry_later: tuple[tuple[type[Exception], int], ...] = (
+        (Overloaded, 429),
+        (RateLimited, 429),
+        (TenantLogError, 503),
+        (NotAppliedError, 503),
+        (Unavailable, 503),
+    )
+    for error_type, status in retry_later:
+        api.add_exception_handler(error_type, _retry_later(status))
 
     @api.exception_handler(StorageError)
     async def storage_failed(_: object, exc: StorageError) -> Response:
