@@ -54,6 +54,7 @@ def build(
     producer = EventProducer(kafka, settings.topic, timeout_s=settings.produce_timeout_s)
     view = StateView(kafka, changelog_topic(settings.app_id))
     registry = settings.tenant_log(timeout_s=settings.after_timeout_s)
+    keys = settings.key_log(timeout_s=settings.produce_timeout_s)
     cache = _hot_cache(settings, store, view)
     offsets = KafkaOffsets(
         kafka,
@@ -78,6 +79,7 @@ def build(
         ),
         view=view,
         cache=cache,
+        keys=keys,
     )
 
     @asynccontextmanager
@@ -91,6 +93,7 @@ def build(
         await _follow_tenants(registry)
         await offsets.start()
         await view.start()
+        await keys.start()
         await service.start()
         preload = None
         if cache is not None:
@@ -102,6 +105,7 @@ def build(
             if preload is not None:
                 preload.cancel()
             await service.stop()
+            await keys.stop()
             await view.stop()
             await offsets.stop()
             await registry.stop()

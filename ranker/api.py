@@ -44,8 +44,9 @@ from ranker.routes import memory_routes
 from ranker.service import Recalled, RecallQuery, RecallService
 from ranker.wire import Auth, Body, TextBody, memory_json, session_of, tokens, under
 from storage import Filters, StorageError, to_us
+from storage.compacted import CompactedLogError
 from storage.records import Limits, RecordError, checked_access, checked_vector, checked_write
-from storage.tenant_log import TenantLog, TenantLogError
+from storage.tenant_log import TenantLog
 from storage.tenants import Tenant, Tenants
 
 log = logging.getLogger(__name__)
@@ -282,7 +283,7 @@ def _errors(api: FastAPI) -> None:
     retry_later: tuple[tuple[type[Exception], int], ...] = (
         (Overloaded, 429),
         (RateLimited, 429),
-        (TenantLogError, 503),
+        (CompactedLogError, 503),
         (NotAppliedError, 503),
         (Unavailable, 503),
     )

@@ -9,10 +9,11 @@ batch (one torch pass for many requests, of any tenants). When ``max_queue`` ite
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
+
+from storage.compacted import cancelled
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -78,9 +79,7 @@ class Batcher(Generic[T, R]):
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancelled(self._task)
             self._task = None
         while self._queue is not None and not self._queue.empty():
             _, future = self._queue.get_nowait()

@@ -19,6 +19,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from ranker.errors import Unavailable
+from storage.compacted import cancelled
 from storage.kafka import KafkaConnection
 
 log = logging.getLogger(__name__)
@@ -98,9 +99,7 @@ class EventProducer:
 
     async def stop(self) -> None:
         if self._connecting is not None:
-            self._connecting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._connecting
+            await cancelled(self._connecting)
             self._connecting = None
         if self._producer is not None:
             await self._producer.stop()

@@ -24,7 +24,7 @@ from ranker.problems import CONFLICT, NOT_FOUND
 from ranker.service import RecallService
 from ranker.wire import Auth, Body, memory_json, session_of, tokens
 from storage import Filters, MemoryRow, to_us
-from storage.records import Limits, checked_write
+from storage.records import MAX_NAME_BYTES, Limits, checked_write
 
 States = Literal["active", "archived", "forgotten", "deleted"]
 LIVE_STATES = ("active", "archived")
@@ -88,17 +88,58 @@ def _get_and_delete(api: FastAPI, service: RecallService) -> None:
         memory_id: str,
         who: Auth,
         purge: bool = False,
+        erase: Annotated[
+            bool,
+            Query(
+                description="erase its words for good (implies purge): its data keys are"
+                " destroyed, so no topic, table or replay can show them again"
+            ),
+        ] = False,
         after: Annotated[list[str] | None, Query()] = None,
     ) -> dict[str, Any]:
         """Delete a memory: recall never returns it again and get shows it ``deleted``; with
-        ``purge`` its row leaves the serving store too (get answers 404). Audited; 404 when this
-        tenant has no such memory (after ``after`` is applied).
+        ``purge`` its row leaves the serving store too (get answers 404); with ``erase`` its
+        content, context, embedding and metadata become unreadable everywhere, the log included
+        (README, "Erasure"). Audited; 404 when this tenant has no such memory (after ``after``
+        is applied) and, for ``erase``, no key of it either.
         """
         check_id("memory_id", memory_id)
-        if await service.get(who.tenant_id, memory_id, tokens(after)) is None:
+        found = await service.get(who.tenant_id, memory_id, tokens(after))
+        if found is None and not (erase and await service.has_keys(who.tenant_id, memory_id)):
             raise HTTPException(404, "no such memory")
-        token = await service.forget(who.tenant_id, memory_id, datetime.now(UTC), purge=purge)
-        return {"memory_id": memory_id, "purge": purge, "token": token.encode()}
+        now, keys = datetime.now(UTC), 0
+        if erase:
+            token, keys = await service.erase(who.tenant_id, [memory_id], now)
+        else:
+            token = await service.forget(who.tenant_id, memory_id, now, purge=purge)
+        return {
+            "memory_id": memory_id,
+            "purge": purge or erase,
+            "erase": erase,
+            "keys_erased": keys,  # 0: written in the clear by another producer, still in the log
+            "token": token.encode(),
+        }
+
+    @api.delete("/v1/users/{user_id:path}")
+    async def erase_user(
+        user_id: str, who: Auth, after: Annotated[list[str] | None, Query()] = None
+    ) -> dict[str, Any]:
+        """Erase every memory of one user of this tenant (``user_id`` scope), in any state,
+        summaries of them included, as ``DELETE /v1/memories/{id}?erase=true`` does for one
+        (after ``after`` is applied). Idempotent: a user with nothing left erases 0.
+        """
+        if not user_id or len(user_id.encode("utf-8")) > MAX_NAME_BYTES:
+            raise InvalidField("user_id", user_id, f"expected 1-{MAX_NAME_BYTES} bytes (UTF-8)")
+        await service.wait(tokens(after))
+        ids = await service.user_memories(who.tenant_id, user_id)
+        token, keys = await service.erase(who.tenant_id, ids, datetime.now(UTC))
+        return {
+            "user_id": user_id,
+            "erased": len(ids),
+            "memory_ids": ids,
+            "keys_erased": keys,
+            "token": token.encode(),
+        }
 
 
 def _update(api: FastAPI, service: RecallService, limits: Limits) -> None:

@@ -30,6 +30,7 @@ from memcore.keyword import bm25_scores
 from memcore.policy import RecallPolicy
 from ranker.applied import AppliedOffsets, Token
 from ranker.batcher import Batcher, Overloaded
+from ranker.errors import Unavailable
 from ranker.hotcache import HotCache
 from ranker.kernel import RankRequest, rank_many
 from ranker.listing import Page, page
@@ -37,8 +38,10 @@ from ranker.metrics import Metrics
 from ranker.view import StateView
 from storage import Filters, MemoryRow, MilvusStore, to_us
 from storage.embedding import Embedder
+from storage.key_log import KeyLog
 from storage.records import decision_value
 from storage.rows import LIVE_FIELDS, row_live_values
+from storage.sealing import seal_write
 
 _IMPORTANCE, _LAST_ACCESS, _TAU, _TIER, _ACCESSES, _STATE = (
     LIVE_FIELDS.index(name)
@@ -118,14 +121,18 @@ class RecallService:
         applied: AppliedOffsets | None = None,
         view: StateView | None = None,
         cache: HotCache | None = None,
+        keys: KeyLog | None = None,
     ) -> None:
-        """``applied``: how reads wait for a token; None: tokens are not waited for (a service
+        """``keys``: where each write's data key is minted and erased (:mod:`storage.key_log`);
+        None: writes are produced in the clear and nothing can be erased (unit tests).
+        ``applied``: how reads wait for a token; None: tokens are not waited for (a service
         without a worker to wait on, e.g. unit tests). ``view``: the live state laid over the
         rows Milvus returns (counters, importance, decay clock); None: the rows as stored.
         ``cache``: vector candidates from the ranker's memory where it can answer (exact, like
         Milvus); None: every vector search goes to Milvus.
         """
         self.cache = cache
+        self.keys = keys
         self.metrics = metrics or Metrics()
         if cache is not None:
             self.metrics.hot_rows.set_function(lambda: cache.rows)  # read at scrape time
@@ -258,36 +265,95 @@ class RecallService:
     async def write(
         self, tenant_id: str, documents: Sequence[Mapping[str, Any]]
     ) -> tuple[list[str], Token]:
-        """Produce memory writes; their ids (derived from the content when absent) and the token
-        a read can wait for.
+        """Produce memory writes, sealed under fresh data keys (:meth:`sealed`); their ids
+        (derived from the content when absent) and the token a read can wait for.
         """
         ids = [
-            d.get("memory_id")
-            or derive_memory_id(
-                tenant_id, d["content"], d.get("agent_id"), d.get("session_id"), d.get("user_id")
+            str(
+                d.get("memory_id")
+                or derive_memory_id(
+                    tenant_id,
+                    d["content"],
+                    d.get("agent_id"),
+                    d.get("session_id"),
+                    d.get("user_id"),
+                )
             )
             for d in documents
         ]
-        token = await self._produce_all(
-            [
-                ("memory-writes", {"v": 1, **d, "tenant_id": tenant_id, "memory_id": m})
-                for d, m in zip(documents, ids, strict=True)
-            ]
+        records = [
+            {"v": 1, **d, "tenant_id": tenant_id, "memory_id": m}
+            for d, m in zip(documents, ids, strict=True)
+        ]
+        token = await self._produce_all([("memory-writes", r) for r in await self.sealed(records)])
+        return ids, token
+
+    async def sealed(self, records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """``records`` (writes) with their words sealed under a key minted for each, once every
+        key is on the keys topic (as they are without keys). Raises KeyLogError (503).
+        """
+        if self.keys is None:
+            return list(records)
+        keys = await self.keys.mint(
+            [(r["tenant_id"], r["memory_id"], r.get("user_id")) for r in records]
         )
-        return [str(m) for m in ids], token
+        return [seal_write(r, k) for r, k in zip(records, keys, strict=True)]
 
     async def forget(
-        self, tenant_id: str, memory_id: str, at: datetime, *, purge: bool = False
+        self,
+        tenant_id: str,
+        memory_id: str,
+        at: datetime,
+        *,
+        purge: bool = False,
+        erase: bool = False,
     ) -> Token:
         """Delete one memory: a ``retire`` decision to ``deleted`` (recall never returns it; get
         shows it deleted), then with ``purge`` a ``purge`` decision (its row leaves Milvus; the
-        worker's table keeps a tombstone). Both are audited; the token a read can wait for.
+        worker's table keeps a tombstone). With ``erase`` (implies ``purge``), its data keys are
+        erased first (:meth:`erase`). Audited; the token a read can wait for.
         """
-        events: list[Retire | Purge] = [Retire(at, Lifecycle.DELETED, "deleted through the API")]
-        if purge:
-            events.append(Purge(at, "purged through the API"))
-        messages = [("memory-writes", decision_value(tenant_id, memory_id, e)) for e in events]
-        return await self._produce_all(messages)
+        if erase:
+            token, _ = await self.erase(tenant_id, [memory_id], at)
+            return token
+        return await self._produce_all(_forget(tenant_id, memory_id, at, purge=purge))
+
+    async def erase(
+        self, tenant_id: str, memory_ids: Sequence[str], at: datetime
+    ) -> tuple[Token, int]:
+        """Erase memories for good: their data keys are tombstoned on the keys topic (from then
+        on no process can open their words in any topic, table or replay; the broker drops the
+        keys at its next compaction), then each is deleted and purged (its row leaves Milvus, its
+        document leaves the worker's table). Returns the token and how many data keys were
+        destroyed (0 for a memory written in the clear by another producer: its words stay in
+        the log). Raises KeyLogError (503) when the keys topic does not answer; nothing is
+        deleted then, and the call can be repeated.
+        """
+        if self.keys is None:
+            raise Unavailable("kafka", "erase", "this ranker holds no keys topic")
+        keys = await self.keys.erase(tenant_id, memory_ids)
+        messages = [m for i in memory_ids for m in _forget(tenant_id, i, at, purge=True)]
+        return await self._produce_all(messages), sum(keys.values())
+
+    async def has_keys(self, tenant_id: str, memory_id: str) -> bool:
+        """True when the keys topic holds a data key of this memory (after catching up)."""
+        if self.keys is None:
+            return False
+        await self.keys.catch_up()
+        return bool(self.keys.ring.of_memory(tenant_id, memory_id))
+
+    async def user_memories(self, tenant_id: str, user_id: str) -> list[str]:
+        """Ids of every memory of ``user_id`` in this tenant, in any state: those whose keys name
+        the user and those Milvus holds under the user (written in the clear, or summaries).
+        """
+        ids: set[str] = set()
+        if self.keys is not None:
+            await self.keys.catch_up()
+            ids |= self.keys.memories(tenant_id, user_id)
+        filters = Filters(states=(), user_id=user_id)
+        rows = await asyncio.to_thread(self.store.query, tenant_id, filters)
+        ids |= {r.memory_id for r in rows}
+        return sorted(ids)
 
     async def update(
         self, tenant_id: str, memory_id: str, document: Mapping[str, Any], at: datetime
@@ -298,9 +364,10 @@ class RecallService:
         """
         new_id = str(document["memory_id"])
         supersede = Supersede(at, new_id, f"updated through the API by {new_id}")
+        (record,) = await self.sealed([{"v": 1, **document, "tenant_id": tenant_id}])
         return await self._produce_all(
             [
-                ("memory-writes", {"v": 1, **document, "tenant_id": tenant_id}),
+                ("memory-writes", record),
                 ("memory-writes", decision_value(tenant_id, memory_id, supersede)),
             ]
         )
@@ -371,6 +438,16 @@ class RecallService:
 
     async def _score(self, requests: Sequence[RankRequest]) -> list[list[Scored]]:
         return await asyncio.to_thread(rank_many, requests)
+
+
+def _forget(
+    tenant_id: str, memory_id: str, at: datetime, *, purge: bool
+) -> list[tuple[str, Mapping[str, Any]]]:
+    """The decisions that delete (and with ``purge`` purge) one memory."""
+    events: list[Retire | Purge] = [Retire(at, Lifecycle.DELETED, "deleted through the API")]
+    if purge:
+        events.append(Purge(at, "purged through the API"))
+    return [("memory-writes", decision_value(tenant_id, memory_id, e)) for e in events]
 
 
 def _access(tenant_id: str, memory_id: str, at: datetime, kind: str) -> dict[str, Any]:

@@ -13,14 +13,12 @@ Memory: a tuple of 14 values per memory (about 0.5 KB).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from storage import MemoryRow, codec
+from storage.compacted import CompactedLog, CompactedLogError
 from storage.kafka import KafkaConnection
 from storage.rows import live_values, with_live
 
@@ -32,19 +30,14 @@ def changelog_topic(app_id: str) -> str:
     return f"{app_id}-memories-changelog"
 
 
-class StateView:
+class StateView(CompactedLog):
     """Live state per tenant and memory. The constructor does no I/O; :meth:`start` connects and
     follows the topic in a task of its own (waiting for the topic while the worker creates it).
     """
 
     def __init__(self, kafka: KafkaConnection | str, topic: str, *, poll_s: float = 0.05) -> None:
-        self.kafka = KafkaConnection.of(kafka)
-        self.topic = topic
-        self.poll_s = poll_s
+        super().__init__(kafka, topic, poll_s=poll_s)
         self._live: dict[str, dict[str, tuple[Any, ...]]] = {}
-        self._consumer: Any = None
-        self._task: asyncio.Task[None] | None = None
-        self.applied = 0
         self.listeners: list[Callable[[str, str, Sequence[Any] | None], None]] = []
         """Called, in the event loop, with each memory's new live values (None: deleted)."""
 
@@ -87,66 +80,12 @@ class StateView:
         """The live values of one tenant's memories by id (read-only use)."""
         return self._live.get(tenant_id, {})
 
-    # -- Kafka -----------------------------------------------------------------------------------
-
-    async def start(self) -> None:
-        from aiokafka import AIOKafkaConsumer  # noqa: PLC0415 - only a serving process needs it
-
-        self._consumer = AIOKafkaConsumer(
-            **self.kafka.client(), enable_auto_commit=False, group_id=None
-        )
-        await self._consumer.start()
-        self._task = asyncio.create_task(self._follow(), name="state-view")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        if self._consumer is not None:
-            await self._consumer.stop()
-            self._consumer = None
-
-    @property
-    def running(self) -> bool:
-        return self._task is not None and not self._task.done()
-
-    async def _follow(self) -> None:
-        from aiokafka import TopicPartition  # noqa: PLC0415
-
-        consumer = self._consumer
-        partitions: set[int] = set()
-        while not partitions:
-            await consumer._client.force_metadata_update()  # the worker may not have made it yet
-            partitions = consumer.partitions_for_topic(self.topic) or set()
-            if not partitions:
-                await asyncio.sleep(1.0)
-        assigned = [TopicPartition(self.topic, p) for p in sorted(partitions)]
-        consumer.assign(assigned)
-        await consumer.seek_to_beginning(*assigned)
-        while True:
-            batches = await consumer.getmany(timeout_ms=int(self.poll_s * 1000), max_records=10_000)
-            for records in batches.values():
-                for record in records:
-                    self.apply(record.key, record.value)
-
     async def caught_up(self, timeout_s: float) -> bool:
         """Wait until the view has read every record on the topic now (at most ``timeout_s``);
-        False when it has not by then.
+        False when it has not by then. A topic that does not exist yet has nothing to read.
         """
-        deadline = time.monotonic() + timeout_s
-        consumer = self._consumer
-        while not consumer.assignment():  # still waiting for the topic
-            if time.monotonic() >= deadline:
-                return False
-            await asyncio.sleep(self.poll_s)
-        assigned = sorted(consumer.assignment())
-        ends = await consumer.end_offsets(assigned)
-        while True:
-            behind = [tp for tp in assigned if await consumer.position(tp) < ends[tp]]
-            if not behind:
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            await asyncio.sleep(self.poll_s / 2)
+        try:
+            await self.catch_up(timeout_s)
+        except CompactedLogError:
+            return False
+        return True

@@ -2,7 +2,9 @@
 metadata) in a table of its own, so that an access rewrites only the small state.
 
 Times are integer microseconds (exact); the vector is little-endian float32, base64-encoded.
-Decoding what was encoded gives an equal state and document.
+Decoding what was encoded gives an equal state and document. A document written from a sealed
+write stays sealed under that write's key (:mod:`storage.sealing`): the table's changelog never
+holds a memory's words in the clear.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import orjson
 
 from memcore import ImportanceSource, Lifecycle, MemoryState, ReviewCard, Tier
 from storage.rows import Document, from_us, to_us
+from storage.sealing import DataKey, Opener, SealError, seal
 
 _FORMAT = 1
 
@@ -37,23 +40,38 @@ def decode_vector(text: str) -> tuple[float, ...]:
     return tuple(values)
 
 
-def encode_document(doc: Document) -> bytes:
-    """Bytes of a documents-table value."""
-    return orjson.dumps(
-        {
-            "f": _FORMAT,
-            "content": doc.content,
-            "vector": encode_vector(doc.vector),
-            "metadata": doc.metadata,
-            "context": doc.context,
-        }
-    )
+def encode_document(doc: Document, key: DataKey | None = None) -> bytes:
+    """Bytes of a documents-table value: sealed under ``key`` when given (``doc.key_id`` should
+    name it), else in the clear.
+    """
+    value = {
+        "content": doc.content,
+        "vector": encode_vector(doc.vector),
+        "metadata": doc.metadata,
+        "context": doc.context,
+    }
+    if key is None:
+        return orjson.dumps({"f": _FORMAT, **value})
+    return orjson.dumps({"f": _FORMAT, "sealed": seal(value, key)})
 
 
-def decode_document(raw: bytes) -> Document:
-    """Inverse of :func:`encode_document`."""
+def decode_document(
+    raw: bytes, keys: Opener | None = None, memory: tuple[str, str] | None = None
+) -> Document:
+    """Inverse of :func:`encode_document`; a sealed value is opened with ``keys`` for
+    ``memory`` (tenant, memory id). Raises Erased when its key was erased, SealError when it
+    cannot be opened (no keys, unknown key, does not open).
+    """
     d = orjson.loads(raw)
-    return Document(d["content"], decode_vector(d["vector"]), d["metadata"], d.get("context"))
+    key_id = None
+    if "sealed" in d:
+        if keys is None or memory is None:
+            raise SealError("sealed", "a sealed document and no keys to open it")
+        key_id = str(d["sealed"].get("key_id"))
+        d = keys.open(memory[0], memory[1], d["sealed"])
+    return Document(
+        d["content"], decode_vector(d["vector"]), d["metadata"], d.get("context"), key_id
+    )
 
 
 def encode(state: MemoryState) -> bytes:

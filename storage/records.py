@@ -35,6 +35,7 @@ from memcore.consolidation import ALL_STRATEGIES, Strategy
 from memcore.ids import check_id, indexed_text
 from memcore.timecheck import check_event_time
 from storage.milvus import MAX_CONTENT_BYTES, MAX_RELATIONS, MAX_TAG_CHARS, MAX_TAGS
+from storage.sealing import PRIVATE_FIELDS, Opener, SealError
 from storage.tenants import Tenants
 
 VERSION = 1
@@ -153,6 +154,8 @@ class Limits:
     max_content_bytes: int
     registry: Tenants
     max_future_skew: timedelta = timedelta(seconds=300)
+    keys: Opener | None = None
+    """Opens sealed writes (:mod:`storage.sealing`); None: a sealed write is refused."""
 
 
 @dataclass(frozen=True)
@@ -174,6 +177,7 @@ class WriteRecord:
     relations: tuple[str, ...]
     summary_of: tuple[str, ...]
     context: str | None = None
+    key_id: str | None = None  # the data key its private fields were sealed under (None: clear)
 
     @property
     def key(self) -> str:
@@ -252,9 +256,16 @@ def _check_text_sizes(m: MemoryWriteV1, limits: Limits) -> None:
 
 
 def decode_write(raw: bytes, limits: Limits) -> WriteRecord:
-    """Validate a memory-write record; raises RecordError naming the first bad field."""
+    """Validate a memory-write record, clear or sealed (:func:`opened`); raises RecordError
+    naming the first bad field, and :class:`storage.sealing.Erased` for a sealed write whose key
+    was erased (not an error: the memory was erased after it was written).
+    """
     from memcore import derive_memory_id  # noqa: PLC0415 - keeps the import list short
 
+    key_id = None
+    document = _parse(raw)
+    if isinstance(document, dict) and "sealed" in document:
+        raw, key_id = opened(document, limits)
     m = _model(MemoryWriteV1, raw)
     tenant_id = _tenant(m.tenant_id, limits)
     _check_text_sizes(m, limits)
@@ -305,7 +316,41 @@ def decode_write(raw: bytes, limits: Limits) -> WriteRecord:
         user_id=m.user_id,
         relations=tuple(_id(f"relations[{i}]", r) for i, r in enumerate(m.relations)),
         summary_of=tuple(_id(f"summary_of[{i}]", r) for i, r in enumerate(m.summary_of)),
+        key_id=key_id,
     )
+
+
+def opened(document: Mapping[str, Any], limits: Limits) -> tuple[bytes, str]:
+    """The clear record (bytes) of a sealed write ``document`` and its key id: the sealed private
+    fields (:data:`storage.sealing.PRIVATE_FIELDS`) opened with ``limits.keys`` and put back.
+    A sealed write names its ``memory_id`` and carries no private field in the clear. Raises
+    RecordError naming the field, or Erased.
+    """
+    tenant_id, memory_id = document.get("tenant_id"), document.get("memory_id")
+    if not isinstance(tenant_id, str):
+        raise RecordError("tenant_id", tenant_id, "expected a string")
+    _tenant(tenant_id, limits)
+    if memory_id is None:
+        raise RecordError("memory_id", None, "required in a sealed write")
+    if not isinstance(memory_id, str):
+        raise RecordError("memory_id", memory_id, "expected a string")
+    _id("memory_id", memory_id)
+    for name in PRIVATE_FIELDS:
+        if name in document:
+            raise RecordError(name, "<given>", "a sealed write carries it sealed only")
+    sealed = document["sealed"]
+    if not isinstance(sealed, dict) or not isinstance(sealed.get("key_id"), str):
+        raise RecordError("sealed", sealed, "expected an object with key_id, nonce and data")
+    if limits.keys is None:
+        raise RecordError("sealed", sealed["key_id"], "this process holds no data keys")
+    try:
+        payload = limits.keys.open(tenant_id, memory_id, sealed)
+    except SealError as exc:
+        raise RecordError(exc.field, sealed["key_id"], exc.reason) from exc
+    if not isinstance(payload, dict) or not set(payload) <= set(PRIVATE_FIELDS):
+        raise RecordError("sealed.data", "<sealed>", f"expected only {', '.join(PRIVATE_FIELDS)}")
+    clear = {name: value for name, value in document.items() if name != "sealed"}
+    return orjson.dumps({**clear, **payload}), sealed["key_id"]
 
 
 @dataclass(frozen=True)

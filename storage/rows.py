@@ -40,12 +40,15 @@ class Document:
         metadata: free JSON-able metadata.
         context: words to find it by, embedded and indexed with the content, never returned as
             content (``memcore.ids.indexed_text``).
+        key_id: the data key it is sealed under in the documents table (None: kept in the clear;
+            :mod:`storage.sealing`).
     """
 
     content: str
     vector: tuple[float, ...]
     metadata: Mapping[str, Any] = field(default_factory=dict)
     context: str | None = None
+    key_id: str | None = None
 
 
 CURRENT = 0

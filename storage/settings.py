@@ -15,6 +15,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from storage.embedding import Embedder, Hashing, MiniLm
 from storage.kafka import KafkaConnection, Mechanism, Protocol
+from storage.key_log import ROLE as KEYS_ROLE
+from storage.key_log import KeyLog
 from storage.milvus import MilvusConfig
 from storage.records import Limits
 from storage.tenant_log import ROLE as TENANTS_ROLE
@@ -99,6 +101,10 @@ class SharedSettings(BaseSettings):
         return TenantLog(
             self.kafka(), self.topic(TENANTS_ROLE), self.registry(), timeout_s=timeout_s
         )
+
+    def key_log(self, timeout_s: float = 10.0) -> KeyLog:
+        """The data keys (the ``memory-keys`` topic, :mod:`storage.key_log`; not yet started)."""
+        return KeyLog(self.kafka(), self.topic(KEYS_ROLE), timeout_s=timeout_s)
 
     def limits(self, registry: Tenants | None = None) -> Limits:
         """What a record must satisfy (the worker's decode and the HTTP edge check the same);

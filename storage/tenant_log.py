@@ -17,13 +17,11 @@ writers validate before they produce.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from memcore import InvalidField
+from storage.compacted import CompactedLog, CompactedLogError
 from storage.kafka import KafkaConnection
 from storage.tenants import Tenant, TenantRegistry, decode_tenant_record, tenant_record
 
@@ -33,24 +31,21 @@ ROLE = "tenants"
 """The topic's role (its name is the topic prefix and this)."""
 
 
-class TenantLogError(Exception):
+class TenantLogError(CompactedLogError):
     """The tenants topic could not be read or written in time, or does not exist; retriable."""
 
-    retriable = True
-
-    def __init__(self, reason: str, retry_after_s: float = 1.0) -> None:
-        self.reason = reason
-        self.retry_after_s = retry_after_s
-        super().__init__(f"tenants topic: {reason}")
+    what = "tenants topic"
 
 
-class TenantLog:
+class TenantLog(CompactedLog):
     """``base`` (the file's or the environment's tenants) with the topic's records over it.
 
     The constructor does no I/O; :meth:`start` connects and follows the topic in a task of its own
     (waiting for the topic while the worker creates it); :meth:`stop` closes everything.
     ``timeout_s`` bounds :meth:`catch_up` and :meth:`publish`.
     """
+
+    error = TenantLogError
 
     def __init__(
         self,
@@ -61,21 +56,11 @@ class TenantLog:
         timeout_s: float = 10.0,
         poll_s: float = 0.05,
     ) -> None:
-        self.kafka = KafkaConnection.of(kafka)
-        self.topic = topic
+        super().__init__(kafka, topic, timeout_s=timeout_s, poll_s=poll_s)
         self.base = base
-        self.timeout_s = timeout_s
-        self.poll_s = poll_s
         self._records: dict[str, Tenant | None] = {}
         self._view = base
-        self._consumer: Any = None
-        self._producer: Any = None
-        self._task: asyncio.Task[None] | None = None
-        self._assigned: list[Any] = []
-        self._lock = asyncio.Lock()
         self._writing = asyncio.Lock()
-        self._starting = asyncio.Lock()
-        self.applied = 0
 
     # -- the registry ------------------------------------------------------------------------
 
@@ -112,117 +97,6 @@ class TenantLog:
         """Rebuild the view from ``base`` and the records applied."""
         self._view = self.base.merged(self._records)
 
-    # -- Kafka -------------------------------------------------------------------------------
-
-    async def start(self) -> None:
-        from aiokafka import AIOKafkaConsumer  # noqa: PLC0415 - only a serving process needs it
-
-        async with self._starting:  # a catch-up may start it while the owner does
-            if self._consumer is not None:
-                return
-            consumer = AIOKafkaConsumer(
-                **self.kafka.client(), enable_auto_commit=False, group_id=None
-            )
-            await consumer.start()
-            self._consumer = consumer
-            self._task = asyncio.create_task(self._follow(), name="tenant-log")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        if self._producer is not None:
-            await self._producer.stop()
-            self._producer = None
-        if self._consumer is not None:
-            await self._consumer.stop()
-            self._consumer = None
-        self._assigned = []
-
-    async def _assign(self) -> bool:
-        """Assign every partition of the topic, from the beginning; False while it does not exist."""
-        from aiokafka import TopicPartition  # noqa: PLC0415
-
-        async with self._lock:
-            if self._assigned:
-                return True
-            consumer = self._consumer
-            await consumer._client.force_metadata_update()
-            partitions = consumer.partitions_for_topic(self.topic) or set()
-            if not partitions:
-                return False
-            assigned = [TopicPartition(self.topic, p) for p in sorted(partitions)]
-            consumer.assign(assigned)
-            await consumer.seek_to_beginning(*assigned)
-            self._assigned = assigned
-            return True
-
-    async def _follow(self) -> None:
-        """Apply the topic's records as they come, for the life of the process: a broker error
-        is logged and retried after a second, never ending the follow (which would freeze the
-        registry and make every ``catch_up`` time out).
-        """
-        while True:
-            try:
-                await self._follow_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("reading the tenants topic failed; retrying in 1 s")
-                await asyncio.sleep(1.0)
-
-    async def _follow_once(self) -> None:
-        while not await self._assign():
-            await asyncio.sleep(1.0)
-        while True:
-            batches = await self._consumer.getmany(
-                timeout_ms=int(self.poll_s * 1000), max_records=10_000
-            )
-            for records in batches.values():
-                for record in records:
-                    self.apply(record.key, record.value)
-            if batches:
-                self.refresh()
-
-    async def catch_up(self, timeout_s: float | None = None) -> None:
-        """Return once every record on the topic now is applied (at once when the topic does
-        not exist: there is nothing to read). Raises TenantLogError after ``timeout_s``.
-        """
-        if self._consumer is None:
-            await self.start()
-        deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
-        try:
-            if not await asyncio.wait_for(self._assign(), self._left(deadline)):
-                return
-            ends = await asyncio.wait_for(
-                self._consumer.end_offsets(self._assigned), self._left(deadline)
-            )
-        except TimeoutError as exc:
-            raise TenantLogError("no answer from the broker", self.poll_s * 20) from exc
-        await self._reach({tp.partition: end for tp, end in ends.items()}, deadline)
-
-    async def _reach(self, wanted: Mapping[int, int], deadline: float) -> None:
-        """Wait until this log's position on each partition is at least ``wanted`` there."""
-        by_partition = {tp.partition: tp for tp in self._assigned}
-        while True:
-            behind = [
-                p
-                for p, offset in wanted.items()
-                if await self._consumer.position(by_partition[p]) < offset
-            ]
-            if not behind:
-                return
-            if time.monotonic() >= deadline:
-                msg = f"partitions {behind} not read within {self.timeout_s:g} s"
-                raise TenantLogError(msg)
-            await asyncio.sleep(self.poll_s / 2)
-
-    @staticmethod
-    def _left(deadline: float) -> float:
-        return max(0.001, deadline - time.monotonic())
-
     async def update(
         self, tenant_id: str, change: Callable[[Tenant | None], Tenant | None]
     ) -> Tenant | None:
@@ -236,40 +110,13 @@ class TenantLog:
             current = self.get(tenant_id)
             new = change(current)
             if new is None:
-                await self.publish(current or Tenant(tenant_id), deleted=True)
+                await self.publish_tenant(current or Tenant(tenant_id), deleted=True)
             else:
-                await self.publish(new)
+                await self.publish_tenant(new)
             return new
 
-    async def publish(self, tenant: Tenant, *, deleted: bool = False) -> None:
-        """Produce ``tenant``'s record (acks=all) and wait until this log has applied it. Raises
-        TenantLogError when the topic does not exist (the worker creates it: producing would
-        make a broker that auto-creates topics create it uncompacted) or does not answer in time.
+    async def publish_tenant(self, tenant: Tenant, *, deleted: bool = False) -> None:
+        """Produce ``tenant``'s record (acks=all) and wait until this log has applied it; raises
+        TenantLogError as :meth:`CompactedLog.publish` does.
         """
-        from aiokafka import AIOKafkaProducer  # noqa: PLC0415
-        from aiokafka.errors import KafkaError  # noqa: PLC0415
-
-        if self._consumer is None:
-            await self.start()
-        deadline = time.monotonic() + self.timeout_s
-        if not await self._assign():
-            raise TenantLogError(f"{self.topic} does not exist (the stream worker creates it)")
-        key, value = tenant_record(tenant, deleted=deleted)
-        try:
-            if self._producer is None:
-                producer = AIOKafkaProducer(**self.kafka.client(), acks="all")
-                try:
-                    await asyncio.wait_for(producer.start(), self._left(deadline))
-                except BaseException:
-                    await producer.stop()
-                    raise
-                self._producer = producer
-            sent = await asyncio.wait_for(
-                self._producer.send_and_wait(self.topic, key=key, value=value),
-                self._left(deadline),
-            )
-        except TimeoutError as exc:
-            raise TenantLogError(f"not acknowledged within {self.timeout_s:g} s") from exc
-        except KafkaError as exc:
-            raise TenantLogError(f"{type(exc).__name__}: {exc}") from exc
-        await self._reach({sent.partition: sent.offset + 1}, deadline)
+        await self.publish([tenant_record(tenant, deleted=deleted)])

@@ -47,6 +47,7 @@ from storage.records import (
     WriteRecord,
     decode_consolidation,
 )
+from storage.sealing import seal_write
 from storage.tenant_log import TenantLogError
 from storage.tenants import Tenants
 from streams import topics
@@ -56,6 +57,7 @@ from streams.metrics import WorkerMetrics
 from streams.processor import (
     Batch,
     Inbound,
+    Outbound,
     Processor,
     contained,
     dead_letter,
@@ -159,9 +161,14 @@ def create_app(settings: WorkerSettings, services: Services) -> faust.App:
     async def follow_tenants() -> None:
         await worker.tenants.start()  # a record of a tenant not known yet also starts it
 
+    @app.task  # type: ignore[untyped-decorator]
+    async def follow_keys() -> None:
+        await worker.keys.start()  # a sealed record with a key not seen yet also starts it
+
     @app.on_before_shutdown.connect  # type: ignore[arg-type]  # mode's handler union
-    async def stop_tenants(_sender: faust.App, **_: object) -> None:
+    async def stop_logs(_sender: faust.App, **_: object) -> None:
         await worker.tenants.stop()
+        await worker.keys.stop()
 
     @app.task  # type: ignore[untyped-decorator]
     async def announce() -> None:
@@ -216,11 +223,13 @@ class StreamWorker:
             for name in ("memories", "documents", "tenant-counters", "pending-accesses")
         )
         self.tenants = settings.tenant_log()
+        self.keys = settings.key_log()
         limits = Limits(
             settings.embedding_dim,
             settings.max_content_bytes,
             self.tenants,
             timedelta(seconds=settings.max_future_skew_s),
+            self.keys,
         )
         self.processor = Processor(memories, documents, counters, pending, limits)
         self.write_done: dict[int, int] = {}  # writes partition -> next offset not yet applied
@@ -243,6 +252,7 @@ class StreamWorker:
         batch = Batch()
         pairs = [(_inbound(e), e) for e in events]
         await self.know_tenants(message.value for message, _ in pairs)
+        await self.keys.know(message.value for message, _ in pairs)
         event_for = {id(message): event for message, event in pairs}
         accepted = self.processor.decode_writes([message for message, _ in pairs], batch)
         writes = [r for _, r in accepted if isinstance(r, WriteRecord)]
@@ -426,9 +436,8 @@ class StreamWorker:
                 plan_tenant, tenant_id, rows, request, tenant.policy
             )
             if not request.dry_run:
-                batch.out.extend(
-                    decision_records(tenant_id, decisions, rows, request.at, request.request_id)
-                )
+                out = decision_records(tenant_id, decisions, rows, request.at, request.request_id)
+                batch.out.extend(await self.sealed(out))
             batch.out.append(report(tenant_id, request, decisions))
             log.info(
                 "consolidation of %s: %d decisions%s",
@@ -436,6 +445,25 @@ class StreamWorker:
                 len(decisions),
                 " (dry run)" if request.dry_run else "",
             )
+
+    async def sealed(self, out: Sequence[Outbound]) -> list[Outbound]:
+        """``out`` with every write among it (a summary) sealed under a key minted for it: a
+        summary's words are as erasable as its sources'.
+        """
+        writes = [
+            (i, v)
+            for i, v in ((i, orjson.loads(m.value)) for i, m in enumerate(out))
+            if out[i].role == topics.WRITES and v.get("kind", "write") == "write"
+        ]
+        if not writes:
+            return list(out)
+        keys = await self.keys.mint(
+            [(v["tenant_id"], v["memory_id"], v.get("user_id")) for _, v in writes]
+        )
+        sealed = list(out)
+        for (i, value), key in zip(writes, keys, strict=True):
+            sealed[i] = Outbound(out[i].role, out[i].key, orjson.dumps(seal_write(value, key)))
+        return sealed
 
     async def sync(self, batch: Batch) -> None:
         """Upsert the whole current row of every touched memory (delete purged ones)."""

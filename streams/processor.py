@@ -45,6 +45,7 @@ from storage.records import (
     decode_memory_event,
 )
 from storage.rows import from_us, live_values, serving_changed, to_us, with_live
+from storage.sealing import DataKey, Erased, SealError
 
 R = TypeVar("R", WriteRecord | DecisionRecord, AccessRecord)
 
@@ -157,6 +158,7 @@ class Batch:
     touched: dict[str, None] = field(default_factory=dict)  # ordered set of table keys
     stated: dict[str, None] = field(default_factory=dict)  # keys whose content was (re)stated
     parked: set[int] = field(default_factory=set)  # partitions where accesses were parked
+    erased: int = 0  # sealed writes skipped because their memory was erased since
 
     def touch(self, key: str) -> None:
         self.touched[key] = None
@@ -237,13 +239,41 @@ class Processor:
 
     def load(self, key: str) -> tuple[MemoryState, Document] | None:
         """State and document; None when either is missing (a crash between the two changelog
-        writes can leave a state without its document: the redelivered write restores it).
+        writes can leave a state without its document: the redelivered write restores it) or the
+        document's key was erased.
         """
         state = self.state(key)
-        raw = self.documents.get(key.encode())
-        if state is None or raw is None:
+        if state is None:
             return None
-        return state, codec.decode_document(raw)
+        doc = self.document(key)
+        return (state, doc) if doc is not None else None
+
+    def document(self, key: str) -> Document | None:
+        """The stored document of ``key`` opened; None when there is none or it cannot be opened
+        (its key erased, or unknown here).
+        """
+        raw = self.documents.get(key.encode())
+        if raw is None:
+            return None
+        tenant_id, _, memory_id = key.partition("/")
+        try:
+            return codec.decode_document(raw, self.limits.keys, (tenant_id, memory_id))
+        except (Erased, SealError) as exc:
+            log.debug("document of %s not opened: %s", key, exc)
+            return None
+
+    def data_key(self, tenant_id: str, memory_id: str, key_id: str | None) -> DataKey | None:
+        """The data key to seal a document under; raises Erased when it is gone since the write
+        was opened (None ``key_id``: the document stays in the clear).
+        """
+        if key_id is None:
+            return None
+        found = (
+            self.limits.keys.data_key(tenant_id, memory_id, key_id) if self.limits.keys else None
+        )
+        if found is None:
+            raise Erased(tenant_id, memory_id, key_id)
+        return found
 
     def state(self, key: str) -> MemoryState | None:
         """The state alone (an access needs no document)."""
@@ -260,13 +290,12 @@ class Processor:
         upserts: list[MemoryRow] = []
         deletes: list[tuple[str, str]] = []
         for key in keys:
-            found = self.load(key)
-            if found is None:
-                continue
-            state, doc = found
-            if state.purged:
+            state = self.state(key)
+            if state is not None and state.purged:
                 deletes.append((state.tenant_id, state.memory_id))
-            else:
+                continue
+            doc = self.document(key) if state is not None else None
+            if state is not None and doc is not None:
                 upserts.append(MemoryRow.of(state, doc))
         return upserts, deletes
 
@@ -303,6 +332,9 @@ class Processor:
         except RecordError as error:
             batch.out.append(dead_letter(message, error))
             return None
+        except Erased:
+            batch.erased += 1  # erased since it was written: nothing of it is to be applied
+            return None
         key = record.key.encode()
         if message.key != key:
             batch.out.append(Outbound(role, key, message.value))
@@ -335,8 +367,7 @@ class Processor:
         """Apply one write. ``vector`` is the record's or a computed embedding; None keeps the stored one."""
         key = record.key.encode()
         state = self.state(record.key)
-        raw_doc = self.documents.get(key)
-        doc = codec.decode_document(raw_doc) if raw_doc is not None else None
+        doc = self.document(record.key)
         event = Write(
             tenant_id=record.tenant_id,
             memory_id=record.memory_id,
@@ -366,14 +397,19 @@ class Processor:
             batch.out.append(dead_letter(message, missing))
             return
         new_doc = None
+        key_id = record.key_id or (doc.key_id if doc is not None else None)
         if doc is None or effects[0].kind in (EffectKind.CREATED, EffectKind.UPDATED):
-            new_doc = Document(record.content, use, record.metadata, record.context)
+            new_doc = Document(record.content, use, record.metadata, record.context, key_id)
         elif record.metadata:
-            new_doc = Document(
-                doc.content, doc.vector, {**doc.metadata, **record.metadata}, doc.context
-            )
+            merged = {**doc.metadata, **record.metadata}
+            new_doc = Document(doc.content, doc.vector, merged, doc.context, key_id)
         if new_doc is not None:
-            self.documents[key] = codec.encode_document(new_doc)
+            try:
+                sealer = self.data_key(record.tenant_id, record.memory_id, key_id)
+            except Erased:
+                batch.erased += 1  # erased while this batch was embedded: keep nothing of it
+                return
+            self.documents[key] = codec.encode_document(new_doc, sealer)
         if not skipped:
             self.memories[key] = codec.encode(new)
         if not skipped and any(e.kind in _STATED for e in effects):
@@ -389,8 +425,11 @@ class Processor:
         event = dataclasses.replace(record.event, position=message.position)
         new, effects = apply(state, event, self.policy(record.tenant_id))
         assert new is not None
+        key = record.key.encode()
         if new != state:
-            self.memories[record.key.encode()] = codec.encode(new)
+            self.memories[key] = codec.encode(new)
+        if new.purged and key in self.documents:
+            del self.documents[key]  # its words leave the table (a tombstone on the changelog)
         self._after(message, event.at, new, effects, batch)
 
     # -- access --------------------------------------------------------------------------------

@@ -26,6 +26,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from storage import MemoryRow, MilvusStore, codec
 from storage.kafka import KafkaConnection
+from storage.key_log import ROLE as KEYS_ROLE
+from storage.sealing import Erased, KeyRing, SealError
 from streams.settings import WorkerSettings
 
 CHUNK = 1000
@@ -76,22 +78,30 @@ def state_hash(memories: Mapping[bytes, bytes]) -> str:
 
 @dataclass(frozen=True)
 class Tables:
-    """The memories and documents tables of one app id, as their changelogs hold them."""
+    """The memories and documents tables of one app id, as their changelogs hold them, and the
+    data keys that open the sealed documents (the ``memory-keys`` topic).
+    """
 
     memories: dict[bytes, bytes]
     documents: dict[bytes, bytes]
+    keys: KeyRing = dataclasses.field(default_factory=KeyRing)
 
     @classmethod
     async def read(cls, settings: WorkerSettings) -> Tables:
-        memories, documents = await asyncio.gather(
+        memories, documents, keys = await asyncio.gather(
             read_changelog(settings.kafka(), f"{settings.app_id}-memories-changelog"),
             read_changelog(settings.kafka(), f"{settings.app_id}-documents-changelog"),
+            read_changelog(settings.kafka(), settings.topic(KEYS_ROLE)),
         )
-        return cls(memories, documents)
+        ring = KeyRing()
+        for key, value in keys.items():
+            ring.apply(key, value)
+        return cls(memories, documents, ring)
 
     def rows(self) -> tuple[list[MemoryRow], list[tuple[str, str]]]:
         """Rows to upsert and (tenant, memory id) of purged memories; a state whose document
-        is missing (never the case once its write is applied) is left out.
+        is missing (never the case once its write is applied) or cannot be opened (its key erased:
+        the purge that follows an erasure deletes the row) is left out.
         """
         upserts: list[MemoryRow] = []
         purged: list[tuple[str, str]] = []
@@ -100,9 +110,15 @@ class Tables:
             if state.purged:
                 purged.append((state.tenant_id, state.memory_id))
                 continue
-            doc = self.documents.get(key)
-            if doc is not None:
-                upserts.append(MemoryRow.of(state, codec.decode_document(doc)))
+            raw_doc = self.documents.get(key)
+            if raw_doc is None:
+                continue
+            memory = (state.tenant_id, state.memory_id)
+            try:
+                doc = codec.decode_document(raw_doc, self.keys, memory)
+            except (Erased, SealError):
+                continue
+            upserts.append(MemoryRow.of(state, doc))
         return upserts, purged
 
 

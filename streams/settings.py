@@ -29,6 +29,12 @@ class WorkerSettings(SharedSettings):
     dead_letter_retention_ms: int = Field(
         30 * 86_400_000, ge=-1, description="dead-letter topic: how long rejected records stay"
     )
+    keys_compaction_lag_ms: int = Field(
+        3_600_000,
+        ge=100,
+        description="memory-keys topic (segment.ms, max.compaction.lag.ms): an erased memory's key"
+        " leaves the broker's disk about this long after the erasure (storage.key_log)",
+    )
     store: Literal["rocksdb", "memory"] = "rocksdb"
     data_dir: Path = Path("var/worker")
     llm_url: str | None = Field(None, description="OpenAI-compatible base URL; unset: rule engine")

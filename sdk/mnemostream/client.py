@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -160,9 +161,13 @@ class _Api:
         return _Call("POST", "/v1/memories/get", _drop_none(body))
 
     @staticmethod
-    def forget(memory_id: str, purge: bool, after: Sequence[str]) -> _Call:
-        flags = (("purge", "true" if purge else "false"),)
+    def forget(memory_id: str, purge: bool, after: Sequence[str], erase: bool = False) -> _Call:
+        flags = (("purge", "true" if purge else "false"),) + ((("erase", "true"),) if erase else ())
         return _Call("DELETE", f"/v1/memories/{memory_id}", params=tuple(after), flags=flags)
+
+    @staticmethod
+    def erase_user(user_id: str, after: Sequence[str]) -> _Call:
+        return _Call("DELETE", f"/v1/users/{quote(user_id, safe='')}", params=tuple(after))
 
     @staticmethod
     def update(memory_id: str, changes: dict[str, Any], after: Sequence[str]) -> _Call:
@@ -287,11 +292,19 @@ class Client:
         found = self._send(_Api.get_many(memory_ids, self._session.after()))
         return {m["memory_id"]: Memory.of(m) for m in found["memories"]}
 
-    def forget(self, memory_id: str, *, purge: bool = False) -> None:
-        """Delete a memory (recall never returns it; ``purge``: get no longer finds it either).
-        Raises MnemostreamError (404) when this tenant has no such memory.
+    def forget(self, memory_id: str, *, purge: bool = False, erase: bool = False) -> None:
+        """Delete a memory (recall never returns it; ``purge``: get no longer finds it either;
+        ``erase``: its words are destroyed for good, in the log too). Raises MnemostreamError
+        (404) when this tenant has no such memory.
         """
-        self._send(_Api.forget(memory_id, purge, self._session.after()))
+        self._send(_Api.forget(memory_id, purge, self._session.after(), erase))
+
+    def erase_user(self, user_id: str) -> list[str]:
+        """Erase every memory of ``user_id`` (as ``forget(erase=True)`` does one); their ids."""
+        return [
+            str(m)
+            for m in self._send(_Api.erase_user(user_id, self._session.after()))["memory_ids"]
+        ]
 
     def update(self, memory_id: str, **changes: Any) -> str:  # noqa: ANN401
         """Write a new version of a memory (content, tags, metadata, importance, at...: the rest
@@ -396,8 +409,12 @@ class AsyncClient:
         found = await self._send(_Api.get_many(memory_ids, self._session.after()))
         return {m["memory_id"]: Memory.of(m) for m in found["memories"]}
 
-    async def forget(self, memory_id: str, *, purge: bool = False) -> None:
-        await self._send(_Api.forget(memory_id, purge, self._session.after()))
+    async def forget(self, memory_id: str, *, purge: bool = False, erase: bool = False) -> None:
+        await self._send(_Api.forget(memory_id, purge, self._session.after(), erase))
+
+    async def erase_user(self, user_id: str) -> list[str]:
+        call = _Api.erase_user(user_id, self._session.after())
+        return [str(m) for m in (await self._send(call))["memory_ids"]]
 
     async def update(self, memory_id: str, **changes: Any) -> str:  # noqa: ANN401
         call = _Api.update(memory_id, changes, self._session.after())

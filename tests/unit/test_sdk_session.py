@@ -79,3 +79,31 @@ def test_forget_sends_purge_with_the_sessions_tokens() -> None:
         ("/v1/memories/m1", {"purge": "true", "after": "v1.t1"}),
         ("/v1/memories/m1", {"purge": "false", "after": "v1.t9"}),
     ]
+
+
+def test_erasure_calls_sync_and_async() -> None:
+    seen: list[httpx.URL] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url)
+        if request.url.path.startswith("/v1/users/"):
+            return httpx.Response(200, json={"memory_ids": ["m1", "m2"], "token": "v1.t5"})
+        return httpx.Response(200, json={"memory_id": "m1", "token": "v1.t4"})
+
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(answer)) as client:
+        client.forget("m1", erase=True)
+        assert client.erase_user("ann/bob é") == ["m1", "m2"]
+
+    async def run() -> list[str]:
+        transport = httpx.MockTransport(answer)
+        async with AsyncClient("http://x", "k" * 16, transport=transport) as client:
+            await client.forget("m1", erase=True)
+            return await client.erase_user("ann")
+
+    assert asyncio.run(run()) == ["m1", "m2"]
+    assert [(u.raw_path.decode(), dict(u.params.multi_items())) for u in seen] == [
+        ("/v1/memories/m1?purge=false&erase=true", {"purge": "false", "erase": "true"}),
+        ("/v1/users/ann%2Fbob%20%C3%A9?after=v1.t4", {"after": "v1.t4"}),
+        ("/v1/memories/m1?purge=false&erase=true", {"purge": "false", "erase": "true"}),
+        ("/v1/users/ann?after=v1.t4", {"after": "v1.t4"}),
+    ]

@@ -204,7 +204,7 @@ class LocalLog(TenantLog):
     async def catch_up(self, timeout_s: float | None = None) -> None:
         return None
 
-    async def publish(self, tenant: Tenant, *, deleted: bool = False) -> None:
+    async def publish_tenant(self, tenant: Tenant, *, deleted: bool = False) -> None:
         self.apply(*tenant_record(tenant, deleted=deleted))
         self.refresh()
 

@@ -1,0 +1,240 @@
+"""Following a compacted topic: the Kafka half that :class:`~storage.tenant_log.TenantLog` and
+:class:`~storage.key_log.KeyLog` share.
+
+A :class:`CompactedLog` reads every partition of its topic from the beginning (no consumer group:
+assigned, not subscribed) and keeps following it for the life of the process, handing each record
+to :meth:`CompactedLog.apply` and calling :meth:`CompactedLog.refresh` after each fetched batch.
+:meth:`CompactedLog.catch_up` waits until every record on the topic now is applied;
+:meth:`CompactedLog.publish` produces records (acks=all) and waits until this log has applied them
+(read-your-writes for the process that made the change). A broker error while following is logged
+and retried; callers see :class:`CompactedLogError` (retriable, with a retry hint) when the topic
+cannot be read or written within ``timeout_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from storage.kafka import KafkaConnection
+
+log = logging.getLogger(__name__)
+
+
+class CompactedLogError(Exception):
+    """The topic could not be read or written in time, or does not exist; retriable."""
+
+    retriable = True
+    what = "compacted topic"
+
+    def __init__(self, reason: str, retry_after_s: float = 1.0) -> None:
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+        super().__init__(f"{self.what}: {reason}")
+
+
+class CompactedLog:
+    """The constructor does no I/O; :meth:`start` connects and follows the topic in a task of its
+    own (waiting for the topic while the worker creates it); :meth:`stop` closes everything.
+    Subclasses define :meth:`apply` (one record) and :meth:`refresh` (after a fetched batch), and
+    may set ``error`` to their own :class:`CompactedLogError` subclass.
+    """
+
+    error: type[CompactedLogError] = CompactedLogError
+
+    def __init__(
+        self,
+        kafka: KafkaConnection | str,
+        topic: str,
+        *,
+        timeout_s: float = 10.0,
+        poll_s: float = 0.05,
+    ) -> None:
+        self.kafka = KafkaConnection.of(kafka)
+        self.topic = topic
+        self.timeout_s = timeout_s
+        self.poll_s = poll_s
+        self._consumer: Any = None
+        self._producer: Any = None
+        self._task: asyncio.Task[None] | None = None
+        self._assigned: list[Any] = []
+        self._lock = asyncio.Lock()
+        self._starting = asyncio.Lock()
+        self.applied = 0
+
+    def apply(self, key: bytes | None, value: bytes | None) -> None:
+        """Take one record (a tombstone has ``value`` None)."""
+        raise NotImplementedError
+
+    def refresh(self) -> None:
+        """Called after each fetched batch has been applied (nothing by default)."""
+
+    # -- following -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        from aiokafka import AIOKafkaConsumer  # noqa: PLC0415 - only a serving process needs it
+
+        async with self._starting:  # a catch-up may start it while the owner does
+            if self._consumer is not None:
+                return
+            consumer = AIOKafkaConsumer(
+                **self.kafka.client(), enable_auto_commit=False, group_id=None
+            )
+            await consumer.start()
+            self._consumer = consumer
+            self._task = asyncio.create_task(self._follow(), name=f"follow-{self.topic}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            await cancelled(self._task)
+            self._task = None
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None
+        if self._consumer is not None:
+            await self._consumer.stop()
+            self._consumer = None
+        self._assigned = []
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def _assign(self) -> bool:
+        """Assign every partition of the topic, from the beginning; False while it does not exist."""
+        from aiokafka import TopicPartition  # noqa: PLC0415
+
+        async with self._lock:
+            if self._assigned:
+                return True
+            consumer = self._consumer
+            await consumer._client.force_metadata_update()
+            partitions = consumer.partitions_for_topic(self.topic) or set()
+            if not partitions:
+                return False
+            assigned = [TopicPartition(self.topic, p) for p in sorted(partitions)]
+            consumer.assign(assigned)
+            await consumer.seek_to_beginning(*assigned)
+            self._assigned = assigned
+            return True
+
+    async def _follow(self) -> None:
+        """Apply the topic's records as they come, for the life of the process: a broker error
+        is logged and retried after a second, never ending the follow (which would freeze the
+        view and make every ``catch_up`` time out).
+        """
+        while True:
+            try:
+                await self._follow_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("reading %s failed; retrying in 1 s", self.topic)
+                await asyncio.sleep(1.0)
+
+    async def _follow_once(self) -> None:
+        while not await self._assign():
+            await asyncio.sleep(1.0)
+        while True:
+            batches = await self._consumer.getmany(
+                timeout_ms=int(self.poll_s * 1000), max_records=10_000
+            )
+            for records in batches.values():
+                for record in records:
+                    self.apply(record.key, record.value)
+            if batches:
+                self.refresh()
+
+    async def catch_up(self, timeout_s: float | None = None) -> None:
+        """Return once every record on the topic now is applied (at once when the topic does
+        not exist: there is nothing to read). Raises ``error`` after ``timeout_s``.
+        """
+        if self._consumer is None:
+            await self.start()
+        deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
+        try:
+            if not await asyncio.wait_for(self._assign(), _left(deadline)):
+                return
+            ends = await asyncio.wait_for(
+                self._consumer.end_offsets(self._assigned), _left(deadline)
+            )
+        except TimeoutError as exc:
+            raise self.error("no answer from the broker", self.poll_s * 20) from exc
+        await self._reach({tp.partition: end for tp, end in ends.items()}, deadline)
+
+    async def _reach(self, wanted: Mapping[int, int], deadline: float) -> None:
+        """Wait until this log's position on each partition is at least ``wanted`` there."""
+        by_partition = {tp.partition: tp for tp in self._assigned}
+        while True:
+            behind = [
+                p
+                for p, offset in wanted.items()
+                if await self._consumer.position(by_partition[p]) < offset
+            ]
+            if not behind:
+                return
+            if time.monotonic() >= deadline:
+                msg = f"partitions {behind} not read within {self.timeout_s:g} s"
+                raise self.error(msg)
+            await asyncio.sleep(self.poll_s / 2)
+
+    # -- writing -------------------------------------------------------------------------------
+
+    async def publish(
+        self, records: Sequence[tuple[bytes, bytes | None]], *, applied: bool = True
+    ) -> None:
+        """Produce ``(key, value)`` records (acks=all; value None: a tombstone) and, with
+        ``applied``, wait until this log has applied them (without: the caller applies them to
+        its own view, sooner than the next fetch would). Raises ``error`` when the topic does
+        not exist (the worker creates it: producing would make a broker that auto-creates
+        topics create it uncompacted) or does not answer in time.
+        """
+        from aiokafka import AIOKafkaProducer  # noqa: PLC0415
+        from aiokafka.errors import KafkaError  # noqa: PLC0415
+
+        if not records:
+            return
+        if self._consumer is None:
+            await self.start()
+        deadline = time.monotonic() + self.timeout_s
+        if not await self._assign():
+            raise self.error(f"{self.topic} does not exist (the stream worker creates it)")
+        try:
+            if self._producer is None:
+                producer = AIOKafkaProducer(**self.kafka.client(), acks="all")
+                try:
+                    await asyncio.wait_for(producer.start(), _left(deadline))
+                except BaseException:
+                    await producer.stop()
+                    raise
+                self._producer = producer
+            deliveries = [
+                await self._producer.send(self.topic, key=key, value=value)
+                for key, value in records
+            ]
+            sent = await asyncio.wait_for(asyncio.gather(*deliveries), _left(deadline))
+        except TimeoutError as exc:
+            raise self.error(f"not acknowledged within {self.timeout_s:g} s") from exc
+        except KafkaError as exc:
+            raise self.error(f"{type(exc).__name__}: {exc}") from exc
+        if not applied:
+            return
+        wanted: dict[int, int] = {}
+        for meta in sent:
+            wanted[meta.partition] = max(wanted.get(meta.partition, 0), meta.offset + 1)
+        await self._reach(wanted, deadline)
+
+
+async def cancelled(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` and wait until it has ended (its CancelledError swallowed)."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def _left(deadline: float) -> float:
+    return max(0.001, deadline - time.monotonic())

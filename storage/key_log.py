@@ -1,0 +1,132 @@
+"""The ``memory-keys`` topic (compacted): every write's data key and every erasure marker
+(:mod:`storage.sealing`), followed in memory by each process that seals or opens memories.
+
+The ranker mints a key per write (:meth:`KeyLog.mint`: acknowledged by every in-sync replica
+before the sealed write is produced) and erases (:meth:`KeyLog.erase`: tombstones the memory's
+keys and records its erasure marker). The worker opens the sealed writes it applies and the
+documents it keeps (:meth:`KeyLog.open`), reading the topic up to its end first when a record
+names a key it has not seen yet (:meth:`KeyLog.know`).
+
+Erasure is complete once the broker's log cleaner has compacted the tombstoned keys away: the
+topic is created with ``segment.ms`` and ``max.compaction.lag.ms`` set to the worker's
+``MNEMO_KEYS_COMPACTION_LAG_MS`` (``streams.topics``); until then the key is still on the
+broker's disk (but no longer served by any of our processes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from storage.compacted import CompactedLog, CompactedLogError
+from storage.kafka import KafkaConnection
+from storage.sealing import DataKey, KeyRing, erasure_record, key_record, new_key
+
+log = logging.getLogger(__name__)
+
+ROLE = "memory-keys"
+"""The topic's role (its name is the topic prefix and this)."""
+
+
+class KeyLogError(CompactedLogError):
+    """The keys topic could not be read or written in time, or does not exist; retriable."""
+
+    what = "keys topic"
+
+
+class KeyLog(CompactedLog):
+    """The :class:`~storage.sealing.KeyRing` of the topic; the constructor does no I/O."""
+
+    error = KeyLogError
+
+    def __init__(
+        self,
+        kafka: KafkaConnection | str,
+        topic: str,
+        *,
+        timeout_s: float = 10.0,
+        poll_s: float = 0.05,
+    ) -> None:
+        super().__init__(kafka, topic, timeout_s=timeout_s, poll_s=poll_s)
+        self.ring = KeyRing()
+        self._erasing = asyncio.Lock()
+
+    def apply(self, key: bytes | None, value: bytes | None) -> None:
+        if self.ring.apply(key, value):
+            self.applied += 1
+        else:
+            log.warning("keys topic: skipped a record keyed %r that does not decode", key)
+
+    def open(self, tenant_id: str, memory_id: str, sealed: Mapping[str, Any]) -> Any:  # noqa: ANN401 - JSON
+        """See :meth:`storage.sealing.KeyRing.open`."""
+        return self.ring.open(tenant_id, memory_id, sealed)
+
+    def data_key(self, tenant_id: str, memory_id: str, key_id: str) -> DataKey | None:
+        return self.ring.data_key(tenant_id, memory_id, key_id)
+
+    async def mint(self, memories: Sequence[tuple[str, str, str | None]]) -> list[DataKey]:
+        """A fresh key for each ``(tenant, memory, user)``, acknowledged on the topic by every
+        in-sync replica before this returns (a sealed write is produced only after its key).
+        Raises KeyLogError when the topic does not answer in time.
+        """
+        keys = [
+            new_key(tenant_id, memory_id, user_id) for tenant_id, memory_id, user_id in memories
+        ]
+        await self.publish([key_record(k) for k in keys], applied=False)
+        for key in keys:
+            self.ring.add(key)
+        return keys
+
+    async def erase(self, tenant_id: str, memory_ids: Iterable[str]) -> dict[str, int]:
+        """Erase the keys of ``tenant_id``'s ``memory_ids``: tombstones for each key and the
+        memory's erasure marker (every key id erased so far), applied here before this returns.
+        Returns how many keys each memory had. Raises KeyLogError as :meth:`publish` does.
+        """
+        async with self._erasing:
+            await self.catch_up()
+            records: list[tuple[bytes, bytes | None]] = []
+            erased: dict[str, int] = {}
+            for memory_id in dict.fromkeys(memory_ids):
+                keys = self.ring.of_memory(tenant_id, memory_id)
+                before = self.ring.erased.get((tenant_id, memory_id), frozenset())
+                records.extend((k.record_key, None) for k in keys)
+                ids = before | {k.key_id for k in keys}
+                if ids != before:
+                    records.append(erasure_record(tenant_id, memory_id, ids))
+                erased[memory_id] = len(keys)
+            await self.publish(records)
+            return erased
+
+    def memories(self, tenant_id: str, user_id: str | None = None) -> set[str]:
+        """See :meth:`storage.sealing.KeyRing.memories` (call :meth:`catch_up` first)."""
+        return self.ring.memories(tenant_id, user_id)
+
+    async def know(self, values: Iterable[bytes]) -> None:
+        """Read the topic up to its end (once) when a sealed record among ``values`` names a key
+        this log has neither seen nor seen erased; a topic that cannot be read in time is logged
+        (the records then fail to open and go to dead-letter).
+        """
+        if not any(self._unknown(v) for v in values):
+            return
+        try:
+            await self.catch_up()
+        except KeyLogError as exc:
+            log.warning("records name unknown keys and %s", exc)
+
+    def _unknown(self, value: bytes) -> bool:
+        try:
+            record = orjson.loads(value)
+            sealed = record["sealed"]
+            tenant_id, memory_id = record["tenant_id"], record["memory_id"]
+            key_id = sealed["key_id"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return False
+        if not all(isinstance(x, str) for x in (tenant_id, memory_id, key_id)):
+            return False
+        ring = self.ring
+        known = ring.secret(tenant_id, memory_id, key_id) is not None
+        return not known and not ring.is_erased(tenant_id, memory_id, key_id)

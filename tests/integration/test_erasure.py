@@ -1,0 +1,179 @@
+"""Erasure that holds against the log: `python -m server` on a real broker (Milvus Lite).
+
+Writes go through the HTTP API sealed under per-write data keys (storage.sealing); erasing a user
+(and one memory) destroys those keys. The proof: before and after, no topic of the deployment
+(the replayable log, the worker's changelogs, audit, dead letters) holds the words in the clear;
+after erasure the API and Milvus no longer have the memories, the broker's compaction drops the
+keys themselves, no key left on the keys topic opens any sealed copy, a replay of the whole log
+into a new worker brings none of them back, and another user's memory is untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+
+from mnemostream import Client
+from storage.sealing import SealError, unseal
+from streams.rebuild import read_changelog
+from tests.integration.harness import Stack, WorkerProcess, eventually, read_all, table_states
+from tests.integration.test_end_to_end import DIM, KEY, e, serve
+from tests.integration.test_streams import T0
+
+pytestmark = pytest.mark.integration
+ANN_WORDS = ("PIN is 4711", "walks the dog at dawn", "the office wifi is zebra-99")
+BOB_WORDS = "PIN is 1234"
+
+
+@pytest.fixture
+def stack(kafka_bootstrap: str, tmp_path: Path) -> Stack:
+    return Stack(kafka_bootstrap, str(tmp_path / "replay.db"), tmp_path, ("acme",), dim=DIM)
+
+
+@pytest.fixture
+def server(stack: Stack, tmp_path: Path) -> Iterator[str]:
+    # one-second key segments: the broker may compact an erased key away a second after it
+    yield from serve(stack, tmp_path, MNEMO_KEYS_COMPACTION_LAG_MS="1000")
+
+
+def deployment_topics(stack: Stack) -> list[str]:
+    """Every topic of this deployment: ours (prefixed) and the worker's changelogs."""
+
+    async def run() -> list[str]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=stack.bootstrap)
+        await admin.start()
+        try:
+            return sorted(
+                t for t in await admin.list_topics() if t.startswith((stack.name, stack.app_id))
+            )
+        finally:
+            await admin.close()
+
+    return asyncio.run(run())
+
+
+def clear_words_in_topics(stack: Stack, words: tuple[str, ...]) -> dict[str, list[str]]:
+    """The topics whose records (keys or values) contain any of ``words``, and which."""
+    found: dict[str, list[str]] = {}
+    for topic in deployment_topics(stack):
+        for key, value in read_all(stack.bootstrap, topic):
+            for word in words:
+                if word.encode() in (key or b"") + value:
+                    found.setdefault(topic, []).append(word)
+    return found
+
+
+def sealed_copies(stack: Stack, memory_ids: set[str]) -> list[tuple[str, dict[str, str]]]:
+    """(memory id, sealed value) of every sealed write and document of ``memory_ids``."""
+    copies = []
+    for topic in (stack.topic("memory-writes"), f"{stack.app_id}-documents-changelog"):
+        for key, value in read_all(stack.bootstrap, topic):
+            memory_id = (key or b"").decode().partition("/")[2]
+            record = orjson.loads(value)
+            if memory_id in memory_ids and "sealed" in record:
+                copies.append((memory_id, record["sealed"]))
+    return copies
+
+
+def live_keys(stack: Stack) -> dict[str, bytes]:
+    """The keys topic's data keys now on the broker: record key -> secret."""
+    return {
+        key.decode(): base64.b64decode(orjson.loads(value)["secret"])
+        for key, value in read_all(stack.bootstrap, stack.topic("memory-keys"))
+        if key is not None and key.count(b"/") == 2
+    }
+
+
+def test_erased_memories_cannot_be_read_back_from_any_topic_table_or_milvus(
+    server: str, stack: Stack, tmp_path: Path
+) -> None:
+    with Client(server, KEY) as client:
+        ann = [
+            client.remember(
+                f"Ann: {ANN_WORDS[0]}",
+                user_id="ann",
+                embedding=e(1.0, 0.1),
+                at=T0,
+                metadata={"said": ANN_WORDS[1]},
+            ),
+            client.remember(f"Ann {ANN_WORDS[1]}", user_id="ann", embedding=e(0.9, 0.3), at=T0),
+        ]
+        shared = client.remember(f"Note: {ANN_WORDS[2]}", embedding=e(0.8, 0.5), at=T0)
+        bob = client.remember(f"Bob: {BOB_WORDS}", user_id="bob", embedding=e(0.7, 0.6), at=T0)
+        found = client.recall(vector=e(1.0, 0.1), k=10, at=T0, track=False)
+        assert {m.memory_id for m in found} == {*ann, shared, bob}
+        assert {m.content for m in found} >= {f"Ann: {ANN_WORDS[0]}", f"Bob: {BOB_WORDS}"}
+        erased = set(ann) | {shared}
+        # sealed from the start: no topic ever held the words in the clear
+        assert clear_words_in_topics(stack, (*ANN_WORDS, BOB_WORDS)) == {}
+        assert sealed_copies(stack, erased)
+
+        assert sorted(client.erase_user("ann")) == sorted(ann)
+        client.forget(shared, erase=True)
+        found = client.recall(vector=e(1.0, 0.1), k=10, at=T0, track=False)
+        assert [m.memory_id for m in found] == [bob]
+        assert all(client.get(m) is None for m in erased)
+        assert client.get_many([*erased, bob]).keys() == {bob}
+        assert {m["memory_id"] for m in client.export()} == {bob}
+        assert client.erase_user("ann") == []  # idempotent
+
+        # the broker compacts the tombstoned keys away (each new write appends a key record,
+        # which rolls the keys topic's one-second segments)
+        def keys_gone() -> bool:
+            client.remember(f"filler {time.monotonic()}", embedding=e(0.1, 1.0), at=T0)
+            return not any(k.split("/")[1] in erased for k in live_keys(stack))
+
+        eventually(keys_gone, 180, "erased keys compacted away")
+        secrets = list(live_keys(stack).values())
+        copies = sealed_copies(stack, erased)
+        assert copies  # the sealed records stay in the log: they are only unreadable
+        for memory_id, sealed in copies:
+            for secret in secrets:
+                with pytest.raises(SealError):
+                    unseal(sealed, secret, "acme", memory_id)
+        assert clear_words_in_topics(stack, ANN_WORDS) == {}
+        states = table_states(stack)
+        assert all(states[f"acme/{m}"].purged for m in erased)
+        documents = documents_now(stack.bootstrap, stack.app_id)
+        assert f"acme/{bob}" in documents
+        assert not erased & {k.partition("/")[2] for k in documents}  # the purge dropped them
+        expected = set(states) - {f"acme/{m}" for m in erased}
+
+    # a replay of the whole log into a new worker brings none of them back
+    replay = Stack(
+        stack.bootstrap,
+        str(tmp_path / "replay.db"),
+        tmp_path,
+        ("acme",),
+        dim=DIM,
+        name=stack.name,
+        app_id=f"{stack.name}-replay",
+    )
+    worker = WorkerProcess(replay, "replay").start()
+    try:
+        # everything but the erased memories comes back (fillers included), and nothing more
+        eventually(lambda: set(table_states(replay)) == expected, 180, "replayed", worker)
+        assert f"acme/{bob}" in documents_now(stack.bootstrap, replay.app_id)
+        assert not erased & {
+            k.partition("/")[2] for k in documents_now(stack.bootstrap, replay.app_id)
+        }
+    finally:
+        worker.stop()
+    store = replay.store()  # the replay's Milvus, once its worker has let go of the Lite file
+    try:
+        assert store.get("acme", [*erased, bob]).keys() == {bob}
+    finally:
+        store.close()
+
+
+def documents_now(bootstrap: str, app_id: str) -> set[str]:
+    """The keys the worker's documents table holds now (its changelog, tombstones applied)."""
+    latest = asyncio.run(read_changelog(bootstrap, f"{app_id}-documents-changelog"))
+    return {k.decode() for k in latest}

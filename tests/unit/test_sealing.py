@@ -1,0 +1,310 @@
+"""Crypto-shredding (storage.sealing): sealed writes and documents open with their key only, and
+once the key is erased nothing opens them again; the processor keeps no words in the clear."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+from collections.abc import Awaitable, Sequence
+from datetime import UTC, datetime
+from types import SimpleNamespace
+
+import orjson
+import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from memcore import Lifecycle, Purge, Retire, resolve_importance
+from ranker.service import RecallService
+from storage import Document, Filters, MemoryRow, codec
+from storage.embedding import Hashing
+from storage.key_log import KeyLog
+from storage.records import DecisionRecord, Limits, RecordError, decision_value, decode_write
+from storage.sealing import (
+    PRIVATE_FIELDS,
+    Erased,
+    KeyRing,
+    SealError,
+    erasure_record,
+    key_record,
+    new_key,
+    seal,
+    seal_write,
+    unseal,
+)
+from storage.tenants import TenantRegistry
+from streams.processor import Batch, Inbound, Processor
+from tests.rows import make_row
+
+AT = "2026-03-01T12:00:00+00:00"
+SECRET_WORDS = "Ann's PIN is 4711"
+
+
+def clear_write(**kw: object) -> dict[str, object]:
+    doc: dict[str, object] = {
+        "v": 1,
+        "tenant_id": "acme",
+        "memory_id": "m1",
+        "content": SECRET_WORDS,
+        "context": "said at the bank",
+        "embedding": [1.0, 0.0, 0.0, 0.0],
+        "metadata": {"card": "visa"},
+        "tags": ["money"],
+        "user_id": "ann",
+        "at": AT,
+    }
+    doc.update(kw)
+    return doc
+
+
+def ring_with(*keys: object) -> KeyRing:
+    ring = KeyRing()
+    for key in keys:
+        assert ring.apply(*key_record(key))  # type: ignore[arg-type]
+    return ring
+
+
+def limits(ring: KeyRing | None) -> Limits:
+    return Limits(4, 64, TenantRegistry.open_to(["acme"]), keys=ring)
+
+
+def test_a_sealed_value_opens_with_its_key_for_its_memory_only() -> None:
+    key = new_key("acme", "m1", "ann")
+    sealed = seal({"content": SECRET_WORDS}, key)
+    assert SECRET_WORDS not in orjson.dumps(sealed).decode()
+    assert unseal(sealed, key.secret, "acme", "m1") == {"content": SECRET_WORDS}
+    with pytest.raises(SealError, match="does not open"):
+        unseal(sealed, key.secret, "acme", "m2")  # copied onto another memory
+    with pytest.raises(SealError, match="does not open"):
+        unseal(sealed, new_key("acme", "m1").secret, "acme", "m1")
+    tampered = {**sealed, "data": sealed["data"][:-4] + "AAA="}
+    with pytest.raises(SealError):
+        unseal(tampered, key.secret, "acme", "m1")
+    assert new_key("acme", "m1").key_id != key.key_id
+
+
+def test_seal_write_moves_the_private_fields_only() -> None:
+    key = new_key("acme", "m1", "ann")
+    sealed = seal_write(clear_write(), key)
+    assert not set(PRIVATE_FIELDS) & set(sealed)
+    assert (sealed["tags"], sealed["user_id"], sealed["memory_id"]) == (["money"], "ann", "m1")
+    assert SECRET_WORDS not in orjson.dumps(sealed).decode()
+    opened = unseal(sealed["sealed"], key.secret, "acme", "m1")
+    assert set(opened) == {"content", "context", "embedding", "metadata"}
+
+
+def test_a_sealed_write_decodes_as_its_clear_form() -> None:
+    key = new_key("acme", "m1", "ann")
+    clear = decode_write(orjson.dumps(clear_write()), limits(None))
+    sealed = decode_write(orjson.dumps(seal_write(clear_write(), key)), limits(ring_with(key)))
+    assert sealed == dataclasses.replace(clear, key_id=key.key_id)
+
+
+@pytest.mark.parametrize(
+    ("change", "ring", "field"),
+    [
+        ({}, None, "sealed"),  # this process holds no keys
+        ({"memory_id": None}, "ring", "memory_id"),
+        ({"content": "in the clear too"}, "ring", "content"),
+        ({"sealed": "x"}, "ring", "sealed"),
+        ({"tenant_id": "nobody"}, "ring", "tenant_id"),
+    ],
+)
+def test_bad_sealed_writes_name_their_field(
+    change: dict[str, object], ring: str | None, field: str
+) -> None:
+    key = new_key("acme", "m1")
+    doc = {**seal_write(clear_write(), key), **change}
+    with pytest.raises(RecordError) as err:
+        decode_write(
+            orjson.dumps({k: v for k, v in doc.items() if v is not None}),
+            limits(ring_with(key) if ring else None),
+        )
+    assert err.value.field == field
+
+
+def test_an_unknown_key_is_an_error_and_an_erased_one_is_not() -> None:
+    key = new_key("acme", "m1")
+    raw = orjson.dumps(seal_write(clear_write(), key))
+    with pytest.raises(RecordError) as err:
+        decode_write(raw, limits(KeyRing()))
+    assert err.value.field == "sealed.key_id"
+    ring = ring_with(key)
+    ring.apply(key.record_key, None)  # the key's tombstone
+    ring.apply(*erasure_record("acme", "m1", [key.key_id]))
+    with pytest.raises(Erased):
+        decode_write(raw, limits(ring))
+    wrong_content = {**seal_write(clear_write(), key)}
+    wrong_content["sealed"] = seal({"content": 5}, key)
+    with pytest.raises(RecordError, match=r"^content"):
+        decode_write(orjson.dumps(wrong_content), limits(ring_with(key)))
+
+
+def test_the_ring_follows_keys_tombstones_and_markers() -> None:
+    ann, bob = new_key("acme", "m1", "ann"), new_key("acme", "m2", "bob")
+    other = new_key("globex", "m3", "ann")
+    ring = ring_with(ann, bob, other)
+    assert ring.memories("acme") == {"m1", "m2"}
+    assert ring.memories("acme", "ann") == {"m1"}
+    assert ring.apply(ann.record_key, None)
+    assert ring.memories("acme", "ann") == set()
+    assert ring.apply(*erasure_record("acme", "m1", [ann.key_id, "older"]))
+    assert ring.is_erased("acme", "m1", "older")
+    assert not ring.is_erased("acme", "m2", bob.key_id)
+    assert not ring.apply(b"acme/m9/k", b"not json")
+    assert not ring.apply(b"no-slashes", b"{}")
+
+
+def test_a_sealed_document_round_trips_and_hides_its_words() -> None:
+    key = new_key("acme", "m1")
+    doc = Document(SECRET_WORDS, (0.5, -0.25, 1.0), {"k": 1}, "ctx", key.key_id)
+    raw = codec.encode_document(doc, key)
+    assert SECRET_WORDS.encode() not in raw
+    assert b"ctx" not in raw
+    assert codec.decode_document(raw, ring_with(key), ("acme", "m1")) == doc
+    with pytest.raises(SealError):
+        codec.decode_document(raw)  # no keys
+    clear = Document("hello", (1.0,), {}, None)
+    assert codec.decode_document(codec.encode_document(clear)) == clear
+
+
+class Tables:
+    def __init__(self, ring: KeyRing) -> None:
+        self.memories: dict[bytes, bytes] = {}
+        self.documents: dict[bytes, bytes] = {}
+        self.processor = Processor(self.memories, self.documents, {}, {}, limits(ring))
+        self.offset = 0
+
+    def write(self, value: dict[str, object]) -> Batch:
+        batch = Batch()
+        self.offset += 1
+        inbound = Inbound("w", 0, self.offset, b"acme/m1", orjson.dumps(value))
+        for message, record in self.processor.decode_writes([inbound], batch):
+            if isinstance(record, DecisionRecord):
+                self.processor.decision(message, record, batch)
+                continue
+            importance = resolve_importance(record.content, explicit=0.5)
+            self.processor.write(message, record, record.embedding, importance, batch)
+        return batch
+
+
+def test_the_processor_keeps_sealed_words_sealed_and_forgets_them_on_erasure() -> None:
+    key = new_key("acme", "m1", "ann")
+    ring = ring_with(key)
+    t = Tables(ring)
+    t.write(seal_write(clear_write(), key))
+    (raw,) = t.documents.values()
+    assert SECRET_WORDS.encode() not in raw
+    found = t.processor.load("acme/m1")
+    assert found is not None
+    assert found[1].content == SECRET_WORDS
+    assert found[1].key_id == key.key_id
+    upserts, _ = t.processor.rows(["acme/m1"])
+    assert [r.content for r in upserts] == [SECRET_WORDS]  # Milvus serves the words
+    # a metadata-only rewrite in the clear keeps the document sealed under the memory's key
+    t.write({**clear_write(metadata={"more": 1})})
+    (raw,) = t.documents.values()
+    assert SECRET_WORDS.encode() not in raw
+    # erasure: the key goes, the document no longer opens, the purge drops it and the row
+    ring.apply(key.record_key, None)
+    ring.apply(*erasure_record("acme", "m1", [key.key_id]))
+    assert t.processor.load("acme/m1") is None
+    at = datetime(2026, 3, 1, 12, 1, tzinfo=UTC)
+    t.write(decision_value("acme", "m1", Retire(at, Lifecycle.DELETED, "erased")))
+    batch = t.write(decision_value("acme", "m1", Purge(at, "erased")))
+    assert t.documents == {}
+    assert t.processor.rows(batch.touched) == ([], [("acme", "m1")])
+    # a replay meeting the sealed write skips it: nothing comes back, nothing is dead-lettered
+    replay = Tables(ring)
+    batch = replay.write(seal_write(clear_write(), key))
+    assert (batch.erased, batch.out, replay.documents) == (1, [], {})
+
+
+def test_a_key_erased_between_decode_and_apply_keeps_nothing() -> None:
+    key = new_key("acme", "m1")
+    ring = ring_with(key)
+    t = Tables(ring)
+    batch = Batch()
+    message = Inbound("w", 0, 1, b"acme/m1", orjson.dumps(seal_write(clear_write(), key)))
+    ((message, record),) = t.processor.decode_writes([message], batch)
+    ring.apply(key.record_key, None)  # erased while the batch was being embedded
+    assert not isinstance(record, DecisionRecord)
+    t.processor.write(message, record, record.embedding, resolve_importance("x"), batch)
+    assert (batch.erased, t.documents) == (1, {})
+
+
+def test_aesgcm_is_what_seals() -> None:  # the algorithm is part of the wire contract
+    key = new_key("acme", "m1")
+    sealed = seal({"content": "x"}, key)
+    plain = AESGCM(key.secret).decrypt(
+        base64.b64decode(sealed["nonce"]),
+        base64.b64decode(sealed["data"]),
+        b"acme/m1/" + key.key_id.encode(),
+    )
+    assert orjson.loads(plain) == {"content": "x"}
+
+
+# -- the ranker's side: writes sealed under minted keys, erasure publishes tombstones first ------
+
+
+class LocalKeys(KeyLog):
+    """A keys log that applies what it publishes itself (no broker)."""
+
+    def __init__(self) -> None:
+        super().__init__("127.0.0.1:1", "t.memory-keys")
+        self.published: list[tuple[bytes, bytes | None]] = []
+
+    async def catch_up(self, timeout_s: float | None = None) -> None:
+        return None
+
+    async def publish(
+        self, records: Sequence[tuple[bytes, bytes | None]], *, applied: bool = True
+    ) -> None:
+        self.published.extend(records)
+        for key, value in records:
+            self.apply(key, value)
+
+
+class Sent:
+    def __init__(self) -> None:
+        self.values: list[dict[str, object]] = []
+
+    async def __call__(self, role: str, key: bytes, value: bytes) -> Awaitable[object]:
+        self.values.append(orjson.loads(value))
+        meta = SimpleNamespace(partition=0, offset=len(self.values))
+
+        async def delivered() -> object:
+            return meta
+
+        return delivered()
+
+
+class UserRows:
+    def query(self, tenant_id: str, filters: Filters) -> list[MemoryRow]:
+        return [make_row(tenant_id, "summary-1", (1.0, 0.0, 0.0, 0.0))] if filters.user_id else []
+
+
+def test_the_ranker_seals_writes_and_erases_keys_before_it_purges() -> None:
+    keys, sent = LocalKeys(), Sent()
+    service = RecallService(UserRows(), Hashing(4), sent, keys=keys)  # type: ignore[arg-type]
+    doc = {"content": SECRET_WORDS, "at": AT, "user_id": "ann", "metadata": {"k": 1}}
+    at = datetime(2026, 3, 1, 13, tzinfo=UTC)
+    ids, _ = asyncio.run(service.write("acme", [doc]))
+    written = sent.values[0]
+    assert not {"content", "metadata"} & set(written)
+    assert SECRET_WORDS not in orjson.dumps(written).decode()
+    assert decode_write(orjson.dumps(written), limits(keys.ring)).content == SECRET_WORDS
+    (minted,) = keys.published
+    assert minted[0].decode().split("/")[:2] == ["acme", ids[0]]
+
+    mine = asyncio.run(service.user_memories("acme", "ann"))
+    assert mine == sorted([ids[0], "summary-1"])  # the user's keys and the user's Milvus rows
+    _, destroyed = asyncio.run(service.erase("acme", mine, at))
+    assert destroyed == 1  # the summary was written without a key here
+    assert keys.published[1] == (minted[0], None)  # the key's tombstone, then the marker
+    assert keys.ring.of_memory("acme", ids[0]) == []
+    assert keys.ring.is_erased("acme", ids[0], minted[0].decode().split("/")[2])
+    decisions = [(v["memory_id"], v["decision"]) for v in sent.values[1:]]
+    assert decisions == [(m, d) for m in mine for d in ("retire", "purge")]
+    with pytest.raises(Erased):
+        decode_write(orjson.dumps(written), limits(keys.ring))
