@@ -10,7 +10,8 @@ recall of that vector (k 1, ``track`` false) with the write's read-your-writes t
 ``after``. The figure of a write is the time from sending it until that recall returns it; a recall
 that answers without it, or not within ``--patience`` seconds, counts as not searchable. Prints
 p50/p99 per rate, the writes acknowledged per second and how many were not searchable. Client and
-service share the machine's cores.
+service share the machine's cores. ``--acks N`` instead times N sequential writes until each is
+acknowledged (what sealing adds to a write: minting its key).
 """
 
 from __future__ import annotations
@@ -80,11 +81,36 @@ async def at_rate(
     return f"| {rate:g} | {n} | {len(ms) / wall:.1f} | {p50:.0f} | {p99:.0f} | {missing} |"
 
 
+async def acknowledged(client: httpx.AsyncClient, key: str, n: int, dim: int, seed: int) -> str:
+    """``n`` writes one after another (one memory each, a given vector): p50/p99 milliseconds
+    until each is acknowledged (produced with acks=all; sealed writes mint their key first).
+    """
+    rng = np.random.default_rng(seed)
+    headers = {"Authorization": f"Bearer {key}"}
+    ms = []
+    for i in range(n):
+        vector = rng.standard_normal(dim)
+        vector /= np.linalg.norm(vector)
+        body = {"memories": [{"memory_id": f"ack-{seed}-{i:06d}", "content": f"ack {i}",
+                              "embedding": vector.tolist()}]}  # fmt: skip
+        start = time.perf_counter()
+        (await client.post("/v1/memories", json=body, headers=headers)).raise_for_status()
+        ms.append((time.perf_counter() - start) * 1000)
+    ms.sort()
+    p99 = ms[min(n - 1, int(0.99 * n))]
+    return (
+        f"{n} sequential writes acknowledged: p50 {statistics.median(ms):.1f} ms, p99 {p99:.1f} ms"
+    )
+
+
 async def run(args: argparse.Namespace) -> None:
     keys = api_keys(args.tenants_file, [])
     require_keys(keys, [args.tenant], args.tenants_file)
     limits = httpx.Limits(max_connections=512, max_keepalive_connections=512)
     async with httpx.AsyncClient(base_url=args.base_url, timeout=60, limits=limits) as client:
+        if args.acks:
+            print(await acknowledged(client, keys[args.tenant], args.acks, args.dim, args.seed))
+            return
         print("| writes/s asked | writes | searchable/s | p50 ms | p99 ms | not searchable |")
         print("|---|---|---|---|---|---|")
         for rate in args.rates:
@@ -104,6 +130,9 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--patience", type=float, default=30.0)
     parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument(
+        "--acks", type=int, default=0, help="instead: N sequential writes, time to acknowledge"
+    )
     asyncio.run(run(parser.parse_args()))
 
 
