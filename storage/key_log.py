@@ -118,6 +118,8 @@ class KeyLog(CompactedLog):
             log.warning("records name unknown keys and %s", exc)
 
     def _unknown(self, value: bytes) -> bool:
+        if b'"sealed"' not in value:  # a record in the clear: nothing to look up
+            return False
         try:
             record = orjson.loads(value)
             sealed = record["sealed"]

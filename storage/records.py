@@ -263,9 +263,10 @@ def decode_write(raw: bytes, limits: Limits) -> WriteRecord:
     from memcore import derive_memory_id  # noqa: PLC0415 - keeps the import list short
 
     key_id = None
-    document = _parse(raw)
-    if isinstance(document, dict) and "sealed" in document:
-        raw, key_id = opened(document, limits)
+    if b'"sealed"' in raw:  # only then parse twice: most writes are decoded once
+        document = _parse(raw)
+        if isinstance(document, dict) and "sealed" in document:
+            raw, key_id = opened(document, limits)
     m = _model(MemoryWriteV1, raw)
     tenant_id = _tenant(m.tenant_id, limits)
     _check_text_sizes(m, limits)

@@ -34,6 +34,7 @@ from storage.sealing import (
 )
 from storage.tenants import TenantRegistry
 from streams.processor import Batch, Inbound, Processor
+from streams.rebuild import Tables as RebuildTables
 from tests.rows import make_row
 
 AT = "2026-03-01T12:00:00+00:00"
@@ -178,7 +179,8 @@ class Tables:
     def write(self, value: dict[str, object]) -> Batch:
         batch = Batch()
         self.offset += 1
-        inbound = Inbound("w", 0, self.offset, b"acme/m1", orjson.dumps(value))
+        key = f"{value['tenant_id']}/{value['memory_id']}".encode()
+        inbound = Inbound("w", 0, self.offset, key, orjson.dumps(value))
         for message, record in self.processor.decode_writes([inbound], batch):
             if isinstance(record, DecisionRecord):
                 self.processor.decision(message, record, batch)
@@ -308,3 +310,20 @@ def test_the_ranker_seals_writes_and_erases_keys_before_it_purges() -> None:
     assert decisions == [(m, d) for m in mine for d in ("retire", "purge")]
     with pytest.raises(Erased):
         decode_write(orjson.dumps(written), limits(keys.ring))
+
+
+def test_a_rebuild_opens_sealed_documents_and_leaves_erased_ones_out() -> None:
+    kept, gone = new_key("acme", "m1"), new_key("acme", "m2")
+    ring = ring_with(kept, gone)
+    t = Tables(ring)
+    t.write(seal_write(clear_write(), kept))
+    t.write(seal_write(clear_write(memory_id="m2", content="gone words"), gone))
+    ring.apply(gone.record_key, None)
+    ring.apply(*erasure_record("acme", "m2", [gone.key_id]))
+    assert set(t.documents) == {b"acme/m1", b"acme/m2"}
+    tables = RebuildTables(dict(t.memories), dict(t.documents), ring)
+    upserts, purged = tables.rows()
+    assert [(r.memory_id, r.content) for r in upserts] == [("m1", SECRET_WORDS)]
+    assert purged == []
+    without_keys = RebuildTables(dict(t.memories), dict(t.documents))
+    assert without_keys.rows() == ([], [])  # nothing opens without the keys topic
