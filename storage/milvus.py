@@ -183,6 +183,14 @@ class MilvusStore:
         """Drop the collection (tests and rebuilds)."""
         self._call("drop", lambda: self.client.drop_collection(self.config.collection))
 
+    def compact(self) -> None:
+        """Ask Milvus to compact the collection: a server rewrites the segments that have deleted
+        rows without them (their old files go at its garbage collection, ``dataCoord.gc``);
+        Milvus Lite does nothing (its files keep deleted rows until the collection is dropped:
+        ``mnemo rebuild --drop``). Returns once asked, not once done.
+        """
+        self._call("compact", lambda: self.client.compact(self.config.collection))
+
     def reachable(self, timeout_s: float = 2.0) -> bool:
         """True when the collection answers now (a cheap call, for readiness checks)."""
         if self._client is None:

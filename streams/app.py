@@ -233,6 +233,7 @@ class StreamWorker:
         )
         self.processor = Processor(memories, documents, counters, pending, limits)
         self.write_done: dict[int, int] = {}  # writes partition -> next offset not yet applied
+        self.compacted_at = float("-inf")  # monotonic seconds of the last compaction asked
 
     async def know_tenants(self, values: Iterable[bytes]) -> None:
         """When a record names a tenant this worker does not know, read the tenants topic up to
@@ -476,6 +477,22 @@ class StreamWorker:
                 await self.upsert(upserts)
             for tenant_id, memory_id in deletes:
                 await _retrying("delete", functools.partial(store.delete, tenant_id, [memory_id]))
+        if deletes:
+            await self.compact_soon()
+
+    async def compact_soon(self) -> None:
+        """Ask Milvus to compact once rows were deleted, at most every
+        ``milvus_compact_interval_s``: a deleted (purged, erased) memory's words then leave a
+        Milvus server's segments too. A failure is logged, never blocking the agent.
+        """
+        every = self.settings.milvus_compact_interval_s
+        if not every or time.monotonic() - self.compacted_at < every:
+            return
+        self.compacted_at = time.monotonic()
+        try:
+            await asyncio.to_thread(self.services.store.compact)
+        except StorageError as exc:
+            log.warning("asking Milvus to compact failed (asked again later): %s", exc)
 
     async def upsert(self, rows: Sequence[MemoryRow]) -> None:
         """Upsert ``rows`` (retrying while Milvus is unavailable). When the store refuses the

@@ -35,6 +35,12 @@ class WorkerSettings(SharedSettings):
         description="memory-keys topic (segment.ms, max.compaction.lag.ms): an erased memory's key"
         " leaves the broker's disk about this long after the erasure (storage.key_log)",
     )
+    milvus_compact_interval_s: float = Field(
+        600.0,
+        ge=0,
+        description="after deleting rows (purges, erasures) ask Milvus to compact at most this"
+        " often, so deleted words leave a Milvus server's segments; 0: never",
+    )
     store: Literal["rocksdb", "memory"] = "rocksdb"
     data_dir: Path = Path("var/worker")
     llm_url: str | None = Field(None, description="OpenAI-compatible base URL; unset: rule engine")

@@ -4,25 +4,30 @@ Writes go through the HTTP API sealed under per-write data keys (storage.sealing
 (and one memory) destroys those keys. The proof: before and after, no topic of the deployment
 (the replayable log, the worker's changelogs, audit, dead letters) holds the words in the clear;
 after erasure the API and Milvus no longer have the memories, the broker's compaction drops the
-keys themselves, no key left on the keys topic opens any sealed copy, a replay of the whole log
-into a new worker brings none of them back, and another user's memory is untouched.
+keys themselves, no key left on the keys topic opens any sealed copy, no file of Milvus Lite holds
+the words once the collection is rebuilt from the tables (Lite keeps deleted rows in its files
+until then), a replay of the whole log into a new worker brings none of them back, and another
+user's memory is untouched.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import subprocess
+import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
+import pyarrow.parquet as pq
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
 from mnemostream import Client
 from storage.sealing import SealError, unseal
 from streams.rebuild import read_changelog
+from tests.infra import ROOT
 from tests.integration.harness import Stack, WorkerProcess, eventually, read_all, table_states
 from tests.integration.test_end_to_end import DIM, KEY, e, serve
 from tests.integration.test_streams import T0
@@ -35,12 +40,6 @@ BOB_WORDS = "PIN is 1234"
 @pytest.fixture
 def stack(kafka_bootstrap: str, tmp_path: Path) -> Stack:
     return Stack(kafka_bootstrap, str(tmp_path / "replay.db"), tmp_path, ("acme",), dim=DIM)
-
-
-@pytest.fixture
-def server(stack: Stack, tmp_path: Path) -> Iterator[str]:
-    # one-second key segments: the broker may compact an erased key away a second after it
-    yield from serve(stack, tmp_path, MNEMO_KEYS_COMPACTION_LAG_MS="1000")
 
 
 def deployment_topics(stack: Stack) -> list[str]:
@@ -91,9 +90,58 @@ def live_keys(stack: Stack) -> dict[str, bytes]:
     }
 
 
+def words_in_lite(path: Path, words: tuple[str, ...]) -> set[str]:
+    """The ``words`` found in any file of a Milvus Lite directory: its parquet files' text
+    columns (compressed on disk) and every other file's bytes.
+    """
+    found = set()
+    for file in path.rglob("*"):
+        if not file.is_file():
+            continue
+        if file.suffix == ".parquet":
+            table = pq.read_table(file)
+            text = " ".join(
+                str(v) for name in table.column_names for v in table.column(name).to_pylist()
+            ).encode()
+        else:
+            text = file.read_bytes()
+        found |= {w for w in words if w.encode() in text}
+    return found
+
+
 def test_erased_memories_cannot_be_read_back_from_any_topic_table_or_milvus(
-    server: str, stack: Stack, tmp_path: Path
+    stack: Stack, tmp_path: Path
 ) -> None:
+    # one-second key segments: the broker may compact an erased key away a second after it
+    serving = serve(stack, tmp_path, MNEMO_KEYS_COMPACTION_LAG_MS="1000")
+    server = next(serving)
+    try:
+        erased, bob, expected = erase_through_the_api(server, stack)
+    finally:
+        next(serving, None)  # stops the server
+
+    # Milvus Lite keeps deleted rows in its files until the collection is dropped: the rebuild
+    # from the tables (README, "Erasure") leaves only what the tables still hold
+    lite = tmp_path / "milvus.db"
+    env = {**stack.env(), "MNEMO_MILVUS_URI": str(lite), "MNEMO_MILVUS_PARTITION_KEY": "true"}
+    rebuilt = subprocess.run(
+        [sys.executable, "-m", "streams", "rebuild", "--drop"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+    assert words_in_lite(lite, (*ANN_WORDS, BOB_WORDS)) == {BOB_WORDS}
+    replay_brings_none_back(stack, tmp_path, erased, bob, expected)
+
+
+def erase_through_the_api(server: str, stack: Stack) -> tuple[set[str], str, set[str]]:
+    """Write, erase and check through the API and the topics; (erased ids, bob's id, the table
+    keys a replay must restore).
+    """
     with Client(server, KEY) as client:
         ann = [
             client.remember(
@@ -144,9 +192,13 @@ def test_erased_memories_cannot_be_read_back_from_any_topic_table_or_milvus(
         documents = documents_now(stack.bootstrap, stack.app_id)
         assert f"acme/{bob}" in documents
         assert not erased & {k.partition("/")[2] for k in documents}  # the purge dropped them
-        expected = set(states) - {f"acme/{m}" for m in erased}
+        return erased, bob, set(states) - {f"acme/{m}" for m in erased}
 
-    # a replay of the whole log into a new worker brings none of them back
+
+def replay_brings_none_back(
+    stack: Stack, tmp_path: Path, erased: set[str], bob: str, expected: set[str]
+) -> None:
+    """A replay of the whole log into a new worker brings none of ``erased`` back."""
     replay = Stack(
         stack.bootstrap,
         str(tmp_path / "replay.db"),
