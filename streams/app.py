@@ -39,6 +39,7 @@ from memcore import (
 from storage import Document, Filters, MemoryRow, MilvusStore, StorageError, from_us
 from storage.embedding import Embedder
 from storage.kafka import KafkaConnection
+from storage.key_log import KeyLogError
 from storage.milvus import ANY_STATE
 from storage.records import (
     ConsolidationRequest,
@@ -234,6 +235,7 @@ class StreamWorker:
         self.processor = Processor(memories, documents, counters, pending, limits)
         self.write_done: dict[int, int] = {}  # writes partition -> next offset not yet applied
         self.compacted_at = float("-inf")  # monotonic seconds of the last compaction asked
+        self.keys_read = False  # the keys topic read to its end once since start-up
 
     async def know_tenants(self, values: Iterable[bytes]) -> None:
         """When a record names a tenant this worker does not know, read the tenants topic up to
@@ -248,8 +250,21 @@ class StreamWorker:
         except TenantLogError as exc:
             log.warning("records name unknown tenants and %s", exc)
 
+    async def keys_ready(self) -> None:
+        """Before the first batch: read the keys topic to its end, so that the documents restored
+        with the tables open (retrying while the topic cannot be read: the batch waits, unacked).
+        """
+        while not self.keys_read:
+            try:
+                await self.keys.catch_up()
+                self.keys_read = True
+            except KeyLogError as exc:
+                log.warning("waiting for the keys topic: %s", exc)
+                await asyncio.sleep(1.0)
+
     async def on_writes(self, events: Sequence[Any]) -> None:
         """Decode, embed what has no vector, score importance, reduce, sync, emit."""
+        await self.keys_ready()
         batch = Batch()
         pairs = [(_inbound(e), e) for e in events]
         await self.know_tenants(message.value for message, _ in pairs)
@@ -330,6 +345,7 @@ class StreamWorker:
 
     async def on_access(self, events: Sequence[Any]) -> None:
         """Reduce each access; one that overtook its write is parked until the write is applied."""
+        await self.keys_ready()
         started = time.perf_counter()
         await self.know_tenants(e.message.value for e in events)
         batch = Batch()
@@ -406,6 +422,7 @@ class StreamWorker:
         report. A malformed request goes to dead-letter.
         """
         batch = Batch()
+        await self.keys_ready()
         await self.know_tenants([message.value])
         try:
             request = decode_consolidation(message.value, self.processor.limits)
