@@ -99,9 +99,11 @@ def _get_and_delete(api: FastAPI, service: RecallService) -> None:
     ) -> dict[str, Any]:
         """Delete a memory: recall never returns it again and get shows it ``deleted``; with
         ``purge`` its row leaves the serving store too (get answers 404); with ``erase`` its
-        content, context, embedding and metadata become unreadable everywhere, the log included
-        (README, "Erasure"). Audited; 404 when this tenant has no such memory (after ``after``
-        is applied) and, for ``erase``, no key of it either.
+        data keys are destroyed, so the content, context, embedding and metadata it was written
+        with through this API become unreadable everywhere, the log included (README, "Erasure";
+        ``keys_erased`` 0: it was written in the clear, and its words stay in the log). Audited;
+        404 when this tenant has no such memory (after ``after`` is applied) and, for ``erase``,
+        no key of it either.
         """
         check_id("memory_id", memory_id)
         found = await service.get(who.tenant_id, memory_id, tokens(after))

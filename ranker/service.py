@@ -333,7 +333,11 @@ class RecallService:
             raise Unavailable("kafka", "erase", "this ranker holds no keys topic")
         keys = await self.keys.erase(tenant_id, memory_ids)
         messages = [m for i in memory_ids for m in _forget(tenant_id, i, at, purge=True)]
-        return await self._produce_all(messages), sum(keys.values())
+        token = await self._produce_all(messages)
+        # a key minted elsewhere before the purge was produced, for a write that may land
+        # before it: erased too (a key minted after this catch-up is a write after the purge)
+        late = await self.keys.erase(tenant_id, memory_ids)
+        return token, sum(keys.values()) + sum(late.values())
 
     async def has_keys(self, tenant_id: str, memory_id: str) -> bool:
         """True when the keys topic holds a data key of this memory (after catching up)."""

@@ -153,6 +153,8 @@ class CompactedLog:
         """Return once every record on the topic now is applied (at once when the topic does
         not exist: there is nothing to read). Raises ``error`` after ``timeout_s``.
         """
+        from aiokafka.errors import KafkaError  # noqa: PLC0415
+
         if self._consumer is None:
             await self.start()
         deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
@@ -164,6 +166,8 @@ class CompactedLog:
             )
         except TimeoutError as exc:
             raise self.error("no answer from the broker", self.poll_s * 20) from exc
+        except KafkaError as exc:  # refused (an ACL), or the broker went away
+            raise self.error(f"{type(exc).__name__}: {exc}") from exc
         await self._reach({tp.partition: end for tp, end in ends.items()}, deadline)
 
     async def _reach(self, wanted: Mapping[int, int], deadline: float) -> None:

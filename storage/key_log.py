@@ -107,15 +107,19 @@ class KeyLog(CompactedLog):
 
     async def know(self, values: Iterable[bytes]) -> None:
         """Read the topic up to its end (once) when a sealed record among ``values`` names a key
-        this log has neither seen nor seen erased; a topic that cannot be read in time is logged
-        (the records then fail to open and go to dead-letter).
+        this log has neither seen nor seen erased. While the topic cannot be read, retries
+        every second (the batch waits unacknowledged): a write whose key exists is never
+        dead-lettered for want of it.
         """
         if not any(self._unknown(v) for v in values):
             return
-        try:
-            await self.catch_up()
-        except KeyLogError as exc:
-            log.warning("records name unknown keys and %s", exc)
+        while True:
+            try:
+                await self.catch_up()
+                return
+            except KeyLogError as exc:
+                log.warning("records name unknown keys; retrying in 1 s: %s", exc)
+                await asyncio.sleep(1.0)
 
     def _unknown(self, value: bytes) -> bool:
         if b'"sealed"' not in value:  # a record in the clear: nothing to look up

@@ -260,13 +260,25 @@ def decode_write(raw: bytes, limits: Limits) -> WriteRecord:
     naming the first bad field, and :class:`storage.sealing.Erased` for a sealed write whose key
     was erased (not an error: the memory was erased after it was written).
     """
-    from memcore import derive_memory_id  # noqa: PLC0415 - keeps the import list short
-
     key_id = None
     if b'"sealed"' in raw:  # only then parse twice: most writes are decoded once
         document = _parse(raw)
         if isinstance(document, dict) and "sealed" in document:
             raw, key_id = opened(document, limits)
+    try:
+        return _write_record(raw, limits, key_id)
+    except RecordError as exc:
+        root = exc.field.split(".")[0].split("[")[0]
+        if key_id is None or root not in PRIVATE_FIELDS:
+            raise
+        # the reason goes to dead-letter: nothing of a sealed field in the clear, not its path
+        raise RecordError(root, "<sealed>", exc.reason) from None
+
+
+def _write_record(raw: bytes, limits: Limits, key_id: str | None) -> WriteRecord:
+    """The record of a clear write (``key_id``: the key it was sealed under, if it was)."""
+    from memcore import derive_memory_id  # noqa: PLC0415 - keeps the import list short
+
     m = _model(MemoryWriteV1, raw)
     tenant_id = _tenant(m.tenant_id, limits)
     _check_text_sizes(m, limits)

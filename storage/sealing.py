@@ -191,13 +191,22 @@ class KeyRing:
                 self.erased.pop(memory, None)
                 return True
             try:
-                self.erased[memory] = frozenset(map(str, orjson.loads(value)["erased"]))
+                erased = frozenset(map(str, orjson.loads(value)["erased"]))
             except (orjson.JSONDecodeError, KeyError, TypeError):
                 return False
+            self.erased[memory] = erased
+            keys = self.keys.get(memory, {})
+            for key_id in erased & keys.keys():  # a tombstone this reader never saw
+                del keys[key_id]
             return True
         return False
 
     def add(self, key: DataKey) -> None:
+        """Hold ``key``, unless an erasure marker names it: the marker always wins (a reader
+        slower than the topic's tombstone retention may meet the key after its tombstone is gone).
+        """
+        if self.is_erased(key.tenant_id, key.memory_id, key.key_id):
+            return
         self.keys.setdefault((key.tenant_id, key.memory_id), {})[key.key_id] = key
 
     def data_key(self, tenant_id: str, memory_id: str, key_id: str) -> DataKey | None:
@@ -228,9 +237,9 @@ class KeyRing:
         key is unknown here or the value does not open.
         """
         key_id = str(sealed.get("key_id", "")) if isinstance(sealed, Mapping) else ""
+        if self.is_erased(tenant_id, memory_id, key_id):
+            raise Erased(tenant_id, memory_id, key_id)
         secret = self.secret(tenant_id, memory_id, key_id)
         if secret is None:
-            if self.is_erased(tenant_id, memory_id, key_id):
-                raise Erased(tenant_id, memory_id, key_id)
             raise SealError("sealed.key_id", f"unknown key {key_id!r} for {memory_id}")
         return unseal(sealed, secret, tenant_id, memory_id)

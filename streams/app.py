@@ -168,8 +168,10 @@ def create_app(settings: WorkerSettings, services: Services) -> faust.App:
 
     @app.on_before_shutdown.connect  # type: ignore[arg-type]  # mode's handler union
     async def stop_logs(_sender: faust.App, **_: object) -> None:
-        await worker.tenants.stop()
-        await worker.keys.stop()
+        try:
+            await worker.tenants.stop()
+        finally:
+            await worker.keys.stop()
 
     @app.task  # type: ignore[untyped-decorator]
     async def announce() -> None:

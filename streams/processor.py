@@ -408,6 +408,7 @@ class Processor:
                 sealer = self.data_key(record.tenant_id, record.memory_id, key_id)
             except Erased:
                 batch.erased += 1  # erased while this batch was embedded: keep nothing of it
+                self.release(key, batch)
                 return
             self.documents[key] = codec.encode_document(new_doc, sealer)
         if not skipped:

@@ -18,6 +18,8 @@ import argparse
 import asyncio
 import dataclasses
 import hashlib
+import logging
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,6 +33,7 @@ from storage.sealing import Erased, KeyRing, SealError
 from streams.settings import WorkerSettings
 
 CHUNK = 1000
+log = logging.getLogger(__name__)
 
 
 async def read_changelog(kafka: KafkaConnection | str, topic: str) -> dict[bytes, bytes]:
@@ -98,13 +101,16 @@ class Tables:
             ring.apply(key, value)
         return cls(memories, documents, ring)
 
-    def rows(self) -> tuple[list[MemoryRow], list[tuple[str, str]]]:
+    def rows(self, *, strict: bool = True) -> tuple[list[MemoryRow], list[tuple[str, str]]]:
         """Rows to upsert and (tenant, memory id) of purged memories; a state whose document
-        is missing (never the case once its write is applied) or cannot be opened (its key erased:
-        the purge that follows an erasure deletes the row) is left out.
+        is missing (never the case once its write is applied) or erased (the purge that follows
+        an erasure deletes the row) is left out. A sealed document whose key is not on the keys
+        topic raises Unreadable (``strict``: a rebuild must not drop what it cannot write back),
+        else is logged and left out.
         """
         upserts: list[MemoryRow] = []
         purged: list[tuple[str, str]] = []
+        unreadable = 0
         for key, raw in sorted(self.memories.items()):
             state = codec.decode(raw)
             if state.purged:
@@ -116,17 +122,35 @@ class Tables:
             memory = (state.tenant_id, state.memory_id)
             try:
                 doc = codec.decode_document(raw_doc, self.keys, memory)
-            except (Erased, SealError):
+            except Erased:
+                continue
+            except SealError as exc:
+                if strict:
+                    raise Unreadable(key.decode(), exc) from exc
+                unreadable += 1
                 continue
             upserts.append(MemoryRow.of(state, doc))
+        if unreadable:
+            log.warning(
+                "%d sealed documents left out: their keys are not on %s", unreadable, KEYS_ROLE
+            )
         return upserts, purged
 
 
-def write_rows(store: MilvusStore, tables: Tables) -> tuple[int, int]:
-    """Upsert every memory's row from ``tables`` into a connected store and delete purged ones;
-    returns (rows upserted, purged rows deleted). Idempotent.
+class Unreadable(Exception):  # noqa: N818 - the condition, as callers catch it
+    """A sealed document whose data key is not on the keys topic (not erased: missing, or the
+    topic not readable by this process): a rebuild would lose the memory's row.
     """
-    upserts, purged = tables.rows()
+
+    def __init__(self, key: str, cause: Exception) -> None:
+        super().__init__(f"{key}: {cause}; is the {KEYS_ROLE} topic readable here?")
+
+
+def write_rows(store: MilvusStore, tables: Tables, *, strict: bool = True) -> tuple[int, int]:
+    """Upsert every memory's row from ``tables`` into a connected store and delete purged ones;
+    returns (rows upserted, purged rows deleted). Idempotent. ``strict``: see :meth:`Tables.rows`.
+    """
+    upserts, purged = tables.rows(strict=strict)
     for i in range(0, len(upserts), CHUNK):
         store.upsert(upserts[i : i + CHUNK])
     by_tenant: dict[str, list[str]] = {}
@@ -142,13 +166,14 @@ def resync(settings: WorkerSettings, store: MilvusStore) -> tuple[int, int]:
     changelogs hold (a row lost by a kill -9, a lost or new collection). Reads the changelog
     topics directly (not the Faust tables: a read of them inside recovery stalled the streams).
     """
-    return write_rows(store, asyncio.run(Tables.read(settings)))
+    return write_rows(store, asyncio.run(Tables.read(settings)), strict=False)
 
 
 def rebuild(settings: WorkerSettings, tables: Tables, *, drop: bool) -> tuple[int, int]:
     """Write the tables' rows into the configured collection (dropped first with ``drop``);
     returns (rows upserted, purged rows deleted).
     """
+    tables.rows()  # raises Unreadable before anything is dropped
     store = MilvusStore(settings.milvus())
     store.connect()
     try:
@@ -182,7 +207,11 @@ def main(command: str, argv: list[str]) -> int:
     started = time.perf_counter()
     tables = asyncio.run(Tables.read(settings))
     if command == "rebuild":
-        upserted, deleted = rebuild(settings, tables, drop=args.drop)
+        try:
+            upserted, deleted = rebuild(settings, tables, drop=args.drop)
+        except Unreadable as exc:
+            print(f"not rebuilt (nothing dropped): {exc}", file=sys.stderr)
+            return 2
         print(
             f"rebuilt {settings.milvus_collection}: {upserted} rows, {deleted} purged deleted "
             f"in {time.perf_counter() - started:.1f} s"

@@ -35,6 +35,7 @@ from storage.sealing import (
 from storage.tenants import TenantRegistry
 from streams.processor import Batch, Inbound, Processor
 from streams.rebuild import Tables as RebuildTables
+from streams.rebuild import Unreadable
 from tests.rows import make_row
 
 AT = "2026-03-01T12:00:00+00:00"
@@ -135,10 +136,33 @@ def test_an_unknown_key_is_an_error_and_an_erased_one_is_not() -> None:
     ring.apply(*erasure_record("acme", "m1", [key.key_id]))
     with pytest.raises(Erased):
         decode_write(raw, limits(ring))
-    wrong_content = {**seal_write(clear_write(), key)}
-    wrong_content["sealed"] = seal({"content": 5}, key)
-    with pytest.raises(RecordError, match=r"^content"):
-        decode_write(orjson.dumps(wrong_content), limits(ring_with(key)))
+    wrong = seal_write(clear_write(), key)
+    for private, field in (
+        ({"content": 5}, "content"),
+        ({"context": 4711}, "context"),
+        ({"embedding": [1.0, "4711", 0.0, 0.0]}, "embedding"),  # not embedding[1]: no path
+    ):
+        wrong["sealed"] = seal({"content": SECRET_WORDS, **private}, key)
+        with pytest.raises(RecordError) as err:
+            decode_write(orjson.dumps(wrong), limits(ring_with(key)))
+        assert (err.value.field, err.value.value) == (field, "<sealed>")
+        assert "4711" not in str(err.value)
+
+
+def test_a_marker_wins_over_a_key_read_after_its_tombstone_was_compacted_away() -> None:
+    key = new_key("acme", "m1")
+    raw = orjson.dumps(seal_write(clear_write(), key))
+    late = KeyRing()  # a reader that meets the marker, then the key (its tombstone gone)
+    late.apply(*erasure_record("acme", "m1", [key.key_id]))
+    late.apply(*key_record(key))
+    assert late.of_memory("acme", "m1") == []
+    with pytest.raises(Erased):
+        decode_write(raw, limits(late))
+    stale = ring_with(key)  # a reader that holds the key and never sees its tombstone
+    stale.apply(*erasure_record("acme", "m1", [key.key_id]))
+    assert stale.of_memory("acme", "m1") == []
+    with pytest.raises(Erased):
+        decode_write(raw, limits(stale))
 
 
 def test_the_ring_follows_keys_tombstones_and_markers() -> None:
@@ -326,4 +350,6 @@ def test_a_rebuild_opens_sealed_documents_and_leaves_erased_ones_out() -> None:
     assert [(r.memory_id, r.content) for r in upserts] == [("m1", SECRET_WORDS)]
     assert purged == []
     without_keys = RebuildTables(dict(t.memories), dict(t.documents))
-    assert without_keys.rows() == ([], [])  # nothing opens without the keys topic
+    with pytest.raises(Unreadable, match="acme/m1"):  # a rebuild would lose it: refused
+        without_keys.rows()
+    assert without_keys.rows(strict=False) == ([], [])  # a start-up resync leaves it out
