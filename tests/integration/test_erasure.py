@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import orjson
-import pyarrow.parquet as pq
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
