@@ -14,12 +14,13 @@ from fastapi import FastAPI
 
 from ranker.api import create_api
 from ranker.applied import AppliedOffsets, KafkaOffsets
+from ranker.cached import Cached
 from ranker.history import AuditLog
 from ranker.hotcache import HotCache
 from ranker.kernel import set_threads
 from ranker.logs import configure
 from ranker.metrics import Metrics
-from ranker.producer import CachedCheck, EventProducer
+from ranker.producer import EventProducer
 from ranker.service import RecallService
 from ranker.settings import RankerSettings
 from ranker.view import StateView, changelog_topic
@@ -113,7 +114,7 @@ def build(
             if owned:
                 await asyncio.to_thread(store.close)
 
-    milvus = CachedCheck(lambda: asyncio.to_thread(store.reachable))
+    milvus = Cached(lambda: asyncio.to_thread(store.reachable), every_s=5.0)  # probes are frequent
     ready: dict[str, Callable[[], Awaitable[bool]]] = {"kafka": producer.ready, "milvus": milvus}
     if worker_ready is not None:
         ready["worker"] = lambda: asyncio.sleep(0, worker_ready())

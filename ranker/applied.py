@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from memcore import InvalidField
+from ranker.cached import Cached
 from ranker.errors import Unavailable
 from storage.kafka import KafkaConnection
 
@@ -119,9 +120,10 @@ class AppliedOffsets:
         self.view_caught_up = view_caught_up
         self.poll_s = poll_s
         self.timeout_s = timeout_s
-        self._last: Mapping[tuple[str, int], int] = {}
-        self._last_at = float("-inf")  # monotonic seconds of the last answer
-        self._asking: asyncio.Future[Mapping[tuple[str, int], int]] | None = None
+        # the worker group's committed offsets, asked of Kafka at most once per ``poll_s`` however
+        # many requests wait (one OffsetFetch per waiter and poll made the broker the bottleneck
+        # under load); an older answer only makes a waiter wait longer: commits never go back
+        self._committed = Cached(committed, poll_s)
 
     async def wait(self, token: Token, derived_role: str = "memory-writes") -> None:
         """Return once every offset in ``token`` is applied, then what ``derived_role`` held at
@@ -138,29 +140,9 @@ class AppliedOffsets:
             if left <= 0 or not await self.view_caught_up(left):
                 raise NotAppliedError(time.monotonic() - started)
 
-    async def shared_committed(self) -> Mapping[tuple[str, int], int]:
-        """The worker group's committed offsets, asked of Kafka at most once per ``poll_s`` however
-        many requests wait: waiters share one answer younger than ``poll_s`` or the one in flight
-        (one OffsetFetch per waiter and poll made the broker the bottleneck under load). An older
-        answer only makes a waiter wait longer: committed offsets never go back.
-        """
-        if time.monotonic() - self._last_at < self.poll_s:
-            return self._last
-        if self._asking is None:
-            self._asking = asyncio.ensure_future(self._ask())
-        return await asyncio.shield(self._asking)
-
-    async def _ask(self) -> Mapping[tuple[str, int], int]:
-        try:
-            self._last = await self.committed()
-            self._last_at = time.monotonic()
-            return self._last
-        finally:
-            self._asking = None
-
     async def _until(self, wanted: Mapping[str, Mapping[int, int]], started: float) -> None:
         while True:
-            done = await self.shared_committed()
+            done = await self._committed()
             if all(
                 done.get((role, p), 0) > offset
                 for role, parts in wanted.items()

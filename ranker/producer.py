@@ -25,22 +25,6 @@ from storage.kafka import KafkaConnection
 log = logging.getLogger(__name__)
 
 
-class CachedCheck:
-    """An async check whose answer is kept ``every_s`` seconds (readiness probes are frequent)."""
-
-    def __init__(self, check: Callable[[], Awaitable[bool]], every_s: float = 5.0) -> None:
-        self.check = check
-        self.every_s = every_s
-        self._last: tuple[float, bool] = (float("-inf"), False)
-
-    async def __call__(self) -> bool:
-        at, ok = self._last
-        if time.monotonic() - at >= self.every_s:
-            ok = bool(await self.check())
-            self._last = (time.monotonic(), ok)
-        return ok
-
-
 class EventProducer:
     """``send(role, key, value)`` matches :data:`ranker.service.Send`. ``topic`` maps a role to
     its topic; ``timeout_s`` bounds each send and the start-up attempt; ``check_every_s`` is how

@@ -100,10 +100,6 @@ class CompactedLog:
             self._consumer = None
         self._assigned = []
 
-    @property
-    def running(self) -> bool:
-        return self._task is not None and not self._task.done()
-
     async def _assign(self) -> bool:
         """Assign every partition of the topic, from the beginning; False while it does not exist."""
         from aiokafka import TopicPartition  # noqa: PLC0415
@@ -169,6 +165,18 @@ class CompactedLog:
         except KafkaError as exc:  # refused (an ACL), or the broker went away
             raise self.error(f"{type(exc).__name__}: {exc}") from exc
         await self._reach({tp.partition: end for tp, end in ends.items()}, deadline)
+
+    async def read_through(self) -> None:
+        """:meth:`catch_up`, retried every second while the topic cannot be read (logged): for a
+        caller that must not go on without the topic's records (a batch then waits, unacked).
+        """
+        while True:
+            try:
+                await self.catch_up()
+                return
+            except CompactedLogError as exc:
+                log.warning("waiting for %s: %s", self.topic, exc)
+                await asyncio.sleep(1.0)
 
     async def _reach(self, wanted: Mapping[int, int], deadline: float) -> None:
         """Wait until this log's position on each partition is at least ``wanted`` there."""

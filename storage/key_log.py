@@ -43,15 +43,9 @@ class KeyLog(CompactedLog):
 
     error = KeyLogError
 
-    def __init__(
-        self,
-        kafka: KafkaConnection | str,
-        topic: str,
-        *,
-        timeout_s: float = 10.0,
-        poll_s: float = 0.05,
-    ) -> None:
-        super().__init__(kafka, topic, timeout_s=timeout_s, poll_s=poll_s)
+    def __init__(self, kafka: KafkaConnection | str, topic: str, **timing: float) -> None:
+        """``timing``: :class:`~storage.compacted.CompactedLog`'s ``timeout_s`` and ``poll_s``."""
+        super().__init__(kafka, topic, **timing)
         self.ring = KeyRing()
         self._erasing = asyncio.Lock()
 
@@ -111,15 +105,8 @@ class KeyLog(CompactedLog):
         every second (the batch waits unacknowledged): a write whose key exists is never
         dead-lettered for want of it.
         """
-        if not any(self._unknown(v) for v in values):
-            return
-        while True:
-            try:
-                await self.catch_up()
-                return
-            except KeyLogError as exc:
-                log.warning("records name unknown keys; retrying in 1 s: %s", exc)
-                await asyncio.sleep(1.0)
+        if any(self._unknown(v) for v in values):
+            await self.read_through()
 
     def _unknown(self, value: bytes) -> bool:
         if b'"sealed"' not in value:  # a record in the clear: nothing to look up

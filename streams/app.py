@@ -39,7 +39,6 @@ from memcore import (
 from storage import Document, Filters, MemoryRow, MilvusStore, StorageError, from_us
 from storage.embedding import Embedder
 from storage.kafka import KafkaConnection
-from storage.key_log import KeyLogError
 from storage.milvus import ANY_STATE
 from storage.records import (
     ConsolidationRequest,
@@ -256,13 +255,9 @@ class StreamWorker:
         """Before the first batch: read the keys topic to its end, so that the documents restored
         with the tables open (retrying while the topic cannot be read: the batch waits, unacked).
         """
-        while not self.keys_read:
-            try:
-                await self.keys.catch_up()
-                self.keys_read = True
-            except KeyLogError as exc:
-                log.warning("waiting for the keys topic: %s", exc)
-                await asyncio.sleep(1.0)
+        if not self.keys_read:
+            await self.keys.read_through()
+            self.keys_read = True
 
     async def on_writes(self, events: Sequence[Any]) -> None:
         """Decode, embed what has no vector, score importance, reduce, sync, emit."""
@@ -292,6 +287,8 @@ class StreamWorker:
         for message, _ in pairs:
             done = self.write_done.get(message.partition, 0)
             self.write_done[message.partition] = max(done, message.offset + 1)
+        if batch.erased:
+            log.info("%d writes of memories erased since were skipped", batch.erased)
         await self.expire_parked(batch, events)
         await self.sync(batch)
         await self.supersede(batch)

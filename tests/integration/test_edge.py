@@ -21,7 +21,8 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from ranker.api import create_api
-from ranker.producer import CachedCheck, EventProducer
+from ranker.cached import Cached
+from ranker.producer import EventProducer
 from ranker.service import RecallService
 from storage import MilvusConfig, MilvusStore, StorageError
 from storage.embedding import Embedder, Hashing
@@ -262,7 +263,7 @@ async def api(
     """The app over ``store`` and ``producer`` (started here), with the readiness checks that
     ``python -m ranker`` has (uncached)."""
     service = RecallService(store, embedder or Hashing(DIM), producer.send, candidates=10)
-    milvus = CachedCheck(lambda: asyncio.to_thread(store.reachable, 1.0), every_s=0)
+    milvus = Cached(lambda: asyncio.to_thread(store.reachable, 1.0), every_s=0)
     app = create_api(
         service,
         REGISTRY,
