@@ -374,8 +374,8 @@ async def hot_path(
             )
         ids, vectors = by_tenant[q.tenant]
         exact = {ids[i] for i in np.argsort(-(vectors @ np.asarray(q.vector)))[:K]}
-        hits = cache.search(q.tenant, q.vector, K, Filters()) or []
-        found += len(exact & {h.row.memory_id for h in hits})
+        hits = cache.search(q.tenant, q.vector, K, Filters())
+        found += len(exact & {r.memory_id for r in (hits.rows if hits is not None else ())})
         total += K
     size = f"{cache.rows:,} rows of {len(tenants)} tenants"
     return result, loaded, found / total, size

@@ -40,7 +40,7 @@ import numpy.typing as npt
 from memcore import Lifecycle, Tier
 from storage import Filters, MemoryRow, MilvusStore, StorageError
 from storage.milvus import ANY_STATE
-from storage.rows import LIVE_FIELDS
+from storage.rows import LIVE_FIELDS, row_live_values
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,12 @@ _TIER = LIVE_FIELDS.index("tier")
 _WRITES = LIVE_FIELDS.index("write_count")
 _VALID_TO = LIVE_FIELDS.index("valid_to_us")
 _SUPERSEDED_BY = LIVE_FIELDS.index("superseded_by")
+_IMPORTANCE = LIVE_FIELDS.index("importance")
+_LAST_ACCESS = LIVE_FIELDS.index("last_access_us")
+_TAU = LIVE_FIELDS.index("tau_hours")
+_ACCESSES = LIVE_FIELDS.index("access_count")
+_SEMANTIC = TIERS.index("semantic")
+_ARCHIVED = STATES.index("archived")
 
 Vector = npt.NDArray[np.float32]
 
@@ -79,14 +85,62 @@ def _any_of(
 
 
 @dataclass(frozen=True)
-class CachedHit:
-    """A vector candidate: the row (its ``vector`` left empty), its cosine to the query, and
-    its unit vector (a copy, taken with the search's other hits).
+class LiveColumns:
+    """What scoring reads of each candidate's live state (the state view's values when it has
+    them, else the row's), one entry per candidate.
+
+    Attributes:
+        importance: [0, 1].
+        last_access_us: µs since the epoch.
+        tau_hours: decay constant, hours.
+        accessed: ever accessed (``access_count`` > 0).
+        semantic: in the semantic tier.
+        archived: lifecycle state ``archived``.
     """
 
-    row: MemoryRow
-    similarity: float
-    vector: Vector
+    importance: npt.NDArray[np.float64]
+    last_access_us: npt.NDArray[np.int64]
+    tau_hours: npt.NDArray[np.float64]
+    accessed: npt.NDArray[np.bool_]
+    semantic: npt.NDArray[np.bool_]
+    archived: npt.NDArray[np.bool_]
+
+    @classmethod
+    def of(cls, values: Sequence[Sequence[Any]]) -> LiveColumns:
+        """Columns from :data:`storage.rows.LIVE_FIELDS` tuples, one per candidate."""
+        n = len(values)
+        return cls(
+            importance=np.fromiter((v[_IMPORTANCE] for v in values), np.float64, n),
+            last_access_us=np.fromiter((v[_LAST_ACCESS] for v in values), np.int64, n),
+            tau_hours=np.fromiter((v[_TAU] for v in values), np.float64, n),
+            accessed=np.fromiter((v[_ACCESSES] > 0 for v in values), np.bool_, n),
+            semantic=np.fromiter((v[_TIER] == "semantic" for v in values), np.bool_, n),
+            archived=np.fromiter((v[_STATE] == "archived" for v in values), np.bool_, n),
+        )
+
+
+@dataclass(frozen=True)
+class HotHits:
+    """A search's vector candidates as columns, best first: what the scoring kernel takes, with
+    no Python object per candidate but its row.
+
+    Attributes:
+        rows: the rows (their ``vector`` left empty; live fields as last loaded: lay the state
+            view over them before showing them).
+        similarity: cosine to the query, [n].
+        vectors: unit vectors, [n, dim] (a copy).
+        created_at_us: µs since the epoch, [n].
+        live: the live values scoring reads, as of the search.
+    """
+
+    rows: tuple[MemoryRow, ...]
+    similarity: npt.NDArray[np.float64]
+    vectors: Vector
+    created_at_us: npt.NDArray[np.int64]
+    live: LiveColumns
+
+    def __len__(self) -> int:
+        return len(self.rows)
 
 
 class _Block:
@@ -103,6 +157,10 @@ class _Block:
         self.created = np.zeros(16, dtype=np.int64)
         self.valid_to = np.zeros(16, dtype=np.int64)
         self.writes = np.zeros(16, dtype=np.int64)
+        self.importance = np.zeros(16, dtype=np.float64)
+        self.last_access = np.zeros(16, dtype=np.int64)
+        self.tau = np.zeros(16, dtype=np.float64)
+        self.accessed = np.zeros(16, dtype=np.bool_)
         self.session = np.empty(16, dtype=object)
         self.agent = np.empty(16, dtype=object)
         self.user = np.empty(16, dtype=object)
@@ -127,9 +185,16 @@ class _Block:
         self.created[slot] = row.created_at_us
         self.valid_to[slot] = row.valid_to_us
         self.writes[slot] = row.write_count
+        self._score_values(slot, row_live_values(row))
         self.session[slot] = row.session_id
         self.agent[slot] = row.agent_id
         self.user[slot] = row.user_id
+
+    def _score_values(self, slot: int, values: Sequence[Any]) -> None:
+        self.importance[slot] = float(values[_IMPORTANCE])
+        self.last_access[slot] = int(values[_LAST_ACCESS])
+        self.tau[slot] = float(values[_TAU])
+        self.accessed[slot] = int(values[_ACCESSES]) > 0
 
     def remove(self, memory_id: str) -> None:
         slot = self.index.get(memory_id)
@@ -138,14 +203,16 @@ class _Block:
             self.rows[slot] = None
 
     def live(self, memory_id: str, values: Sequence[Any]) -> bool:
-        """Apply a state change in place; True when the row must be re-read (a new memory or a
-        newer version than the block's: what is embedded, scoped or linked may have changed).
+        """Apply a change of live values in place (an access's counters, importance and clock;
+        a state change); True when the row must be re-read (a new memory or a newer version
+        than the block's: what is embedded, scoped or linked may have changed).
         """
         slot = self.index.get(memory_id)
         if slot is None or self.state[slot] == ABSENT:
             return True
         if int(values[_WRITES]) > int(self.writes[slot]):
             return True
+        self._score_values(slot, values)
         self.state[slot] = _code(STATES, str(values[_STATE]))
         self.tier[slot] = _code(TIERS, str(values[_TIER]))
         self.valid_to[slot] = int(values[_VALID_TO])
@@ -195,6 +262,10 @@ class _Block:
             "created",
             "valid_to",
             "writes",
+            "importance",
+            "last_access",
+            "tau",
+            "accessed",
             "session",
             "agent",
             "user",
@@ -286,7 +357,7 @@ class HotCache:
 
     def search(
         self, tenant_id: str, vector: Sequence[float], n: int, filters: Filters
-    ) -> list[CachedHit] | None:
+    ) -> HotHits | None:
         """The ``n`` nearest rows of one tenant that pass ``filters``, best first, or None when
         the cache cannot answer exactly (the caller searches Milvus). Blocking: Milvus is read
         when the tenant is not loaded yet or has dirty rows; may raise ``StorageError`` then.
@@ -304,21 +375,26 @@ class HotCache:
         with block.lock:
             keep = block.mask(filters)
             passing = int(np.count_nonzero(keep))
-            if not passing:
-                return []
+            m = min(n, passing)
             # every used row's product (no gather of the passing rows' vectors), then the mask
             scores = np.where(keep, block.vectors[: block.n] @ query, -np.inf)
-            m = min(n, passing)
-            top = np.argpartition(-scores, m - 1)[:m] if len(scores) > m else np.arange(m)
+            top = np.argpartition(-scores, m - 1)[:m] if len(scores) > m > 0 else np.arange(m)
             top = top[np.argsort(-scores[top], kind="stable")]
-            rows, vectors = block.rows, block.vectors[top]  # one copy of the top rows' vectors
-            return [
-                CachedHit(row, score, vectors[i])
-                for i, (slot, score) in enumerate(
-                    zip(top.tolist(), scores[top].tolist(), strict=True)
-                )
-                if (row := rows[slot]) is not None
-            ]
+            rows = block.rows
+            return HotHits(
+                rows=tuple(rows[slot] for slot in top.tolist()),
+                similarity=scores[top].astype(np.float64),
+                vectors=block.vectors[top],
+                created_at_us=block.created[top],
+                live=LiveColumns(
+                    importance=block.importance[top],
+                    last_access_us=block.last_access[top],
+                    tau_hours=block.tau[top],
+                    accessed=block.accessed[top],
+                    semantic=block.tier[top] == _SEMANTIC,
+                    archived=block.state[top] == _ARCHIVED,
+                ),
+            )
 
     def preload(self, tenant_ids: Sequence[str] = ()) -> tuple[int, int]:
         """Load every tenant in one pass over the collection (:meth:`MilvusStore.scan`): on

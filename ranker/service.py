@@ -31,7 +31,7 @@ from memcore.policy import RecallPolicy
 from ranker.applied import AppliedOffsets, Token
 from ranker.batcher import Batcher, Overloaded
 from ranker.errors import Unavailable
-from ranker.hotcache import HotCache
+from ranker.hotcache import HotCache, HotHits, LiveColumns
 from ranker.kernel import RankRequest, rank_many
 from ranker.listing import Page, page
 from ranker.metrics import Metrics
@@ -40,13 +40,8 @@ from storage import Filters, MemoryRow, MilvusStore, to_us
 from storage.embedding import Embedder
 from storage.key_log import KeyLog
 from storage.records import decision_value
-from storage.rows import LIVE_FIELDS, row_live_values
+from storage.rows import row_live_values
 from storage.sealing import seal_write
-
-_IMPORTANCE, _LAST_ACCESS, _TAU, _TIER, _ACCESSES, _STATE = (
-    LIVE_FIELDS.index(name)
-    for name in ("importance", "last_access_us", "tau_hours", "tier", "access_count", "state")
-)
 
 GRAPH_FETCH_MAX = 1_000
 """Memories beyond the candidates whose relations one recall reads, per hop, at most."""
@@ -170,19 +165,28 @@ class RecallService:
         vector = query.vector
         if vector is None:
             (vector,) = await asyncio.to_thread(self.embedder.embed, [query.text or ""])
-        if self._in_memory(tenant_id, query):  # ~1 ms of numpy: not worth a thread hop
-            candidates = self._candidates(tenant_id, vector, query)
+        hits = None
+        if self.cache is not None and self._in_memory(tenant_id, query):
+            # ~1 ms of numpy with no per-candidate Python: not worth a thread hop
+            hits = self.cache.search(tenant_id, vector, self._wanted(query), query.filters)
+        request: RankRequest | None = None
+        if hits is not None:
+            self.metrics.vector_searches.labels("hot").inc()
+            rows: Sequence[MemoryRow] = hits.rows
+            request = _hot_request(hits, vector, query) if hits else None
         else:
             candidates = await asyncio.to_thread(self._candidates, tenant_id, vector, query)
+            rows = [c.row for c in candidates]
+            if candidates:
+                relations: Mapping[str, Sequence[str]] = {}
+                if _uses_graph(query.policy):
+                    relations = await self._relations(tenant_id, candidates)
+                request = _request(candidates, vector, query, relations, self._live_values)
         results: list[Recalled] = []
-        if candidates:
-            relations: Mapping[str, Sequence[str]] = {}
-            if query.policy.graphrag or query.policy.weights.graph > 0:
-                relations = await self._relations(tenant_id, candidates)
-            request = _request(candidates, vector, query, relations, self._live_values)
+        if request is not None:
             scored = await self.batcher.submit(request)
-            rows = {c.row.memory_id: c.row for c in candidates}
-            results = [Recalled(self._live(rows[s.memory_id]), s) for s in scored]
+            by_id = {r.memory_id: r for r in rows}
+            results = [Recalled(self._live(by_id[s.memory_id]), s) for s in scored]
         if query.track and results:
             await self._produce_all(
                 [
@@ -198,12 +202,15 @@ class RecallService:
         """The vector top-N and, where the store keeps a full-text index and the policy scores
         keywords, the BM25 top-N, merged by id (blocking: run in a thread).
         """
-        n = max(self.candidates, query.k)
+        n = self._wanted(query)
         cached = self.cache.search(tenant_id, vector, n, query.filters) if self.cache else None
         self.metrics.vector_searches.labels("hot" if cached is not None else "milvus").inc()
         if cached is not None:
             merged = {
-                h.row.memory_id: Candidate(h.row, h.similarity, None, h.vector) for h in cached
+                r.memory_id: Candidate(r, s, None, v)
+                for r, s, v in zip(
+                    cached.rows, cached.similarity.tolist(), cached.vectors, strict=True
+                )
             }
         else:
             (hits,) = self.store.search(tenant_id, [vector], n, query.filters)
@@ -218,16 +225,23 @@ class RecallService:
         out.extend(Candidate(h.row, 0.0, h.score) for h in found if h.row.memory_id not in merged)
         return out
 
+    def _wanted(self, query: RecallQuery) -> int:
+        """Vector candidates per recall."""
+        return max(self.candidates, query.k)
+
     def _keyword_search(self, query: RecallQuery) -> bool:
         """The request's keyword candidates come from the store's full-text index."""
         return bool(query.text) and query.policy.scores_keywords and self.store.config.full_text
 
     def _in_memory(self, tenant_id: str, query: RecallQuery) -> bool:
-        """The candidates come from the hot cache alone, with no I/O (no keyword search)."""
+        """The candidates come from the hot cache alone, with no I/O (no keyword search, no
+        relations to read) and no per-candidate Python (:func:`_hot_request`).
+        """
         return (
             self.cache is not None
             and self.cache.ready(tenant_id, query.filters)
             and not self._keyword_search(query)
+            and not _uses_graph(query.policy)
         )
 
     def _live_values(self, row: MemoryRow) -> Sequence[Any]:
@@ -464,6 +478,11 @@ def _access(tenant_id: str, memory_id: str, at: datetime, kind: str) -> dict[str
     }
 
 
+def _uses_graph(policy: RecallPolicy) -> bool:
+    """The policy scores graph proximity (the candidates' relations are read)."""
+    return policy.graphrag or policy.weights.graph > 0
+
+
 def _request(
     candidates: Sequence[Candidate],
     vector: Sequence[float],
@@ -478,37 +497,84 @@ def _request(
     Keyword scores are the store's BM25 where it gave them, else BM25 over the candidates.
     """
     rows = [c.row for c in candidates]
-    policy = query.policy
+    keywords = None
     if any(c.keyword is not None for c in candidates):
-        keywords = [c.keyword or 0.0 for c in candidates]
-    elif query.text and policy.scores_keywords:
-        keywords = bm25_scores(query.text, [r.content for r in rows], stemmed=policy.stems_keywords)
-    else:
-        keywords = [0.0] * len(rows)
+        keywords = np.asarray([c.keyword or 0.0 for c in candidates], dtype=np.float64)
     hops: dict[str, int] = {}
     if relations:
         hops = recall_hops({c.row.memory_id: c.similarity for c in candidates}, relations)
     n = len(rows)
-    values = [(live or row_live_values)(r) for r in rows]
-    return RankRequest(
-        ids=tuple(r.memory_id for r in rows),
-        at_us=to_us(query.at),
-        params=RankParams(k=query.k, policy=policy),
+    return _assemble(
+        rows,
         similarity=np.fromiter((c.similarity for c in candidates), np.float64, n),
-        keyword=np.asarray(keywords, dtype=np.float64),
-        importance=np.fromiter((v[_IMPORTANCE] for v in values), np.float64, n),
-        last_access_us=np.fromiter((v[_LAST_ACCESS] for v in values), np.int64, n),
+        live=LiveColumns.of([(live or row_live_values)(r) for r in rows]),
         created_at_us=np.fromiter((r.created_at_us for r in rows), np.int64, n),
-        tau_hours=np.fromiter((v[_TAU] for v in values), np.float64, n),
-        graph_hops=np.fromiter((hops.get(r.memory_id, -1) for r in rows), np.int64, n),
-        semantic=np.fromiter((v[_TIER] == "semantic" for v in values), np.bool_, n),
-        accessed=np.fromiter((v[_ACCESSES] > 0 for v in values), np.bool_, n),
-        archived=np.fromiter((v[_STATE] == "archived" for v in values), np.bool_, n),
         vectors=np.stack(
             [
                 c.vector if c.vector is not None else np.asarray(c.row.vector, dtype=np.float32)
                 for c in candidates
             ]
         ),
+        query=query,
+        vector=vector,
+        keywords=keywords,
+        graph_hops=np.fromiter((hops.get(r.memory_id, -1) for r in rows), np.int64, n),
+    )
+
+
+def _hot_request(hits: HotHits, vector: Sequence[float], query: RecallQuery) -> RankRequest:
+    """The kernel's columns straight from the hot cache's (no graph: see :func:`_uses_graph`)."""
+    return _assemble(
+        hits.rows,
+        similarity=hits.similarity,
+        live=hits.live,
+        created_at_us=hits.created_at_us,
+        vectors=hits.vectors,
+        query=query,
+        vector=vector,
+        keywords=None,
+        graph_hops=np.full(len(hits), -1, dtype=np.int64),
+    )
+
+
+def _assemble(
+    rows: Sequence[MemoryRow],
+    *,
+    similarity: npt.NDArray[np.float64],
+    live: LiveColumns,
+    created_at_us: npt.NDArray[np.int64],
+    vectors: npt.NDArray[np.float32],
+    query: RecallQuery,
+    vector: Sequence[float],
+    keywords: npt.NDArray[np.float64] | None,
+    graph_hops: npt.NDArray[np.int64],
+) -> RankRequest:
+    """One request of the kernel; ``keywords`` None: BM25 over the candidates' content when the
+    query has text and the policy scores keywords, else zeros.
+    """
+    policy = query.policy
+    if keywords is None:
+        if query.text and policy.scores_keywords:
+            scores = bm25_scores(
+                query.text, [r.content for r in rows], stemmed=policy.stems_keywords
+            )
+            keywords = np.asarray(scores, dtype=np.float64)
+        else:
+            keywords = np.zeros(len(rows), dtype=np.float64)
+    return RankRequest(
+        ids=tuple(r.memory_id for r in rows),
+        at_us=to_us(query.at),
+        params=RankParams(k=query.k, policy=policy),
+        similarity=similarity,
+        keyword=keywords,
+        importance=live.importance,
+        last_access_us=live.last_access_us,
+        created_at_us=created_at_us,
+        tau_hours=live.tau_hours,
+        graph_hops=graph_hops,
+        semantic=live.semantic,
+        accessed=live.accessed,
+        archived=live.archived,
+        vectors=vectors,
         query=np.asarray(vector, dtype=np.float32),
     )

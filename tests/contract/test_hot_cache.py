@@ -60,11 +60,9 @@ def test_the_hot_cache_equals_milvus(store: MilvusStore) -> None:
         (expected,) = store.search("acme", [query], 20, filters)
         got = cache.search("acme", query, 20, filters)
         assert got is not None
-        assert [h.row.memory_id for h in got] == [h.row.memory_id for h in expected]
-        assert [h.similarity for h in got] == pytest.approx(
-            [h.similarity for h in expected], abs=1e-5
-        )
-        assert all(h.row.tenant_id == "acme" for h in got)
+        assert [r.memory_id for r in got.rows] == [h.row.memory_id for h in expected]
+        assert got.similarity.tolist() == pytest.approx([h.similarity for h in expected], abs=1e-5)
+        assert all(r.tenant_id == "acme" for r in got.rows)
     assert cache.loads == 1  # loaded once, then served from memory
 
 
@@ -96,7 +94,7 @@ def test_one_preload_pass_equals_loading_each_tenant(store: MilvusStore) -> None
         )
         assert got is not None
         assert expected is not None
-        assert [h.row.memory_id for h in got] == [h.row.memory_id for h in expected]
+        assert [r.memory_id for r in got.rows] == [r.memory_id for r in expected.rows]
     assert preloaded.loads == 2  # the preload's; no tenant was loaded again
 
 

@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
-from ranker.hotcache import DIRTY_GIVE_UP_S, HotCache
+import numpy as np
+
+from memcore.policy import RecallPolicy
+from ranker.hotcache import DIRTY_GIVE_UP_S, TIERS, HotCache, LiveColumns
+from ranker.kernel import RankRequest
+from ranker.service import Candidate, RecallQuery, _hot_request, _request
 from storage import Filters, MemoryRow, MilvusConfig
 from storage.milvus import ANY_STATE
-from storage.rows import LIVE_FIELDS
+from storage.rows import LIVE_FIELDS, row_live_values
 from tests.rows import make_row
 
 DIM = 4
+AT = datetime(1970, 1, 1, 0, 0, 5, tzinfo=UTC)
 RECALL = Filters(states=("active", "archived"), current_at_us=5_000_000)
 
 
@@ -62,7 +69,7 @@ class Clock:
 def ids(cache: HotCache, filters: Filters = RECALL) -> list[str]:
     hits = cache.search("acme", [1.0, 0.0, 0.0, 0.0], 10, filters)
     assert hits is not None
-    return [h.row.memory_id for h in hits]
+    return [r.memory_id for r in hits.rows]
 
 
 def setup(*rows: MemoryRow) -> tuple[FakeStore, dict[str, tuple[Any, ...]], HotCache, Clock]:
@@ -112,11 +119,11 @@ def test_a_newer_version_waits_for_its_row() -> None:
     cache.on_change("acme", "a", view["a"])
     hits = cache.search("acme", [1.0, 0.0, 0.0, 0.0], 1, RECALL)
     assert hits is not None
-    assert hits[0].similarity == 1.0  # the old version, until Milvus has the new one
+    assert hits.similarity[0] == 1.0  # the old version, until Milvus has the new one
     store.put(rewritten)
     hits = cache.search("acme", [1.0, 0.0, 0.0, 0.0], 1, RECALL)
     assert hits is not None
-    assert abs(hits[0].similarity) < 1e-6
+    assert abs(hits.similarity[0]) < 1e-6
 
 
 def test_a_deleted_memory_leaves_at_once_and_a_missing_row_is_given_up_later() -> None:
@@ -153,7 +160,7 @@ def test_the_user_scope_filters_like_the_agent_scope() -> None:
     def found(filters: Filters) -> list[str]:
         hits = cache.search("acme", [1.0, 0.0, 0.0, 0.0], 100, filters)
         assert hits is not None
-        return sorted(h.row.memory_id for h in hits)
+        return sorted(r.memory_id for r in hits.rows)
 
     for user in users:
         assert found(Filters(user_id=user)) == [
@@ -175,3 +182,51 @@ def test_least_recently_searched_tenants_go_over_the_budget() -> None:
     assert cache.loads == 3
     cache.search("t2", [1.0, 0, 0, 0], 2, Filters())
     assert cache.loads == 4  # t2 was dropped for t3, loaded again
+
+
+def test_an_access_updates_the_scoring_columns_without_reading_milvus() -> None:
+    a, b = row("a", 1.0, importance=0.2), row("b", 0.9, 0.1, tier="semantic")
+    store, view, cache, _ = setup(a, b)
+    assert ids(cache) == ["a", "b"]
+    reads = store.reads
+    view["a"] = live(a, importance=0.8, access_count=3, last_access_us=4_000_000, tau_hours=9.0)
+    cache.on_change("acme", "a", view["a"])
+    view["b"] = live(b, state="archived")
+    cache.on_change("acme", "b", view["b"])
+    hits = cache.search("acme", [1.0, 0.0, 0.0, 0.0], 10, RECALL)
+    assert hits is not None
+    expected = LiveColumns.of([view["a"], view["b"]])
+    for name in ("importance", "last_access_us", "tau_hours", "accessed", "semantic", "archived"):
+        assert getattr(hits.live, name).tolist() == getattr(expected, name).tolist(), name
+    assert hits.live.accessed.tolist() == [True, False]
+    assert hits.live.archived.tolist() == [False, True]
+    assert store.reads == reads
+
+
+def test_the_hot_request_equals_the_one_built_from_candidates() -> None:
+    rows = [row(f"m{i}", 1.0, i / 10, importance=i / 10, tier=TIERS[i % 3]) for i in range(6)]
+    _, view, cache, _ = setup(*rows)
+    view["m2"] = live(rows[2], importance=0.9, access_count=1, last_access_us=3_000_000)
+    cache.on_change("acme", "m2", view["m2"])
+    hits = cache.search("acme", [1.0, 0.3, 0.0, 0.0], 5, RECALL)
+    assert hits is not None
+    assert len(hits) == 5
+    query = RecallQuery(
+        text="hello", vector=(1.0, 0.3, 0.0, 0.0), k=3, at=AT, policy=RecallPolicy()
+    )
+    hot = _hot_request(hits, query.vector or (), query)
+    candidates = [
+        Candidate(r, s, None, v)
+        for r, s, v in zip(hits.rows, hits.similarity.tolist(), hits.vectors, strict=True)
+    ]
+
+    def live_of(r: MemoryRow) -> tuple[Any, ...]:
+        return view.get(r.memory_id) or row_live_values(r)
+
+    general = _request(candidates, query.vector or (), query, {}, live_of)
+    for field in dataclasses.fields(RankRequest):
+        a, b = getattr(hot, field.name), getattr(general, field.name)
+        if isinstance(a, np.ndarray):
+            assert a.tolist() == b.tolist(), field.name
+        else:
+            assert a == b, field.name
