@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi import APIRouter, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -42,7 +42,16 @@ from ranker.problems import NOT_FOUND, RESPONSES, problem
 from ranker.ratelimit import RateLimited, RateLimiter
 from ranker.routes import memory_routes
 from ranker.service import Recalled, RecallQuery, RecallService
-from ranker.wire import Auth, Body, TextBody, memory_json, session_of, tokens, under
+from ranker.wire import (
+    Auth,
+    Body,
+    OrjsonRoute,
+    TextBody,
+    memory_json,
+    session_of,
+    tokens,
+    under,
+)
 from storage import Filters, StorageError, to_us
 from storage.compacted import CompactedLogError
 from storage.records import Limits, RecordError, checked_access, checked_vector, checked_write
@@ -217,7 +226,9 @@ def create_api(
             return JSONResponse({"status": "ready", "checks": results})
         return JSONResponse({"status": "not ready", "checks": results}, 503)
 
-    @api.post("/v1/recall")
+    searches = APIRouter(route_class=OrjsonRoute)  # the hot path: recall bodies carry vectors
+
+    @searches.post("/v1/recall")
     async def recall(body: RecallBody, who: Auth) -> dict[str, Any]:
         results = await service.recall(
             who.tenant_id, _query(body, who, ("active", "archived"), limits.embedding_dim)
@@ -226,13 +237,15 @@ def create_api(
             results.sort(key=lambda r: (r.row.created_at_us, r.row.memory_id))
         return {"results": [_recalled(r) for r in results]}
 
-    @api.post("/v1/archive/search")
+    @searches.post("/v1/archive/search")
     async def archive_search(body: RecallBody, who: Auth) -> dict[str, Any]:
         query = _query(
             body.model_copy(update={"track": False}), who, ("archived",), limits.embedding_dim
         )
         results = await service.recall(who.tenant_id, query)
         return {"results": [_recalled(r) for r in results]}
+
+    api.include_router(searches)
 
     @api.post("/v1/memories")
     async def write(body: WriteBody, who: Auth) -> dict[str, Any]:

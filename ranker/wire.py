@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Annotated, Any
 
-from fastapi import Depends, HTTPException, Request, Security
+import orjson
+from fastapi import Depends, HTTPException, Request, Response, Security
+from fastapi.routing import APIRoute
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, field_validator
 from pydantic_core import PydanticCustomError
@@ -19,6 +21,35 @@ from ranker.ratelimit import RateLimiter
 from storage import MemoryRow, from_us
 from storage.records import RecordError
 from storage.tenants import Tenant, Tenants
+
+
+class _OrjsonRequest(Request):
+    async def json(self) -> Any:  # noqa: ANN401  (Starlette's signature)
+        if not hasattr(self, "_json"):
+            body = await self.body()
+            try:
+                self._json = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                # what orjson refuses (NaN, integers over 64 bits, lone surrogates, bad JSON)
+                # gets the standard library's reading and errors: pydantic then names the field
+                self._json = json.loads(body)
+        return self._json
+
+
+class OrjsonRoute(APIRoute):
+    """A route whose JSON body is parsed by orjson (~5x the standard library on a 384-float
+    vector); bodies orjson refuses are read exactly as before, so every error stays the same.
+    Only for bodies without free-form values: orjson reads an integer over 64 bits as a float
+    (the standard library keeps it an int, which the write path refuses by name).
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def parsed_by_orjson(request: Request) -> Response:
+            return await handler(_OrjsonRequest(request.scope, request.receive))
+
+        return parsed_by_orjson
 
 
 class Body(BaseModel):
@@ -89,6 +120,10 @@ def _unencodable(value: object) -> str:
 
 def _bad(value: object) -> bool:
     """``value`` holds text UTF-8 cannot carry (only that: big integers are checked elsewhere)."""
+    if value is None or isinstance(value, int | float):
+        return False
+    if isinstance(value, list) and all(type(x) is float or type(x) is int for x in value):
+        return False  # a vector: no text (the encoder below costs ~0.1 ms for 384 floats)
     try:
         json.dumps(value, ensure_ascii=False, default=_checked_already).encode("utf-8")
     except UnicodeEncodeError:

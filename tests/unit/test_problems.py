@@ -99,3 +99,24 @@ async def test_what_milvus_or_the_cache_would_choke_on_is_a_422_naming_the_field
         }
     for field, reply in replies.items():
         assert (reply.status_code, reply.json()["field"]) == (422, field), reply.text
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (b'{"vector": [NaN, 1, 1, 1]}', "vector[0]"),
+        (b'{"query": "x", "k": 123456789012345678901234567890}', "k"),
+        (b'{"query": "\\ud800"}', "query"),
+        (b'{"query": "x", "k": 1.5}', "k"),
+        (b'{"query": "x", "filters": {"tags": "a"}}', "filters.tags"),
+    ],
+)
+async def test_recall_bodies_orjson_refuses_get_the_same_422_naming_the_field(
+    body: bytes, field: str
+) -> None:
+    """Recall bodies are parsed by orjson (ranker.wire.OrjsonRoute); what it refuses is read by
+    the standard library, so NaN, huge integers and lone surrogates still name their field."""
+    auth = {"Authorization": f"Bearer {KEY}", "content-type": "application/json"}
+    async with app() as http:
+        reply = await http.post("/v1/recall", content=body, headers=auth)
+    assert (reply.status_code, reply.json()["field"]) == (422, field), reply.text

@@ -9,7 +9,9 @@ import pytest
 from memcore import InvalidField
 from storage import Document, Filters, MemoryRow, StorageError, filter_expression, from_us, to_us
 from storage.milvus import translate
+from storage.rows import LIVE_FIELDS, with_live
 from storage.tenants import TenantRegistry
+from tests.rows import make_row
 
 from .helpers import T0, created
 
@@ -130,3 +132,16 @@ def test_faiss_neighbours_equal_the_pairwise_reference() -> None:
         assert cosine_neighbours(ids, vectors, threshold) == expected
         assert any(expected.values())
     assert cosine_neighbours(["a"], [[1.0, 0.0]], 0.9) == {"a": set()}
+
+
+def test_with_live_equals_a_replace_and_leaves_the_row_alone() -> None:
+    row = make_row("acme", "m1", [1.0, 0.0, 0.0, 0.0], importance=0.3, state="archived")
+    values = tuple(
+        getattr(dataclasses.replace(row, importance=0.9, state="active", access_count=4), name)
+        for name in LIVE_FIELDS
+    )
+    live = with_live(row, values)
+    assert live == dataclasses.replace(row, **dict(zip(LIVE_FIELDS, values, strict=True)))
+    assert (row.importance, row.state, row.access_count) == (0.3, "archived", 0)
+    with pytest.raises(ValueError, match="live values"):
+        with_live(row, values[:-1])
