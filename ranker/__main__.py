@@ -127,6 +127,7 @@ def build(
         audit=AuditLog(kafka, settings.topic("audit")),
         rate_limit_per_s=settings.tenant_rate_limit_per_s,
         admin_key=settings.admin_key.get_secret_value() if settings.admin_key else None,
+        log_every_request=settings.access_log == "all",
     )
     api.router.lifespan_context = lifespan
     return api

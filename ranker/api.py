@@ -164,6 +164,7 @@ def create_api(
     audit: AuditLog | None = None,
     rate_limit_per_s: float = 0.0,
     admin_key: str | None = None,
+    log_every_request: bool = True,
 ) -> FastAPI:
     """The app; ``service`` must be started (and stopped) by the caller's lifespan. ``limits``:
     what the worker accepts (``SharedSettings.limits()``); default: the embedder's dimension and
@@ -173,7 +174,8 @@ def create_api(
     ``audit``: where a memory's history is read (None: the history route answers 503).
     ``rate_limit_per_s``: a tenant's request rate when its own is not set (0: unlimited).
     ``admin_key``: opens the admin routes (:mod:`ranker.admin`) when ``registry`` is the live
-    :class:`~storage.tenant_log.TenantLog`; None: they answer 403.
+    :class:`~storage.tenant_log.TenantLog`; None: they answer 403. ``log_every_request``
+    off: only requests answered 4xx or 5xx are logged (:class:`~ranker.logs.RequestLog`).
     """
     api = FastAPI(
         title="Mnemostream",
@@ -189,7 +191,7 @@ def create_api(
         metrics=service.metrics,
         routes=lambda: api.routes,
     )
-    api.add_middleware(RequestLog)
+    api.add_middleware(RequestLog, every_request=log_every_request)
     checks = dict(ready or {})
     api.state.registry = registry  # the live view when it is a TenantLog: read per request
     api.state.rate_limiter = RateLimiter(rate_limit_per_s)
@@ -391,7 +393,9 @@ def _query(body: RecallBody, who: Tenant, states: tuple[str, ...], dim: int) -> 
     for name in ("mmr_lambda", "min_score", "graphrag"):
         if getattr(body, name) is not None:
             overrides[name] = getattr(body, name)
-    policy: RecallPolicy = who.policy.with_overrides({"recall": overrides}).recall
+    policy: RecallPolicy = (
+        who.policy.with_overrides({"recall": overrides}).recall if overrides else who.policy.recall
+    )
     f = body.filters
     now = datetime.now(UTC)  # the edge reads the clock; memcore gets the time
     at = body.at or now

@@ -125,6 +125,7 @@ class HotHits:
     no Python object per candidate but its row.
 
     Attributes:
+        ids: the memory ids.
         rows: the rows (their ``vector`` left empty; live fields as last loaded: lay the state
             view over them before showing them).
         similarity: cosine to the query, [n].
@@ -133,7 +134,8 @@ class HotHits:
         live: the live values scoring reads, as of the search.
     """
 
-    rows: tuple[MemoryRow, ...]
+    ids: tuple[str, ...]
+    rows: list[MemoryRow]
     similarity: npt.NDArray[np.float64]
     vectors: Vector
     created_at_us: npt.NDArray[np.int64]
@@ -150,6 +152,7 @@ class _Block:
         self.lock = threading.Lock()
         self.n = 0
         self.rows: list[MemoryRow | None] = []
+        self.ids: list[str] = []
         self.index: dict[str, int] = {}
         self.vectors = np.zeros((16, dim), dtype=np.float32)
         self.state = np.full(16, ABSENT, dtype=np.int8)
@@ -176,6 +179,7 @@ class _Block:
             self.n += 1
             self.index[row.memory_id] = slot
             self.rows.append(None)
+            self.ids.append(row.memory_id)
         vector = np.asarray(row.vector, dtype=np.float32)
         norm = float(np.linalg.norm(vector))
         self.vectors[slot] = vector / norm if norm > 0 else vector
@@ -380,9 +384,10 @@ class HotCache:
             scores = np.where(keep, block.vectors[: block.n] @ query, -np.inf)
             top = np.argpartition(-scores, m - 1)[:m] if len(scores) > m > 0 else np.arange(m)
             top = top[np.argsort(-scores[top], kind="stable")]
-            rows = block.rows
+            rows, ids, slots = block.rows, block.ids, top.tolist()
             return HotHits(
-                rows=tuple(rows[slot] for slot in top.tolist()),
+                ids=tuple([ids[slot] for slot in slots]),
+                rows=[rows[slot] for slot in slots],
                 similarity=scores[top].astype(np.float64),
                 vectors=block.vectors[top],
                 created_at_us=block.created[top],

@@ -86,11 +86,13 @@ def configure(log_format: LogFormat, level: int = logging.INFO) -> None:
 
 class RequestLog:
     """ASGI middleware: a request id per request, echoed as ``X-Request-ID``, and one log line
-    when the response starts (method, route path, status, duration).
+    when the response starts (method, route path, status, duration): for every request, or with
+    ``every_request`` off only for those answered 4xx or 5xx.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, every_request: bool = True) -> None:
         self.app = app
+        self.every_request = every_request
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -107,21 +109,26 @@ class RequestLog:
                     *message.get("headers", []),
                     (b"x-request-id", request_id.encode()),
                 ]
-                access_log.info(
-                    "%s %s %d",
-                    scope.get("method"),
-                    scope.get("path"),
-                    message["status"],
-                    extra={
-                        "method": scope.get("method"),
-                        "route": scope.get("path"),
-                        "status": message["status"],
-                        "duration_ms": round((time.perf_counter() - started) * 1000, 3),
-                    },
-                )
+                if self.every_request or message["status"] >= 400:
+                    _log_line(scope, message["status"], started)
             await send(message)
 
         try:
             await self.app(scope, receive, tagged)
         finally:
             _context.reset(token)
+
+
+def _log_line(scope: Scope, status: int, started: float) -> None:
+    access_log.info(
+        "%s %s %d",
+        scope.get("method"),
+        scope.get("path"),
+        status,
+        extra={
+            "method": scope.get("method"),
+            "route": scope.get("path"),
+            "status": status,
+            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+        },
+    )

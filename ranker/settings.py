@@ -16,6 +16,11 @@ class RankerSettings(SharedSettings):
     log_format: Literal["json", "text"] = Field(
         "text", description="json: one object per line, with request_id and tenant_id"
     )
+    access_log: Literal["all", "errors"] = Field(
+        "all",
+        description="all: one log line per request; errors: only requests answered 4xx or 5xx"
+        " (a line costs ~5 % of a recall's CPU under python -m server)",
+    )
     port: int = Field(8080, ge=1, le=65535)
     candidates: int = Field(100, ge=1, le=16_384, description="Milvus hits scored per request")
     batch_max: int = Field(64, ge=1, description="requests scored in one torch pass, at most")

@@ -7,7 +7,6 @@ its fact (:data:`CURRENT`).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -186,14 +185,15 @@ def row_live_values(row: MemoryRow) -> tuple[Any, ...]:
 
 def with_live(row: MemoryRow, values: Sequence[Any]) -> MemoryRow:
     """``row`` with its :data:`LIVE_FIELDS` replaced by ``values`` (from :func:`live_values`).
-    A copy whose fields are set directly (``dataclasses.replace`` re-runs ``__init__``: ~10x the
-    cost, paid per returned memory of every recall); the values are trusted as the view's.
+    A copy of the row's fields (``dataclasses.replace`` re-runs ``__init__``: ~10x the cost,
+    paid per returned memory of every recall); the values are trusted as the view's.
     """
     if len(values) != len(LIVE_FIELDS):
         raise ValueError(f"expected {len(LIVE_FIELDS)} live values, got {len(values)}")
-    out = copy.copy(row)
-    for name, value in zip(LIVE_FIELDS, values, strict=True):
-        object.__setattr__(out, name, value)
+    out = object.__new__(MemoryRow)
+    fields = out.__dict__
+    fields.update(row.__dict__)
+    fields.update(zip(LIVE_FIELDS, values, strict=True))
     return out
 
 

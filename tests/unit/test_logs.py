@@ -67,3 +67,20 @@ async def test_every_request_logs_its_request_id_and_tenant(lines: io.StringIO) 
     assert (second["tenant_id"], second["status"]) == (None, 401)
     assert second["request_id"] == anonymous.headers["X-Request-ID"] != "req-42"
     assert third["request_id"] == odd.headers["X-Request-ID"] != "a b\tc"  # not a token: replaced
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("every", [True, False])
+async def test_with_errors_only_a_success_is_not_logged_and_an_error_is(
+    lines: io.StringIO, every: bool
+) -> None:
+    registry = TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}})
+    store = MilvusStore(MilvusConfig("unused.db", dim=4))
+    app = create_api(RecallService(store, Hashing(4), _no_send), registry, log_every_request=every)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://mnemostream") as http:
+        ok = await http.get("/openapi.json")
+        refused = await http.post("/v1/recall", json={"k": 3})
+    assert (ok.status_code, refused.status_code) == (200, 401)
+    logged = [orjson.loads(line)["status"] for line in lines.getvalue().splitlines()]
+    assert logged == ([200, 401] if every else [401])
