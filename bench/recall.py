@@ -30,14 +30,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -48,6 +50,7 @@ from ranker.kernel import RankRequest
 from ranker.service import RecallQuery, RecallService
 from storage import Filters, Hit, MemoryRow, MilvusConfig, MilvusStore, from_us
 from storage.embedding import Hashing
+from storage.milvus import ANY_STATE
 
 AT = from_us(1_780_000_000_000_000)  # the fixed scoring time of every request
 K = 10
@@ -86,9 +89,20 @@ def around(centres: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def tenant_rows(
-    tenant: str, first: int, n: int, centres: np.ndarray, rng: np.random.Generator
+    tenant: str,
+    first: int,
+    n: int,
+    centres: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    float32: bool = False,
 ) -> list[MemoryRow]:
+    """``n`` rows of ``tenant``; ``float32``: each vector a float32 array, not a list of Python
+    floats (a million rows of 384 Python floats would take ~9 GB).
+    """
     vectors = around(centres, n, rng)
+    if float32:
+        vectors = vectors.astype(np.float32)
     at = int((AT - from_us(0)) / timedelta(microseconds=1))
     rows = []
     for i in range(n):
@@ -102,7 +116,7 @@ def tenant_rows(
                 tenant_id=tenant,
                 memory_id=memory_id,
                 content=f"memory {first + i} of {tenant}: something worth keeping",
-                vector=vectors[i].tolist(),
+                vector=vectors[i] if float32 else vectors[i].tolist(),
                 tier=tier,
                 state="active",
                 importance=float(rng.uniform(0.05, 1.0)),
@@ -158,6 +172,54 @@ def load(
     # a row of the whole collection per search); a server seals them itself after a while.
     store.client.flush(store.config.collection)
     return centres, time.perf_counter() - start
+
+
+class GeneratedStore:
+    """The bench's rows in this process, read as the hot cache reads Milvus (count, query, get,
+    scan; no filters but the tenant): the ranker's hot path at sizes Milvus Lite cannot load in a
+    run (``--no-milvus``). Same rows as :func:`load` writes for the same seed.
+    """
+
+    def __init__(self, config: MilvusConfig) -> None:
+        self.config = config
+        self.rows: dict[str, list[MemoryRow]] = {}
+
+    def count(self, tenant_id: str, filters: Filters = ANY_STATE) -> int:
+        del filters  # every generated row is active and current: it passes any filter asked here
+        return len(self.rows.get(tenant_id, ()))
+
+    def query(
+        self, tenant_id: str, filters: Filters = ANY_STATE, limit: int = 16_384
+    ) -> list[MemoryRow]:
+        del filters
+        return self.rows.get(tenant_id, [])[:limit]
+
+    def get(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, MemoryRow]:
+        wanted = set(memory_ids)
+        return {r.memory_id: r for r in self.rows.get(tenant_id, ()) if r.memory_id in wanted}
+
+    def scan(self) -> Iterator[list[MemoryRow]]:
+        yield from self.rows.values()
+
+
+def generate(
+    store: GeneratedStore, memories: int, tenants: int, dim: int, seed: int
+) -> tuple[dict[str, np.ndarray], float]:
+    """:func:`load`'s rows (same seed, same data), kept in ``store``; (centres, seconds)."""
+    rng = np.random.default_rng(seed)
+    names = [f"t{j:03d}" for j in range(tenants)]
+    centres = {t: unit(rng.standard_normal((CLUSTERS, dim))) for t in names}
+    per_tenant = memories // tenants
+    start = time.perf_counter()
+    for j, t in enumerate(names):
+        store.rows[t] = tenant_rows(t, j * per_tenant, per_tenant, centres[t], rng, float32=True)
+    return centres, time.perf_counter() - start
+
+
+def rss_mb() -> float:
+    """This process's resident memory now, MB (Linux)."""
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 1e6
 
 
 def queries(
@@ -341,10 +403,12 @@ async def hot_path(
     """
     cache = HotCache(store)
     tenants = sorted({q.tenant for q in items})
+    before = rss_mb()
     start = time.perf_counter()
     for tenant in tenants:
         cache.search(tenant, items[0].vector, 1, Filters())
     loaded = time.perf_counter() - start
+    print(f"  hot cache: {rss_mb() - before:,.0f} MB more resident memory for {cache.rows:,} rows")
     service = RecallService(
         store,
         Hashing(dim),
@@ -472,6 +536,12 @@ def main() -> None:
         action="store_true",
         help="only the ranker with its hot cache (no Milvus paths)",
     )
+    parser.add_argument(
+        "--no-milvus",
+        action="store_true",
+        help="with --hot-only: the rows stay in this process (GeneratedStore) instead of a Milvus"
+        " Lite file: the hot path at a million rows, which Lite cannot load in a run",
+    )
     target = parser.add_mutually_exclusive_group()
     target.add_argument(
         "--milvus-uri",
@@ -490,6 +560,16 @@ def main() -> None:
         "upserted rows from partition-key filters)",
     )
     args = parser.parse_args()
+    if args.no_milvus:
+        if not args.hot_only:
+            parser.error("--no-milvus needs --hot-only")
+        generated = GeneratedStore(MilvusConfig(uri="unused", dim=args.dim, full_text=False))
+        print(f"generating {args.memories:,} memories over {args.tenants} tenants in process")
+        centres, took = generate(generated, args.memories, args.tenants, args.dim, args.seed)
+        print(f"generated in {took:.1f} s; resident memory {rss_mb():,.0f} MB")
+        items = queries(centres, args.warmup + args.requests, args.seed)
+        asyncio.run(run(args, cast(MilvusStore, generated), items))
+        return
     with contextlib.ExitStack() as resources:
         work = Path(resources.enter_context(tempfile.TemporaryDirectory()))
         uri, collection, where = str(work / "milvus.db"), "memories", "Milvus Lite"
