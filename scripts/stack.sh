@@ -39,10 +39,10 @@ up() {
     [ -f "$var/worker.log" ] && mv "$var/worker.log" "$var/worker.log.1"  # readiness is read from a fresh log
     nohup "$py" -m server >"$var/worker.log" 2>&1 </dev/null &
     echo $! >"$var/worker.pid"
-    local started=$SECONDS
+    local started=$SECONDS wait_s=${STACK_READY_TIMEOUT_S:-900}  # a restart over 100k memories: resync + hot-cache preload, ~4-5 min here
     until grep -q "mnemostream ranker ready" "$var/worker.log" 2>/dev/null; do
       if ! running "$var/worker.pid"; then echo "worker exited; see $var/worker.log" >&2; tail -n 20 "$var/worker.log" >&2; exit 1; fi
-      if [ $((SECONDS - started)) -ge 180 ]; then echo "worker not ready after 180 s; see $var/worker.log" >&2; exit 1; fi
+      if [ $((SECONDS - started)) -ge "$wait_s" ]; then echo "worker not ready after $wait_s s (STACK_READY_TIMEOUT_S); it still runs (make down stops it); see $var/worker.log" >&2; exit 1; fi
       sleep 0.5
     done
     echo "worker: ready (pid $(cat "$var/worker.pid"), log $var/worker.log)"
