@@ -12,15 +12,17 @@ the cache about every change of a memory's state. A change of what a search filt
 tier, validity) is applied in place; a new memory, a new version (``write_count``) or a
 tombstone marks the id dirty, and the next search of that tenant first re-reads the dirty rows
 from Milvus (the worker writes the row before it commits the offsets a read-your-writes token
-waits for). An access changes only counters, importance and the decay clock: nothing here.
+waits for). An access changes only counters, importance and the decay clock: the block's
+scoring columns (what :class:`HotHits` hands the kernel) take them in place, nothing is re-read.
 
 A tenant is loaded on its first search (one Milvus query); a tenant over ``tenant_max`` rows, a
 filter the cache does not evaluate (``tags_any``, ``memory_ids``) or a cache over its total row
 budget (least recently searched tenants are dropped) answers None: the caller searches Milvus.
 
 Thread-safety: searches run in worker threads, :meth:`HotCache.on_change` in the event loop; each
-tenant's block has a lock. Memory: ``dim × 4`` bytes per row for the vector plus the row's
-other fields (no Python floats per vector component).
+tenant's block has a lock. Memory: ``dim × 4`` bytes per row for the vector, ~40 bytes of
+numpy columns, plus the row's other fields (no Python floats per vector component): measured
+~2 KB a row at 384 dimensions (docs/benchmarks.md, 1M rows).
 """
 
 from __future__ import annotations
@@ -221,13 +223,16 @@ class _Block:
         self.tier[slot] = _code(TIERS, str(values[_TIER]))
         self.valid_to[slot] = int(values[_VALID_TO])
         row = self.rows[slot]
-        if row is not None:
+        shown = (
+            str(values[_STATE]),
+            str(values[_TIER]),
+            int(values[_VALID_TO]),
+            str(values[_SUPERSEDED_BY]),
+        )
+        if row is not None and shown != (row.state, row.tier, row.valid_to_us, row.superseded_by):
+            state, tier, valid_to_us, superseded_by = shown  # an access changes none of these
             self.rows[slot] = dataclasses.replace(
-                row,
-                state=str(values[_STATE]),
-                tier=str(values[_TIER]),
-                valid_to_us=int(values[_VALID_TO]),
-                superseded_by=str(values[_SUPERSEDED_BY]),
+                row, state=state, tier=tier, valid_to_us=valid_to_us, superseded_by=superseded_by
             )
         return False
 
