@@ -19,10 +19,12 @@ A tenant is loaded on its first search (one Milvus query); a tenant over ``tenan
 filter the cache does not evaluate (``tags_any``, ``memory_ids``) or a cache over its total row
 budget (least recently searched tenants are dropped) answers None: the caller searches Milvus.
 
-Thread-safety: searches run in worker threads, :meth:`HotCache.on_change` in the event loop; each
-tenant's block has a lock. Memory: ``dim × 4`` bytes per row for the vector, ~40 bytes of
-numpy columns, plus the row's other fields (no Python floats per vector component): measured
-~2 KB a row at 384 dimensions (docs/benchmarks.md, 1M rows).
+Thread-safety: searches run in worker threads or, when nothing is to be read from Milvus, in the
+event loop (:meth:`HotCache.ready`); :meth:`HotCache.on_change` runs in the event loop; each
+tenant's block has a lock. Memory: ``dim × 4`` bytes per row for the vector, ~80 bytes of
+numpy columns (up to twice that with the blocks' growth slack), plus the row's other fields (no
+Python floats per vector component): at least ~2 KB a row at 384 dimensions with short content
+(docs/benchmarks.md, 976,000 rows).
 """
 
 from __future__ import annotations
@@ -128,8 +130,8 @@ class HotHits:
 
     Attributes:
         ids: the memory ids.
-        rows: the rows (their ``vector`` left empty; live fields as last loaded: lay the state
-            view over them before showing them).
+        rows: the rows (their ``vector`` left empty; state, tier and validity follow the view,
+            the other live fields are as loaded: lay the state view over them before showing).
         similarity: cosine to the query, [n].
         vectors: unit vectors, [n, dim] (a copy).
         created_at_us: µs since the epoch, [n].
@@ -209,14 +211,13 @@ class _Block:
             self.rows[slot] = None
 
     def live(self, memory_id: str, values: Sequence[Any]) -> bool:
-        """Apply a change of live values in place (an access's counters, importance and clock;
-        a state change); True when the row must be re-read (a new memory or a newer version
-        than the block's: what is embedded, scoped or linked may have changed).
+        """Apply a memory's live values in place (an access's counters, importance and clock; a
+        state change): the view is their source of truth, also while a newer version's row is
+        awaited. True when the row must be re-read (a new memory or a newer version than the
+        block's: what is embedded, scoped or linked may have changed).
         """
         slot = self.index.get(memory_id)
         if slot is None or self.state[slot] == ABSENT:
-            return True
-        if int(values[_WRITES]) > int(self.writes[slot]):
             return True
         self._score_values(slot, values)
         self.state[slot] = _code(STATES, str(values[_STATE]))
@@ -234,7 +235,7 @@ class _Block:
             self.rows[slot] = dataclasses.replace(
                 row, state=state, tier=tier, valid_to_us=valid_to_us, superseded_by=superseded_by
             )
-        return False
+        return int(values[_WRITES]) > int(self.writes[slot])
 
     def mask(self, filters: Filters) -> npt.NDArray[np.bool_]:
         """The used slots that pass ``filters`` (as :func:`storage.milvus.filter_expression`)."""
@@ -362,7 +363,7 @@ class HotCache:
             and tenant_id not in self._loading
         )
 
-    # -- search (worker threads) ----------------------------------------------------------------
+    # -- search (worker threads; the event loop when ready) ----------------------------------------
 
     def search(
         self, tenant_id: str, vector: Sequence[float], n: int, filters: Filters
@@ -382,11 +383,13 @@ class HotCache:
         if norm > 0:
             query = query / norm
         with block.lock:
-            keep = block.mask(filters)
+            # every used row's product (no gather of the passing rows' vectors), then the mask;
+            # a non-finite product (none expected: vectors are checked) never outranks a row
+            products = block.vectors[: block.n] @ query
+            keep = block.mask(filters) & np.isfinite(products)
             passing = int(np.count_nonzero(keep))
             m = min(n, passing)
-            # every used row's product (no gather of the passing rows' vectors), then the mask
-            scores = np.where(keep, block.vectors[: block.n] @ query, -np.inf)
+            scores = np.where(keep, products, -np.inf)
             top = np.argpartition(-scores, m - 1)[:m] if len(scores) > m > 0 else np.arange(m)
             top = top[np.argsort(-scores[top], kind="stable")]
             rows, ids, slots = block.rows, block.ids, top.tolist()

@@ -40,6 +40,7 @@ up() {
     nohup "$py" -m server >"$var/worker.log" 2>&1 </dev/null &
     echo $! >"$var/worker.pid"
     local started=$SECONDS wait_s=${STACK_READY_TIMEOUT_S:-900}  # a restart over 100k memories: resync + hot-cache preload, ~4-5 min here
+    case $wait_s in ''|*[!0-9]*) echo "STACK_READY_TIMEOUT_S must be whole seconds, not '$wait_s'" >&2; exit 1;; esac
     until grep -q "mnemostream ranker ready" "$var/worker.log" 2>/dev/null; do
       if ! running "$var/worker.pid"; then echo "worker exited; see $var/worker.log" >&2; tail -n 20 "$var/worker.log" >&2; exit 1; fi
       if [ $((SECONDS - started)) -ge "$wait_s" ]; then echo "worker not ready after $wait_s s (STACK_READY_TIMEOUT_S); it still runs (make down stops it); see $var/worker.log" >&2; exit 1; fi

@@ -205,9 +205,14 @@ def test_an_access_updates_the_scoring_columns_without_reading_milvus() -> None:
 
 def test_the_hot_request_equals_the_one_built_from_candidates() -> None:
     rows = [row(f"m{i}", 1.0, i / 10, importance=i / 10, tier=TIERS[i % 3]) for i in range(6)]
-    _, view, cache, _ = setup(*rows)
+    _, view, cache, clock = setup(*rows)
     view["m2"] = live(rows[2], importance=0.9, access_count=1, last_access_us=3_000_000)
     cache.on_change("acme", "m2", view["m2"])
+    # a newer version whose row Milvus never gets: given up on, yet scored on the view's values
+    view["m4"] = live(rows[4], write_count=2, importance=0.95, state="archived", tier="semantic")
+    cache.on_change("acme", "m4", view["m4"])
+    assert cache.search("acme", [1.0, 0.0, 0.0, 0.0], 1, RECALL) is not None  # still dirty
+    clock.now += DIRTY_GIVE_UP_S + 1
     hits = cache.search("acme", [1.0, 0.3, 0.0, 0.0], 5, RECALL)
     assert hits is not None
     assert len(hits) == 5

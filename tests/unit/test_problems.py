@@ -114,9 +114,12 @@ async def test_what_milvus_or_the_cache_would_choke_on_is_a_422_naming_the_field
 async def test_recall_bodies_orjson_refuses_get_the_same_422_naming_the_field(
     body: bytes, field: str
 ) -> None:
-    """Recall bodies are parsed by orjson (ranker.wire.OrjsonRoute); what it refuses is read by
-    the standard library, so NaN, huge integers and lone surrogates still name their field."""
+    """Recall bodies are parsed by orjson (ranker.wire.OrjsonRoute); what it refuses or would
+    read differently is read by the standard library, so NaN, lone surrogates and integers over
+    64 bits (which orjson makes floats) still name their field with the value as sent."""
     auth = {"Authorization": f"Bearer {KEY}", "content-type": "application/json"}
     async with app() as http:
         reply = await http.post("/v1/recall", content=body, headers=auth)
     assert (reply.status_code, reply.json()["field"]) == (422, field), reply.text
+    if b"123456789012345678901234567890" in body:
+        assert reply.json()["detail"].startswith("k=123456789012345678901234567890: "), reply.text
