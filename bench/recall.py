@@ -146,19 +146,31 @@ def tenant_rows(
     return rows
 
 
-def load(
-    store: MilvusStore, memories: int, tenants: int, dim: int, batch: int, seed: int
-) -> tuple[dict[str, np.ndarray], float]:
-    """Upsert the rows, ``batch`` at a time; returns each tenant's centres and the seconds taken."""
+def corpus(
+    memories: int, tenants: int, dim: int, seed: int, *, float32: bool = False
+) -> tuple[dict[str, np.ndarray], Iterator[list[MemoryRow]]]:
+    """Each tenant's centres, and its rows tenant after tenant (the same for the same seed)."""
     rng = np.random.default_rng(seed)
     names = [f"t{j:03d}" for j in range(tenants)]
     centres = {t: unit(rng.standard_normal((CLUSTERS, dim))) for t in names}
     per_tenant = memories // tenants
+    rows = (
+        tenant_rows(t, j * per_tenant, per_tenant, centres[t], rng, float32=float32)
+        for j, t in enumerate(names)
+    )
+    return centres, rows
+
+
+def load(
+    store: MilvusStore, memories: int, tenants: int, dim: int, batch: int, seed: int
+) -> tuple[dict[str, np.ndarray], float]:
+    """Upsert the rows, ``batch`` at a time; returns each tenant's centres and the seconds taken."""
+    centres, each_tenant = corpus(memories, tenants, dim, seed)
     start = time.perf_counter()
     pending: list[MemoryRow] = []
     done = 0
-    for t in names:
-        pending += tenant_rows(t, done + len(pending), per_tenant, centres[t], rng)
+    for rows in each_tenant:
+        pending += rows
         while len(pending) >= batch:
             store.upsert(pending[:batch])
             done += batch
@@ -206,13 +218,10 @@ def generate(
     store: GeneratedStore, memories: int, tenants: int, dim: int, seed: int
 ) -> tuple[dict[str, np.ndarray], float]:
     """:func:`load`'s rows (same seed, same data), kept in ``store``; (centres, seconds)."""
-    rng = np.random.default_rng(seed)
-    names = [f"t{j:03d}" for j in range(tenants)]
-    centres = {t: unit(rng.standard_normal((CLUSTERS, dim))) for t in names}
-    per_tenant = memories // tenants
+    centres, each_tenant = corpus(memories, tenants, dim, seed, float32=True)
     start = time.perf_counter()
-    for j, t in enumerate(names):
-        store.rows[t] = tenant_rows(t, j * per_tenant, per_tenant, centres[t], rng, float32=True)
+    for rows in each_tenant:
+        store.rows[rows[0].tenant_id] = rows
     return centres, time.perf_counter() - start
 
 
