@@ -123,3 +123,21 @@ async def test_recall_bodies_orjson_refuses_get_the_same_422_naming_the_field(
     assert (reply.status_code, reply.json()["field"]) == (422, field), reply.text
     if b"123456789012345678901234567890" in body:
         assert reply.json()["detail"].startswith("k=123456789012345678901234567890: "), reply.text
+
+
+async def test_responses_of_the_recall_routes_are_counted_under_their_route() -> None:
+    """The recall routes have their own route class (orjson bodies); Admission still labels
+    their responses with their path, as every other route's."""
+    registry = TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}})
+    service = RecallService(MilvusStore(MilvusConfig("unused.db", dim=4)), Hashing(4), _no_send)
+    api = create_api(service, registry)
+    transport = httpx.ASGITransport(app=api)
+    async with httpx.AsyncClient(transport=transport, base_url="http://m") as http:
+        for path in ("/v1/recall", "/v1/archive/search", "/v1/memories"):
+            assert (await http.post(path, json={"k": 3})).status_code == 401
+    for path in ("/v1/recall", "/v1/archive/search", "/v1/memories"):
+        labels = {"route": path, "status": "401"}
+        found = service.metrics.registry.get_sample_value(
+            "mnemostream_http_responses_total", labels
+        )
+        assert found == 1.0, path
