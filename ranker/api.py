@@ -228,10 +228,8 @@ def create_api(
             return JSONResponse({"status": "ready", "checks": results})
         return JSONResponse({"status": "not ready", "checks": results}, 503)
 
-    # the hot path: recall bodies carry vectors, parsed by orjson (added to the app's own router:
-    # an included router's routes would not be matched by name in Admission's route label)
-    searches = api.router.add_api_route
-
+    # the recall routes parse their bodies (vectors) with orjson; added to the app's own router
+    # (an included router's routes are not matched by path for Admission's route label)
     async def recall(body: RecallBody, who: Auth) -> dict[str, Any]:
         results = await service.recall(
             who.tenant_id, _query(body, who, ("active", "archived"), limits.embedding_dim)
@@ -240,7 +238,9 @@ def create_api(
             results.sort(key=lambda r: (r.row.created_at_us, r.row.memory_id))
         return {"results": [_recalled(r) for r in results]}
 
-    searches("/v1/recall", recall, methods=["POST"], route_class_override=OrjsonRoute)
+    api.router.add_api_route(
+        "/v1/recall", recall, methods=["POST"], route_class_override=OrjsonRoute
+    )
 
     async def archive_search(body: RecallBody, who: Auth) -> dict[str, Any]:
         query = _query(
@@ -249,7 +249,7 @@ def create_api(
         results = await service.recall(who.tenant_id, query)
         return {"results": [_recalled(r) for r in results]}
 
-    searches(
+    api.router.add_api_route(
         "/v1/archive/search", archive_search, methods=["POST"], route_class_override=OrjsonRoute
     )
 
