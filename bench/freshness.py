@@ -2,16 +2,18 @@
 freshness figure.
 
     make up
-    .venv/bin/python -m bench.freshness [--rates 20 50 100] [--seconds 20] [--tenant demo]
+    .venv/bin/python -m bench.freshness [--rates 20 50 100] [--seconds 20] [--per-request 1] [--tenant demo]
 
-At each rate, writes one memory per tick (``POST /v1/memories``, a given random unit vector of the
-service's dimension, so no embedding) for ``--seconds``; right after each write is acknowledged, a
-recall of that vector (k 1, ``track`` false) with the write's read-your-writes token as
-``after``. The figure of a write is the time from sending it until that recall returns it; a recall
-that answers without it, or not within ``--patience`` seconds, counts as not searchable. Prints
-p50/p99 per rate, the writes acknowledged per second and how many were not searchable. Client and
-service share the machine's cores. ``--acks N`` instead times N sequential writes until each is
-acknowledged (what sealing adds to a write: minting its key).
+At each rate (memories a second), writes ``--per-request`` memories per request (``POST
+/v1/memories``, given random unit vectors of the service's dimension, so no embedding) for
+``--seconds``; right after each write is acknowledged, a recall of the request's last vector (k 1,
+``track`` false) with the write's read-your-writes token as ``after``. The figure of a request is
+the time from sending it until that recall returns its memory; a recall that answers without it,
+or not within ``--patience`` seconds, counts as not searchable. Prints p50/p99 per rate, the
+memories made searchable per second and how many requests were not. Client and service share the
+machine's cores; the client is a lean keep-alive one (httpx alone took a core at 50 writes/s).
+``--acks N`` instead times N sequential writes until each is acknowledged (what sealing adds
+to a write: minting its key).
 """
 
 from __future__ import annotations
@@ -21,64 +23,103 @@ import asyncio
 import statistics
 import time
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
+import orjson
 
 from bench.quality import DEFAULT_TENANTS, api_keys, require_keys
+from bench.recall_http import Connection
+
+
+class Pool:
+    """Keep-alive connections of the lean client (:class:`bench.recall_http.Connection`; httpx
+    took a whole core of the two at 50 writes/s), one per operation in flight.
+    """
+
+    def __init__(self, base_url: str, key: str) -> None:
+        url = urlsplit(base_url)
+        self.host, self.port = url.hostname or "127.0.0.1", url.port or 80
+        self.headers = f"Authorization: Bearer {key}\r\nContent-Type: application/json\r\n".encode()
+        self.idle: list[Connection] = []
+
+    async def post(self, path: str, body: object) -> tuple[int, Any]:
+        """POST ``body`` as JSON; a kept-alive connection the server has closed meanwhile (its
+        keep-alive timeout) is replaced once: the request never reached the server.
+        """
+        data = orjson.dumps(body)
+        while True:
+            reused = bool(self.idle)
+            connection = self.idle.pop() if reused else Connection(self.host, self.port)
+            try:
+                status, answer = await connection.post(path, data, self.headers)
+            except asyncio.IncompleteReadError as exc:
+                connection.close()
+                if reused and not exc.partial:
+                    continue
+                raise
+            except OSError:
+                connection.close()
+                raise
+            self.idle.append(connection)
+            return status, orjson.loads(answer) if answer else None
+
+    def close(self) -> None:
+        for connection in self.idle:
+            connection.close()
 
 
 async def one(
-    client: httpx.AsyncClient, key: str, memory_id: str, vector: list[float], patience_s: float
+    pool: Pool, memory_ids: list[str], vectors: np.ndarray, patience_s: float
 ) -> float | None:
-    """Seconds from the write until its recall returns it; None when it did not."""
-    headers = {"Authorization": f"Bearer {key}"}
+    """Seconds from the write of ``memory_ids`` (one request) until a recall of the last one's
+    vector returns it; None when it did not.
+    """
     start = time.perf_counter()
-    body = {"memories": [{"memory_id": memory_id, "content": f"fresh {memory_id}",
-                          "embedding": vector}]}  # fmt: skip
+    body = {"memories": [{"memory_id": m, "content": f"fresh {m}", "embedding": v.tolist()}
+                         for m, v in zip(memory_ids, vectors, strict=True)]}  # fmt: skip
     try:
-        written = await client.post("/v1/memories", json=body, headers=headers)
-        if written.status_code != 200:
+        status, written = await pool.post("/v1/memories", body)
+        if status != 200:
             return None
-        query = {"vector": vector, "k": 1, "track": False, "after": written.json()["token"]}
-        found = await client.post("/v1/recall", json=query, headers=headers, timeout=patience_s)
-    except httpx.HTTPError:
+        query = {"vector": vectors[-1].tolist(), "k": 1, "track": False, "after": written["token"]}
+        status, found = await asyncio.wait_for(pool.post("/v1/recall", query), patience_s)
+    except (OSError, asyncio.IncompleteReadError, TimeoutError):
         return None
-    if found.status_code != 200:
+    if status != 200:
         return None
-    ids = [r["memory_id"] for r in found.json()["results"]]
-    return time.perf_counter() - start if memory_id in ids else None
+    ids = [r["memory_id"] for r in found["results"]]
+    return time.perf_counter() - start if memory_ids[-1] in ids else None
 
 
-async def at_rate(
-    client: httpx.AsyncClient,
-    key: str,
-    rate: float,
-    seconds: float,
-    dim: int,
-    args: argparse.Namespace,
-) -> str:
-    rng = np.random.default_rng(int(rate))
-    n = int(rate * seconds)
-    vectors = rng.standard_normal((n, dim))
+async def at_rate(pool: Pool, rate: float, args: argparse.Namespace) -> str:
+    """``rate`` memories a second for ``args.seconds``, ``args.per_request`` to a request."""
+    rng = np.random.default_rng([int(rate), args.seed])  # a rerun must not repeat a vector
+    per = args.per_request
+    requests = max(1, int(rate * args.seconds / per))
+    vectors = rng.standard_normal((requests * per, args.dim))
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     tasks: list[asyncio.Task[float | None]] = []
     start = time.perf_counter()
-    for i in range(n):
-        delay = start + i / rate - time.perf_counter()
+    for i in range(requests):
+        delay = start + i * per / rate - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        memory_id = f"fresh-{int(rate)}-{args.seed}-{i:06d}"
-        tasks.append(
-            asyncio.create_task(one(client, key, memory_id, vectors[i].tolist(), args.patience))
-        )
+        ids = [f"fresh-{int(rate)}-{args.seed}-{i:06d}-{j}" for j in range(per)]
+        chunk = vectors[i * per : (i + 1) * per]
+        tasks.append(asyncio.create_task(one(pool, ids, chunk, args.patience)))
     results = await asyncio.gather(*tasks)
     wall = time.perf_counter() - start
     ms = sorted(r * 1000 for r in results if r is not None)
     missing = sum(r is None for r in results)
     p50 = statistics.median(ms) if ms else float("nan")
     p99 = ms[min(len(ms) - 1, int(0.99 * len(ms)))] if ms else float("nan")
-    return f"| {rate:g} | {n} | {len(ms) / wall:.1f} | {p50:.0f} | {p99:.0f} | {missing} |"
+    return (
+        f"| {rate:g} | {per} | {requests * per} | {len(ms) * per / wall:.1f} | {p50:.0f} "
+        f"| {p99:.0f} | {missing} of {requests} |"
+    )
 
 
 async def acknowledged(client: httpx.AsyncClient, key: str, n: int, dim: int, seed: int) -> str:
@@ -106,18 +147,20 @@ async def acknowledged(client: httpx.AsyncClient, key: str, n: int, dim: int, se
 async def run(args: argparse.Namespace) -> None:
     keys = api_keys(args.tenants_file, [])
     require_keys(keys, [args.tenant], args.tenants_file)
-    limits = httpx.Limits(max_connections=512, max_keepalive_connections=512)
-    async with httpx.AsyncClient(base_url=args.base_url, timeout=60, limits=limits) as client:
-        if args.acks:
+    if args.acks:
+        limits = httpx.Limits(max_connections=8)
+        async with httpx.AsyncClient(base_url=args.base_url, timeout=60, limits=limits) as client:
             print(await acknowledged(client, keys[args.tenant], args.acks, args.dim, args.seed))
-            return
-        print("| writes/s asked | writes | searchable/s | p50 ms | p99 ms | not searchable |")
-        print("|---|---|---|---|---|---|")
+        return
+    pool = Pool(args.base_url, keys[args.tenant])
+    print("| memories/s asked | per request | memories | searchable/s | p50 ms | p99 ms | "
+          "requests not searchable |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    try:
         for rate in args.rates:
-            print(
-                await at_rate(client, keys[args.tenant], rate, args.seconds, args.dim, args),
-                flush=True,
-            )
+            print(await at_rate(pool, rate, args), flush=True)
+    finally:
+        pool.close()
 
 
 def main() -> None:
@@ -129,6 +172,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--patience", type=float, default=30.0)
+    parser.add_argument("--per-request", type=int, default=1, help="memories per write request")
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument(
         "--acks", type=int, default=0, help="instead: N sequential writes, time to acknowledge"

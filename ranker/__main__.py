@@ -13,10 +13,10 @@ import uvicorn
 from fastapi import FastAPI
 
 from ranker.api import create_api
-from ranker.applied import AppliedOffsets, KafkaOffsets
+from ranker.applied import AppliedHere, AppliedOffsets, KafkaOffsets, with_local
 from ranker.cached import Cached
 from ranker.history import AuditLog
-from ranker.hotcache import HotCache
+from ranker.hotcache import LOCAL_WRITER_GRACE_S, HotCache
 from ranker.kernel import set_threads
 from ranker.logs import configure
 from ranker.metrics import Metrics
@@ -38,13 +38,15 @@ def build(
     embedder: Embedder | None = None,
     metrics: Metrics | None = None,
     worker_ready: Callable[[], bool] | None = None,
+    applied_here: AppliedHere | None = None,
 ) -> FastAPI:
     """The app with its lifespan: Milvus, the embedder and the Kafka producer open at start-up.
 
     A ``store`` or ``embedder`` passed in is already started and stays open after the app stops
     (a process that also runs the stream worker shares them: Milvus Lite allows one process per file);
     ``metrics`` passed in can serve more registries than the ranker's (that worker's);
-    ``worker_ready``: True once that worker's tables have recovered (``GET /readyz`` waits for it).
+    ``worker_ready``: True once that worker's tables have recovered (``GET /readyz`` waits for it);
+    ``applied_here``: what that worker applied before its next commit (``after`` waits end then).
     """
     owned, owned_embedder = store is None, embedder is None
     if store is None:
@@ -56,7 +58,7 @@ def build(
     view = StateView(kafka, changelog_topic(settings.app_id))
     registry = settings.tenant_log(timeout_s=settings.after_timeout_s)
     keys = settings.key_log(timeout_s=settings.produce_timeout_s)
-    cache = _hot_cache(settings, store, view)
+    cache = _hot_cache(settings, store, view, local_writer=applied_here is not None)
     offsets = KafkaOffsets(
         kafka,
         settings.app_id,
@@ -73,7 +75,9 @@ def build(
         queue_max=settings.queue_max,
         metrics=metrics,
         applied=AppliedOffsets(
-            offsets.committed,
+            offsets.committed
+            if applied_here is None
+            else with_local(offsets.committed, applied_here),
             offsets.end_offsets,
             timeout_s=settings.after_timeout_s,
             view_caught_up=view.caught_up,
@@ -133,14 +137,25 @@ def build(
     return api
 
 
-def _hot_cache(settings: RankerSettings, store: MilvusStore, view: StateView) -> HotCache | None:
-    """The hot cache, fed by the state view (None when ``MNEMO_HOT_CACHE`` is off)."""
+def _hot_cache(
+    settings: RankerSettings, store: MilvusStore, view: StateView, *, local_writer: bool
+) -> HotCache | None:
+    """The hot cache, fed by the state view and, with ``local_writer`` (a worker in this process
+    writes through ``store``), by the rows that worker writes (None when ``MNEMO_HOT_CACHE`` is
+    off).
+    """
     if not settings.hot_cache:
         return None
     cache = HotCache(
-        store, view.values, tenant_max=settings.hot_tenant_max, total_max=settings.hot_total_max
+        store,
+        view.values,
+        tenant_max=settings.hot_tenant_max,
+        total_max=settings.hot_total_max,
+        writer_grace_s=LOCAL_WRITER_GRACE_S if local_writer else 0.0,
     )
     view.listeners.append(cache.on_change)
+    if local_writer:
+        store.upserted.append(cache.upserted)
     return cache
 
 

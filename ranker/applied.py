@@ -98,6 +98,26 @@ EndOffsets = Callable[[str], Awaitable[Mapping[int, int]]]
 """``{partition: end offset}`` of one topic role."""
 
 
+AppliedHere = Callable[[], Mapping[tuple[str, int], int]]
+"""Offsets the worker in this process has applied and not yet committed, same shape as
+:data:`Committed` (``streams.applied.AppliedMarks.snapshot`` under ``python -m server``)."""
+
+
+def with_local(committed: Committed, here: AppliedHere) -> Committed:
+    """The group's committed offsets, raised to what the worker in this process has applied:
+    a wait then ends once that worker applied the token, not at its next commit. Commits made
+    before the process started (which ``here`` does not know) still count.
+    """
+
+    async def merged() -> Mapping[tuple[str, int], int]:
+        done = dict(await committed())
+        for key, offset in here().items():
+            done[key] = max(done.get(key, 0), offset)
+        return done
+
+    return merged
+
+
 class AppliedOffsets:
     """Waits on the stream worker's committed offsets. Constructors do no I/O: ``committed`` and
     ``end_offsets`` are the Kafka calls, made only while waiting.

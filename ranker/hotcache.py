@@ -12,7 +12,9 @@ the cache about every change of a memory's state. A change of what a search filt
 tier, validity) is applied in place; a new memory, a new version (``write_count``) or a
 tombstone marks the id dirty, and the next search of that tenant first re-reads the dirty rows
 from Milvus (the worker writes the row before it commits the offsets a read-your-writes token
-waits for). An access changes only counters, importance and the decay clock: the block's
+waits for). With the worker in this process (``python -m server``) its rows come straight in
+(:meth:`HotCache.upserted`) and a dirty id is left ``writer_grace_s`` for them before a search
+reads it back. An access changes only counters, importance and the decay clock: the block's
 scoring columns (what :class:`HotHits` hands the kernel) take them in place, nothing is re-read.
 
 A tenant is loaded on its first search (one Milvus query); a tenant over ``tenant_max`` rows, a
@@ -54,6 +56,10 @@ TIERS = tuple(t.value for t in Tier)
 ABSENT = -1
 """State code of a slot whose memory is gone (deleted or never loaded)."""
 DIRTY_GIVE_UP_S = 30.0
+#: With a worker in this process (:meth:`HotCache.upserted`), how long a dirty id waits for that
+#: worker's row before a search re-reads it from Milvus (seconds): re-reading a row the worker has
+#: not written yet finds nothing, and on Milvus Lite each read scans the whole collection.
+LOCAL_WRITER_GRACE_S = 5.0
 """A dirty id Milvus still does not have after this long is dropped until its next change."""
 
 _STATE = LIVE_FIELDS.index("state")
@@ -308,8 +314,13 @@ class HotCache:
         total_max: int = 2_000_000,
         recheck_s: float = 600.0,
         clock: Callable[[], float] = time.monotonic,
+        writer_grace_s: float = 0.0,
     ) -> None:
+        """``writer_grace_s``: a worker sharing ``store`` hands the cache its rows
+        (:meth:`upserted`); a dirty id younger than this is left for it (0: no such worker).
+        """
         self.store = store
+        self.writer_grace_s = writer_grace_s
         self.live_of = live_of
         self.tenant_max = tenant_max
         self.total_max = total_max
@@ -358,7 +369,7 @@ class HotCache:
         return (
             self.evaluates(filters)
             and block is not None
-            and not block.dirty
+            and not self._due(block)
             and not self._preloading
             and tenant_id not in self._loading
         )
@@ -518,7 +529,7 @@ class HotCache:
         Milvus no longer has are removed once the state view has dropped them too).
         """
         with block.lock:
-            wanted = dict(block.dirty)
+            wanted = self._due(block)
         if not wanted:
             return
         found = self.store.get(tenant_id, list(wanted))
@@ -534,6 +545,37 @@ class HotCache:
                     if row is None:
                         block.remove(memory_id)
                     del block.dirty[memory_id]
+
+    def upserted(self, rows: Sequence[MemoryRow]) -> None:
+        """Rows this process just wrote to Milvus (``python -m server``: the worker shares the
+        store, :attr:`storage.MilvusStore.upserted`): put into the blocks of tenants already
+        held, so that the next search need not re-read them (on Milvus Lite each re-read is a
+        query over the whole collection). A row older than the block's version is ignored;
+        tenants not held take it when they load. Runs in the upserting thread; never raises for a
+        row (a failure is logged and the row is left to the usual re-read).
+        """
+        for row in rows:
+            with self._guard:
+                block = self._blocks.get(row.tenant_id)
+            if block is None:
+                continue
+            try:
+                with block.lock:
+                    slot = block.index.get(row.memory_id)
+                    if slot is not None and int(block.writes[slot]) > row.write_count:
+                        continue
+                    if self._put(row.tenant_id, block, row):
+                        block.dirty.pop(row.memory_id, None)
+            except Exception:
+                log.exception("hot cache: could not take the written row %s", row.key)
+
+    def _due(self, block: _Block) -> dict[str, float]:
+        """The dirty ids a search re-reads now: all, or those past ``writer_grace_s``."""
+        dirty = dict(block.dirty)  # one C-level copy: safe against a writer thread without a lock
+        if not self.writer_grace_s:
+            return dirty
+        cutoff = self.clock() - self.writer_grace_s
+        return {memory_id: since for memory_id, since in dirty.items() if since <= cutoff}
 
     def _put(self, tenant_id: str, block: _Block, row: MemoryRow) -> bool:
         """Put ``row`` with the state view's live values over it (block lock held); False when

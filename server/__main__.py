@@ -14,6 +14,7 @@ from ranker.settings import RankerSettings
 from storage.usage import parse_service_args
 from streams.__main__ import prepare, run
 from streams.app import create_app
+from streams.applied import AppliedMarks
 from streams.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -31,13 +32,15 @@ def main() -> None:
     worker_settings = WorkerSettings()
     ranker_settings = RankerSettings()
     services = prepare(worker_settings)
-    app = create_app(worker_settings, services)
+    applied = AppliedMarks()
+    app = create_app(worker_settings, services, applied)
     api = build(
         ranker_settings,
         store=services.store,
         embedder=services.embedder,
         metrics=Metrics(services.metrics.registry),
         worker_ready=lambda: bool(app.tables.recovery.completed.is_set()),  # type: ignore[attr-defined]
+        applied_here=applied.snapshot,
     )
 
     @app.task  # type: ignore[untyped-decorator]

@@ -156,6 +156,10 @@ class MilvusStore:
     def __init__(self, config: MilvusConfig) -> None:
         self.config = config
         self._client: Any = None
+        # told the rows of every upsert that succeeded, in the upserting thread, after Milvus
+        # took them (a reader in this process, the ranker's hot cache, need not read them back);
+        # a listener must not raise
+        self.upserted: list[Callable[[Sequence[MemoryRow]], None]] = []
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -220,6 +224,8 @@ class MilvusStore:
                 self.config.collection, entities, timeout=self.config.timeout_s
             ),
         )
+        for listener in self.upserted:
+            listener(rows)
         return int(result.get("upsert_count", len(entities)))
 
     def delete(self, tenant_id: str, memory_ids: Sequence[str]) -> int:

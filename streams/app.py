@@ -51,6 +51,7 @@ from storage.sealing import seal_write
 from storage.tenant_log import TenantLogError
 from storage.tenants import Tenants
 from streams import topics
+from streams.applied import AppliedMarks, next_offsets
 from streams.consolidation import decision_records, plan_tenant, report
 from streams.llm import LlmImportance
 from streams.metrics import WorkerMetrics
@@ -94,8 +95,12 @@ def credentials(kafka: KafkaConnection) -> faust.types.auth.CredentialsT | None:
     return faust.SSLCredentials(context) if context is not None else None
 
 
-def create_app(settings: WorkerSettings, services: Services) -> faust.App:
-    """The Faust app for ``settings``; nothing connects until it is started."""
+def create_app(
+    settings: WorkerSettings, services: Services, applied: AppliedMarks | None = None
+) -> faust.App:
+    """The Faust app for ``settings``; nothing connects until it is started. ``applied``: marks
+    each applied batch gets (``python -m server`` gives them to its ranker).
+    """
     app = faust.App(
         settings.app_id,
         broker=[f"kafka://{b.strip()}" for b in settings.kafka_bootstrap.split(",")],
@@ -115,7 +120,9 @@ def create_app(settings: WorkerSettings, services: Services) -> faust.App:
         stream_buffer_maxsize=max(4 * settings.access_batch_size, 4096),
         broker_max_poll_records=settings.access_batch_size,
     )
-    worker = StreamWorker(app, settings, services)
+    worker = StreamWorker(app, settings, services, applied)
+    if applied is not None:
+        applied.bind(lambda: app.producer.flush())  # noqa: PLW0108 - app.producer is made lazily: look it up when flushing
     metrics = services.metrics
     consumed = {
         role: settings.topic(role) for role in (topics.WRITES, topics.ACCESS, topics.CONSOLIDATION)
@@ -171,6 +178,8 @@ def create_app(settings: WorkerSettings, services: Services) -> faust.App:
             await worker.tenants.stop()
         finally:
             await worker.keys.stop()
+            if applied is not None:
+                await applied.stop()
 
     @app.task  # type: ignore[untyped-decorator]
     async def announce() -> None:
@@ -205,8 +214,15 @@ def hold_streams(app: faust.App) -> None:
 class StreamWorker:
     """The agents' bodies: one per app, holding its topics, tables and services."""
 
-    def __init__(self, app: faust.App, settings: WorkerSettings, services: Services) -> None:
+    def __init__(
+        self,
+        app: faust.App,
+        settings: WorkerSettings,
+        services: Services,
+        applied: AppliedMarks | None = None,
+    ) -> None:
         self.app = app
+        self.applied = applied
         self.settings = settings
         self.services = services
         self.topics = {
@@ -293,6 +309,8 @@ class StreamWorker:
         await self.sync(batch)
         await self.supersede(batch)
         await self.emit(batch)
+        if self.applied is not None:
+            self.applied.note(topics.WRITES, next_offsets(message for message, _ in pairs))
 
     async def supersede(self, batch: Batch) -> None:
         """Compare each stated memory with its tenant's nearest memories (now synced, this
@@ -363,6 +381,8 @@ class StreamWorker:
         await self.sync(batch)  # one upsert per touched memory, however many events it had
         synced = time.perf_counter()
         await self.emit(batch)
+        if self.applied is not None:
+            self.applied.note(topics.ACCESS, next_offsets(event.message for event in events))
         log.debug(
             "access batch: %d events, %d memories; reduce %.3f s, sync %.3f s, emit %.3f s",
             len(events),

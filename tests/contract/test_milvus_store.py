@@ -30,6 +30,19 @@ def test_upsert_then_get_round_trips_every_field(store: MilvusStore) -> None:
     assert dataclasses.replace(got, vector=original.vector) == original
 
 
+def test_listeners_hear_of_the_rows_milvus_took_and_of_nothing_it_refused(
+    store: MilvusStore,
+) -> None:
+    heard: list[list[str]] = []
+    store.upserted.append(lambda rows: heard.append([r.memory_id for r in rows]))
+    store.upsert([row("acme", "m1", vec(1.0)), row("acme", "m2", vec(0.0, 1.0))])
+    assert heard == [["m1", "m2"]]
+    assert set(store.get("acme", ["m1", "m2"])) == {"m1", "m2"}  # told after Milvus has them
+    with pytest.raises(StorageError):
+        store.upsert([row("acme", "m3", (1.0,) * (DIM + 1))])  # a vector of the wrong dimension
+    assert heard == [["m1", "m2"]]
+
+
 def test_a_read_sees_the_write_just_made(store: MilvusStore) -> None:
     store.upsert([row("acme", "m1", vec(1.0))])
     for n in range(1, 4):

@@ -235,3 +235,65 @@ def test_the_hot_request_equals_the_one_built_from_candidates() -> None:
             assert a.tolist() == b.tolist(), field.name
         else:
             assert a == b, field.name
+
+
+def local_setup(*rows: MemoryRow) -> tuple[FakeStore, dict[str, tuple[Any, ...]], HotCache, Clock]:
+    """A cache with a worker in its process: rows it writes come through ``upserted``."""
+    store, view, _, clock = setup(*rows)
+    cache = HotCache(store, lambda _t, m: view.get(m), clock=clock, writer_grace_s=5.0)  # type: ignore[arg-type]
+    return store, view, cache, clock
+
+
+def test_a_row_the_local_worker_writes_is_searchable_without_a_milvus_read() -> None:
+    a = row("a", 0.5, 0.5)
+    store, view, cache, _ = local_setup(a)
+    assert ids(cache) == ["a"]
+    reads = store.reads
+    new = row("n", 1.0)
+    view["n"] = live(new)
+    cache.on_change("acme", "n", view["n"])  # the view may hear of it before the upsert ends
+    store.put(new)
+    cache.upserted([new, row("z", 1.0, tenant_id="other")])  # a tenant not held is left alone
+    assert ids(cache) == ["n", "a"]
+    assert cache.ready("acme", RECALL)
+    assert store.reads == reads
+
+
+def test_a_dirty_id_waits_the_grace_for_the_local_worker_then_is_read() -> None:
+    a = row("a", 0.5, 0.5)
+    store, view, cache, clock = local_setup(a)
+    assert ids(cache) == ["a"]
+    reads = store.reads
+    new = row("n", 1.0)
+    view["n"] = live(new)
+    cache.on_change("acme", "n", view["n"])
+    store.put(new)  # written by another process: no upserted call comes
+    assert ids(cache) == ["a"]
+    assert cache.ready("acme", RECALL)  # nothing to read yet: the search may run on the loop
+    assert store.reads == reads
+    clock.now += 5.0
+    assert not cache.ready("acme", RECALL)
+    assert ids(cache) == ["n", "a"]
+    assert store.reads == reads + 1
+
+
+def test_an_older_version_written_late_does_not_replace_the_newer_row() -> None:
+    old, new = row("a", 1.0), row("a", 0.0, 1.0, write_count=2)
+    _, _, cache, _ = local_setup(new)
+    assert ids(cache) == ["a"]
+    cache.upserted([old])
+    hits = cache.search("acme", [1.0, 0.0, 0.0, 0.0], 1, RECALL)
+    assert hits is not None
+    assert abs(hits.similarity[0]) < 1e-6  # still the newer version's vector
+
+
+def test_without_a_local_worker_every_dirty_id_is_read_at_once() -> None:
+    a = row("a", 0.5, 0.5)
+    store, view, cache, _ = setup(a)
+    assert ids(cache) == ["a"]
+    new = row("n", 1.0)
+    view["n"] = live(new)
+    cache.on_change("acme", "n", view["n"])
+    store.put(new)
+    assert not cache.ready("acme", RECALL)
+    assert ids(cache) == ["n", "a"]

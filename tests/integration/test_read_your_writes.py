@@ -1,0 +1,46 @@
+"""Read-your-writes under ``python -m server`` does not wait for the worker's offset commit: the
+ranker asks the worker in its process what it has applied (``streams.applied.AppliedMarks``).
+The worker here commits only every 10 minutes, far past the ranker's ``after`` wait; a recall or
+get with the token still sees the write and the access.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mnemostream import Client
+from tests.integration.harness import Stack
+from tests.integration.test_durability import DIM, KEY, Server
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def server(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Server]:
+    stack = Stack(kafka_bootstrap, "milvus-lite", tmp_path, ("acme",), dim=DIM)
+    stack.create_topics()
+    server = Server(stack, tmp_path)
+    server.env["MNEMO_COMMIT_INTERVAL_S"] = "600"
+    server.env["MNEMO_AFTER_TIMEOUT_S"] = "20"
+    server.start()
+    yield server
+    server.stop()
+
+
+def axis(i: int) -> list[float]:
+    return [1.0 if j == i else 0.0 for j in range(DIM)]
+
+
+def test_a_write_and_an_access_are_seen_before_the_worker_commits(server: Server) -> None:
+    with Client(server.url, KEY) as client:  # read-your-writes: each read carries the tokens
+        for round_ in range(3):
+            memory_id = client.remember(f"fresh fact {round_}", embedding=axis(round_))
+            found = client.recall(vector=axis(round_), k=1, track=False)
+            assert [m.memory_id for m in found] == [memory_id], server.log()
+            client.access([memory_id], "explicit", None)
+            got = client.get(memory_id)
+            assert got is not None, server.log()
+            assert got.access_count == 1, server.log()
