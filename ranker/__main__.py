@@ -13,7 +13,13 @@ import uvicorn
 from fastapi import FastAPI
 
 from ranker.api import create_api
-from ranker.applied import AppliedHere, AppliedOffsets, KafkaOffsets, with_local
+from ranker.applied import (
+    AppliedHere,
+    AppliedOffsets,
+    DerivedHere,
+    KafkaOffsets,
+    with_local,
+)
 from ranker.cached import Cached
 from ranker.history import AuditLog
 from ranker.hotcache import LOCAL_WRITER_GRACE_S, HotCache
@@ -39,6 +45,7 @@ def build(
     metrics: Metrics | None = None,
     worker_ready: Callable[[], bool] | None = None,
     applied_here: AppliedHere | None = None,
+    derived_here: DerivedHere | None = None,
 ) -> FastAPI:
     """The app with its lifespan: Milvus, the embedder and the Kafka producer open at start-up.
 
@@ -46,7 +53,8 @@ def build(
     (a process that also runs the stream worker shares them: Milvus Lite allows one process per file);
     ``metrics`` passed in can serve more registries than the ranker's (that worker's);
     ``worker_ready``: True once that worker's tables have recovered (``GET /readyz`` waits for it);
-    ``applied_here``: what that worker applied before its next commit (``after`` waits end then).
+    ``applied_here``: what that worker applied before its next commit (``after`` waits end then);
+    ``derived_here``: what its batches derived (``after`` waits for that, not all writes).
     """
     owned, owned_embedder = store is None, embedder is None
     if store is None:
@@ -81,6 +89,7 @@ def build(
             offsets.end_offsets,
             timeout_s=settings.after_timeout_s,
             view_caught_up=view.caught_up,
+            derived_here=derived_here,
         ),
         view=view,
         cache=cache,

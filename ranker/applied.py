@@ -5,7 +5,10 @@ request produced per partition. ``recall`` and ``get`` accept it as ``after``; t
 stream worker's consumer group has committed past every offset in it (the worker commits a batch
 only once it is in the tables and in Milvus), then until it has also caught up with what was on
 ``memory-writes`` at that moment: decisions the worker derived from those writes (a supersession)
-are applied too. The wait is bounded; past it, :class:`NotAppliedError` says to retry later.
+are applied too. Under ``python -m server`` the worker in the process also says what it has
+applied and what each batch derived (:func:`with_local`, ``derived_here``): the wait then ends
+without its commit, and the second step waits for what the token's batches derived alone. The wait
+is bounded; past it, :class:`NotAppliedError` says to retry later.
 """
 
 from __future__ import annotations
@@ -99,8 +102,14 @@ EndOffsets = Callable[[str], Awaitable[Mapping[int, int]]]
 
 
 AppliedHere = Callable[[], Mapping[tuple[str, int], int]]
-"""Offsets the worker in this process has applied and not yet committed, same shape as
+"""Offsets the worker in this process has applied (committed or not), same shape as
 :data:`Committed` (``streams.applied.AppliedMarks.snapshot`` under ``python -m server``)."""
+
+
+DerivedHere = Callable[[str, Mapping[int, int]], Mapping[int, int] | None]
+"""``(role, {partition: offset})`` -> ``{partition: highest offset}`` of what the batches that
+applied those offsets produced to ``memory-writes``, or None when unknown
+(``streams.applied.AppliedMarks.derived`` under ``python -m server``)."""
 
 
 def with_local(committed: Committed, here: AppliedHere) -> Committed:
@@ -131,10 +140,14 @@ class AppliedOffsets:
         poll_s: float = 0.05,
         timeout_s: float = 10.0,
         view_caught_up: Callable[[float], Awaitable[bool]] | None = None,
+        derived_here: DerivedHere | None = None,
     ) -> None:
         """``view_caught_up(timeout_s)``: after the worker applied a token, wait for the state
-        view to have read the worker's changelog as it is then (``StateView.caught_up``).
+        view to have read the worker's changelog as it is then (``StateView.caught_up``);
+        ``derived_here``: what a token's batches derived, when the worker in this process knows
+        (then only that is waited for, not all of ``memory-writes``).
         """
+        self.derived_here = derived_here
         self.committed = committed
         self.end_offsets = end_offsets
         self.view_caught_up = view_caught_up
@@ -146,15 +159,21 @@ class AppliedOffsets:
         self._committed = Cached(committed, poll_s)
 
     async def wait(self, token: Token, derived_role: str = "memory-writes") -> None:
-        """Return once every offset in ``token`` is applied, then what ``derived_role`` held at
-        that moment, then once the state view holds the result; raise :class:`NotAppliedError`
+        """Return once every offset in ``token`` is applied, then what those batches derived on
+        ``derived_role`` (when unknown: all it held at that moment), then once the state view
+        holds the result; raise :class:`NotAppliedError`
         after ``timeout_s``.
         """
         started = time.monotonic()
         await self._until(token.offsets, started)
         if derived_role in token.offsets:
-            ends = await self.end_offsets(derived_role)
-            await self._until({derived_role: {p: e - 1 for p, e in ends.items() if e > 0}}, started)
+            derived = None
+            if self.derived_here is not None:
+                derived = self.derived_here(derived_role, token.offsets[derived_role])
+            if derived is None:
+                ends = await self.end_offsets(derived_role)
+                derived = {p: e - 1 for p, e in ends.items() if e > 0}
+            await self._until({derived_role: derived}, started)
         if self.view_caught_up is not None:
             left = self.timeout_s - (time.monotonic() - started)
             if left <= 0 or not await self.view_caught_up(left):

@@ -11,8 +11,8 @@ Freshness: the state view (:class:`ranker.view.StateView`, fed from the worker's
 the cache about every change of a memory's state. A change of what a search filters by (state,
 tier, validity) is applied in place; a new memory, a new version (``write_count``) or a
 tombstone marks the id dirty, and the next search of that tenant first re-reads the dirty rows
-from Milvus (the worker writes the row before it commits the offsets a read-your-writes token
-waits for). With the worker in this process (``python -m server``) its rows come straight in
+from Milvus (the worker writes the row before it commits or marks the offsets a read-your-writes
+token waits for). With the worker in this process (``python -m server``) its rows come straight in
 (:meth:`HotCache.upserted`) and a dirty id is left ``writer_grace_s`` for them before a search
 reads it back. An access changes only counters, importance and the decay clock: the block's
 scoring columns (what :class:`HotHits` hands the kernel) take them in place, nothing is re-read.
@@ -22,8 +22,8 @@ filter the cache does not evaluate (``tags_any``, ``memory_ids``) or a cache ove
 budget (least recently searched tenants are dropped) answers None: the caller searches Milvus.
 
 Thread-safety: searches run in worker threads or, when nothing is to be read from Milvus, in the
-event loop (:meth:`HotCache.ready`); :meth:`HotCache.on_change` runs in the event loop; each
-tenant's block has a lock. Memory: ``dim × 4`` bytes per row for the vector, ~80 bytes of
+event loop (:meth:`HotCache.ready`); :meth:`HotCache.on_change` runs in the event loop,
+:meth:`HotCache.upserted` in the worker's upsert thread; each tenant's block has a lock. Memory: ``dim × 4`` bytes per row for the vector, ~80 bytes of
 numpy columns (up to twice that with the blocks' growth slack), plus the row's other fields (no
 Python floats per vector component): at least ~2 KB a row at 384 dimensions with short content
 (docs/benchmarks.md, 976,000 rows).
@@ -56,11 +56,11 @@ TIERS = tuple(t.value for t in Tier)
 ABSENT = -1
 """State code of a slot whose memory is gone (deleted or never loaded)."""
 DIRTY_GIVE_UP_S = 30.0
-#: With a worker in this process (:meth:`HotCache.upserted`), how long a dirty id waits for that
-#: worker's row before a search re-reads it from Milvus (seconds): re-reading a row the worker has
-#: not written yet finds nothing, and on Milvus Lite each read scans the whole collection.
-LOCAL_WRITER_GRACE_S = 5.0
 """A dirty id Milvus still does not have after this long is dropped until its next change."""
+LOCAL_WRITER_GRACE_S = 5.0
+"""With a worker in this process (:meth:`HotCache.upserted`), how long a dirty id waits for that
+worker's row before a search re-reads it from Milvus (seconds): re-reading a row the worker has
+not written yet finds nothing, and on Milvus Lite each read scans the whole collection."""
 
 _STATE = LIVE_FIELDS.index("state")
 _TIER = LIVE_FIELDS.index("tier")
@@ -203,6 +203,14 @@ class _Block:
         self.session[slot] = row.session_id
         self.agent[slot] = row.agent_id
         self.user[slot] = row.user_id
+
+    def newer(self, row: MemoryRow) -> bool:
+        """The block holds a newer version of ``row``'s memory (by creation, then version)."""
+        slot = self.index.get(row.memory_id)
+        if slot is None or self.state[slot] == ABSENT:
+            return False
+        held = (int(self.created[slot]), int(self.writes[slot]))
+        return held > (row.created_at_us, row.write_count)
 
     def _score_values(self, slot: int, values: Sequence[Any]) -> None:
         self.importance[slot] = float(values[_IMPORTANCE])
@@ -552,7 +560,7 @@ class HotCache:
         held, so that the next search need not re-read them (on Milvus Lite each re-read is a
         query over the whole collection). A row older than the block's version is ignored;
         tenants not held take it when they load. Runs in the upserting thread; never raises for a
-        row (a failure is logged and the row is left to the usual re-read).
+        row (a failure is logged and the id is re-read at the next search, without grace).
         """
         for row in rows:
             with self._guard:
@@ -561,17 +569,15 @@ class HotCache:
                 continue
             try:
                 with block.lock:
-                    slot = block.index.get(row.memory_id)
-                    if slot is not None and int(block.writes[slot]) > row.write_count:
-                        continue
                     if self._put(row.tenant_id, block, row):
                         block.dirty.pop(row.memory_id, None)
             except Exception:
                 log.exception("hot cache: could not take the written row %s", row.key)
+                block.dirty[row.memory_id] = self.clock() - self.writer_grace_s  # due now
 
     def _due(self, block: _Block) -> dict[str, float]:
         """The dirty ids a search re-reads now: all, or those past ``writer_grace_s``."""
-        dirty = dict(block.dirty)  # one C-level copy: safe against a writer thread without a lock
+        dirty = dict(block.dirty)  # one C-level copy under the GIL: no lock against a writer
         if not self.writer_grace_s:
             return dirty
         cutoff = self.clock() - self.writer_grace_s
@@ -579,8 +585,11 @@ class HotCache:
 
     def _put(self, tenant_id: str, block: _Block, row: MemoryRow) -> bool:
         """Put ``row`` with the state view's live values over it (block lock held); False when
-        the view knows a newer version than Milvus gave (the row is kept until that arrives).
+        the view knows a newer version than Milvus gave (the row is kept until that arrives). A
+        row older than the one held (a load's read racing the worker's write) is left out.
         """
+        if block.newer(row):
+            return True
         block.put(row)
         values = self.live_of(tenant_id, row.memory_id)
         return values is None or not block.live(row.memory_id, values)

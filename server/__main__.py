@@ -41,6 +41,7 @@ def main() -> None:
         metrics=Metrics(services.metrics.registry),
         worker_ready=lambda: bool(app.tables.recovery.completed.is_set()),  # type: ignore[attr-defined]
         applied_here=applied.snapshot,
+        derived_here=applied.derived,
     )
 
     @app.task  # type: ignore[untyped-decorator]

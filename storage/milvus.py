@@ -7,6 +7,7 @@ Works unchanged against Milvus Lite (a file path URI, embedded) and a Milvus ser
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -15,6 +16,8 @@ from memcore.ids import check_id
 from memcore.keyword import keyword_text
 from storage.errors import StorageError
 from storage.rows import CURRENT, ROW_FIELDS, MemoryRow
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -158,7 +161,7 @@ class MilvusStore:
         self._client: Any = None
         # told the rows of every upsert that succeeded, in the upserting thread, after Milvus
         # took them (a reader in this process, the ranker's hot cache, need not read them back);
-        # a listener must not raise
+        # a listener that raises is logged, never failing the upsert
         self.upserted: list[Callable[[Sequence[MemoryRow]], None]] = []
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -225,7 +228,10 @@ class MilvusStore:
             ),
         )
         for listener in self.upserted:
-            listener(rows)
+            try:
+                listener(rows)
+            except Exception:  # the rows are in Milvus: a listener's failure is its own
+                log.exception("a listener of upserted rows failed")
         return int(result.get("upsert_count", len(entities)))
 
     def delete(self, tenant_id: str, memory_ids: Sequence[str]) -> int:

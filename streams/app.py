@@ -14,7 +14,15 @@ import functools
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -51,7 +59,7 @@ from storage.sealing import seal_write
 from storage.tenant_log import TenantLogError
 from storage.tenants import Tenants
 from streams import topics
-from streams.applied import AppliedMarks, next_offsets
+from streams.applied import AppliedMarks, offset_ranges
 from streams.consolidation import decision_records, plan_tenant, report
 from streams.llm import LlmImportance
 from streams.metrics import WorkerMetrics
@@ -121,8 +129,6 @@ def create_app(
         broker_max_poll_records=settings.access_batch_size,
     )
     worker = StreamWorker(app, settings, services, applied)
-    if applied is not None:
-        applied.bind(lambda: app.producer.flush())  # noqa: PLW0108 - app.producer is made lazily: look it up when flushing
     metrics = services.metrics
     consumed = {
         role: settings.topic(role) for role in (topics.WRITES, topics.ACCESS, topics.CONSOLIDATION)
@@ -250,6 +256,11 @@ class StreamWorker:
             self.keys,
         )
         self.processor = Processor(memories, documents, counters, pending, limits)
+        # with applied marks: every delivery (changelog, emitted) since the last batch's mark
+        self.produced: list[Awaitable[Any]] = []
+        if applied is not None:
+            for table in (memories, documents, counters, pending):
+                _keep_changelog_deliveries(table, self.produced)
         self.write_done: dict[int, int] = {}  # writes partition -> next offset not yet applied
         self.compacted_at = float("-inf")  # monotonic seconds of the last compaction asked
         self.keys_read = False  # the keys topic read to its end once since start-up
@@ -300,17 +311,26 @@ class StreamWorker:
                     self.processor.write(message, record, vector, decided, batch)
                 else:
                     self.processor.decision(message, record, batch)
-        for message, _ in pairs:
-            done = self.write_done.get(message.partition, 0)
-            self.write_done[message.partition] = max(done, message.offset + 1)
+        ranges = offset_ranges(message for message, _ in pairs)
+        for partition, (_, after) in ranges.items():
+            self.write_done[partition] = max(self.write_done.get(partition, 0), after)
         if batch.erased:
             log.info("%d writes of memories erased since were skipped", batch.erased)
         await self.expire_parked(batch, events)
         await self.sync(batch)
         await self.supersede(batch)
-        await self.emit(batch)
+        self.mark(topics.WRITES, ranges, await self.emit(batch))
+
+    def mark(
+        self, role: str, ranges: Mapping[int, tuple[int, int]], derived: Sequence[Awaitable[Any]]
+    ) -> None:
+        """The batch is applied: hand its offsets and every delivery since the last mark (its
+        changelog, its emitted records) to the applied marks, when this process keeps them.
+        """
         if self.applied is not None:
-            self.applied.note(topics.WRITES, next_offsets(message for message, _ in pairs))
+            produced = list(self.produced)
+            self.produced.clear()
+            self.applied.note(role, ranges, produced, derived)
 
     async def supersede(self, batch: Batch) -> None:
         """Compare each stated memory with its tenant's nearest memories (now synced, this
@@ -380,9 +400,7 @@ class StreamWorker:
         reduced = time.perf_counter()
         await self.sync(batch)  # one upsert per touched memory, however many events it had
         synced = time.perf_counter()
-        await self.emit(batch)
-        if self.applied is not None:
-            self.applied.note(topics.ACCESS, next_offsets(event.message for event in events))
+        self.mark(topics.ACCESS, offset_ranges(e.message for e in events), await self.emit(batch))
         log.debug(
             "access batch: %d events, %d memories; reduce %.3f s, sync %.3f s, emit %.3f s",
             len(events),
@@ -546,11 +564,33 @@ class StreamWorker:
             for row in rows:
                 await self.upsert([row])
 
-    async def emit(self, batch: Batch) -> None:
-        """Produce the batch's audit, dead-letter and re-keyed records."""
+    async def emit(self, batch: Batch) -> list[Awaitable[Any]]:
+        """Produce the batch's audit, dead-letter and re-keyed records; returns the deliveries
+        (futures of their ``RecordMetadata``) of those sent to ``memory-writes``.
+        """
+        derived: list[Awaitable[Any]] = []
         for message in batch.out:  # in order; Faust flushes them before it commits the batch
-            await self.topics[message.role].send(key=message.key, value=message.value)
+            sent = await self.topics[message.role].send(key=message.key, value=message.value)
+            if self.applied is not None:
+                self.produced.append(sent)
+            if message.role == topics.WRITES:
+                derived.append(sent)
         self.services.metrics.emitted(batch.out)
+        return derived
+
+
+def _keep_changelog_deliveries(table: Any, into: list[Awaitable[Any]]) -> None:  # noqa: ANN401
+    """Append each changelog record ``table`` produces (its ``FutureMessage``, done once the
+    broker acknowledged it) to ``into``: Faust's own flush can return with records in flight.
+    """
+    send = table.send_changelog
+
+    def send_changelog(*args: Any, **kwargs: Any) -> Any:  # noqa: ANN401 - Faust's signature
+        delivery = send(*args, **kwargs)
+        into.append(delivery)
+        return delivery
+
+    table.send_changelog = send_changelog
 
 
 def unknown_tenants(values: Iterable[bytes], tenants: Tenants) -> set[str]:

@@ -6,10 +6,17 @@ recall with ``after`` waited one to two commit intervals (twice: the write, then
 When the ranker runs in the worker's process (``python -m server``), it can ask the worker itself.
 
 :class:`AppliedMarks` publishes, per (topic role, partition), the next offset not yet applied, but
-only once what the batch produced has reached the broker (the changelog the ranker's state view
-reads, derived decisions, audit): a mark promises what a commit would, except durability of the
-offset itself. A crash before the commit redelivers the batch, and the reducer applies it to the
-same result (it skips by offset), while the ranker that saw the mark died with the worker.
+only once every record the batch produced is acknowledged by the broker (the changelog the
+ranker's state view reads, derived decisions, audit): a mark promises what a commit would, except
+durability of the offset itself. A crash before the commit redelivers the batch, and the reducer
+applies it to the same result (it skips by offset), while the ranker that saw the mark died with
+the worker. Only for a worker alone in its consumer group (``make up``): another worker's batches
+are not known here, so their partitions wait for the commit as before.
+
+The wait's second step (what the write derived, e.g. a supersession, is applied too) waited for
+everything on ``memory-writes`` when the first step ended, another batch under steady writes; the
+marks also keep which ``memory-writes`` offsets each recent batch produced, so that step waits for
+those alone (none, for most writes).
 """
 
 from __future__ import annotations
@@ -17,40 +24,48 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Protocol
+from collections import deque
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
-Flush = Callable[[], Awaitable[None]]
-"""Waits until every message the worker produced so far is acknowledged by the broker."""
-
 
 class AppliedMarks:
-    """Applied offsets of one worker process, ``{(role, partition): next offset not applied}``.
+    """Applied offsets of one worker process, ``{(role, partition): next offset not applied}``,
+    and what each recent batch derived on ``memory-writes`` (:meth:`derived`).
 
-    Constructors do no I/O; :meth:`bind` names the producer's flush (the app's producer exists
-    only once the app does). Marks only grow; a failed flush drops the pending marks (logged): a
-    waiter then waits for the commit, as without marks.
+    A batch's mark is published once every record it produced (its table changelog, derived
+    decisions, audit) is acknowledged by the broker, batches in the order noted. A failed
+    delivery stops all marks for the life of the process, and a batch whose first offset lies
+    past its partition's mark (offsets this worker never applied) stops that partition's: their
+    waiters use the commit, as without marks. Constructors do no I/O.
     """
 
-    def __init__(self) -> None:
-        self._flush: Flush | None = None
-        self._pending: dict[tuple[str, int], int] = {}
+    def __init__(self, remembered: int = 4096) -> None:
+        """``remembered``: batches per (role, partition) whose derived offsets are kept."""
+        self.remembered = remembered
+        self._pending: deque[_Batch] = deque()
         self._applied: dict[tuple[str, int], int] = {}
+        self._stopped: set[tuple[str, int]] = set()
+        self._failed = False
+        self._batches: dict[tuple[str, int], deque[tuple[int, int, dict[int, int] | None]]] = {}
         self._task: asyncio.Task[None] | None = None
 
-    def bind(self, flush: Flush) -> None:
-        """Use ``flush`` before publishing marks."""
-        self._flush = flush
-
-    def note(self, role: str, next_offsets: Mapping[int, int]) -> None:
-        """A batch of ``role`` is applied up to ``{partition: next offset}``: publish it once what
-        the batch produced is flushed (in the background: the agent does not wait).
+    def note(
+        self,
+        role: str,
+        ranges: Mapping[int, tuple[int, int]],
+        produced: Sequence[Awaitable[Any]],
+        derived: Sequence[Awaitable[Any]] = (),
+    ) -> None:
+        """A batch of ``role`` is applied: ``{partition: (first offset, next offset)}``;
+        ``produced``: the deliveries of every record it produced (futures); ``derived``: those
+        of its records to ``memory-writes`` (futures of ``RecordMetadata``). Published in the
+        background once they are all delivered: the agent does not wait.
         """
-        for partition, offset in next_offsets.items():
-            key = (role, partition)
-            self._pending[key] = max(self._pending.get(key, 0), offset)
+        self._pending.append(_Batch(role, dict(ranges), tuple(produced), tuple(derived)))
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._publish())
 
@@ -58,18 +73,50 @@ class AppliedMarks:
         """The published marks (a copy)."""
         return dict(self._applied)
 
+    def derived(self, role: str, offsets: Mapping[int, int]) -> dict[int, int] | None:
+        """``{partition: highest offset}`` of what the batches that applied ``offsets``
+        (``{partition: offset}`` of ``role``) produced to ``memory-writes``; None when a batch is
+        not known here (applied by an earlier process, forgotten, or its deliveries unknown).
+        """
+        found: dict[int, int] = {}
+        for partition, offset in offsets.items():
+            for first, after, derived in reversed(self._batches.get((role, partition), ())):
+                if first <= offset < after:
+                    if derived is None:
+                        return None
+                    for p, o in derived.items():
+                        found[p] = max(found.get(p, -1), o)
+                    break
+            else:
+                return None
+        return found
+
     async def _publish(self) -> None:
         while self._pending:
-            taken, self._pending = self._pending, {}
-            if self._flush is None:  # unbound: nothing to promise with
-                return
-            try:
-                await self._flush()
-            except Exception as exc:
-                log.warning("applied marks not published (waiters use the commit): %s", exc)
+            batch = self._pending.popleft()
+            outcomes = await asyncio.gather(*batch.produced, return_exceptions=True)
+            failed = [o for o in outcomes if isinstance(o, BaseException)]
+            if failed:
+                log.warning("applied marks stopped (waiters use the commit): %s", failed[0])
+                self._failed = True
+            if not self._failed:
+                self._record(batch)
+
+    def _record(self, batch: _Batch) -> None:
+        derived = batch.delivered()
+        for partition, (first, after) in batch.ranges.items():
+            key = (batch.role, partition)
+            mark = self._applied.get(key)
+            if mark is not None and first > mark:
+                log.warning(
+                    "applied marks stopped on %s %d: offsets %d-%d not seen", *key, mark, first
+                )
+                self._stopped.add(key)
+            if key in self._stopped:
                 continue
-            for key, offset in taken.items():
-                self._applied[key] = max(self._applied.get(key, 0), offset)
+            kept = self._batches.setdefault(key, deque(maxlen=self.remembered))
+            kept.append((first, after, derived))
+            self._applied[key] = max(mark or 0, after)
 
     async def stop(self) -> None:
         """Cancel a publication in progress."""
@@ -89,9 +136,30 @@ class Positioned(Protocol):
     def offset(self) -> int: ...
 
 
-def next_offsets(messages: Iterable[Positioned]) -> dict[int, int]:
-    """``{partition: highest offset + 1}`` of ``messages``."""
-    found: dict[int, int] = {}
+def offset_ranges(messages: Iterable[Positioned]) -> dict[int, tuple[int, int]]:
+    """``{partition: (lowest offset, highest offset + 1)}`` of ``messages``."""
+    found: dict[int, tuple[int, int]] = {}
     for message in messages:
-        found[message.partition] = max(found.get(message.partition, 0), message.offset + 1)
+        first, after = found.get(message.partition, (message.offset, message.offset + 1))
+        found[message.partition] = (min(first, message.offset), max(after, message.offset + 1))
     return found
+
+
+@dataclass(frozen=True)
+class _Batch:
+    role: str
+    ranges: dict[int, tuple[int, int]]
+    produced: tuple[Awaitable[Any], ...]
+    derived: tuple[Awaitable[Any], ...]
+
+    def delivered(self) -> dict[int, int] | None:
+        """``{partition: highest offset}`` of the derived deliveries; None when one is unknown."""
+        found: dict[int, int] = {}
+        for delivery in self.derived:
+            if not isinstance(delivery, asyncio.Future) or not delivery.done():
+                return None
+            if delivery.cancelled() or delivery.exception() is not None:
+                return None
+            meta = delivery.result()
+            found[meta.partition] = max(found.get(meta.partition, -1), meta.offset)
+        return found

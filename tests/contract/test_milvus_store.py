@@ -30,12 +30,17 @@ def test_upsert_then_get_round_trips_every_field(store: MilvusStore) -> None:
     assert dataclasses.replace(got, vector=original.vector) == original
 
 
-def test_listeners_hear_of_the_rows_milvus_took_and_of_nothing_it_refused(
+def test_listeners_hear_of_the_rows_milvus_took_and_of_nothing_the_store_refused(
     store: MilvusStore,
 ) -> None:
     heard: list[list[str]] = []
+
+    def broken(_rows: object) -> None:
+        raise RuntimeError("a listener's own failure")
+
+    store.upserted.append(broken)  # logged; neither the upsert nor the next listener fails
     store.upserted.append(lambda rows: heard.append([r.memory_id for r in rows]))
-    store.upsert([row("acme", "m1", vec(1.0)), row("acme", "m2", vec(0.0, 1.0))])
+    assert store.upsert([row("acme", "m1", vec(1.0)), row("acme", "m2", vec(0.0, 1.0))]) == 2
     assert heard == [["m1", "m2"]]
     assert set(store.get("acme", ["m1", "m2"])) == {"m1", "m2"}  # told after Milvus has them
     with pytest.raises(StorageError):

@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 from ranker.applied import AppliedOffsets, NotAppliedError, Token, with_local
-from streams.applied import AppliedMarks, next_offsets
+from streams.applied import AppliedMarks, offset_ranges
 
 pytestmark = pytest.mark.anyio
 
@@ -27,19 +28,10 @@ class Message:
     offset: int
 
 
-class Producer:
-    """A flush that completes when the test says so (or fails)."""
-
-    def __init__(self) -> None:
-        self.gate = asyncio.Event()
-        self.flushes = 0
-        self.fail: Exception | None = None
-
-    async def flush(self) -> None:
-        self.flushes += 1
-        await self.gate.wait()
-        if self.fail is not None:
-            raise self.fail
+def deliveries(n: int) -> list[asyncio.Future[Any]]:
+    """Deliveries the broker has not acknowledged yet."""
+    loop = asyncio.get_running_loop()
+    return [loop.create_future() for _ in range(n)]
 
 
 async def settle() -> None:
@@ -47,48 +39,57 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-def test_next_offsets_are_one_past_the_highest_offset_per_partition() -> None:
+def test_offset_ranges_run_from_the_lowest_to_one_past_the_highest_offset() -> None:
     messages = [Message(0, 4), Message(1, 9), Message(0, 7), Message(0, 5)]
-    assert next_offsets(messages) == {0: 8, 1: 10}
+    assert offset_ranges(messages) == {0: (4, 8), 1: (9, 10)}
 
 
-async def test_a_mark_is_published_only_after_the_flush() -> None:
-    producer = Producer()
+async def test_a_mark_is_published_only_once_its_records_are_delivered() -> None:
     marks = AppliedMarks()
-    marks.bind(producer.flush)
-    marks.note("memory-writes", {0: 8})
+    first, second = deliveries(2)
+    marks.note("memory-writes", {0: (0, 8)}, [first, second])
     await settle()
-    assert marks.snapshot() == {}  # produced records not yet at the broker
-    producer.gate.set()
+    first.set_result(Message(0, 1))
+    await settle()
+    assert marks.snapshot() == {}  # one of the batch's records not yet at the broker
+    second.set_result(Message(0, 2))
     await settle()
     assert marks.snapshot() == {("memory-writes", 0): 8}
-    marks.note("memory-writes", {0: 3})  # a lower mark never lowers a published one
-    marks.note("access-events", {2: 5})
+    marks.note("memory-writes", {0: (8, 9)}, [])
+    marks.note("access-events", {2: (0, 5)}, [])
     await settle()
-    assert marks.snapshot() == {("memory-writes", 0): 8, ("access-events", 2): 5}
+    assert marks.snapshot() == {("memory-writes", 0): 9, ("access-events", 2): 5}
     await marks.stop()
 
 
-async def test_a_failed_flush_publishes_nothing_and_later_marks_still_come() -> None:
-    producer = Producer()
-    producer.fail = RuntimeError("broker gone")
-    producer.gate.set()
+async def test_marks_are_published_in_the_order_noted() -> None:
     marks = AppliedMarks()
-    marks.bind(producer.flush)
-    marks.note("memory-writes", {0: 8})
+    (slow,) = deliveries(1)
+    marks.note("access-events", {0: (0, 3)}, [slow])  # holds a record the next batch wrote
+    marks.note("memory-writes", {0: (0, 8)}, [])
     await settle()
     assert marks.snapshot() == {}
-    producer.fail = None
-    marks.note("memory-writes", {0: 9})
+    slow.set_result(Message(0, 1))
     await settle()
-    assert marks.snapshot() == {("memory-writes", 0): 9}
+    assert marks.snapshot() == {("access-events", 0): 3, ("memory-writes", 0): 8}
 
 
-async def test_unbound_marks_publish_nothing() -> None:
+async def test_a_failed_delivery_stops_the_marks() -> None:
     marks = AppliedMarks()
-    marks.note("memory-writes", {0: 8})
+    (failed,) = deliveries(1)
+    failed.set_exception(RuntimeError("broker gone"))
+    marks.note("memory-writes", {0: (0, 8)}, [failed])
+    marks.note("memory-writes", {0: (8, 9)}, [])
     await settle()
     assert marks.snapshot() == {}
+
+
+async def test_a_gap_in_the_offsets_stops_that_partitions_marks() -> None:
+    marks = AppliedMarks()
+    marks.note("memory-writes", {0: (0, 8), 1: (0, 4)}, [])
+    marks.note("memory-writes", {0: (10, 12), 1: (4, 6)}, [])  # 8 and 9 never came here
+    await settle()
+    assert marks.snapshot() == {("memory-writes", 0): 8, ("memory-writes", 1): 6}
 
 
 async def test_a_wait_ends_on_the_local_marks_before_any_commit() -> None:
@@ -98,10 +99,7 @@ async def test_a_wait_ends_on_the_local_marks_before_any_commit() -> None:
     async def end_offsets(role: str) -> Mapping[int, int]:
         return {0: 8}
 
-    producer = Producer()
-    producer.gate.set()
     marks = AppliedMarks()
-    marks.bind(producer.flush)
     token = Token({"memory-writes": {0: 7}})
     without = AppliedOffsets(committed, end_offsets, poll_s=0.01, timeout_s=0.1)
     with pytest.raises(NotAppliedError):
@@ -112,7 +110,7 @@ async def test_a_wait_ends_on_the_local_marks_before_any_commit() -> None:
     waiting = asyncio.ensure_future(applied.wait(token))
     await asyncio.sleep(0.05)
     assert not waiting.done()
-    marks.note("memory-writes", {0: 8})
+    marks.note("memory-writes", {0: (0, 8)}, [])
     await asyncio.wait_for(waiting, 5.0)
 
 
@@ -122,3 +120,52 @@ async def test_local_marks_never_hide_a_higher_commit() -> None:
 
     merged = with_local(committed, lambda: {("memory-writes", 0): 10, ("memory-writes", 1): 7})
     assert await merged() == {("memory-writes", 0): 50, ("memory-writes", 1): 7}
+
+
+def delivered(partition: int, offset: int) -> asyncio.Future[Any]:
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    future.set_result(Message(partition, offset))  # RecordMetadata's partition and offset
+    return future
+
+
+async def test_the_marks_know_what_each_batch_derived() -> None:
+    marks = AppliedMarks()
+    marks.note("memory-writes", {0: (0, 5)}, [])  # derived nothing
+    derived = [delivered(1, 2), delivered(1, 3)]
+    marks.note("memory-writes", {0: (5, 9), 1: (0, 2)}, derived, derived)
+    lost: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    lost.cancel()  # a derived record whose delivery is not known
+    marks.note("memory-writes", {0: (9, 12)}, [], [lost])
+    await settle()
+    assert marks.derived("memory-writes", {0: 3}) == {}
+    assert marks.derived("memory-writes", {0: 6}) == {1: 3}
+    assert marks.derived("memory-writes", {0: 3, 1: 1}) == {1: 3}
+    assert marks.derived("memory-writes", {0: 10}) is None  # unknown: wait for everything
+    assert marks.derived("memory-writes", {0: 12}) is None  # not applied by this process
+    assert marks.derived("memory-writes", {2: 0}) is None
+
+
+async def test_a_writes_second_step_waits_only_for_what_its_batch_derived() -> None:
+    asked: list[str] = []
+
+    async def committed() -> Mapping[tuple[str, int], int]:
+        return {("memory-writes", 0): 8, ("memory-writes", 1): 3}
+
+    async def end_offsets(role: str) -> Mapping[int, int]:
+        asked.append(role)
+        return {0: 50, 1: 50}  # writes from other clients, not applied yet
+
+    derived: dict[int, int] | None = {1: 2}
+    applied = AppliedOffsets(
+        committed,
+        end_offsets,
+        poll_s=0.01,
+        timeout_s=0.2,
+        derived_here=lambda _role, _offsets: derived,
+    )
+    await applied.wait(Token({"memory-writes": {0: 7}}))
+    assert asked == []
+    derived = None
+    with pytest.raises(NotAppliedError):  # unknown: everything on the topic then
+        await applied.wait(Token({"memory-writes": {0: 7}}))
+    assert asked == ["memory-writes"]

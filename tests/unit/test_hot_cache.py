@@ -297,3 +297,40 @@ def test_without_a_local_worker_every_dirty_id_is_read_at_once() -> None:
     store.put(new)
     assert not cache.ready("acme", RECALL)
     assert ids(cache) == ["n", "a"]
+
+
+def test_a_memory_rewritten_after_its_purge_is_taken_from_the_local_worker() -> None:
+    old = row("a", 1.0, write_count=3)
+    store, view, cache, _ = local_setup(old)
+    assert ids(cache) == ["a"]
+    view.pop("a", None)
+    cache.on_change("acme", "a", None)  # purged: the view drops it, the slot is emptied
+    again = row("a", 0.0, 1.0, write_count=1, created_at_us=old.created_at_us + 1)
+    view["a"] = live(again)
+    cache.on_change("acme", "a", view["a"])
+    store.put(again)
+    cache.upserted([again])
+    hits = cache.search("acme", [0.0, 1.0, 0.0, 0.0], 1, RECALL)
+    assert hits is not None
+    assert [r.memory_id for r in hits.rows] == ["a"]
+    assert hits.similarity[0] == 1.0
+
+
+def test_a_row_the_cache_fails_to_take_is_read_back_without_waiting_the_grace() -> None:
+    a = row("a", 0.5, 0.5)
+    store, view, _, clock = setup(a)
+    broken = {"n"}
+
+    def live_of(_tenant: str, memory_id: str) -> tuple[Any, ...] | None:
+        if memory_id in broken:
+            raise RuntimeError("view unreadable")
+        return view.get(memory_id)
+
+    cache = HotCache(store, live_of, clock=clock, writer_grace_s=5.0)  # type: ignore[arg-type]
+    assert ids(cache) == ["a"]
+    new = row("n", 1.0)
+    store.put(new)
+    cache.upserted([new])  # logged, not raised
+    broken.clear()
+    assert not cache.ready("acme", RECALL)
+    assert ids(cache) == ["n", "a"]
