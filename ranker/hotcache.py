@@ -23,10 +23,11 @@ budget (least recently searched tenants are dropped) answers None: the caller se
 
 Thread-safety: searches run in worker threads or, when nothing is to be read from Milvus, in the
 event loop (:meth:`HotCache.ready`); :meth:`HotCache.on_change` runs in the event loop,
-:meth:`HotCache.upserted` in the worker's upsert thread; each tenant's block has a lock. Memory: ``dim × 4`` bytes per row for the vector, ~80 bytes of
-numpy columns (up to twice that with the blocks' growth slack), plus the row's other fields (no
-Python floats per vector component): at least ~2 KB a row at 384 dimensions with short content
-(docs/benchmarks.md, 976,000 rows).
+:meth:`HotCache.upserted` in the worker's upsert thread; each tenant's block has a lock.
+Memory: ``dim × 4`` bytes per row for the vector, ~80 bytes of numpy columns (up to twice that
+with the blocks' growth slack), plus the row's other fields (no Python floats per vector
+component): at least ~2 KB a row at 384 dimensions with short content (docs/benchmarks.md,
+976,000 rows).
 """
 
 from __future__ import annotations
