@@ -148,6 +148,7 @@ class AppliedOffsets:
         (then only that is waited for, not all of ``memory-writes``).
         """
         self.derived_here = derived_here
+        self._first_ends: dict[str, dict[int, int]] = {}  # role -> last offsets at the first ask
         self.committed = committed
         self.end_offsets = end_offsets
         self.view_caught_up = view_caught_up
@@ -167,17 +168,28 @@ class AppliedOffsets:
         started = time.monotonic()
         await self._until(token.offsets, started)
         if derived_role in token.offsets:
-            derived = None
-            if self.derived_here is not None:
-                derived = self.derived_here(derived_role, token.offsets[derived_role])
-            if derived is None:
-                ends = await self.end_offsets(derived_role)
-                derived = {p: e - 1 for p, e in ends.items() if e > 0}
-            await self._until({derived_role: derived}, started)
+            derived = await self._derived(derived_role, token.offsets[derived_role])
+            if derived:
+                await self._until({derived_role: derived}, started)
         if self.view_caught_up is not None:
             left = self.timeout_s - (time.monotonic() - started)
             if left <= 0 or not await self.view_caught_up(left):
                 raise NotAppliedError(time.monotonic() - started)
+
+    async def _derived(self, role: str, offsets: Mapping[int, int]) -> dict[int, int]:
+        """``{partition: highest offset}`` of ``role`` to be applied after ``offsets``: what
+        their batches derived (``derived_here``) plus what the topic held when this ranker first
+        asked (derived by an earlier process); when not known, everything the topic holds now.
+        """
+        here = self.derived_here(role, offsets) if self.derived_here is not None else None
+        if here is None:
+            return _last(await self.end_offsets(role))
+        if role not in self._first_ends:
+            self._first_ends[role] = _last(await self.end_offsets(role))
+        found = dict(self._first_ends[role])
+        for partition, offset in here.items():
+            found[partition] = max(found.get(partition, -1), offset)
+        return found
 
     async def _until(self, wanted: Mapping[str, Mapping[int, int]], started: float) -> None:
         while True:
@@ -192,6 +204,11 @@ class AppliedOffsets:
             if waited >= self.timeout_s:
                 raise NotAppliedError(waited)
             await asyncio.sleep(self.poll_s)
+
+
+def _last(ends: Mapping[int, int]) -> dict[int, int]:
+    """``{partition: last offset}`` from end offsets (empty partitions left out)."""
+    return {p: e - 1 for p, e in ends.items() if e > 0}
 
 
 class KafkaOffsets:

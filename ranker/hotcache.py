@@ -206,12 +206,17 @@ class _Block:
         self.user[slot] = row.user_id
 
     def newer(self, row: MemoryRow) -> bool:
-        """The block holds a newer version of ``row``'s memory (by creation, then version)."""
+        """The block holds a later version of the same memory as ``row`` (same creation time,
+        a higher ``write_count``). A rewrite after a delete starts a new memory (its creation
+        time is the rewrite's, which a client may set, and its count starts again): never
+        ordered against the old one here.
+        """
         slot = self.index.get(row.memory_id)
         if slot is None or self.state[slot] == ABSENT:
             return False
-        held = (int(self.created[slot]), int(self.writes[slot]))
-        return held > (row.created_at_us, row.write_count)
+        return int(self.created[slot]) == row.created_at_us and int(self.writes[slot]) > (
+            row.write_count
+        )
 
     def _score_values(self, slot: int, values: Sequence[Any]) -> None:
         self.importance[slot] = float(values[_IMPORTANCE])
@@ -574,7 +579,8 @@ class HotCache:
                         block.dirty.pop(row.memory_id, None)
             except Exception:
                 log.exception("hot cache: could not take the written row %s", row.key)
-                block.dirty[row.memory_id] = self.clock() - self.writer_grace_s  # due now
+                with block.lock:
+                    block.dirty[row.memory_id] = self.clock() - self.writer_grace_s  # due now
 
     def _due(self, block: _Block) -> dict[str, float]:
         """The dirty ids a search re-reads now: all, or those past ``writer_grace_s``."""
@@ -589,10 +595,10 @@ class HotCache:
         the view knows a newer version than Milvus gave (the row is kept until that arrives). A
         row older than the one held (a load's read racing the worker's write) is left out.
         """
-        if block.newer(row):
-            return True
-        block.put(row)
         values = self.live_of(tenant_id, row.memory_id)
+        if block.newer(row):  # what the view says is still applied by the row held
+            return values is None or not block.live(row.memory_id, values)
+        block.put(row)
         return values is None or not block.live(row.memory_id, values)
 
     def _evict(self, keep: str) -> None:

@@ -325,7 +325,8 @@ class StreamWorker:
         self, role: str, ranges: Mapping[int, tuple[int, int]], derived: Sequence[Awaitable[Any]]
     ) -> None:
         """The batch is applied: hand its offsets and every delivery since the last mark (its
-        changelog, its emitted records) to the applied marks, when this process keeps them.
+        changelog, its emitted records) to the applied marks, when this process keeps them
+        (consolidation passes no offsets: its deliveries and decisions only).
         """
         if self.applied is not None:
             produced = list(self.produced)
@@ -466,11 +467,11 @@ class StreamWorker:
             self.processor.check_time(message, request.at)
         except RecordError as error:
             batch.out.append(dead_letter(message, error))
-            await self.emit(batch)
+            self.mark(topics.CONSOLIDATION, {}, await self.emit(batch))
             return
         with contained(message, batch):
             await self.plan(request, batch)
-        await self.emit(batch)
+        self.mark(topics.CONSOLIDATION, {}, await self.emit(batch))  # no token names it
 
     async def plan(self, request: ConsolidationRequest, batch: Batch) -> None:
         """Add the decisions (unless a dry run) and the report of each requested tenant.

@@ -15,8 +15,9 @@ are not known here, so their partitions wait for the commit as before.
 
 The wait's second step (what the write derived, e.g. a supersession, is applied too) waited for
 everything on ``memory-writes`` when the first step ended, another batch under steady writes; the
-marks also keep which ``memory-writes`` offsets each recent batch produced, so that step waits for
-those alone (none, for most writes).
+marks also keep, per recent batch, the highest ``memory-writes`` offsets derived by it and every
+batch before it in this process, so that step waits for those and for what the topic held when
+this process started serving (what an earlier process derived), not for other clients' writes.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ class AppliedMarks:
         self._applied: dict[tuple[str, int], int] = {}
         self._stopped: set[tuple[str, int]] = set()
         self._failed = False
+        # highest memory-writes offset derived by every batch recorded so far (None: unknown)
+        self._running: dict[int, int] | None = {}
         self._batches: dict[tuple[str, int], deque[tuple[int, int, dict[int, int] | None]]] = {}
         self._task: asyncio.Task[None] | None = None
 
@@ -65,6 +68,8 @@ class AppliedMarks:
         of its records to ``memory-writes`` (futures of ``RecordMetadata``). Published in the
         background once they are all delivered: the agent does not wait.
         """
+        if self._failed:
+            return
         self._pending.append(_Batch(role, dict(ranges), tuple(produced), tuple(derived)))
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._publish())
@@ -74,17 +79,20 @@ class AppliedMarks:
         return dict(self._applied)
 
     def derived(self, role: str, offsets: Mapping[int, int]) -> dict[int, int] | None:
-        """``{partition: highest offset}`` of what the batches that applied ``offsets``
-        (``{partition: offset}`` of ``role``) produced to ``memory-writes``; None when a batch is
-        not known here (applied by an earlier process, forgotten, or its deliveries unknown).
+        """``{partition: highest offset}`` of the ``memory-writes`` records this process's
+        batches produced up to the one that applied each of ``offsets`` (``{partition: offset}``
+        of ``role``; a token holds only the highest offset of each partition, its earlier records
+        lie in earlier batches). None when such a batch is not known here (applied by an earlier
+        process, forgotten, or a delivery unknown). What an earlier process derived is not in it:
+        the caller adds what ``memory-writes`` held when this process started serving.
         """
         found: dict[int, int] = {}
         for partition, offset in offsets.items():
-            for first, after, derived in reversed(self._batches.get((role, partition), ())):
+            for first, after, running in reversed(self._batches.get((role, partition), ())):
                 if first <= offset < after:
-                    if derived is None:
+                    if running is None:
                         return None
-                    for p, o in derived.items():
+                    for p, o in running.items():
                         found[p] = max(found.get(p, -1), o)
                     break
             else:
@@ -94,8 +102,10 @@ class AppliedMarks:
     async def _publish(self) -> None:
         while self._pending:
             batch = self._pending.popleft()
-            outcomes = await asyncio.gather(*batch.produced, return_exceptions=True)
-            failed = [o for o in outcomes if isinstance(o, BaseException)]
+            deliveries = [asyncio.ensure_future(d) for d in batch.produced]
+            if deliveries:  # wait, not gather: a cancelled wait must not cancel the deliveries
+                await asyncio.wait(deliveries)
+            failed = [d for d in deliveries if d.cancelled() or d.exception() is not None]
             if failed:
                 log.warning("applied marks stopped (waiters use the commit): %s", failed[0])
                 self._failed = True
@@ -104,6 +114,12 @@ class AppliedMarks:
 
     def _record(self, batch: _Batch) -> None:
         derived = batch.delivered()
+        if derived is None or self._running is None:
+            self._running = None
+        else:
+            for p, o in derived.items():
+                self._running[p] = max(self._running.get(p, -1), o)
+        running = None if self._running is None else dict(self._running)
         for partition, (first, after) in batch.ranges.items():
             key = (batch.role, partition)
             mark = self._applied.get(key)
@@ -115,7 +131,7 @@ class AppliedMarks:
             if key in self._stopped:
                 continue
             kept = self._batches.setdefault(key, deque(maxlen=self.remembered))
-            kept.append((first, after, derived))
+            kept.append((first, after, running))
             self._applied[key] = max(mark or 0, after)
 
     async def stop(self) -> None:

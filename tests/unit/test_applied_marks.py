@@ -145,15 +145,25 @@ async def test_the_marks_know_what_each_batch_derived() -> None:
     assert marks.derived("memory-writes", {2: 0}) is None
 
 
-async def test_a_writes_second_step_waits_only_for_what_its_batch_derived() -> None:
+async def test_a_token_waits_for_what_every_earlier_batch_derived() -> None:
+    marks = AppliedMarks()
+    derived = [delivered(1, 3)]
+    marks.note("memory-writes", {0: (0, 5)}, derived, derived)  # wrote A: derived a decision
+    marks.note("memory-writes", {0: (5, 9)}, [])  # wrote B: nothing
+    await settle()
+    # a token of A and B holds only B's offset: A's decision must still be waited for
+    assert marks.derived("memory-writes", {0: 6}) == {1: 3}
+
+
+async def test_a_writes_second_step_skips_writes_made_after_the_first_ask() -> None:
     asked: list[str] = []
 
     async def committed() -> Mapping[tuple[str, int], int]:
         return {("memory-writes", 0): 8, ("memory-writes", 1): 3}
 
     async def end_offsets(role: str) -> Mapping[int, int]:
-        asked.append(role)
-        return {0: 50, 1: 50}  # writes from other clients, not applied yet
+        asked.append(role)  # at the first ask, what an earlier process may have derived
+        return {0: 8, 1: 3} if len(asked) == 1 else {0: 50, 1: 50}
 
     derived: dict[int, int] | None = {1: 2}
     applied = AppliedOffsets(
@@ -164,8 +174,23 @@ async def test_a_writes_second_step_waits_only_for_what_its_batch_derived() -> N
         derived_here=lambda _role, _offsets: derived,
     )
     await applied.wait(Token({"memory-writes": {0: 7}}))
-    assert asked == []
-    derived = None
-    with pytest.raises(NotAppliedError):  # unknown: everything on the topic then
-        await applied.wait(Token({"memory-writes": {0: 7}}))
+    await applied.wait(Token({"memory-writes": {0: 7}}))  # writes of others came meanwhile
     assert asked == ["memory-writes"]
+    derived = None
+    with pytest.raises(NotAppliedError):  # unknown: everything on the topic now
+        await applied.wait(Token({"memory-writes": {0: 7}}))
+    assert asked == ["memory-writes", "memory-writes"]
+
+
+async def test_what_an_earlier_process_derived_is_waited_for() -> None:
+    async def committed() -> Mapping[tuple[str, int], int]:
+        return {("memory-writes", 0): 8}  # this process replayed the write: derived nothing
+
+    async def end_offsets(role: str) -> Mapping[int, int]:
+        return {0: 8, 1: 5}  # the earlier process's decision sits at 1/4, not applied yet
+
+    applied = AppliedOffsets(
+        committed, end_offsets, poll_s=0.01, timeout_s=0.2, derived_here=lambda _r, _o: {}
+    )
+    with pytest.raises(NotAppliedError):
+        await applied.wait(Token({"memory-writes": {0: 7}}))

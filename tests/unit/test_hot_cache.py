@@ -334,3 +334,28 @@ def test_a_row_the_cache_fails_to_take_is_read_back_without_waiting_the_grace() 
     broken.clear()
     assert not cache.ready("acme", RECALL)
     assert ids(cache) == ["n", "a"]
+
+
+def test_a_rewrite_after_a_delete_replaces_the_old_memory_whatever_its_time() -> None:
+    old = row("a", 1.0, write_count=3, state="forgotten")
+    store, _, cache, _ = local_setup(old)
+    assert ids(cache, Filters(states=("forgotten",))) == ["a"]
+    again = row("a", 0.0, 1.0, write_count=1, created_at_us=old.created_at_us - 1)
+    store.put(again)
+    cache.upserted([again])  # a new memory: its count starts again, its time is the client's
+    hits = cache.search("acme", [0.0, 1.0, 0.0, 0.0], 1, RECALL)
+    assert hits is not None
+    assert [r.memory_id for r in hits.rows] == ["a"]
+    assert hits.similarity[0] == 1.0
+
+
+def test_an_older_row_read_back_keeps_a_newer_version_awaited() -> None:
+    v1 = row("a", 1.0)
+    _, view, cache, _ = setup(v1)
+    assert ids(cache) == ["a"]
+    cache.upserted([row("a", 0.0, 1.0, write_count=2)])
+    view["a"] = live(v1, write_count=3)  # the view already knows a third version
+    cache.on_change("acme", "a", view["a"])
+    assert not cache.ready("acme", RECALL)
+    ids(cache)  # Milvus still answers the first version: older than the one held
+    assert not cache.ready("acme", RECALL)  # the third version is still awaited
