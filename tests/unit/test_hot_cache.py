@@ -244,15 +244,23 @@ def local_setup(*rows: MemoryRow) -> tuple[FakeStore, dict[str, tuple[Any, ...]]
     return store, view, cache, clock
 
 
+def written_elsewhere(
+    store: FakeStore, view: dict[str, tuple[Any, ...]], cache: HotCache
+) -> MemoryRow:
+    """A new memory ``n``: the view tells the cache of it, and Milvus holds its row."""
+    new = row("n", 1.0)
+    view["n"] = live(new)
+    cache.on_change("acme", "n", view["n"])  # the view may hear of it before the upsert ends
+    store.put(new)
+    return new
+
+
 def test_a_row_the_local_worker_writes_is_searchable_without_a_milvus_read() -> None:
     a = row("a", 0.5, 0.5)
     store, view, cache, _ = local_setup(a)
     assert ids(cache) == ["a"]
     reads = store.reads
-    new = row("n", 1.0)
-    view["n"] = live(new)
-    cache.on_change("acme", "n", view["n"])  # the view may hear of it before the upsert ends
-    store.put(new)
+    new = written_elsewhere(store, view, cache)
     cache.upserted([new, row("z", 1.0, tenant_id="other")])  # a tenant not held is left alone
     assert ids(cache) == ["n", "a"]
     assert cache.ready("acme", RECALL)
@@ -264,10 +272,7 @@ def test_a_dirty_id_waits_the_grace_for_the_local_worker_then_is_read() -> None:
     store, view, cache, clock = local_setup(a)
     assert ids(cache) == ["a"]
     reads = store.reads
-    new = row("n", 1.0)
-    view["n"] = live(new)
-    cache.on_change("acme", "n", view["n"])
-    store.put(new)  # written by another process: no upserted call comes
+    written_elsewhere(store, view, cache)  # by another process: no upserted call comes
     assert ids(cache) == ["a"]
     assert cache.ready("acme", RECALL)  # nothing to read yet: the search may run on the loop
     assert store.reads == reads
@@ -291,10 +296,7 @@ def test_without_a_local_worker_every_dirty_id_is_read_at_once() -> None:
     a = row("a", 0.5, 0.5)
     store, view, cache, _ = setup(a)
     assert ids(cache) == ["a"]
-    new = row("n", 1.0)
-    view["n"] = live(new)
-    cache.on_change("acme", "n", view["n"])
-    store.put(new)
+    written_elsewhere(store, view, cache)
     assert not cache.ready("acme", RECALL)
     assert ids(cache) == ["n", "a"]
 
