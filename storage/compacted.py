@@ -224,11 +224,16 @@ class CompactedLog:
                     await producer.stop()
                     raise
                 self._producer = producer
-            deliveries = [
-                await self._producer.send(self.topic, key=key, value=value)
-                for key, value in records
-            ]
-            sent = await asyncio.wait_for(asyncio.gather(*deliveries), _left(deadline))
+            producer = self._producer
+
+            async def deliver() -> list[Any]:
+                # send() itself can wait (for metadata while the broker is away): within the deadline
+                deliveries = [
+                    await producer.send(self.topic, key=key, value=value) for key, value in records
+                ]
+                return list(await asyncio.gather(*deliveries))
+
+            sent = await asyncio.wait_for(deliver(), _left(deadline))
         except TimeoutError as exc:
             raise self.error(f"not acknowledged within {self.timeout_s:g} s") from exc
         except KafkaError as exc:

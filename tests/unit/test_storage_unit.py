@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from pathlib import Path
@@ -8,6 +9,7 @@ import pytest
 
 from memcore import InvalidField
 from storage import Document, Filters, MemoryRow, StorageError, filter_expression, from_us, to_us
+from storage.compacted import CompactedLog, CompactedLogError
 from storage.milvus import translate
 from storage.rows import LIVE_FIELDS, with_live
 from storage.tenants import TenantRegistry
@@ -147,3 +149,24 @@ def test_with_live_equals_a_replace_and_leaves_the_row_alone() -> None:
         with_live(row, values[:-1])
     # with_live copies fields without __init__: a check added to the row would be skipped
     assert "__post_init__" not in vars(MemoryRow)
+
+
+class _Stalled:
+    """A producer whose ``send`` never returns (aiokafka waits for metadata while the broker is
+    away)."""
+
+    async def send(self, *_args: object, **_kwargs: object) -> None:
+        await asyncio.Event().wait()
+
+
+def test_a_publish_gives_up_at_its_deadline_even_inside_send() -> None:
+    log = CompactedLog("127.0.0.1:1", "keys", timeout_s=0.2)
+    log._consumer = object()  # started: the test drives publish alone
+    log._assigned = ["keys/0"]
+    log._producer = _Stalled()
+
+    async def publish() -> None:
+        await log.publish([(b"k", b"v")], applied=False)
+
+    with pytest.raises(CompactedLogError, match=r"not acknowledged within 0\.2 s"):
+        asyncio.run(asyncio.wait_for(publish(), 10))
