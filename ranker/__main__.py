@@ -13,13 +13,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from ranker.api import create_api
-from ranker.applied import (
-    AppliedHere,
-    AppliedOffsets,
-    DerivedHere,
-    KafkaOffsets,
-    with_local,
-)
+from ranker.applied import AppliedOffsets, KafkaOffsets, LocalWorker, with_local
 from ranker.cached import Cached
 from ranker.history import AuditLog
 from ranker.hotcache import LOCAL_WRITER_GRACE_S, HotCache
@@ -44,8 +38,7 @@ def build(
     embedder: Embedder | None = None,
     metrics: Metrics | None = None,
     worker_ready: Callable[[], bool] | None = None,
-    applied_here: AppliedHere | None = None,
-    derived_here: DerivedHere | None = None,
+    local: LocalWorker | None = None,
 ) -> FastAPI:
     """The app with its lifespan: Milvus, the embedder and the Kafka producer open at start-up.
 
@@ -53,8 +46,8 @@ def build(
     (a process that also runs the stream worker shares them: Milvus Lite allows one process per file);
     ``metrics`` passed in can serve more registries than the ranker's (that worker's);
     ``worker_ready``: True once that worker's tables have recovered (``GET /readyz`` waits for it);
-    ``applied_here``: what that worker applied before its next commit (``after`` waits end then);
-    ``derived_here``: what its batches derived (``after`` waits for that, not all writes).
+    ``local``: that worker's applied marks (``after`` waits end on them, not at its next commit,
+    and wait for what its batches derived, not all writes).
     """
     owned, owned_embedder = store is None, embedder is None
     if store is None:
@@ -66,7 +59,7 @@ def build(
     view = StateView(kafka, changelog_topic(settings.app_id))
     registry = settings.tenant_log(timeout_s=settings.after_timeout_s)
     keys = settings.key_log(timeout_s=settings.produce_timeout_s)
-    cache = _hot_cache(settings, store, view, local_writer=applied_here is not None)
+    cache = _hot_cache(settings, store, view, local_writer=local is not None)
     offsets = KafkaOffsets(
         kafka,
         settings.app_id,
@@ -83,13 +76,11 @@ def build(
         queue_max=settings.queue_max,
         metrics=metrics,
         applied=AppliedOffsets(
-            offsets.committed
-            if applied_here is None
-            else with_local(offsets.committed, applied_here),
+            offsets.committed if local is None else with_local(offsets.committed, local.snapshot),
             offsets.end_offsets,
             timeout_s=settings.after_timeout_s,
             view_caught_up=view.caught_up,
-            derived_here=derived_here,
+            derived_here=None if local is None else local.derived,
         ),
         view=view,
         cache=cache,

@@ -19,7 +19,7 @@ import binascii
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -110,6 +110,18 @@ DerivedHere = Callable[[str, Mapping[int, int]], Mapping[int, int] | None]
 """``(role, {partition: offset})`` -> ``{partition: highest offset}`` of what the batches that
 applied those offsets produced to ``memory-writes``, or None when unknown
 (``streams.applied.AppliedMarks.derived`` under ``python -m server``)."""
+
+
+class LocalWorker(Protocol):
+    """The stream worker in this process, as a wait sees it (``streams.applied.AppliedMarks``
+    under ``python -m server``).
+    """
+
+    def snapshot(self) -> Mapping[tuple[str, int], int]:
+        """See :data:`AppliedHere`."""
+
+    def derived(self, role: str, offsets: Mapping[int, int]) -> Mapping[int, int] | None:
+        """See :data:`DerivedHere`."""
 
 
 def with_local(committed: Committed, here: AppliedHere) -> Committed:

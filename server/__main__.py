@@ -40,8 +40,7 @@ def main() -> None:
         embedder=services.embedder,
         metrics=Metrics(services.metrics.registry),
         worker_ready=lambda: bool(app.tables.recovery.completed.is_set()),  # type: ignore[attr-defined]
-        applied_here=applied.snapshot,
-        derived_here=applied.derived,
+        local=applied,
     )
 
     @app.task  # type: ignore[untyped-decorator]

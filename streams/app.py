@@ -338,7 +338,8 @@ class StreamWorker:
         batch's included) and add a ``supersede`` decision for every older version (SPEC section
         6): the LLM decides when the worker has one and it answers, else the rule (which only
         looks at memories that state a fact). Decisions go through ``memory-writes`` keyed by the
-        older memory, so they apply on its partition and replays repeat them.
+        older memory, so they apply on its partition (a replay of the write, skipped by offset,
+        derives nothing again).
         """
         llm = self.services.llm
         by_tenant: dict[str, list[tuple[MemoryState, Document]]] = {}
