@@ -43,10 +43,12 @@ from ranker.ratelimit import RateLimited, RateLimiter
 from ranker.routes import memory_routes
 from ranker.service import Recalled, RecallQuery, RecallService
 from ranker.wire import (
+    RESULTS,
     Auth,
     Body,
     OrjsonRoute,
     TextBody,
+    json_response,
     memory_json,
     session_of,
     tokens,
@@ -230,28 +232,30 @@ def create_api(
 
     # the recall routes parse their bodies (vectors) with orjson; added to the app's own router
     # (an included router's routes are not matched by path for Admission's route label)
-    async def recall(body: RecallBody, who: Auth) -> dict[str, Any]:
+    async def recall(body: RecallBody, who: Auth) -> Response:
         results = await service.recall(
             who.tenant_id, _query(body, who, ("active", "archived"), limits.embedding_dim)
         )
         if body.include_history:
             results.sort(key=lambda r: (r.row.created_at_us, r.row.memory_id))
-        return {"results": [_recalled(r) for r in results]}
+        return json_response({"results": [_recalled(r) for r in results]})
 
-    api.router.add_api_route(
-        "/v1/recall", recall, methods=["POST"], route_class_override=OrjsonRoute
-    )
-
-    async def archive_search(body: RecallBody, who: Auth) -> dict[str, Any]:
+    async def archive_search(body: RecallBody, who: Auth) -> Response:
         query = _query(
             body.model_copy(update={"track": False}), who, ("archived",), limits.embedding_dim
         )
         results = await service.recall(who.tenant_id, query)
-        return {"results": [_recalled(r) for r in results]}
+        return json_response({"results": [_recalled(r) for r in results]})
 
-    api.router.add_api_route(
-        "/v1/archive/search", archive_search, methods=["POST"], route_class_override=OrjsonRoute
-    )
+    for path, endpoint in (("/v1/recall", recall), ("/v1/archive/search", archive_search)):
+        api.router.add_api_route(
+            path,
+            endpoint,
+            methods=["POST"],
+            route_class_override=OrjsonRoute,
+            response_model=None,
+            responses=RESULTS,
+        )
 
     @api.post("/v1/memories")
     async def write(body: WriteBody, who: Auth) -> dict[str, Any]:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import logging.config
 import re
 import time
 import uuid
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -68,20 +69,41 @@ class JsonFormatter(logging.Formatter):
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s %(tenant_id)s]: %(message)s"
 
 
-def configure(log_format: LogFormat, level: int = logging.INFO) -> None:
-    """Route every logger (uvicorn's too) to one stderr handler in ``log_format``."""
-    handler = logging.StreamHandler()
-    handler.addFilter(RequestContext())
-    handler.setFormatter(
-        JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
+def logging_config(log_format: LogFormat, level: int | str = logging.INFO) -> dict[str, Any]:
+    """A :func:`logging.config.dictConfig` document routing every logger (uvicorn's too) to one
+    stderr handler in ``log_format``, with ``request_id`` and ``tenant_id`` on every record;
+    loggers that exist already keep working. ``python -m server`` hands it to the Faust worker,
+    which would otherwise format every line in colour (~7 % of a recall's CPU for the access
+    line alone) and ignore ``MNEMO_LOG_FORMAT``.
+    """
+    formatter: dict[str, Any] = (
+        {"()": f"{__name__}.JsonFormatter"} if log_format == "json" else {"format": TEXT_FORMAT}
     )
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
-        logger = logging.getLogger(name)
-        logger.handlers[:] = []
-        logger.propagate = name != "uvicorn.access"  # our access line replaces uvicorn's
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "filters": {"request": {"()": f"{__name__}.RequestContext"}},
+        "formatters": {"line": formatter},
+        "handlers": {
+            "stderr": {
+                "class": "logging.StreamHandler",
+                "formatter": "line",
+                "filters": ["request"],
+            }
+        },
+        "root": {"level": level, "handlers": ["stderr"]},
+        "loggers": {
+            "uvicorn": {"handlers": [], "propagate": True},
+            "uvicorn.error": {"handlers": [], "propagate": True},
+            # our access line (RequestLog) replaces uvicorn's
+            "uvicorn.access": {"handlers": [], "propagate": False},
+        },
+    }
+
+
+def configure(log_format: LogFormat, level: int = logging.INFO) -> None:
+    """Apply :func:`logging_config` to this process."""
+    logging.config.dictConfig(logging_config(log_format, level))
 
 
 class RequestLog:

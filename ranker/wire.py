@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Annotated, Any
 
+import numpy as np
 import orjson
 from fastapi import Depends, HTTPException, Request, Response, Security
 from fastapi.routing import APIRoute
@@ -23,24 +23,45 @@ from storage import MemoryRow, from_us
 from storage.records import RecordError
 from storage.tenants import Tenant, Tenants
 
-_LONG_INTEGER = re.compile(rb"(?<![\d.eE+-])-?\d{19,}(?![\d.eE])")
-"""An integer of 19 digits or more: orjson reads one beyond 64 bits as a float, the standard
-library as the int it is (a false match only costs the standard library's slower reading)."""
+_INT64_FLOAT = 9.2e18
+"""orjson reads an integer beyond 64 bits (below -2**63 or from 2**64 on) as a float; any float
+of this magnitude may be one, and the body is then read by the standard library."""
+
+
+def _maybe_misread(value: object) -> bool:
+    """Whether orjson's reading of a JSON value may differ from the standard library's: it holds
+    a float of at least ``_INT64_FLOAT`` in magnitude (perhaps an integer orjson made a float).
+    ~25 µs for a 384-float vector; a regular expression over the bytes took ~290 µs.
+    """
+    if type(value) is float:
+        return not -_INT64_FLOAT < value < _INT64_FLOAT
+    if type(value) is list:
+        for item in value:
+            if type(item) is float:
+                if not -_INT64_FLOAT < item < _INT64_FLOAT:
+                    return True
+            elif _maybe_misread(item):
+                return True
+        return False
+    if type(value) is dict:
+        return any(_maybe_misread(item) for item in value.values())
+    return False
 
 
 class _OrjsonRequest(Request):
     async def json(self) -> Any:  # noqa: ANN401  (Starlette's signature)
         if not hasattr(self, "_json"):
             body = await self.body()
-            if _LONG_INTEGER.search(body):
-                self._json = json.loads(body)
+            try:
+                parsed = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                # what orjson refuses (NaN, lone surrogates, bad JSON) gets the standard
+                # library's reading and errors: pydantic then names the field
+                parsed = json.loads(body)
             else:
-                try:
-                    self._json = orjson.loads(body)
-                except orjson.JSONDecodeError:
-                    # what orjson refuses (NaN, lone surrogates, bad JSON) gets the standard
-                    # library's reading and errors: pydantic then names the field
-                    self._json = json.loads(body)
+                if _maybe_misread(parsed):
+                    parsed = json.loads(body)
+            self._json = parsed
         return self._json
 
 
@@ -167,6 +188,43 @@ def under(prefix: str, exc: RecordError) -> RecordError:
     return RecordError(
         prefix if exc.field == "$" else f"{prefix}.{exc.field}", exc.value, exc.reason
     )
+
+
+def json_response(payload: dict[str, Any]) -> Response:
+    """``payload`` as a 200 JSON response written by orjson: a page of ten memories costs
+    FastAPI's response encoding and the standard library ~0.3 ms of the event loop per request.
+    What orjson cannot write (an integer beyond 64 bits in ``metadata``) is written by the
+    standard library, as every other route's answers; a type neither knows raises TypeError.
+    """
+    try:
+        body = orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
+    except TypeError:
+        text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=_scalar)
+        body = text.encode()
+    return Response(body, media_type="application/json")
+
+
+def _scalar(value: object) -> object:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+RESULTS: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "the top ``k``, best first: each memory with its ``scores``",
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "properties": {"results": {"type": "array", "items": {"type": "object"}}},
+                    "required": ["results"],
+                }
+            }
+        },
+    }
+}
+"""The OpenAPI answer of the recall routes (they return a written :func:`json_response`)."""
 
 
 def memory_json(row: MemoryRow) -> dict[str, Any]:

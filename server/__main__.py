@@ -9,6 +9,7 @@ import sys
 import uvicorn
 
 from ranker.__main__ import build
+from ranker.logs import logging_config
 from ranker.metrics import Metrics
 from ranker.settings import RankerSettings
 from storage.usage import parse_service_args
@@ -57,7 +58,8 @@ def main() -> None:
         log.info("ranker on http://%s:%d", ranker_settings.host, ranker_settings.port)
         await server.serve()
 
-    run(app, worker_settings, services)
+    level = worker_settings.log_level.upper()
+    run(app, worker_settings, services, logging_config(ranker_settings.log_format, level))
 
 
 if __name__ == "__main__":

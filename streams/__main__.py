@@ -12,6 +12,7 @@ import asyncio
 import logging
 import sys
 import time
+from typing import Any
 
 import faust
 
@@ -52,9 +53,19 @@ def prepare(settings: WorkerSettings) -> Services:
     return Services(store, embedder, llm)
 
 
-def run(app: faust.App, settings: WorkerSettings, services: Services) -> None:
-    """Run the Faust worker until a signal stops it; close Milvus after."""
-    worker = faust.Worker(app, loglevel=settings.log_level, quiet=True)
+def run(
+    app: faust.App,
+    settings: WorkerSettings,
+    services: Services,
+    logging_config: dict[str, Any] | None = None,
+) -> None:
+    """Run the Faust worker until a signal stops it; close Milvus after. ``logging_config``: a
+    :func:`logging.config.dictConfig` document for the worker to apply instead of its own
+    (coloured lines on stdout).
+    """
+    worker = faust.Worker(
+        app, loglevel=settings.log_level, quiet=True, logging_config=logging_config
+    )
     try:
         worker.execute_from_commandline()
     finally:

@@ -168,14 +168,16 @@ def llm_server(stack: Stack, tmp_path: Path) -> Iterator[str]:
     thread.start()
     try:
         url = f"http://127.0.0.1:{llm.server_address[1]}/v1"
-        yield from serve(stack, tmp_path, MNEMO_LLM_URL=url, MNEMO_LLM_TIMEOUT_S="5")
+        yield from serve(
+            stack, tmp_path, MNEMO_LLM_URL=url, MNEMO_LLM_TIMEOUT_S="5", MNEMO_LOG_FORMAT="json"
+        )
     finally:
         llm.shutdown()
         llm.server_close()
         thread.join()
 
 
-def test_the_llm_decides_supersession_when_configured(llm_server: str) -> None:
+def test_the_llm_decides_supersession_when_configured(llm_server: str, tmp_path: Path) -> None:
     t1, t2 = T0, T0 + timedelta(days=30)
     with Client(llm_server, KEY) as client:
         iphone = client.remember("Alice has an iPhone 12.", embedding=e(1.0, 0.3), at=t1)
@@ -187,6 +189,13 @@ def test_the_llm_decides_supersession_when_configured(llm_server: str) -> None:
             "Which phone does Alice have?", k=5, at=now, track=False, include_history=True
         )
         assert [(m.memory_id, m.superseded_by) for m in history] == [(iphone, pixel), (pixel, None)]
+    # MNEMO_LOG_FORMAT=json (this server's): the worker's lines and the request lines alike
+    lines = (tmp_path / "server.log").read_text().splitlines()
+    logged = [orjson.loads(line) for line in lines if line.startswith("{")]
+    recalls = [r for r in logged if r.get("route") == "/v1/recall" and r.get("status") == 200]
+    assert len(recalls) == 2, lines[-20:]
+    assert {(r["tenant_id"], len(r["request_id"])) for r in recalls} == {("acme", 32)}
+    assert any(r["logger"].startswith("streams.") for r in logged), lines[-20:]
 
 
 def test_batch_get_forget_and_purge(server: str) -> None:

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Awaitable
 
 import httpx
+import numpy as np
 import pytest
 
+from memcore.scoring import Scored
 from ranker.api import create_api
-from ranker.service import RecallService
+from ranker.service import Recalled, RecallQuery, RecallService
+from ranker.wire import memory_json
 from storage import MilvusConfig, MilvusStore
 from storage.embedding import Hashing
 from storage.tenants import TenantRegistry
+from tests.rows import make_row
 
 KEY = "key-acme-0123456789"
 pytestmark = pytest.mark.anyio
@@ -106,6 +112,8 @@ async def test_what_milvus_or_the_cache_would_choke_on_is_a_422_naming_the_field
     [
         (b'{"vector": [NaN, 1, 1, 1]}', "vector[0]"),
         (b'{"query": "x", "k": 123456789012345678901234567890}', "k"),
+        (b'{"query": "x", "k": -9223372036854775809}', "k"),
+        (b'{"query": "x", "filters": {"tags": ["a", 18446744073709551616]}}', "filters.tags[1]"),
         (b'{"query": "\\ud800"}', "query"),
         (b'{"query": "x", "k": 1.5}', "k"),
         (b'{"query": "x", "filters": {"tags": "a"}}', "filters.tags"),
@@ -121,8 +129,9 @@ async def test_recall_bodies_orjson_refuses_get_the_same_422_naming_the_field(
     async with app() as http:
         reply = await http.post("/v1/recall", content=body, headers=auth)
     assert (reply.status_code, reply.json()["field"]) == (422, field), reply.text
-    if b"123456789012345678901234567890" in body:
-        assert reply.json()["detail"].startswith("k=123456789012345678901234567890: "), reply.text
+    big = re.search(rb"-?\d{19,}", body)
+    if big is not None:  # the integer as sent, not the float orjson would make of it
+        assert reply.json()["detail"].startswith(f"{field}={big.group().decode()}"), reply.text
 
 
 async def test_responses_of_the_recall_routes_are_counted_under_their_route() -> None:
@@ -141,3 +150,32 @@ async def test_responses_of_the_recall_routes_are_counted_under_their_route() ->
             "mnemostream_http_responses_total", labels
         )
         assert found == 1.0, path
+
+
+@pytest.mark.parametrize(
+    "metadata", [{"n": 3, "s": "é", "nested": [1.5, None]}, {"big": 2**70}], ids=["plain", "big"]
+)
+async def test_recall_answers_are_every_route_s_json_whoever_writes_them(
+    monkeypatch: pytest.MonkeyPatch, metadata: dict[str, object]
+) -> None:
+    """Recall answers are written by orjson (ranker.wire.json_response); what it cannot write
+    (an integer beyond 64 bits in metadata, numpy scores) still comes back, value for value."""
+    registry = TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}})
+    service = RecallService(MilvusStore(MilvusConfig("unused.db", dim=4)), Hashing(4), _no_send)
+    row = make_row("acme", "m1", (1.0, 0.0, 0.0, 0.0), metadata=metadata)
+    score = Scored("m1", np.float64(0.75), 0.0, 0.5, np.float32(0.25), 0.0, 0.625)
+
+    async def recall(tenant_id: str, query: RecallQuery) -> list[Recalled]:
+        return [Recalled(row, score)]
+
+    monkeypatch.setattr(service, "recall", recall)
+    transport = httpx.ASGITransport(app=create_api(service, registry))
+    auth = {"Authorization": f"Bearer {KEY}"}
+    async with httpx.AsyncClient(transport=transport, base_url="http://m") as http:
+        reply = await http.post("/v1/recall", json={"vector": [1, 0, 0, 0]}, headers=auth)
+    assert reply.status_code == 200, reply.text
+    assert reply.headers["content-type"] == "application/json"
+    (found,) = json.loads(reply.content)["results"]  # the standard library: exact integers
+    scores = {"similarity": 0.75, "keyword": 0.0, "importance": 0.5, "recency": 0.25}
+    assert found == {**memory_json(row), "scores": {**scores, "graph": 0.0, "final": 0.625}}
+    assert found["metadata"] == metadata
