@@ -11,6 +11,7 @@ from memcore import InvalidField
 from storage import Document, Filters, MemoryRow, StorageError, filter_expression, from_us, to_us
 from storage.compacted import CompactedLog, CompactedLogError
 from storage.milvus import translate
+from storage.records import RecordError, checked_vector
 from storage.rows import LIVE_FIELDS, with_live
 from storage.tenants import TenantRegistry
 from tests.rows import make_row
@@ -170,3 +171,29 @@ def test_a_publish_gives_up_at_its_deadline_even_inside_send() -> None:
 
     with pytest.raises(CompactedLogError, match=r"not acknowledged within 0\.2 s"):
         asyncio.run(asyncio.wait_for(publish(), 10))
+
+
+@pytest.mark.parametrize(
+    ("values", "field", "reason"),
+    [
+        ([0.0, 0.0, -0.0, 0], "v", "a zero vector has no direction"),
+        ([1.0, float("nan"), 0.0, 0.0], "v[1]", "out of float32 range"),
+        ([1.0, 0.0, 0.0, -3.5e38], "v[3]", "out of float32 range"),
+        ([1.0, float("inf"), float("nan"), 0.0], "v[1]", "out of float32 range"),
+        ([1e-7, 0.0, 0.0, 0.0], "v", "norm must be within [1e-06, 1e+18]"),
+        ([1e-30, 1e-30, 0.0, 0.0], "v", "norm must be within"),  # zero once stored in float32
+        ([1.0, 0.0, 0.0], "v", "expected 4 values"),
+    ],
+)
+def test_a_vector_is_refused_naming_the_value_that_breaks_it(
+    values: list[float], field: str, reason: str
+) -> None:
+    with pytest.raises(RecordError) as refused:
+        checked_vector("v", values, 4)
+    assert refused.value.field == field
+    assert reason in refused.value.reason
+
+
+def test_a_usable_vector_comes_back_as_given() -> None:
+    given = [1e9, -1e-3, 0, 2.5]
+    assert checked_vector("v", given, 4) == (1e9, -1e-3, 0, 2.5)
