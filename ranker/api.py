@@ -187,6 +187,7 @@ def create_api(
         " (RFC 9457).",
         responses=RESPONSES,
     )
+    api.router.route_class = OrjsonRoute  # JSON bodies (vectors) read by orjson, every route
     api.add_middleware(
         Admission,  # inside RequestLog: a refused request is logged with its request id too
         max_in_flight=max_in_flight,
@@ -230,8 +231,8 @@ def create_api(
             return JSONResponse({"status": "ready", "checks": results})
         return JSONResponse({"status": "not ready", "checks": results}, 503)
 
-    # the recall routes parse their bodies (vectors) with orjson; added to the app's own router
-    # (an included router's routes are not matched by path for Admission's route label)
+    # the recall routes answer with orjson-written bodies; added to the app's own router (an
+    # included router's routes are not matched by path for Admission's route label)
     async def recall(body: RecallBody, who: Auth) -> Response:
         results = await service.recall(
             who.tenant_id, _query(body, who, ("active", "archived"), limits.embedding_dim)
@@ -252,7 +253,6 @@ def create_api(
             path,
             endpoint,
             methods=["POST"],
-            route_class_override=OrjsonRoute,
             response_model=None,
             responses=RESULTS,
         )

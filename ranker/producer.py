@@ -20,7 +20,7 @@ from aiokafka.errors import KafkaError
 
 from ranker.errors import Unavailable
 from storage.compacted import cancelled
-from storage.kafka import KafkaConnection
+from storage.kafka import PRODUCER_BATCH_BYTES, KafkaConnection
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,7 @@ class EventProducer:
             **self.kafka.client(),
             acks="all",
             linger_ms=2,
+            max_batch_size=PRODUCER_BATCH_BYTES,
             request_timeout_ms=timeout_ms,  # a batch stuck in the accumulator expires too
         )
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from storage.kafka import KafkaConnection
+from storage.kafka import PRODUCER_BATCH_BYTES, KafkaConnection
 
 log = logging.getLogger(__name__)
 
@@ -217,7 +217,9 @@ class CompactedLog:
             raise self.error(f"{self.topic} does not exist (the stream worker creates it)")
         try:
             if self._producer is None:
-                producer = AIOKafkaProducer(**self.kafka.client(), acks="all")
+                producer = AIOKafkaProducer(
+                    **self.kafka.client(), acks="all", max_batch_size=PRODUCER_BATCH_BYTES
+                )
                 try:
                     await asyncio.wait_for(producer.start(), _left(deadline))
                 except BaseException:

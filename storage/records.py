@@ -566,8 +566,14 @@ def _check_encodable(path: str, value: object) -> None:
             _check_utf8(inner, str(k))
             _check_encodable(inner, v)
     elif isinstance(value, list | tuple):
+        if value and all(type(v) is float for v in value) and _finite(value):
+            return  # a vector: one pass in C (~40 µs for 384 values; a path per value: ~400)
         for i, v in enumerate(value):
             _check_encodable(f"{path}[{i}]", v)
+
+
+def _finite(values: Sequence[float]) -> bool:
+    return bool(np.isfinite(np.asarray(values, dtype=np.float64)).all())
 
 
 def _check_utf8(path: str, text: str) -> None:

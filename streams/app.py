@@ -46,7 +46,7 @@ from memcore import (
 )
 from storage import Document, Filters, MemoryRow, MilvusStore, StorageError, from_us
 from storage.embedding import Embedder
-from storage.kafka import KafkaConnection
+from storage.kafka import PRODUCER_BATCH_BYTES, KafkaConnection
 from storage.milvus import ANY_STATE
 from storage.records import (
     ConsolidationRequest,
@@ -124,6 +124,7 @@ def create_app(
         consumer_auto_offset_reset="earliest",
         processing_guarantee="at_least_once",
         producer_acks=-1,
+        producer_max_batch_size=PRODUCER_BATCH_BYTES,  # the changelogs carry 9 KB documents
         web_enabled=False,
         stream_buffer_maxsize=max(4 * settings.access_batch_size, 4096),
         broker_max_poll_records=settings.access_batch_size,

@@ -179,3 +179,18 @@ async def test_recall_answers_are_every_route_s_json_whoever_writes_them(
     scores = {"similarity": 0.75, "keyword": 0.0, "importance": 0.5, "recency": 0.25}
     assert found == {**memory_json(row), "scores": {**scores, "graph": 0.0, "final": 0.625}}
     assert found["metadata"] == metadata
+
+
+async def test_a_write_body_with_an_integer_over_64_bits_is_refused_as_sent() -> None:
+    """Every route reads JSON bodies with orjson (which makes such an integer a float that a
+    write would accept); they are read by the standard library instead, so the write is
+    refused naming the field and the integer as sent."""
+    auth = {"Authorization": f"Bearer {KEY}", "content-type": "application/json"}
+    body = b'{"memories": [{"content": "x", "metadata": {"n": 18446744073709551616}}]}'
+    async with app() as http:
+        reply = await http.post("/v1/memories", content=body, headers=auth)
+    assert reply.status_code == 422, reply.text
+    assert reply.json()["field"] == "memories[0].metadata.n"
+    assert reply.json()["detail"].startswith("memories[0].metadata.n=18446744073709551616"), (
+        reply.text
+    )

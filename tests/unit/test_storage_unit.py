@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from memcore import InvalidField
 from storage import Document, Filters, MemoryRow, StorageError, filter_expression, from_us, to_us
 from storage.compacted import CompactedLog, CompactedLogError
 from storage.milvus import translate
-from storage.records import RecordError, checked_vector
+from storage.records import Limits, RecordError, checked_vector, checked_write
 from storage.rows import LIVE_FIELDS, with_live
 from storage.tenants import TenantRegistry
 from tests.rows import make_row
@@ -197,3 +198,23 @@ def test_a_vector_is_refused_naming_the_value_that_breaks_it(
 def test_a_usable_vector_comes_back_as_given() -> None:
     given = [1e9, -1e-3, 0, 2.5]
     assert checked_vector("v", given, 4) == (1e9, -1e-3, 0, 2.5)
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "reason"),
+    [
+        ({"embedding": [1.0, 0.5, float("nan"), 0.0]}, "embedding[2]", "must be finite"),
+        ({"embedding": [1.0, 0.5, 0.0, float("-inf")]}, "embedding[3]", "must be finite"),
+        ({"metadata": {"xs": [1.5, 2**64, 0.5]}}, "metadata.xs[1]", "integer over 64 bits"),
+        ({"metadata": {"xs": [0.5, float("inf")]}}, "metadata.xs[1]", "must be finite"),
+    ],
+)
+def test_a_number_json_cannot_carry_is_refused_at_its_path(
+    change: dict[str, object], field: str, reason: str
+) -> None:
+    """Lists of floats (vectors) are checked in one pass; a bad value is still named."""
+    limits = Limits(4, 64, TenantRegistry.open_to(["acme"]))
+    doc = {"tenant_id": "acme", "content": "x", "at": "2026-01-01T00:00:00+00:00", **change}
+    with pytest.raises(RecordError) as refused:
+        checked_write(doc, limits, datetime(2026, 1, 1, tzinfo=UTC))
+    assert (refused.value.field, refused.value.reason) == (field, reason)
