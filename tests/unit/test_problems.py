@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Awaitable
+from typing import cast
 
 import httpx
 import numpy as np
@@ -163,7 +164,8 @@ async def test_recall_answers_are_every_route_s_json_whoever_writes_them(
     registry = TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}})
     service = RecallService(MilvusStore(MilvusConfig("unused.db", dim=4)), Hashing(4), _no_send)
     row = make_row("acme", "m1", (1.0, 0.0, 0.0, 0.0), metadata=metadata)
-    score = Scored("m1", np.float64(0.75), 0.0, 0.5, np.float32(0.25), 0.0, 0.625)
+    recency = cast("float", np.float32(0.25))  # numpy scalars, as a kernel may hand them over
+    score = Scored("m1", np.float64(0.75), 0.0, 0.5, recency, 0.0, 0.625)
 
     async def recall(tenant_id: str, query: RecallQuery) -> list[Recalled]:
         return [Recalled(row, score)]
