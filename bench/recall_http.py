@@ -17,7 +17,9 @@ run), after a warm-up that loads every tenant.
 
 Prints QPS, p50/p99 latency, and exact top 10: the share of the first 200 answers equal to the
 top 10 of the default score computed by brute force over every memory the bench wrote for the
-tenant (``memcore.rank`` with the default policy over all of them, not only 100 candidates).
+tenant (``memcore.rank`` with the default policy over all of them, not only 100 candidates),
+and the service's CPU milliseconds per recall during the timed phase (``--server-pid``, default
+``make up``'s ``var/worker.pid``; every thread of that process, background work included).
 Client and service share the machine's cores.
 """
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import time
 from pathlib import Path
@@ -206,19 +209,47 @@ async def run(args: argparse.Namespace) -> None:
             finally:
                 connection.close()
 
+        cpu_before = process_cpu_s(args.server_pid)
         start = time.perf_counter()
         await asyncio.gather(*(client_loop() for _ in range(args.concurrency)))
         wall = time.perf_counter() - start
+        cpu_after = process_cpu_s(args.server_pid)
+    cpu = None
+    if cpu_before is not None and cpu_after is not None:
+        cpu = (cpu_after - cpu_before) * 1000 / len(queries)
+    exact = sum(answers[n] == corpus.exact_top(*queries[n]) for n in answers)
+    report(args, latencies, wall, f"{exact}/{len(answers)}", cpu)
+
+
+def report(
+    args: argparse.Namespace, latencies: list[float], wall: float, exact: str, cpu: float | None
+) -> None:
     ms = sorted(x * 1000 for x in latencies)
     p99 = ms[min(len(ms) - 1, int(0.99 * len(ms)))]
-    exact = sum(answers[n] == corpus.exact_top(*queries[n]) for n in answers)
-    print("| path | memories | tenants | clients | QPS | p50 ms | p99 ms | exact top 10 |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| path | memories | tenants | clients | QPS | p50 ms | p99 ms | exact top 10 |"
+        " server CPU ms per recall |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     print(
         f"| HTTP /v1/recall | {args.memories:,} | {args.tenants} | {args.concurrency} | "
-        f"{len(queries) / wall:,.0f} | {statistics.median(ms):.1f} | {p99:.1f} | "
-        f"{exact}/{len(answers)} |"
+        f"{len(latencies) / wall:,.0f} | {statistics.median(ms):.1f} | {p99:.1f} | "
+        f"{exact} | {'—' if cpu is None else f'{cpu:.2f}'} |"
     )
+
+
+def process_cpu_s(pid_file: Path) -> float | None:
+    """CPU seconds (user + system, every thread) the process in ``pid_file`` has used; None
+    without that file or ``/proc`` (Linux only). Steadier than QPS on shared cores: it does not
+    count the time the client and the broker take from the service.
+    """
+    try:
+        pid = int(pid_file.read_text().strip())
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, ValueError):
+        return None
+    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of proc(5)
+    return (utime + stime) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
@@ -234,6 +265,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=4)
     parser.add_argument(
         "--skip-write", action="store_true", help="the memories are there already (same seed)"
+    )
+    parser.add_argument(
+        "--server-pid",
+        type=Path,
+        default=Path("var/worker.pid"),
+        help="pid file of the service (make up's): its CPU per recall is reported",
     )
     args = parser.parse_args()
     if args.mode == "tenants":

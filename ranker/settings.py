@@ -19,7 +19,7 @@ class RankerSettings(SharedSettings):
     access_log: Literal["all", "errors"] = Field(
         "all",
         description="all: one log line per request; errors: only requests answered 4xx or 5xx"
-        " (a line costs ~5 % of a recall's CPU under python -m server)",
+        " (a line costs ~4 % of a hot recall's CPU)",
     )
     port: int = Field(8080, ge=1, le=65535)
     candidates: int = Field(100, ge=1, le=16_384, description="Milvus hits scored per request")
