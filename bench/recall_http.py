@@ -19,7 +19,8 @@ Prints QPS, p50/p99 latency, and exact top 10: the share of the first 200 answer
 top 10 of the default score computed by brute force over every memory the bench wrote for the
 tenant (``memcore.rank`` with the default policy over all of them, not only 100 candidates),
 and the service's CPU milliseconds per recall during the timed phase (``--server-pid``, default
-``make up``'s ``var/worker.pid``; every thread of that process, background work included).
+``make up``'s ``var/worker.pid``, read when ``--base-url`` is this machine; every thread of that
+process, its background work included, its child processes not).
 Client and service share the machine's cores.
 """
 
@@ -238,11 +239,13 @@ def report(
     )
 
 
-def process_cpu_s(pid_file: Path) -> float | None:
+def process_cpu_s(pid_file: Path | None) -> float | None:
     """CPU seconds (user + system, every thread) the process in ``pid_file`` has used; None
     without that file or ``/proc`` (Linux only). Steadier than QPS on shared cores: it does not
     count the time the client and the broker take from the service.
     """
+    if pid_file is None:
+        return None
     try:
         pid = int(pid_file.read_text().strip())
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -273,6 +276,8 @@ def main() -> None:
         help="pid file of the service (make up's): its CPU per recall is reported",
     )
     args = parser.parse_args()
+    if httpx.URL(args.base_url).host not in ("127.0.0.1", "localhost", "::1"):
+        args.server_pid = None  # a service elsewhere: its CPU is not this machine's to read
     if args.mode == "tenants":
         added = add_tenants(args.tenants_file, tenant_names(args.tenants))
         print(f"{args.tenants_file}: added {len(added)} tenants; restart the service to load them")

@@ -101,7 +101,7 @@ def logging_config(log_format: LogFormat, level: int | str = logging.INFO) -> di
     }
 
 
-def configure(log_format: LogFormat, level: int = logging.INFO) -> None:
+def configure(log_format: LogFormat, level: int | str = logging.INFO) -> None:
     """Apply :func:`logging_config` to this process."""
     logging.config.dictConfig(logging_config(log_format, level))
 

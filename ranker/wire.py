@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import numpy as np
 import orjson
+import pydantic_core
 from fastapi import Depends, HTTPException, Request, Response, Security
 from fastapi.routing import APIRoute
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
@@ -59,7 +60,11 @@ class _OrjsonRequest(Request):
                 # library's reading and errors: pydantic then names the field
                 parsed = json.loads(body)
             else:
-                if _maybe_misread(parsed):
+                try:
+                    misread = _maybe_misread(parsed)
+                except RecursionError:  # nested deeper than the walk goes: read it safely
+                    misread = True
+                if misread:
                     parsed = json.loads(body)
             self._json = parsed
         return self._json
@@ -67,9 +72,9 @@ class _OrjsonRequest(Request):
 
 class OrjsonRoute(APIRoute):
     """A route whose JSON body is parsed by orjson (~5x the standard library on a 384-float
-    vector); bodies orjson refuses or would read differently (integers of 19 digits or more,
-    which it reads as floats beyond 64 bits) are read by the standard library as before, so
-    every value and every error stays the same.
+    vector); bodies orjson refuses or may have read differently (an integer beyond 64 bits,
+    which it reads as a float: :func:`_maybe_misread`) are read by the standard library, so
+    every value and every error stays the same. Every route of the app has it.
     """
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
@@ -193,14 +198,13 @@ def under(prefix: str, exc: RecordError) -> RecordError:
 def json_response(payload: dict[str, Any]) -> Response:
     """``payload`` as a 200 JSON response written by orjson: a page of ten memories costs
     FastAPI's response encoding and the standard library ~0.3 ms of the event loop per request.
-    What orjson cannot write (an integer beyond 64 bits in ``metadata``) is written by the
-    standard library, as every other route's answers; a type neither knows raises TypeError.
+    What orjson cannot write (an integer beyond 64 bits in ``metadata``) is written exactly by
+    pydantic's encoder; a type neither knows raises a serialization error (500).
     """
     try:
         body = orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
-    except TypeError:
-        text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=_scalar)
-        body = text.encode()
+    except TypeError:  # NaN and infinity as null, as orjson writes them
+        body = pydantic_core.to_json(payload, inf_nan_mode="null", fallback=_scalar)
     return Response(body, media_type="application/json")
 
 

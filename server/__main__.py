@@ -9,7 +9,7 @@ import sys
 import uvicorn
 
 from ranker.__main__ import build
-from ranker.logs import logging_config
+from ranker.logs import configure, logging_config
 from ranker.metrics import Metrics
 from ranker.settings import RankerSettings
 from storage.usage import parse_service_args
@@ -32,6 +32,8 @@ def main() -> None:
     )
     worker_settings = WorkerSettings()
     ranker_settings = RankerSettings()
+    level = worker_settings.log_level.upper()
+    configure(ranker_settings.log_format, level)  # start-up lines too; Faust applies it again
     services = prepare(worker_settings)
     applied = AppliedMarks()
     app = create_app(worker_settings, services, applied)
@@ -51,6 +53,7 @@ def main() -> None:
             host=ranker_settings.host,
             port=ranker_settings.port,
             log_level="info",
+            log_config=None,  # uvicorn's loggers go to ours (configure), not to its own handlers
             access_log=False,  # ranker.logs.RequestLog logs every request, with its ids
         )
         server = uvicorn.Server(config)  # Faust owns the signals: uvicorn must not take them
@@ -58,7 +61,6 @@ def main() -> None:
         log.info("ranker on http://%s:%d", ranker_settings.host, ranker_settings.port)
         await server.serve()
 
-    level = worker_settings.log_level.upper()
     run(app, worker_settings, services, logging_config(ranker_settings.log_format, level))
 
 

@@ -64,6 +64,7 @@ class CompactedLog:
         self._assigned: list[Any] = []
         self._lock = asyncio.Lock()
         self._starting = asyncio.Lock()
+        self._producing = asyncio.Lock()
         self.applied = 0
 
     def apply(self, key: bytes | None, value: bytes | None) -> None:
@@ -216,16 +217,17 @@ class CompactedLog:
         if not await self._assign():
             raise self.error(f"{self.topic} does not exist (the stream worker creates it)")
         try:
-            if self._producer is None:
-                producer = AIOKafkaProducer(
-                    **self.kafka.client(), acks="all", max_batch_size=PRODUCER_BATCH_BYTES
-                )
-                try:
-                    await asyncio.wait_for(producer.start(), _left(deadline))
-                except BaseException:
-                    await producer.stop()
-                    raise
-                self._producer = producer
+            async with self._producing:  # concurrent first publishes make one producer
+                if self._producer is None:
+                    made = AIOKafkaProducer(
+                        **self.kafka.client(), acks="all", max_batch_size=PRODUCER_BATCH_BYTES
+                    )
+                    try:
+                        await asyncio.wait_for(made.start(), _left(deadline))
+                    except BaseException:
+                        await made.stop()
+                        raise
+                    self._producer = made
             producer = self._producer
 
             async def deliver() -> list[Any]:

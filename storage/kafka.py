@@ -15,11 +15,13 @@ Protocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 Mechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 
 PRODUCER_BATCH_BYTES = 512 * 1024
-"""The most bytes one producer batch of one partition holds (every producer of ours; Kafka's
-default is 16 KiB). A write record with a 384-float vector is ~9 KB, so the default held one or
-two, and a producer keeps one batch per partition in flight: 9 KB records went at ~1,700 a
-second against ~14,000 with 512 KiB (aiokafka, acks=all, one local broker, 4 partitions). Must
-stay under the brokers' ``message.max.bytes`` (default 1 MiB)."""
+"""The most bytes one producer batch of one partition holds (the service's producers: the
+ranker's, the worker's, the compacted logs'; Kafka's default is 16 KiB). A write record with a
+384-float vector is ~9 KB, so the default held one or two, and a producer keeps one batch per
+partition in flight: 9 KB records went at ~1,700 a second against ~14,000 with 512 KiB
+(aiokafka, acks=all, one local broker, 4 partitions). Must stay under the brokers'
+``message.max.bytes`` and the topics' ``max.message.bytes`` (default 1 MiB): aiokafka does not
+split a batch the broker refuses as too large."""
 
 
 @dataclass(frozen=True)

@@ -196,3 +196,14 @@ async def test_a_write_body_with_an_integer_over_64_bits_is_refused_as_sent() ->
     assert reply.json()["detail"].startswith("memories[0].metadata.n=18446744073709551616"), (
         reply.text
     )
+
+
+async def test_a_deeply_nested_body_is_still_validated() -> None:
+    """The walk that looks for integers orjson misreads is recursive: a body nested deeper than
+    it goes is read by the standard library instead, and validated as any other (not a 400)."""
+    auth = {"Authorization": f"Bearer {KEY}", "content-type": "application/json"}
+    deep = b'{"a": ' * 600 + b"1" + b"}" * 600  # orjson reads 1,024 levels; the walk far fewer
+    body = b'{"query": "x", "filters": {"tags": [' + deep + b"]}}"
+    async with app() as http:
+        reply = await http.post("/v1/recall", content=body, headers=auth)
+    assert (reply.status_code, reply.json()["field"]) == (422, "filters.tags[0]"), reply.text

@@ -182,7 +182,7 @@ def test_a_publish_gives_up_at_its_deadline_even_inside_send() -> None:
         ([1.0, 0.0, 0.0, -3.5e38], "v[3]", "out of float32 range"),
         ([1.0, float("inf"), float("nan"), 0.0], "v[1]", "out of float32 range"),
         ([1e-7, 0.0, 0.0, 0.0], "v", "norm must be within [1e-06, 1e+18]"),
-        ([1e-30, 1e-30, 0.0, 0.0], "v", "norm must be within"),  # zero once stored in float32
+        ([1e-46, 1e-46, 0.0, 0.0], "v", "norm must be within"),  # zero once stored in float32
         ([1.0, 0.0, 0.0], "v", "expected 4 values"),
     ],
 )
@@ -218,3 +218,36 @@ def test_a_number_json_cannot_carry_is_refused_at_its_path(
     with pytest.raises(RecordError) as refused:
         checked_write(doc, limits, datetime(2026, 1, 1, tzinfo=UTC))
     assert (refused.value.field, refused.value.reason) == (field, reason)
+
+
+def test_concurrent_first_publishes_make_one_producer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two publishes racing before the log has a producer used to make one each (one leaked,
+    never stopped)."""
+    import aiokafka
+
+    made: list[object] = []
+
+    class Producer:
+        def __init__(self, **_: object) -> None:
+            made.append(self)
+
+        async def start(self) -> None:
+            await asyncio.sleep(0.05)  # both publishes are here before either has one
+
+        async def send(self, topic: str, **_: object) -> asyncio.Future[object]:
+            done: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+            done.set_result(object())
+            return done
+
+    monkeypatch.setattr(aiokafka, "AIOKafkaProducer", Producer)
+    log = CompactedLog("127.0.0.1:1", "keys", timeout_s=5)
+    log._consumer = object()  # started: the test drives publish alone
+    log._assigned = ["keys/0"]
+
+    async def both() -> None:
+        await asyncio.gather(
+            log.publish([(b"a", b"1")], applied=False), log.publish([(b"b", b"2")], applied=False)
+        )
+
+    asyncio.run(both())
+    assert len(made) == 1
