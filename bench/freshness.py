@@ -13,7 +13,10 @@ or not within ``--patience`` seconds, counts as not searchable. Prints p50/p99 p
 memories made searchable per second and how many requests were not. Client and service share the
 machine's cores; the client is a lean keep-alive one (httpx alone took a core at 50 writes/s).
 ``--acks N`` instead times N sequential writes until each is acknowledged (what sealing adds
-to a write: minting its key).
+to a write: minting its key). ``--sequential N`` instead writes N memories one after another on
+an otherwise idle service and times, from each acknowledgement, a recall with ``after`` (half of
+them) against polling without a token until the memory comes back (the other half): what the
+read-your-writes wait adds to the time a write takes to become searchable.
 """
 
 from __future__ import annotations
@@ -144,6 +147,47 @@ async def acknowledged(client: httpx.AsyncClient, key: str, n: int, dim: int, se
     )
 
 
+async def sequential(pool: Pool, n: int, dim: int, seed: int) -> str:
+    """``n`` writes one after another (one memory each, a given vector, 0.1 s apart): after each
+    is acknowledged, every other one is recalled with its token as ``after`` (the read-your-writes
+    wait), the rest by recalling without a token every 5 ms until the memory comes back (when it
+    became searchable). p50/p99 milliseconds from the acknowledgement.
+    """
+    rng = np.random.default_rng(seed)
+    waited: list[float] = []
+    polled: list[float] = []
+    for i in range(n):
+        vector = rng.standard_normal(dim)
+        vector /= np.linalg.norm(vector)
+        memory_id = f"seq-{seed}-{i:06d}"
+        body = {"memories": [{"memory_id": memory_id, "content": f"seq {i}",
+                              "embedding": vector.tolist()}]}  # fmt: skip
+        status, written = await pool.post("/v1/memories", body)
+        if status != 200:
+            raise SystemExit(f"write answered {status}: {written}")
+        acked = time.perf_counter()
+        query: dict[str, Any] = {"vector": vector.tolist(), "k": 1, "track": False}
+        if i % 2 == 0:
+            status, found = await pool.post("/v1/recall", {**query, "after": written["token"]})
+            if status != 200 or [r["memory_id"] for r in found["results"]] != [memory_id]:
+                raise SystemExit(f"a recall after its write's token missed it: {status} {found}")
+            waited.append((time.perf_counter() - acked) * 1000)
+        else:
+            while True:
+                status, found = await pool.post("/v1/recall", query)
+                if status == 200 and [r["memory_id"] for r in found["results"]] == [memory_id]:
+                    break
+                await asyncio.sleep(0.005)
+            polled.append((time.perf_counter() - acked) * 1000)
+        await asyncio.sleep(0.1)
+    return f"{n} sequential writes: recall with after {_p50_p99(waited)}; searchable {_p50_p99(polled)}"
+
+
+def _p50_p99(ms: list[float]) -> str:
+    ms = sorted(ms)
+    return f"p50 {statistics.median(ms):.0f} ms, p99 {ms[min(len(ms) - 1, int(0.99 * len(ms)))]:.0f} ms"
+
+
 async def run(args: argparse.Namespace) -> None:
     keys = api_keys(args.tenants_file, [])
     require_keys(keys, [args.tenant], args.tenants_file)
@@ -153,6 +197,12 @@ async def run(args: argparse.Namespace) -> None:
             print(await acknowledged(client, keys[args.tenant], args.acks, args.dim, args.seed))
         return
     pool = Pool(args.base_url, keys[args.tenant])
+    if args.sequential:
+        try:
+            print(await sequential(pool, args.sequential, args.dim, args.seed))
+        finally:
+            pool.close()
+        return
     print("| memories/s asked | per request | memories | searchable/s | p50 ms | p99 ms | "
           "requests not searchable |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
@@ -176,6 +226,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument(
         "--acks", type=int, default=0, help="instead: N sequential writes, time to acknowledge"
+    )
+    parser.add_argument(
+        "--sequential",
+        type=int,
+        default=0,
+        help="instead: N sequential writes, time until a recall with after / a polling recall finds each",
     )
     asyncio.run(run(parser.parse_args()))
 

@@ -13,7 +13,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from ranker.api import create_api
-from ranker.applied import AppliedOffsets, KafkaOffsets, LocalWorker, with_local
+from ranker.applied import AppliedOffsets, KafkaOffsets, LocalWorker
 from ranker.cached import Cached
 from ranker.history import AuditLog
 from ranker.hotcache import LOCAL_WRITER_GRACE_S, HotCache
@@ -76,11 +76,11 @@ def build(
         queue_max=settings.queue_max,
         metrics=metrics,
         applied=AppliedOffsets(
-            offsets.committed if local is None else with_local(offsets.committed, local.snapshot),
+            offsets.committed,
             offsets.end_offsets,
             timeout_s=settings.after_timeout_s,
             view_caught_up=view.caught_up,
-            derived_here=None if local is None else local.derived,
+            local=local,
         ),
         view=view,
         cache=cache,

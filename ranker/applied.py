@@ -6,14 +6,13 @@ stream worker's consumer group has committed past every offset in it (the worker
 only once it is in the tables and in Milvus), then until it has also caught up with what was on
 ``memory-writes`` at that moment: decisions the worker derived from those writes (a supersession)
 are applied too. Under ``python -m server`` the worker in the process also says what it has
-applied and what each batch derived (:func:`with_local`, ``derived_here``): the wait then ends
-without its commit, and the second step waits for what the token's batches derived alone. The wait
+applied and what each batch derived (``local``): the wait then ends without its commit, and the
+second step waits for what the token's batches derived alone. The wait
 is bounded; past it, :class:`NotAppliedError` says to retry later.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import time
@@ -27,6 +26,7 @@ from memcore import InvalidField
 from ranker.cached import Cached
 from ranker.errors import Unavailable
 from storage.kafka import KafkaConnection
+from storage.pulse import Pulse
 
 _PREFIX = "v1."
 
@@ -101,42 +101,23 @@ EndOffsets = Callable[[str], Awaitable[Mapping[int, int]]]
 """``{partition: end offset}`` of one topic role."""
 
 
-AppliedHere = Callable[[], Mapping[tuple[str, int], int]]
-"""Offsets the worker in this process has applied (committed or not), same shape as
-:data:`Committed` (``streams.applied.AppliedMarks.snapshot`` under ``python -m server``)."""
-
-
-DerivedHere = Callable[[str, Mapping[int, int]], Mapping[int, int] | None]
-"""``(role, {partition: offset})`` -> ``{partition: highest offset}`` of what the batches that
-applied those offsets produced to ``memory-writes``, or None when unknown
-(``streams.applied.AppliedMarks.derived`` under ``python -m server``)."""
-
-
 class LocalWorker(Protocol):
     """The stream worker in this process, as a wait sees it (``streams.applied.AppliedMarks``
     under ``python -m server``).
     """
 
     def snapshot(self) -> Mapping[tuple[str, int], int]:
-        """See :data:`AppliedHere`."""
+        """Offsets the worker has applied (committed or not), ``{(role, partition): next offset
+        not applied}``; only partitions it applied a batch of since it started.
+        """
 
     def derived(self, role: str, offsets: Mapping[int, int]) -> Mapping[int, int] | None:
-        """See :data:`DerivedHere`."""
+        """``(role, {partition: offset})`` -> ``{partition: highest offset}`` of what the
+        batches that applied those offsets produced to ``memory-writes``, or None when unknown.
+        """
 
-
-def with_local(committed: Committed, here: AppliedHere) -> Committed:
-    """The group's committed offsets, raised to what the worker in this process has applied:
-    a wait then ends once that worker applied the token, not at its next commit. Commits made
-    before the process started (which ``here`` does not know) still count.
-    """
-
-    async def merged() -> Mapping[tuple[str, int], int]:
-        done = dict(await committed())
-        for key, offset in here().items():
-            done[key] = max(done.get(key, 0), offset)
-        return done
-
-    return merged
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """Have ``listener`` called each time :meth:`snapshot` changes."""
 
 
 class AppliedOffsets:
@@ -152,14 +133,15 @@ class AppliedOffsets:
         poll_s: float = 0.05,
         timeout_s: float = 10.0,
         view_caught_up: Callable[[float], Awaitable[bool]] | None = None,
-        derived_here: DerivedHere | None = None,
+        local: LocalWorker | None = None,
     ) -> None:
         """``view_caught_up(timeout_s)``: after the worker applied a token, wait for the state
         view to have read the worker's changelog as it is then (``StateView.caught_up``);
-        ``derived_here``: what a token's batches derived, when the worker in this process knows
-        (then only that is waited for, not all of ``memory-writes``).
+        ``local``: the worker in this process. Its marks end a wait without its commit (and
+        without asking Kafka when they cover the token), a change of them wakes waiters at once,
+        and what a token's batches derived is waited for instead of all of ``memory-writes``.
         """
-        self.derived_here = derived_here
+        self.local = local
         self._first_ends: dict[str, dict[int, int]] = {}  # role -> last offsets at the first ask
         self.committed = committed
         self.end_offsets = end_offsets
@@ -170,6 +152,10 @@ class AppliedOffsets:
         # many requests wait (one OffsetFetch per waiter and poll made the broker the bottleneck
         # under load); an older answer only makes a waiter wait longer: commits never go back
         self._committed = Cached(committed, poll_s)
+        # every waiter looks again at each round's end: a published local mark, or ``poll_s``
+        self._pulse = Pulse(poll_s)
+        if local is not None:
+            local.on_change(self._pulse.fire)
 
     async def wait(self, token: Token, derived_role: str = "memory-writes") -> None:
         """Return once every offset in ``token`` is applied, then what those batches derived on
@@ -190,10 +176,10 @@ class AppliedOffsets:
 
     async def _derived(self, role: str, offsets: Mapping[int, int]) -> dict[int, int]:
         """``{partition: highest offset}`` of ``role`` to be applied after ``offsets``: what
-        their batches derived (``derived_here``) plus what the topic held when this ranker first
+        their batches derived (``local``) plus what the topic held when this ranker first
         asked (derived by an earlier process); when not known, everything the topic holds now.
         """
-        here = self.derived_here(role, offsets) if self.derived_here is not None else None
+        here = self.local.derived(role, offsets) if self.local is not None else None
         if here is None:
             return _last(await self.end_offsets(role))
         if role not in self._first_ends:
@@ -204,18 +190,32 @@ class AppliedOffsets:
         return found
 
     async def _until(self, wanted: Mapping[str, Mapping[int, int]], started: float) -> None:
+        """Return once the local marks, or the commits raised to them (the commits of an earlier
+        process, another worker's partitions), are past every offset in ``wanted``.
+        """
         while True:
-            done = await self._committed()
-            if all(
-                done.get((role, p), 0) > offset
-                for role, parts in wanted.items()
-                for p, offset in parts.items()
-            ):
+            beat = self._pulse.next()  # before looking: a mark published meanwhile ends it
+            here = self.local.snapshot() if self.local is not None else {}
+            if _past(here, wanted):
+                return
+            done = dict(await self._committed())
+            for key, offset in here.items():
+                done[key] = max(done.get(key, 0), offset)
+            if _past(done, wanted):
                 return
             waited = time.monotonic() - started
             if waited >= self.timeout_s:
                 raise NotAppliedError(waited)
-            await asyncio.sleep(self.poll_s)
+            await Pulse.wait(beat)
+
+
+def _past(done: Mapping[tuple[str, int], int], wanted: Mapping[str, Mapping[int, int]]) -> bool:
+    """True when ``done`` (next offsets to apply) lies past every offset in ``wanted``."""
+    return all(
+        done.get((role, p), 0) > offset
+        for role, parts in wanted.items()
+        for p, offset in parts.items()
+    )
 
 
 def _last(ends: Mapping[int, int]) -> dict[int, int]:

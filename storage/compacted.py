@@ -20,7 +20,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from storage.fresh import FreshAsk
 from storage.kafka import PRODUCER_BATCH_BYTES, KafkaConnection
+from storage.pulse import Pulse
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +61,14 @@ class CompactedLog:
         self.timeout_s = timeout_s
         self.poll_s = poll_s
         self._consumer: Any = None
+        # end offsets are asked through a client of their own: the follower's connection holds
+        # a long-polling fetch (up to 500 ms when nothing is new), and a broker answers one
+        # request per connection at a time, so an ask there waited behind it
+        self._ends: Any = None
         self._producer: Any = None
+        self._advanced = Pulse(poll_s / 2)  # fired after each fetched batch is applied
+        # concurrent catch-ups share one end-offsets ask made after they came
+        self._fresh_ends = FreshAsk(lambda: self._ends.end_offsets(self._assigned))
         self._task: asyncio.Task[None] | None = None
         self._assigned: list[Any] = []
         self._lock = asyncio.Lock()
@@ -85,8 +94,14 @@ class CompactedLog:
             consumer = AIOKafkaConsumer(
                 **self.kafka.client(), enable_auto_commit=False, group_id=None
             )
+            ends = AIOKafkaConsumer(**self.kafka.client(), enable_auto_commit=False, group_id=None)
             await consumer.start()
-            self._consumer = consumer
+            try:
+                await ends.start()
+            except BaseException:
+                await consumer.stop()
+                raise
+            self._consumer, self._ends = consumer, ends
             self._task = asyncio.create_task(self._follow(), name=f"follow-{self.topic}")
 
     async def stop(self) -> None:
@@ -98,7 +113,8 @@ class CompactedLog:
             self._producer = None
         if self._consumer is not None:
             await self._consumer.stop()
-            self._consumer = None
+            await self._ends.stop()
+            self._consumer = self._ends = None
         self._assigned = []
 
     async def _assign(self) -> bool:
@@ -145,6 +161,7 @@ class CompactedLog:
                     self.apply(record.key, record.value)
             if batches:
                 self.refresh()
+                self._advanced.fire()  # wakes every _reach
 
     async def catch_up(self, timeout_s: float | None = None) -> None:
         """Return once every record on the topic now is applied (at once when the topic does
@@ -158,9 +175,7 @@ class CompactedLog:
         try:
             if not await asyncio.wait_for(self._assign(), _left(deadline)):
                 return
-            ends = await asyncio.wait_for(
-                self._consumer.end_offsets(self._assigned), _left(deadline)
-            )
+            ends = await asyncio.wait_for(self._fresh_ends(), _left(deadline))
         except TimeoutError as exc:
             raise self.error("no answer from the broker", self.poll_s * 20) from exc
         except KafkaError as exc:  # refused (an ACL), or the broker went away
@@ -183,6 +198,7 @@ class CompactedLog:
         """Wait until this log's position on each partition is at least ``wanted`` there."""
         by_partition = {tp.partition: tp for tp in self._assigned}
         while True:
+            advanced = self._advanced.next()  # before looking: a batch applied meanwhile ends it
             behind = [
                 p
                 for p, offset in wanted.items()
@@ -193,7 +209,9 @@ class CompactedLog:
             if time.monotonic() >= deadline:
                 msg = f"partitions {behind} not read within {self.timeout_s:g} s"
                 raise self.error(msg)
-            await asyncio.sleep(self.poll_s / 2)
+            # the next applied batch, or half a poll (a position can move without records: a
+            # transaction marker, a compacted gap)
+            await Pulse.wait(advanced)
 
     # -- writing -------------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -55,6 +55,7 @@ class AppliedMarks:
         self._running: dict[int, int] | None = {}
         self._batches: dict[tuple[str, int], deque[tuple[int, int, dict[int, int] | None]]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._listeners: list[Callable[[], None]] = []
 
     def note(
         self,
@@ -77,6 +78,12 @@ class AppliedMarks:
     def snapshot(self) -> dict[tuple[str, int], int]:
         """The published marks (a copy)."""
         return dict(self._applied)
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` (no arguments, must not raise) each time a batch's marks are
+        published; never after the marks stopped.
+        """
+        self._listeners.append(listener)
 
     def derived(self, role: str, offsets: Mapping[int, int]) -> dict[int, int] | None:
         """``{partition: highest offset}`` of the ``memory-writes`` records this process's
@@ -133,6 +140,8 @@ class AppliedMarks:
             kept = self._batches.setdefault(key, deque(maxlen=self.remembered))
             kept.append((first, after, running))
             self._applied[key] = max(mark or 0, after)
+        for listener in self._listeners:
+            listener()
 
     async def stop(self) -> None:
         """Cancel a publication in progress."""

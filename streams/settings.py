@@ -48,7 +48,12 @@ class WorkerSettings(SharedSettings):
     llm_api_key: str = ""
     llm_timeout_s: float = Field(2.0, gt=0)
     write_batch_size: int = Field(64, ge=1)
-    write_batch_wait_s: float = Field(0.1, gt=0)
+    write_batch_wait_s: float = Field(
+        0.03,
+        gt=0,
+        description="how long the writes agent waits for a batch to fill (seconds): a write's"
+        " floor of latency on an idle worker; under load batches fill while the last one applies",
+    )
     access_batch_size: int = Field(1000, ge=1)
     access_batch_wait_s: float = Field(0.1, gt=0)
     consolidation_interval_s: float = Field(

@@ -5,13 +5,13 @@ is flushed, never going back; the ranker's wait ends on them before the worker c
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from ranker.applied import AppliedOffsets, NotAppliedError, Token, with_local
+from ranker.applied import AppliedOffsets, NotAppliedError, Token
 from streams.applied import AppliedMarks, offset_ranges
 
 pytestmark = pytest.mark.anyio
@@ -104,9 +104,7 @@ async def test_a_wait_ends_on_the_local_marks_before_any_commit() -> None:
     without = AppliedOffsets(committed, end_offsets, poll_s=0.01, timeout_s=0.1)
     with pytest.raises(NotAppliedError):
         await without.wait(token)
-    applied = AppliedOffsets(
-        with_local(committed, marks.snapshot), end_offsets, poll_s=0.01, timeout_s=5.0
-    )
+    applied = AppliedOffsets(committed, end_offsets, poll_s=0.01, timeout_s=5.0, local=marks)
     waiting = asyncio.ensure_future(applied.wait(token))
     await asyncio.sleep(0.05)
     assert not waiting.done()
@@ -114,12 +112,76 @@ async def test_a_wait_ends_on_the_local_marks_before_any_commit() -> None:
     await asyncio.wait_for(waiting, 5.0)
 
 
+async def test_a_published_mark_wakes_a_waiter_at_once() -> None:
+    async def committed() -> Mapping[tuple[str, int], int]:
+        return {}
+
+    async def end_offsets(role: str) -> Mapping[int, int]:
+        return {}
+
+    marks = AppliedMarks()
+    # a poll far beyond the test's patience: only the mark's wake-up can end the wait in time
+    applied = AppliedOffsets(committed, end_offsets, poll_s=60.0, timeout_s=120.0, local=marks)
+    waiting = asyncio.ensure_future(applied.wait(Token({"access-events": {0: 3}})))
+    await settle()
+    assert not waiting.done()
+    marks.note("access-events", {0: (0, 4)}, [])
+    await asyncio.wait_for(waiting, 5.0)
+
+
+async def test_marks_that_cover_a_token_spare_the_broker_its_ask() -> None:
+    asked: list[str] = []
+
+    async def committed() -> Mapping[tuple[str, int], int]:
+        asked.append("committed")
+        return {}
+
+    async def end_offsets(role: str) -> Mapping[int, int]:
+        return {}
+
+    marks = AppliedMarks()
+    marks.note("access-events", {0: (0, 4)}, [])
+    await settle()
+    applied = AppliedOffsets(committed, end_offsets, poll_s=0.01, timeout_s=1.0, local=marks)
+    await applied.wait(Token({"access-events": {0: 3}}))
+    assert asked == []
+    with pytest.raises(NotAppliedError):  # beyond the marks: the commits are asked
+        await AppliedOffsets(committed, end_offsets, poll_s=0.01, timeout_s=0.05, local=marks).wait(
+            Token({"access-events": {0: 4}})
+        )
+    assert asked
+
+
 async def test_local_marks_never_hide_a_higher_commit() -> None:
     async def committed() -> Mapping[tuple[str, int], int]:
         return {("memory-writes", 0): 50, ("memory-writes", 1): 2}
 
-    merged = with_local(committed, lambda: {("memory-writes", 0): 10, ("memory-writes", 1): 7})
-    assert await merged() == {("memory-writes", 0): 50, ("memory-writes", 1): 7}
+    async def end_offsets(role: str) -> Mapping[int, int]:
+        return {}
+
+    marks = AppliedMarks()
+    marks.note("memory-writes", {0: (0, 10), 1: (0, 7)}, [])
+    await settle()
+    applied = AppliedOffsets(committed, end_offsets, poll_s=0.01, timeout_s=0.05, local=marks)
+    await applied.wait(Token({"memory-writes": {0: 40, 1: 6}}))  # 0 by the commit, 1 by a mark
+    with pytest.raises(NotAppliedError):
+        await applied.wait(Token({"memory-writes": {0: 50}}))
+
+
+@dataclass
+class Derived:
+    """A local worker whose marks cover everything and whose batches derived ``found``."""
+
+    found: dict[int, int] | None
+
+    def snapshot(self) -> Mapping[tuple[str, int], int]:
+        return {}
+
+    def derived(self, role: str, offsets: Mapping[int, int]) -> Mapping[int, int] | None:
+        return self.found
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        pass
 
 
 def delivered(partition: int, offset: int) -> asyncio.Future[Any]:
@@ -165,18 +227,12 @@ async def test_a_writes_second_step_skips_writes_made_after_the_first_ask() -> N
         asked.append(role)  # at the first ask, what an earlier process may have derived
         return {0: 8, 1: 3} if len(asked) == 1 else {0: 50, 1: 50}
 
-    derived: dict[int, int] | None = {1: 2}
-    applied = AppliedOffsets(
-        committed,
-        end_offsets,
-        poll_s=0.01,
-        timeout_s=0.2,
-        derived_here=lambda _role, _offsets: derived,
-    )
+    local = Derived({1: 2})
+    applied = AppliedOffsets(committed, end_offsets, poll_s=0.01, timeout_s=0.2, local=local)
     await applied.wait(Token({"memory-writes": {0: 7}}))
     await applied.wait(Token({"memory-writes": {0: 7}}))  # writes of others came meanwhile
     assert asked == ["memory-writes"]
-    derived = None
+    local.found = None
     with pytest.raises(NotAppliedError):  # unknown: everything on the topic now
         await applied.wait(Token({"memory-writes": {0: 7}}))
     assert asked == ["memory-writes", "memory-writes"]
@@ -189,8 +245,6 @@ async def test_what_an_earlier_process_derived_is_waited_for() -> None:
     async def end_offsets(role: str) -> Mapping[int, int]:
         return {0: 8, 1: 5}  # the earlier process's decision sits at 1/4, not applied yet
 
-    applied = AppliedOffsets(
-        committed, end_offsets, poll_s=0.01, timeout_s=0.2, derived_here=lambda _r, _o: {}
-    )
+    applied = AppliedOffsets(committed, end_offsets, poll_s=0.01, timeout_s=0.2, local=Derived({}))
     with pytest.raises(NotAppliedError):
         await applied.wait(Token({"memory-writes": {0: 7}}))
