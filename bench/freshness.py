@@ -147,7 +147,7 @@ async def acknowledged(client: httpx.AsyncClient, key: str, n: int, dim: int, se
     )
 
 
-async def sequential(pool: Pool, n: int, dim: int, seed: int) -> str:
+async def sequential(pool: Pool, n: int, dim: int, seed: int, patience_s: float) -> str:
     """``n`` writes one after another (one memory each, a given vector, 0.1 s apart): after each
     is acknowledged, every other one is recalled with its token as ``after`` (the read-your-writes
     wait), the rest by recalling without a token every 5 ms until the memory comes back (when it
@@ -177,6 +177,8 @@ async def sequential(pool: Pool, n: int, dim: int, seed: int) -> str:
                 status, found = await pool.post("/v1/recall", query)
                 if status == 200 and [r["memory_id"] for r in found["results"]] == [memory_id]:
                     break
+                if time.perf_counter() - acked > patience_s:
+                    raise SystemExit(f"{memory_id} not searchable after {patience_s:g} s")
                 await asyncio.sleep(0.005)
             polled.append((time.perf_counter() - acked) * 1000)
         await asyncio.sleep(0.1)
@@ -185,6 +187,8 @@ async def sequential(pool: Pool, n: int, dim: int, seed: int) -> str:
 
 def _p50_p99(ms: list[float]) -> str:
     ms = sorted(ms)
+    if not ms:
+        return "none timed"
     return f"p50 {statistics.median(ms):.0f} ms, p99 {ms[min(len(ms) - 1, int(0.99 * len(ms)))]:.0f} ms"
 
 
@@ -199,7 +203,7 @@ async def run(args: argparse.Namespace) -> None:
     pool = Pool(args.base_url, keys[args.tenant])
     if args.sequential:
         try:
-            print(await sequential(pool, args.sequential, args.dim, args.seed))
+            print(await sequential(pool, args.sequential, args.dim, args.seed, args.patience))
         finally:
             pool.close()
         return

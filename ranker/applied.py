@@ -117,11 +117,14 @@ class LocalWorker(Protocol):
         """
 
     def on_change(self, listener: Callable[[], None]) -> None:
-        """Have ``listener`` called each time :meth:`snapshot` changes."""
+        """Have ``listener`` called each time a batch's marks are published (:meth:`snapshot`
+        may have changed).
+        """
 
 
 class AppliedOffsets:
-    """Waits on the stream worker's committed offsets. Constructors do no I/O: ``committed`` and
+    """Waits on the stream worker's committed offsets, raised to the marks of the worker in this
+    process when there is one (``local``). Constructors do no I/O: ``committed`` and
     ``end_offsets`` are the Kafka calls, made only while waiting.
     """
 

@@ -67,8 +67,8 @@ class CompactedLog:
         self._ends: Any = None
         self._producer: Any = None
         self._advanced = Pulse(poll_s / 2)  # fired after each fetched batch is applied
-        # concurrent catch-ups share one end-offsets ask made after they came
-        self._fresh_ends = FreshAsk(lambda: self._ends.end_offsets(self._assigned))
+        # concurrent catch-ups share one end-offsets ask made after they came (made by start())
+        self._fresh_ends: FreshAsk[Any] | None = None
         self._task: asyncio.Task[None] | None = None
         self._assigned: list[Any] = []
         self._lock = asyncio.Lock()
@@ -95,13 +95,20 @@ class CompactedLog:
                 **self.kafka.client(), enable_auto_commit=False, group_id=None
             )
             ends = AIOKafkaConsumer(**self.kafka.client(), enable_auto_commit=False, group_id=None)
-            await consumer.start()
             try:
+                await consumer.start()
                 await ends.start()
             except BaseException:
-                await consumer.stop()
+                await consumer.stop()  # stopping a consumer that never started is a no-op
+                await ends.stop()
                 raise
             self._consumer, self._ends = consumer, ends
+            # bound to this client, and each ask bounded: a stop() (a closed client answers
+            # nothing) or a stalled broker cannot hold the asks of a later start
+            limit = self.timeout_s
+            self._fresh_ends = FreshAsk(
+                lambda: asyncio.wait_for(ends.end_offsets(self._assigned), limit)
+            )
             self._task = asyncio.create_task(self._follow(), name=f"follow-{self.topic}")
 
     async def stop(self) -> None:
@@ -111,11 +118,15 @@ class CompactedLog:
         if self._producer is not None:
             await self._producer.stop()
             self._producer = None
-        if self._consumer is not None:
-            await self._consumer.stop()
-            await self._ends.stop()
-            self._consumer = self._ends = None
+        consumer, ends = self._consumer, self._ends
+        self._consumer = self._ends = self._fresh_ends = None
         self._assigned = []
+        try:
+            if consumer is not None:
+                await consumer.stop()
+        finally:
+            if ends is not None:
+                await ends.stop()
 
     async def _assign(self) -> bool:
         """Assign every partition of the topic, from the beginning; False while it does not exist."""
@@ -175,7 +186,10 @@ class CompactedLog:
         try:
             if not await asyncio.wait_for(self._assign(), _left(deadline)):
                 return
-            ends = await asyncio.wait_for(self._fresh_ends(), _left(deadline))
+            fresh = self._fresh_ends
+            if fresh is None:
+                raise self.error("stopped")
+            ends = await asyncio.wait_for(fresh(), _left(deadline))
         except TimeoutError as exc:
             raise self.error("no answer from the broker", self.poll_s * 20) from exc
         except KafkaError as exc:  # refused (an ACL), or the broker went away

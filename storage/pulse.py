@@ -3,7 +3,7 @@
 Waiters that each slept ``poll_s``, or each ran ``wait_for(event.wait(), poll_s)`` (a task and a
 timer per waiter and round), cost CPU in proportion to how many were waiting: when a worker fell
 behind, the recalls waiting on it took the CPU it needed to catch up. A :class:`Pulse` keeps one
-future and one timer per round, however many wait.
+future and one timer per round; a waiter adds only the shield of its own await.
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ class Pulse:
     def __init__(self, every: float) -> None:
         self.every = every
         self._round: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     def next(self) -> asyncio.Future[None]:
         """The current round (started now, with its timer, when none is running)."""
         if self._round is None or self._round.done():
             loop = asyncio.get_running_loop()
             self._round = loop.create_future()
-            loop.call_later(self.every, _end, self._round)
+            self._timer = loop.call_later(self.every, _end, self._round)
         return self._round
 
     def fire(self) -> None:
@@ -36,6 +37,9 @@ class Pulse:
         if self._round is not None:
             _end(self._round)
             self._round = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     @staticmethod
     async def wait(round_: asyncio.Future[None]) -> None:

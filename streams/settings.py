@@ -52,7 +52,8 @@ class WorkerSettings(SharedSettings):
         0.03,
         gt=0,
         description="how long the writes agent waits for a batch to fill (seconds): a write's"
-        " floor of latency on an idle worker; under load batches fill while the last one applies",
+        " floor of latency on an idle worker; under load batches fill while the last one applies."
+        " Lower means more, smaller batches at moderate rates (each one Milvus upsert and commit)",
     )
     access_batch_size: int = Field(1000, ge=1)
     access_batch_wait_s: float = Field(0.1, gt=0)

@@ -170,7 +170,8 @@ async def test_local_marks_never_hide_a_higher_commit() -> None:
 
 @dataclass
 class Derived:
-    """A local worker whose marks cover everything and whose batches derived ``found``."""
+    """A local worker with no marks of its own (the commits cover the token) whose batches
+    derived ``found``."""
 
     found: dict[int, int] | None
 

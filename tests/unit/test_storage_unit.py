@@ -5,6 +5,7 @@ import dataclasses
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -251,3 +252,79 @@ def test_concurrent_first_publishes_make_one_producer(monkeypatch: pytest.Monkey
 
     asyncio.run(both())
     assert len(made) == 1
+
+
+class _Consumer:
+    """An aiokafka consumer over one partition holding one record. Once assigned (the
+    follower), its connection is busy with a long-polling fetch: an end-offsets ask there gets
+    no answer (a broker answers one request per connection at a time)."""
+
+    def __init__(self, made: list[_Consumer], **_: object) -> None:
+        self.assigned: list[object] = []
+        self.read = 0
+        self.stopped = False
+        self._client = self
+        made.append(self)
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+    async def force_metadata_update(self) -> None:
+        pass
+
+    def partitions_for_topic(self, _topic: str) -> set[int]:
+        return {0}
+
+    def assign(self, partitions: list[object]) -> None:
+        self.assigned = partitions
+
+    async def seek_to_beginning(self, *_: object) -> None:
+        pass
+
+    async def getmany(self, timeout_ms: int, max_records: int) -> dict[str, list[object]]:
+        if self.read == 0:
+            self.read = 1
+            return {"keys/0": [SimpleNamespace(key=b"k", value=b"v")]}
+        await asyncio.sleep(timeout_ms / 1000)
+        return {}
+
+    async def position(self, _partition: object) -> int:
+        return self.read
+
+    async def end_offsets(self, partitions: list[object]) -> dict[object, int]:
+        if self.assigned:
+            await asyncio.Event().wait()  # behind the follower's fetch
+        return dict.fromkeys(partitions, 1)
+
+
+def test_a_catch_up_is_not_held_behind_the_followers_fetch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """End offsets are asked through a client of the log's own that never fetches; a restarted
+    log asks through its new one."""
+    import aiokafka
+
+    made: list[_Consumer] = []
+    monkeypatch.setattr(aiokafka, "AIOKafkaConsumer", lambda **kw: _Consumer(made, **kw))
+
+    seen: list[tuple[bytes | None, bytes | None]] = []
+
+    class Log(CompactedLog):
+        def apply(self, key: bytes | None, value: bytes | None) -> None:
+            seen.append((key, value))
+
+    async def scenario() -> None:
+        log = Log("127.0.0.1:1", "keys", timeout_s=5)
+        await log.start()
+        await log.catch_up()
+        assert seen == [(b"k", b"v")]
+        await log.stop()
+        assert [c.stopped for c in made] == [True, True]
+        await log.start()
+        await log.catch_up()
+        await log.stop()
+        assert len(made) == 4
+        assert all(c.stopped for c in made)
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
