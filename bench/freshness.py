@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,9 @@ import numpy as np
 import orjson
 
 from bench.quality import DEFAULT_TENANTS, api_keys, require_keys
+from bench.recall import unit
 from bench.recall_http import Connection
+from bench.stats import p50_p99
 
 
 class Pool:
@@ -102,8 +103,7 @@ async def at_rate(pool: Pool, rate: float, args: argparse.Namespace) -> str:
     rng = np.random.default_rng([int(rate), args.seed])  # a rerun must not repeat a vector
     per = args.per_request
     requests = max(1, int(rate * args.seconds / per))
-    vectors = rng.standard_normal((requests * per, args.dim))
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    vectors = unit(rng.standard_normal((requests * per, args.dim)))
     tasks: list[asyncio.Task[float | None]] = []
     start = time.perf_counter()
     for i in range(requests):
@@ -115,10 +115,9 @@ async def at_rate(pool: Pool, rate: float, args: argparse.Namespace) -> str:
         tasks.append(asyncio.create_task(one(pool, ids, chunk, args.patience)))
     results = await asyncio.gather(*tasks)
     wall = time.perf_counter() - start
-    ms = sorted(r * 1000 for r in results if r is not None)
+    ms = [r * 1000 for r in results if r is not None]
     missing = sum(r is None for r in results)
-    p50 = statistics.median(ms) if ms else float("nan")
-    p99 = ms[min(len(ms) - 1, int(0.99 * len(ms)))] if ms else float("nan")
+    p50, p99 = p50_p99(ms)
     return (
         f"| {rate:g} | {per} | {requests * per} | {len(ms) * per / wall:.1f} | {p50:.0f} "
         f"| {p99:.0f} | {missing} of {requests} |"
@@ -129,22 +128,17 @@ async def acknowledged(client: httpx.AsyncClient, key: str, n: int, dim: int, se
     """``n`` writes one after another (one memory each, a given vector): p50/p99 milliseconds
     until each is acknowledged (produced with acks=all; sealed writes mint their key first).
     """
-    rng = np.random.default_rng(seed)
+    vectors = unit(np.random.default_rng(seed).standard_normal((n, dim)))
     headers = {"Authorization": f"Bearer {key}"}
     ms = []
-    for i in range(n):
-        vector = rng.standard_normal(dim)
-        vector /= np.linalg.norm(vector)
+    for i, vector in enumerate(vectors):
         body = {"memories": [{"memory_id": f"ack-{seed}-{i:06d}", "content": f"ack {i}",
                               "embedding": vector.tolist()}]}  # fmt: skip
         start = time.perf_counter()
         (await client.post("/v1/memories", json=body, headers=headers)).raise_for_status()
         ms.append((time.perf_counter() - start) * 1000)
-    ms.sort()
-    p99 = ms[min(n - 1, int(0.99 * n))]
-    return (
-        f"{n} sequential writes acknowledged: p50 {statistics.median(ms):.1f} ms, p99 {p99:.1f} ms"
-    )
+    p50, p99 = p50_p99(ms)
+    return f"{n} sequential writes acknowledged: p50 {p50:.1f} ms, p99 {p99:.1f} ms"
 
 
 async def sequential(pool: Pool, n: int, dim: int, seed: int, patience_s: float) -> str:
@@ -153,12 +147,10 @@ async def sequential(pool: Pool, n: int, dim: int, seed: int, patience_s: float)
     wait), the rest by recalling without a token every 5 ms until the memory comes back (when it
     became searchable). p50/p99 milliseconds from the acknowledgement.
     """
-    rng = np.random.default_rng(seed)
+    vectors = unit(np.random.default_rng(seed).standard_normal((n, dim)))
     waited: list[float] = []
     polled: list[float] = []
-    for i in range(n):
-        vector = rng.standard_normal(dim)
-        vector /= np.linalg.norm(vector)
+    for i, vector in enumerate(vectors):
         memory_id = f"seq-{seed}-{i:06d}"
         body = {"memories": [{"memory_id": memory_id, "content": f"seq {i}",
                               "embedding": vector.tolist()}]}  # fmt: skip
@@ -186,10 +178,8 @@ async def sequential(pool: Pool, n: int, dim: int, seed: int, patience_s: float)
 
 
 def _p50_p99(ms: list[float]) -> str:
-    ms = sorted(ms)
-    if not ms:
-        return "none timed"
-    return f"p50 {statistics.median(ms):.0f} ms, p99 {ms[min(len(ms) - 1, int(0.99 * len(ms)))]:.0f} ms"
+    p50, p99 = p50_p99(ms)
+    return f"p50 {p50:.0f} ms, p99 {p99:.0f} ms"
 
 
 async def run(args: argparse.Namespace) -> None:

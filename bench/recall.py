@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import statistics
 import tempfile
 import time
 import uuid
@@ -43,6 +42,7 @@ from typing import cast
 
 import numpy as np
 
+from bench.stats import p50_p99
 from memcore import Candidate, Scored, Tier, rank
 from memcore.policy import RecallPolicy, RecallPreset
 from ranker.hotcache import HotCache
@@ -326,9 +326,8 @@ async def measure(
 ) -> Result:
     await drive(call, warm, concurrency)
     wall, lat = await drive(call, items, concurrency)
-    ms = sorted(x * 1000 for x in lat)
-    p99 = ms[min(len(ms) - 1, int(0.99 * len(ms)))]
-    result = Result(name, len(items) / wall, statistics.median(ms), p99)
+    p50, p99 = p50_p99(x * 1000 for x in lat)
+    result = Result(name, len(items) / wall, p50, p99)
     print(f"  {name}: {result.qps:,.0f} QPS, p50 {result.p50_ms:.1f} ms, p99 {p99:.1f} ms")
     return result
 

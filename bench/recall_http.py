@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import time
 from pathlib import Path
 
@@ -39,6 +38,7 @@ import orjson
 
 from bench.quality import DEFAULT_TENANTS, add_tenants, api_keys, require_keys
 from bench.recall import AT, CLUSTERS, K, around, unit
+from bench.stats import p50_p99
 from memcore import Candidate, RankParams, rank
 from memcore.policy import RecallPolicy
 
@@ -225,8 +225,7 @@ async def run(args: argparse.Namespace) -> None:
 def report(
     args: argparse.Namespace, latencies: list[float], wall: float, exact: str, cpu: float | None
 ) -> None:
-    ms = sorted(x * 1000 for x in latencies)
-    p99 = ms[min(len(ms) - 1, int(0.99 * len(ms)))]
+    p50, p99 = p50_p99(x * 1000 for x in latencies)
     print(
         "| path | memories | tenants | clients | QPS | p50 ms | p99 ms | exact top 10 |"
         " server CPU ms per recall |"
@@ -234,7 +233,7 @@ def report(
     print("|---|---|---|---|---|---|---|---|---|")
     print(
         f"| HTTP /v1/recall | {args.memories:,} | {args.tenants} | {args.concurrency} | "
-        f"{len(latencies) / wall:,.0f} | {statistics.median(ms):.1f} | {p99:.1f} | "
+        f"{len(latencies) / wall:,.0f} | {p50:.1f} | {p99:.1f} | "
         f"{exact} | {'—' if cpu is None else f'{cpu:.2f}'} |"
     )
 
