@@ -40,6 +40,7 @@ class Admission:
         self.metrics = metrics
         self.routes = routes
         self.in_flight = 0
+        self._static: dict[tuple[object, object], str] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -80,8 +81,19 @@ class Admission:
         await send({"type": "http.response.body", "body": body})
 
     def _route(self, scope: Scope) -> str:
+        """The label of the route serving ``scope``; remembered for paths without parameters
+        (a bounded set: the app's own), matched again for the rest.
+        """
+        key = (scope.get("method"), scope.get("path"))
+        label = self._static.get(key)
+        if label is not None:
+            return label
+        label = "other"
         for route in self.routes():
             match, _ = route.matches(scope)
             if match is Match.FULL:
-                return str(getattr(route, "path", "other"))
-        return "other"
+                label = str(getattr(route, "path", "other"))
+                break
+        if label == key[1]:  # the path is the route's own: no parameter in it
+            self._static[key] = label
+        return label

@@ -46,6 +46,7 @@ from ranker.wire import (
     RESULTS,
     Auth,
     Body,
+    DirectRoute,
     OrjsonRoute,
     TextBody,
     json_response,
@@ -255,6 +256,7 @@ def create_api(
             methods=["POST"],
             response_model=None,
             responses=RESULTS,
+            route_class_override=DirectRoute,
         )
 
     @api.post("/v1/memories")

@@ -153,6 +153,38 @@ async def test_responses_of_the_recall_routes_are_counted_under_their_route() ->
         assert found == 1.0, path
 
 
+async def test_route_labels_stay_right_when_paths_repeat() -> None:
+    """Admission remembers the labels of paths without parameters; a path with one (a memory
+    id), another method on a known path and an unknown path are matched again each time."""
+    registry = TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}})
+    service = RecallService(MilvusStore(MilvusConfig("unused.db", dim=4)), Hashing(4), _no_send)
+    transport = httpx.ASGITransport(app=create_api(service, registry))
+    async with httpx.AsyncClient(transport=transport, base_url="http://m") as http:
+        for _ in range(2):
+            assert (await http.post("/v1/recall", json={"k": 3})).status_code == 401
+            assert (await http.put("/v1/recall")).status_code == 405
+            assert (await http.get("/v1/nothing/here")).status_code == 404
+            for memory_id in ("m-1", "m-2"):
+                assert (await http.get(f"/v1/memories/{memory_id}")).status_code == 401
+    counts = {
+        (route, status): service.metrics.registry.get_sample_value(
+            "mnemostream_http_responses_total", {"route": route, "status": status}
+        )
+        for route, status in (
+            ("/v1/recall", "401"),
+            ("other", "405"),
+            ("other", "404"),
+            ("/v1/memories/{memory_id}", "401"),
+        )
+    }
+    assert counts == {
+        ("/v1/recall", "401"): 2.0,
+        ("other", "405"): 2.0,
+        ("other", "404"): 2.0,
+        ("/v1/memories/{memory_id}", "401"): 4.0,
+    }
+
+
 @pytest.mark.parametrize(
     "metadata", [{"n": 3, "s": "é", "nested": [1.5, None]}, {"big": 2**70}], ids=["plain", "big"]
 )
