@@ -217,6 +217,8 @@ class DirectRoute(OrjsonRoute):
         async def direct(request: Request) -> Response:
             value = await _json_body(request)
             who = await authenticate(request)
+            if value is _NO_BODY:  # after the key, as FastAPI reports a missing body
+                raise RequestValidationError([dict(_NO_BODY)])
             try:
                 body = body_model.model_validate(value, from_attributes=True)
             except ValidationError as exc:
@@ -233,11 +235,11 @@ _NO_BODY = {"type": "missing", "loc": ("body",), "msg": "Field required", "input
 
 async def _json_body(request: Request) -> Any:  # noqa: ANN401  (any JSON value)
     """The request's body as FastAPI reads it for a body model: the parsed JSON under a JSON
-    content type, the bytes under another or none; no body: a RequestValidationError.
+    content type, the bytes under another or none; no body: :data:`_NO_BODY`.
     """
     body = await request.body()
     if not body:
-        raise RequestValidationError([dict(_NO_BODY)])
+        return _NO_BODY
     if not _is_json(request.headers.get("content-type")):
         return body
     try:

@@ -82,6 +82,8 @@ CASES: list[tuple[str, bytes, dict[str, str]]] = [
     ("bad JSON", b'{"query": ', BEARER | JSON),
     ("not UTF-8", b'{"query": "\xff"}', BEARER | JSON),
     ("no body", b"", BEARER | JSON),
+    ("no body and no key", b"", JSON),
+    ("text/plain and no key", b'{"query": "x"}', {"content-type": "text/plain"}),
     ("no content type", b'{"query": "x"}', BEARER),
     ("text/plain", b'{"query": "x"}', BEARER | {"content-type": "text/plain"}),
     ("+json", b'{"query": "x"}', BEARER | {"content-type": "application/vnd.acme+json"}),
