@@ -15,11 +15,13 @@ import numpy as np
 import orjson
 import pydantic_core
 from fastapi import Depends, HTTPException, Request, Response, Security
+from fastapi.datastructures import DefaultPlaceholder
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
+from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
 
 from ranker.applied import Token
 from ranker.logs import set_tenant
@@ -199,18 +201,32 @@ class DirectRoute(OrjsonRoute):
     JSON errors first (422 ``json_invalid``, 400 for bytes that are not text), then the API key
     (:func:`authenticate`: 401, 429), then the model's validation, whose errors are raised as
     FastAPI's ``RequestValidationError`` under ``body``; the app's handlers answer them all.
-    OpenAPI and the route label see an ordinary route. Raises TypeError at construction for
-    an endpoint of another shape.
+    OpenAPI and the route label see an ordinary route. What FastAPI would add per route is not
+    supported: route dependencies, ``strict_content_type=False``, a route body limit (TypeError
+    at construction, as for an endpoint of another shape); ``dependency_overrides`` of
+    :func:`tenant` are not honoured. Under an app-wide body limit, the limit's own errors pass
+    through unchanged.
     """
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        model = typing.get_type_hints(self.endpoint).get("body")
+        hints = typing.get_type_hints(self.endpoint, include_extras=True)
+        model = hints.get("body")
         params = list(inspect.signature(self.endpoint).parameters)
-        if params != ["body", "who"] or not (
-            isinstance(model, type) and issubclass(model, BaseModel)
+        if (
+            params != ["body", "who"]
+            or hints.get("who") != Auth
+            or not inspect.iscoroutinefunction(self.endpoint)
+            or not (isinstance(model, type) and issubclass(model, BaseModel))
         ):
-            msg = f"{self.path}: a direct route takes (body: <model>, who: Auth), not {params}"
+            msg = (
+                f"{self.path}: a direct route takes async (body: <model>, who: Auth), not {params}"
+            )
             raise TypeError(msg)
+        if self.dependencies or getattr(self, "max_body_size", None) is not None:
+            raise TypeError(f"{self.path}: a direct route takes no dependencies nor body limit")
+        strict = self.strict_content_type
+        if not (strict.value if isinstance(strict, DefaultPlaceholder) else strict):
+            raise TypeError(f"{self.path}: a direct route reads JSON under a JSON type only")
         endpoint = self.endpoint
         body_model: type[BaseModel] = model
 
@@ -237,13 +253,15 @@ async def _json_body(request: Request) -> Any:  # noqa: ANN401  (any JSON value)
     """The request's body as FastAPI reads it for a body model: the parsed JSON under a JSON
     content type, the bytes under another or none; no body: :data:`_NO_BODY`.
     """
-    body = await request.body()
-    if not body:
-        return _NO_BODY
-    if not _is_json(request.headers.get("content-type")):
-        return body
     try:
+        body = await request.body()  # a client gone mid-body: ClientDisconnect, a 400 below
+        if not body:
+            return _NO_BODY
+        if not _is_json(request.headers.get("content-type")):
+            return body
         return parse_json(body)
+    except HTTPException:
+        raise
     except json.JSONDecodeError as e:
         error = {
             "type": "json_invalid",
@@ -254,6 +272,8 @@ async def _json_body(request: Request) -> Any:  # noqa: ANN401  (any JSON value)
         }
         raise RequestValidationError([error], body=e.doc) from e
     except Exception as e:
+        if MAX_BODY_SIZE_SCOPE_KEY in request.scope:
+            raise  # perhaps the app's body limit: its middleware answers it
         raise HTTPException(400, "There was an error parsing the body") from e
 
 

@@ -7,10 +7,11 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import Field
+from starlette.types import Message
 
 from ranker.ratelimit import RateLimiter
 from ranker.wire import Auth, DirectRoute, OrjsonRoute, TextBody
@@ -117,10 +118,61 @@ async def test_the_cases_reach_every_outcome() -> None:
     assert statuses == {200, 400, 401, 422}
 
 
-def test_an_endpoint_of_another_shape_is_refused_when_the_route_is_made() -> None:
+async def test_a_client_gone_mid_body_gets_the_same_answer() -> None:
+    """The body's read fails (ClientDisconnect): FastAPI answers 400, not a 500 logged as ours."""
+    api = _app()
+    answers: dict[str, list[Message]] = {}
+    for path in ("/plain", "/direct"):
+        sent: list[Message] = []
+
+        async def receive() -> Message:
+            return {"type": "http.disconnect"}
+
+        async def send(message: Message, sent: list[Message] = sent) -> None:
+            sent.append(message)
+
+        headers = [(b"content-type", b"application/json"), (b"x-api-key", KEY.encode())]
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "root_path": "",
+            "query_string": b"",
+            "headers": headers,
+            "client": ("127.0.0.1", 1),
+            "server": ("m", 80),
+        }
+        await api(scope, receive, send)
+        answers[path] = sent
+    assert answers["/direct"] == answers["/plain"]
+    assert answers["/direct"][0]["status"] == 400
+
+
+def _refused(**route: Any) -> None:
+    api = FastAPI()
+    with pytest.raises(TypeError, match="/odd: a direct route"):
+        api.router.add_api_route(
+            "/odd", methods=["POST"], route_class_override=DirectRoute, **route
+        )
+
+
+def test_what_the_direct_route_would_skip_is_refused_when_the_route_is_made() -> None:
     async def other(query: Probe) -> Response:
         return JSONResponse({})
 
-    api = FastAPI()
-    with pytest.raises(TypeError, match="/odd: a direct route takes"):
-        api.router.add_api_route("/odd", other, methods=["POST"], route_class_override=DirectRoute)
+    def not_async(body: Probe, who: Auth) -> Response:
+        return JSONResponse({})
+
+    async def no_key(body: Probe, who: str) -> Response:
+        return JSONResponse({})
+
+    _refused(endpoint=other)
+    _refused(endpoint=not_async)
+    _refused(endpoint=no_key)
+    _refused(endpoint=echo, dependencies=[Depends(lambda: None)])
+    _refused(endpoint=echo, strict_content_type=False)
+    _refused(endpoint=echo, max_body_size=1_000)
