@@ -234,7 +234,13 @@ class DirectRoute(OrjsonRoute):
             value = await _json_body(request)
             who = await authenticate(request)
             if value is _NO_BODY:  # after the key, as FastAPI reports a missing body
-                raise RequestValidationError([dict(_NO_BODY)])
+                missing = {
+                    "type": "missing",
+                    "loc": ("body",),
+                    "msg": "Field required",
+                    "input": None,
+                }
+                raise RequestValidationError([missing])
             try:
                 body = body_model.model_validate(value, from_attributes=True)
             except ValidationError as exc:
@@ -246,7 +252,8 @@ class DirectRoute(OrjsonRoute):
         return direct
 
 
-_NO_BODY = {"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}
+_NO_BODY = object()
+"""What :func:`_json_body` returns for a request without a body."""
 
 
 async def _json_body(request: Request) -> Any:  # noqa: ANN401  (any JSON value)
