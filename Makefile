@@ -28,7 +28,7 @@ lock: ## Re-resolve requirements/lock.txt (and gpu.txt, the GPU image's FAISS) f
 	uv pip compile pyproject.toml --extra dev --python-version 3.11 --quiet -o $(LOCK)
 	uv pip compile requirements/gpu.in -c $(LOCK) --python-version 3.11 --quiet -o requirements/gpu.txt
 
-up: install ## Run the service: Kafka, the stream worker and the ranker (HTTP :8080) on embedded Milvus Lite
+up: install ## Run the service: Kafka, the stream worker and the ranker (HTTP :8080) on embedded Milvus Lite; STACK_EDGES=N: N more HTTP processes
 	scripts/stack.sh up
 
 down: ## Stop what `make up` started (by pid)

@@ -43,8 +43,12 @@ class Pool:
     took a whole core of the two at 50 writes/s), one per operation in flight.
     """
 
-    def __init__(self, base_url: str, key: str) -> None:
+    def __init__(self, base_url: str, key: str, *, keep_alive: bool = True) -> None:
+        """``keep_alive`` off: each request on a new connection (with several HTTP processes on
+        one port, ``make up STACK_EDGES=N``, the kernel picks a process per connection).
+        """
         url = urlsplit(base_url)
+        self.keep_alive = keep_alive
         self.host, self.port = url.hostname or "127.0.0.1", url.port or 80
         self.headers = f"Authorization: Bearer {key}\r\nContent-Type: application/json\r\n".encode()
         self.idle: list[Connection] = []
@@ -67,7 +71,10 @@ class Pool:
             except OSError:
                 connection.close()
                 raise
-            self.idle.append(connection)
+            if self.keep_alive:
+                self.idle.append(connection)
+            else:
+                connection.close()
             return status, orjson.loads(answer) if answer else None
 
     def close(self) -> None:
@@ -190,7 +197,7 @@ async def run(args: argparse.Namespace) -> None:
         async with httpx.AsyncClient(base_url=args.base_url, timeout=60, limits=limits) as client:
             print(await acknowledged(client, keys[args.tenant], args.acks, args.dim, args.seed))
         return
-    pool = Pool(args.base_url, keys[args.tenant])
+    pool = Pool(args.base_url, keys[args.tenant], keep_alive=not args.new_connections)
     if args.sequential:
         try:
             print(await sequential(pool, args.sequential, args.dim, args.seed, args.patience))
@@ -226,6 +233,11 @@ def main() -> None:
         type=int,
         default=0,
         help="instead: N sequential writes, time until a recall with after / a polling recall finds each",
+    )
+    parser.add_argument(
+        "--new-connections",
+        action="store_true",
+        help="each request on a connection of its own (with STACK_EDGES, any process answers)",
     )
     asyncio.run(run(parser.parse_args()))
 

@@ -19,8 +19,9 @@ Prints QPS, p50/p99 latency, and exact top 10: the share of the first 200 answer
 top 10 of the default score computed by brute force over every memory the bench wrote for the
 tenant (``memcore.rank`` with the default policy over all of them, not only 100 candidates),
 and the service's CPU milliseconds per recall during the timed phase (``--server-pid``, default
-``make up``'s ``var/worker.pid``, read when ``--base-url`` is this machine; every thread of that
-process, its background work included, its child processes not).
+``make up``'s ``var/worker.pid`` and ``var/edge-*.pid`` (``STACK_EDGES``), read when
+``--base-url`` is this machine; every thread of those processes summed, their background work
+included, their child processes not).
 Client and service share the machine's cores.
 """
 
@@ -210,41 +211,66 @@ async def run(args: argparse.Namespace) -> None:
             finally:
                 connection.close()
 
-        cpu_before = process_cpu_s(args.server_pid)
+        before = cpu_now(args.server_pid)
         start = time.perf_counter()
         await asyncio.gather(*(client_loop() for _ in range(args.concurrency)))
         wall = time.perf_counter() - start
-        cpu_after = process_cpu_s(args.server_pid)
-    cpu = None
-    if cpu_before is not None and cpu_after is not None:
-        cpu = (cpu_after - cpu_before) * 1000 / len(queries)
+        cpu = per_recall(before, cpu_now(args.server_pid), len(queries))
     exact = sum(answers[n] == corpus.exact_top(*queries[n]) for n in answers)
-    report(args, latencies, wall, f"{exact}/{len(answers)}", cpu)
+    report(args, latencies, wall, f"{exact}/{len(answers)}", *cpu)
+
+
+def cpu_now(pid_files: list[Path] | None) -> tuple[float | None, float]:
+    """CPU seconds used so far by the service's processes (None: unreadable) and by this one."""
+    return processes_cpu_s(pid_files), time.process_time()
+
+
+def per_recall(
+    before: tuple[float | None, float], after: tuple[float | None, float], recalls: int
+) -> tuple[float | None, float]:
+    """CPU milliseconds per recall between two :func:`cpu_now`: the service's, this client's."""
+    service = None
+    if before[0] is not None and after[0] is not None:
+        service = (after[0] - before[0]) * 1000 / recalls
+    return service, (after[1] - before[1]) * 1000 / recalls
 
 
 def report(
-    args: argparse.Namespace, latencies: list[float], wall: float, exact: str, cpu: float | None
+    args: argparse.Namespace,
+    latencies: list[float],
+    wall: float,
+    exact: str,
+    cpu: float | None,
+    own: float,
 ) -> None:
+    """The result row; ``cpu``: the service's CPU ms per recall, ``own``: this client's."""
     p50, p99 = p50_p99(x * 1000 for x in latencies)
     print(
         "| path | memories | tenants | clients | QPS | p50 ms | p99 ms | exact top 10 |"
-        " server CPU ms per recall |"
+        " server CPU ms per recall | client CPU ms per recall |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     print(
         f"| HTTP /v1/recall | {args.memories:,} | {args.tenants} | {args.concurrency} | "
         f"{len(latencies) / wall:,.0f} | {p50:.1f} | {p99:.1f} | "
-        f"{exact} | {'—' if cpu is None else f'{cpu:.2f}'} |"
+        f"{exact} | {'—' if cpu is None else f'{cpu:.2f}'} | {own:.2f} |"
     )
 
 
-def process_cpu_s(pid_file: Path | None) -> float | None:
+def processes_cpu_s(pid_files: list[Path] | None) -> float | None:
+    """CPU seconds the processes in ``pid_files`` have used together (:func:`process_cpu_s`);
+    None when none of them can be read.
+    """
+    used = [process_cpu_s(p) for p in pid_files or ()]
+    found = [s for s in used if s is not None]
+    return sum(found) if found else None
+
+
+def process_cpu_s(pid_file: Path) -> float | None:
     """CPU seconds (user + system, every thread) the process in ``pid_file`` has used; None
     without that file or ``/proc`` (Linux only). Steadier than QPS on shared cores: it does not
     count the time the client and the broker take from the service.
     """
-    if pid_file is None:
-        return None
     try:
         pid = int(pid_file.read_text().strip())
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -271,10 +297,14 @@ def main() -> None:
     parser.add_argument(
         "--server-pid",
         type=Path,
-        default=Path("var/worker.pid"),
-        help="pid file of the service (make up's): its CPU per recall is reported",
+        nargs="+",
+        default=None,
+        help="pid files of the service's processes (default make up's: var/worker.pid and"
+        " var/edge-*.pid): their CPU per recall is reported",
     )
     args = parser.parse_args()
+    if args.server_pid is None:
+        args.server_pid = [Path("var/worker.pid"), *sorted(Path("var").glob("edge-*.pid"))]
     if httpx.URL(args.base_url).host not in ("127.0.0.1", "localhost", "::1"):
         args.server_pid = None  # a service elsewhere: its CPU is not this machine's to read
     if args.mode == "tenants":

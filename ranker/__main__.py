@@ -18,6 +18,7 @@ from ranker.cached import Cached
 from ranker.history import AuditLog
 from ranker.hotcache import LOCAL_WRITER_GRACE_S, HotCache
 from ranker.kernel import set_threads
+from ranker.listen import listening_socket
 from ranker.logs import configure
 from ranker.metrics import Metrics
 from ranker.producer import EventProducer
@@ -103,7 +104,7 @@ def build(
         preload = None
         if cache is not None:
             preload = asyncio.create_task(_preload(cache, sorted(registry.tenants)))
-        log.info("mnemostream ranker ready")
+        log.info("mnemostream ranker ready%s", "" if cache is not None else " (no hot cache)")
         try:
             yield
         finally:
@@ -186,7 +187,8 @@ def main() -> None:
     parse_service_args("python -m ranker", __doc__ or "", [RankerSettings], sys.argv[1:])
     settings = RankerSettings()
     configure(settings.log_format)
-    uvicorn.run(
+    sock = listening_socket(settings.host, settings.port, reuse_port=settings.reuse_port)
+    config = uvicorn.Config(
         build(settings),
         host=settings.host,
         port=settings.port,
@@ -194,6 +196,7 @@ def main() -> None:
         log_config=None,
         access_log=False,  # ranker.logs.RequestLog logs every request, with its ids
     )
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 if __name__ == "__main__":

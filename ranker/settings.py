@@ -22,6 +22,12 @@ class RankerSettings(SharedSettings):
         " (a line costs ~4 % of a hot recall's CPU)",
     )
     port: int = Field(8080, ge=1, le=65535)
+    reuse_port: bool = Field(
+        False,
+        description="bind host:port with SO_REUSEPORT, so that several ranker processes of this"
+        " user serve one port (the kernel spreads connections; Linux). Every process on the port"
+        " must set it",
+    )
     candidates: int = Field(100, ge=1, le=16_384, description="Milvus hits scored per request")
     batch_max: int = Field(64, ge=1, description="requests scored in one torch pass, at most")
     batch_wait_s: float = Field(0.002, ge=0, description="how long a batch waits to fill")

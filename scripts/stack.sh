@@ -5,6 +5,13 @@
 #   scripts/stack.sh up     start what is not running; print where things are
 #   scripts/stack.sh down   stop what `up` started, by pid
 #
+# STACK_EDGES=N (default 0) adds N HTTP processes (python -m ranker) on the same port
+# (MNEMO_REUSE_PORT: the kernel spreads connections over the processes), reaching the worker's
+# Milvus Lite through its local gRPC address (var/milvus.endpoint): recall then uses more than
+# one core. They follow the topics as a split deployment does: a read-your-writes token on one of
+# them waits for the worker's offset commit, and a row written since its start is read back from
+# Milvus at its tenant's next search (docs/benchmarks.md, "Several HTTP processes").
+#
 # State lives in var/: tenants.json (a demo tenant and API key, made once), worker data (RocksDB),
 # milvus.db (Milvus Lite), logs and pid files. Settings: the MNEMO_* variables (streams/settings.py).
 set -euo pipefail
@@ -25,6 +32,22 @@ PY
   fi
 }
 
+# start NAME READY ARGS...: run python ARGS in the background (log var/NAME.log, pid var/NAME.pid)
+# and wait until its log matches READY (an extended regular expression)
+start() {
+  local name=$1 ready=$2 started=$SECONDS
+  shift 2
+  [ -f "$var/$name.log" ] && mv "$var/$name.log" "$var/$name.log.1"  # readiness is read from a fresh log
+  nohup "$py" "$@" >"$var/$name.log" 2>&1 </dev/null &
+  echo $! >"$var/$name.pid"
+  until grep -qE "$ready" "$var/$name.log" 2>/dev/null; do
+    if ! running "$var/$name.pid"; then echo "$name exited; see $var/$name.log" >&2; tail -n 20 "$var/$name.log" >&2; exit 1; fi
+    if [ $((SECONDS - started)) -ge "$wait_s" ]; then echo "$name not ready after $wait_s s (STACK_READY_TIMEOUT_S); it still runs (make down stops it); see $var/$name.log" >&2; exit 1; fi
+    sleep 0.5
+  done
+  echo "$name: ready (pid $(cat "$var/$name.pid"), log $var/$name.log)"
+}
+
 up() {
   "$root/scripts/kafka.sh" start
   tenants
@@ -32,39 +55,50 @@ up() {
   export MNEMO_TENANTS_FILE=${MNEMO_TENANTS_FILE:-$var/tenants.json}
   export MNEMO_DATA_DIR=${MNEMO_DATA_DIR:-$var/worker}
   export MNEMO_MILVUS_URI=${MNEMO_MILVUS_URI:-$var/milvus.db}
+  local edges=${STACK_EDGES:-0} wait_s=${STACK_READY_TIMEOUT_S:-900}  # a restart over 100k memories: resync + hot-cache preload, ~4-5 min here
+  case $wait_s in ''|*[!0-9]*) echo "STACK_READY_TIMEOUT_S must be whole seconds, not '$wait_s'" >&2; exit 1;; esac
+  case $edges in ''|*[!0-9]*) echo "STACK_EDGES must be a whole number of processes, not '$edges'" >&2; exit 1;; esac
+  if [ "$edges" -gt 0 ]; then export MNEMO_REUSE_PORT=true; fi
+  export MNEMO_MILVUS_ENDPOINT_FILE=${MNEMO_MILVUS_ENDPOINT_FILE:-$var/milvus.endpoint}
   if running "$var/worker.pid"; then
     echo "worker: already running (pid $(cat "$var/worker.pid"))"
   else
     cd "$root"
-    [ -f "$var/worker.log" ] && mv "$var/worker.log" "$var/worker.log.1"  # readiness is read from a fresh log
-    nohup "$py" -m server >"$var/worker.log" 2>&1 </dev/null &
-    echo $! >"$var/worker.pid"
-    local started=$SECONDS wait_s=${STACK_READY_TIMEOUT_S:-900}  # a restart over 100k memories: resync + hot-cache preload, ~4-5 min here
-    case $wait_s in ''|*[!0-9]*) echo "STACK_READY_TIMEOUT_S must be whole seconds, not '$wait_s'" >&2; exit 1;; esac
-    until grep -q "mnemostream ranker ready" "$var/worker.log" 2>/dev/null; do
-      if ! running "$var/worker.pid"; then echo "worker exited; see $var/worker.log" >&2; tail -n 20 "$var/worker.log" >&2; exit 1; fi
-      if [ $((SECONDS - started)) -ge "$wait_s" ]; then echo "worker not ready after $wait_s s (STACK_READY_TIMEOUT_S); it still runs (make down stops it); see $var/worker.log" >&2; exit 1; fi
-      sleep 0.5
-    done
-    echo "worker: ready (pid $(cat "$var/worker.pid"), log $var/worker.log)"
+    rm -f "$MNEMO_MILVUS_ENDPOINT_FILE"  # a stale address would name another process's port
+    start worker "ranker ready" -m server
   fi
+  local i
+  if [ "$edges" -gt 0 ] && [ ! -s "$MNEMO_MILVUS_ENDPOINT_FILE" ]; then
+    echo "no Milvus endpoint in $MNEMO_MILVUS_ENDPOINT_FILE: a worker started without it runs (make down, then make up STACK_EDGES=$edges)" >&2; exit 1
+  fi
+  for i in $(seq 1 "$edges"); do
+    if running "$var/edge-$i.pid"; then echo "edge-$i: already running (pid $(cat "$var/edge-$i.pid"))"; continue; fi
+    MNEMO_MILVUS_URI=$(cat "$MNEMO_MILVUS_ENDPOINT_FILE") start "edge-$i" "hot cache: [0-9]+ rows|hot cache preload failed|ranker ready \\(no hot cache\\)" -m ranker
+  done
   echo "kafka:   $MNEMO_KAFKA_BOOTSTRAP   topics: memory-writes, access-events, consolidation, audit, dead-letter"
   echo "milvus:  $MNEMO_MILVUS_URI (Milvus Lite, embedded in the worker)"
   echo "tenants: $MNEMO_TENANTS_FILE"
-  echo "ranker:  http://${MNEMO_HOST:-127.0.0.1}:${MNEMO_PORT:-8080}  (OpenAPI at /docs)"
+  echo "ranker:  http://${MNEMO_HOST:-127.0.0.1}:${MNEMO_PORT:-8080}  (OpenAPI at /docs; HTTP processes: $((edges + 1)))"
   echo "api key: $("$py" -c 'import json,sys; print(next(iter(json.load(open(sys.argv[1]))["tenants"].values()))["api_keys"][0])' "$MNEMO_TENANTS_FILE")  (tenant demo)"
 }
 
-down() {
-  if running "$var/worker.pid"; then
-    local pid
-    pid=$(cat "$var/worker.pid")
+# stop NAME: stop the process of var/NAME.pid (TERM, then KILL after 30 s)
+stop() {
+  local name=$1 pid
+  if running "$var/$name.pid"; then
+    pid=$(cat "$var/$name.pid")
     kill "$pid"
     for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
     kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
-    echo "worker: stopped (pid $pid)"
+    echo "$name: stopped (pid $pid)"
   fi
-  rm -f "$var/worker.pid"
+  rm -f "$var/$name.pid"
+}
+
+down() {
+  local f
+  for f in "$var"/edge-*.pid; do [ -e "$f" ] && stop "$(basename "$f" .pid)"; done
+  stop worker
   "$root/scripts/kafka.sh" stop
 }
 

@@ -9,6 +9,7 @@ import sys
 import uvicorn
 
 from ranker.__main__ import build
+from ranker.listen import listening_socket
 from ranker.logs import configure, logging_config
 from ranker.metrics import Metrics
 from ranker.settings import RankerSettings
@@ -34,6 +35,10 @@ def main() -> None:
     ranker_settings = RankerSettings()
     level = worker_settings.log_level.upper()
     configure(ranker_settings.log_format, level)  # start-up lines too; Faust applies it again
+    # bound now (not listening until the worker runs): a port in use fails before the resync
+    sock = listening_socket(
+        ranker_settings.host, ranker_settings.port, reuse_port=ranker_settings.reuse_port
+    )
     services = prepare(worker_settings)
     applied = AppliedMarks()
     app = create_app(worker_settings, services, applied)
@@ -59,7 +64,7 @@ def main() -> None:
         server = uvicorn.Server(config)  # Faust owns the signals: uvicorn must not take them
         server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
         log.info("ranker on http://%s:%d", ranker_settings.host, ranker_settings.port)
-        await server.serve()
+        await server.serve(sockets=[sock])
 
     run(app, worker_settings, services, logging_config(ranker_settings.log_format, level))
 

@@ -180,6 +180,25 @@ class MilvusStore:
         else:
             self._create()
 
+    def endpoint(self) -> str:
+        """Where another process reaches this collection's Milvus: the URI of a server as
+        configured; for a Milvus Lite file, the local gRPC address (``http://127.0.0.1:<port>``)
+        of the Lite server this process runs for it, reachable while this process lives (Lite
+        allows one process per file: others share it through this address). Call after
+        :meth:`connect`; raises StorageError when the Lite server is not running.
+        """
+        if not self.config.uri.endswith(".db"):
+            return self.config.uri
+        from milvus_lite.server_manager import server_manager_instance  # noqa: PLC0415
+
+        if self._client is None:
+            raise StorageError("endpoint", "not connected", retriable=False)
+        # the server pymilvus started at connect (keyed by the file's path: this starts none)
+        found = server_manager_instance.start_and_get_uri(self.config.uri)
+        if found is None:
+            raise StorageError("endpoint", "the Milvus Lite server is not running", retriable=False)
+        return str(found)
+
     def close(self) -> None:
         """Close the client; safe to call twice."""
         if self._client is not None:

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -35,6 +36,8 @@ def prepare(settings: WorkerSettings) -> Services:
     asyncio.run(ensure_topics(settings))
     store = MilvusStore(settings.milvus())
     store.connect()
+    if settings.milvus_endpoint_file is not None:
+        publish_endpoint(settings.milvus_endpoint_file, store.endpoint())
     started = time.perf_counter()
     upserted, deleted = rebuild.resync(settings, store)
     log.info(
@@ -51,6 +54,16 @@ def prepare(settings: WorkerSettings) -> Services:
             settings.llm_url, settings.llm_model, settings.llm_api_key, settings.llm_timeout_s
         )
     return Services(store, embedder, llm)
+
+
+def publish_endpoint(path: Path, endpoint: str) -> None:
+    """Write ``endpoint`` (:meth:`storage.MilvusStore.endpoint`) to ``path`` whole: a temporary
+    file renamed over it, so a reader never sees half an address. Raises OSError.
+    """
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(endpoint + "\n", encoding="utf-8")
+    partial.replace(path)
+    log.info("Milvus endpoint %s written to %s", endpoint, path)
 
 
 def run(

@@ -41,6 +41,12 @@ class WorkerSettings(SharedSettings):
         description="after deleting rows (purges, erasures) ask Milvus to compact at most this"
         " often, so deleted words leave a Milvus server's segments; 0: never",
     )
+    milvus_endpoint_file: Path | None = Field(
+        None,
+        description="write here, at start-up, the address other processes reach this worker's"
+        " Milvus at (for a Milvus Lite file: the gRPC server it runs on 127.0.0.1, no"
+        " authentication); unset: not written",
+    )
     store: Literal["rocksdb", "memory"] = "rocksdb"
     data_dir: Path = Path("var/worker")
     llm_url: str | None = Field(None, description="OpenAI-compatible base URL; unset: rule engine")
