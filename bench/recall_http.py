@@ -4,6 +4,9 @@
     make down && rm -rf var/worker var/milvus.db var/kafka/data && make up
     .venv/bin/python -m bench.recall_http run [--memories 100000] [--tenants 100] [--concurrency 32]
                                               [--requests 4000] [--base-url http://127.0.0.1:8080]
+                                              [--raw-milvus 400]
+
+(``make up STACK_EDGES=1`` serves the port from two processes: docs/benchmarks.md.)
 
 ``run`` writes ``--memories`` memories spread over ``--tenants`` tenants through
 ``POST /v1/memories`` with given vectors (``bench.recall``'s generator: unit vectors clustered
@@ -22,7 +25,8 @@ and the service's CPU milliseconds per recall during the timed phase (``--server
 ``make up``'s ``var/worker.pid`` and ``var/edge-*.pid`` (``STACK_EDGES``), read when
 ``--base-url`` is this machine; every thread of those processes summed, their background work
 included, their child processes not).
-Client and service share the machine's cores.
+Client and service share the machine's cores. ``--raw-milvus N`` then searches Milvus directly
+with the first N of the same queries (:func:`compare_raw`) and prints the ratio of the two QPS.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import argparse
 import asyncio
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -218,6 +223,52 @@ async def run(args: argparse.Namespace) -> None:
         cpu = per_recall(before, cpu_now(args.server_pid), len(queries))
     exact = sum(answers[n] == corpus.exact_top(*queries[n]) for n in answers)
     report(args, latencies, wall, f"{exact}/{len(answers)}", *cpu)
+    if args.raw_milvus:
+        compare_raw(args, queries[: args.raw_milvus], len(latencies) / wall)
+
+
+def compare_raw(
+    args: argparse.Namespace, queries: list[tuple[str, np.ndarray]], http_qps: float
+) -> None:
+    """The same queries searched in Milvus directly, in its best configuration for this shape
+    (issue 12: ids and distances only, Bounded consistency, the tenant's partition key as the
+    filter, limit k), from ``--concurrency`` threads; prints its row and the ratio HTTP / raw.
+    Milvus is ``--milvus-uri``, by default the address ``make up`` writes to
+    ``var/milvus.endpoint`` (the worker's embedded Milvus Lite).
+    """
+    from pymilvus import MilvusClient
+
+    uri = args.milvus_uri or Path("var/milvus.endpoint").read_text().strip()
+    client = MilvusClient(uri=uri)
+    latencies: list[float] = []
+
+    def search(query: tuple[str, np.ndarray]) -> None:
+        tenant, vector = query
+        started = time.perf_counter()
+        client.search(
+            args.collection,
+            data=[vector.tolist()],
+            anns_field="vector",
+            filter=f'tenant_id == "{tenant}"',
+            limit=K,
+            output_fields=[],
+            search_params={"metric_type": "COSINE"},
+            consistency_level="Bounded",
+        )
+        latencies.append(time.perf_counter() - started)
+
+    with ThreadPoolExecutor(args.concurrency) as pool:
+        list(pool.map(search, queries[: args.concurrency]))  # warm-up: connections, first loads
+        latencies.clear()
+        before = cpu_now(args.server_pid)
+        start = time.perf_counter()
+        list(pool.map(search, queries))
+        wall = time.perf_counter() - start
+        cpu = per_recall(before, cpu_now(args.server_pid), len(queries))
+    client.close()
+    row(args, f"raw Milvus search, limit {K}, ids only", latencies, wall, "—", *cpu)
+    raw_qps = len(latencies) / wall
+    print(f"ratio HTTP recall / raw Milvus (QPS): {http_qps / raw_qps:.2f} (issue 12: >= 0.8)")
 
 
 def cpu_now(pid_files: list[Path] | None) -> tuple[float | None, float]:
@@ -243,15 +294,28 @@ def report(
     cpu: float | None,
     own: float,
 ) -> None:
-    """The result row; ``cpu``: the service's CPU ms per recall, ``own``: this client's."""
-    p50, p99 = p50_p99(x * 1000 for x in latencies)
+    """The table's head and the HTTP row (:func:`row`)."""
     print(
         "| path | memories | tenants | clients | QPS | p50 ms | p99 ms | exact top 10 |"
         " server CPU ms per recall | client CPU ms per recall |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
+    row(args, "HTTP /v1/recall", latencies, wall, exact, cpu, own)
+
+
+def row(
+    args: argparse.Namespace,
+    path: str,
+    latencies: list[float],
+    wall: float,
+    exact: str,
+    cpu: float | None,
+    own: float,
+) -> None:
+    """One result row; ``cpu``: the service's CPU ms per query, ``own``: this client's."""
+    p50, p99 = p50_p99(x * 1000 for x in latencies)
     print(
-        f"| HTTP /v1/recall | {args.memories:,} | {args.tenants} | {args.concurrency} | "
+        f"| {path} | {args.memories:,} | {args.tenants} | {args.concurrency} | "
         f"{len(latencies) / wall:,.0f} | {p50:.1f} | {p99:.1f} | "
         f"{exact} | {'—' if cpu is None else f'{cpu:.2f}'} | {own:.2f} |"
     )
@@ -259,11 +323,12 @@ def report(
 
 def processes_cpu_s(pid_files: list[Path] | None) -> float | None:
     """CPU seconds the processes in ``pid_files`` have used together (:func:`process_cpu_s`);
-    None when none of them can be read.
+    None when any of them cannot be read (a stale pid file would under-report the service).
     """
     used = [process_cpu_s(p) for p in pid_files or ()]
-    found = [s for s in used if s is not None]
-    return sum(found) if found else None
+    if not used or any(s is None for s in used):
+        return None
+    return sum(s for s in used if s is not None)
 
 
 def process_cpu_s(pid_file: Path) -> float | None:
@@ -291,6 +356,16 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--requests", type=int, default=4_000)
     parser.add_argument("--seed", type=int, default=4)
+    parser.add_argument(
+        "--raw-milvus",
+        type=int,
+        default=0,
+        help="then search Milvus directly with this many of the same queries (0: not)",
+    )
+    parser.add_argument(
+        "--milvus-uri", default=None, help="for --raw-milvus (default: var/milvus.endpoint)"
+    )
+    parser.add_argument("--collection", default="memories", help="for --raw-milvus")
     parser.add_argument(
         "--skip-write", action="store_true", help="the memories are there already (same seed)"
     )

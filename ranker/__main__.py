@@ -196,6 +196,9 @@ def main() -> None:
         log_config=None,
         access_log=False,  # ranker.logs.RequestLog logs every request, with its ids
     )
+    log.info(
+        "ranker on http://%s:%d", settings.host, settings.port
+    )  # uvicorn's line needs its own bind
     uvicorn.Server(config).run(sockets=[sock])
 
 

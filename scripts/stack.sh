@@ -60,17 +60,24 @@ up() {
   case $edges in ''|*[!0-9]*) echo "STACK_EDGES must be a whole number of processes, not '$edges'" >&2; exit 1;; esac
   if [ "$edges" -gt 0 ]; then export MNEMO_REUSE_PORT=true; fi
   export MNEMO_MILVUS_ENDPOINT_FILE=${MNEMO_MILVUS_ENDPOINT_FILE:-$var/milvus.endpoint}
+  local i f
   if running "$var/worker.pid"; then
     echo "worker: already running (pid $(cat "$var/worker.pid"))"
+    if [ "$edges" -gt 0 ] && { [ ! -f "$var/worker.shares-port" ] || [ ! -s "$MNEMO_MILVUS_ENDPOINT_FILE" ]; }; then
+      echo "the running worker does not share its port (started without STACK_EDGES): make down, then make up STACK_EDGES=$edges" >&2; exit 1
+    fi
   else
     cd "$root"
-    rm -f "$MNEMO_MILVUS_ENDPOINT_FILE"  # a stale address would name another process's port
+    # edges of an earlier worker hold its Milvus address, gone with it
+    for f in "$var"/edge-*.pid; do [ -e "$f" ] && stop "$(basename "$f" .pid)"; done
+    rm -f "$MNEMO_MILVUS_ENDPOINT_FILE" "$var/worker.shares-port"  # a stale address would name another process's port
+    if [ "$edges" -gt 0 ]; then touch "$var/worker.shares-port"; fi
     start worker "ranker ready" -m server
   fi
-  local i
-  if [ "$edges" -gt 0 ] && [ ! -s "$MNEMO_MILVUS_ENDPOINT_FILE" ]; then
-    echo "no Milvus endpoint in $MNEMO_MILVUS_ENDPOINT_FILE: a worker started without it runs (make down, then make up STACK_EDGES=$edges)" >&2; exit 1
-  fi
+  for f in "$var"/edge-*.pid; do  # edges beyond STACK_EDGES (a smaller number than last time)
+    i=$(basename "$f" .pid); i=${i#edge-}
+    if [ -e "$f" ] && [ "$i" -gt "$edges" ]; then stop "edge-$i"; fi
+  done
   for i in $(seq 1 "$edges"); do
     if running "$var/edge-$i.pid"; then echo "edge-$i: already running (pid $(cat "$var/edge-$i.pid"))"; continue; fi
     MNEMO_MILVUS_URI=$(cat "$MNEMO_MILVUS_ENDPOINT_FILE") start "edge-$i" "hot cache: [0-9]+ rows|hot cache preload failed|ranker ready \\(no hot cache\\)" -m ranker
@@ -99,6 +106,7 @@ down() {
   local f
   for f in "$var"/edge-*.pid; do [ -e "$f" ] && stop "$(basename "$f" .pid)"; done
   stop worker
+  rm -f "${MNEMO_MILVUS_ENDPOINT_FILE:-$var/milvus.endpoint}" "$var/worker.shares-port"
   "$root/scripts/kafka.sh" stop
 }
 

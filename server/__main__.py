@@ -35,7 +35,8 @@ def main() -> None:
     ranker_settings = RankerSettings()
     level = worker_settings.log_level.upper()
     configure(ranker_settings.log_format, level)  # start-up lines too; Faust applies it again
-    # bound now (not listening until the worker runs): a port in use fails before the resync
+    # bound now, listening once the worker runs: a port another process listens on fails here,
+    # before the resync
     sock = listening_socket(
         ranker_settings.host, ranker_settings.port, reuse_port=ranker_settings.reuse_port
     )

@@ -183,9 +183,10 @@ class MilvusStore:
     def endpoint(self) -> str:
         """Where another process reaches this collection's Milvus: the URI of a server as
         configured; for a Milvus Lite file, the local gRPC address (``http://127.0.0.1:<port>``)
-        of the Lite server this process runs for it, reachable while this process lives (Lite
-        allows one process per file: others share it through this address). Call after
-        :meth:`connect`; raises StorageError when the Lite server is not running.
+        of the Lite server pymilvus runs for it in this process, reachable while this process
+        lives (Lite allows one process per file: others share it through this address). Call
+        between :meth:`connect` and :meth:`close`; raises StorageError when not connected or
+        when the Lite server cannot run.
         """
         if not self.config.uri.endswith(".db"):
             return self.config.uri

@@ -43,10 +43,11 @@ class Edge:
                 [sys.executable, "-m", "ranker"], cwd=ROOT, env=self.env, stdout=log, stderr=log
             )
         deadline = time.monotonic() + 120
-        while not re.search(r"hot cache: \d+ rows", self.log()):
+        while not re.search(r"hot cache: \d+ rows|preload failed", self.log()):
             assert self.proc.poll() is None, self.log()
             assert time.monotonic() < deadline, self.log()
             time.sleep(0.2)
+        assert "preload failed" not in self.log(), self.log()
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

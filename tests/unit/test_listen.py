@@ -25,23 +25,39 @@ def test_two_processes_worth_of_sockets_share_a_port_only_when_both_ask() -> Non
         first.close()
 
 
-def test_a_port_held_without_sharing_refuses_a_sharer() -> None:
+def test_a_port_held_without_sharing_refuses_a_sharer_naming_the_address() -> None:
     first = listening_socket("127.0.0.1", 0)
     first.listen()
+    port = first.getsockname()[1]
     try:
-        with pytest.raises(OSError, match="in use"):
-            listening_socket("127.0.0.1", first.getsockname()[1], reuse_port=True)
+        with pytest.raises(OSError, match=f"cannot bind 127.0.0.1:{port}: .*in use"):
+            listening_socket("127.0.0.1", port, reuse_port=True)
     finally:
         first.close()
 
 
-def test_connections_of_a_served_socket_send_without_delay() -> None:
+def test_an_ipv6_address_binds_ipv6_only_and_a_name_resolves() -> None:
+    v6 = listening_socket("::1", 0)
+    try:
+        assert v6.family == socket.AF_INET6
+        assert v6.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY) == 1
+    finally:
+        v6.close()
+    named = listening_socket("localhost", 0)
+    try:
+        assert named.getsockname()[0] in ("127.0.0.1", "::1")
+    finally:
+        named.close()
+
+
+@pytest.mark.parametrize("reuse_port", [False, True])
+def test_connections_of_a_served_socket_send_without_delay(reuse_port: bool) -> None:
     """asyncio sets TCP_NODELAY only on connections of an IPPROTO_TCP socket: without it a
     keep-alive answer's body, written after its head, waited ~40 ms for a delayed ACK.
     """
 
     async def served_nodelay() -> int:
-        sock = listening_socket("127.0.0.1", 0, reuse_port=True)
+        sock = listening_socket("127.0.0.1", 0, reuse_port=reuse_port)
         accepted: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
         def on_connect(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
