@@ -119,13 +119,7 @@ class WorkerProcess:
         self.proc.wait(30)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(30)
+        terminate(self.proc)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -145,6 +139,17 @@ class WorkerProcess:
             for s in family.samples:
                 samples.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
         return samples
+
+
+def terminate(proc: subprocess.Popen[bytes] | None) -> None:
+    """Stop ``proc`` if it runs: SIGTERM, then SIGKILL when it has not exited after 60 s."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
 
 
 def produce(bootstrap: str, topic: str, messages: Iterable[tuple[bytes | None, bytes]]) -> int:

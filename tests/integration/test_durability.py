@@ -19,7 +19,14 @@ import pytest
 from mnemostream import Client
 from streams.rebuild import read_changelog, state_hash
 from tests.infra import ROOT, free_port
-from tests.integration.harness import Stack, WorkerProcess, eventually, produce, wait_for_http
+from tests.integration.harness import (
+    Stack,
+    WorkerProcess,
+    eventually,
+    produce,
+    terminate,
+    wait_for_http,
+)
 from tests.integration.test_streams import (
     T0,
     milvus_counts,
@@ -69,13 +76,7 @@ class Server:
         self.proc.wait(30)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(30)
+        terminate(self.proc)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:]

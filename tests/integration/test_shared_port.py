@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from tests.infra import ROOT
-from tests.integration.harness import Stack
+from tests.integration.harness import Stack, terminate
 from tests.integration.test_durability import DIM, KEY, Server
 
 pytestmark = pytest.mark.integration
@@ -50,13 +50,7 @@ class Edge:
         assert "preload failed" not in self.log(), self.log()
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(30)
+        terminate(self.proc)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
