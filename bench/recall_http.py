@@ -222,7 +222,8 @@ async def run(args: argparse.Namespace) -> None:
         wall = time.perf_counter() - start
         cpu = per_recall(before, cpu_now(args.server_pid), len(queries))
     exact = sum(answers[n] == corpus.exact_top(*queries[n]) for n in answers)
-    report(args, latencies, wall, f"{exact}/{len(answers)}", *cpu)
+    print_head()
+    row(args, "HTTP /v1/recall", latencies, wall, f"{exact}/{len(answers)}", *cpu)
     if args.raw_milvus:
         compare_raw(args, queries[: args.raw_milvus], len(latencies) / wall)
 
@@ -286,21 +287,13 @@ def per_recall(
     return service, (after[1] - before[1]) * 1000 / recalls
 
 
-def report(
-    args: argparse.Namespace,
-    latencies: list[float],
-    wall: float,
-    exact: str,
-    cpu: float | None,
-    own: float,
-) -> None:
-    """The table's head and the HTTP row (:func:`row`)."""
+def print_head() -> None:
+    """The head of the table whose lines :func:`row` prints."""
     print(
         "| path | memories | tenants | clients | QPS | p50 ms | p99 ms | exact top 10 |"
         " server CPU ms per recall | client CPU ms per recall |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
-    row(args, "HTTP /v1/recall", latencies, wall, exact, cpu, own)
 
 
 def row(

@@ -68,8 +68,7 @@ up() {
     fi
   else
     cd "$root"
-    # edges of an earlier worker hold its Milvus address, gone with it
-    for f in "$var"/edge-*.pid; do [ -e "$f" ] && stop "$(basename "$f" .pid)"; done
+    stop_edges  # edges of an earlier worker hold its Milvus address, gone with it
     rm -f "$MNEMO_MILVUS_ENDPOINT_FILE" "$var/worker.shares-port"  # a stale address would name another process's port
     if [ "$edges" -gt 0 ]; then touch "$var/worker.shares-port"; fi
     start worker "ranker ready" -m server
@@ -102,9 +101,15 @@ stop() {
   rm -f "$var/$name.pid"
 }
 
-down() {
+# stop_edges: stop every extra HTTP process (var/edge-*.pid)
+stop_edges() {
   local f
   for f in "$var"/edge-*.pid; do [ -e "$f" ] && stop "$(basename "$f" .pid)"; done
+  return 0
+}
+
+down() {
+  stop_edges
   stop worker
   rm -f "${MNEMO_MILVUS_ENDPOINT_FILE:-$var/milvus.endpoint}" "$var/worker.shares-port"
   "$root/scripts/kafka.sh" stop
