@@ -20,7 +20,7 @@ from typing import Any
 from storage import MemoryRow, codec
 from storage.compacted import CompactedLog, CompactedLogError
 from storage.kafka import KafkaConnection
-from storage.rows import live_values, with_live
+from storage.rows import with_live
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class StateView(CompactedLog):
             self._tell(tenant_id, memory_id, None)
             return
         try:
-            values = live_values(codec.decode(value))
+            values = codec.decode_live(value)
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("state view: skipped an undecodable value of %r: %s", key, exc)
             return

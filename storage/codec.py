@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from memcore import ImportanceSource, Lifecycle, MemoryState, ReviewCard, Tier
-from storage.rows import Document, from_us, to_us
+from storage.rows import CURRENT, Document, from_us, to_us
 from storage.sealing import DataKey, Opener, SealError, seal
 
 _FORMAT = 1
@@ -114,6 +114,33 @@ def encode(state: MemoryState) -> bytes:
     if state.user_id is not None:  # left out when absent: states from before user scopes
         value["user_id"] = state.user_id  # encode, and hash, as they did
     return orjson.dumps(value)
+
+
+def decode_live(raw: bytes) -> tuple[Any, ...]:
+    """What ``live_values(decode(raw))`` gives (:data:`storage.rows.LIVE_FIELDS`, in order),
+    read straight from the encoded value: the ranker's state view takes one per change and needs
+    no state built. Raises KeyError, TypeError or ValueError on a value :func:`encode` did not
+    write.
+    """
+    v = orjson.loads(raw)
+    retention, _, next_review, review_count = v["card"]
+    valid_to = v.get("valid_to")
+    return (
+        v["tier"],
+        v["state"],
+        v["importance"],
+        v["access_count"],
+        v["recall_count"],
+        v["write_count"],
+        v["last_access"],
+        v["state_changed_at"],
+        v["tau_hours"],
+        retention,
+        review_count,
+        next_review if next_review is not None else 0,
+        valid_to if valid_to is not None else CURRENT,
+        v.get("superseded_by") or "",
+    )
 
 
 def decode(raw: bytes) -> MemoryState:

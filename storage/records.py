@@ -216,8 +216,10 @@ def _first_error(exc: ValidationError) -> RecordError:
     return RecordError(path or "$", err.get("input"), err["msg"])
 
 
-def _model(model: type[M], raw: bytes) -> M:
-    document = _parse(raw)
+def _model(model: type[M], raw: bytes, document: object = None) -> M:
+    """``raw`` validated as ``model``; ``document`` is ``raw`` parsed, when the caller has it."""
+    if document is None:
+        document = _parse(raw)
     if not isinstance(document, dict):
         raise RecordError("$", document, "expected a JSON object")
     if document.get("v") != VERSION:
@@ -255,18 +257,21 @@ def _check_text_sizes(m: MemoryWriteV1, limits: Limits) -> None:
         raise RecordError("context", f"<{indexed} bytes>", f"with content over {MAX_CONTENT_BYTES}")
 
 
-def decode_write(raw: bytes, limits: Limits) -> WriteRecord:
+def decode_write(raw: bytes, limits: Limits, document: object = None) -> WriteRecord:
     """Validate a memory-write record, clear or sealed (:func:`opened`); raises RecordError
     naming the first bad field, and :class:`storage.sealing.Erased` for a sealed write whose key
-    was erased (not an error: the memory was erased after it was written).
+    was erased (not an error: the memory was erased after it was written). ``document``: ``raw``
+    parsed, when the caller has it (it is not parsed again).
     """
     key_id = None
-    if b'"sealed"' in raw:  # only then parse twice: most writes are decoded once
-        document = _parse(raw)
+    if b'"sealed"' in raw:
+        if document is None:
+            document = _parse(raw)
         if isinstance(document, dict) and "sealed" in document:
-            raw, key_id = opened(document, limits)
+            document, key_id = opened(document, limits)
+            raw = orjson.dumps(document)  # validated in JSON mode, as a clear write is
     try:
-        return _write_record(raw, limits, key_id)
+        return _write_record(raw, limits, key_id, document)
     except RecordError as exc:
         root = exc.field.split(".")[0].split("[")[0]
         if key_id is None or root not in PRIVATE_FIELDS:
@@ -275,11 +280,15 @@ def decode_write(raw: bytes, limits: Limits) -> WriteRecord:
         raise RecordError(root, "<sealed>", exc.reason) from None
 
 
-def _write_record(raw: bytes, limits: Limits, key_id: str | None) -> WriteRecord:
-    """The record of a clear write (``key_id``: the key it was sealed under, if it was)."""
+def _write_record(
+    raw: bytes, limits: Limits, key_id: str | None, document: object = None
+) -> WriteRecord:
+    """The record of a clear write (``key_id``: the key it was sealed under, if it was;
+    ``document``: ``raw`` parsed, if it was).
+    """
     from memcore import derive_memory_id  # noqa: PLC0415 - keeps the import list short
 
-    m = _model(MemoryWriteV1, raw)
+    m = _model(MemoryWriteV1, raw, document)
     tenant_id = _tenant(m.tenant_id, limits)
     _check_text_sizes(m, limits)
     embedding = None
@@ -333,8 +342,8 @@ def _write_record(raw: bytes, limits: Limits, key_id: str | None) -> WriteRecord
     )
 
 
-def opened(document: Mapping[str, Any], limits: Limits) -> tuple[bytes, str]:
-    """The clear record (bytes) of a sealed write ``document`` and its key id: the sealed private
+def opened(document: Mapping[str, Any], limits: Limits) -> tuple[dict[str, Any], str]:
+    """The clear record (parsed) of a sealed write ``document`` and its key id: the sealed private
     fields (:data:`storage.sealing.PRIVATE_FIELDS`) opened with ``limits.keys`` and put back.
     A sealed write names its ``memory_id`` and carries no private field in the clear. Raises
     RecordError naming the field, or Erased.
@@ -363,7 +372,7 @@ def opened(document: Mapping[str, Any], limits: Limits) -> tuple[bytes, str]:
     if not isinstance(payload, dict) or not set(payload) <= set(PRIVATE_FIELDS):
         raise RecordError("sealed.data", "<sealed>", f"expected only {', '.join(PRIVATE_FIELDS)}")
     clear = {name: value for name, value in document.items() if name != "sealed"}
-    return orjson.dumps({**clear, **payload}), sealed["key_id"]
+    return {**clear, **payload}, sealed["key_id"]
 
 
 @dataclass(frozen=True)
@@ -396,8 +405,8 @@ def decode_memory_event(raw: bytes, limits: Limits) -> WriteRecord | DecisionRec
     """A write or a consolidation decision, told apart by ``kind`` (default ``write``)."""
     document = _parse(raw)
     if isinstance(document, dict) and document.get("kind") == "decision":
-        return decode_decision(raw, limits)
-    return decode_write(raw, limits)
+        return decode_decision(raw, limits, document)
+    return decode_write(raw, limits, document)
 
 
 DecisionEvent = Absorb | Retire | Fade | Supersede | Promote | Purge
@@ -441,9 +450,11 @@ def decision_value(
     return value
 
 
-def decode_decision(raw: bytes, limits: Limits) -> DecisionRecord:
-    """Validate a decision record; raises RecordError naming the first bad field."""
-    m = _model(DecisionV1, raw)
+def decode_decision(raw: bytes, limits: Limits, document: object = None) -> DecisionRecord:
+    """Validate a decision record; raises RecordError naming the first bad field (``document``:
+    ``raw`` parsed, when the caller has it).
+    """
+    m = _model(DecisionV1, raw, document)
     tenant_id = _tenant(m.tenant_id, limits)
     memory_id = _id("memory_id", m.memory_id)
     event: DecisionEvent

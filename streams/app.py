@@ -288,7 +288,13 @@ class StreamWorker:
             self.keys_read = True
 
     async def on_writes(self, events: Sequence[Any]) -> None:
-        """Decode, embed what has no vector, score importance, reduce, sync, emit."""
+        """Decode, embed what has no vector, score importance, reduce, sync, emit; each memory's
+        state and document are read and opened once for all of these steps.
+        """
+        with self.processor.remembering():
+            await self.apply_writes(events)
+
+    async def apply_writes(self, events: Sequence[Any]) -> None:
         await self.keys_ready()
         batch = Batch()
         pairs = [(_inbound(e), e) for e in events]

@@ -206,6 +206,18 @@ class WriteBack(MutableMapping[bytes, bytes]):
         return written
 
 
+@dataclass
+class Recent:
+    """What a processor read or wrote while remembering (:meth:`Processor.remembering`): the
+    current state and opened document of each memory key it looked at (None: there is none).
+    ``parked`` is False once the pending table was found empty and nothing was parked since.
+    """
+
+    states: dict[str, MemoryState | None] = field(default_factory=dict)
+    documents: dict[str, Document | None] = field(default_factory=dict)
+    parked: bool | None = None  # None: not looked yet
+
+
 class Processor:
     """Applies decoded records to the tables through :func:`memcore.apply`."""
 
@@ -222,6 +234,21 @@ class Processor:
         self.counters = counters
         self.pending = pending  # memory key -> accesses that arrived before the memory's write
         self.limits = limits
+        self.recent: Recent | None = None  # see remembering()
+
+    @contextmanager
+    def remembering(self) -> Iterator[None]:
+        """Within, the states and opened documents this processor reads or writes are kept in
+        memory (:class:`Recent`), so that a batch reads and unseals each memory once however many
+        steps look at it (write, Milvus rows, supersession). Every change to the memory and
+        document tables must go through this processor meanwhile (all of them do); what is kept
+        is forgotten when the context ends.
+        """
+        self.recent = Recent()
+        try:
+            yield
+        finally:
+            self.recent = None
 
     @contextmanager
     def buffered(self) -> Iterator[tuple[WriteBack, WriteBack]]:
@@ -252,15 +279,33 @@ class Processor:
         """The stored document of ``key`` opened; None when there is none or it cannot be opened
         (its key erased, or unknown here).
         """
+        recent = self.recent
+        if recent is not None and key in recent.documents:
+            doc = recent.documents[key]
+            return doc if doc is None or self.openable(key, doc.key_id) else None
         raw = self.documents.get(key.encode())
-        if raw is None:
-            return None
+        doc = self._open(key, raw) if raw is not None else None
+        if recent is not None:
+            recent.documents[key] = doc
+        return doc
+
+    def _open(self, key: str, raw: bytes) -> Document | None:
         tenant_id, _, memory_id = key.partition("/")
         try:
             return codec.decode_document(raw, self.limits.keys, (tenant_id, memory_id))
         except (Erased, SealError) as exc:
             log.debug("document of %s not opened: %s", key, exc)
             return None
+
+    def openable(self, key: str, key_id: str | None) -> bool:
+        """False when the document of ``key`` is sealed under ``key_id`` and that key is gone
+        (erased since it was opened).
+        """
+        if key_id is None:
+            return True
+        tenant_id, _, memory_id = key.partition("/")
+        keys = self.limits.keys
+        return keys is not None and keys.data_key(tenant_id, memory_id, key_id) is not None
 
     def data_key(self, tenant_id: str, memory_id: str, key_id: str | None) -> DataKey | None:
         """The data key to seal a document under; raises Erased when it is gone since the write
@@ -277,8 +322,32 @@ class Processor:
 
     def state(self, key: str) -> MemoryState | None:
         """The state alone (an access needs no document)."""
+        recent = self.recent
+        if recent is not None and key in recent.states:
+            return recent.states[key]
         raw = self.memories.get(key.encode())
-        return codec.decode(raw) if raw is not None else None
+        state = codec.decode(raw) if raw is not None else None
+        if recent is not None:
+            recent.states[key] = state
+        return state
+
+    def put_state(self, key: str, state: MemoryState) -> None:
+        """Assign ``state`` to the memory table (its whole value: one changelog record)."""
+        self.memories[key.encode()] = codec.encode(state)
+        if self.recent is not None:
+            self.recent.states[key] = state
+
+    def put_document(self, key: str, doc: Document, sealer: DataKey | None) -> None:
+        """Assign ``doc`` to the document table, sealed under ``sealer`` (None: in the clear)."""
+        self.documents[key.encode()] = codec.encode_document(doc, sealer)
+        if self.recent is not None:
+            self.recent.documents[key] = doc
+
+    def drop_document(self, key: str) -> None:
+        """Delete the document of ``key`` (a tombstone on the changelog)."""
+        del self.documents[key.encode()]
+        if self.recent is not None:
+            self.recent.documents[key] = None
 
     def live(self, row: MemoryRow) -> MemoryRow:
         """``row`` with the live fields of the table's state (as it is when the table has none)."""
@@ -410,9 +479,9 @@ class Processor:
                 batch.erased += 1  # erased while this batch was embedded: keep nothing of it
                 self.release(key, batch)
                 return
-            self.documents[key] = codec.encode_document(new_doc, sealer)
+            self.put_document(record.key, new_doc, sealer)
         if not skipped:
-            self.memories[key] = codec.encode(new)
+            self.put_state(record.key, new)
         if not skipped and any(e.kind in _STATED for e in effects):
             batch.stated[record.key] = None
         self._after(message, record.at, new, effects, batch)
@@ -426,11 +495,10 @@ class Processor:
         event = dataclasses.replace(record.event, position=message.position)
         new, effects = apply(state, event, self.policy(record.tenant_id))
         assert new is not None
-        key = record.key.encode()
         if new != state:
-            self.memories[key] = codec.encode(new)
-        if new.purged and key in self.documents:
-            del self.documents[key]  # its words leave the table (a tombstone on the changelog)
+            self.put_state(record.key, new)
+        if new.purged and record.key.encode() in self.documents:
+            self.drop_document(record.key)  # its words leave the table
         self._after(message, event.at, new, effects, batch)
 
     # -- access --------------------------------------------------------------------------------
@@ -470,11 +538,13 @@ class Processor:
         new, effects = apply(state, Access(record.at, record.kind, message.position), policy)
         assert new is not None
         if new != state:
-            self.memories[record.key.encode()] = codec.encode(new)
+            self.put_state(record.key, new)
         self._after(message, record.at, new, effects, batch, sync=serving_changed(state, new))
 
     def _park(self, key: bytes, message: Inbound, batch: Batch) -> None:
         batch.parked.add(message.partition)
+        if self.recent is not None:
+            self.recent.parked = True
         raw = self.pending.get(key)
         parked = orjson.loads(raw) if raw is not None else []
         if any(p["topic"] == message.topic and p["offset"] >= message.offset for p in parked):
@@ -513,6 +583,12 @@ class Processor:
         """Apply the accesses parked under ``key`` now that its memory exists (or dead-letter them
         when it still does not: called only once the writes are caught up).
         """
+        recent = self.recent
+        if recent is not None:  # one look at the whole table per batch, not one read per write
+            if recent.parked is None:
+                recent.parked = self.has_pending()
+            if not recent.parked:
+                return
         messages = self.parked(key)
         if not messages:
             return

@@ -353,3 +353,36 @@ def test_a_rebuild_opens_sealed_documents_and_leaves_erased_ones_out() -> None:
     with pytest.raises(Unreadable, match="acme/m1"):  # a rebuild would lose it: refused
         without_keys.rows()
     assert without_keys.rows(strict=False) == ([], [])  # a start-up resync leaves it out
+
+
+class CountingDict(dict[bytes, bytes]):
+    """A table that counts its reads."""
+
+    reads = 0
+
+    def get(self, key: bytes, default: object = None) -> object:  # type: ignore[override]
+        self.reads += 1
+        return super().get(key, default)
+
+
+def test_a_batch_opens_each_document_once_and_still_sees_an_erasure() -> None:
+    key = new_key("acme", "m1", "ann")
+    ring = ring_with(key)
+    t = Tables(ring)
+    counted = t.processor.documents = CountingDict()
+    with t.processor.remembering():
+        t.write(seal_write(clear_write(), key))
+        reads = counted.reads
+        for _ in range(3):  # the Milvus rows and the supersession check read it back
+            found = t.processor.load("acme/m1")
+            assert found is not None
+            assert found[1].content == SECRET_WORDS
+            upserts, _ = t.processor.rows(["acme/m1"])
+            assert [r.content for r in upserts] == [SECRET_WORDS]
+        assert counted.reads == reads  # from memory: not read and opened again
+        ring.apply(key.record_key, None)  # erased while the batch goes on
+        ring.apply(*erasure_record("acme", "m1", [key.key_id]))
+        assert t.processor.load("acme/m1") is None
+        assert t.processor.rows(["acme/m1"]) == ([], [])
+    assert t.processor.recent is None
+    assert t.processor.load("acme/m1") is None

@@ -45,6 +45,7 @@ from storage.records import (
     encode_access,
     encode_write,
 )
+from storage.rows import from_us, live_values
 from storage.tenants import TenantRegistry
 from streams.app import consolidation_requests
 from streams.consolidation import decision_records, item_of, plan_tenant
@@ -125,6 +126,43 @@ def test_codec_round_trip() -> None:
     assert codec.decode(codec.encode(state)) == state
     assert codec.decode(codec.encode(superseded)) == superseded
     assert codec.decode_document(codec.encode_document(doc)) == doc
+
+
+@given(
+    tier=st.sampled_from(list(Tier)),
+    state=st.sampled_from(list(Lifecycle)),
+    importance=st.floats(0, 1),
+    counts=st.tuples(*[st.integers(0, 2**40)] * 3),
+    micros=st.tuples(*[st.integers(0, 2**52)] * 4),
+    superseded_by=st.none() | st.sampled_from(["m9", ""]),
+    with_ends=st.booleans(),
+)
+def test_the_live_values_read_from_an_encoded_state_are_those_of_the_state(
+    tier: Tier,
+    state: Lifecycle,
+    importance: float,
+    counts: tuple[int, int, int],
+    micros: tuple[int, int, int, int],
+    superseded_by: str | None,
+    with_ends: bool,
+) -> None:
+    base = created(0.5)
+    last, changed, review, valid_to = (from_us(us) for us in micros)
+    decoded = dataclasses.replace(
+        base,
+        tier=tier,
+        state=state,
+        importance=importance,
+        access_count=counts[0],
+        recall_count=counts[1],
+        write_count=counts[2],
+        last_access=last,
+        state_changed_at=changed,
+        card=dataclasses.replace(base.card, next_review=review if with_ends else None),
+        valid_to=valid_to if with_ends else None,
+        superseded_by=superseded_by,
+    )
+    assert codec.decode_live(codec.encode(decoded)) == live_values(decoded)
 
 
 def test_codec_keeps_the_user_scope_and_reads_states_written_before_it() -> None:
@@ -553,3 +591,47 @@ def test_summaries_keep_their_sources_scope_and_users_are_consolidated_apart() -
     plain = [dataclasses.replace(r, user_id="") for r in (ann, ann2)]
     unscoped = orjson.loads(decision_records("acme", [summary], plain, T, None)[0].value)
     assert "user_id" not in unscoped
+
+
+class CountingDict(dict[bytes, bytes]):
+    """A table that counts its reads."""
+
+    reads = 0
+
+    def get(self, key: bytes, default: object = None) -> object:  # type: ignore[override]
+        self.reads += 1
+        return super().get(key, default)
+
+
+def test_a_remembering_batch_reads_each_state_once_and_sees_every_change() -> None:
+    t = Tables()
+    memories = t.processor.memories = CountingDict()
+    with t.processor.remembering():
+        t.write(write_bytes(importance=0.5))
+        reads = memories.reads
+        t.access(access_bytes("recall"))  # an access between the batch's steps (another agent)
+        t.access(access_bytes("get"))
+        state = t.processor.state("acme/m1")
+        assert state is not None
+        assert (state.access_count, state.recall_count) == (2, 1)
+        upserts, _ = t.processor.rows(["acme/m1"])
+        assert [r.access_count for r in upserts] == [2]
+        assert memories.reads == reads  # every look after the write came from memory
+    assert codec.decode(memories[b"acme/m1"]) == state  # and the table has the same
+
+
+def test_a_remembering_batch_looks_for_parked_accesses_once_and_sees_new_ones() -> None:
+    t = Tables()
+    pending = t.processor.pending = CountingDict()
+    with t.processor.remembering():
+        for i in range(3):
+            t.write(write_bytes(memory_id=f"w{i}"), key=f"acme/w{i}".encode())
+        assert pending.reads == 0  # found empty once, not read per write
+        parked = t.access(access_bytes(memory_id="m1"), caught_up=False)
+        assert parked.parked == {0}
+        batch = t.write(write_bytes(importance=0.5))  # the memory it waited for
+    state = t.processor.state("acme/m1")
+    assert state is not None
+    assert state.access_count == 1
+    assert pending == {}
+    assert list(batch.touched) == ["acme/m1"]
