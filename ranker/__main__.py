@@ -142,8 +142,9 @@ def _hot_cache(
     settings: RankerSettings, store: MilvusStore, view: StateView, *, local_writer: bool
 ) -> HotCache | None:
     """The hot cache, fed by the state view and, with ``local_writer`` (a worker in this process
-    writes through ``store``), by the rows that worker writes (None when ``MNEMO_HOT_CACHE`` is
-    off).
+    writes through ``store``), by the rows that worker writes, which start new tenants' blocks
+    when ``store`` is Milvus Lite (no other process writes it); None when ``MNEMO_HOT_CACHE`` is
+    off.
     """
     if not settings.hot_cache:
         return None
@@ -153,6 +154,7 @@ def _hot_cache(
         tenant_max=settings.hot_tenant_max,
         total_max=settings.hot_total_max,
         writer_grace_s=LOCAL_WRITER_GRACE_S if local_writer else 0.0,
+        sole_writer=local_writer and store.embedded,
     )
     view.listeners.append(cache.on_change)
     if local_writer:

@@ -14,7 +14,10 @@ tombstone marks the id dirty, and the next search of that tenant first re-reads 
 from Milvus (the worker writes the row before it commits or marks the offsets a read-your-writes
 token waits for). With the worker in this process (``python -m server``) its rows come straight in
 (:meth:`HotCache.upserted`) and a dirty id is left ``writer_grace_s`` for them before a search
-reads it back. An access changes only counters, importance and the decay clock: the block's
+reads it back. When that worker is the collection's only writer (Milvus Lite embedded in the
+process: ``sole_writer``) and the preload read the whole collection, a tenant the cache does not
+hold had no rows then, so the rows the worker writes for it start its block: a new tenant's first
+recall reads nothing from Milvus. An access changes only counters, importance and the decay clock: the block's
 scoring columns (what :class:`HotHits` hands the kernel) take them in place, nothing is re-read.
 
 A tenant is loaded on its first search (one Milvus query); a tenant over ``tenant_max`` rows, a
@@ -329,12 +332,18 @@ class HotCache:
         recheck_s: float = 600.0,
         clock: Callable[[], float] = time.monotonic,
         writer_grace_s: float = 0.0,
+        sole_writer: bool = False,
     ) -> None:
         """``writer_grace_s``: a worker sharing ``store`` hands the cache its rows
         (:meth:`upserted`); a dirty id younger than this is left for it (0: no such worker).
+        ``sole_writer``: that worker writes every row the collection gets (no other process can
+        write it), so after a complete preload its rows start the blocks of tenants not held.
         """
         self.store = store
         self.writer_grace_s = writer_grace_s
+        self.sole_writer = sole_writer
+        self._complete = False  # a preload read every row of the collection
+        self._partial: set[str] = set()  # tenants that may have rows the cache never met
         self.live_of = live_of
         self.tenant_max = tenant_max
         self.total_max = total_max
@@ -470,6 +479,8 @@ class HotCache:
                     block = self._blocks.get(tenant_id)
                     if block is None:
                         if total >= self.total_max:
+                            with self._guard:
+                                self._partial.add(tenant_id)
                             continue
                         block = self._pending(tenant_id)
                     with block.lock:
@@ -482,6 +493,8 @@ class HotCache:
                         with self._guard:
                             total -= self._blocks.pop(tenant_id).n
                             self._cold[tenant_id] = self.clock()
+            with self._guard:
+                self._complete = True
         finally:
             with self._guard:
                 self._preloading = False
@@ -564,23 +577,50 @@ class HotCache:
         """Rows this process just wrote to Milvus (``python -m server``: the worker shares the
         store, :attr:`storage.MilvusStore.upserted`): put into the blocks of tenants already
         held, so that the next search need not re-read them (on Milvus Lite each re-read is a
-        query over the whole collection). A row older than the block's version is ignored;
-        tenants not held take it when they load. Runs in the upserting thread; never raises for a
+        query over the whole collection). A row older than the block's version is ignored.
+        A tenant not held starts a block with it when it is known to have had no rows
+        (:meth:`_started`), else takes it when it loads. Runs in the upserting thread; never raises for a
         row (a failure is logged and the id is re-read at the next search, without grace).
         """
+        started = set()
         for row in rows:
             with self._guard:
                 block = self._blocks.get(row.tenant_id)
+                if block is None:
+                    block = self._started(row.tenant_id)
+                    if block is not None:
+                        started.add(row.tenant_id)
             if block is None:
                 continue
             try:
                 with block.lock:
                     if self._put(row.tenant_id, block, row):
                         block.dirty.pop(row.memory_id, None)
+                    elif row.tenant_id in started:  # the view knows a newer version: await it
+                        block.dirty.setdefault(row.memory_id, self.clock())
             except Exception:
                 log.exception("hot cache: could not take the written row %s", row.key)
                 with block.lock:
                     block.dirty[row.memory_id] = self.clock() - self.writer_grace_s  # due now
+        with self._guard:
+            for tenant_id in started:
+                self._evict(keep=tenant_id)
+
+    def _started(self, tenant_id: str) -> _Block | None:
+        """A new, empty block for a tenant the sole writer writes a row for, when the tenant is
+        known to have had no rows (guard held); None when that is not known: the tenant loads
+        from Milvus at its first search. A row written during the preload's pass may or may not
+        have been met by it, so its tenant is not known empty.
+        """
+        if not self.sole_writer:
+            return None
+        if self._preloading:
+            self._partial.add(tenant_id)
+            return None
+        if not self._complete or tenant_id in self._partial or tenant_id in self._cold:
+            return None
+        block = self._blocks[tenant_id] = _Block(self.store.config.dim)
+        return block
 
     def _due(self, block: _Block) -> dict[str, float]:
         """The dirty ids a search re-reads now: all, or those past ``writer_grace_s``."""
@@ -609,3 +649,4 @@ class HotCache:
                 break
             if tenant_id != keep and tenant_id not in self._loading:
                 total -= self._blocks.pop(tenant_id).n
+                self._partial.add(tenant_id)  # its rows stay in Milvus only

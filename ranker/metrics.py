@@ -55,6 +55,12 @@ class Metrics:
         self.hot_rows = Gauge(
             "mnemostream_hot_cache_rows", "rows the hot cache holds", registry=self.registry
         )
+        self.hot_loads = Gauge(
+            "mnemostream_hot_cache_loads",
+            "tenants the hot cache has read whole from Milvus since start (a preload counts each"
+            " tenant it met); a tenant its process alone writes starts from those writes instead",
+            registry=self.registry,
+        )
 
     def on_batch(self, stats: BatchStats) -> None:
         self.batch_size.observe(stats.size)

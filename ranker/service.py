@@ -131,6 +131,7 @@ class RecallService:
         self.metrics = metrics or Metrics()
         if cache is not None:
             self.metrics.hot_rows.set_function(lambda: cache.rows)  # read at scrape time
+            self.metrics.hot_loads.set_function(lambda: cache.loads)
         self.applied = applied
         self.view = view
         self.store = store

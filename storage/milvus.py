@@ -180,6 +180,11 @@ class MilvusStore:
         else:
             self._create()
 
+    @property
+    def embedded(self) -> bool:
+        """True for a Milvus Lite file: embedded in this process, which alone can write it."""
+        return self.config.uri.endswith(".db")
+
     def endpoint(self) -> str:
         """Where another process reaches this collection's Milvus: the URI of a server as
         configured; for a Milvus Lite file, the local gRPC address (``http://127.0.0.1:<port>``)
@@ -188,7 +193,7 @@ class MilvusStore:
         between :meth:`connect` and :meth:`close`; raises StorageError when not connected or
         when the Lite server cannot run.
         """
-        if not self.config.uri.endswith(".db"):
+        if not self.embedded:
             return self.config.uri
         from milvus_lite.server_manager import server_manager_instance  # noqa: PLC0415
 

@@ -6,9 +6,12 @@ get with the token still sees the write and the access.
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from mnemostream import Client
@@ -44,3 +47,31 @@ def test_a_write_and_an_access_are_seen_before_the_worker_commits(server: Server
             got = client.get(memory_id)
             assert got is not None, server.log()
             assert got.access_count == 1, server.log()
+
+
+def metric(server: Server, name: str) -> float:
+    text = httpx.get(f"{server.url}/metrics", timeout=10).text
+    found = re.search(rf"^{re.escape(name)} ([0-9.e+]+)$", text, re.MULTILINE)
+    assert found is not None, text[-2000:]
+    return float(found.group(1))
+
+
+def test_a_tenant_written_after_start_is_recalled_from_the_hot_cache_without_a_milvus_load(
+    server: Server,
+) -> None:
+    """Milvus Lite is the server's own: once the preload read the whole (empty) collection, the
+    rows the worker writes for a tenant start its block, and the first recall reads nothing
+    back from Milvus (on Lite that read is a pass over the whole collection).
+    """
+    deadline = time.monotonic() + 60
+    while not re.search(r"hot cache: \d+ rows", server.log()):
+        assert time.monotonic() < deadline, server.log()
+        time.sleep(0.2)
+    with Client(server.url, KEY) as client:
+        written = [client.remember(f"note {i}", embedding=axis(i)) for i in range(3)]
+        for i, memory_id in enumerate(written):
+            found = client.recall(vector=axis(i), k=1, track=False)
+            assert [m.memory_id for m in found] == [memory_id], server.log()
+    assert metric(server, "mnemostream_hot_cache_loads") == 0, server.log()
+    assert metric(server, 'mnemostream_vector_searches_total{source="hot"}') >= 3
+    assert metric(server, "mnemostream_hot_cache_rows") == 3

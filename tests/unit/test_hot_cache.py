@@ -4,7 +4,7 @@ tests/contract/test_hot_cache.py; the whole path through the worker in tests/int
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,6 +49,16 @@ class FakeStore:
         self.reads += 1
         found = self.rows.get(tenant_id, {})
         return {m: found[m] for m in memory_ids if m in found}
+
+    def scan(self) -> Iterator[list[MemoryRow]]:
+        """One page per tenant; ``during_scan`` runs after the first page (a write meanwhile)."""
+        for i, rows in enumerate([list(r.values()) for r in self.rows.values()]):
+            yield rows
+            if i == 0:
+                self.during_scan()
+
+    def during_scan(self) -> None:
+        pass
 
 
 def row(memory_id: str, *head: float, **kw: object) -> MemoryRow:
@@ -361,3 +371,74 @@ def test_an_older_row_read_back_keeps_a_newer_version_awaited() -> None:
     assert not cache.ready("acme", RECALL)
     ids(cache)  # Milvus still answers the first version: older than the one held
     assert not cache.ready("acme", RECALL)  # the third version is still awaited
+
+
+def sole_writer_setup(*rows: MemoryRow, total_max: int = 2_000_000) -> tuple[FakeStore, HotCache]:
+    """A cache whose process alone writes the collection (Milvus Lite embedded), not preloaded."""
+    store = FakeStore()
+    store.put(*rows)
+    cache = HotCache(store, writer_grace_s=5.0, sole_writer=True, total_max=total_max)  # type: ignore[arg-type]
+    return store, cache
+
+
+def written(store: FakeStore, cache: HotCache, *rows: MemoryRow) -> None:
+    """The worker in the cache's process writes ``rows``: Milvus has them, then the cache hears."""
+    store.put(*rows)
+    cache.upserted(rows)
+
+
+def found(cache: HotCache, tenant: str) -> list[str] | None:
+    hits = cache.search(tenant, [1.0, 0.0, 0.0, 0.0], 10, Filters())
+    return None if hits is None else sorted(r.memory_id for r in hits.rows)
+
+
+def test_a_new_tenant_written_by_the_sole_writer_is_searched_without_a_milvus_read() -> None:
+    store, cache = sole_writer_setup(row("a", 1.0))
+    cache.preload()
+    written(store, cache, make_row("fresh", "f1", [1.0, 0, 0, 0]))
+    written(store, cache, make_row("fresh", "f2", [0, 1.0, 0, 0]))
+    assert cache.ready("fresh", Filters())
+    assert found(cache, "fresh") == ["f1", "f2"]
+    assert store.reads == 0
+
+
+def test_a_new_tenant_loads_from_milvus_when_other_processes_may_write() -> None:
+    store, _ = sole_writer_setup(row("a", 1.0))
+    cache = HotCache(store, writer_grace_s=5.0)  # type: ignore[arg-type]  # a shared server
+    cache.preload()
+    written(store, cache, make_row("fresh", "f1", [1.0, 0, 0, 0]))
+    assert not cache.ready("fresh", Filters())
+    assert found(cache, "fresh") == ["f1"]
+    assert store.reads == 1
+
+
+def test_before_a_complete_preload_no_tenant_is_known_empty() -> None:
+    store, cache = sole_writer_setup(row("a", 1.0))
+    store.put(make_row("old", "o1", [1.0, 0, 0, 0]))  # in Milvus from an earlier run
+    written(store, cache, make_row("old", "o2", [0, 1.0, 0, 0]))  # no preload yet
+    assert found(cache, "old") == ["o1", "o2"]
+    assert store.reads == 1
+
+
+def test_a_tenant_written_during_the_preload_pass_loads_from_milvus() -> None:
+    store, cache = sole_writer_setup(row("a", 1.0))
+    # written while the pass reads: the pass may have gone by the row's place
+    store.during_scan = lambda: written(store, cache, make_row("late", "l1", [1.0, 0, 0, 0]))  # type: ignore[method-assign]
+    store.rows.setdefault("late", {})  # ... and the page it was on is read already
+    cache.preload()
+    written(store, cache, make_row("late", "l2", [0, 1.0, 0, 0]))
+    assert found(cache, "late") == ["l1", "l2"]
+    assert store.reads == 1
+
+
+def test_a_dropped_tenant_is_not_taken_as_empty_again() -> None:
+    store, cache = sole_writer_setup(
+        *(make_row("t1", f"m{i}", [1.0, 0, 0, 0]) for i in range(4)), total_max=4
+    )
+    cache.preload()
+    written(store, cache, make_row("t2", "n0", [1.0, 0, 0, 0]))  # new: t1 is dropped for it
+    assert found(cache, "t2") == ["n0"]
+    assert store.reads == 0
+    written(store, cache, make_row("t1", "m4", [1.0, 0, 0, 0]))
+    assert found(cache, "t1") == ["m0", "m1", "m2", "m3", "m4"]
+    assert store.reads == 1
