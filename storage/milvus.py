@@ -124,6 +124,16 @@ def _in(field: str, values: Iterable[str]) -> str:
     return f"{field} in [{', '.join(_literal(v) for v in values)}]"
 
 
+def keys_expression(tenant_id: str, memory_ids: Sequence[str]) -> str:
+    """``key in [...]`` for one tenant's memory ids: a primary-key lookup. Milvus Lite answers
+    exactly this form from its key index (any other expression is a pass over every row of the
+    collection: ~75x slower at 10,000 rows), a server by key. The key holds the tenant, so the
+    ids cannot name another tenant's rows; callers still check ``tenant_id`` on what comes back.
+    """
+    tenant = check_id("tenant_id", tenant_id)
+    return f"key in [{', '.join(_literal(f'{tenant}/{m}') for m in memory_ids)}]"
+
+
 def filter_expression(tenant_id: str, filters: Filters) -> str:
     """The boolean expression for ``filters`` within one tenant; values are quoted, never pasted."""
     parts = [f"tenant_id == {_literal(check_id('tenant_id', tenant_id))}"]
@@ -275,11 +285,24 @@ class MilvusStore:
     # -- reads ---------------------------------------------------------------------------------
 
     def get(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, MemoryRow]:
-        """Rows of one tenant by memory id, any state, read with strong consistency."""
+        """Rows of one tenant by memory id, any state, read with strong consistency; ids not
+        found are absent. A primary-key lookup (:func:`keys_expression`).
+        """
         if not memory_ids:
             return {}
-        rows = self.query(tenant_id, Filters(states=(), memory_ids=tuple(memory_ids)))
-        return {row.memory_id: row for row in rows}
+        found = self._call(
+            "get",
+            lambda: self.client.query(
+                self.config.collection,
+                filter=keys_expression(tenant_id, memory_ids),
+                output_fields=list(ROW_FIELDS),
+                limit=len(memory_ids),
+                consistency_level="Strong",
+                timeout=self.config.timeout_s,
+            ),
+        )
+        rows = (MemoryRow.from_entity(entity) for entity in found)
+        return {row.memory_id: row for row in rows if row.tenant_id == tenant_id}
 
     def relations(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
         """The ``relations`` of one tenant's memories by id, any state (only that field is read:
@@ -287,19 +310,22 @@ class MilvusStore:
         """
         if not memory_ids:
             return {}
-        expression = filter_expression(tenant_id, Filters(states=(), memory_ids=tuple(memory_ids)))
         found = self._call(
             "query",
             lambda: self.client.query(
                 self.config.collection,
-                filter=expression,
-                output_fields=["memory_id", "relations"],
+                filter=keys_expression(tenant_id, memory_ids),
+                output_fields=["tenant_id", "memory_id", "relations"],
                 limit=len(memory_ids),
                 consistency_level="Strong",
                 timeout=self.config.timeout_s,
             ),
         )
-        return {e["memory_id"]: tuple(e["relations"] or ()) for e in found}
+        return {
+            e["memory_id"]: tuple(e["relations"] or ())
+            for e in found
+            if e["tenant_id"] == tenant_id
+        }
 
     def query(
         self, tenant_id: str, filters: Filters = ANY_STATE, limit: int = 16_384

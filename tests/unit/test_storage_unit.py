@@ -12,7 +12,7 @@ import pytest
 from memcore import InvalidField
 from storage import Document, Filters, MemoryRow, StorageError, filter_expression, from_us, to_us
 from storage.compacted import CompactedLog, CompactedLogError
-from storage.milvus import translate
+from storage.milvus import keys_expression, translate
 from storage.records import Limits, RecordError, checked_vector, checked_write
 from storage.rows import LIVE_FIELDS, with_live
 from storage.tenants import TenantRegistry
@@ -328,3 +328,11 @@ def test_a_catch_up_is_not_held_behind_the_followers_fetch(monkeypatch: pytest.M
         assert all(c.stopped for c in made)
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_rows_by_id_are_read_by_primary_key_with_every_value_quoted() -> None:
+    # exactly ``key in [...]``: Milvus Lite answers that form from its key index, and any
+    # other term (a tenant filter, say) would make each read a pass over the whole collection
+    assert keys_expression("acme", ["m1", 'a"b']) == 'key in ["acme/m1", "acme/a\\"b"]'
+    with pytest.raises(InvalidField):
+        keys_expression("acme/evil", ["m1"])
