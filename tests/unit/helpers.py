@@ -63,3 +63,13 @@ def matches_printed(value: float, printed: str) -> bool:
     scale = 10**decimals
     truncated = f"{int(value * scale) / scale:.{decimals}f}"
     return printed in (rounded, truncated)
+
+
+class CountingDict(dict[bytes, bytes]):
+    """A table that counts its reads."""
+
+    reads = 0
+
+    def get(self, key: bytes, default: object = None) -> object:  # type: ignore[override]
+        self.reads += 1
+        return super().get(key, default)

@@ -38,6 +38,8 @@ from streams.rebuild import Tables as RebuildTables
 from streams.rebuild import Unreadable
 from tests.rows import make_row
 
+from .helpers import CountingDict
+
 AT = "2026-03-01T12:00:00+00:00"
 SECRET_WORDS = "Ann's PIN is 4711"
 
@@ -353,16 +355,6 @@ def test_a_rebuild_opens_sealed_documents_and_leaves_erased_ones_out() -> None:
     with pytest.raises(Unreadable, match="acme/m1"):  # a rebuild would lose it: refused
         without_keys.rows()
     assert without_keys.rows(strict=False) == ([], [])  # a start-up resync leaves it out
-
-
-class CountingDict(dict[bytes, bytes]):
-    """A table that counts its reads."""
-
-    reads = 0
-
-    def get(self, key: bytes, default: object = None) -> object:  # type: ignore[override]
-        self.reads += 1
-        return super().get(key, default)
 
 
 def test_a_batch_opens_each_document_once_and_still_sees_an_erasure() -> None:

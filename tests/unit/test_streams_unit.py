@@ -52,7 +52,7 @@ from streams.consolidation import decision_records, item_of, plan_tenant
 from streams.processor import Batch, Inbound, Processor, tenant_counts
 from tests.rows import make_row
 
-from .helpers import created
+from .helpers import CountingDict, created
 
 T = datetime(2026, 3, 1, 12, tzinfo=UTC)
 LIMITS = Limits(4, 64, TenantRegistry.open_to(["acme", "globex"]))
@@ -591,16 +591,6 @@ def test_summaries_keep_their_sources_scope_and_users_are_consolidated_apart() -
     plain = [dataclasses.replace(r, user_id="") for r in (ann, ann2)]
     unscoped = orjson.loads(decision_records("acme", [summary], plain, T, None)[0].value)
     assert "user_id" not in unscoped
-
-
-class CountingDict(dict[bytes, bytes]):
-    """A table that counts its reads."""
-
-    reads = 0
-
-    def get(self, key: bytes, default: object = None) -> object:  # type: ignore[override]
-        self.reads += 1
-        return super().get(key, default)
 
 
 def test_a_remembering_batch_reads_each_state_once_and_sees_every_change() -> None:
