@@ -159,6 +159,7 @@ def _hot_cache(
     view.listeners.append(cache.on_change)
     if local_writer:
         store.upserted.append(cache.upserted)
+        store.upsert_failed.append(cache.upsert_failed)
     return cache
 
 

@@ -468,6 +468,7 @@ class HotCache:
     def _scan_all(self) -> None:
         with self._guard:
             self._preloading = True
+        made: set[str] = set()  # tenants whose block this pass starts
         try:
             too_big: set[str] = set()
             total = self.rows
@@ -483,6 +484,7 @@ class HotCache:
                                 self._partial.add(tenant_id)
                             continue
                         block = self._pending(tenant_id)
+                        made.add(tenant_id)
                     with block.lock:
                         if row.memory_id not in block.index:
                             total += 1
@@ -495,6 +497,11 @@ class HotCache:
                             self._cold[tenant_id] = self.clock()
             with self._guard:
                 self._complete = True
+        except BaseException:
+            with self._guard:  # a block the pass did not finish must not pass for its tenant
+                for tenant_id in made:
+                    self._blocks.pop(tenant_id, None)
+            raise
         finally:
             with self._guard:
                 self._preloading = False
@@ -539,7 +546,13 @@ class HotCache:
                 self._blocks.pop(tenant_id, None)
             return None
         block = self._pending(tenant_id)
-        rows = self.store.query(tenant_id, ANY_STATE, limit=self.tenant_max)
+        try:
+            rows = self.store.query(tenant_id, ANY_STATE, limit=self.tenant_max)
+        except StorageError:
+            with self._guard:  # an empty block must not pass for the tenant
+                if self._blocks.get(tenant_id) is block:
+                    del self._blocks[tenant_id]
+            raise
         now = self.clock()
         with block.lock:
             for row in rows:
@@ -605,6 +618,13 @@ class HotCache:
         with self._guard:
             for tenant_id in started:
                 self._evict(keep=tenant_id)
+
+    def upsert_failed(self, rows: Sequence[MemoryRow]) -> None:
+        """Rows whose upsert raised (:attr:`storage.MilvusStore.upsert_failed`): Milvus may hold
+        them all the same, unseen here, so a tenant of them not held is no longer known empty.
+        """
+        with self._guard:
+            self._partial.update(row.tenant_id for row in rows)
 
     def _started(self, tenant_id: str) -> _Block | None:
         """A new, empty block for a tenant the sole writer writes a row for, when the tenant is

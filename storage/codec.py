@@ -119,8 +119,8 @@ def encode(state: MemoryState) -> bytes:
 def decode_live(raw: bytes) -> tuple[Any, ...]:
     """What ``live_values(decode(raw))`` gives (:data:`storage.rows.LIVE_FIELDS`, in order),
     read straight from the encoded value: the ranker's state view takes one per change and needs
-    no state built. Raises KeyError, TypeError or ValueError on a value :func:`encode` did not
-    write.
+    no state built. Only the live fields are read, and not checked (an unknown tier or state
+    passes); raises KeyError, TypeError or ValueError when one of them is missing or malformed.
     """
     v = orjson.loads(raw)
     retention, _, next_review, review_count = v["card"]

@@ -7,6 +7,7 @@ Works unchanged against Milvus Lite (a file path URI, embedded) and a Milvus ser
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -124,14 +125,20 @@ def _in(field: str, values: Iterable[str]) -> str:
     return f"{field} in [{', '.join(_literal(v) for v in values)}]"
 
 
-def keys_expression(tenant_id: str, memory_ids: Sequence[str]) -> str:
+KEYS_PER_QUERY = 4_096
+"""Ids read by key in one query, at most."""
+
+
+def keys_expression(tenant_id: str, memory_ids: Sequence[str], *, scoped: bool = False) -> str:
     """``key in [...]`` for one tenant's memory ids: a primary-key lookup. Milvus Lite answers
     exactly this form from its key index (any other expression is a pass over every row of the
-    collection: ~75x slower at 10,000 rows), a server by key. The key holds the tenant, so the
-    ids cannot name another tenant's rows; callers still check ``tenant_id`` on what comes back.
+    collection: ~75x slower at 10,000 rows). ``scoped`` adds the tenant term, with which a server
+    reads only the tenant's partition. The key holds the tenant, so the ids cannot name another
+    tenant's rows; callers still check ``tenant_id`` on what comes back.
     """
     tenant = check_id("tenant_id", tenant_id)
-    return f"key in [{', '.join(_literal(f'{tenant}/{m}') for m in memory_ids)}]"
+    keys = f"key in [{', '.join(_literal(f'{tenant}/{m}') for m in memory_ids)}]"
+    return f"tenant_id == {_literal(tenant)} and {keys}" if scoped else keys
 
 
 def filter_expression(tenant_id: str, filters: Filters) -> str:
@@ -173,6 +180,8 @@ class MilvusStore:
         # took them (a reader in this process, the ranker's hot cache, need not read them back);
         # a listener that raises is logged, never failing the upsert
         self.upserted: list[Callable[[Sequence[MemoryRow]], None]] = []
+        # told the rows of every upsert that raised (Milvus may have taken them all the same)
+        self.upsert_failed: list[Callable[[Sequence[MemoryRow]], None]] = []
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -192,7 +201,9 @@ class MilvusStore:
 
     @property
     def embedded(self) -> bool:
-        """True for a Milvus Lite file: embedded in this process, which alone can write it."""
+        """True for a Milvus Lite file: embedded in this process, the only one that opens the
+        file (others reach it only through :meth:`endpoint`).
+        """
         return self.config.uri.endswith(".db")
 
     def endpoint(self) -> str:
@@ -256,12 +267,20 @@ class MilvusStore:
         if not rows:
             return 0
         entities = [self._checked(row) for row in rows]
-        result = self._call(
-            "upsert",
-            lambda: self.client.upsert(
-                self.config.collection, entities, timeout=self.config.timeout_s
-            ),
-        )
+        try:
+            result = self._call(
+                "upsert",
+                lambda: self.client.upsert(
+                    self.config.collection, entities, timeout=self.config.timeout_s
+                ),
+            )
+        except StorageError:
+            for listener in self.upsert_failed:  # Milvus may hold the rows all the same
+                try:
+                    listener(rows)
+                except Exception:
+                    log.exception("a listener of failed upserts failed")
+            raise
         for listener in self.upserted:
             try:
                 listener(rows)
@@ -288,39 +307,37 @@ class MilvusStore:
         """Rows of one tenant by memory id, any state, read with strong consistency; ids not
         found are absent. A primary-key lookup (:func:`keys_expression`).
         """
-        if not memory_ids:
-            return {}
-        found = self._call(
-            "get",
-            lambda: self.client.query(
-                self.config.collection,
-                filter=keys_expression(tenant_id, memory_ids),
-                output_fields=list(ROW_FIELDS),
-                limit=len(memory_ids),
-                consistency_level="Strong",
-                timeout=self.config.timeout_s,
-            ),
-        )
+        found = self._by_key(tenant_id, memory_ids, list(ROW_FIELDS))
         rows = (MemoryRow.from_entity(entity) for entity in found)
         return {row.memory_id: row for row in rows if row.tenant_id == tenant_id}
+
+    def _by_key(
+        self, tenant_id: str, memory_ids: Sequence[str], fields: list[str]
+    ) -> list[dict[str, Any]]:
+        """``fields`` of one tenant's rows by memory id (:func:`keys_expression`), in chunks of
+        at most :data:`KEYS_PER_QUERY` ids (Milvus caps a query's limit at 16,384).
+        """
+        found: list[dict[str, Any]] = []
+        ids = list(dict.fromkeys(memory_ids))
+        for i in range(0, len(ids), KEYS_PER_QUERY):
+            chunk = ids[i : i + KEYS_PER_QUERY]
+            query = functools.partial(
+                self.client.query,
+                self.config.collection,
+                filter=keys_expression(tenant_id, chunk, scoped=not self.embedded),
+                output_fields=fields,
+                limit=len(chunk),
+                consistency_level="Strong",
+                timeout=self.config.timeout_s,
+            )
+            found.extend(self._call("get", query))
+        return found
 
     def relations(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
         """The ``relations`` of one tenant's memories by id, any state (only that field is read:
         no vectors cross the wire). Ids not found are absent.
         """
-        if not memory_ids:
-            return {}
-        found = self._call(
-            "query",
-            lambda: self.client.query(
-                self.config.collection,
-                filter=keys_expression(tenant_id, memory_ids),
-                output_fields=["tenant_id", "memory_id", "relations"],
-                limit=len(memory_ids),
-                consistency_level="Strong",
-                timeout=self.config.timeout_s,
-            ),
-        )
+        found = self._by_key(tenant_id, memory_ids, ["tenant_id", "memory_id", "relations"])
         return {
             e["memory_id"]: tuple(e["relations"] or ())
             for e in found

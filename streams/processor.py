@@ -241,8 +241,9 @@ class Processor:
         """Within, the states and opened documents this processor reads or writes are kept in
         memory (:class:`Recent`), so that a batch reads and unseals each memory once however many
         steps look at it (write, Milvus rows, supersession). Every change to the memory and
-        document tables must go through this processor meanwhile (all of them do); what is kept
-        is forgotten when the context ends.
+        document tables must go through this processor meanwhile (all of the agents' do; Faust
+        restores a partition's tables between batches); what is kept is forgotten when the
+        context ends.
         """
         self.recent = Recent()
         try:
@@ -285,7 +286,7 @@ class Processor:
             return doc if doc is None or self.openable(key, doc.key_id) else None
         raw = self.documents.get(key.encode())
         doc = self._open(key, raw) if raw is not None else None
-        if recent is not None:
+        if recent is not None and (doc is not None or raw is None):  # a key may come later
             recent.documents[key] = doc
         return doc
 
@@ -332,16 +333,22 @@ class Processor:
         return state
 
     def put_state(self, key: str, state: MemoryState) -> None:
-        """Assign ``state`` to the memory table (its whole value: one changelog record)."""
-        self.memories[key.encode()] = codec.encode(state)
+        """Assign ``state`` to the memory table (its whole value: one changelog record); what is
+        kept is the state as the table gives it back (times in UTC).
+        """
+        raw = codec.encode(state)
+        self.memories[key.encode()] = raw
         if self.recent is not None:
-            self.recent.states[key] = state
+            self.recent.states[key] = codec.decode(raw)
 
     def put_document(self, key: str, doc: Document, sealer: DataKey | None) -> None:
-        """Assign ``doc`` to the document table, sealed under ``sealer`` (None: in the clear)."""
+        """Assign ``doc`` to the document table, sealed under ``sealer`` (None: in the clear);
+        what is kept is the document as the table gives it back (its vector in float32).
+        """
         self.documents[key.encode()] = codec.encode_document(doc, sealer)
         if self.recent is not None:
-            self.recent.documents[key] = doc
+            stored = codec.decode_vector(codec.encode_vector(doc.vector))
+            self.recent.documents[key] = dataclasses.replace(doc, vector=stored)
 
     def drop_document(self, key: str) -> None:
         """Delete the document of ``key`` (a tombstone on the changelog)."""

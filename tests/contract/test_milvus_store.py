@@ -48,6 +48,22 @@ def test_listeners_hear_of_the_rows_milvus_took_and_of_nothing_the_store_refused
     assert heard == [["m1", "m2"]]
 
 
+def test_reads_by_id_come_in_chunks_and_stay_in_their_tenant(
+    store: MilvusStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("storage.milvus.KEYS_PER_QUERY", 2)  # 16,384 ids at most a query
+    store.upsert(
+        [row("acme", f"m{i}", vec(1.0, i / 10), relations=(f"m{i + 1}",)) for i in range(5)]
+    )
+    store.upsert([row("globex", "m9", vec(1.0)), row("globex", "m0", vec(1.0), content="secret")])
+    wanted = [f"m{i}" for i in (4, 0, 3, 1, 2, 9, 4)]
+    got = store.get("acme", wanted)
+    assert sorted(got) == ["m0", "m1", "m2", "m3", "m4"]
+    assert all(r.tenant_id == "acme" for r in got.values())
+    assert got["m0"].content != "secret"
+    assert store.relations("acme", wanted) == {f"m{i}": (f"m{i + 1}",) for i in range(5)}
+
+
 def test_a_read_sees_the_write_just_made(store: MilvusStore) -> None:
     store.upsert([row("acme", "m1", vec(1.0))])
     for n in range(1, 4):

@@ -9,12 +9,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
+import pytest
 
 from memcore.policy import RecallPolicy
 from ranker.hotcache import DIRTY_GIVE_UP_S, TIERS, HotCache, LiveColumns
 from ranker.kernel import RankRequest
 from ranker.service import Candidate, RecallQuery, _hot_request, _request
-from storage import Filters, MemoryRow, MilvusConfig
+from storage import Filters, MemoryRow, MilvusConfig, StorageError
 from storage.milvus import ANY_STATE
 from storage.rows import LIVE_FIELDS, row_live_values
 from tests.rows import make_row
@@ -441,4 +442,37 @@ def test_a_dropped_tenant_is_not_taken_as_empty_again() -> None:
     assert store.reads == 0
     written(store, cache, make_row("t1", "m4", [1.0, 0, 0, 0]))
     assert found(cache, "t1") == ["m0", "m1", "m2", "m3", "m4"]
+    assert store.reads == 1
+
+
+def test_a_load_or_a_preload_that_fails_leaves_no_block_to_pass_for_the_tenant() -> None:
+    store, cache = sole_writer_setup(row("a", 1.0), make_row("other", "o1", [1.0, 0, 0, 0]))
+
+    def down(*_args: object, **_kw: object) -> list[MemoryRow]:
+        raise StorageError("query", "down", retriable=True)
+
+    store.query = down  # type: ignore[method-assign]
+    with pytest.raises(StorageError):
+        cache.search("acme", [1.0, 0, 0, 0], 10, Filters())
+    assert not cache.ready("acme", Filters())
+
+    def broken_pass() -> Iterator[list[MemoryRow]]:
+        yield list(store.rows["acme"].values())
+        raise StorageError("scan", "down", retriable=True)
+
+    store.scan = broken_pass  # type: ignore[method-assign]
+    with pytest.raises(StorageError):
+        cache.preload()
+    assert cache.rows == 0
+    written(store, cache, make_row("fresh", "f1", [1.0, 0, 0, 0]))  # no tenant known empty
+    assert not cache.ready("fresh", Filters())
+
+
+def test_a_failed_upsert_makes_its_tenant_load_from_milvus() -> None:
+    store, cache = sole_writer_setup(row("a", 1.0))
+    cache.preload()
+    store.put(make_row("fresh", "f1", [1.0, 0, 0, 0]))  # Milvus took it, but the call raised
+    cache.upsert_failed([make_row("fresh", "f1", [1.0, 0, 0, 0])])
+    written(store, cache, make_row("fresh", "f2", [0, 1.0, 0, 0]))
+    assert found(cache, "fresh") == ["f1", "f2"]
     assert store.reads == 1

@@ -378,3 +378,19 @@ def test_a_batch_opens_each_document_once_and_still_sees_an_erasure() -> None:
         assert t.processor.rows(["acme/m1"]) == ([], [])
     assert t.processor.recent is None
     assert t.processor.load("acme/m1") is None
+
+
+def test_a_document_whose_key_comes_later_in_the_batch_opens_then() -> None:
+    key = new_key("acme", "m1", "ann")
+    t = Tables(ring_with(key))
+    t.write(seal_write(clear_write(), key))
+    ring = KeyRing()
+    late = Tables(ring)  # a process that has not read the key yet
+    late.documents.update(t.documents)
+    late.memories.update(t.memories)
+    with late.processor.remembering():
+        assert late.processor.document("acme/m1") is None
+        ring.apply(*key_record(key))  # read from the keys topic meanwhile
+        found = late.processor.document("acme/m1")
+        assert found is not None
+        assert found.content == SECRET_WORDS

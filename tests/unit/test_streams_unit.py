@@ -625,3 +625,16 @@ def test_a_remembering_batch_looks_for_parked_accesses_once_and_sees_new_ones() 
     assert state.access_count == 1
     assert pending == {}
     assert list(batch.touched) == ["acme/m1"]
+
+
+def test_what_a_batch_keeps_is_what_the_tables_give_back() -> None:
+    t = Tables()
+    with t.processor.remembering():
+        t.write(write_bytes(at="2026-03-01T14:00:00+02:00", embedding=[0.1, 0.2, 0.3, 0.4]))
+        kept, doc = t.processor.state("acme/m1"), t.processor.document("acme/m1")
+    assert kept == codec.decode(t.memories[b"acme/m1"])
+    assert kept is not None
+    assert (
+        kept.last_access.utcoffset() == codec.decode(t.memories[b"acme/m1"]).last_access.utcoffset()
+    )
+    assert doc == codec.decode_document(t.documents[b"acme/m1"])  # float32, as stored
