@@ -129,16 +129,15 @@ KEYS_PER_QUERY = 4_096
 """Ids read by key in one query, at most."""
 
 
-def keys_expression(tenant_id: str, memory_ids: Sequence[str], *, scoped: bool = False) -> str:
+def keys_expression(tenant_id: str, memory_ids: Sequence[str]) -> str:
     """``key in [...]`` for one tenant's memory ids: a primary-key lookup. Milvus Lite answers
-    exactly this form from its key index (any other expression is a pass over every row of the
-    collection: ~75x slower at 10,000 rows). ``scoped`` adds the tenant term, with which a server
-    reads only the tenant's partition. The key holds the tenant, so the ids cannot name another
-    tenant's rows; callers still check ``tenant_id`` on what comes back.
+    exactly this form from its key index, also through its endpoint (any other expression, a
+    tenant term added, is a pass over every row of the collection: ~75x slower at 10,000 rows);
+    a server looks the keys up in every partition. The key holds the tenant, so the ids cannot
+    name another tenant's rows; callers still check ``tenant_id`` on what comes back.
     """
     tenant = check_id("tenant_id", tenant_id)
-    keys = f"key in [{', '.join(_literal(f'{tenant}/{m}') for m in memory_ids)}]"
-    return f"tenant_id == {_literal(tenant)} and {keys}" if scoped else keys
+    return f"key in [{', '.join(_literal(f'{tenant}/{m}') for m in memory_ids)}]"
 
 
 def filter_expression(tenant_id: str, filters: Filters) -> str:
@@ -324,7 +323,7 @@ class MilvusStore:
             query = functools.partial(
                 self.client.query,
                 self.config.collection,
-                filter=keys_expression(tenant_id, chunk, scoped=not self.embedded),
+                filter=keys_expression(tenant_id, chunk),
                 output_fields=fields,
                 limit=len(chunk),
                 consistency_level="Strong",

@@ -336,6 +336,3 @@ def test_rows_by_id_are_read_by_primary_key_with_every_value_quoted() -> None:
     assert keys_expression("acme", ["m1", 'a"b']) == 'key in ["acme/m1", "acme/a\\"b"]'
     with pytest.raises(InvalidField):
         keys_expression("acme/evil", ["m1"])
-    # a server reads only the tenant's partition with the tenant term
-    scoped = keys_expression("acme", ["m1"], scoped=True)
-    assert scoped == 'tenant_id == "acme" and key in ["acme/m1"]'
