@@ -17,8 +17,9 @@ token waits for). With the worker in this process (``python -m server``) its row
 reads it back. When that worker is the collection's only writer (Milvus Lite embedded in the
 process: ``sole_writer``) and the preload read the whole collection, a tenant the cache does not
 hold had no rows then, so the rows the worker writes for it start its block: a new tenant's first
-recall reads nothing from Milvus. An access changes only counters, importance and the decay clock: the block's
-scoring columns (what :class:`HotHits` hands the kernel) take them in place, nothing is re-read.
+recall reads nothing from Milvus. An access changes only counters, importance and the decay
+clock: the block's scoring columns (what :class:`HotHits` hands the kernel) take them in place,
+nothing is re-read.
 
 A tenant is loaded on its first search (one Milvus query); a tenant over ``tenant_max`` rows, a
 filter the cache does not evaluate (``tags_any``, ``memory_ids``) or a cache over its total row
@@ -336,8 +337,9 @@ class HotCache:
     ) -> None:
         """``writer_grace_s``: a worker sharing ``store`` hands the cache its rows
         (:meth:`upserted`); a dirty id younger than this is left for it (0: no such worker).
-        ``sole_writer``: that worker writes every row the collection gets (no other process can
-        write it), so after a complete preload its rows start the blocks of tenants not held.
+        ``sole_writer``: that worker writes every row the collection gets (Milvus Lite in this
+        process: others reach it only through its endpoint, and only rankers, which do not write,
+        do), so after a complete preload its rows start the blocks of tenants not held.
         """
         self.store = store
         self.writer_grace_s = writer_grace_s
@@ -592,8 +594,9 @@ class HotCache:
         held, so that the next search need not re-read them (on Milvus Lite each re-read is a
         query over the whole collection). A row older than the block's version is ignored.
         A tenant not held starts a block with it when it is known to have had no rows
-        (:meth:`_started`), else takes it when it loads. Runs in the upserting thread; never raises for a
-        row (a failure is logged and the id is re-read at the next search, without grace).
+        (:meth:`_started`), else takes it when it loads. Runs in the upserting thread; never
+        raises for a row (a failure is logged and the id is re-read at the next search, without
+        grace).
         """
         started = set()
         for row in rows:
