@@ -169,6 +169,19 @@ def filter_expression(tenant_id: str, filters: Filters) -> str:
     return " and ".join(parts)
 
 
+def _tell(
+    listeners: Sequence[Callable[[Sequence[MemoryRow]], None]], rows: Sequence[MemoryRow]
+) -> None:
+    """Hand ``rows`` to each listener; one that raises is logged (its failure is its own: the
+    upsert's outcome stands) and the next is still told.
+    """
+    for listener in listeners:
+        try:
+            listener(rows)
+        except Exception:
+            log.exception("a listener of upserted rows failed")
+
+
 class MilvusStore:
     """Memory rows in one Milvus collection. Every read and delete names its tenant."""
 
@@ -274,17 +287,9 @@ class MilvusStore:
                 ),
             )
         except StorageError:
-            for listener in self.upsert_failed:  # Milvus may hold the rows all the same
-                try:
-                    listener(rows)
-                except Exception:
-                    log.exception("a listener of failed upserts failed")
+            _tell(self.upsert_failed, rows)  # Milvus may hold the rows all the same
             raise
-        for listener in self.upserted:
-            try:
-                listener(rows)
-            except Exception:  # the rows are in Milvus: a listener's failure is its own
-                log.exception("a listener of upserted rows failed")
+        _tell(self.upserted, rows)
         return int(result.get("upsert_count", len(entities)))
 
     def delete(self, tenant_id: str, memory_ids: Sequence[str]) -> int:

@@ -302,11 +302,12 @@ class Processor:
         """False when the document of ``key`` is sealed under ``key_id`` and that key is gone
         (erased since it was opened).
         """
-        if key_id is None:
-            return True
         tenant_id, _, memory_id = key.partition("/")
-        keys = self.limits.keys
-        return keys is not None and keys.data_key(tenant_id, memory_id, key_id) is not None
+        try:
+            self.data_key(tenant_id, memory_id, key_id)
+        except Erased:
+            return False
+        return True
 
     def data_key(self, tenant_id: str, memory_id: str, key_id: str | None) -> DataKey | None:
         """The data key to seal a document under; raises Erased when it is gone since the write
