@@ -46,6 +46,14 @@ def test_listeners_hear_of_the_rows_milvus_took_and_of_nothing_the_store_refused
     with pytest.raises(StorageError):
         store.upsert([row("acme", "m3", (1.0,) * (DIM + 1))])  # a vector of the wrong dimension
     assert heard == [["m1", "m2"]]
+    failed: list[list[str]] = []
+    store.upsert_failed.append(lambda rows: failed.append([r.memory_id for r in rows]))
+    store.drop()  # Milvus itself refuses the next upsert
+    with pytest.raises(StorageError):
+        store.upsert([row("acme", "m4", vec(1.0))])
+    assert failed == [["m4"]]
+    assert heard == [["m1", "m2"]]
+    store.connect()  # the collection again, for the fixture to drop
 
 
 def test_reads_by_id_come_in_chunks_and_stay_in_their_tenant(
