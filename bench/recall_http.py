@@ -80,9 +80,17 @@ class Corpus:
 
 
 async def write_all(
-    client: httpx.AsyncClient, keys: dict[str, str], corpus: Corpus, concurrency: int
+    client: httpx.AsyncClient,
+    keys: dict[str, str],
+    corpus: Corpus,
+    concurrency: int,
+    facts: bool = False,
 ) -> dict[str, str]:
-    """Write every tenant's memories; the last token per tenant."""
+    """Write every tenant's memories; the last token per tenant. ``facts``: each content states
+    a fact of its own subject (``<id> lives in city <n>``), so every write is checked for the
+    memories it supersedes (SPEC section 6) and none is found.
+    """
+    said = "{} lives in city {}" if facts else "memory {}: something worth keeping"
     tokens: dict[str, str] = {}
     todo = [(t, start) for t in corpus.ids for start in range(0, len(corpus.ids[t]), WRITE_BATCH)]
     it = iter(todo)
@@ -93,16 +101,18 @@ async def write_all(
             memories = [
                 {
                     "memory_id": memory_id,
-                    "content": f"memory {memory_id}: something worth keeping",
+                    "content": said.format(memory_id, i % 97),
                     "embedding": vector.tolist(),
                     "importance": float(imp),
                     "at": AT.isoformat(),
                 }
-                for memory_id, vector, imp in zip(
-                    corpus.ids[tenant][start:stop],
-                    corpus.vectors[tenant][start:stop],
-                    corpus.importance[tenant][start:stop],
-                    strict=True,
+                for i, (memory_id, vector, imp) in enumerate(
+                    zip(
+                        corpus.ids[tenant][start:stop],
+                        corpus.vectors[tenant][start:stop],
+                        corpus.importance[tenant][start:stop],
+                        strict=True,
+                    )
                 )
             ]
             reply = await call(client, "/v1/memories", keys[tenant], {"memories": memories})
@@ -175,7 +185,7 @@ async def run(args: argparse.Namespace) -> None:
         start = time.perf_counter()
         tokens: dict[str, str] = {}
         if not args.skip_write:
-            tokens = await write_all(client, keys, corpus, 4)
+            tokens = await write_all(client, keys, corpus, 4, args.facts)
             written = time.perf_counter() - start
             rate = args.memories / written
             print(f"wrote {args.memories:,} memories in {written:.1f} s ({rate:,.0f}/s)")
@@ -361,6 +371,11 @@ def main() -> None:
     parser.add_argument("--collection", default="memories", help="for --raw-milvus")
     parser.add_argument(
         "--skip-write", action="store_true", help="the memories are there already (same seed)"
+    )
+    parser.add_argument(
+        "--facts",
+        action="store_true",
+        help="each content states a fact (every write checked for supersession; none found)",
     )
     parser.add_argument(
         "--server-pid",

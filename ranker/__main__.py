@@ -48,7 +48,8 @@ def build(
     ``metrics`` passed in can serve more registries than the ranker's (that worker's);
     ``worker_ready``: True once that worker's tables have recovered (``GET /readyz`` waits for it);
     ``local``: that worker's applied marks (``after`` waits end on them, not at its next commit,
-    and wait for what its batches derived, not all writes).
+    and wait for what its batches derived, not all writes). ``app.state.hot_cache``: the hot
+    cache (:class:`ranker.hotcache.HotCache`), or None when ``MNEMO_HOT_CACHE`` is off.
     """
     owned, owned_embedder = store is None, embedder is None
     if store is None:
@@ -119,23 +120,33 @@ def build(
             if owned:
                 await asyncio.to_thread(store.close)
 
-    milvus = Cached(lambda: asyncio.to_thread(store.reachable), every_s=5.0)  # probes are frequent
-    ready: dict[str, Callable[[], Awaitable[bool]]] = {"kafka": producer.ready, "milvus": milvus}
-    if worker_ready is not None:
-        ready["worker"] = lambda: asyncio.sleep(0, worker_ready())
     api = create_api(
         service,
         registry,
         settings.limits(registry),
         max_in_flight=settings.max_in_flight,
-        ready=ready,
+        ready=_readiness(store, producer, worker_ready),
         audit=AuditLog(kafka, settings.topic("audit")),
         rate_limit_per_s=settings.tenant_rate_limit_per_s,
         admin_key=settings.admin_key.get_secret_value() if settings.admin_key else None,
         log_every_request=settings.access_log == "all",
     )
     api.router.lifespan_context = lifespan
+    api.state.hot_cache = cache  # a worker in this process looks up neighbours there too
     return api
+
+
+def _readiness(
+    store: MilvusStore, producer: EventProducer, worker_ready: Callable[[], bool] | None
+) -> dict[str, Callable[[], Awaitable[bool]]]:
+    """``GET /readyz``'s checks: Kafka, Milvus (probed at most every 5 s: probes are frequent)
+    and, with ``worker_ready``, the worker in this process.
+    """
+    milvus = Cached(lambda: asyncio.to_thread(store.reachable), every_s=5.0)
+    ready: dict[str, Callable[[], Awaitable[bool]]] = {"kafka": producer.ready, "milvus": milvus}
+    if worker_ready is not None:
+        ready["worker"] = lambda: asyncio.sleep(0, worker_ready())
+    return ready
 
 
 def _hot_cache(

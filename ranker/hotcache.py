@@ -49,7 +49,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memcore import Lifecycle, Tier
-from storage import Filters, MemoryRow, MilvusStore, StorageError
+from storage import Filters, Hit, MemoryRow, MilvusStore, StorageError
 from storage.milvus import ANY_STATE
 from storage.rows import LIVE_FIELDS, row_live_values
 
@@ -444,6 +444,23 @@ class HotCache:
                     archived=block.state[top] == _ARCHIVED,
                 ),
             )
+
+    def neighbours(
+        self, tenant_id: str, vectors: Sequence[Sequence[float]], n: int, filters: Filters
+    ) -> list[list[Hit]] | None:
+        """:meth:`storage.MilvusStore.search`'s answer for one tenant from the cache, or None
+        when it cannot answer exactly (``streams.app.Services.neighbours``: the worker sharing
+        the store looks here for what a write may supersede, which on Milvus Lite is otherwise
+        a pass over the whole collection per batch). Blocking as :meth:`search`.
+        """
+        found = []
+        for vector in vectors:
+            hits = self.search(tenant_id, vector, n, filters)
+            if hits is None:
+                return None
+            similarity = hits.similarity.tolist()
+            found.append([Hit(row, s) for row, s in zip(hits.rows, similarity, strict=True)])
+        return found
 
     def preload(self, tenant_ids: Sequence[str] = ()) -> tuple[int, int]:
         """Load every tenant in one pass over the collection (:meth:`MilvusStore.scan`): on

@@ -9,6 +9,7 @@ import sys
 import uvicorn
 
 from ranker.__main__ import build
+from ranker.hotcache import HotCache
 from ranker.listen import listening_socket
 from ranker.logs import configure, logging_config
 from ranker.metrics import Metrics
@@ -51,6 +52,9 @@ def main() -> None:
         worker_ready=lambda: bool(app.tables.recovery.completed.is_set()),  # type: ignore[attr-defined]
         local=applied,
     )
+    cache: HotCache | None = api.state.hot_cache
+    if cache is not None:  # the supersession check's searches: no pass over Lite per batch
+        services.neighbours = cache.neighbours
 
     @app.task  # type: ignore[untyped-decorator]
     async def http() -> None:

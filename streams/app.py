@@ -26,7 +26,7 @@ from collections.abc import (
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import faust
 import orjson
@@ -44,7 +44,7 @@ from memcore import (
     llm_prompt,
     resolve_importance,
 )
-from storage import Document, Filters, MemoryRow, MilvusStore, StorageError, from_us
+from storage import Document, Filters, Hit, MemoryRow, MilvusStore, StorageError, from_us
 from storage.embedding import Embedder
 from storage.kafka import PRODUCER_BATCH_BYTES, KafkaConnection
 from storage.milvus import ANY_STATE
@@ -78,6 +78,17 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+class Neighbours(Protocol):
+    """``MilvusStore.search``'s answer for one tenant (the ``n`` nearest rows under ``filters``
+    for each vector, best first), or None when this source cannot answer it exactly. Blocking;
+    may raise ``StorageError``.
+    """
+
+    def __call__(
+        self, tenant_id: str, vectors: Sequence[Sequence[float]], n: int, filters: Filters
+    ) -> list[list[Hit]] | None: ...
+
+
 @dataclass
 class Services:
     """What the agents use besides Kafka. Started before the app runs (metrics need no start;
@@ -88,6 +99,29 @@ class Services:
     embedder: Embedder
     llm: LlmImportance | None = None
     metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
+    # where the supersession check looks for a tenant's nearest memories before asking
+    # ``store`` (``python -m server``: its ranker's hot cache); None: ``store.search`` alone
+    neighbours: Neighbours | None = None
+
+
+def nearest(
+    services: Services,
+    tenant_id: str,
+    vectors: Sequence[Sequence[float]],
+    n: int,
+    filters: Filters,
+) -> list[list[Hit]]:
+    """The nearest memories for the supersession check: from :attr:`Services.neighbours` where
+    it answers (on Milvus Lite a search is a pass over the whole collection, once per batch),
+    else from Milvus; counted by source. Blocking; raises ``StorageError``.
+    """
+    found = None
+    if services.neighbours is not None:
+        found = services.neighbours(tenant_id, vectors, n, filters)
+    services.metrics.supersession_searches.labels("milvus" if found is None else "hot").inc()
+    if found is None:
+        found = services.store.search(tenant_id, vectors, n, filters)
+    return found
 
 
 def credentials(kafka: KafkaConnection) -> faust.types.auth.CredentialsT | None:
@@ -361,7 +395,8 @@ class StreamWorker:
         for tenant_id, stated in by_tenant.items():
             rules = self.processor.policy(tenant_id).supersession
             search = functools.partial(
-                self.services.store.search,
+                nearest,
+                self.services,
                 tenant_id,
                 [doc.vector for _, doc in stated],
                 rules.neighbours + 1,

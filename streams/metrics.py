@@ -143,6 +143,13 @@ class WorkerMetrics:
             ["operation"],
             registry=self.registry,
         )
+        self.supersession_searches = Counter(
+            "mnemostream_worker_supersession_searches",
+            "searches for the memories a batch's stated facts may supersede, per tenant, by where"
+            " they were answered: hot (the ranker's cache in this process) or milvus",
+            ["source"],
+            registry=self.registry,
+        )
         self._lag = _LagCollector()
         self.registry.register(self._lag)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -75,3 +76,26 @@ def test_a_tenant_written_after_start_is_recalled_from_the_hot_cache_without_a_m
     assert metric(server, "mnemostream_hot_cache_loads") == 0, server.log()
     assert metric(server, 'mnemostream_vector_searches_total{source="hot"}') >= 3
     assert metric(server, "mnemostream_hot_cache_rows") == 3
+
+
+def test_the_worker_finds_what_a_fact_supersedes_in_the_hot_cache(server: Server) -> None:
+    """The supersession check's nearest memories come from the ranker's cache in the worker's
+    process (on Lite a Milvus search is a pass over the whole collection, once per batch), and
+    the older fact is still found and superseded.
+    """
+    deadline = time.monotonic() + 60
+    while not re.search(r"hot cache: \d+ rows", server.log()):
+        assert time.monotonic() < deadline, server.log()
+        time.sleep(0.2)
+    t1 = datetime(2026, 3, 1, tzinfo=UTC)
+    t2 = t1 + timedelta(days=30)
+    with Client(server.url, KEY) as client:
+        osaka = client.remember("Alice lives in Osaka.", embedding=axis(0), at=t1)
+        nearby = [0.9, 0.1] + [0.0] * (DIM - 2)
+        lisbon = client.remember("Alice lives in Lisbon now.", embedding=nearby, at=t2)
+        got = client.get_many([osaka, lisbon])
+        assert got[osaka].superseded_by == lisbon, server.log()
+    searches = httpx.get(f"{server.url}/metrics", timeout=10).text
+    name = "mnemostream_worker_supersession_searches_total"
+    assert metric(server, f'{name}{{source="hot"}}') >= 1, searches
+    assert f'{name}{{source="milvus"}}' not in searches

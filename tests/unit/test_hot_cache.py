@@ -476,3 +476,22 @@ def test_a_failed_upsert_makes_its_tenant_load_from_milvus() -> None:
     written(store, cache, make_row("fresh", "f2", [0, 1.0, 0, 0]))
     assert found(cache, "fresh") == ["f1", "f2"]
     assert store.reads == 1
+
+
+def test_neighbours_answer_as_a_search_per_vector_or_not_at_all() -> None:
+    """The supersession check's search (``streams.app.nearest``): each vector's nearest rows
+    under the filters, best first, with their cosine; None where the cache cannot answer
+    exactly, so that the caller asks Milvus.
+    """
+    a, b, c = row("a", 1.0), row("b", 0.8, 0.6), row("c", 0.0, 1.0)
+    gone = row("gone", 1.0, 0.1, state="forgotten")
+    store, _, cache, _ = setup(a, b, c, gone)
+    found = cache.neighbours("acme", [[2.0, 0, 0, 0], [0, 1.0, 0, 0]], 2, RECALL)
+    assert found is not None
+    assert [[(h.row.memory_id, round(h.similarity, 6)) for h in hits] for hits in found] == [
+        [("a", 1.0), ("b", 0.8)],
+        [("c", 1.0), ("b", 0.6)],
+    ]
+    assert cache.neighbours("acme", [[1.0, 0, 0, 0]], 2, Filters(tags_any=("x",))) is None
+    small = HotCache(store, tenant_max=3)  # type: ignore[arg-type]  # acme has 4 rows: Milvus's
+    assert small.neighbours("acme", [[1.0, 0, 0, 0]], 2, RECALL) is None

@@ -29,7 +29,7 @@ from memcore import (
     resolve_importance,
 )
 from memcore.ids import derive_memory_id
-from storage import Document, MemoryRow, codec
+from storage import Document, Filters, Hit, MemoryRow, codec
 from storage.records import (
     ConsolidationRequest,
     DecisionEvent,
@@ -47,7 +47,7 @@ from storage.records import (
 )
 from storage.rows import from_us, live_values
 from storage.tenants import TenantRegistry
-from streams.app import consolidation_requests
+from streams.app import Services, consolidation_requests, nearest
 from streams.consolidation import decision_records, item_of, plan_tenant
 from streams.processor import Batch, Inbound, Processor, tenant_counts
 from tests.rows import make_row
@@ -638,3 +638,40 @@ def test_what_a_batch_keeps_is_what_the_tables_give_back() -> None:
         kept.last_access.utcoffset() == codec.decode(t.memories[b"acme/m1"]).last_access.utcoffset()
     )
     assert doc == codec.decode_document(t.documents[b"acme/m1"])  # float32, as stored
+
+
+class SearchedStore:
+    """A store whose search answers every vector with one fixed hit and counts its calls."""
+
+    def __init__(self, hit: Hit) -> None:
+        self.hit = hit
+        self.searches = 0
+
+    def search(
+        self, tenant_id: str, vectors: list[list[float]], k: int, filters: Filters
+    ) -> list[list[Hit]]:
+        self.searches += 1
+        return [[self.hit] for _ in vectors]
+
+
+def test_the_supersession_search_asks_milvus_only_where_the_neighbours_cannot_answer() -> None:
+    stored = Hit(make_row("acme", "in-milvus", [1.0, 0, 0, 0]), 0.9)
+    cached = Hit(make_row("acme", "in-cache", [1.0, 0, 0, 0]), 0.9)
+    store = SearchedStore(stored)
+    answers: dict[str, list[list[Hit]] | None] = {"acme": [[cached]], "globex": None}
+    services = Services(
+        store,  # type: ignore[arg-type]
+        embedder=None,  # type: ignore[arg-type]
+        neighbours=lambda tenant, vectors, n, filters: answers[tenant],
+    )
+    filters = Filters(states=("active", "archived"))
+    assert nearest(services, "acme", [[1.0, 0, 0, 0]], 3, filters) == [[cached]]
+    assert store.searches == 0
+    assert nearest(services, "globex", [[1.0, 0, 0, 0]], 3, filters) == [[stored]]
+    assert store.searches == 1
+    without = Services(store, embedder=None)  # type: ignore[arg-type]
+    assert nearest(without, "acme", [[1.0, 0, 0, 0]], 3, filters) == [[stored]]
+    assert store.searches == 2
+    registry = services.metrics.registry
+    name = "mnemostream_worker_supersession_searches_total"
+    assert [registry.get_sample_value(name, {"source": s}) for s in ("hot", "milvus")] == [1, 1]
