@@ -137,6 +137,27 @@ def credentials(kafka: KafkaConnection) -> faust.types.auth.CredentialsT | None:
     return faust.SSLCredentials(context) if context is not None else None
 
 
+def bound_flush(buffer: Any) -> None:  # noqa: ANN401 - faust ProducerBuffer
+    """Make Faust's producer buffer flush what it holds when asked instead of waiting until it
+    is empty. Faust flushes before every offset commit, and under a steady flow of table writes
+    the buffer is never empty: one commit waited 27 s during a bulk write (docs/benchmarks.md),
+    and read-your-writes through other processes, which ends at the commit, with it.
+    At-least-once is kept: the table writes of the events a commit covers were buffered before
+    it began (an event is acknowledged after its batch wrote them), and the buffer sends one at
+    a time in order, so they are out once as many sends as it held, plus the one it may have
+    been sending, have happened (a send is counted at most once: fewer sends than counted
+    never end the wait). With nothing left to send the wait ends after Faust's 0.1 s, as its
+    own flush does.
+    """
+
+    async def flush() -> None:
+        held = buffer.size
+        if held:
+            await buffer.flush_atmost(held + 1)
+
+    buffer.flush = flush
+
+
 def create_app(
     settings: WorkerSettings, services: Services, applied: AppliedMarks | None = None
 ) -> faust.App:
@@ -227,6 +248,7 @@ def create_app(
         # Faust holds every stream while more than ProducerBuffer.max_messages (100) table
         # writes wait to be produced; one access batch writes two per event (state and counters).
         app.producer.buffer.max_messages = 4 * settings.access_batch_size
+        bound_flush(app.producer.buffer)
         metrics.watch(app.consumer, consumed.values())
         if services.llm is not None:
             await services.llm.start()

@@ -21,3 +21,9 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     home: Path = tmp_path_factory.mktemp("kafka")
     with kafka_broker(home) as bootstrap:
         yield bootstrap
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """``pytest.mark.anyio`` tests run on asyncio only (Faust, aiokafka and uvicorn are asyncio)."""
+    return "asyncio"

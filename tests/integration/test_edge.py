@@ -41,11 +41,6 @@ HEADERS = {"X-API-Key": KEY}
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def make_stack(kafka_bootstrap: str, tmp_path: Path) -> Callable[..., Stack]:
     """Stacks on the real broker; their Milvus is Lite (a test that needs the server asks for
     ``milvus_server_uri`` itself)."""

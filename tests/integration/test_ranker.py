@@ -27,11 +27,6 @@ from tests.rows import make_row
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 DIM = 8
 KEY_A, KEY_B = "key-acme-0123456789", "key-globex-0123456789"
 REGISTRY = TenantRegistry.of(

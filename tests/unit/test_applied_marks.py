@@ -17,11 +17,6 @@ from streams.applied import AppliedMarks, offset_ranges
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @dataclass(frozen=True)
 class Message:
     partition: int

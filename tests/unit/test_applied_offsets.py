@@ -14,11 +14,6 @@ from ranker.applied import AppliedOffsets, NotAppliedError, Token
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Group:
     """A worker group whose committed offset reaches ``applied_after`` on the given ask."""
 

@@ -21,11 +21,6 @@ KEY = "key-acme-0123456789"
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Probe(TextBody):
     query: str | None = Field(None, min_length=1)
     k: int = Field(10, ge=1)

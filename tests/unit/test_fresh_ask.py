@@ -11,11 +11,6 @@ from storage.fresh import FreshAsk
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Counter:
     """An ask that returns the value at the moment it is *sent*, released by the test."""
 

@@ -38,11 +38,6 @@ def lines() -> Iterator[io.StringIO]:
     access_log.setLevel(level)
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.mark.anyio
 async def test_every_request_logs_its_request_id_and_tenant(lines: io.StringIO) -> None:
     registry = TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}})

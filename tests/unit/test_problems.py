@@ -24,11 +24,6 @@ KEY = "key-acme-0123456789"
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def _no_send(role: str, key: bytes, value: bytes) -> Awaitable[object]:
     raise AssertionError(role)
 

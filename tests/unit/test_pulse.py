@@ -11,11 +11,6 @@ from storage.pulse import Pulse
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def test_fire_wakes_every_waiter_of_the_round() -> None:
     pulse = Pulse(every=3600.0)  # only fire() can end this round within the test
     beat = pulse.next()

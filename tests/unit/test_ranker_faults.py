@@ -15,11 +15,6 @@ from ranker.producer import EventProducer
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Admin:
     def __init__(self, error: Exception) -> None:
         self.error = error

@@ -26,11 +26,6 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Produced:
     """The records the ranker produces, each acknowledged at once."""
 
