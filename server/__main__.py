@@ -53,7 +53,10 @@ def main() -> None:
         local=applied,
     )
     cache: HotCache | None = api.state.hot_cache
-    if cache is not None:  # the supersession check's searches: no pass over Lite per batch
+    if cache is not None and services.store.embedded:
+        # the supersession check's searches without a pass over Milvus Lite per batch; this
+        # process's worker is then the collection's only writer, so the cache lags no other
+        # writer (a Milvus server is searched as before)
         services.neighbours = cache.neighbours
 
     @app.task  # type: ignore[untyped-decorator]

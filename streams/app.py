@@ -77,6 +77,9 @@ from streams.settings import WorkerSettings
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+# the lifecycle states a stated memory can supersede (SPEC section 6): not forgotten or deleted
+SUPERSEDABLE = ("active", "archived")
+
 
 class Neighbours(Protocol):
     """``MilvusStore.search``'s answer for one tenant (the ``n`` nearest rows under ``filters``
@@ -124,6 +127,21 @@ def nearest(
     return found
 
 
+def supersedable(hits: Sequence[Hit], state_of: Callable[[str], MemoryState | None]) -> list[Hit]:
+    """The hits a stated memory may supersede: those whose state in the worker's tables (the
+    source of truth, ``state_of(row.key)``) is in :data:`SUPERSEDABLE`. A search can lag the
+    tables (the hot cache takes a memory's state from the changelog, which trails them by the
+    producer's backlog), so a memory forgotten or deleted meanwhile can still be a hit. A memory
+    the tables do not hold (another worker's partition, or purged) is left as the search found it.
+    """
+    kept = []
+    for hit in hits:
+        state = state_of(hit.row.key)
+        if state is None or state.state in SUPERSEDABLE:
+            kept.append(hit)
+    return kept
+
+
 def credentials(kafka: KafkaConnection) -> faust.types.auth.CredentialsT | None:
     """Faust's form of the connection's TLS and SASL (None: PLAINTEXT)."""
     if kafka.sasl:
@@ -142,12 +160,13 @@ def bound_flush(buffer: Any) -> None:  # noqa: ANN401 - faust ProducerBuffer
     is empty. Faust flushes before every offset commit, and under a steady flow of table writes
     the buffer is never empty: one commit waited 27 s during a bulk write (docs/benchmarks.md),
     and read-your-writes through other processes, which ends at the commit, with it.
-    At-least-once is kept: the table writes of the events a commit covers were buffered before
-    it began (an event is acknowledged after its batch wrote them), and the buffer sends one at
-    a time in order, so they are out once as many sends as it held, plus the one it may have
-    been sending, have happened (a send is counted at most once: fewer sends than counted
-    never end the wait). With nothing left to send the wait ends after Faust's 0.1 s, as its
-    own flush does.
+    The table writes of the events a commit covers were buffered before it began (an event is
+    acknowledged after its batch wrote them), and the buffer sends one at a time in order, so
+    they are out once as many sends as it held, plus the one it may have been sending, have
+    happened (sends are counted at most once each: fewer sends than counted never end the
+    wait). Faust's own two exits stay as they were: the wait ends when no send completes within
+    0.1 s, and a message being sent while none waits is not waited for; what Faust's flush then
+    left unsent for the commit, this one leaves too.
     """
 
     async def flush() -> None:
@@ -422,7 +441,7 @@ class StreamWorker:
                 tenant_id,
                 [doc.vector for _, doc in stated],
                 rules.neighbours + 1,
-                Filters(states=("active", "archived")),
+                Filters(states=SUPERSEDABLE),
             )
             compared = [
                 (
@@ -434,7 +453,7 @@ class StreamWorker:
                             from_us(h.row.created_at_us),
                             h.similarity,
                         )
-                        for h in hits
+                        for h in supersedable(hits, self.processor.state)
                     ],
                 )
                 for (state, doc), hits in zip(

@@ -8,6 +8,7 @@ import asyncio
 from collections import deque
 from typing import Any
 
+import faust
 import pytest
 from faust.transport.producer import ProducerBuffer
 
@@ -24,7 +25,7 @@ class FlowingBuffer:
     """
 
     state = "running"
-    flush_atmost = ProducerBuffer.flush_atmost
+    flush_atmost: Any = ProducerBuffer.flush_atmost
     flush: Any = ProducerBuffer.flush  # replaced by bound_flush
 
     def __init__(self, held: int, flow: int = 0) -> None:
@@ -65,8 +66,33 @@ async def test_a_commit_flush_sends_what_the_buffer_held_and_ends_under_a_steady
         sender.cancel()
 
 
-async def test_a_commit_flush_of_an_empty_buffer_waits_for_nothing() -> None:
+async def test_a_commit_flush_of_an_empty_buffer_waits_for_no_send() -> None:
     buffer = FlowingBuffer(held=0)
     bound_flush(buffer)
+    waits: list[int | None] = []
+
+    async def flush_atmost(max_messages: int | None) -> int:
+        waits.append(max_messages)
+        return 0
+
+    buffer.flush_atmost = flush_atmost
     await buffer.flush()
-    assert buffer.sent == []
+    assert waits == []
+
+
+async def test_the_producer_flush_before_a_commit_goes_through_the_buffer_flush_replaced() -> None:
+    """``bound_flush`` replaces ``buffer.flush`` on the instance: Faust's producer (the aiokafka
+    driver, which the consumer flushes before each commit) must call it there, not around it.
+    """
+    producer = faust.App("flush-path", broker="kafka://localhost:1").producer  # no I/O
+    bound_flush(producer.buffer)
+    flushes: list[int] = []
+
+    async def flush_atmost(max_messages: int | None) -> int:
+        flushes.append(max_messages or 0)
+        return 0
+
+    producer.buffer.flush_atmost = flush_atmost  # type: ignore[method-assign,assignment]
+    producer.buffer.pending.put_nowait(object())  # one message held, none being sent
+    await producer.flush()
+    assert flushes == [2]

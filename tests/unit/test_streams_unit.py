@@ -47,7 +47,7 @@ from storage.records import (
 )
 from storage.rows import from_us, live_values
 from storage.tenants import TenantRegistry
-from streams.app import Services, consolidation_requests, nearest
+from streams.app import Services, consolidation_requests, nearest, supersedable
 from streams.consolidation import decision_records, item_of, plan_tenant
 from streams.processor import Batch, Inbound, Processor, tenant_counts
 from tests.rows import make_row
@@ -675,3 +675,17 @@ def test_the_supersession_search_asks_milvus_only_where_the_neighbours_cannot_an
     registry = services.metrics.registry
     name = "mnemostream_worker_supersession_searches_total"
     assert [registry.get_sample_value(name, {"source": s}) for s in ("hot", "milvus")] == [1, 1]
+
+
+def test_a_memory_the_tables_hold_as_forgotten_or_deleted_is_not_supersedable() -> None:
+    """The search's view of a state can lag the tables: theirs decides, where they hold one."""
+    hits = {
+        name: Hit(make_row("acme", name, [1.0, 0, 0, 0]), 0.9)
+        for name in ("active", "archived", "forgotten", "deleted", "elsewhere")
+    }
+    tables = {
+        f"acme/{name}": dataclasses.replace(created(memory_id=name), state=Lifecycle(name))
+        for name in ("active", "archived", "forgotten", "deleted")
+    }
+    kept = supersedable(list(hits.values()), tables.get)
+    assert [h.row.memory_id for h in kept] == ["active", "archived", "elsewhere"]
