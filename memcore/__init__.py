@@ -34,6 +34,7 @@ from memcore.state import (
     Write,
 )
 from memcore.supersession import (
+    SUPERSEDABLE,
     Supersession,
     SupersessionPolicy,
     Version,
@@ -46,6 +47,7 @@ from memcore.supersession import (
 from memcore.types import AccessKind, ImportanceSource, Lifecycle, Tier
 
 __all__ = [
+    "SUPERSEDABLE",
     "Absorb",
     "Access",
     "AccessKind",

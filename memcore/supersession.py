@@ -21,7 +21,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from memcore.errors import InvalidField
-from memcore.types import require_unit
+from memcore.types import Lifecycle, require_unit
+
+SUPERSEDABLE = (Lifecycle.ACTIVE, Lifecycle.ARCHIVED)
+"""The lifecycle states in which an older memory can be superseded: a forgotten or deleted one is
+no candidate (it is out of recall, and its content must not reach an LLM's prompt)."""
 
 
 @dataclass(frozen=True)

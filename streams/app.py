@@ -34,6 +34,7 @@ from faust.streams import _current_event
 from faust.types import TP
 
 from memcore import (
+    SUPERSEDABLE,
     ImportanceDecision,
     MemoryState,
     SupersessionPolicy,
@@ -76,9 +77,6 @@ from streams.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-# the lifecycle states a stated memory can supersede (SPEC section 6): not forgotten or deleted
-SUPERSEDABLE = ("active", "archived")
 
 
 class Neighbours(Protocol):
@@ -129,7 +127,7 @@ def nearest(
 
 def supersedable(hits: Sequence[Hit], state_of: Callable[[str], MemoryState | None]) -> list[Hit]:
     """The hits a stated memory may supersede: those whose state in the worker's tables (the
-    source of truth, ``state_of(row.key)``) is in :data:`SUPERSEDABLE`. A search can lag the
+    source of truth, ``state_of(row.key)``) is in :data:`memcore.SUPERSEDABLE`. A search can lag the
     tables (the hot cache takes a memory's state from the changelog, which trails them by the
     producer's backlog), so a memory forgotten or deleted meanwhile can still be a hit. A memory
     the tables do not hold (another worker's partition, or purged) is left as the search found it.
