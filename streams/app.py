@@ -3,8 +3,9 @@
 Agents are thin: take a batch, let :class:`~streams.processor.Processor` decode and reduce it into
 the tables, compute what it needs (embeddings, LLM importance), sync the touched memories to Milvus,
 produce audit and dead-letter records, and only then ask for the next batch (which acknowledges
-this one). Faust flushes the changelog before it commits offsets, so a crash redelivers events that
-the reducer then skips by offset: counts stay exact.
+this one). Before it commits offsets the worker waits until the broker has acknowledged every
+changelog record buffered so far (:mod:`streams.flush`), so a crash redelivers events that the
+reducer then skips by offset: counts stay exact.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from storage.tenants import Tenants
 from streams import topics
 from streams.applied import AppliedMarks, offset_ranges
 from streams.consolidation import decision_records, plan_tenant, report
+from streams.flush import ExactFlush, exact_flush
 from streams.llm import LlmImportance
 from streams.metrics import WorkerMetrics
 from streams.processor import (
@@ -151,28 +153,6 @@ def credentials(kafka: KafkaConnection) -> faust.types.auth.CredentialsT | None:
         )
     context = kafka.ssl_context()
     return faust.SSLCredentials(context) if context is not None else None
-
-
-def bound_flush(buffer: Any) -> None:  # noqa: ANN401 - faust ProducerBuffer
-    """Make Faust's producer buffer flush what it holds when asked instead of waiting until it
-    is empty. Faust flushes before every offset commit, and under a steady flow of table writes
-    the buffer is never empty: one commit waited 27 s during a bulk write (docs/benchmarks.md),
-    and read-your-writes through other processes, which ends at the commit, with it.
-    The table writes of the events a commit covers were buffered before it began (an event is
-    acknowledged after its batch wrote them), and the buffer sends one at a time in order, so
-    they are out once as many sends as it held, plus the one it may have been sending, have
-    happened (sends are counted at most once each: fewer sends than counted never end the
-    wait). Faust's own two exits stay as they were: the wait ends when no send completes within
-    0.1 s, and a message being sent while none waits is not waited for; what Faust's flush then
-    left unsent for the commit, this one leaves too.
-    """
-
-    async def flush() -> None:
-        held = buffer.size
-        if held:
-            await buffer.flush_atmost(held + 1)
-
-    buffer.flush = flush
 
 
 def create_app(
@@ -265,7 +245,7 @@ def create_app(
         # Faust holds every stream while more than ProducerBuffer.max_messages (100) table
         # writes wait to be produced; one access batch writes two per event (state and counters).
         app.producer.buffer.max_messages = 4 * settings.access_batch_size
-        bound_flush(app.producer.buffer)
+        worker.deliveries = exact_flush(app.producer.buffer)
         metrics.watch(app.consumer, consumed.values())
         if services.llm is not None:
             await services.llm.start()
@@ -332,6 +312,7 @@ class StreamWorker:
         self.processor = Processor(memories, documents, counters, pending, limits)
         # with applied marks: every delivery (changelog, emitted) since the last batch's mark
         self.produced: list[Awaitable[Any]] = []
+        self.deliveries: ExactFlush | None = None  # set once the app's producer exists
         if applied is not None:
             for table in (memories, documents, counters, pending):
                 _keep_changelog_deliveries(table, self.produced)
@@ -652,8 +633,11 @@ class StreamWorker:
         (futures of their ``RecordMetadata``) of those sent to ``memory-writes``.
         """
         derived: list[Awaitable[Any]] = []
-        for message in batch.out:  # in order; Faust flushes them before it commits the batch
-            sent = await self.topics[message.role].send(key=message.key, value=message.value)
+        for message in batch.out:  # in order; acknowledged before the batch's offsets commit
+            sending = await self.topics[message.role].send(key=message.key, value=message.value)
+            sent = asyncio.ensure_future(sending)  # Faust's is a future already: itself
+            if self.deliveries is not None:
+                self.deliveries.track(sent)
             if self.applied is not None:
                 self.produced.append(sent)
             if message.role == topics.WRITES:

@@ -1,98 +1,203 @@
-"""The producer flush before each offset commit (``streams.app.bound_flush``) over Faust's own
-``ProducerBuffer.flush_atmost`` and a buffer that never empties (a steady flow of table writes).
+"""The producer flush before each offset commit (``streams.flush.exact_flush``) over Faust's own
+``ProducerBuffer`` and its sending loop, with the broker replaced by a slow one: each record is
+handed over after 0.15 s (longer than the 0.1 s after which Faust's own flush gives up) and
+acknowledged 0.05 s later.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 import faust
 import pytest
 from faust.transport.producer import ProducerBuffer
+from faust.types.tuples import FutureMessage, PendingMessage
 
-from streams.app import bound_flush
+from storage import StorageError
+from streams.app import StreamWorker
+from streams.flush import ExactFlush, exact_flush
+from streams.processor import Batch, Outbound
 
 pytestmark = pytest.mark.anyio
 
-
-class FlowingBuffer:
-    """Faust's sending loop (take one, send it, signal) over a deque, where each of the first
-    ``flow`` sends is followed by a new message: until then the buffer never empties. Each
-    signal is seen by the flush before the next send begins, the tightest case for a flush
-    that counts signals.
-    """
-
-    state = "running"
-    flush_atmost: Any = ProducerBuffer.flush_atmost
-    flush: Any = ProducerBuffer.flush  # replaced by bound_flush
-
-    def __init__(self, held: int, flow: int = 0) -> None:
-        self.pending = deque(range(held))
-        self.flow = flow
-        self.sent: list[int] = []
-        self.message_sent = asyncio.Event()
-        self.written = held
-
-    @property
-    def size(self) -> int:
-        return len(self.pending)
-
-    async def run(self) -> None:
-        while self.pending:
-            message = self.pending.popleft()
-            await asyncio.sleep(0)  # the send: another message is taken meanwhile
-            self.sent.append(message)
-            if len(self.sent) < self.flow:
-                self.pending.append(self.written)
-                self.written += 1
-            self.message_sent.set()
-            while self.message_sent.is_set():
-                await asyncio.sleep(0)
+HAND_OVER_S = 0.15
+ACK_S = 0.05
+ACKNOWLEDGED: Any = "acknowledged"  # stands for the broker's RecordMetadata
 
 
-async def test_a_commit_flush_sends_what_the_buffer_held_and_ends_under_a_steady_flow() -> None:
-    buffer = FlowingBuffer(held=50, flow=1000)
-    sender = asyncio.create_task(buffer.run())
+def record(n: int) -> FutureMessage:
+    # no channel: the broker is fake
+    pending = PendingMessage(None, f"k{n}".encode(), b"v", None, None, None, None, None, None)  # type: ignore[arg-type]
+    return FutureMessage(pending)
+
+
+class SlowBroker:
+    """Replaces the buffer's hand-over to aiokafka: records in ``refuse`` fail on delivery."""
+
+    def __init__(self, refuse: set[bytes] | None = None) -> None:
+        self.refuse = refuse or set()
+        self.handed: list[FutureMessage] = []
+
+    async def send(self, fut: FutureMessage) -> None:
+        await asyncio.sleep(HAND_OVER_S)
+        self.handed.append(fut)
+        if fut.message.key in self.refuse:
+            asyncio.get_running_loop().call_later(ACK_S, fut.set_exception, OSError("refused"))
+        else:
+            asyncio.get_running_loop().call_later(ACK_S, fut.set_result, ACKNOWLEDGED)
+
+
+async def started(broker: SlowBroker) -> tuple[faust.App, ProducerBuffer, ExactFlush]:
+    app = faust.App("flush", broker="kafka://localhost:1")  # the producer is never started
+    buffer = app.producer.buffer
+    assert isinstance(buffer, ProducerBuffer)
+    buffer._send_pending = broker.send  # type: ignore[method-assign]  # before its loop starts
+    exact = exact_flush(buffer)
+    await buffer.start()
+    return app, buffer, exact
+
+
+@pytest.fixture
+async def slow() -> AsyncIterator[tuple[faust.App, ProducerBuffer, ExactFlush, SlowBroker]]:
+    broker = SlowBroker(refuse={b"k1"})
+    app, buffer, exact = await started(broker)
     try:
-        await asyncio.sleep(0)  # message 0 is being sent: the buffer holds 1..49
-        held = set(range(50))
-        bound_flush(buffer)
-        await buffer.flush()  # Faust's own flush would wait until the flow ends
-        assert held <= set(buffer.sent)
-        assert len(buffer.sent) < buffer.flow  # it ended while the flow went on
+        yield app, buffer, exact, broker
     finally:
-        sender.cancel()
+        await buffer.stop()
 
 
-async def test_a_commit_flush_of_an_empty_buffer_waits_for_no_send() -> None:
-    buffer = FlowingBuffer(held=0)
-    bound_flush(buffer)
-    waits: list[int | None] = []
-
-    async def flush_atmost(max_messages: int | None) -> int:
-        waits.append(max_messages)
-        return 0
-
-    buffer.flush_atmost = flush_atmost
-    await buffer.flush()
-    assert waits == []
+async def test_the_commit_flush_returns_once_every_record_buffered_before_it_is_acknowledged(
+    slow: tuple[faust.App, ProducerBuffer, ExactFlush, SlowBroker],
+) -> None:
+    app, buffer, _, _ = slow
+    records = [record(n) for n in (0, 2, 3)]
+    for fut in records:
+        buffer.put(fut)
+    await app.producer.flush()  # what the consumer awaits before it commits offsets
+    assert [fut.result() for fut in records] == ["acknowledged"] * 3
 
 
-async def test_the_producer_flush_before_a_commit_goes_through_the_buffer_flush_replaced() -> None:
-    """``bound_flush`` replaces ``buffer.flush`` on the instance: Faust's producer (the aiokafka
-    driver, which the consumer flushes before each commit) must call it there, not around it.
+async def test_records_put_after_the_flush_began_do_not_hold_it(
+    slow: tuple[faust.App, ProducerBuffer, ExactFlush, SlowBroker],
+) -> None:
+    _, buffer, exact, broker = slow
+    first = record(0)
+    buffer.put(first)
+    flush = asyncio.ensure_future(exact.flush())
+    await asyncio.sleep(0)  # the flush began
+    later = [record(n) for n in range(2, 6)]
+    for fut in later:  # a steady flow of table writes while the commit flushes
+        buffer.put(fut)
+    await flush
+    assert first.done()
+    assert not later[-1].done()  # the buffer still held it: the flush did not wait for it
+    await exact.flush()
+    assert [fut.result() for fut in later] == ["acknowledged"] * 4
+    assert exact.unconfirmed == []
+    assert len(broker.handed) == 5
+
+
+async def test_a_record_that_failed_stops_every_commit_until_the_worker_restarts(
+    slow: tuple[faust.App, ProducerBuffer, ExactFlush, SlowBroker],
+) -> None:
+    _, buffer, exact, _ = slow
+    buffer.put(record(0))
+    buffer.put(record(1))  # the broker refuses it
+    for _ in range(2):
+        with pytest.raises(StorageError) as failed:
+            await exact.flush()
+        assert failed.value.retriable
+        assert "refused" in str(failed.value)
+
+
+async def test_a_cancelled_flush_cancels_no_record(
+    slow: tuple[faust.App, ProducerBuffer, ExactFlush, SlowBroker],
+) -> None:
+    _, buffer, exact, _ = slow
+    fut = record(0)
+    buffer.put(fut)
+    flush = asyncio.ensure_future(exact.flush())
+    await asyncio.sleep(0)
+    flush.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await flush
+    assert await fut == "acknowledged"
+
+
+async def test_a_stopping_buffer_is_flushed_by_faust_s_own_flush() -> None:
+    """Its sending loop has ended: waiting for an unacknowledged record would never end."""
+    broker = SlowBroker()
+    _, buffer, exact = await started(broker)
+    stock: list[None] = []
+
+    async def stock_flush() -> None:
+        stock.append(None)
+
+    exact.stock_flush = stock_flush
+    unsent = record(0)
+    exact.unconfirmed.append(unsent)  # tracked, never put: nothing will acknowledge it
+    await buffer.stop()  # its own flush on stop is this one too
+    stock.clear()
+    await asyncio.wait_for(exact.flush(), timeout=30)  # a guard against a hang, not a timing
+    assert stock == [None]
+    assert not unsent.done()
+
+
+async def test_acknowledged_records_are_let_go_without_a_commit(
+    slow: tuple[faust.App, ProducerBuffer, ExactFlush, SlowBroker],
+) -> None:
+    _, buffer, exact, _ = slow
+    exact.prune_at = 3
+    first = [record(0), record(1)]  # the broker refuses record 1
+    for fut in first:
+        buffer.put(fut)
+    await asyncio.wait(first)
+    later = record(2)
+    buffer.put(later)  # the third put prunes: the failed and the open record stay
+    assert exact.unconfirmed == [first[1], later]
+    assert exact.prune_at == 4
+
+
+def test_exact_flush_replaces_put_and_flush_on_the_instance_faust_calls() -> None:
+    app: Any = faust.App("flush-path", broker="kafka://localhost:1")  # no I/O
+    buffer = app.producer.buffer
+    exact = exact_flush(buffer)
+    assert buffer.put == exact.put
+    assert buffer.flush == exact.flush
+    assert app.producer.buffer is buffer
+
+
+async def test_the_records_a_batch_emits_are_waited_for_by_the_commit_flush() -> None:
+    """Audit, dead-letter and derived records go past the buffer (``Topic.send``): a failed
+    delivery of one must stop the commit as a table write's does.
     """
-    producer = faust.App("flush-path", broker="kafka://localhost:1").producer  # no I/O
-    bound_flush(producer.buffer)
-    flushes: list[int] = []
+    loop = asyncio.get_running_loop()
+    sent: list[asyncio.Future[Any]] = []
 
-    async def flush_atmost(max_messages: int | None) -> int:
-        flushes.append(max_messages or 0)
-        return 0
+    class Topic:
+        async def send(self, key: bytes, value: bytes) -> asyncio.Future[Any]:
+            sent.append(loop.create_future())
+            return sent[-1]
 
-    producer.buffer.flush_atmost = flush_atmost  # type: ignore[method-assign,assignment]
-    producer.buffer.pending.put_nowait(object())  # one message held, none being sent
-    await producer.flush()
-    assert flushes == [2]
+    buffer = SimpleNamespace(put=lambda fut: None, flush=None, should_stop=False)
+    exact = ExactFlush(buffer)
+    worker = SimpleNamespace(
+        topics={"audit": Topic(), "dead-letter": Topic()},
+        deliveries=exact,
+        applied=None,
+        services=SimpleNamespace(metrics=SimpleNamespace(emitted=lambda out: None)),
+    )
+    out = [Outbound("audit", b"acme/m1", b"{}"), Outbound("dead-letter", b"acme/m2", b"{}")]
+    await StreamWorker.emit(worker, Batch(out=out))  # type: ignore[arg-type]
+    flush = asyncio.ensure_future(exact.flush())
+    await asyncio.sleep(0)
+    sent[0].set_result(ACKNOWLEDGED)
+    await asyncio.sleep(0)
+    assert not flush.done()
+    sent[1].set_exception(OSError("refused"))
+    with pytest.raises(StorageError):
+        await flush
