@@ -1,21 +1,26 @@
 """Faults answered by ``python -m server`` with its own broker: a broker restart during HTTP writes
 loses no acknowledged write and answers 503 with Retry-After while the broker is down (never a
 500, never a hang); a flood of concurrent recalls is refused fast with 429s and the service answers
-again right after.
+again right after. And the flush before a worker's offset commit, over Faust's producer and a real
+broker paused mid-flush: it returns only once the broker has acknowledged every record buffered
+before it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import faust
 import httpx
 import pytest
 
+from streams.flush import exact_flush
 from tests.infra import ROOT, free_port
 from tests.integration.harness import Stack, eventually
 from tests.integration.test_end_to_end import DIM, KEY, e, serve
@@ -177,3 +182,40 @@ async def flood(url: str, n: int) -> dict[int, int]:
         status = reply.status_code if isinstance(reply, httpx.Response) else -1
         counts[status] = counts.get(status, 0) + 1
     return counts
+
+
+@pytest.mark.anyio
+async def test_a_commit_flush_returns_once_the_paused_broker_acknowledged_every_record(
+    broker: Broker, tmp_path: Path
+) -> None:
+    """Faust's own flush gives up once no record is handed to aiokafka within 0.1 s (here: while
+    the broker is paused, aiokafka's per-partition batches fill and the hand-over waits), and the
+    commit that called it would go ahead with records unsent.
+    """
+    app = faust.App(
+        "flush-probe",
+        broker=f"kafka://{broker.bootstrap}",
+        topic_replication_factor=1,
+        web_enabled=False,
+        producer_max_batch_size=16_384,  # Faust's default: ~15 records of 1 KB per batch
+    )
+    topic = app.topic("flush-probe", partitions=1, key_serializer="raw", value_serializer="raw")
+    exact_flush(app.producer.buffer)
+    await app.producer.start()
+    try:
+        await topic.maybe_declare()
+        await topic.send(key=b"warm", value=b"up")  # metadata and connection before the pause
+        pid = int((tmp_path / "kafka" / "broker.pid").read_text())
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            records = [topic.send_soon(key=b"k%d" % i, value=bytes(1000)) for i in range(2000)]
+            flush = asyncio.ensure_future(app.producer.flush())  # what precedes a commit
+            await asyncio.sleep(1.0)  # ten of Faust's 0.1 s give-ups while the broker is paused
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        await flush
+        assert all(r.done() and r.exception() is None for r in records)
+        offsets = [r.result().offset for r in records]
+        assert offsets == list(range(offsets[0], offsets[0] + len(records)))
+    finally:
+        await app.producer.stop()
