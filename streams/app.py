@@ -245,7 +245,7 @@ def create_app(
         # Faust holds every stream while more than ProducerBuffer.max_messages (100) table
         # writes wait to be produced; one access batch writes two per event (state and counters).
         app.producer.buffer.max_messages = 4 * settings.access_batch_size
-        worker.deliveries = exact_flush(app.producer.buffer)
+        worker.deliveries = exact_flush(app.producer.buffer, metrics.flushed)
         metrics.watch(app.consumer, consumed.values())
         if services.llm is not None:
             await services.llm.start()

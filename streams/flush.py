@@ -25,6 +25,8 @@ aiokafka's flush, which the commit also awaits, waits for them but reports no fa
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from typing import Any
 
 from storage import StorageError
@@ -39,8 +41,14 @@ class ExactFlush:
     worker runs it), whose records resolve on this event loop.
     """
 
-    def __init__(self, buffer: Any, prune_at: int = 100_000) -> None:  # noqa: ANN401
-        self.buffer = buffer  # a faust ProducerBuffer
+    def __init__(
+        self,
+        buffer: Any,  # noqa: ANN401 - a faust ProducerBuffer
+        flushed: Callable[[float, int], None] = lambda _seconds, _records: None,
+        prune_at: int = 100_000,
+    ) -> None:
+        self.buffer = buffer
+        self.flushed = flushed  # told each flush's wait (s) and the records it waited for
         self.stock_put = buffer.put
         self.stock_flush = buffer.flush
         # put and not yet known to be acknowledged, in put order (failed ones stay)
@@ -72,21 +80,27 @@ class ExactFlush:
         if self.buffer.should_stop:
             await self.stock_flush()
             return
+        started = time.perf_counter()
         waiting = list(self.unconfirmed)
         open_ = [fut for fut in waiting if not fut.done()]
         if open_:
             await asyncio.wait(open_)  # unlike gather, a cancelled flush cancels no record
+        self.flushed(time.perf_counter() - started, len(open_))
         for fut in waiting:
             _raise_if_failed(fut)
         acknowledged = {id(fut) for fut in waiting}  # a flush running alongside keeps its own
         self.unconfirmed = [fut for fut in self.unconfirmed if id(fut) not in acknowledged]
 
 
-def exact_flush(buffer: Any) -> ExactFlush:  # noqa: ANN401 - faust ProducerBuffer
+def exact_flush(
+    buffer: Any,  # noqa: ANN401 - a faust ProducerBuffer
+    flushed: Callable[[float, int], None] = lambda _seconds, _records: None,
+) -> ExactFlush:
     """Replace ``buffer.put`` and ``buffer.flush`` (on the instance: Faust's producer calls
-    them there) with those of an :class:`ExactFlush`, which is returned.
+    them there) with those of an :class:`ExactFlush`, which is returned; ``flushed`` is told
+    each flush's wait in seconds and how many records it waited for.
     """
-    exact = ExactFlush(buffer)
+    exact = ExactFlush(buffer, flushed)
     buffer.put = exact.put
     buffer.flush = exact.flush
     return exact

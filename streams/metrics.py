@@ -150,8 +150,26 @@ class WorkerMetrics:
             ["source"],
             registry=self.registry,
         )
+        self.flush_seconds = Histogram(
+            "mnemostream_worker_commit_flush_seconds",
+            "time a flush before an offset commit waited for the broker to acknowledge the records"
+            " buffered or emitted before it",
+            buckets=SECONDS_BUCKETS,
+            registry=self.registry,
+        )
+        self.flush_records = Histogram(
+            "mnemostream_worker_commit_flush_records",
+            "records a flush before an offset commit waited for (not yet acknowledged when it began)",
+            buckets=SIZE_BUCKETS,
+            registry=self.registry,
+        )
         self._lag = _LagCollector()
         self.registry.register(self._lag)
+
+    def flushed(self, seconds: float, records: int) -> None:
+        """Record one commit flush that took ``seconds`` waiting for ``records``."""
+        self.flush_seconds.observe(seconds)
+        self.flush_records.observe(records)
 
     @contextmanager
     def batch(self, agent: str, topic: str, size: int) -> Iterator[None]:

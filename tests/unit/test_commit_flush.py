@@ -19,6 +19,7 @@ from faust.types.tuples import FutureMessage, PendingMessage
 from storage import StorageError
 from streams.app import StreamWorker
 from streams.flush import ExactFlush, exact_flush
+from streams.metrics import WorkerMetrics
 from streams.processor import Batch, Outbound
 
 pytestmark = pytest.mark.anyio
@@ -79,6 +80,22 @@ async def test_the_commit_flush_returns_once_every_record_buffered_before_it_is_
         buffer.put(fut)
     await app.producer.flush()  # what the consumer awaits before it commits offsets
     assert [fut.result() for fut in records] == ["acknowledged"] * 3
+
+
+async def test_each_commit_flush_reports_its_wait_and_the_records_it_waited_for(
+    slow: tuple[faust.App, ProducerBuffer, ExactFlush, SlowBroker],
+) -> None:
+    _, buffer, exact, _ = slow
+    metrics = WorkerMetrics()
+    exact.flushed = metrics.flushed
+    for n in (0, 2, 3):
+        buffer.put(record(n))
+    await exact.flush()
+    await exact.flush()  # nothing left to wait for
+    sample = metrics.registry.get_sample_value
+    assert sample("mnemostream_worker_commit_flush_records_count") == 2
+    assert sample("mnemostream_worker_commit_flush_records_sum") == 3
+    assert (sample("mnemostream_worker_commit_flush_seconds_sum") or 0) >= HAND_OVER_S * 3
 
 
 async def test_records_put_after_the_flush_began_do_not_hold_it(
