@@ -181,8 +181,10 @@ def create_app(
         stream_buffer_maxsize=max(4 * settings.access_batch_size, 4096),
         broker_max_poll_records=settings.access_batch_size,
     )
-    worker = StreamWorker(app, settings, services, applied)
     metrics = services.metrics
+    deliveries = exact_flush(app, metrics.flushed)  # before any record is buffered
+    worker = StreamWorker(app, settings, services, applied)
+    worker.deliveries = deliveries
     consumed = {
         role: settings.topic(role) for role in (topics.WRITES, topics.ACCESS, topics.CONSOLIDATION)
     }
@@ -245,7 +247,6 @@ def create_app(
         # Faust holds every stream while more than ProducerBuffer.max_messages (100) table
         # writes wait to be produced; one access batch writes two per event (state and counters).
         app.producer.buffer.max_messages = 4 * settings.access_batch_size
-        worker.deliveries = exact_flush(app.producer.buffer, metrics.flushed)
         metrics.watch(app.consumer, consumed.values())
         if services.llm is not None:
             await services.llm.start()
@@ -312,7 +313,7 @@ class StreamWorker:
         self.processor = Processor(memories, documents, counters, pending, limits)
         # with applied marks: every delivery (changelog, emitted) since the last batch's mark
         self.produced: list[Awaitable[Any]] = []
-        self.deliveries: ExactFlush | None = None  # set once the app's producer exists
+        self.deliveries: ExactFlush | None = None  # what the commit flush waits for
         if applied is not None:
             for table in (memories, documents, counters, pending):
                 _keep_changelog_deliveries(table, self.produced)

@@ -200,7 +200,7 @@ async def test_a_commit_flush_returns_once_the_paused_broker_acknowledged_every_
         producer_max_batch_size=16_384,  # Faust's default: ~15 records of 1 KB per batch
     )
     topic = app.topic("flush-probe", partitions=1, key_serializer="raw", value_serializer="raw")
-    exact_flush(app.producer.buffer)
+    exact_flush(app)
     await app.producer.start()
     try:
         await topic.maybe_declare()

@@ -36,13 +36,18 @@ def record(n: int) -> FutureMessage:
 
 
 class SlowBroker:
-    """Replaces the buffer's hand-over to aiokafka: records in ``refuse`` fail on delivery."""
+    """Replaces the buffer's hand-over to aiokafka: records in ``refuse`` fail on delivery,
+    those in ``hold`` hold the sending loop forever.
+    """
 
-    def __init__(self, refuse: set[bytes] | None = None) -> None:
+    def __init__(self, refuse: set[bytes] | None = None, hold: set[bytes] | None = None) -> None:
         self.refuse = refuse or set()
+        self.hold = hold or set()  # never handed over
         self.handed: list[FutureMessage] = []
 
     async def send(self, fut: FutureMessage) -> None:
+        if fut.message.key in self.hold:
+            await asyncio.Event().wait()
         await asyncio.sleep(HAND_OVER_S)
         self.handed.append(fut)
         if fut.message.key in self.refuse:
@@ -56,7 +61,7 @@ async def started(broker: SlowBroker) -> tuple[faust.App, ProducerBuffer, ExactF
     buffer = app.producer.buffer
     assert isinstance(buffer, ProducerBuffer)
     buffer._send_pending = broker.send  # type: ignore[method-assign]  # before its loop starts
-    exact = exact_flush(buffer)
+    exact = exact_flush(app)
     await buffer.start()
     return app, buffer, exact
 
@@ -145,23 +150,27 @@ async def test_a_cancelled_flush_cancels_no_record(
     assert await fut == "acknowledged"
 
 
-async def test_a_stopping_buffer_is_flushed_by_faust_s_own_flush() -> None:
-    """Its sending loop has ended: waiting for an unacknowledged record would never end."""
-    broker = SlowBroker()
+@pytest.mark.parametrize("end", ["stop", "crash"])
+async def test_a_flush_raises_once_the_producer_ends_with_records_unacknowledged(end: str) -> None:
+    """Its sending loop has ended: they never will be, and the commit must not happen (nor the
+    flush wait forever: the worker could then never stop).
+    """
+    broker = SlowBroker(hold={b"k0"})  # never handed over, as to a broker that is gone
     _, buffer, exact = await started(broker)
-    stock: list[None] = []
-
-    async def stock_flush() -> None:
-        stock.append(None)
-
-    exact.stock_flush = stock_flush
-    unsent = record(0)
-    exact.unconfirmed.append(unsent)  # tracked, never put: nothing will acknowledge it
-    await buffer.stop()  # its own flush on stop is this one too
-    stock.clear()
-    await asyncio.wait_for(exact.flush(), timeout=30)  # a guard against a hang, not a timing
-    assert stock == [None]
-    assert not unsent.done()
+    buffer.put(record(0))
+    buffer.put(record(2))
+    flush = asyncio.ensure_future(exact.flush())
+    await asyncio.sleep(0)
+    if end == "crash":
+        await buffer.crash(RuntimeError("another service crashed"))
+    else:
+        stopping = asyncio.ensure_future(buffer.stop())
+    with pytest.raises(StorageError) as failed:
+        await asyncio.wait_for(flush, timeout=30)  # a guard against a hang, not a timing
+    assert "2 records" in str(failed.value)
+    if end == "stop":  # the buffer's own flush, Faust's, refuses to flush a stopping buffer
+        (stopped,) = await asyncio.gather(stopping, return_exceptions=True)
+        assert "Cannot flush" in str(stopped)
 
 
 async def test_acknowledged_records_are_let_go_without_a_commit(
@@ -179,13 +188,23 @@ async def test_acknowledged_records_are_let_go_without_a_commit(
     assert exact.prune_at == 4
 
 
-def test_exact_flush_replaces_put_and_flush_on_the_instance_faust_calls() -> None:
+def test_exact_flush_replaces_the_buffer_s_put_and_the_producer_s_flush() -> None:
+    """On the instances Faust calls: the consumer and the app flush ``app.producer``; tables put
+    into ``app.producer.buffer``. The buffer's own flush (run when it stops) stays Faust's.
+    """
     app: Any = faust.App("flush-path", broker="kafka://localhost:1")  # no I/O
-    buffer = app.producer.buffer
-    exact = exact_flush(buffer)
-    assert buffer.put == exact.put
-    assert buffer.flush == exact.flush
-    assert app.producer.buffer is buffer
+    exact = exact_flush(app)
+    assert app.producer.buffer.put == exact.put
+    assert app.producer.flush == exact.flush
+    assert app.producer.buffer.flush.__func__ is ProducerBuffer.flush
+
+
+@pytest.mark.parametrize("setting", ["producer_threaded", "stream_publish_on_commit"])
+def test_a_setting_under_which_records_never_resolve_here_is_refused(setting: str) -> None:
+    settings: dict[str, Any] = {"broker": "kafka://localhost:1", setting: True}
+    app: Any = faust.App("flush-path", **settings)
+    with pytest.raises(ValueError, match=setting):
+        exact_flush(app)
 
 
 async def test_the_records_a_batch_emits_are_waited_for_by_the_commit_flush() -> None:
