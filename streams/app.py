@@ -4,8 +4,8 @@ Agents are thin: take a batch, let :class:`~streams.processor.Processor` decode 
 the tables, compute what it needs (embeddings, LLM importance), sync the touched memories to Milvus,
 produce audit and dead-letter records, and only then ask for the next batch (which acknowledges
 this one). Before it commits offsets the worker waits until the broker has acknowledged every
-changelog record buffered so far (:mod:`streams.flush`), so a crash redelivers events that the
-reducer then skips by offset: counts stay exact.
+record its batches produced so far, table changelogs included (:mod:`streams.flush`), so a crash
+redelivers events that the reducer then skips by offset: counts stay exact.
 """
 
 from __future__ import annotations
