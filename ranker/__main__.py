@@ -16,7 +16,7 @@ from ranker.api import create_api
 from ranker.applied import AppliedOffsets, KafkaOffsets, LocalWorker
 from ranker.cached import Cached
 from ranker.history import AuditLog
-from ranker.hotcache import LOCAL_WRITER_GRACE_S, HotCache
+from ranker.hotcache import LOCAL_WRITER_GRACE_S, HotCache, PreloadStoppedError
 from ranker.kernel import set_threads
 from ranker.listen import listening_socket
 from ranker.logs import configure
@@ -31,6 +31,9 @@ from storage.tenant_log import TenantLog, TenantLogError
 from storage.usage import parse_service_args
 
 log = logging.getLogger(__name__)
+
+#: At stop, how long the lifespan waits for the hot-cache preload to reach its next page (s).
+PRELOAD_STOP_S = 30
 
 
 def build(
@@ -110,7 +113,9 @@ def build(
             yield
         finally:
             if preload is not None:
-                preload.cancel()
+                assert cache is not None
+                cache.stop_preload()  # its thread ends at its next page; cancelling would not
+                await asyncio.wait({preload}, timeout=PRELOAD_STOP_S)
             await service.stop()
             await keys.stop()
             await view.stop()
@@ -119,6 +124,7 @@ def build(
             await producer.stop()
             if owned:
                 await asyncio.to_thread(store.close)
+            log.info("mnemostream ranker stopped")
 
     api = create_api(
         service,
@@ -188,6 +194,9 @@ async def _preload(cache: HotCache, tenant_ids: list[str]) -> None:
     started = time.monotonic()
     try:
         rows, tenants = await asyncio.to_thread(cache.preload, tenant_ids)
+    except PreloadStoppedError:
+        log.info("hot cache preload stopped (the ranker is stopping)")
+        return
     except StorageError:
         log.warning("hot cache preload failed; tenants load at their first recall", exc_info=True)
         return

@@ -314,6 +314,12 @@ class _Block:
             setattr(self, name, new)
 
 
+class PreloadStoppedError(Exception):
+    """A preload ended early by :meth:`HotCache.stop_preload`; the tenants it had begun are not
+    held (they load at their first search).
+    """
+
+
 class HotCache:
     """Exact per-tenant vector candidates (see the module doc). The constructor does no I/O.
 
@@ -356,6 +362,7 @@ class HotCache:
         self._cold: dict[str, float] = {}  # tenant -> when it was found too large
         self._guard = threading.Lock()
         self._preloading = False
+        self._stop_preload = threading.Event()
         self.loads = 0
 
     @property
@@ -484,6 +491,14 @@ class HotCache:
                 self._block(tenant_id)
         return self.rows, len(self._blocks)
 
+    def stop_preload(self) -> None:
+        """Make a :meth:`preload` running in another thread end at its next page of rows, with
+        :class:`PreloadStoppedError` (the process is stopping: an in-process Milvus Lite server ends
+        with it, and a thread still waiting for its answer would hold the exit). A preload
+        started later stops at its first page.
+        """
+        self._stop_preload.set()
+
     def _scan_all(self) -> None:
         with self._guard:
             self._preloading = True
@@ -492,6 +507,8 @@ class HotCache:
             too_big: set[str] = set()
             total = self.rows
             for page in self.store.scan():
+                if self._stop_preload.is_set():
+                    raise PreloadStoppedError
                 for row in page:
                     tenant_id = row.tenant_id
                     if tenant_id in too_big:

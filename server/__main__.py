@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import sys
@@ -21,6 +22,9 @@ from streams.applied import AppliedMarks
 from streams.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
+
+#: At stop, how long the HTTP server waits for requests in flight before cancelling them (s).
+HTTP_GRACE_S = 10
 
 
 def main() -> None:
@@ -59,20 +63,39 @@ def main() -> None:
         # writer (a Milvus server is searched as before)
         services.neighbours = cache.neighbours
 
+    config = uvicorn.Config(
+        api,
+        host=ranker_settings.host,
+        port=ranker_settings.port,
+        log_level="info",
+        log_config=None,  # uvicorn's loggers go to ours (configure), not to its own handlers
+        access_log=False,  # ranker.logs.RequestLog logs every request, with its ids
+        timeout_graceful_shutdown=HTTP_GRACE_S,
+    )
+    server = uvicorn.Server(config)  # Faust owns the signals: uvicorn must not take them
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
+    served = asyncio.Event()
+
     @app.task  # type: ignore[untyped-decorator]
     async def http() -> None:
-        config = uvicorn.Config(
-            api,
-            host=ranker_settings.host,
-            port=ranker_settings.port,
-            log_level="info",
-            log_config=None,  # uvicorn's loggers go to ours (configure), not to its own handlers
-            access_log=False,  # ranker.logs.RequestLog logs every request, with its ids
-        )
-        server = uvicorn.Server(config)  # Faust owns the signals: uvicorn must not take them
-        server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
         log.info("ranker on http://%s:%d", ranker_settings.host, ranker_settings.port)
-        await server.serve(sockets=[sock])
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            served.set()
+
+    @app.on_before_shutdown.connect  # type: ignore[arg-type]  # mode's handler union
+    async def stop_http(_sender: object, **_: object) -> None:
+        # Faust cancels its tasks only after this signal: stopping uvicorn here lets requests in
+        # flight finish (HTTP_GRACE_S at most) and runs the ranker's lifespan shutdown
+        if server.started:
+            server.should_exit = True
+            try:
+                await asyncio.wait_for(served.wait(), HTTP_GRACE_S + 20)
+            except TimeoutError:
+                log.warning(
+                    "the HTTP server did not stop within %d s; stopping on", HTTP_GRACE_S + 20
+                )
 
     run(app, worker_settings, services, logging_config(ranker_settings.log_format, level))
 

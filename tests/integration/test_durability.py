@@ -206,3 +206,17 @@ def test_a_replay_has_the_live_state_hash_and_rebuild_restores_milvus(
         assert milvus_counts(store, ("acme",)) == expected
     finally:
         store.close()
+
+
+def test_a_sigterm_lets_the_http_server_stop_before_the_worker(server: Server) -> None:
+    """``python -m server`` stops uvicorn itself when Faust begins its shutdown: requests in flight
+    finish and the ranker's lifespan shutdown runs (Faust used to cancel the HTTP task instead).
+    """
+    with Client(server.url, KEY) as client:
+        write_memories(client)  # the ranker's producer, view and batcher have work behind them
+    assert server.proc is not None
+    server.proc.terminate()
+    assert server.proc.wait(90) == 0, server.log()
+    log = server.log_path.read_text(errors="replace")
+    assert "mnemostream ranker stopped" in log, log[-4000:]
+    assert "CancelledError" not in log, log[-4000:]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from memcore.policy import RecallPolicy
-from ranker.hotcache import DIRTY_GIVE_UP_S, TIERS, HotCache, LiveColumns
+from ranker.hotcache import DIRTY_GIVE_UP_S, TIERS, HotCache, LiveColumns, PreloadStoppedError
 from ranker.kernel import RankRequest
 from ranker.service import Candidate, RecallQuery, _hot_request, _request
 from storage import Filters, MemoryRow, MilvusConfig, StorageError
@@ -495,3 +495,25 @@ def test_neighbours_answer_as_a_search_per_vector_or_not_at_all() -> None:
     assert cache.neighbours("acme", [[1.0, 0, 0, 0]], 2, Filters(tags_any=("x",))) is None
     small = HotCache(store, tenant_max=3)  # type: ignore[arg-type]  # acme has 4 rows: Milvus's
     assert small.neighbours("acme", [[1.0, 0, 0, 0]], 2, RECALL) is None
+
+
+def test_a_preload_asked_to_stop_ends_at_its_next_page_holding_no_tenant_it_began() -> None:
+    """The process is stopping: the preload's thread must end (an in-process Milvus Lite server
+    ends with the process, and a thread waiting for its answer would hold the exit).
+    """
+    store, cache = sole_writer_setup(row("a", 1.0), make_row("other", "o1", [1.0, 0, 0, 0]))
+    pages: list[int] = []
+
+    def paged_pass() -> Iterator[list[MemoryRow]]:
+        for tenant_id in ("acme", "other"):
+            pages.append(len(pages))
+            if len(pages) == 2:
+                cache.stop_preload()  # asked once the first page is held
+            yield list(store.rows[tenant_id].values())
+
+    store.scan = paged_pass  # type: ignore[method-assign]
+    with pytest.raises(PreloadStoppedError):
+        cache.preload(["acme", "other"])
+    assert pages == [0, 1]
+    assert cache.rows == 0
+    assert not cache.ready("acme", Filters())
