@@ -33,7 +33,7 @@ from storage.usage import parse_service_args
 log = logging.getLogger(__name__)
 
 #: At stop, how long the lifespan waits for the hot-cache preload to reach its next page (s).
-PRELOAD_STOP_S = 30
+PRELOAD_STOP_S = 10
 
 
 def build(
@@ -114,8 +114,7 @@ def build(
         finally:
             if preload is not None:
                 assert cache is not None
-                cache.stop_preload()  # its thread ends at its next page; cancelling would not
-                await asyncio.wait({preload}, timeout=PRELOAD_STOP_S)
+                await _stop_preload(cache, preload)
             await service.stop()
             await keys.stop()
             await view.stop()
@@ -187,6 +186,18 @@ async def _follow_tenants(registry: TenantLog) -> None:
         await registry.catch_up()
     except TenantLogError as exc:
         log.warning("serving before the tenants topic is read: %s", exc)
+
+
+async def _stop_preload(cache: HotCache, preload: asyncio.Task[None]) -> None:
+    """End ``preload`` at its next page and wait for it (``PRELOAD_STOP_S`` at most): cancelling
+    the task would leave its thread running.
+    """
+    cache.stop_preload()
+    await asyncio.wait({preload}, timeout=PRELOAD_STOP_S)
+    if not preload.done():
+        log.warning("hot cache preload still running after %d s", PRELOAD_STOP_S)
+    elif not preload.cancelled() and preload.exception() is not None:
+        log.error("hot cache preload failed", exc_info=preload.exception())
 
 
 async def _preload(cache: HotCache, tenant_ids: list[str]) -> None:

@@ -36,6 +36,7 @@ component): at least ~2 KB a row at 384 dimensions with short content (docs/benc
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -488,6 +489,8 @@ class HotCache:
                 raise
             log.info("hot cache: this Milvus cannot scan; loading tenants one by one")
             for tenant_id in tenant_ids:
+                if self._stop_preload.is_set():
+                    raise PreloadStoppedError from None
                 self._block(tenant_id)
         return self.rows, len(self._blocks)
 
@@ -506,31 +509,32 @@ class HotCache:
         try:
             too_big: set[str] = set()
             total = self.rows
-            for page in self.store.scan():
-                if self._stop_preload.is_set():
-                    raise PreloadStoppedError
-                for row in page:
-                    tenant_id = row.tenant_id
-                    if tenant_id in too_big:
-                        continue
-                    block = self._blocks.get(tenant_id)
-                    if block is None:
-                        if total >= self.total_max:
-                            with self._guard:
-                                self._partial.add(tenant_id)
+            with contextlib.closing(self.store.scan()) as pages:  # closed at once when stopped
+                for page in pages:
+                    for row in page:
+                        tenant_id = row.tenant_id
+                        if tenant_id in too_big:
                             continue
-                        block = self._pending(tenant_id)
-                        made.add(tenant_id)
-                    with block.lock:
-                        if row.memory_id not in block.index:
-                            total += 1
-                        if not self._put(tenant_id, block, row):
-                            block.dirty.setdefault(row.memory_id, self.clock())
-                    if block.n > self.tenant_max:
-                        too_big.add(tenant_id)
-                        with self._guard:
-                            total -= self._blocks.pop(tenant_id).n
-                            self._cold[tenant_id] = self.clock()
+                        block = self._blocks.get(tenant_id)
+                        if block is None:
+                            if total >= self.total_max:
+                                with self._guard:
+                                    self._partial.add(tenant_id)
+                                continue
+                            block = self._pending(tenant_id)
+                            made.add(tenant_id)
+                        with block.lock:
+                            if row.memory_id not in block.index:
+                                total += 1
+                            if not self._put(tenant_id, block, row):
+                                block.dirty.setdefault(row.memory_id, self.clock())
+                        if block.n > self.tenant_max:
+                            too_big.add(tenant_id)
+                            with self._guard:
+                                total -= self._blocks.pop(tenant_id).n
+                                self._cold[tenant_id] = self.clock()
+                    if self._stop_preload.is_set():  # before asking Milvus for the next page
+                        raise PreloadStoppedError
             with self._guard:
                 self._complete = True
         except BaseException:

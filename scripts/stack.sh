@@ -88,13 +88,14 @@ up() {
   echo "api key: $("$py" -c 'import json,sys; print(next(iter(json.load(open(sys.argv[1]))["tenants"].values()))["api_keys"][0])' "$MNEMO_TENANTS_FILE")  (tenant demo)"
 }
 
-# stop NAME: stop the process of var/NAME.pid (TERM, then KILL after 30 s)
+# stop NAME: stop the process of var/NAME.pid (TERM, then KILL after 60 s: the server lets requests in
+# flight and the ranker's shutdown take up to 30 s before the worker's own)
 stop() {
   local name=$1 pid
   if running "$var/$name.pid"; then
     pid=$(cat "$var/$name.pid")
     kill "$pid"
-    for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
     kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
     echo "$name: stopped (pid $pid)"
   fi

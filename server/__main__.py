@@ -9,7 +9,7 @@ import sys
 
 import uvicorn
 
-from ranker.__main__ import build
+from ranker.__main__ import PRELOAD_STOP_S, build
 from ranker.hotcache import HotCache
 from ranker.listen import listening_socket
 from ranker.logs import configure, logging_config
@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 
 #: At stop, how long the HTTP server waits for requests in flight before cancelling them (s).
 HTTP_GRACE_S = 10
+#: At stop, how long the worker waits for the HTTP server and the ranker's lifespan shutdown (s)
+#: (``scripts/stack.sh`` kills the process after 60 s).
+HTTP_STOP_S = HTTP_GRACE_S + PRELOAD_STOP_S + 10
 
 
 def main() -> None:
@@ -91,11 +94,9 @@ def main() -> None:
         if server.started:
             server.should_exit = True
             try:
-                await asyncio.wait_for(served.wait(), HTTP_GRACE_S + 20)
+                await asyncio.wait_for(served.wait(), HTTP_STOP_S)
             except TimeoutError:
-                log.warning(
-                    "the HTTP server did not stop within %d s; stopping on", HTTP_GRACE_S + 20
-                )
+                log.warning("the HTTP server did not stop within %d s; stopping on", HTTP_STOP_S)
 
     run(app, worker_settings, services, logging_config(ranker_settings.log_format, level))
 

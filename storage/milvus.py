@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -366,7 +366,7 @@ class MilvusStore:
         )
         return [MemoryRow.from_entity(entity) for entity in found]
 
-    def scan(self, batch_size: int = 2_000) -> Iterator[list[MemoryRow]]:
+    def scan(self, batch_size: int = 2_000) -> Generator[list[MemoryRow], None, None]:
         """Every row of the collection, every tenant and state, ``batch_size`` rows at a time (one
         pass, no order promised; rows written meanwhile may or may not appear). For a reader that
         serves all tenants (the ranker's hot cache): one pass costs what one tenant's query costs

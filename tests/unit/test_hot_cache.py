@@ -517,3 +517,17 @@ def test_a_preload_asked_to_stop_ends_at_its_next_page_holding_no_tenant_it_bega
     assert pages == [0, 1]
     assert cache.rows == 0
     assert not cache.ready("acme", Filters())
+
+
+def test_a_preload_asked_to_stop_loads_no_tenant_one_by_one_either() -> None:
+    """A Milvus that cannot scan is loaded tenant by tenant; a stop ends that too."""
+    store, cache = sole_writer_setup(row("a", 1.0))
+
+    def cannot_scan() -> Iterator[list[MemoryRow]]:
+        raise StorageError("scan", "no query iterator", retriable=False)
+
+    store.scan = cannot_scan  # type: ignore[method-assign]
+    cache.stop_preload()
+    with pytest.raises(PreloadStoppedError):
+        cache.preload(["acme"])
+    assert not cache.ready("acme", Filters())
