@@ -511,28 +511,7 @@ class HotCache:
             total = self.rows
             with contextlib.closing(self.store.scan()) as pages:  # closed at once when stopped
                 for page in pages:
-                    for row in page:
-                        tenant_id = row.tenant_id
-                        if tenant_id in too_big:
-                            continue
-                        block = self._blocks.get(tenant_id)
-                        if block is None:
-                            if total >= self.total_max:
-                                with self._guard:
-                                    self._partial.add(tenant_id)
-                                continue
-                            block = self._pending(tenant_id)
-                            made.add(tenant_id)
-                        with block.lock:
-                            if row.memory_id not in block.index:
-                                total += 1
-                            if not self._put(tenant_id, block, row):
-                                block.dirty.setdefault(row.memory_id, self.clock())
-                        if block.n > self.tenant_max:
-                            too_big.add(tenant_id)
-                            with self._guard:
-                                total -= self._blocks.pop(tenant_id).n
-                                self._cold[tenant_id] = self.clock()
+                    total = self._lay(page, total, made, too_big)
                     if self._stop_preload.is_set():  # before asking Milvus for the next page
                         raise PreloadStoppedError
             with self._guard:
@@ -546,6 +525,34 @@ class HotCache:
             with self._guard:
                 self._preloading = False
         self.loads += len(self._blocks)
+
+    def _lay(self, page: Sequence[MemoryRow], total: int, made: set[str], too_big: set[str]) -> int:
+        """Lay one preload page into the blocks; returns the rows held after it. Adds to ``made``
+        the tenants whose blocks it starts and to ``too_big`` those it drops over ``tenant_max``.
+        """
+        for row in page:
+            tenant_id = row.tenant_id
+            if tenant_id in too_big:
+                continue
+            block = self._blocks.get(tenant_id)
+            if block is None:
+                if total >= self.total_max:
+                    with self._guard:
+                        self._partial.add(tenant_id)
+                    continue
+                block = self._pending(tenant_id)
+                made.add(tenant_id)
+            with block.lock:
+                if row.memory_id not in block.index:
+                    total += 1
+                if not self._put(tenant_id, block, row):
+                    block.dirty.setdefault(row.memory_id, self.clock())
+            if block.n > self.tenant_max:
+                too_big.add(tenant_id)
+                with self._guard:
+                    total -= self._blocks.pop(tenant_id).n
+                    self._cold[tenant_id] = self.clock()
+        return total
 
     def _block(self, tenant_id: str) -> _Block | None:
         with self._guard:

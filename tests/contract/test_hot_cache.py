@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ranker.hotcache import HotCache
+from ranker.hotcache import HotCache, PreloadStoppedError
 from storage import Filters, MemoryRow, MilvusConfig, MilvusStore
 from tests.contract.conftest import DIM
 from tests.rows import make_row
@@ -107,3 +107,15 @@ def test_a_scan_reads_every_row_of_every_tenant(tmp_path: Path) -> None:
     scanned = [row.key for page in lite.scan(batch_size=50) for row in page]
     assert sorted(scanned) == sorted(row.key for row in written)
     lite.close()
+
+
+def test_a_preload_asked_to_stop_ends_holding_no_tenant(store: MilvusStore) -> None:
+    """Lite ends its scan after the first page; a 2.3 server (no scan) before its first tenant."""
+    rng = random.Random(5)
+    store.upsert(corpus(rng, "acme", 120) + corpus(rng, "globex", 40))
+    cache = HotCache(store)
+    cache.stop_preload()  # the process began stopping before the preload's thread ran
+    with pytest.raises(PreloadStoppedError):
+        cache.preload(["acme", "globex"])
+    assert cache.rows == 0
+    assert cache.loads == 0
