@@ -24,6 +24,8 @@ nothing is re-read.
 A tenant is loaded on its first search (one Milvus query); a tenant over ``tenant_max`` rows, a
 filter the cache does not evaluate (``tags_any``, ``memory_ids``) or a cache over its total row
 budget (least recently searched tenants are dropped) answers None: the caller searches Milvus.
+Both limits also hold as rows come in after the load (written by the worker in this process or
+read back): a tenant that grows past ``tenant_max`` leaves the cache for Milvus.
 
 Thread-safety: searches run in worker threads or, when nothing is to be read from Milvus, in the
 event loop (:meth:`HotCache.ready`); :meth:`HotCache.on_change` runs in the event loop,
@@ -42,7 +44,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -608,7 +610,7 @@ class HotCache:
         self.loads += 1
         with self._guard:
             self._cold.pop(tenant_id, None)
-            self._evict(keep=tenant_id)
+            self._evict(keep={tenant_id})
         return block
 
     def _refresh(self, tenant_id: str, block: _Block) -> None:
@@ -632,6 +634,9 @@ class HotCache:
                     if row is None:
                         block.remove(memory_id)
                     del block.dirty[memory_id]
+        if found:
+            with self._guard:
+                self._bound({tenant_id}, keep={tenant_id})
 
     def upserted(self, rows: Sequence[MemoryRow]) -> None:
         """Rows this process just wrote to Milvus (``python -m server``: the worker shares the
@@ -643,7 +648,7 @@ class HotCache:
         raises for a row (a failure is logged and the id is re-read at the next search, without
         grace).
         """
-        started = set()
+        started, grown = set(), set()
         for row in rows:
             with self._guard:
                 block = self._blocks.get(row.tenant_id)
@@ -653,6 +658,7 @@ class HotCache:
                         started.add(row.tenant_id)
             if block is None:
                 continue
+            grown.add(row.tenant_id)
             try:
                 with block.lock:
                     if self._put(row.tenant_id, block, row):
@@ -664,8 +670,8 @@ class HotCache:
                 with block.lock:
                     block.dirty[row.memory_id] = self.clock() - self.writer_grace_s  # due now
         with self._guard:
-            for tenant_id in started:
-                self._evict(keep=tenant_id)
+            if not self._preloading:  # the pass lays these blocks and bounds them itself
+                self._bound(grown, keep=started)
 
     def upsert_failed(self, rows: Sequence[MemoryRow]) -> None:
         """Rows whose upsert raised (:attr:`storage.MilvusStore.upsert_failed`): Milvus may hold
@@ -709,12 +715,27 @@ class HotCache:
         block.put(row)
         return values is None or not block.live(row.memory_id, values)
 
-    def _evict(self, keep: str) -> None:
-        """Drop least recently searched tenants while over ``total_max`` rows (guard held)."""
+    def _bound(self, grown: Iterable[str], keep: Collection[str]) -> None:
+        """After rows were added to the blocks of ``grown`` tenants (a load has its own checks):
+        drop those now over ``tenant_max`` (Milvus answers them, counted again after
+        ``recheck_s``), then the least recently searched others while over ``total_max``
+        (guard held).
+        """
+        for tenant_id in grown:
+            block = self._blocks.get(tenant_id)
+            if block is not None and block.n > self.tenant_max:
+                del self._blocks[tenant_id]
+                self._cold[tenant_id] = self.clock()
+        self._evict(keep=keep)
+
+    def _evict(self, keep: Collection[str]) -> None:
+        """Drop least recently searched tenants but ``keep`` while over ``total_max`` rows
+        (guard held).
+        """
         total = sum(b.n for b in self._blocks.values())
         for tenant_id in list(self._blocks):
             if total <= self.total_max:
                 break
-            if tenant_id != keep and tenant_id not in self._loading:
+            if tenant_id not in keep and tenant_id not in self._loading:
                 total -= self._blocks.pop(tenant_id).n
                 self._partial.add(tenant_id)  # its rows stay in Milvus only

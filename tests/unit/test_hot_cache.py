@@ -374,11 +374,19 @@ def test_an_older_row_read_back_keeps_a_newer_version_awaited() -> None:
     assert not cache.ready("acme", RECALL)  # the third version is still awaited
 
 
-def sole_writer_setup(*rows: MemoryRow, total_max: int = 2_000_000) -> tuple[FakeStore, HotCache]:
+def sole_writer_setup(
+    *rows: MemoryRow, total_max: int = 2_000_000, tenant_max: int = 16_384
+) -> tuple[FakeStore, HotCache]:
     """A cache whose process alone writes the collection (Milvus Lite embedded), not preloaded."""
     store = FakeStore()
     store.put(*rows)
-    cache = HotCache(store, writer_grace_s=5.0, sole_writer=True, total_max=total_max)  # type: ignore[arg-type]
+    cache = HotCache(
+        store,  # type: ignore[arg-type]
+        writer_grace_s=5.0,
+        sole_writer=True,
+        total_max=total_max,
+        tenant_max=tenant_max,
+    )
     return store, cache
 
 
@@ -443,6 +451,51 @@ def test_a_dropped_tenant_is_not_taken_as_empty_again() -> None:
     written(store, cache, make_row("t1", "m4", [1.0, 0, 0, 0]))
     assert found(cache, "t1") == ["m0", "m1", "m2", "m3", "m4"]
     assert store.reads == 1
+
+
+def test_a_tenant_written_past_the_tenant_limit_leaves_the_cache_for_milvus() -> None:
+    store, cache = sole_writer_setup(*(row(f"m{i}", 1.0) for i in range(3)), tenant_max=4)
+    cache.preload()
+    written(store, cache, row("m3", 1.0))
+    assert found(cache, "acme") == ["m0", "m1", "m2", "m3"]  # at the limit: still held
+    written(store, cache, row("m4", 1.0))
+    assert cache.rows == 0
+    assert found(cache, "acme") is None  # the caller searches Milvus
+    written(store, cache, row("m5", 1.0))  # not taken again by a write either
+    assert cache.rows == 0
+
+
+def test_writes_to_held_tenants_past_the_total_limit_drop_the_least_recently_searched() -> None:
+    store, cache = sole_writer_setup(
+        *(make_row(t, f"{t}-0", [1.0, 0, 0, 0]) for t in ("t1", "t2", "t3")), total_max=4
+    )
+    cache.preload()
+    for tenant in ("t2", "t1", "t3"):
+        assert found(cache, tenant) == [f"{tenant}-0"]
+    written(store, cache, make_row("t1", "t1-1", [1.0, 0, 0, 0]))
+    written(store, cache, make_row("t3", "t3-1", [1.0, 0, 0, 0]))
+    assert cache.rows == 4  # t2, searched longest ago, went
+    reads = store.reads
+    assert found(cache, "t1") == ["t1-0", "t1-1"]
+    assert found(cache, "t3") == ["t3-0", "t3-1"]
+    assert store.reads == reads
+    assert found(cache, "t2") == ["t2-0"]
+    assert store.reads == reads + 1  # loaded again from Milvus
+
+
+def test_rows_read_back_past_the_tenant_limit_leave_the_cache_for_milvus() -> None:
+    store = FakeStore()
+    store.put(row("a", 1.0), row("b", 1.0))
+    view: dict[str, tuple[Any, ...]] = {}
+    cache = HotCache(store, lambda _t, m: view.get(m), tenant_max=2)  # type: ignore[arg-type]
+    assert ids(cache) == ["a", "b"]
+    new = row("c", 1.0)
+    store.put(new)  # written by a worker elsewhere: the view tells, the search reads it back
+    view["c"] = live(new)
+    cache.on_change("acme", "c", view["c"])
+    assert ids(cache) == ["a", "b", "c"]  # this search is answered from the rows it read
+    assert cache.rows == 0
+    assert cache.search("acme", [1.0, 0.0, 0.0, 0.0], 10, RECALL) is None
 
 
 def test_a_load_or_a_preload_that_fails_leaves_no_block_to_pass_for_the_tenant() -> None:
