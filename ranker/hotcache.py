@@ -411,6 +411,32 @@ class HotCache:
 
     # -- search (worker threads; the event loop when ready) ----------------------------------------
 
+    def tenant_rows(self, tenant_id: str) -> list[MemoryRow] | None:
+        """Every row Milvus holds for a tenant the cache holds (any state: what
+        :meth:`storage.MilvusStore.query` answers under ``ANY_STATE``), or None when the cache
+        cannot answer exactly: the tenant is not held (it is not loaded for this: the caller
+        reads Milvus, as a load would), a preload or a load is under way, or a row is still
+        awaited from Milvus. Blocking: dirty ids past the writer's grace are re-read first; may
+        raise ``StorageError`` then. A row's vector is the block's L2-normalised float32 copy, so
+        cosines equal those of Milvus's rows up to float32 rounding (consolidation compares
+        cosines only); its counters are Milvus's, which the caller overlays as it would Milvus's.
+        """
+        with self._guard:
+            if self._preloading or tenant_id in self._loading:
+                return None
+            block = self._blocks.get(tenant_id)
+        if block is None:
+            return None
+        self._refresh(tenant_id, block)
+        with block.lock:
+            if block.dirty:
+                return None
+            return [
+                dataclasses.replace(row, vector=tuple(block.vectors[slot].tolist()))
+                for slot, row in enumerate(block.rows[: block.n])
+                if row is not None
+            ]
+
     def search(
         self, tenant_id: str, vector: Sequence[float], n: int, filters: Filters
     ) -> HotHits | None:

@@ -65,6 +65,7 @@ def main() -> None:
         # process's worker is then the collection's only writer, so the cache lags no other
         # writer (a Milvus server is searched as before)
         services.neighbours = cache.neighbours
+        services.tenant_rows = cache.tenant_rows  # consolidation's reads, likewise
 
     config = uvicorn.Config(
         api,

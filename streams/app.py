@@ -92,6 +92,14 @@ class Neighbours(Protocol):
     ) -> list[list[Hit]] | None: ...
 
 
+class TenantRows(Protocol):
+    """``MilvusStore.query``'s answer for one tenant under ``ANY_STATE`` (every row, any state),
+    or None when this source cannot answer it exactly. Blocking; may raise ``StorageError``.
+    """
+
+    def __call__(self, tenant_id: str) -> list[MemoryRow] | None: ...
+
+
 @dataclass
 class Services:
     """What the agents use besides Kafka. Started before the app runs (metrics need no start;
@@ -105,6 +113,9 @@ class Services:
     # where the supersession check looks for a tenant's nearest memories before asking
     # ``store`` (``python -m server``: its ranker's hot cache); None: ``store.search`` alone
     neighbours: Neighbours | None = None
+    # where consolidation reads a tenant's rows before asking ``store`` (``python -m server``:
+    # its ranker's hot cache); None: ``store.query`` alone
+    tenant_rows: TenantRows | None = None
 
 
 def nearest(
@@ -124,6 +135,20 @@ def nearest(
     services.metrics.supersession_searches.labels("milvus" if found is None else "hot").inc()
     if found is None:
         found = services.store.search(tenant_id, vectors, n, filters)
+    return found
+
+
+def stored_rows(services: Services, tenant_id: str) -> list[MemoryRow]:
+    """A tenant's rows for consolidation: from :attr:`Services.tenant_rows` where it answers (on
+    Milvus Lite a tenant's query is a pass over the whole collection, once per tenant per
+    consolidation), else from Milvus; counted by source. Blocking; raises ``StorageError``.
+    """
+    found = None
+    if services.tenant_rows is not None:
+        found = services.tenant_rows(tenant_id)
+    services.metrics.consolidation_reads.labels("milvus" if found is None else "hot").inc()
+    if found is None:
+        found = services.store.query(tenant_id, ANY_STATE)
     return found
 
 
@@ -540,16 +565,17 @@ class StreamWorker:
     async def plan(self, request: ConsolidationRequest, batch: Batch) -> None:
         """Add the decisions (unless a dry run) and the report of each requested tenant.
 
-        Rows come from Milvus with their counters, importance and clock taken from the tables (an
-        access rewrites no row); a memory of a partition another worker serves keeps its row's
-        values, which may be older.
+        Rows come from Milvus (or the hot cache in this process: :func:`stored_rows`) with their
+        counters, importance and clock taken from the tables (an access rewrites no row); a
+        memory of a partition another worker serves keeps its row's values, which may be older.
         """
-        store = self.services.store
         for tenant_id in request.tenant_ids:
             tenant = self.processor.limits.registry.get(tenant_id)
             if tenant is None:  # deleted since the request was decoded
                 continue
-            stored = await _retrying("query", functools.partial(store.query, tenant_id, ANY_STATE))
+            stored = await _retrying(
+                "query", functools.partial(stored_rows, self.services, tenant_id)
+            )
             with processing(None):  # the tenant's keys live in every partition
                 rows = [self.processor.live(row) for row in stored]
             decisions = await asyncio.to_thread(

@@ -150,6 +150,13 @@ class WorkerMetrics:
             ["source"],
             registry=self.registry,
         )
+        self.consolidation_reads = Counter(
+            "mnemostream_worker_consolidation_reads",
+            "reads of a tenant's rows for its consolidation, by where they were answered: hot"
+            " (the ranker's cache in this process) or milvus",
+            ["source"],
+            registry=self.registry,
+        )
         self.flush_seconds = Histogram(
             "mnemostream_worker_commit_flush_seconds",
             "time a flush before an offset commit waited for the broker to acknowledge the records"

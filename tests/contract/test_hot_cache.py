@@ -3,13 +3,16 @@ random filters, on both backends (Milvus Lite and a real server)."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ranker.hotcache import HotCache, PreloadStoppedError
 from storage import Filters, MemoryRow, MilvusConfig, MilvusStore
+from storage.milvus import ANY_STATE
 from tests.contract.conftest import DIM
 from tests.rows import make_row
 
@@ -64,6 +67,28 @@ def test_the_hot_cache_equals_milvus(store: MilvusStore) -> None:
         assert got.similarity.tolist() == pytest.approx([h.similarity for h in expected], abs=1e-5)
         assert all(r.tenant_id == "acme" for r in got.rows)
     assert cache.loads == 1  # loaded once, then served from memory
+
+
+def test_a_tenants_rows_from_the_hot_cache_equal_milvuss(store: MilvusStore) -> None:
+    """What consolidation reads (``streams.app.stored_rows``): the same rows as Milvus's query,
+    each vector the same direction (the cache keeps it L2-normalised).
+    """
+    rng = random.Random(8)
+    store.upsert(corpus(rng, "acme", 120) + corpus(rng, "globex", 30))
+    store.delete("acme", ["m7"])
+    cache = HotCache(store)
+    assert cache.tenant_rows("acme") is None  # not held: the caller reads Milvus, no load
+    assert cache.loads == 0
+    assert cache.search("acme", [1.0] * DIM, 5, Filters()) is not None
+    got = {r.memory_id: r for r in cache.tenant_rows("acme") or []}
+    expected = {r.memory_id: r for r in store.query("acme", ANY_STATE)}
+    assert got.keys() == expected.keys()
+    assert "m7" not in got
+    for memory_id, row in expected.items():
+        mine = got[memory_id]
+        assert dataclasses.replace(mine, vector=()) == dataclasses.replace(row, vector=())
+        unit = np.asarray(row.vector) / np.linalg.norm(row.vector)
+        assert mine.vector == pytest.approx(unit.tolist(), abs=1e-6)
 
 
 def test_a_tenant_over_the_limit_and_unsupported_filters_go_to_milvus(store: MilvusStore) -> None:

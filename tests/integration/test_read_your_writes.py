@@ -7,6 +7,8 @@ get with the token still sees the write and the access.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -16,6 +18,7 @@ import httpx
 import pytest
 
 from mnemostream import Client
+from tests.infra import ROOT
 from tests.integration.harness import Stack
 from tests.integration.test_durability import DIM, KEY, Server
 
@@ -99,3 +102,40 @@ def test_the_worker_finds_what_a_fact_supersedes_in_the_hot_cache(server: Server
     name = "mnemostream_worker_supersession_searches_total"
     assert metric(server, f'{name}{{source="hot"}}') >= 1, searches
     assert f'{name}{{source="milvus"}}' not in searches
+
+
+def test_consolidation_reads_a_tenant_the_hot_cache_holds_from_it(server: Server) -> None:
+    """Consolidation's read of a tenant's rows comes from the ranker's cache in the worker's
+    process (on Lite a tenant's query is a pass over the whole collection, once per tenant per
+    consolidation), and the plan still finds the near duplicates.
+    """
+    deadline = time.monotonic() + 60
+    while not re.search(r"hot cache: \d+ rows", server.log()):
+        assert time.monotonic() < deadline, server.log()
+        time.sleep(0.2)
+    near = [0.0, 0.0, 1.0, 0.2] + [0.0] * (DIM - 4)  # cosine 0.981 to axis(2)
+    with Client(server.url, KEY) as client:
+        first = client.remember("Alice prefers Python", embedding=axis(2))
+        second = client.remember("Alice likes Python best", embedding=near)
+        client.remember("An unrelated fact", embedding=axis(5))
+        found = client.recall(vector=axis(2), k=2, track=False)
+        assert {m.memory_id for m in found} == {first, second}, server.log()
+    cli = subprocess.run(
+        [sys.executable, "-m", "streams", "consolidate", "--tenant", "acme", "--dry-run"],
+        cwd=ROOT,
+        env=server.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert cli.returncode == 0, cli.stderr[-2000:] + server.log()
+    merges = [line.split() for line in cli.stdout.splitlines() if line.strip().startswith("merge")]
+    assert [(m[1], m[3].rstrip(":")) for m in merges] in (
+        [(first, second)],
+        [(second, first)],
+    ), cli.stdout
+    reads = httpx.get(f"{server.url}/metrics", timeout=10).text
+    name = "mnemostream_worker_consolidation_reads_total"
+    assert metric(server, f'{name}{{source="hot"}}') == 1, reads
+    assert f'{name}{{source="milvus"}}' not in reads

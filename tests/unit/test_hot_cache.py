@@ -498,6 +498,29 @@ def test_rows_read_back_past_the_tenant_limit_leave_the_cache_for_milvus() -> No
     assert cache.search("acme", [1.0, 0.0, 0.0, 0.0], 10, RECALL) is None
 
 
+def test_a_tenants_rows_come_from_the_cache_only_while_none_is_awaited() -> None:
+    a, b = row("a", 2.0), row("b", 0.0, 3.0)
+    store, view, cache, clock = setup(a, b)
+    assert cache.tenant_rows("acme") is None  # not held, and not loaded for it
+    assert store.reads == 0
+    assert ids(cache) == ["a", "b"]
+    reads = store.reads
+    got = cache.tenant_rows("acme") or []
+    assert [(r.memory_id, r.vector) for r in got] == [("a", (1.0, 0, 0, 0)), ("b", (0, 1.0, 0, 0))]
+    assert store.reads == reads
+    new = row("n", 1.0)
+    view["n"] = live(new)
+    cache.on_change("acme", "n", view["n"])  # the worker has not written its row yet
+    assert cache.tenant_rows("acme") is None
+    store.put(new)
+    assert [r.memory_id for r in cache.tenant_rows("acme") or []] == ["a", "b", "n"]
+    del store.rows["acme"]["b"]
+    cache.on_change("acme", "b", None)  # purged: its row is read back until given up
+    assert cache.tenant_rows("acme") is None
+    clock.now += DIRTY_GIVE_UP_S + 1
+    assert [r.memory_id for r in cache.tenant_rows("acme") or []] == ["a", "n"]
+
+
 def test_a_load_or_a_preload_that_fails_leaves_no_block_to_pass_for_the_tenant() -> None:
     store, cache = sole_writer_setup(row("a", 1.0), make_row("other", "o1", [1.0, 0, 0, 0]))
 

@@ -30,6 +30,7 @@ from memcore import (
 )
 from memcore.ids import derive_memory_id
 from storage import Document, Filters, Hit, MemoryRow, codec
+from storage.milvus import ANY_STATE
 from storage.records import (
     ConsolidationRequest,
     DecisionEvent,
@@ -47,7 +48,13 @@ from storage.records import (
 )
 from storage.rows import from_us, live_values
 from storage.tenants import TenantRegistry
-from streams.app import Services, consolidation_requests, nearest, supersedable
+from streams.app import (
+    Services,
+    consolidation_requests,
+    nearest,
+    stored_rows,
+    supersedable,
+)
 from streams.consolidation import decision_records, item_of, plan_tenant
 from streams.processor import Batch, Inbound, Processor, tenant_counts
 from tests.rows import make_row
@@ -674,6 +681,41 @@ def test_the_supersession_search_asks_milvus_only_where_the_neighbours_cannot_an
     assert store.searches == 2
     registry = services.metrics.registry
     name = "mnemostream_worker_supersession_searches_total"
+    assert [registry.get_sample_value(name, {"source": s}) for s in ("hot", "milvus")] == [1, 1]
+
+
+class QueriedStore:
+    """A store whose query answers one fixed row and counts its calls."""
+
+    def __init__(self, row: MemoryRow) -> None:
+        self.row = row
+        self.queries = 0
+
+    def query(self, tenant_id: str, filters: Filters) -> list[MemoryRow]:
+        assert filters == ANY_STATE  # every row a consolidation may decide about
+        self.queries += 1
+        return [self.row]
+
+
+def test_consolidation_reads_milvus_only_where_the_tenant_rows_cannot_answer() -> None:
+    stored = make_row("acme", "in-milvus", [1.0, 0, 0, 0])
+    cached = make_row("acme", "in-cache", [1.0, 0, 0, 0])
+    store = QueriedStore(stored)
+    answers: dict[str, list[MemoryRow] | None] = {"acme": [cached], "globex": None}
+    services = Services(
+        store,  # type: ignore[arg-type]
+        embedder=None,  # type: ignore[arg-type]
+        tenant_rows=lambda tenant: answers[tenant],
+    )
+    assert stored_rows(services, "acme") == [cached]
+    assert store.queries == 0
+    assert stored_rows(services, "globex") == [stored]
+    assert store.queries == 1
+    without = Services(store, embedder=None)  # type: ignore[arg-type]
+    assert stored_rows(without, "acme") == [stored]
+    assert store.queries == 2
+    name = "mnemostream_worker_consolidation_reads_total"
+    registry = services.metrics.registry
     assert [registry.get_sample_value(name, {"source": s}) for s in ("hot", "milvus")] == [1, 1]
 
 
