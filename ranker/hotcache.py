@@ -415,18 +415,19 @@ class HotCache:
         """Every row Milvus holds for a tenant the cache holds (any state: what
         :meth:`storage.MilvusStore.query` answers under ``ANY_STATE``), or None when the cache
         cannot answer exactly: the tenant is not held (it is not loaded for this: the caller
-        reads Milvus, as a load would), a preload or a load is under way, or a row is still
-        awaited from Milvus. Blocking: dirty ids past the writer's grace are re-read first; may
-        raise ``StorageError`` then. A row's vector is the block's L2-normalised float32 copy, so
-        cosines equal those of Milvus's rows up to float32 rounding (consolidation compares
-        cosines only); its counters are Milvus's, which the caller overlays as it would Milvus's.
+        reads Milvus, as a load would) and not known to have no rows, a preload or a load is
+        under way, or a row is still awaited from Milvus. Blocking: dirty ids past the writer's
+        grace are re-read first; may raise ``StorageError`` then. A row's vector is the block's
+        L2-normalised float32 copy, so cosines equal those of Milvus's rows up to float32
+        rounding (consolidation compares cosines only); its counters are Milvus's, which the
+        caller overlays as it would Milvus's.
         """
         with self._guard:
             if self._preloading or tenant_id in self._loading:
                 return None
             block = self._blocks.get(tenant_id)
-        if block is None:
-            return None
+            if block is None:
+                return [] if self._known_empty(tenant_id) else None
         self._refresh(tenant_id, block)
         with block.lock:
             if block.dirty:
@@ -717,10 +718,21 @@ class HotCache:
         if self._preloading:
             self._partial.add(tenant_id)
             return None
-        if not self._complete or tenant_id in self._partial or tenant_id in self._cold:
+        if not self._known_empty(tenant_id):
             return None
         block = self._blocks[tenant_id] = _Block(self.store.config.dim)
         return block
+
+    def _known_empty(self, tenant_id: str) -> bool:
+        """A tenant not held had no rows: the sole writer's rows start its block (see
+        :meth:`_started`; guard held, not preloading).
+        """
+        return (
+            self.sole_writer
+            and self._complete
+            and tenant_id not in self._partial
+            and tenant_id not in self._cold
+        )
 
     def _due(self, block: _Block) -> dict[str, float]:
         """The dirty ids a search re-reads now: all, or those past ``writer_grace_s``."""

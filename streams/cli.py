@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -17,6 +18,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from streams import topics
 from streams.settings import WorkerSettings
+
+QUIET_S = 5.0  # seconds without a report that end the wait when the tenants are not known here
 
 
 async def consolidate(settings: WorkerSettings, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -47,10 +50,15 @@ async def consolidate(settings: WorkerSettings, args: argparse.Namespace) -> lis
             settings.topic(topics.CONSOLIDATION), key=args.tenant.encode(), value=value
         )
         found: list[dict[str, Any]] = []
+        # "*": the tenants the worker knows; a tenants file only it was given is not counted here,
+        # so with none known here the reports are taken until QUIET_S pass without one
         expected = await _tenant_count(settings) if args.tenant == "*" else 1
         loop = asyncio.get_running_loop()
         deadline = loop.time() + args.wait
-        while len(found) < expected and loop.time() < deadline:
+        last = None
+        while loop.time() < deadline and (len(found) < expected if expected else True):
+            if not expected and last is not None and loop.time() - last > QUIET_S:
+                break
             for records in (await consumer.getmany(timeout_ms=500)).values():
                 for record in records:
                     audit = orjson.loads(record.value)
@@ -59,6 +67,7 @@ async def consolidate(settings: WorkerSettings, args: argparse.Namespace) -> lis
                         and audit.get("request_id") == request_id
                     ):
                         found.append(audit)
+                        last = loop.time()
         return found
     finally:
         await producer.stop()
@@ -93,4 +102,6 @@ def main(argv: list[str]) -> int:
         for d in report["decisions"]:
             sources = f" <- {', '.join(d['sources'])}" if d["sources"] else ""
             print(f"  {d['kind']:<9} {d['target']}{sources}: {d['reason']}")
+    if not reports:
+        print(f"no consolidation report within {args.wait:g} s", file=sys.stderr)
     return 0 if reports else 1

@@ -521,6 +521,19 @@ def test_a_tenants_rows_come_from_the_cache_only_while_none_is_awaited() -> None
     assert [r.memory_id for r in cache.tenant_rows("acme") or []] == ["a", "n"]
 
 
+def test_a_tenant_the_sole_writer_never_wrote_has_no_rows_without_a_milvus_read() -> None:
+    store, cache = sole_writer_setup(row("a", 1.0))
+    assert cache.tenant_rows("new") is None  # before a complete preload nothing is known
+    cache.preload()
+    reads = store.reads
+    assert cache.tenant_rows("new") == []
+    written(store, cache, make_row("new", "n1", [1.0, 0, 0, 0]))
+    assert [r.memory_id for r in cache.tenant_rows("new") or []] == ["n1"]
+    cache.upsert_failed([make_row("odd", "o1", [1.0, 0, 0, 0])])  # Milvus may hold it
+    assert cache.tenant_rows("odd") is None
+    assert store.reads == reads
+
+
 def test_a_load_or_a_preload_that_fails_leaves_no_block_to_pass_for_the_tenant() -> None:
     store, cache = sole_writer_setup(row("a", 1.0), make_row("other", "o1", [1.0, 0, 0, 0]))
 
