@@ -628,6 +628,7 @@ class HotCache:
             with self._guard:  # an empty block must not pass for the tenant
                 if self._blocks.get(tenant_id) is block:
                     del self._blocks[tenant_id]
+                self._partial.add(tenant_id)  # rows written meanwhile went with the block
             raise
         now = self.clock()
         with block.lock:
@@ -663,7 +664,8 @@ class HotCache:
                     del block.dirty[memory_id]
         if found:
             with self._guard:
-                self._bound({tenant_id}, keep={tenant_id})
+                if not self._preloading:  # as in upserted
+                    self._bound({tenant_id}, keep={tenant_id})
 
     def upserted(self, rows: Sequence[MemoryRow]) -> None:
         """Rows this process just wrote to Milvus (``python -m server``: the worker shares the
@@ -761,6 +763,8 @@ class HotCache:
         """
         for tenant_id in grown:
             block = self._blocks.get(tenant_id)
+            if tenant_id in self._loading:
+                continue  # the load's own count decides
             if block is not None and block.n > self.tenant_max:
                 del self._blocks[tenant_id]
                 self._cold[tenant_id] = self.clock()

@@ -57,6 +57,7 @@ from storage.records import (
     WriteRecord,
     decode_consolidation,
 )
+from storage.rows import live_values, with_live
 from storage.sealing import seal_write
 from storage.tenant_log import TenantLogError
 from storage.tenants import Tenants
@@ -150,6 +151,24 @@ def stored_rows(services: Services, tenant_id: str) -> list[MemoryRow]:
     if found is None:
         found = services.store.query(tenant_id, ANY_STATE)
     return found
+
+
+def consolidatable(
+    stored: Sequence[MemoryRow], state_of: Callable[[str], MemoryState | None]
+) -> list[MemoryRow]:
+    """``stored`` rows with the live fields of their table state (a row whose memory has none
+    here, another worker's partition, is kept as stored), without the memories the table holds
+    as purged: their Milvus rows are deleted, or are at their batch's sync, and a cache may hold
+    them a while longer (the view sends a purge as a state change, not a removal).
+    """
+    rows = []
+    for row in stored:
+        state = state_of(row.key)
+        if state is None:
+            rows.append(row)
+        elif not state.purged:
+            rows.append(with_live(row, live_values(state)))
+    return rows
 
 
 def supersedable(hits: Sequence[Hit], state_of: Callable[[str], MemoryState | None]) -> list[Hit]:
@@ -577,7 +596,7 @@ class StreamWorker:
                 "query", functools.partial(stored_rows, self.services, tenant_id)
             )
             with processing(None):  # the tenant's keys live in every partition
-                rows = [self.processor.live(row) for row in stored]
+                rows = consolidatable(stored, self.processor.state)
             decisions = await asyncio.to_thread(
                 plan_tenant, tenant_id, rows, request, tenant.policy
             )

@@ -557,6 +557,20 @@ def test_a_load_or_a_preload_that_fails_leaves_no_block_to_pass_for_the_tenant()
     assert not cache.ready("fresh", Filters())
 
 
+def test_a_failed_load_leaves_its_tenant_no_longer_known_empty() -> None:
+    store, cache = sole_writer_setup(row("a", 1.0))
+    cache.preload()
+    store.put(make_row("new", "n1", [1.0, 0, 0, 0]))  # written as its first search began
+
+    def down(*_args: object, **_kw: object) -> list[MemoryRow]:
+        raise StorageError("query", "down", retriable=True)
+
+    store.query = down  # type: ignore[method-assign]
+    with pytest.raises(StorageError):
+        cache.search("new", [1.0, 0, 0, 0], 10, Filters())
+    assert cache.tenant_rows("new") is None  # Milvus may hold rows: the caller reads it
+
+
 def test_a_failed_upsert_makes_its_tenant_load_from_milvus() -> None:
     store, cache = sole_writer_setup(row("a", 1.0))
     cache.preload()

@@ -50,6 +50,7 @@ from storage.rows import from_us, live_values
 from storage.tenants import TenantRegistry
 from streams.app import (
     Services,
+    consolidatable,
     consolidation_requests,
     nearest,
     stored_rows,
@@ -717,6 +718,17 @@ def test_consolidation_reads_milvus_only_where_the_tenant_rows_cannot_answer() -
     name = "mnemostream_worker_consolidation_reads_total"
     registry = services.metrics.registry
     assert [registry.get_sample_value(name, {"source": s}) for s in ("hot", "milvus")] == [1, 1]
+
+
+def test_consolidation_takes_the_tables_live_fields_and_leaves_purged_memories_out() -> None:
+    stored = {name: make_row("acme", name, [1.0, 0, 0, 0]) for name in ("kept", "gone", "other")}
+    accessed = dataclasses.replace(created(memory_id="kept"), access_count=7)
+    purged = dataclasses.replace(created(memory_id="gone"), state=Lifecycle.DELETED, purged=True)
+    tables = {"acme/kept": accessed, "acme/gone": purged}  # "other": another worker's
+    rows = consolidatable(list(stored.values()), tables.get)
+    assert [r.memory_id for r in rows] == ["kept", "other"]
+    assert rows[0].access_count == 7
+    assert rows[1] == stored["other"]
 
 
 def test_a_memory_the_tables_hold_as_forgotten_or_deleted_is_not_supersedable() -> None:
