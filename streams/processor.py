@@ -44,7 +44,7 @@ from storage.records import (
     decode_access,
     decode_memory_event,
 )
-from storage.rows import from_us, live_values, serving_changed, to_us, with_live
+from storage.rows import from_us, serving_changed, to_us
 from storage.sealing import DataKey, Erased, SealError
 
 R = TypeVar("R", WriteRecord | DecisionRecord, AccessRecord)
@@ -356,11 +356,6 @@ class Processor:
         del self.documents[key.encode()]
         if self.recent is not None:
             self.recent.documents[key] = None
-
-    def live(self, row: MemoryRow) -> MemoryRow:
-        """``row`` with the live fields of the table's state (as it is when the table has none)."""
-        state = self.state(row.key)
-        return with_live(row, live_values(state)) if state is not None else row
 
     def rows(self, keys: Iterable[str]) -> tuple[list[MemoryRow], list[tuple[str, str]]]:
         """Rows to upsert and (tenant, memory id) pairs to delete, for the current table values."""

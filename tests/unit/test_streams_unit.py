@@ -540,12 +540,12 @@ def test_consolidation_plans_on_the_tables_live_state_not_a_stale_row() -> None:
     stale = MemoryRow.of(*found)  # as Milvus holds it: no access since the write
     for _ in range(3):
         t.access(access_bytes())
-    live = t.processor.live(stale)
+    (live,) = consolidatable([stale], t.processor.state)
     assert (stale.access_count, live.access_count, live.recall_count) == (0, 3, 3)
     assert live.importance > stale.importance
     assert (live.content, live.vector) == (stale.content, stale.vector)
     unknown = dataclasses.replace(stale, key="acme/other", memory_id="other")
-    assert t.processor.live(unknown) == unknown
+    assert consolidatable([unknown], t.processor.state) == [unknown]
 
 
 def test_scheduled_consolidation_spreads_one_request_per_tenant() -> None:
