@@ -199,7 +199,7 @@ def main() -> None:
         milvus_uri = str(work / "milvus.db")
         if args.milvus_server:
             milvus_uri = resources.enter_context(milvus_server(work / "milvus-server"))
-        # 1 + 2a: writes with vectors, then accesses, one worker
+        # 3a + 1: writes with vectors, then accesses, one worker
         stack = Stack(bootstrap, milvus_uri, work, tenants, dim=384)
         worker = WorkerProcess(stack).start()
         time.sleep(15)  # start-up and group join are not part of any figure
@@ -217,7 +217,7 @@ def main() -> None:
         raw_rate = raw_consume_rate(
             bootstrap, stack.topic("access-events"), stack.partitions, args.accesses
         )
-        # 2b: the same number of accesses again, waiting in the topic when the worker starts,
+        # 2: the same number of accesses again, waiting in the topic when the worker starts,
         # measured as the floor is (the figure above also carries the bench's own producing)
         worker.stop()
         produce(bootstrap, stack.topic("access-events"), access_msgs(args.accesses, memories, rng))
@@ -225,7 +225,7 @@ def main() -> None:
         drained_rate = drain_rate(stack, stack.app_id, args.accesses, args.accesses)
         worker.stop()
         floor_rate = faust_floor_rate(stack, work, 2 * args.accesses)
-        # 2b: writes without vectors, embedded by MiniLM in the worker
+        # 3b: writes without vectors, embedded by MiniLM in the worker
         embedded = Stack(
             bootstrap, str(work / "milvus2.db"), work, tenants, dim=384, embedder="minilm"
         )

@@ -579,8 +579,7 @@ class HotCache:
             if block.n > self.tenant_max:
                 too_big.add(tenant_id)
                 with self._guard:
-                    total -= self._blocks.pop(tenant_id).n
-                    self._cold[tenant_id] = self.clock()
+                    total -= self._go_cold(tenant_id)
         return total
 
     def _block(self, tenant_id: str) -> _Block | None:
@@ -618,8 +617,7 @@ class HotCache:
         count = self.store.count(tenant_id, ANY_STATE)
         if count > self.tenant_max:
             with self._guard:
-                self._cold[tenant_id] = self.clock()
-                self._blocks.pop(tenant_id, None)
+                self._go_cold(tenant_id)
             return None
         block = self._pending(tenant_id)
         try:
@@ -762,13 +760,20 @@ class HotCache:
         (guard held).
         """
         for tenant_id in grown:
-            block = self._blocks.get(tenant_id)
             if tenant_id in self._loading:
                 continue  # the load's own count decides
+            block = self._blocks.get(tenant_id)
             if block is not None and block.n > self.tenant_max:
-                del self._blocks[tenant_id]
-                self._cold[tenant_id] = self.clock()
+                self._go_cold(tenant_id)
         self._evict(keep=keep)
+
+    def _go_cold(self, tenant_id: str) -> int:
+        """The tenant is over ``tenant_max``: Milvus answers it, counted again after
+        ``recheck_s``; returns the rows its block held (guard held).
+        """
+        self._cold[tenant_id] = self.clock()
+        block = self._blocks.pop(tenant_id, None)
+        return block.n if block is not None else 0
 
     def _evict(self, keep: Collection[str]) -> None:
         """Drop least recently searched tenants but ``keep`` while over ``total_max`` rows

@@ -55,10 +55,14 @@ async def consolidate(settings: WorkerSettings, args: argparse.Namespace) -> lis
         expected = await _tenant_count(settings) if args.tenant == "*" else 1
         loop = asyncio.get_running_loop()
         deadline = loop.time() + args.wait
-        last = None
-        while loop.time() < deadline and (len(found) < expected if expected else True):
-            if not expected and last is not None and loop.time() - last > QUIET_S:
-                break
+        last: float | None = None
+
+        def complete() -> bool:
+            if expected:
+                return len(found) >= expected
+            return last is not None and loop.time() - last > QUIET_S
+
+        while not complete() and loop.time() < deadline:
             for records in (await consumer.getmany(timeout_ms=500)).values():
                 for record in records:
                     audit = orjson.loads(record.value)

@@ -11,7 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -148,11 +148,12 @@ def test_a_lost_milvus_store_is_rebuilt_from_the_tables(server: Server) -> None:
     assert_served_again(server, ids)
 
 
-def run_cli(stack: Stack, *args: str) -> str:
+def run_cli(env: Mapping[str, str], *args: str) -> str:
+    """``python -m streams ARGS`` under ``env``; its stdout (a failure shows its stderr)."""
     result = subprocess.run(
         [sys.executable, "-m", "streams", *args],
         cwd=ROOT,
-        env=stack.env(),
+        env=dict(env),
         capture_output=True,
         timeout=300,
         check=False,
@@ -183,7 +184,7 @@ def test_a_replay_has_the_live_state_hash_and_rebuild_restores_milvus(
     )
     worker.stop()
     live = table_hash(stack)
-    assert run_cli(stack, "state-hash").split() == [live, "30", "memories"]
+    assert run_cli(stack.env(), "state-hash").split() == [live, "30", "memories"]
 
     replay = Stack(
         stack.bootstrap,
@@ -198,7 +199,7 @@ def test_a_replay_has_the_live_state_hash_and_rebuild_restores_milvus(
     again.stop()
     assert table_hash(replay) == live
 
-    rebuilt = run_cli(stack, "rebuild", "--drop")  # the live collection, dropped and rebuilt
+    rebuilt = run_cli(stack.env(), "rebuild", "--drop")  # the live collection, dropped and rebuilt
     assert rebuilt.splitlines()[0].startswith(f"rebuilt c_{stack.app_id}: 30 rows, 0 purged")
     assert rebuilt.splitlines()[1].split() == [live, "30", "memories"]
     store = stack.store()

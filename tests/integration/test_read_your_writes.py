@@ -7,8 +7,6 @@ get with the token still sees the write and the access.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -18,9 +16,8 @@ import httpx
 import pytest
 
 from mnemostream import Client
-from tests.infra import ROOT
 from tests.integration.harness import Stack
-from tests.integration.test_durability import DIM, KEY, Server
+from tests.integration.test_durability import DIM, KEY, Server, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -53,6 +50,14 @@ def test_a_write_and_an_access_are_seen_before_the_worker_commits(server: Server
             assert got.access_count == 1, server.log()
 
 
+def wait_preloaded(server: Server) -> None:
+    """Until the server's hot cache has read the whole collection (60 s at most)."""
+    deadline = time.monotonic() + 60
+    while not re.search(r"hot cache: \d+ rows", server.log()):
+        assert time.monotonic() < deadline, server.log()
+        time.sleep(0.2)
+
+
 def metric(server: Server, name: str) -> float:
     text = httpx.get(f"{server.url}/metrics", timeout=10).text
     found = re.search(rf"^{re.escape(name)} ([0-9.e+]+)$", text, re.MULTILINE)
@@ -67,10 +72,7 @@ def test_a_tenant_written_after_start_is_recalled_from_the_hot_cache_without_a_m
     rows the worker writes for a tenant start its block, and the first recall reads nothing
     back from Milvus (on Lite that read is a pass over the whole collection).
     """
-    deadline = time.monotonic() + 60
-    while not re.search(r"hot cache: \d+ rows", server.log()):
-        assert time.monotonic() < deadline, server.log()
-        time.sleep(0.2)
+    wait_preloaded(server)
     with Client(server.url, KEY) as client:
         written = [client.remember(f"note {i}", embedding=axis(i)) for i in range(3)]
         for i, memory_id in enumerate(written):
@@ -86,10 +88,7 @@ def test_the_worker_finds_what_a_fact_supersedes_in_the_hot_cache(server: Server
     process (on Lite a Milvus search is a pass over the whole collection, once per batch), and
     the older fact is still found and superseded.
     """
-    deadline = time.monotonic() + 60
-    while not re.search(r"hot cache: \d+ rows", server.log()):
-        assert time.monotonic() < deadline, server.log()
-        time.sleep(0.2)
+    wait_preloaded(server)
     t1 = datetime(2026, 3, 1, tzinfo=UTC)
     t2 = t1 + timedelta(days=30)
     with Client(server.url, KEY) as client:
@@ -109,10 +108,7 @@ def test_consolidation_reads_a_tenant_the_hot_cache_holds_from_it(server: Server
     process (on Lite a tenant's query is a pass over the whole collection, once per tenant per
     consolidation), and the plan still finds the near duplicates.
     """
-    deadline = time.monotonic() + 60
-    while not re.search(r"hot cache: \d+ rows", server.log()):
-        assert time.monotonic() < deadline, server.log()
-        time.sleep(0.2)
+    wait_preloaded(server)
     near = [0.0, 0.0, 1.0, 0.2] + [0.0] * (DIM - 4)  # cosine 0.981 to axis(2)
     with Client(server.url, KEY) as client:
         first = client.remember("Alice prefers Python", embedding=axis(2))
@@ -123,21 +119,12 @@ def test_consolidation_reads_a_tenant_the_hot_cache_holds_from_it(server: Server
     # "*" from a shell that was not given the server's tenants file: the CLI knows no tenant
     # and takes the reports that come
     env = {k: v for k, v in server.env.items() if k != "MNEMO_TENANTS_FILE"}
-    cli = subprocess.run(
-        [sys.executable, "-m", "streams", "consolidate", "--tenant", "*", "--dry-run"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert cli.returncode == 0, cli.stderr[-2000:] + server.log()
-    merges = [line.split() for line in cli.stdout.splitlines() if line.strip().startswith("merge")]
+    printed = run_cli(env, "consolidate", "--tenant", "*", "--dry-run")
+    merges = [line.split() for line in printed.splitlines() if line.strip().startswith("merge")]
     assert [(m[1], m[3].rstrip(":")) for m in merges] in (
         [(first, second)],
         [(second, first)],
-    ), cli.stdout
+    ), printed
     reads = httpx.get(f"{server.url}/metrics", timeout=10).text
     name = "mnemostream_worker_consolidation_reads_total"
     assert metric(server, f'{name}{{source="hot"}}') == 1, reads
