@@ -27,6 +27,7 @@ from ranker.settings import RankerSettings
 from ranker.view import StateView, changelog_topic
 from storage import MilvusStore, StorageError
 from storage.embedding import Embedder
+from storage.heap import freeze_slow_collections
 from storage.tenant_log import TenantLog, TenantLogError
 from storage.usage import parse_service_args
 
@@ -79,6 +80,7 @@ def build(
         batch_max=settings.batch_max,
         batch_wait_s=settings.batch_wait_s,
         queue_max=settings.queue_max,
+        kernel_thread=settings.kernel_thread,
         metrics=metrics,
         applied=AppliedOffsets(
             offsets.committed,
@@ -220,6 +222,7 @@ def main() -> None:
     """Serve on ``MNEMO_HOST``:``MNEMO_PORT``."""
     parse_service_args("python -m ranker", __doc__ or "", [RankerSettings], sys.argv[1:])
     settings = RankerSettings()
+    freeze_slow_collections(settings.gc_freeze_slow_ms)
     configure(settings.log_format)
     sock = listening_socket(settings.host, settings.port, reuse_port=settings.reuse_port)
     config = uvicorn.Config(

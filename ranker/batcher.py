@@ -102,16 +102,7 @@ class Batcher(Generic[T, R]):
         assert self._queue is not None
         loop = asyncio.get_running_loop()
         while True:
-            batch = [await self._queue.get()]
-            deadline = loop.time() + self.max_wait_s
-            while len(batch) < self.max_batch:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
-                try:
-                    batch.append(await asyncio.wait_for(self._queue.get(), remaining))
-                except TimeoutError:
-                    break
+            batch = await self._take()
             started = loop.time()
             items = [item for item, _ in batch]
             try:
@@ -130,3 +121,24 @@ class Batcher(Generic[T, R]):
             self._last_batch_s = loop.time() - started + self.max_wait_s
             if self.on_batch is not None:
                 self.on_batch(BatchStats(len(batch), self._queue.qsize()))
+
+    async def _take(self) -> list[tuple[T, asyncio.Future[R]]]:
+        """The next batch: the first waiting item, then what is waiting already (taken with no
+        timer each), then what comes until ``max_batch`` or ``max_wait_s`` after the first.
+        """
+        assert self._queue is not None
+        loop = asyncio.get_running_loop()
+        batch = [await self._queue.get()]
+        deadline = loop.time() + self.max_wait_s
+        while len(batch) < self.max_batch:
+            if not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+                continue
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            try:
+                batch.append(await asyncio.wait_for(self._queue.get(), remaining))
+            except TimeoutError:
+                break
+        return batch

@@ -32,7 +32,7 @@ from ranker.applied import AppliedOffsets, Token
 from ranker.batcher import Batcher, Overloaded
 from ranker.errors import Unavailable
 from ranker.hotcache import HotCache, HotHits, LiveColumns
-from ranker.kernel import RankRequest, rank_many
+from ranker.kernel import RankRequest, default_device, rank_many
 from ranker.listing import Page, page
 from ranker.metrics import Metrics
 from ranker.view import StateView
@@ -112,6 +112,7 @@ class RecallService:
         batch_max: int = 64,
         batch_wait_s: float = 0.002,
         queue_max: int = 1024,
+        kernel_thread: bool | None = None,
         metrics: Metrics | None = None,
         applied: AppliedOffsets | None = None,
         view: StateView | None = None,
@@ -124,7 +125,11 @@ class RecallService:
         without a worker to wait on, e.g. unit tests). ``view``: the live state laid over the
         rows Milvus returns (counters, importance, decay clock); None: the rows as stored.
         ``cache``: vector candidates from the ranker's memory where it can answer (exact, like
-        Milvus); None: every vector search goes to Milvus.
+        Milvus); None: every vector search goes to Milvus. ``kernel_thread``: score each batch
+        in a worker thread (True) or on the event loop (False); None: in a thread when torch
+        runs on CUDA (a batch then waits on the device), on the loop otherwise (on the CPU a
+        batch of ~100 candidates a request takes well under a millisecond, less than handing it
+        to a thread and back costs under the GIL).
         """
         self.cache = cache
         self.keys = keys
@@ -138,6 +143,9 @@ class RecallService:
         self.embedder = embedder
         self.send = send
         self.candidates = candidates
+        self.kernel_thread = (
+            default_device().type == "cuda" if kernel_thread is None else kernel_thread
+        )
         self.batcher: Batcher[RankRequest, list[Scored]] = Batcher(
             self._score,
             max_batch=batch_max,
@@ -456,7 +464,9 @@ class RecallService:
         return self._live(found) if found is not None else None
 
     async def _score(self, requests: Sequence[RankRequest]) -> list[list[Scored]]:
-        return await asyncio.to_thread(rank_many, requests)
+        if self.kernel_thread:
+            return await asyncio.to_thread(rank_many, requests)
+        return rank_many(requests)
 
 
 def _forget(

@@ -32,6 +32,12 @@ class RankerSettings(SharedSettings):
     batch_max: int = Field(64, ge=1, description="requests scored in one torch pass, at most")
     batch_wait_s: float = Field(0.002, ge=0, description="how long a batch waits to fill")
     queue_max: int = Field(1024, ge=1, description="waiting requests before HTTP 429")
+    kernel_thread: bool | None = Field(
+        None,
+        description="score each batch in a worker thread (true) or on the event loop (false);"
+        " unset: in a thread on CUDA, on the loop on the CPU, where the hop to a thread and back"
+        " costs more than the batch (docs/benchmarks.md)",
+    )
     max_in_flight: int = Field(
         256,
         ge=1,

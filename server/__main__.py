@@ -15,6 +15,7 @@ from ranker.listen import listening_socket
 from ranker.logs import configure, logging_config
 from ranker.metrics import Metrics
 from ranker.settings import RankerSettings
+from storage.heap import freeze_slow_collections
 from storage.usage import parse_service_args
 from streams.__main__ import prepare, run
 from streams.app import create_app
@@ -41,6 +42,7 @@ def main() -> None:
     )
     worker_settings = WorkerSettings()
     ranker_settings = RankerSettings()
+    freeze_slow_collections(worker_settings.gc_freeze_slow_ms)
     level = worker_settings.log_level.upper()
     configure(ranker_settings.log_format, level)  # start-up lines too; Faust applies it again
     # bound now, listening once the worker runs: a port another process listens on fails here,

@@ -71,6 +71,12 @@ class SharedSettings(BaseSettings):
         description="an event dated more than this after it reached Kafka goes to dead-letter (the"
         " HTTP API answers 422: more than this after the server's clock)",
     )
+    gc_freeze_slow_ms: float = Field(
+        50.0,
+        ge=0,
+        description="a full garbage collection slower than this (ms) freezes its survivors, so"
+        " the next ones skip them (storage.heap; 0: every full collection freezes)",
+    )
 
     def kafka(self) -> KafkaConnection:
         """How to reach the brokers; ValueError naming the settings when SASL lacks a field."""

@@ -18,6 +18,7 @@ from typing import Any
 import faust
 
 from storage import MilvusStore
+from storage.heap import freeze_slow_collections
 from storage.usage import parse_service_args
 from streams import cli, rebuild, tenants_cli
 from streams.app import Services, create_app
@@ -95,6 +96,7 @@ def main() -> None:
         raise SystemExit(rebuild.main(sys.argv[1], sys.argv[2:]))
     parse_service_args("python -m streams", __doc__ or "", [WorkerSettings], sys.argv[1:])
     settings = WorkerSettings()
+    freeze_slow_collections(settings.gc_freeze_slow_ms)
     services = prepare(settings)
     if settings.metrics_port:
         services.metrics.serve(settings.metrics_host, settings.metrics_port)

@@ -38,6 +38,25 @@ def test_concurrent_submits_share_a_batch_and_keep_their_results() -> None:
     assert [s.size for s in stats] == [8, 8, 4]
 
 
+def test_requests_already_waiting_share_a_batch_without_any_wait() -> None:
+    calls: list[list[int]] = []
+
+    async def handler(items: Sequence[int]) -> list[int]:
+        calls.append(list(items))
+        return list(items)
+
+    async def main() -> list[int]:
+        batcher: Batcher[int, int] = Batcher(handler, max_batch=4, max_wait_s=0.0)
+        await batcher.start()
+        try:  # queued before the batching task runs: all waiting when it takes the first
+            return list(await asyncio.gather(*(batcher.submit(i) for i in range(6))))
+        finally:
+            await batcher.stop()
+
+    assert run(main()) == list(range(6))
+    assert calls == [[0, 1, 2, 3], [4, 5]]
+
+
 def test_a_lone_request_waits_at_most_the_timeout() -> None:
     async def handler(items: Sequence[str]) -> list[str]:
         return [s.upper() for s in items]

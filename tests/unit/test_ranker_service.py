@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import threading
+from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any, cast
 
+import pytest
+
+from memcore import Scored
 from memcore.policy import RecallPolicy, RecallPreset
-from ranker.service import Candidate, RecallQuery, _request
+from ranker import service as service_module
+from ranker.kernel import RankRequest
+from ranker.service import Candidate, RecallQuery, RecallService, _request
 from storage import to_us
 from tests.rows import make_row
 
@@ -58,3 +67,33 @@ def test_access_and_archive_columns_follow_the_rows() -> None:
     request = _request(hits, (1.0, 0.0), query(), {})
     assert request.accessed.tolist() == [False, True, False]
     assert request.archived.tolist() == [False, False, True]
+
+
+@pytest.mark.parametrize("kernel_thread", [None, False, True])
+def test_a_batch_is_scored_on_the_event_loop_unless_a_thread_is_asked(
+    monkeypatch: pytest.MonkeyPatch, kernel_thread: bool | None
+) -> None:
+    """On the CPU (unset) the kernel runs on the loop's thread: handing a small batch to a
+    thread and back cost more than scoring it (docs/benchmarks.md).
+    """
+    scored_on: list[int] = []
+
+    def rank_many(requests: Sequence[RankRequest]) -> list[list[Scored]]:
+        scored_on.append(threading.get_ident())
+        return [[] for _ in requests]
+
+    monkeypatch.setattr(service_module, "rank_many", rank_many)
+    none = cast(Any, None)  # the store, embedder and producer: a batch reads none of them
+    service = RecallService(none, none, none, kernel_thread=kernel_thread)
+
+    async def main() -> int:
+        await service.start()
+        try:
+            assert await service.batcher.submit(cast(RankRequest, object())) == []
+        finally:
+            await service.stop()
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(main())
+    assert service.kernel_thread is bool(kernel_thread)  # no CUDA here: unset is the loop
+    assert (scored_on == [loop_thread]) is not kernel_thread

@@ -1,0 +1,41 @@
+"""The process's garbage-collector policy: a slow full collection freezes what survived it.
+
+A service process holds hundreds of thousands of long-lived objects (the hot cache's and the
+state view's rows, Faust's and FastAPI's machinery). CPython's full collection (generation 2)
+walks every one of them with every thread stopped, and under load it comes every few seconds
+(each request leaves a few dozen objects promoted to generation 2 before they die): 350-470 ms
+each at 10,000 memories here, the p99 of a recall (docs/benchmarks.md). With
+:func:`freeze_slow_collections` a full collection that took longer than the limit ends by moving
+its survivors to the permanent generation (:func:`gc.freeze`), so the next ones walk only the
+objects that came since, until those are many enough to be slow in turn.
+
+The cost: garbage that forms a reference cycle among frozen objects is not reclaimed (reference
+counting still frees every object that is not in such a cycle). It is bounded by what was alive
+at a slow collection and later became cyclic garbage, and only slow collections freeze.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def freeze_slow_collections(limit_ms: float) -> Callable[[], None]:
+    """Freeze the survivors of every full collection that takes longer than ``limit_ms``
+    (milliseconds; 0: of every full collection). Returns the function that removes the policy
+    (what was frozen stays frozen). Process-wide: call once, at start-up.
+    """
+    started: list[float] = []
+
+    def on_collection(phase: str, info: dict[str, Any]) -> None:
+        if info["generation"] != 2:  # only a full collection (of the oldest generation)
+            return
+        if phase == "start":
+            started[:] = [time.perf_counter()]
+        elif started and (time.perf_counter() - started[0]) * 1000 >= limit_ms:
+            gc.freeze()
+
+    gc.callbacks.append(on_collection)
+    return lambda: gc.callbacks.remove(on_collection)

@@ -1,0 +1,58 @@
+"""The garbage-collector policy: a slow full collection freezes its survivors, a fast one does not."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+
+from storage.heap import freeze_slow_collections
+
+
+@pytest.fixture(autouse=True)
+def _thawed() -> Iterator[None]:
+    gc.unfreeze()
+    yield
+    gc.unfreeze()
+
+
+class Node:
+    def __init__(self) -> None:
+        self.me = self  # a cycle: only the collector frees it
+
+
+def test_a_full_collection_slower_than_the_limit_freezes_its_survivors() -> None:
+    remove = freeze_slow_collections(0.0)
+    try:
+        kept = [Node() for _ in range(100)]
+        gc.collect()
+        assert gc.get_freeze_count() >= len(kept)
+        assert not any(gc.is_tracked(n) and n in gc.get_objects(2) for n in kept[:3])
+    finally:
+        remove()
+
+
+def test_a_faster_collection_or_a_younger_one_freezes_nothing() -> None:
+    remove = freeze_slow_collections(60_000.0)
+    try:
+        gc.collect()
+        assert gc.get_freeze_count() == 0
+    finally:
+        remove()
+    remove = freeze_slow_collections(0.0)
+    try:
+        gc.collect(1)
+        assert gc.get_freeze_count() == 0
+    finally:
+        remove()
+
+
+def test_garbage_of_a_cycle_made_after_the_freeze_is_still_collected() -> None:
+    remove = freeze_slow_collections(0.0)
+    try:
+        gc.collect()
+        Node()  # garbage at once: a cycle no one references
+        assert gc.collect() >= 1
+    finally:
+        remove()
