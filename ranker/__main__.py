@@ -81,6 +81,7 @@ def build(
         batch_wait_s=settings.batch_wait_s,
         queue_max=settings.queue_max,
         kernel_thread=settings.kernel_thread,
+        scoring_threads=settings.scoring_threads,
         metrics=metrics,
         applied=AppliedOffsets(
             offsets.committed,

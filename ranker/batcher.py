@@ -102,14 +102,21 @@ class Batcher(Generic[T, R]):
         assert self._queue is not None
         loop = asyncio.get_running_loop()
         while True:
-            batch = await self._take()
+            batch: list[tuple[T, asyncio.Future[R]]] = []
             started = loop.time()
-            items = [item for item, _ in batch]
             try:
+                await self._take(batch)
+                started = loop.time()
+                items = [item for item, _ in batch]
                 results = await self.handler(items)
                 if len(results) != len(items):
                     msg = f"handler returned {len(results)} results for {len(items)} items"
                     raise RuntimeError(msg)
+            except asyncio.CancelledError:  # stop(): the batch taken is answered too
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(RuntimeError("batcher stopped"))
+                raise
             except Exception as exc:
                 for _, future in batch:
                     if not future.done():
@@ -121,14 +128,18 @@ class Batcher(Generic[T, R]):
             self._last_batch_s = loop.time() - started + self.max_wait_s
             if self.on_batch is not None:
                 self.on_batch(BatchStats(len(batch), self._queue.qsize()))
+            # a handler that never suspends (the kernel on the loop) and a queue never empty
+            # would otherwise hold the loop batch after batch
+            await asyncio.sleep(0)
 
-    async def _take(self) -> list[tuple[T, asyncio.Future[R]]]:
-        """The next batch: the first waiting item, then what is waiting already (taken with no
-        timer each), then what comes until ``max_batch`` or ``max_wait_s`` after the first.
+    async def _take(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
+        """Fill ``batch`` (empty; filled in place, so that a stop answers what it holds): the
+        first waiting item, then what is waiting already (taken with no timer each), then what
+        comes until ``max_batch`` items or ``max_wait_s`` after the first.
         """
         assert self._queue is not None
         loop = asyncio.get_running_loop()
-        batch = [await self._queue.get()]
+        batch.append(await self._queue.get())
         deadline = loop.time() + self.max_wait_s
         while len(batch) < self.max_batch:
             if not self._queue.empty():
@@ -141,4 +152,3 @@ class Batcher(Generic[T, R]):
                 batch.append(await asyncio.wait_for(self._queue.get(), remaining))
             except TimeoutError:
                 break
-        return batch

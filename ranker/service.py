@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -32,7 +33,7 @@ from ranker.applied import AppliedOffsets, Token
 from ranker.batcher import Batcher, Overloaded
 from ranker.errors import Unavailable
 from ranker.hotcache import HotCache, HotHits, LiveColumns
-from ranker.kernel import RankRequest, default_device, rank_many
+from ranker.kernel import RankRequest, default_device, light, rank_many, set_threads
 from ranker.listing import Page, page
 from ranker.metrics import Metrics
 from ranker.view import StateView
@@ -113,6 +114,7 @@ class RecallService:
         batch_wait_s: float = 0.002,
         queue_max: int = 1024,
         kernel_thread: bool | None = None,
+        scoring_threads: int = 1,
         metrics: Metrics | None = None,
         applied: AppliedOffsets | None = None,
         view: StateView | None = None,
@@ -125,11 +127,13 @@ class RecallService:
         without a worker to wait on, e.g. unit tests). ``view``: the live state laid over the
         rows Milvus returns (counters, importance, decay clock); None: the rows as stored.
         ``cache``: vector candidates from the ranker's memory where it can answer (exact, like
-        Milvus); None: every vector search goes to Milvus. ``kernel_thread``: score each batch
-        in a worker thread (True) or on the event loop (False); None: in a thread when torch
-        runs on CUDA (a batch then waits on the device), on the loop otherwise (on the CPU a
-        batch of ~100 candidates a request takes well under a millisecond, less than handing it
-        to a thread and back costs under the GIL).
+        Milvus); None: every vector search goes to Milvus. ``kernel_thread``: score every batch
+        in the kernel's own thread (True), or a light batch (:func:`ranker.kernel.light`: no MMR,
+        a few thousand candidates) on the event loop and the others in that thread (False);
+        None: True when torch runs on CUDA (a batch waits on the device), else False (on the CPU
+        a light batch costs well under a millisecond a request, less than handing it to a
+        thread and back under the GIL). ``scoring_threads``: torch's and FAISS's threads in the
+        kernel's thread (FAISS's OpenMP setting holds per thread).
         """
         self.cache = cache
         self.keys = keys
@@ -146,6 +150,8 @@ class RecallService:
         self.kernel_thread = (
             default_device().type == "cuda" if kernel_thread is None else kernel_thread
         )
+        self.scoring_threads = scoring_threads
+        self._kernel: ThreadPoolExecutor | None = None  # started by start()
         self.batcher: Batcher[RankRequest, list[Scored]] = Batcher(
             self._score,
             max_batch=batch_max,
@@ -155,10 +161,16 @@ class RecallService:
         )
 
     async def start(self) -> None:
+        self._kernel = ThreadPoolExecutor(
+            1, "kernel", initializer=set_threads, initargs=(self.scoring_threads,)
+        )
         await self.batcher.start()
 
     async def stop(self) -> None:
         await self.batcher.stop()
+        if self._kernel is not None:
+            self._kernel.shutdown(wait=False, cancel_futures=True)
+            self._kernel = None
 
     async def recall(self, tenant_id: str, query: RecallQuery) -> list[Recalled]:
         """The top ``k`` memories of one tenant, best first (raises Overloaded when saturated)."""
@@ -464,9 +476,10 @@ class RecallService:
         return self._live(found) if found is not None else None
 
     async def _score(self, requests: Sequence[RankRequest]) -> list[list[Scored]]:
-        if self.kernel_thread:
-            return await asyncio.to_thread(rank_many, requests)
-        return rank_many(requests)
+        if not self.kernel_thread and light(requests):
+            return rank_many(requests)
+        assert self._kernel is not None, "RecallService.start() first"
+        return await asyncio.get_running_loop().run_in_executor(self._kernel, rank_many, requests)
 
 
 def _forget(

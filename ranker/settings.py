@@ -34,9 +34,10 @@ class RankerSettings(SharedSettings):
     queue_max: int = Field(1024, ge=1, description="waiting requests before HTTP 429")
     kernel_thread: bool | None = Field(
         None,
-        description="score each batch in a worker thread (true) or on the event loop (false);"
-        " unset: in a thread on CUDA, on the loop on the CPU, where the hop to a thread and back"
-        " costs more than the batch (docs/benchmarks.md)",
+        description="score every batch in the kernel's thread (true), or a light one (no MMR, at"
+        " most 8,192 candidates) on the event loop and the others in that thread (false); unset:"
+        " true on CUDA, false on the CPU, where the hop to a thread and back costs more than a"
+        " light batch (docs/benchmarks.md)",
     )
     max_in_flight: int = Field(
         256,

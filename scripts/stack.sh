@@ -71,7 +71,9 @@ up() {
     stop_edges  # edges of an earlier worker hold its Milvus address, gone with it
     rm -f "$MNEMO_MILVUS_ENDPOINT_FILE" "$var/worker.shares-port"  # a stale address would name another process's port
     if [ "$edges" -gt 0 ]; then touch "$var/worker.shares-port"; fi
-    start worker "ranker ready" -m server
+    # ready once its hot cache is loaded: recalls before that search Milvus (on Lite a pass over
+    # the collection per tenant, seconds each at 100k memories)
+    start worker "hot cache: [0-9]+ rows|hot cache preload failed|ranker ready \\(no hot cache\\)" -m server
   fi
   for f in "$var"/edge-*.pid; do  # edges beyond STACK_EDGES (a smaller number than last time)
     i=$(basename "$f" .pid); i=${i#edge-}

@@ -9,9 +9,12 @@ each at 10,000 memories here, the p99 of a recall (docs/benchmarks.md). With
 its survivors to the permanent generation (:func:`gc.freeze`), so the next ones walk only the
 objects that came since, until those are many enough to be slow in turn.
 
-The cost: garbage that forms a reference cycle among frozen objects is not reclaimed (reference
-counting still frees every object that is not in such a cycle). It is bounded by what was alive
-at a slow collection and later became cyclic garbage, and only slow collections freeze.
+The cost: garbage that forms a reference cycle among frozen objects is never reclaimed, with
+whatever only that cycle references (reference counting still frees every object that is not
+in such a cycle). Each slow collection freezes what is alive then, so this adds up over a
+process's life: objects alive at some slow collection that later die in a cycle. In-flight
+requests are what such a moment catches besides long-lived state; slow collections are rare
+once the long-lived state is frozen (the next one waits until as much again has come).
 """
 
 from __future__ import annotations

@@ -57,6 +57,43 @@ def test_requests_already_waiting_share_a_batch_without_any_wait() -> None:
     assert calls == [[0, 1, 2, 3], [4, 5]]
 
 
+def test_the_loop_runs_between_batches_of_a_handler_that_never_suspends() -> None:
+    order: list[object] = []
+
+    async def handler(items: Sequence[int]) -> list[int]:  # as the kernel on the loop
+        if not order:
+            asyncio.get_running_loop().call_soon(order.append, "other work")
+        order.append(list(items))
+        return list(items)
+
+    async def main() -> None:
+        batcher: Batcher[int, int] = Batcher(handler, max_batch=2, max_wait_s=0.0)
+        await batcher.start()
+        try:
+            await asyncio.gather(*(batcher.submit(i) for i in range(6)))
+        finally:
+            await batcher.stop()
+
+    run(main())
+    assert order == [[0, 1], "other work", [2, 3], [4, 5]]
+
+
+def test_stop_answers_the_batch_being_gathered() -> None:
+    async def handler(items: Sequence[int]) -> list[int]:
+        return list(items)
+
+    async def main() -> None:
+        batcher: Batcher[int, int] = Batcher(handler, max_batch=8, max_wait_s=10.0)
+        await batcher.start()
+        waiting = asyncio.ensure_future(batcher.submit(1))
+        await asyncio.sleep(0.05)  # taken from the queue: the batch waits for more
+        await batcher.stop()
+        with pytest.raises(RuntimeError, match="batcher stopped"):
+            await asyncio.wait_for(waiting, 5)
+
+    run(main())
+
+
 def test_a_lone_request_waits_at_most_the_timeout() -> None:
     async def handler(items: Sequence[str]) -> list[str]:
         return [s.upper() for s in items]

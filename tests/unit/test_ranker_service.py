@@ -10,11 +10,12 @@ from datetime import timedelta
 from typing import Any, cast
 
 import pytest
+import torch
 
 from memcore import Scored
 from memcore.policy import RecallPolicy, RecallPreset
 from ranker import service as service_module
-from ranker.kernel import RankRequest
+from ranker.kernel import LIGHT_ROWS, RankRequest
 from ranker.service import Candidate, RecallQuery, RecallService, _request
 from storage import to_us
 from tests.rows import make_row
@@ -69,13 +70,8 @@ def test_access_and_archive_columns_follow_the_rows() -> None:
     assert request.archived.tolist() == [False, False, True]
 
 
-@pytest.mark.parametrize("kernel_thread", [None, False, True])
-def test_a_batch_is_scored_on_the_event_loop_unless_a_thread_is_asked(
-    monkeypatch: pytest.MonkeyPatch, kernel_thread: bool | None
-) -> None:
-    """On the CPU (unset) the kernel runs on the loop's thread: handing a small batch to a
-    thread and back cost more than scoring it (docs/benchmarks.md).
-    """
+def _recording(monkeypatch: pytest.MonkeyPatch, device: str) -> list[int]:
+    """Threads ``rank_many`` is called on, with torch on ``device``."""
     scored_on: list[int] = []
 
     def rank_many(requests: Sequence[RankRequest]) -> list[list[Scored]]:
@@ -83,17 +79,57 @@ def test_a_batch_is_scored_on_the_event_loop_unless_a_thread_is_asked(
         return [[] for _ in requests]
 
     monkeypatch.setattr(service_module, "rank_many", rank_many)
+    monkeypatch.setattr(service_module, "default_device", lambda: torch.device(device))
+    return scored_on
+
+
+@pytest.mark.parametrize(
+    ("device", "kernel_thread", "on_the_loop"),
+    [
+        ("cpu", None, True),  # unset on the CPU: a light batch on the loop
+        ("cuda", None, False),  # unset on CUDA: the kernel's thread (a batch waits on the GPU)
+        ("cpu", False, True),
+        ("cuda", False, True),
+        ("cpu", True, False),
+    ],
+)
+def test_a_light_batch_is_scored_on_the_event_loop_unless_a_thread_is_asked(
+    monkeypatch: pytest.MonkeyPatch, device: str, kernel_thread: bool | None, on_the_loop: bool
+) -> None:
+    scored_on = _recording(monkeypatch, device)
     none = cast(Any, None)  # the store, embedder and producer: a batch reads none of them
     service = RecallService(none, none, none, kernel_thread=kernel_thread)
+    loop_thread = _submit_one(service, _request([cand("a", "x")], (1.0, 0.0), query(), {}))
+    assert len(scored_on) == 1
+    assert (scored_on[0] == loop_thread) is on_the_loop
+
+
+def test_a_heavy_batch_goes_to_the_kernels_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MMR (pairwise cosines) or many candidates would hold the loop for tens of milliseconds
+    or more: such a batch is scored in the kernel's thread even where light ones are not.
+    """
+    scored_on = _recording(monkeypatch, "cpu")
+    none = cast(Any, None)
+    mmr = query(policy=RecallPolicy(mmr_lambda=0.7))
+    many = [cand(f"m{i}", "x") for i in range(LIGHT_ROWS + 1)]
+    for request in (
+        _request([cand("a", "x")], (1.0, 0.0), mmr, {}),
+        _request(many, (1.0, 0.0), query(), {}),
+    ):
+        service = RecallService(none, none, none)
+        loop_thread = _submit_one(service, request)
+        assert scored_on[-1] != loop_thread
+
+
+def _submit_one(service: RecallService, request: RankRequest) -> int:
+    """Start ``service``, score ``request`` through its batcher, stop; the loop's thread."""
 
     async def main() -> int:
         await service.start()
         try:
-            assert await service.batcher.submit(cast(RankRequest, object())) == []
+            assert await service.batcher.submit(request) == []
         finally:
             await service.stop()
         return threading.get_ident()
 
-    loop_thread = asyncio.run(main())
-    assert service.kernel_thread is bool(kernel_thread)  # no CUDA here: unset is the loop
-    assert (scored_on == [loop_thread]) is not kernel_thread
+    return asyncio.run(main())
