@@ -138,8 +138,8 @@ class RankRequest:
         )
 
 
-#: Candidate rows (over all requests) of a batch :func:`light` still calls light: 64 requests
-#: of 128 candidates, a few milliseconds on one CPU thread here.
+#: The most candidates (summed over its requests) a batch :func:`light` still calls light: 64
+#: requests of 128 candidates, a few milliseconds on one CPU thread here.
 LIGHT_ROWS = 8_192
 
 

@@ -13,8 +13,9 @@ The cost: garbage that forms a reference cycle among frozen objects is never rec
 whatever only that cycle references (reference counting still frees every object that is not
 in such a cycle). Each slow collection freezes what is alive then, so this adds up over a
 process's life: objects alive at some slow collection that later die in a cycle. In-flight
-requests are what such a moment catches besides long-lived state; slow collections are rare
-once the long-lived state is frozen (the next one waits until as much again has come).
+requests are what such a moment catches besides long-lived state; once that state is frozen,
+the next slow collection waits until enough new long-lived objects have come for walking them
+to take the limit again.
 """
 
 from __future__ import annotations
