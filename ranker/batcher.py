@@ -103,34 +103,30 @@ class Batcher(Generic[T, R]):
         loop = asyncio.get_running_loop()
         while True:
             batch: list[tuple[T, asyncio.Future[R]]] = []
-            started = loop.time()
             try:
                 await self._take(batch)
                 started = loop.time()
-                items = [item for item, _ in batch]
-                results = await self.handler(items)
-                if len(results) != len(items):
-                    msg = f"handler returned {len(results)} results for {len(items)} items"
-                    raise RuntimeError(msg)
+                outcome = await self._handle([item for item, _ in batch])
             except asyncio.CancelledError:  # stop(): the batch taken is answered too
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(RuntimeError("batcher stopped"))
+                _settle(batch, RuntimeError("batcher stopped"))
                 raise
-            except Exception as exc:
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(exc)
-            else:
-                for (_, future), result in zip(batch, results, strict=True):
-                    if not future.done():
-                        future.set_result(result)
+            _settle(batch, outcome)
             self._last_batch_s = loop.time() - started + self.max_wait_s
             if self.on_batch is not None:
                 self.on_batch(BatchStats(len(batch), self._queue.qsize()))
             # a handler that never suspends (the kernel on the loop) and a queue never empty
             # would otherwise hold the loop batch after batch
             await asyncio.sleep(0)
+
+    async def _handle(self, items: list[T]) -> Sequence[R] | Exception:
+        """The handler's results for ``items``, or the error every caller of the batch gets."""
+        try:
+            results = await self.handler(items)
+        except Exception as exc:
+            return exc
+        if len(results) != len(items):
+            return RuntimeError(f"handler returned {len(results)} results for {len(items)} items")
+        return results
 
     async def _take(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
         """Fill ``batch`` (empty; filled in place, so that a stop answers what it holds): the
@@ -152,3 +148,14 @@ class Batcher(Generic[T, R]):
                 batch.append(await asyncio.wait_for(self._queue.get(), remaining))
             except TimeoutError:
                 break
+
+
+def _settle(batch: Sequence[tuple[T, asyncio.Future[R]]], outcome: Sequence[R] | Exception) -> None:
+    """Answer each caller of ``batch`` not answered yet: its result, or the batch's error."""
+    for i, (_, future) in enumerate(batch):
+        if future.done():
+            continue
+        if isinstance(outcome, Exception):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome[i])

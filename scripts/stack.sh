@@ -61,6 +61,9 @@ up() {
   if [ "$edges" -gt 0 ]; then export MNEMO_REUSE_PORT=true; fi
   export MNEMO_MILVUS_ENDPOINT_FILE=${MNEMO_MILVUS_ENDPOINT_FILE:-$var/milvus.endpoint}
   local i f
+  # an HTTP process is ready once its hot cache is loaded: recalls before that search Milvus
+  # (on Lite a pass over the collection per tenant, seconds each at 100k memories)
+  local loaded='hot cache: [0-9]+ rows|hot cache preload failed|ranker ready \(no hot cache\)'
   if running "$var/worker.pid"; then
     echo "worker: already running (pid $(cat "$var/worker.pid"))"
     if [ "$edges" -gt 0 ] && { [ ! -f "$var/worker.shares-port" ] || [ ! -s "$MNEMO_MILVUS_ENDPOINT_FILE" ]; }; then
@@ -71,9 +74,7 @@ up() {
     stop_edges  # edges of an earlier worker hold its Milvus address, gone with it
     rm -f "$MNEMO_MILVUS_ENDPOINT_FILE" "$var/worker.shares-port"  # a stale address would name another process's port
     if [ "$edges" -gt 0 ]; then touch "$var/worker.shares-port"; fi
-    # ready once its hot cache is loaded: recalls before that search Milvus (on Lite a pass over
-    # the collection per tenant, seconds each at 100k memories)
-    start worker "hot cache: [0-9]+ rows|hot cache preload failed|ranker ready \\(no hot cache\\)" -m server
+    start worker "$loaded" -m server
   fi
   for f in "$var"/edge-*.pid; do  # edges beyond STACK_EDGES (a smaller number than last time)
     i=$(basename "$f" .pid); i=${i#edge-}
@@ -81,7 +82,7 @@ up() {
   done
   for i in $(seq 1 "$edges"); do
     if running "$var/edge-$i.pid"; then echo "edge-$i: already running (pid $(cat "$var/edge-$i.pid"))"; continue; fi
-    MNEMO_MILVUS_URI=$(cat "$MNEMO_MILVUS_ENDPOINT_FILE") start "edge-$i" "hot cache: [0-9]+ rows|hot cache preload failed|ranker ready \\(no hot cache\\)" -m ranker
+    MNEMO_MILVUS_URI=$(cat "$MNEMO_MILVUS_ENDPOINT_FILE") start "edge-$i" "$loaded" -m ranker
   done
   echo "kafka:   $MNEMO_KAFKA_BOOTSTRAP   topics: memory-writes, access-events, consolidation, audit, dead-letter"
   echo "milvus:  $MNEMO_MILVUS_URI (Milvus Lite, embedded in the worker)"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -22,39 +23,36 @@ class Node:
         self.me = self  # a cycle: only the collector frees it
 
 
-def test_a_full_collection_slower_than_the_limit_freezes_its_survivors() -> None:
-    remove = freeze_slow_collections(0.0)
+@contextmanager
+def policy(limit_ms: float) -> Iterator[None]:
+    remove = freeze_slow_collections(limit_ms)
     try:
-        kept = [Node() for _ in range(100)]
-        gc.collect()
-        assert gc.get_freeze_count() >= len(kept)
-        young = {id(o) for o in gc.get_objects(2)}
-        assert not any(id(n) in young for n in kept)
+        yield
     finally:
         remove()
+
+
+def test_a_full_collection_slower_than_the_limit_freezes_its_survivors() -> None:
+    with policy(0.0):
+        kept = [Node() for _ in range(100)]
+        gc.collect()
+    assert gc.get_freeze_count() >= len(kept)
+    young = {id(o) for o in gc.get_objects(2)}
+    assert not any(id(n) in young for n in kept)
 
 
 def test_a_faster_collection_or_a_younger_one_freezes_nothing() -> None:
-    remove = freeze_slow_collections(60_000.0)
-    try:
+    with policy(60_000.0):
         gc.collect()
-        assert gc.get_freeze_count() == 0
-    finally:
-        remove()
-    remove = freeze_slow_collections(0.0)
-    try:
+    assert gc.get_freeze_count() == 0
+    with policy(0.0):
         gc.collect(1)
-        assert gc.get_freeze_count() == 0
-    finally:
-        remove()
+    assert gc.get_freeze_count() == 0
 
 
 def test_garbage_of_a_cycle_made_after_the_freeze_is_still_collected() -> None:
-    remove = freeze_slow_collections(0.0)
-    try:
+    with policy(0.0):
         gc.collect()
         assert gc.get_freeze_count() > 0
         Node()  # garbage at once: a cycle no one references
         assert gc.collect() >= 1
-    finally:
-        remove()

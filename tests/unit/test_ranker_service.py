@@ -97,9 +97,8 @@ def test_a_light_batch_is_scored_on_the_event_loop_unless_a_thread_is_asked(
     monkeypatch: pytest.MonkeyPatch, device: str, kernel_thread: bool | None, on_the_loop: bool
 ) -> None:
     scored_on = _recording(monkeypatch, device)
-    none = cast(Any, None)  # the store, embedder and producer: a batch reads none of them
-    service = RecallService(none, none, none, kernel_thread=kernel_thread)
-    loop_thread = _submit_one(service, _request([cand("a", "x")], (1.0, 0.0), query(), {}))
+    request = _request([cand("a", "x")], (1.0, 0.0), query(), {})
+    loop_thread = _submit_one(request, kernel_thread=kernel_thread)
     assert len(scored_on) == 1
     assert (scored_on[0] == loop_thread) is on_the_loop
 
@@ -109,20 +108,20 @@ def test_a_heavy_batch_goes_to_the_kernels_thread(monkeypatch: pytest.MonkeyPatc
     or more: such a batch is scored in the kernel's thread even where light ones are not.
     """
     scored_on = _recording(monkeypatch, "cpu")
-    none = cast(Any, None)
     mmr = query(policy=RecallPolicy(mmr_lambda=0.7))
     many = [cand(f"m{i}", "x") for i in range(LIGHT_ROWS + 1)]
     for request in (
         _request([cand("a", "x")], (1.0, 0.0), mmr, {}),
         _request(many, (1.0, 0.0), query(), {}),
     ):
-        service = RecallService(none, none, none)
-        loop_thread = _submit_one(service, request)
+        loop_thread = _submit_one(request)
         assert scored_on[-1] != loop_thread
 
 
-def _submit_one(service: RecallService, request: RankRequest) -> int:
-    """Start ``service``, score ``request`` through its batcher, stop; the loop's thread."""
+def _submit_one(request: RankRequest, kernel_thread: bool | None = None) -> int:
+    """Start a service, score ``request`` through its batcher, stop; the loop's thread."""
+    none = cast(Any, None)  # the store, embedder and producer: a batch reads none of them
+    service = RecallService(none, none, none, kernel_thread=kernel_thread)
 
     async def main() -> int:
         await service.start()
