@@ -5,7 +5,9 @@
 For each size: tables (dicts of codec bytes, as the worker's RocksDB tables hold them) filled with
 that many memories of one tenant; then, on a fresh Milvus Lite file, the worker's resync path
 (``Processor.rows`` over every key, upserts of 1,000 rows) timed twice: into an empty collection
-(a lost store) and over the rows already there (the restart after a kill -9). Then the cost of
+(a lost store) and over the rows already there (the restart after a kill -9); then the start-up
+check that finds every row there (``streams.rebuild.catch_up``: a count, nothing rewritten),
+alone and filling a hot cache (``python -m server``). Then the cost of
 ``flush`` on Milvus Lite: ``--flush-batches`` upserts of 64 rows with and without a flush after
 each (a flush seals the memtable into a Parquet file and rewrites the manifest).
 """
@@ -21,10 +23,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from memcore import ImportanceDecision, ImportanceSource, Policy, Write, apply, content_hash
+from ranker.hotcache import HotCache
 from storage import Document, MilvusConfig, MilvusStore, codec
 from storage.records import Limits
 from storage.tenants import TenantRegistry
 from streams.processor import Processor
+from streams.rebuild import Tables, catch_up
 
 CHUNK = 1000
 
@@ -62,6 +66,20 @@ def resync(processor: Processor, store: MilvusStore) -> tuple[float, float]:
     return reading, upserting
 
 
+def checked(tables: Tables, store: MilvusStore) -> tuple[float, float]:
+    """Seconds of the start-up check over a store that holds every row: alone, and filling a
+    hot cache as ``python -m server`` does.
+    """
+    started = time.perf_counter()
+    assert catch_up(store, tables).upserted == 0
+    alone = time.perf_counter() - started
+    cache = HotCache(store, sole_writer=True, tenant_max=len(tables.memories))  # one tenant
+    started = time.perf_counter()
+    assert catch_up(store, tables, into=cache.fill).upserted == 0
+    assert cache.rows == len(tables.memories)
+    return alone, time.perf_counter() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memories", type=int, nargs="+", default=[10_000, 100_000])
@@ -78,10 +96,13 @@ def main() -> None:
             store.connect()
             empty = resync(processor, store)
             again = resync(processor, store)
+            check = checked(Tables(memories, documents), store)
             store.close()
         print(
             f"{n:>7,} memories: into an empty collection read {empty[0]:.1f} s + upsert "
-            f"{empty[1]:.1f} s; over existing rows read {again[0]:.1f} s + upsert {again[1]:.1f} s"
+            f"{empty[1]:.1f} s; over existing rows read {again[0]:.1f} s + upsert {again[1]:.1f} s;"
+            f" the start-up check (counted, not rewritten) {check[0]:.1f} s, with the hot cache"
+            f" filled {check[1]:.1f} s"
         )
     memories, documents = tables(64 * args.flush_batches * 2, args.dim)
     processor = Processor(memories, documents, {}, {}, limits)

@@ -21,9 +21,12 @@ recall reads nothing from Milvus. An access changes only counters, importance an
 clock: the block's scoring columns (what :class:`HotHits` hands the kernel) take them in place,
 nothing is re-read.
 
-A tenant is loaded on its first search (one Milvus query); a tenant over ``tenant_max`` rows, a
-filter the cache does not evaluate (``tags_any``, ``memory_ids``) or a cache over its total row
-budget (least recently searched tenants are dropped) answers None: the caller searches Milvus.
+At start-up the cache is preloaded in one pass over the collection, or, in ``python -m server``
+with Milvus Lite, filled from the rows its worker's start-up check read from the changelogs
+(:meth:`HotCache.fill`, ``streams.rebuild.catch_up``). A tenant it does not hold is loaded on
+its first search (one Milvus query); a tenant over ``tenant_max`` rows, a filter the cache does
+not evaluate (``tags_any``, ``memory_ids``) or a cache over its total row budget (least recently
+searched tenants are dropped) answers None: the caller searches Milvus.
 Both limits also hold as rows come in after the load (written by the worker in this process or
 read back): a tenant that grows past ``tenant_max`` leaves the cache for Milvus.
 
@@ -61,6 +64,7 @@ log = logging.getLogger(__name__)
 STATES = tuple(s.value for s in Lifecycle)
 """State names with a code each (an unknown name gets code -2)."""
 TIERS = tuple(t.value for t in Tier)
+DELETED = Lifecycle.DELETED.value
 ABSENT = -1
 """State code of a slot whose memory is gone (deleted or never loaded)."""
 DIRTY_GIVE_UP_S = 30.0
@@ -231,6 +235,11 @@ class _Block:
         self.tau[slot] = float(values[_TAU])
         self.accessed[slot] = int(values[_ACCESSES]) > 0
 
+    def holds(self, memory_id: str) -> bool:
+        """The memory has a row here (not removed)."""
+        slot = self.index.get(memory_id)
+        return slot is not None and self.state[slot] != ABSENT
+
     def remove(self, memory_id: str) -> None:
         slot = self.index.get(memory_id)
         if slot is not None:
@@ -373,6 +382,20 @@ class HotCache:
         """Rows held over all tenants."""
         return sum(b.n for b in list(self._blocks.values()))
 
+    def held(self) -> tuple[int, int]:
+        """(rows, tenants) held."""
+        return self.rows, len(self._blocks)
+
+    def forget(self) -> None:
+        """Drop every block and what a fill or a preload established (the cache is no longer
+        complete): the next :meth:`preload` reads the collection. For start-up, before searches.
+        """
+        with self._guard:
+            self._blocks.clear()
+            self._complete = False
+            self._partial.clear()
+            self._cold.clear()
+
     # -- changes (event loop) -------------------------------------------------------------------
 
     def on_change(self, tenant_id: str, memory_id: str, values: Sequence[Any] | None) -> None:
@@ -383,11 +406,14 @@ class HotCache:
         loading = self._loading.get(tenant_id)
         if block is None and loading is None:
             return
+        whole = block is not None and self._whole(tenant_id)
         if block is None:  # a load in flight: re-read the id once it is in
             block = self._pending(tenant_id)
         with block.lock:
             if values is None:  # the worker deletes the row too; re-read in case it did not
                 block.remove(memory_id)
+            elif whole and values[_STATE] == DELETED and not block.holds(memory_id):
+                return  # purged or erased: no row to read back (the view's replay meets many)
             if values is None or block.live(memory_id, values):
                 block.dirty.setdefault(memory_id, self.clock())
 
@@ -508,9 +534,11 @@ class HotCache:
         change (:meth:`on_change`); a row met later is laid under the state view's values, and
         marked dirty when the view knows a newer version than Milvus gave. A Milvus
         that cannot scan (a 2.3 server has no query iterator) loads ``tenant_ids`` one by one
-        instead. Blocking; returns (rows, tenants) held; raises ``StorageError`` when Milvus
-        fails.
+        instead. A cache already complete (:meth:`fill`) reads nothing. Blocking; returns
+        (rows, tenants) held; raises ``StorageError`` when Milvus fails.
         """
+        if self._complete:  # filled (:meth:`fill`): nothing to read back
+            return self.held()
         try:
             self._scan_all()
         except StorageError:
@@ -521,7 +549,7 @@ class HotCache:
                 if self._stop_preload.is_set():
                     raise PreloadStoppedError from None
                 self._block(tenant_id)
-        return self.rows, len(self._blocks)
+        return self.held()
 
     def stop_preload(self) -> None:
         """Make a :meth:`preload` running in another thread end at its next page of rows, with
@@ -532,17 +560,30 @@ class HotCache:
         self._stop_preload.set()
 
     def _scan_all(self) -> None:
+        with contextlib.closing(self.store.scan()) as pages:  # closed at once when stopped
+            self.fill(pages)
+        self.loads += len(self._blocks)
+
+    def fill(self, pages: Iterable[Sequence[MemoryRow]]) -> tuple[int, int]:
+        """Lay ``pages`` into the blocks as the preload's pass lays Milvus's rows (same limits;
+        a change meanwhile is caught the same way), then hold the cache complete: a later
+        :meth:`preload` reads nothing, and with ``sole_writer`` a tenant not held is known to
+        have had no rows. The caller vouches that ``pages`` are every row the collection holds
+        (``python -m server``: the rows its start-up resync read from the changelogs, before its
+        worker writes any; it calls :meth:`forget` when Milvus holds another number of rows).
+        Blocking; returns (rows, tenants) held; raises :class:`PreloadStoppedError` after
+        :meth:`stop_preload`, leaving the cache as it was.
+        """
         with self._guard:
             self._preloading = True
         made: set[str] = set()  # tenants whose block this pass starts
         try:
             too_big: set[str] = set()
             total = self.rows
-            with contextlib.closing(self.store.scan()) as pages:  # closed at once when stopped
-                for page in pages:
-                    total = self._lay(page, total, made, too_big)
-                    if self._stop_preload.is_set():  # before asking Milvus for the next page
-                        raise PreloadStoppedError
+            for page in pages:
+                total = self._lay(page, total, made, too_big)
+                if self._stop_preload.is_set():  # before asking for the next page
+                    raise PreloadStoppedError
             with self._guard:
                 self._complete = True
         except BaseException:
@@ -553,7 +594,7 @@ class HotCache:
         finally:
             with self._guard:
                 self._preloading = False
-        self.loads += len(self._blocks)
+        return self.held()
 
     def _lay(self, page: Sequence[MemoryRow], total: int, made: set[str], too_big: set[str]) -> int:
         """Lay one preload page into the blocks; returns the rows held after it. Adds to ``made``
@@ -722,6 +763,13 @@ class HotCache:
             return None
         block = self._blocks[tenant_id] = _Block(self.store.config.dim)
         return block
+
+    def _whole(self, tenant_id: str) -> bool:
+        """The cache met every row Milvus has for a tenant it holds: a complete fill or preload
+        by the sole writer's process, the tenant not written during the pass (guard not needed:
+        a stale answer only costs a read back).
+        """
+        return self.sole_writer and self._complete and tenant_id not in self._partial
 
     def _known_empty(self, tenant_id: str) -> bool:
         """A tenant not held had no rows: the sole writer's rows start its block (see

@@ -17,9 +17,10 @@ from ranker.metrics import Metrics
 from ranker.settings import RankerSettings
 from storage.heap import freeze_slow_collections
 from storage.usage import parse_service_args
-from streams.__main__ import prepare, run
+from streams.__main__ import prepare, resync_milvus, run
 from streams.app import create_app
 from streams.applied import AppliedMarks
+from streams.rebuild import Resynced
 from streams.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ def main() -> None:
     sock = listening_socket(
         ranker_settings.host, ranker_settings.port, reuse_port=ranker_settings.reuse_port
     )
-    services = prepare(worker_settings)
+    services = prepare(worker_settings, resync=False)  # below, once the hot cache exists
     applied = AppliedMarks()
     app = create_app(worker_settings, services, applied)
     api = build(
@@ -68,6 +69,12 @@ def main() -> None:
         # writer (a Milvus server is searched as before)
         services.neighbours = cache.neighbours
         services.tenant_rows = cache.tenant_rows  # consolidation's reads, likewise
+    # before the worker writes a row: the rows the resync reads from the changelogs fill the
+    # cache (what a preload would read back from Milvus Lite, a pass of minutes at 100k rows)
+    filled = cache if cache is not None and services.store.embedded else None
+    done = resync_milvus(worker_settings, services.store, into=filled.fill if filled else None)
+    if filled is not None:
+        fill_or_forget(filled, done)
 
     config = uvicorn.Config(
         api,
@@ -102,6 +109,22 @@ def main() -> None:
                 log.warning("the HTTP server did not stop within %d s; stopping on", HTTP_STOP_S)
 
     run(app, worker_settings, services, logging_config(ranker_settings.log_format, level))
+
+
+def fill_or_forget(cache: HotCache, done: Resynced) -> None:
+    """Keep the cache the resync filled when Milvus holds as many rows as it does; else (rows a
+    rewrite leaves in Milvus: see :func:`streams.rebuild.catch_up`) drop it: the ranker's
+    preload reads the collection instead.
+    """
+    if done.held == done.rows:
+        log.info("hot cache filled from the changelogs: %d rows of %d tenants", *cache.held())
+    else:
+        log.info(
+            "hot cache: Milvus holds %d rows, the changelogs %d: preloaded from Milvus",
+            done.held,
+            done.rows,
+        )
+        cache.forget()
 
 
 if __name__ == "__main__":

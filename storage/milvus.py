@@ -393,7 +393,13 @@ class MilvusStore:
 
     def count(self, tenant_id: str, filters: Filters = ANY_STATE) -> int:
         """How many rows of one tenant match ``filters``."""
-        expression = filter_expression(tenant_id, filters)
+        return self._count(filter_expression(tenant_id, filters))
+
+    def total(self) -> int:
+        """How many rows the collection holds, every tenant and state (strong consistency)."""
+        return self._count("")
+
+    def _count(self, expression: str) -> int:
         found = self._call(
             "count",
             lambda: self.client.query(

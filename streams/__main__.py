@@ -29,8 +29,10 @@ from streams.topics import ensure_topics
 log = logging.getLogger(__name__)
 
 
-def prepare(settings: WorkerSettings) -> Services:
-    """Log set-up, topics created, Milvus connected, the embedder loaded, the LLM client made."""
+def prepare(settings: WorkerSettings, *, resync: bool = True) -> Services:
+    """Log set-up, topics created, Milvus connected (and resynced, :func:`resync`, unless
+    ``resync`` is False: the caller does it), the embedder loaded, the LLM client made.
+    """
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -39,14 +41,8 @@ def prepare(settings: WorkerSettings) -> Services:
     store.connect()
     if settings.milvus_endpoint_file is not None:
         publish_endpoint(settings.milvus_endpoint_file, store.endpoint())
-    started = time.perf_counter()
-    upserted, deleted = rebuild.resync(settings, store)
-    log.info(
-        "Milvus resynced from the changelogs: %d rows upserted, %d purged rows deleted in %.1f s",
-        upserted,
-        deleted,
-        time.perf_counter() - started,
-    )
+    if resync:
+        resync_milvus(settings, store)
     embedder = settings.make_embedder()
     embedder.start()
     llm = None
@@ -55,6 +51,33 @@ def prepare(settings: WorkerSettings) -> Services:
             settings.llm_url, settings.llm_model, settings.llm_api_key, settings.llm_timeout_s
         )
     return Services(store, embedder, llm)
+
+
+def resync_milvus(
+    settings: WorkerSettings, store: MilvusStore, into: rebuild.Fill | None = None
+) -> rebuild.Resynced:
+    """:func:`streams.rebuild.resync` (before the worker runs), logged."""
+    started = time.perf_counter()
+    done = rebuild.resync(settings, store, into=into)
+    if done.upserted or done.deleted or done.asked:
+        log.info(
+            "Milvus resynced from the changelogs (it held %d rows, they hold %d%s): %d rows"
+            " upserted, %d purged rows deleted in %.1f s; it holds %d rows",
+            done.stored,
+            done.rows,
+            f"; asked: {done.asked}" if done.asked else "",
+            done.upserted,
+            done.deleted,
+            time.perf_counter() - started,
+            done.held,
+        )
+    else:
+        log.info(
+            "Milvus holds the %d rows the changelogs hold: not rewritten (checked in %.1f s)",
+            done.rows,
+            time.perf_counter() - started,
+        )
+    return done
 
 
 def publish_endpoint(path: Path, endpoint: str) -> None:

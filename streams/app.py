@@ -76,6 +76,7 @@ from streams.processor import (
     dead_letter,
     supersede_record,
 )
+from streams.rebuild import ResyncMarker, resync_on_failure
 from streams.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -237,7 +238,10 @@ def create_app(
     async def writes(stream: Any) -> AsyncIterator[None]:  # noqa: ANN401 - faust stream
         size, wait = settings.write_batch_size, settings.write_batch_wait_s
         async for events in stream.take_events(size, within=wait):
-            with metrics.batch("writes", consumed[topics.WRITES], len(events)):
+            with (
+                metrics.batch("writes", consumed[topics.WRITES], len(events)),
+                resync_on_failure(worker.marker),
+            ):
                 await worker.on_writes(events)
             yield None
 
@@ -245,14 +249,20 @@ def create_app(
     async def access(stream: Any) -> AsyncIterator[None]:  # noqa: ANN401
         size, wait = settings.access_batch_size, settings.access_batch_wait_s
         async for events in stream.take_events(size, within=wait):
-            with metrics.batch("access", consumed[topics.ACCESS], len(events)):
+            with (
+                metrics.batch("access", consumed[topics.ACCESS], len(events)),
+                resync_on_failure(worker.marker),
+            ):
                 await worker.on_access(events)
             yield None
 
     @app.agent(worker.topics[topics.CONSOLIDATION], name=f"{settings.app_id}-consolidation")
     async def consolidation(stream: Any) -> AsyncIterator[None]:  # noqa: ANN401
         async for event in stream.events():
-            with metrics.batch("consolidation", consumed[topics.CONSOLIDATION], 1):
+            with (
+                metrics.batch("consolidation", consumed[topics.CONSOLIDATION], 1),
+                resync_on_failure(worker.marker),
+            ):
                 await worker.on_consolidation(_inbound(event))
             yield None
 
@@ -364,6 +374,7 @@ class StreamWorker:
         self.write_done: dict[int, int] = {}  # writes partition -> next offset not yet applied
         self.compacted_at = float("-inf")  # monotonic seconds of the last compaction asked
         self.keys_read = False  # the keys topic read to its end once since start-up
+        self.marker = ResyncMarker.of(settings)  # set when Milvus may lack rows of changes
 
     async def know_tenants(self, values: Iterable[bytes]) -> None:
         """When a record names a tenant this worker does not know, read the tenants topic up to
@@ -669,6 +680,7 @@ class StreamWorker:
         except StorageError:
             if len(rows) == 1:
                 log.exception("Milvus refused the row of %s; left out", rows[0].key)
+                self.marker.ask(f"Milvus refused the row of {rows[0].key}")
                 return
             log.exception("Milvus refused a batch of %d rows; upserting one by one", len(rows))
             for row in rows:

@@ -151,7 +151,8 @@ def supersede_record(tenant_id: str, found: Supersession) -> Outbound:
 @dataclass
 class Batch:
     """The result of one batch: messages to produce and memory keys whose rows must be synced
-    (an access that changes no served field, :func:`storage.rows.serving_changed`, syncs none).
+    (a first delivery of an access that changes no served field,
+    :func:`storage.rows.serving_changed`, syncs none).
     """
 
     out: list[Outbound] = field(default_factory=list)
@@ -542,7 +543,11 @@ class Processor:
         assert new is not None
         if new != state:
             self.put_state(record.key, new)
-        self._after(message, record.at, new, effects, batch, sync=serving_changed(state, new))
+        # a redelivered access (skipped) rewrites the row too: its first delivery may have
+        # changed the state in the table and died before the row (streams.rebuild.catch_up)
+        redelivered = effects[0].kind is EffectKind.SKIPPED
+        sync = redelivered or serving_changed(state, new)
+        self._after(message, record.at, new, effects, batch, sync=sync)
 
     def _park(self, key: bytes, message: Inbound, batch: Batch) -> None:
         batch.parked.add(message.partition)

@@ -47,6 +47,11 @@ class WorkerSettings(SharedSettings):
         " Milvus at (for a Milvus Lite file: the gRPC server it runs on 127.0.0.1, no"
         " authentication); unset: not written",
     )
+    resync: Literal["check", "always"] = Field(
+        "check",
+        description="at start-up, rewrite every Milvus row from the changelogs only when Milvus"
+        " holds another number of rows than they have memories (check), or every time (always)",
+    )
     store: Literal["rocksdb", "memory"] = "rocksdb"
     data_dir: Path = Path("var/worker")
     llm_url: str | None = Field(None, description="OpenAI-compatible base URL; unset: rule engine")

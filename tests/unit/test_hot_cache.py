@@ -411,6 +411,59 @@ def test_a_new_tenant_written_by_the_sole_writer_is_searched_without_a_milvus_re
     assert store.reads == 0
 
 
+def test_a_cache_filled_with_every_row_reads_nothing_back_from_milvus() -> None:
+    """``python -m server`` fills the cache from the rows its start-up resync read."""
+    rows = [row("a", 1.0), row("b", 0, 1.0), make_row("globex", "g1", [0, 0, 1.0, 0])]
+    store, cache = sole_writer_setup(*rows)
+    store.scan = None  # type: ignore[assignment,method-assign]  # a scan would fail
+    assert cache.fill([rows[:2], rows[2:]]) == (3, 2)
+    assert cache.preload() == (3, 2)  # complete: nothing scanned
+    assert found(cache, "acme") == ["a", "b"]
+    assert found(cache, "globex") == ["g1"]
+    written(store, cache, make_row("fresh", "f1", [1.0, 0, 0, 0]))  # known empty: starts
+    assert found(cache, "fresh") == ["f1"]
+    assert store.reads == 0
+
+
+def test_a_fill_asked_to_stop_holds_no_tenant_and_leaves_the_cache_incomplete() -> None:
+    store, cache = sole_writer_setup(row("a", 1.0))
+    cache.stop_preload()
+    with pytest.raises(PreloadStoppedError):
+        cache.fill([[row("a", 1.0)], [make_row("globex", "g1", [1.0, 0, 0, 0])]])
+    assert cache.rows == 0
+    written(store, cache, make_row("fresh", "f1", [1.0, 0, 0, 0]))
+    assert found(cache, "fresh") == ["f1"]
+    assert store.reads == 1  # not known empty: loaded from Milvus
+
+
+@pytest.mark.parametrize("sole_writer", [True, False])
+def test_a_purged_memory_the_view_replays_is_read_back_only_into_a_partial_view(
+    sole_writer: bool,
+) -> None:
+    kept = row("a", 1.0)
+    store = FakeStore()
+    store.put(kept)
+    cache = HotCache(store, sole_writer=sole_writer)  # type: ignore[arg-type]
+    cache.fill([[kept]])
+    cache.on_change("acme", "gone", live(row("gone", 0, 1.0), state="deleted"))  # purged
+    # the sole writer's complete cache met every row: a deleted memory it lacks has none
+    assert cache.ready("acme", Filters()) is sole_writer
+    cache.on_change("acme", "new", live(row("new", 0, 1.0)))  # a new memory is read either way
+    assert not cache.ready("acme", Filters())
+    assert found(cache, "acme") == ["a"]
+    assert store.reads == 1
+
+
+def test_a_forgotten_fill_is_preloaded_from_milvus() -> None:
+    rows = [row("a", 1.0), row("b", 0, 1.0)]
+    _, cache = sole_writer_setup(*rows)
+    cache.fill([rows[:1]])  # fewer rows than Milvus holds (the resync found the counts apart)
+    cache.forget()
+    assert cache.held() == (0, 0)
+    assert cache.preload() == (2, 1)  # scanned
+    assert found(cache, "acme") == ["a", "b"]
+
+
 def test_a_new_tenant_loads_from_milvus_when_other_processes_may_write() -> None:
     store, _ = sole_writer_setup(row("a", 1.0))
     cache = HotCache(store, writer_grace_s=5.0)  # type: ignore[arg-type]  # a shared server
