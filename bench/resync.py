@@ -1,11 +1,13 @@
 """What it costs to rebuild Milvus from the worker's tables, and to flush Milvus Lite (not a test).
 
     python -m bench.resync [--memories 10000 100000] [--dim 384] [--flush-batches 20]
+                           [--tenants 1] [--once]
 
 For each size: tables (dicts of codec bytes, as the worker's RocksDB tables hold them) filled with
-that many memories of one tenant; then, on a fresh Milvus Lite file, the worker's resync path
-(``Processor.rows`` over every key, upserts of 1,000 rows) timed twice: into an empty collection
-(a lost store) and over the rows already there (the restart after a kill -9); then the start-up
+that many memories of one tenant (``--tenants``: spread over that many); then, on a fresh Milvus
+Lite file, the worker's resync path (``Processor.rows`` over every key, upserts of 1,000 rows)
+timed twice (once with ``--once``): into an empty collection (a lost store) and over the rows
+already there (the restart after a kill -9 before the start-up check); then the start-up
 check that finds every row there (``streams.rebuild.catch_up``: a count, nothing rewritten),
 alone and filling a hot cache (``python -m server``). Then the cost of
 ``flush`` on Milvus Lite: ``--flush-batches`` upserts of 64 rows with and without a flush after
@@ -33,8 +35,15 @@ from streams.rebuild import Tables, catch_up
 CHUNK = 1000
 
 
-def tables(n: int, dim: int) -> tuple[dict[bytes, bytes], dict[bytes, bytes]]:
+def tenant_names(n: int) -> list[str]:
+    """``acme`` alone, or ``t0000``... for more than one tenant."""
+    return ["acme"] if n == 1 else [f"t{j:04d}" for j in range(n)]
+
+
+def tables(n: int, dim: int, tenants: int = 1) -> tuple[dict[bytes, bytes], dict[bytes, bytes]]:
+    """``n`` memories spread round-robin over ``tenants`` tenants."""
     rng = random.Random(n)
+    names = tenant_names(tenants)
     at = datetime(2026, 3, 1, tzinfo=UTC)
     decision = ImportanceDecision(0.6, ImportanceSource.EXPLICIT, "bench")
     write = Write("acme", "m0", content_hash("m0"), at, decision)
@@ -43,9 +52,11 @@ def tables(n: int, dim: int) -> tuple[dict[bytes, bytes], dict[bytes, bytes]]:
     memories: dict[bytes, bytes] = {}
     documents: dict[bytes, bytes] = {}
     for i in range(n):
-        memory_id = f"m{i}"
-        key = f"acme/{memory_id}".encode()
-        state = dataclasses.replace(base, memory_id=memory_id, content_hash=content_hash(memory_id))
+        memory_id, tenant_id = f"m{i}", names[i % len(names)]
+        key = f"{tenant_id}/{memory_id}".encode()
+        state = dataclasses.replace(
+            base, tenant_id=tenant_id, memory_id=memory_id, content_hash=content_hash(memory_id)
+        )
         memories[key] = codec.encode(state)
         vector = tuple(rng.uniform(-1, 1) for _ in range(dim))
         documents[key] = codec.encode_document(Document(f"memory {i} " * 8, vector, {"i": i}))
@@ -73,7 +84,7 @@ def checked(tables: Tables, store: MilvusStore) -> tuple[float, float]:
     started = time.perf_counter()
     assert catch_up(store, tables).upserted == 0
     alone = time.perf_counter() - started
-    cache = HotCache(store, sole_writer=True, tenant_max=len(tables.memories))  # one tenant
+    cache = HotCache(store, sole_writer=True, tenant_max=len(tables.memories))  # all of them
     started = time.perf_counter()
     assert catch_up(store, tables, into=cache.fill).upserted == 0
     assert cache.rows == len(tables.memories)
@@ -85,17 +96,21 @@ def main() -> None:
     parser.add_argument("--memories", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--flush-batches", type=int, default=20)
+    parser.add_argument("--tenants", type=int, default=1, help="memories spread over this many")
+    parser.add_argument(
+        "--once", action="store_true", help="no second full rewrite over the rows there"
+    )
     args = parser.parse_args()
-    limits = Limits(args.dim, 16_384, TenantRegistry.open_to(["acme"]))
+    limits = Limits(args.dim, 16_384, TenantRegistry.open_to(tenant_names(args.tenants)))
     for n in args.memories:
-        memories, documents = tables(n, args.dim)
+        memories, documents = tables(n, args.dim, args.tenants)
         processor = Processor(memories, documents, {}, {}, limits)
         with tempfile.TemporaryDirectory() as tmp:
             config = MilvusConfig(str(Path(tmp) / "m.db"), collection="resync", dim=args.dim)
             store = MilvusStore(config)
             store.connect()
             empty = resync(processor, store)
-            again = resync(processor, store)
+            again = (0.0, 0.0) if args.once else resync(processor, store)
             check = checked(Tables(memories, documents), store)
             store.close()
         print(

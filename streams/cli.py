@@ -19,7 +19,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from streams import topics
 from streams.settings import WorkerSettings
 
-QUIET_S = 5.0  # seconds without a report that end the wait when the tenants are not known here
+QUIET_S = 5.0  # for "*": seconds without a new report that end the wait (see complete)
 
 
 async def consolidate(settings: WorkerSettings, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -50,19 +50,14 @@ async def consolidate(settings: WorkerSettings, args: argparse.Namespace) -> lis
             settings.topic(topics.CONSOLIDATION), key=args.tenant.encode(), value=value
         )
         found: list[dict[str, Any]] = []
-        # "*": the tenants the worker knows; a tenants file only it was given is not counted here,
-        # so with none known here the reports are taken until QUIET_S pass without one
-        expected = await _tenant_count(settings) if args.tenant == "*" else 1
+        every = args.tenant == "*"
+        expected = await _tenant_count(settings) if every else 1
         loop = asyncio.get_running_loop()
         deadline = loop.time() + args.wait
         last: float | None = None
-
-        def complete() -> bool:
-            if expected:
-                return len(found) >= expected
-            return last is not None and loop.time() - last > QUIET_S
-
-        while not complete() and loop.time() < deadline:
+        while not complete(len(found), expected, every, last, loop.time()) and (
+            loop.time() < deadline
+        ):
             for records in (await consumer.getmany(timeout_ms=500)).values():
                 for record in records:
                     audit = orjson.loads(record.value)
@@ -76,6 +71,17 @@ async def consolidate(settings: WorkerSettings, args: argparse.Namespace) -> lis
     finally:
         await producer.stop()
         await consumer.stop()
+
+
+def complete(found: int, expected: int, every: bool, last: float | None, now: float) -> bool:
+    """Whether the reports are all in: ``found`` of ``expected`` (1 for one tenant; for ``*``
+    the tenants known here). For ``*`` the worker may know tenants this process does not (a
+    tenants file only it was given), so the wait also lasts until :data:`QUIET_S` pass after
+    the last report (``last``, loop seconds; None: none yet).
+    """
+    if not every:
+        return found >= expected
+    return found >= expected and last is not None and now - last > QUIET_S
 
 
 async def _tenant_count(settings: WorkerSettings) -> int:

@@ -1,0 +1,24 @@
+"""When ``python -m streams consolidate`` stops waiting for reports (the Kafka half is tested in
+tests/integration)."""
+
+from __future__ import annotations
+
+from streams.cli import QUIET_S, complete
+
+
+def test_one_tenant_ends_at_its_report() -> None:
+    assert not complete(0, 1, False, None, 10.0)
+    assert complete(1, 1, False, 10.0, 10.0)
+
+
+def test_every_tenant_waits_past_the_tenants_known_here_for_the_workers_others() -> None:
+    # two tenants known here, the worker knows a third: the two reports alone do not end it
+    assert not complete(2, 2, True, 10.0, 10.0 + QUIET_S / 2)
+    assert not complete(3, 2, True, 10.0 + QUIET_S / 2, 10.0 + QUIET_S)  # a third came
+    assert complete(3, 2, True, 10.0 + QUIET_S / 2, 11.0 + QUIET_S * 1.5)
+    assert not complete(1, 2, True, 10.0, 100.0)  # fewer than known: the deadline ends it
+
+
+def test_every_tenant_with_none_known_here_waits_for_a_first_report() -> None:
+    assert not complete(0, 0, True, None, 100.0)
+    assert complete(1, 0, True, 10.0, 10.0 + QUIET_S + 0.1)
