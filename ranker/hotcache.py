@@ -775,12 +775,7 @@ class HotCache:
         """A tenant not held had no rows: the sole writer's rows start its block (see
         :meth:`_started`; guard held, not preloading).
         """
-        return (
-            self.sole_writer
-            and self._complete
-            and tenant_id not in self._partial
-            and tenant_id not in self._cold
-        )
+        return self._whole(tenant_id) and tenant_id not in self._cold
 
     def _due(self, block: _Block) -> dict[str, float]:
         """The dirty ids a search re-reads now: all, or those past ``writer_grace_s``."""
