@@ -133,7 +133,7 @@ def build(
         registry,
         settings.limits(registry),
         max_in_flight=settings.max_in_flight,
-        ready=_readiness(store, producer, worker_ready),
+        ready=_readiness(store, producer, worker_ready, cache),
         audit=AuditLog(kafka, settings.topic("audit")),
         rate_limit_per_s=settings.tenant_rate_limit_per_s,
         admin_key=settings.admin_key.get_secret_value() if settings.admin_key else None,
@@ -141,19 +141,28 @@ def build(
     )
     api.router.lifespan_context = lifespan
     api.state.hot_cache = cache  # a worker in this process looks up neighbours there too
+    api.state.service = service  # python -m server seeds its state view (service.view)
     return api
 
 
 def _readiness(
-    store: MilvusStore, producer: EventProducer, worker_ready: Callable[[], bool] | None
+    store: MilvusStore,
+    producer: EventProducer,
+    worker_ready: Callable[[], bool] | None,
+    cache: HotCache | None = None,
 ) -> dict[str, Callable[[], Awaitable[bool]]]:
-    """``GET /readyz``'s checks: Kafka, Milvus (probed at most every 5 s: probes are frequent)
-    and, with ``worker_ready``, the worker in this process.
+    """``GET /readyz``'s checks: Kafka, Milvus (probed at most every 5 s: probes are frequent),
+    with ``worker_ready`` the worker in this process, and with ``cache`` the end of its preload
+    (until then recalls search Milvus: a replica routed traffic sooner would answer it slowly;
+    a failed preload counts as ended, tenants then load at their first recall).
     """
     milvus = Cached(lambda: asyncio.to_thread(store.reachable), every_s=5.0)
     ready: dict[str, Callable[[], Awaitable[bool]]] = {"kafka": producer.ready, "milvus": milvus}
     if worker_ready is not None:
         ready["worker"] = lambda: asyncio.sleep(0, worker_ready())
+    if cache is not None:
+        ended = cache.preload_ended
+        ready["hot_cache"] = lambda: asyncio.sleep(0, ended.is_set())
     return ready
 
 

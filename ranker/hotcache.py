@@ -375,6 +375,9 @@ class HotCache:
         self._guard = threading.Lock()
         self._preloading = False
         self._stop_preload = threading.Event()
+        self.preload_ended = threading.Event()
+        """Set once a :meth:`preload` has returned or raised (``GET /readyz`` waits for it: until
+        then recalls search Milvus)."""
         self.loads = 0
 
     @property
@@ -535,21 +538,25 @@ class HotCache:
         marked dirty when the view knows a newer version than Milvus gave. A Milvus
         that cannot scan (a 2.3 server has no query iterator) loads ``tenant_ids`` one by one
         instead. A cache already complete (:meth:`fill`) reads nothing. Blocking; returns
-        (rows, tenants) held; raises ``StorageError`` when Milvus fails.
+        (rows, tenants) held; raises ``StorageError`` when Milvus fails. Sets
+        :attr:`preload_ended` as it returns or raises.
         """
-        if self._complete:  # filled (:meth:`fill`): nothing to read back
-            return self.held()
         try:
-            self._scan_all()
-        except StorageError:
-            if self.rows or not tenant_ids:
-                raise
-            log.info("hot cache: this Milvus cannot scan; loading tenants one by one")
-            for tenant_id in tenant_ids:
-                if self._stop_preload.is_set():
-                    raise PreloadStoppedError from None
-                self._block(tenant_id)
-        return self.held()
+            if self._complete:  # filled (:meth:`fill`): nothing to read back
+                return self.held()
+            try:
+                self._scan_all()
+            except StorageError:
+                if self.rows or not tenant_ids:
+                    raise
+                log.info("hot cache: this Milvus cannot scan; loading tenants one by one")
+                for tenant_id in tenant_ids:
+                    if self._stop_preload.is_set():
+                        raise PreloadStoppedError from None
+                    self._block(tenant_id)
+            return self.held()
+        finally:
+            self.preload_ended.set()
 
     def stop_preload(self) -> None:
         """Make a :meth:`preload` running in another thread end at its next page of rows, with
@@ -779,6 +786,8 @@ class HotCache:
 
     def _due(self, block: _Block) -> dict[str, float]:
         """The dirty ids a search re-reads now: all, or those past ``writer_grace_s``."""
+        if not block.dirty:  # the usual case: two calls per search
+            return {}
         dirty = dict(block.dirty)  # one C-level copy under the GIL: no lock against a writer
         if not self.writer_grace_s:
             return dirty

@@ -3,7 +3,8 @@
 The stream worker's ``memories`` table is the source of truth for what an access changes
 (counters, importance, the decay clock, the review card, tier, lifecycle state, validity); its
 changelog topic (``<app id>-memories-changelog``, compacted) carries every new value. The view
-reads that topic from the beginning and keeps, per tenant, the :data:`storage.rows.LIVE_FIELDS` of
+reads that topic from the beginning (or from where a read of it that it is handed stopped,
+:meth:`StateView.seed`) and keeps, per tenant, the :data:`storage.rows.LIVE_FIELDS` of
 each memory, so recall scores on fresh state while Milvus rows are rewritten only when what they
 are searched or filtered by changes (never per access). Replaying the topic rebuilds the view; a
 view rebuilt from the topic equals the worker's table (tested).
@@ -43,16 +44,18 @@ class StateView(CompactedLog):
 
     # -- state -----------------------------------------------------------------------------------
 
-    def apply(self, key: bytes | None, value: bytes | None) -> None:
-        """Take one changelog record: a memory's new state, or a tombstone (None) that drops it.
-        A record that does not decode is logged and skipped (the worker wrote it; it is not input).
+    def apply(self, key: bytes | None, value: bytes | None, *, tell: bool = True) -> None:
+        """Take one changelog record: a memory's new state, or a tombstone (None) that drops it;
+        ``tell``: hand it to the listeners. A record that does not decode is logged and skipped
+        (the worker wrote it; it is not input).
         """
         if key is None:
             return
         tenant_id, _, memory_id = key.decode("utf-8", "replace").partition("/")
         if value is None:
             self._live.get(tenant_id, {}).pop(memory_id, None)
-            self._tell(tenant_id, memory_id, None)
+            if tell:
+                self._tell(tenant_id, memory_id, None)
             return
         try:
             values = codec.decode_live(value)
@@ -61,7 +64,19 @@ class StateView(CompactedLog):
             return
         self._live.setdefault(tenant_id, {})[memory_id] = values
         self.applied += 1
-        self._tell(tenant_id, memory_id, values)
+        if tell:
+            self._tell(tenant_id, memory_id, values)
+
+    def seed(self, latest: Mapping[bytes, bytes], ends: Mapping[int, int]) -> None:
+        """Hold ``latest`` (each key's last value on the topic, read up to ``ends``: partition ->
+        the offset after the last record read) and follow the topic from ``ends`` instead of
+        replaying it: ``python -m server`` hands over the changelog its start-up resync read, so
+        the view starts with the newest values (a replay from the beginning passes older values
+        first) and reads nothing twice. Listeners are not told. Call before :meth:`start`.
+        """
+        for key, value in latest.items():
+            self.apply(key, value, tell=False)
+        self.start_from(ends)
 
     def _tell(self, tenant_id: str, memory_id: str, values: Sequence[Any] | None) -> None:
         for listener in self.listeners:

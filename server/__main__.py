@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import sys
+from collections.abc import Callable
 
 import uvicorn
 
@@ -14,13 +15,15 @@ from ranker.hotcache import HotCache
 from ranker.listen import listening_socket
 from ranker.logs import configure, logging_config
 from ranker.metrics import Metrics
+from ranker.service import RecallService
 from ranker.settings import RankerSettings
+from ranker.view import StateView, changelog_topic
 from storage.heap import freeze_slow_collections
 from storage.usage import parse_service_args
 from streams.__main__ import prepare, resync_milvus, run
 from streams.app import create_app
 from streams.applied import AppliedMarks
-from streams.rebuild import Resynced
+from streams.rebuild import Resynced, Tables
 from streams.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -72,7 +75,13 @@ def main() -> None:
     # before the worker writes a row: the rows the resync reads from the changelogs fill the
     # cache (what a preload would read back from Milvus Lite, a pass of minutes at 100k rows)
     filled = cache if cache is not None and services.store.embedded else None
-    done = resync_milvus(worker_settings, services.store, into=filled.fill if filled else None)
+    service: RecallService = api.state.service
+    done = resync_milvus(
+        worker_settings,
+        services.store,
+        into=filled.fill if filled else None,
+        read=seeder(service.view, worker_settings.app_id),
+    )
     if filled is not None:
         fill_or_forget(filled, done)
 
@@ -109,6 +118,21 @@ def main() -> None:
                 log.warning("the HTTP server did not stop within %d s; stopping on", HTTP_STOP_S)
 
     run(app, worker_settings, services, logging_config(ranker_settings.log_format, level))
+
+
+def seeder(view: StateView | None, app_id: str) -> Callable[[Tables], None] | None:
+    """What hands the memories changelog the resync read to ``view`` (:meth:`StateView.seed`),
+    when ``view`` follows that changelog (the ranker's and the worker's app ids agree), else None:
+    the view then replays the topic from its beginning.
+    """
+    if view is None or view.topic != changelog_topic(app_id):
+        return None
+
+    def seed(tables: Tables) -> None:
+        view.seed(tables.memories, tables.memories_to)
+        log.info("state view seeded from the changelog: %d memories", len(tables.memories))
+
+    return seed
 
 
 def fill_or_forget(cache: HotCache, done: Resynced) -> None:

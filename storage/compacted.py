@@ -71,6 +71,7 @@ class CompactedLog:
         self._fresh_ends: FreshAsk[Any] | None = None
         self._task: asyncio.Task[None] | None = None
         self._assigned: list[Any] = []
+        self._from: dict[int, int] = {}  # partition -> first offset to read (else the beginning)
         self._lock = asyncio.Lock()
         self._starting = asyncio.Lock()
         self._producing = asyncio.Lock()
@@ -82,6 +83,13 @@ class CompactedLog:
 
     def refresh(self) -> None:
         """Called after each fetched batch has been applied (nothing by default)."""
+
+    def start_from(self, offsets: Mapping[int, int]) -> None:
+        """Read these partitions from these offsets instead of the beginning: the caller has
+        applied every record before them itself (:meth:`ranker.view.StateView.seed`). Takes
+        effect when the topic is next assigned (call it before :meth:`start`).
+        """
+        self._from = dict(offsets)
 
     # -- following -----------------------------------------------------------------------------
 
@@ -129,7 +137,9 @@ class CompactedLog:
                 await ends.stop()
 
     async def _assign(self) -> bool:
-        """Assign every partition of the topic, from the beginning; False while it does not exist."""
+        """Assign every partition of the topic, from the beginning or where :meth:`start_from`
+        says; False while it does not exist.
+        """
         from aiokafka import TopicPartition  # noqa: PLC0415
 
         async with self._lock:
@@ -142,7 +152,12 @@ class CompactedLog:
                 return False
             assigned = [TopicPartition(self.topic, p) for p in sorted(partitions)]
             consumer.assign(assigned)
-            await consumer.seek_to_beginning(*assigned)
+            fresh = [tp for tp in assigned if tp.partition not in self._from]
+            if fresh:
+                await consumer.seek_to_beginning(*fresh)
+            for tp in assigned:
+                if tp.partition in self._from:
+                    consumer.seek(tp, self._from[tp.partition])
             self._assigned = assigned
             return True
 

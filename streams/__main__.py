@@ -12,6 +12,7 @@ import asyncio
 import logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,11 +55,14 @@ def prepare(settings: WorkerSettings, *, resync: bool = True) -> Services:
 
 
 def resync_milvus(
-    settings: WorkerSettings, store: MilvusStore, into: rebuild.Fill | None = None
+    settings: WorkerSettings,
+    store: MilvusStore,
+    into: rebuild.Fill | None = None,
+    read: Callable[[rebuild.Tables], None] | None = None,
 ) -> rebuild.Resynced:
     """:func:`streams.rebuild.resync` (before the worker runs), logged."""
     started = time.perf_counter()
-    done = rebuild.resync(settings, store, into=into)
+    done = rebuild.resync(settings, store, into=into, read=read)
     if done.upserted or done.deleted or done.asked:
         log.info(
             "Milvus resynced from the changelogs (it held %d rows, they hold %d%s): %d rows"

@@ -42,6 +42,16 @@ log = logging.getLogger(__name__)
 
 async def read_changelog(kafka: KafkaConnection | str, topic: str) -> dict[bytes, bytes]:
     """The last value of every key of a changelog topic (a tombstone removes its key)."""
+    latest, _ = await read_changelog_to(kafka, topic)
+    return latest
+
+
+async def read_changelog_to(
+    kafka: KafkaConnection | str, topic: str
+) -> tuple[dict[bytes, bytes], dict[int, int]]:
+    """:func:`read_changelog`, and where the read stopped: partition -> the offset after the
+    last record it took (the end offset when it began; records written after are not read).
+    """
     consumer = AIOKafkaConsumer(**KafkaConnection.of(kafka).client(), enable_auto_commit=False)
     await consumer.start()
     try:
@@ -52,7 +62,7 @@ async def read_changelog(kafka: KafkaConnection | str, topic: str) -> dict[bytes
         tps = [TopicPartition(topic, p) for p in sorted(partitions)]
         latest: dict[bytes, bytes] = {}
         if not tps:
-            return latest
+            return latest, {}
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends = await consumer.end_offsets(tps)
@@ -67,7 +77,7 @@ async def read_changelog(kafka: KafkaConnection | str, topic: str) -> dict[bytes
                     else:
                         latest[record.key] = record.value
             todo = {tp for tp in todo if await consumer.position(tp) < ends[tp]}
-        return latest
+        return latest, {tp.partition: ends[tp] for tp in tps}
     finally:
         await consumer.stop()
 
@@ -92,18 +102,21 @@ class Tables:
     memories: dict[bytes, bytes]
     documents: dict[bytes, bytes]
     keys: KeyRing = dataclasses.field(default_factory=KeyRing)
+    memories_to: dict[int, int] = dataclasses.field(default_factory=dict)
+    """Where the read of the memories changelog stopped: partition -> the offset after the last
+    record it took (see :func:`read_changelog_to`)."""
 
     @classmethod
     async def read(cls, settings: WorkerSettings) -> Tables:
-        memories, documents, keys = await asyncio.gather(
-            read_changelog(settings.kafka(), f"{settings.app_id}-memories-changelog"),
+        (memories, memories_to), documents, keys = await asyncio.gather(
+            read_changelog_to(settings.kafka(), f"{settings.app_id}-memories-changelog"),
             read_changelog(settings.kafka(), f"{settings.app_id}-documents-changelog"),
             read_changelog(settings.kafka(), settings.topic(KEYS_ROLE)),
         )
         ring = KeyRing()
         for key, value in keys.items():
             ring.apply(key, value)
-        return cls(memories, documents, ring)
+        return cls(memories, documents, ring, memories_to)
 
     def rows(self, *, strict: bool = True) -> tuple[list[MemoryRow], list[tuple[str, str]]]:
         """Rows to upsert (:meth:`iter_rows`) and (tenant, memory id) of purged memories."""
@@ -261,14 +274,23 @@ class Resynced:
     asked: str | None = None
 
 
-def resync(settings: WorkerSettings, store: MilvusStore, *, into: Fill | None = None) -> Resynced:
+def resync(
+    settings: WorkerSettings,
+    store: MilvusStore,
+    *,
+    into: Fill | None = None,
+    read: Callable[[Tables], None] | None = None,
+) -> Resynced:
     """At worker start-up, before Faust runs: make Milvus hold the row of every memory the
     changelogs hold (a lost or new collection, rows lost with Milvus's files). Reads the changelog
     topics directly (not the Faust tables: a read of them inside recovery stalled the streams);
     see :func:`catch_up`, with ``always`` from ``MNEMO_RESYNC`` and the worker's
-    :class:`ResyncMarker`.
+    :class:`ResyncMarker`. ``read`` is handed the tables as read, before the check (``python -m
+    server`` seeds its state view with them).
     """
     tables = asyncio.run(Tables.read(settings))
+    if read is not None:
+        read(tables)
     always = settings.resync == "always"
     return catch_up(store, tables, always=always, marker=ResyncMarker.of(settings), into=into)
 

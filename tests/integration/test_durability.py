@@ -137,10 +137,12 @@ def test_memories_acknowledged_before_a_kill_9_are_served_after_the_restart(
     server.start()
     assert_served_again(server, ids)
     # Milvus Lite kept every row it acknowledged: the start-up check counted them and rewrote
-    # none, and the hot cache was filled from the changelogs, not read back from Milvus
+    # none, the hot cache was filled from the changelogs, not read back from Milvus, and the
+    # state view took the same read instead of replaying the changelog
     log = server.log_path.read_text(errors="replace")
     assert f"Milvus holds the {N} rows the changelogs hold: not rewritten" in log, server.log()
     assert f"hot cache filled from the changelogs: {N} rows of 1 tenants" in log, server.log()
+    assert f"state view seeded from the changelog: {N} memories" in log, server.log()
 
 
 def test_a_lost_milvus_store_is_rebuilt_from_the_tables(server: Server) -> None:

@@ -20,6 +20,7 @@ from ranker.view import StateView, changelog_topic
 from storage import MilvusStore
 from storage.milvus import ANY_STATE
 from storage.rows import LIVE_FIELDS, live_values
+from streams.rebuild import read_changelog, read_changelog_to
 from tests.infra import free_port
 from tests.integration.harness import (
     Stack,
@@ -104,6 +105,28 @@ def view_live(stack: Stack, tenants: tuple[str, ...]) -> dict[tuple[str, str], t
     return asyncio.run(run())
 
 
+def seeded_view_live(
+    stack: Stack, tenants: tuple[str, ...], latest: dict[bytes, bytes], upto: dict[int, int]
+) -> tuple[dict[tuple[str, str], tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """What a :class:`StateView` seeded with a read of the changelog (``python -m server``'s
+    start) holds once caught up, and every value it told its listeners.
+    """
+
+    async def run() -> tuple[dict[tuple[str, str], tuple[Any, ...]], list[tuple[Any, ...]]]:
+        view = StateView(stack.bootstrap, changelog_topic(stack.app_id))
+        told: list[tuple[Any, ...]] = []
+        view.listeners.append(lambda _t, _m, values: told.append(tuple(values or ())))
+        view.seed(latest, upto)
+        await view.start()
+        try:
+            assert await view.caught_up(60)
+            return {(t, m): live for t in tenants for m, live in view.tenant(t).items()}, told
+        finally:
+            await view.stop()
+
+    return asyncio.run(run())
+
+
 def view_counts(stack: Stack, tenants: tuple[str, ...]) -> dict[tuple[str, str], tuple[int, int]]:
     return {m: (live[_ACCESS], live[_RECALL]) for m, live in view_live(stack, tenants).items()}
 
@@ -163,10 +186,26 @@ def test_counts_are_exact_in_table_and_milvus(
     writes = [write_msg(t, m, vector(rng, stack.dim), importance=0.5) for t, m in memories]
     accesses, expected = plan_accesses(rng, memories, 10_000)
     produce(stack.bootstrap, stack.topic("memory-writes"), writes)
+    changelog = changelog_topic(stack.app_id)
+    eventually(
+        lambda: len(asyncio.run(read_changelog(stack.bootstrap, changelog))) == len(memories),
+        120,
+        "every write in the changelog",
+        worker,
+    )
+    # what python -m server's start-up reads, before any access
+    latest, upto = asyncio.run(read_changelog_to(stack.bootstrap, changelog))
     produce(stack.bootstrap, stack.topic("access-events"), accesses)
     store = stack.store()
     assert_counts(stack, store, tenants, expected, worker)
     assert dead_letters(stack) == []
+    # a view seeded with that read and following the topic from where it stopped equals the
+    # table, and replayed nothing before it (a replay would tell each write's state first)
+    seeded, told = seeded_view_live(stack, tenants, latest, upto)
+    table = {(s.tenant_id, s.memory_id): live_values(s) for s in table_states(stack).values()}
+    assert seeded == table
+    assert told
+    assert all(values[_ACCESS] >= 1 for values in told)
     # every memory was written once and each tenant holds exactly its own
     for tenant in tenants:
         assert {r.memory_id for r in store.query(tenant, ANY_STATE)} == {

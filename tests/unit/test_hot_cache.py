@@ -417,7 +417,9 @@ def test_a_cache_filled_with_every_row_reads_nothing_back_from_milvus() -> None:
     store, cache = sole_writer_setup(*rows)
     store.scan = None  # type: ignore[assignment,method-assign]  # a scan would fail
     assert cache.fill([rows[:2], rows[2:]]) == (3, 2)
+    assert not cache.preload_ended.is_set()  # GET /readyz waits for the preload's return
     assert cache.preload() == (3, 2)  # complete: nothing scanned
+    assert cache.preload_ended.is_set()
     assert found(cache, "acme") == ["a", "b"]
     assert found(cache, "globex") == ["g1"]
     written(store, cache, make_row("fresh", "f1", [1.0, 0, 0, 0]))  # known empty: starts
@@ -603,8 +605,10 @@ def test_a_load_or_a_preload_that_fails_leaves_no_block_to_pass_for_the_tenant()
         raise StorageError("scan", "down", retriable=True)
 
     store.scan = broken_pass  # type: ignore[method-assign]
+    assert not cache.preload_ended.is_set()
     with pytest.raises(StorageError):
         cache.preload()
+    assert cache.preload_ended.is_set()  # readiness does not wait for a pass that failed
     assert cache.rows == 0
     written(store, cache, make_row("fresh", "f1", [1.0, 0, 0, 0]))  # no tenant known empty
     assert not cache.ready("fresh", Filters())

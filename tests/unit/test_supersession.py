@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memcore import EffectKind, Policy, Supersede, Write, apply
+from memcore import EffectKind, Lifecycle, Policy, Retire, Supersede, Write, apply
 from memcore.supersession import (
     Fact,
     SupersessionPolicy,
@@ -92,6 +92,28 @@ def test_the_reducer_records_the_earliest_supersession() -> None:
     assert (earlier.valid_to, earlier.superseded_by) == (T0 + hours(50), "porto")
     before_it_existed, effects = apply(state, Supersede(T0 - hours(1), "x", "rule"), policy)
     assert (before_it_existed, effects[0].kind) == (state, EffectKind.IGNORED)
+
+
+@pytest.mark.parametrize("to", [Lifecycle.DELETED, Lifecycle.FORGOTTEN])
+def test_a_deleted_or_forgotten_memory_is_not_superseded(to: Lifecycle) -> None:
+    policy = Policy()
+    retired, _ = apply(created(0.5, memory_id="osaka"), Retire(T0 + hours(1), to, "asked"), policy)
+    assert retired is not None
+    after, effects = apply(retired, Supersede(T0 + hours(2), "lisbon", "rule"), policy)
+    assert (after, effects[0].kind) == (retired, EffectKind.IGNORED)
+    assert to in effects[0].reason
+
+
+def test_an_archived_memory_is_still_superseded() -> None:
+    policy = Policy()
+    archived, _ = apply(
+        created(0.5, memory_id="osaka"), Retire(T0 + hours(1), Lifecycle.ARCHIVED, "sweep"), policy
+    )
+    assert archived is not None
+    after, effects = apply(archived, Supersede(T0 + hours(2), "lisbon", "rule"), policy)
+    assert after is not None
+    assert after.superseded_by == "lisbon"
+    assert effects[0].kind is EffectKind.SUPERSEDED
 
 
 def test_a_rewrite_after_supersession_makes_it_current_again() -> None:
