@@ -193,7 +193,7 @@ async def run(args: argparse.Namespace) -> None:
             body = recall_body(corpus.centres[tenant][0])
             if tenant in tokens:
                 body["after"] = tokens[tenant]
-            await call(client, "/v1/recall", keys[tenant], body, patience_s=3600)
+            await call(client, "/v1/recall", keys[tenant], body, patience_s=args.apply_patience_s)
         applied = time.perf_counter() - start
         print(f"applied and searchable after {applied:.1f} s")
         rng = np.random.default_rng(args.seed + 1)
@@ -359,6 +359,12 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--requests", type=int, default=4_000)
     parser.add_argument("--seed", type=int, default=4)
+    parser.add_argument(
+        "--apply-patience-s",
+        type=float,
+        default=3600,
+        help="how long the wait for the worker to apply a tenant's writes may take (s)",
+    )
     parser.add_argument(
         "--raw-milvus",
         type=int,

@@ -85,7 +85,10 @@ up() {
     MNEMO_MILVUS_URI=$(cat "$MNEMO_MILVUS_ENDPOINT_FILE") start "edge-$i" "$loaded" -m ranker
   done
   echo "kafka:   $MNEMO_KAFKA_BOOTSTRAP   topics: memory-writes, access-events, consolidation, audit, dead-letter"
-  echo "milvus:  $MNEMO_MILVUS_URI (Milvus Lite, embedded in the worker)"
+  case $MNEMO_MILVUS_URI in
+    http://*|https://*|tcp://*) echo "milvus:  $MNEMO_MILVUS_URI (a Milvus server)";;
+    *) echo "milvus:  $MNEMO_MILVUS_URI (Milvus Lite, embedded in the worker)";;
+  esac
   echo "tenants: $MNEMO_TENANTS_FILE"
   echo "ranker:  http://${MNEMO_HOST:-127.0.0.1}:${MNEMO_PORT:-8080}  (OpenAPI at /docs; HTTP processes: $((edges + 1)))"
   echo "api key: $("$py" -c 'import json,sys; print(next(iter(json.load(open(sys.argv[1]))["tenants"].values()))["api_keys"][0])' "$MNEMO_TENANTS_FILE")  (tenant demo)"
