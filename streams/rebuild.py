@@ -49,8 +49,10 @@ async def read_changelog(kafka: KafkaConnection | str, topic: str) -> dict[bytes
 async def read_changelog_to(
     kafka: KafkaConnection | str, topic: str
 ) -> tuple[dict[bytes, bytes], dict[int, int]]:
-    """:func:`read_changelog`, and where the read stopped: partition -> the offset after the
-    last record it took (the end offset when it began; records written after are not read).
+    """:func:`read_changelog`, and where the read stopped: partition -> its end offset when the
+    read began. Every record before it is in the read; a record written meanwhile may be too (a
+    fetch returns what it finds), and reading it again from there is harmless to a last-value
+    view (:meth:`ranker.view.StateView.seed`).
     """
     consumer = AIOKafkaConsumer(**KafkaConnection.of(kafka).client(), enable_auto_commit=False)
     await consumer.start()
@@ -103,8 +105,8 @@ class Tables:
     documents: dict[bytes, bytes]
     keys: KeyRing = dataclasses.field(default_factory=KeyRing)
     memories_to: dict[int, int] = dataclasses.field(default_factory=dict)
-    """Where the read of the memories changelog stopped: partition -> the offset after the last
-    record it took (see :func:`read_changelog_to`)."""
+    """Where the read of the memories changelog stopped: partition -> its end offset when the
+    read began (see :func:`read_changelog_to`)."""
 
     @classmethod
     async def read(cls, settings: WorkerSettings) -> Tables:
