@@ -27,6 +27,7 @@ from memcore.state import (
     Supersede,
     Write,
 )
+from memcore.supersession import SUPERSEDABLE
 from memcore.types import AccessKind, Lifecycle, Tier
 
 Result = tuple[MemoryState | None, tuple[Effect, ...]]
@@ -311,15 +312,10 @@ def _fade(state: MemoryState, event: Fade, policy: Policy) -> Result:
     return new, (Effect(EffectKind.ARCHIVED, f"{event.reason}: {why}"),)
 
 
-_RETIRED_FOR_GOOD = (Lifecycle.FORGOTTEN, Lifecycle.DELETED)
-"""States whose memory no recall answers and whose validity no longer matters: an archived one
-is still recalled (rule zero) and so still superseded."""
-
-
 def _supersede(state: MemoryState, event: Supersede) -> Result:
     if event.by == state.memory_id:
         return state, (Effect(EffectKind.IGNORED, "a memory cannot supersede itself"),)
-    if state.state in _RETIRED_FOR_GOOD:  # a decision that raced its deletion or merge
+    if state.state not in SUPERSEDABLE:  # a decision that raced its deletion or merge
         why = f"a {state.state} memory is not superseded (by {event.by})"
         return state, (Effect(EffectKind.IGNORED, why),)
     if event.at < state.created_at:

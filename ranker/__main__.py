@@ -149,7 +149,7 @@ def _readiness(
     store: MilvusStore,
     producer: EventProducer,
     worker_ready: Callable[[], bool] | None,
-    cache: HotCache | None = None,
+    cache: HotCache | None,
 ) -> dict[str, Callable[[], Awaitable[bool]]]:
     """``GET /readyz``'s checks: Kafka, Milvus (probed at most every 5 s: probes are frequent),
     with ``worker_ready`` the worker in this process, and with ``cache`` the end of its preload
