@@ -5,6 +5,7 @@ preset, GraphRAG, MMR (vectorised over the batch) and the exact similarity FAISS
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 from datetime import timedelta
 
@@ -79,6 +80,31 @@ def test_kernel_equals_the_scalar_reference() -> None:
         for c, p in cases
     )
     assert diversified > 20  # MMR and zeph requests were in the batch too
+
+
+@pytest.mark.parametrize(
+    "presets", [(p,) for p in RecallPreset] + list(itertools.combinations(RecallPreset, 2))
+)
+@pytest.mark.parametrize("graphrag", [False, True])
+def test_a_batch_of_some_presets_equals_the_scalar_reference(
+    presets: tuple[RecallPreset, ...], graphrag: bool
+) -> None:
+    """The kernel leaves out the terms of presets (and GraphRAG) no request of a batch uses: a
+    batch of one preset or two, with and without GraphRAG, still ranks as memcore does.
+    """
+    rng = random.Random("-".join(presets) + str(graphrag))
+    cases = []
+    for _ in range(40):
+        params = random_params(rng)
+        policy = dataclasses.replace(
+            params.policy, preset=rng.choice(presets), graphrag=graphrag and rng.random() < 0.7
+        )
+        candidates = random_candidates(rng, rng.randrange(1, 40))
+        cases.append((candidates, RankParams(k=params.k, policy=policy)))
+    assert {p.policy.preset for _, p in cases} == set(presets)
+    results = rank_many([RankRequest.of(c, T0, p) for c, p in cases])
+    for (candidates, params), got in zip(cases, results, strict=True):
+        assert_same(got, rank(candidates, T0, params))
 
 
 @pytest.mark.parametrize("use_faiss", [True, False])
