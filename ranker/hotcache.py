@@ -21,8 +21,8 @@ recall reads nothing from Milvus. An access changes only counters, importance an
 clock: the block's scoring columns (what :class:`HotHits` hands the kernel) take them in place,
 nothing is re-read.
 
-At start-up the cache is preloaded in one pass over the collection, or, in ``python -m server``
-with Milvus Lite, filled from the rows its worker's start-up check read from the changelogs
+At start-up the cache is preloaded in one pass over the collection, or, in ``python -m server``,
+filled from the rows its worker's start-up check read from the changelogs
 (:meth:`HotCache.fill`, ``streams.rebuild.catch_up``). A tenant it does not hold is loaded on
 its first search (one Milvus query); a tenant over ``tenant_max`` rows, a filter the cache does
 not evaluate (``tags_any``, ``memory_ids``) or a cache over its total row budget (least recently
