@@ -1,4 +1,4 @@
-"""The process's garbage-collector policy: a slow full collection freezes what survived it.
+"""The process's heap: a slow full collection freezes what survived it; a dropped read is trimmed.
 
 A service process holds hundreds of thousands of long-lived objects (the hot cache's and the
 state view's rows, Faust's and FastAPI's machinery). CPython's full collection (generation 2)
@@ -16,6 +16,9 @@ process's life: objects alive at some slow collection that later die in a cycle.
 requests are what such a moment catches besides long-lived state; once that state is frozen,
 the next slow collection waits until enough new long-lived objects have come for walking them
 to take the limit again.
+
+:func:`trim_heap` hands the C heap's free pages back to the operating system once a start-up's
+bulk read is dropped.
 """
 
 from __future__ import annotations
