@@ -325,44 +325,9 @@ class Columns:
             return torch.from_numpy(array).to(device)
 
         # the per-request settings as two tensors (one copy each), handed out as column views
-        flags = torch.tensor(
-            [
-                [
-                    p.graphrag,
-                    p.preset is RecallPreset.POWERMEM,
-                    p.preset is RecallPreset.ZEPH,
-                    p.preset is RecallPreset.MNEMOSTREAM,
-                    p.preset is RecallPreset.ZEROMEMORY,
-                ]
-                for p in policies
-            ],
-            dtype=torch.bool,
-            device=device,
-        )
-        numbers = torch.tensor(
-            [
-                [
-                    p.weights.similarity,
-                    p.weights.keyword,
-                    p.weights.importance,
-                    p.weights.recency,
-                    p.weights.graph,
-                    p.graph_weight,
-                    p.archived_penalty,
-                    p.soft_delete_below,
-                    p.zeph_mmr_lambda
-                    if p.preset is RecallPreset.ZEPH
-                    else (1.0 if p.mmr_lambda is None else p.mmr_lambda),
-                    p.min_score,
-                    p.zeph_half_life_days,
-                    p.zeph_importance_weight,
-                    p.zeph_semantic_bonus,
-                ]
-                for p in policies
-            ],
-            dtype=torch.float64,
-            device=device,
-        )
+        flags = torch.tensor([_flags(p) for p in policies], dtype=torch.bool, device=device)
+        numbers = torch.tensor([_numbers(p) for p in policies], dtype=torch.float64, device=device)
+        by_name = dict(zip(_FLAGS + _NUMBERS, (*flags.unbind(1), *numbers.unbind(1)), strict=True))
 
         return cls(
             similarity=sim.to(device),
@@ -380,23 +345,65 @@ class Columns:
             mmr_rows=torch.tensor(
                 [i for i, wanted in enumerate(mmr) if wanted], dtype=torch.long, device=device
             ),
-            weights=numbers[:, 0:5],
-            graph_weight=numbers[:, 5],
-            graphrag=flags[:, 0],
-            powermem=flags[:, 1],
-            zeph=flags[:, 2],
-            mnemostream=flags[:, 3],
-            zeromemory=flags[:, 4],
-            archived_penalty=numbers[:, 6],
-            soft_delete_below=numbers[:, 7],
-            mmr_lambda=numbers[:, 8],
-            min_score=numbers[:, 9],
-            half_life_days=numbers[:, 10],
-            importance_weight=numbers[:, 11],
-            semantic_bonus=numbers[:, 12],
+            weights=numbers[:, : len(_WEIGHTS)],
+            graph_weight=by_name["graph_weight"],
+            graphrag=by_name["graphrag"],
+            powermem=by_name["powermem"],
+            zeph=by_name["zeph"],
+            mnemostream=by_name["mnemostream"],
+            zeromemory=by_name["zeromemory"],
+            archived_penalty=by_name["archived_penalty"],
+            soft_delete_below=by_name["soft_delete_below"],
+            mmr_lambda=by_name["mmr_lambda"],
+            min_score=by_name["min_score"],
+            half_life_days=by_name["half_life_days"],
+            importance_weight=by_name["importance_weight"],
+            semantic_bonus=by_name["semantic_bonus"],
             presets=frozenset(p.preset for p in policies),
             graphrag_any=any(p.graphrag for p in policies),
         )
+
+
+_FLAGS = ("graphrag", "powermem", "zeph", "mnemostream", "zeromemory")
+_WEIGHTS = ("similarity", "keyword", "importance", "recency", "graph")
+_NUMBERS = (
+    *(f"weight_{w}" for w in _WEIGHTS),
+    "graph_weight",
+    "archived_penalty",
+    "soft_delete_below",
+    "mmr_lambda",
+    "min_score",
+    "half_life_days",
+    "importance_weight",
+    "semantic_bonus",
+)
+
+
+def _flags(p: RecallPolicy) -> tuple[bool, ...]:
+    """A policy's per-request switches, in :data:`_FLAGS` order."""
+    return (
+        p.graphrag,
+        p.preset is POWERMEM,
+        p.preset is ZEPH,
+        p.preset is MNEMOSTREAM,
+        p.preset is ZEROMEMORY,
+    )
+
+
+def _numbers(p: RecallPolicy) -> tuple[float, ...]:
+    """A policy's per-request numbers, in :data:`_NUMBERS` order."""
+    mmr_lambda = p.zeph_mmr_lambda if p.preset is ZEPH else p.mmr_lambda
+    return (
+        *(getattr(p.weights, w) for w in _WEIGHTS),
+        p.graph_weight,
+        p.archived_penalty,
+        p.soft_delete_below,
+        1.0 if mmr_lambda is None else mmr_lambda,
+        p.min_score,
+        p.zeph_half_life_days,
+        p.zeph_importance_weight,
+        p.zeph_semantic_bonus,
+    )
 
 
 def _faiss() -> Any:  # noqa: ANN401 - faiss is untyped

@@ -18,7 +18,7 @@ from ranker.metrics import Metrics
 from ranker.service import RecallService
 from ranker.settings import RankerSettings
 from ranker.view import StateView, changelog_topic
-from storage.heap import freeze_slow_collections, trim_heap
+from storage.heap import freeze_slow_collections
 from storage.usage import parse_service_args
 from streams.__main__ import prepare, resync_milvus, run
 from streams.app import create_app
@@ -85,7 +85,6 @@ def main() -> None:
     )
     if cache is not None:
         fill_or_forget(cache, done)
-    trim_heap()  # the read is dropped: 8.3 -> 4.7 GB RSS at 1M memories (docs/benchmarks.md)
 
     config = uvicorn.Config(
         api,

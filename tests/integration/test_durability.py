@@ -11,7 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -144,19 +144,26 @@ def assert_served_again(server: Server, ids: list[str]) -> None:
         )
 
 
-def test_memories_acknowledged_before_a_kill_9_are_served_after_the_restart(
-    server: Server,
-) -> None:
+def write_and_restart(server: Server, stop: Callable[[], None]) -> str:
+    """Write N memories and wait until they are served; ``stop`` the server, start it again and
+    wait until all N are served again. Returns the server's whole log.
+    """
     with Client(server.url, KEY) as client:
         ids = write_memories(client)
         eventually(lambda: served(client, ids) == (N, N), 120, "written", show=server.log)
-    server.kill9()
+    stop()
     server.start()
     assert_served_again(server, ids)
+    return server.log_path.read_text(errors="replace")
+
+
+def test_memories_acknowledged_before_a_kill_9_are_served_after_the_restart(
+    server: Server,
+) -> None:
+    log = write_and_restart(server, server.kill9)
     # Milvus Lite kept every row it acknowledged: the start-up check counted them and rewrote
     # none, the hot cache was filled from the changelogs, not read back from Milvus, and the
     # state view took the same read instead of replaying the changelog
-    log = server.log_path.read_text(errors="replace")
     assert f"Milvus holds the {N} rows the changelogs hold: not rewritten" in log, server.log()
     assert f"hot cache filled from the changelogs: {N} rows of 1 tenants" in log, server.log()
     assert f"state view seeded from the changelog: {N} memories" in log, server.log()
@@ -171,27 +178,20 @@ def test_on_a_milvus_server_the_restart_fills_the_hot_cache_from_the_changelogs(
     after the restart is recalled too (the state view marks it for a read from Milvus).
     """
     server = server_on_milvus_server
-    with Client(server.url, KEY) as client:
-        ids = write_memories(client)
-        eventually(lambda: served(client, ids) == (N, N), 120, "written", show=server.log)
-    server.stop()
-    server.start()
-    assert_served_again(server, ids)
-    log = server.log_path.read_text(errors="replace")
+    log = write_and_restart(server, server.stop)
     assert f"Milvus holds the {N} rows the changelogs hold: not rewritten" in log, server.log()
     assert f"hot cache filled from the changelogs: {N} rows of 1 tenants" in log, server.log()
     with Client(server.url, KEY) as client:
         (late,) = client.remember_many(
             [{"content": "written after the restart", "embedding": embedding(0), "at": T0}]
         )
+
+        def recalled() -> set[str]:
+            found = client.recall(vector=embedding(0), k=N + 1, at=T0, track=False)
+            return {m.memory_id for m in found}
+
         eventually(
-            lambda: (
-                late
-                in {
-                    m.memory_id
-                    for m in client.recall(vector=embedding(0), k=N + 1, at=T0, track=False)
-                }
-            ),
+            lambda: late in recalled(),
             60,
             "the memory written after the restart recalled",
             show=server.log,
@@ -199,14 +199,11 @@ def test_on_a_milvus_server_the_restart_fills_the_hot_cache_from_the_changelogs(
 
 
 def test_a_lost_milvus_store_is_rebuilt_from_the_tables(server: Server) -> None:
-    with Client(server.url, KEY) as client:
-        ids = write_memories(client)
-        eventually(lambda: served(client, ids) == (N, N), 120, "written", show=server.log)
-    server.stop()
-    shutil.rmtree(server.milvus_path)
-    server.start()
-    assert_served_again(server, ids)
-    log = server.log_path.read_text(errors="replace")
+    def stop_and_lose_milvus() -> None:
+        server.stop()
+        shutil.rmtree(server.milvus_path)
+
+    log = write_and_restart(server, stop_and_lose_milvus)
     assert f"(it held 0 rows, they hold {N}): {N} rows upserted" in log, server.log()
     assert f"hot cache filled from the changelogs: {N} rows of 1 tenants" in log, server.log()
 
