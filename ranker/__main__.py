@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -16,7 +15,7 @@ from ranker.api import create_api
 from ranker.applied import AppliedOffsets, KafkaOffsets, LocalWorker
 from ranker.cached import Cached
 from ranker.history import AuditLog
-from ranker.hotcache import LOCAL_WRITER_GRACE_S, HotCache, PreloadStoppedError
+from ranker.hotcache import LOCAL_WRITER_GRACE_S, HotCache
 from ranker.kernel import set_threads
 from ranker.listen import listening_socket
 from ranker.logs import configure
@@ -24,17 +23,16 @@ from ranker.metrics import Metrics
 from ranker.producer import EventProducer
 from ranker.service import RecallService
 from ranker.settings import RankerSettings
-from ranker.view import StateView, changelog_topic
-from storage import MilvusStore, StorageError
+from ranker.view import StateView
+from ranker.warmup import Changelogs, Warmup
+from storage import MilvusStore
+from storage.changelogs import changelog_topic
 from storage.embedding import Embedder
 from storage.heap import freeze_slow_collections
 from storage.tenant_log import TenantLog, TenantLogError
 from storage.usage import parse_service_args
 
 log = logging.getLogger(__name__)
-
-#: At stop, how long the lifespan waits for the hot-cache preload to reach its next page (s).
-PRELOAD_STOP_S = 10
 
 
 def build(
@@ -62,7 +60,7 @@ def build(
         embedder = settings.make_embedder()
     kafka = settings.kafka()
     producer = EventProducer(kafka, settings.topic, timeout_s=settings.produce_timeout_s)
-    view = StateView(kafka, changelog_topic(settings.app_id))
+    view = StateView(kafka, changelog_topic(settings.app_id, "memories"))
     registry = settings.tenant_log(timeout_s=settings.after_timeout_s)
     keys = settings.key_log(timeout_s=settings.produce_timeout_s)
     cache = _hot_cache(settings, store, view, local_writer=local is not None)
@@ -95,6 +93,10 @@ def build(
         keys=keys,
     )
 
+    # python -m server (``local``) fills its cache from its worker's start-up read
+    fill = _fill_source(settings, keys.topic) if local is None else None
+    warmup = Warmup(cache, fill) if cache is not None else None
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         set_threads(settings.scoring_threads)
@@ -108,16 +110,14 @@ def build(
         await view.start()
         await keys.start()
         await service.start()
-        preload = None
-        if cache is not None:
-            preload = asyncio.create_task(_preload(cache, sorted(registry.tenants)))
+        if warmup is not None:
+            warmup.start(sorted(registry.tenants))
         log.info("mnemostream ranker ready%s", "" if cache is not None else " (no hot cache)")
         try:
             yield
         finally:
-            if preload is not None:
-                assert cache is not None
-                await _stop_preload(cache, preload)
+            if warmup is not None:
+                await warmup.stop()
             await service.stop()
             await keys.stop()
             await view.stop()
@@ -191,6 +191,15 @@ def _hot_cache(
     return cache
 
 
+def _fill_source(settings: RankerSettings, keys_topic: str) -> Changelogs | None:
+    """Where the hot cache warms from (:mod:`ranker.warmup`): the worker's changelogs, or None:
+    a preload from Milvus (``MNEMO_HOT_CACHE_FILL``).
+    """
+    if settings.hot_cache_fill != "changelogs":
+        return None
+    return Changelogs(settings.kafka(), settings.app_id, keys_topic)
+
+
 async def _follow_tenants(registry: TenantLog) -> None:
     """Start following the tenants topic and read what it holds before the first request."""
     await registry.start()
@@ -198,34 +207,6 @@ async def _follow_tenants(registry: TenantLog) -> None:
         await registry.catch_up()
     except TenantLogError as exc:
         log.warning("serving before the tenants topic is read: %s", exc)
-
-
-async def _stop_preload(cache: HotCache, preload: asyncio.Task[None]) -> None:
-    """End ``preload`` at its next page and wait for it (``PRELOAD_STOP_S`` at most): cancelling
-    the task would leave its thread running.
-    """
-    cache.stop_preload()
-    await asyncio.wait({preload}, timeout=PRELOAD_STOP_S)
-    if not preload.done():
-        log.warning("hot cache preload still running after %d s", PRELOAD_STOP_S)
-    elif not preload.cancelled() and preload.exception() is not None:
-        log.error("hot cache preload failed", exc_info=preload.exception())
-
-
-async def _preload(cache: HotCache, tenant_ids: list[str]) -> None:
-    """Fill the hot cache in one pass in a thread; recalls use Milvus until it is done."""
-    started = time.monotonic()
-    try:
-        rows, tenants = await asyncio.to_thread(cache.preload, tenant_ids)
-    except PreloadStoppedError:
-        log.info("hot cache preload stopped (the ranker is stopping)")
-        return
-    except StorageError:
-        log.warning("hot cache preload failed; tenants load at their first recall", exc_info=True)
-        return
-    log.info(
-        "hot cache: %d rows of %d tenants in %.1f s", rows, tenants, time.monotonic() - started
-    )
 
 
 def main() -> None:

@@ -21,9 +21,10 @@ recall reads nothing from Milvus. An access changes only counters, importance an
 clock: the block's scoring columns (what :class:`HotHits` hands the kernel) take them in place,
 nothing is re-read.
 
-At start-up the cache is preloaded in one pass over the collection, or, in ``python -m server``,
-filled from the rows its worker's start-up check read from the changelogs
-(:meth:`HotCache.fill`, ``streams.rebuild.catch_up``). A tenant it does not hold is loaded on
+At start-up the cache is filled from the rows the worker's tables hold, read from their changelogs
+(:meth:`HotCache.fill`: in ``python -m server`` the rows its worker's start-up check read,
+``streams.rebuild.catch_up``; in ``python -m ranker`` a read of its own, :mod:`ranker.warmup`),
+or preloaded in one pass over the collection. A tenant it does not hold is loaded on
 its first search (one Milvus query); a tenant over ``tenant_max`` rows, a filter the cache does
 not evaluate (``tags_any``, ``memory_ids``) or a cache over its total row budget (least recently
 searched tenants are dropped) answers None: the caller searches Milvus.
@@ -420,6 +421,22 @@ class HotCache:
             if values is None or block.live(memory_id, values):
                 block.dirty.setdefault(memory_id, self.clock())
 
+    def await_rows(self, memories: Iterable[tuple[str, str]]) -> int:
+        """(tenant, memory id) of memories whose rows the cache may lack or hold older than
+        Milvus's (a fill from a read that missed their newest document): each is re-read from
+        Milvus at its tenant's next search, as a change would be. Tenants not held are left
+        alone (they load fresh). Returns how many were marked.
+        """
+        due = self.clock() - self.writer_grace_s  # due now: no writer in this process owes them
+        marked = 0
+        for tenant_id, memory_id in memories:
+            block = self._blocks.get(tenant_id)
+            if block is not None:
+                with block.lock:
+                    block.dirty.setdefault(memory_id, due)
+                marked += 1
+        return marked
+
     @staticmethod
     def evaluates(filters: Filters) -> bool:
         """The cache can apply ``filters`` (not ``tags_any`` or ``memory_ids``)."""
@@ -577,7 +594,9 @@ class HotCache:
         :meth:`preload` reads nothing, and with ``sole_writer`` a tenant not held is known to
         have had no rows. The caller vouches that ``pages`` are every row the collection holds
         (``python -m server``: the rows its start-up resync read from the changelogs, before its
-        worker writes any; it calls :meth:`forget` when Milvus holds another number of rows).
+        worker writes any; it calls :meth:`forget` when Milvus holds another number of rows), or,
+        without ``sole_writer``, every row but those it then marks (:meth:`await_rows`; a
+        ``python -m ranker`` while the worker writes, :mod:`ranker.warmup`).
         Blocking; returns (rows, tenants) held; raises :class:`PreloadStoppedError` after
         :meth:`stop_preload`, leaving the cache as it was.
         """
@@ -622,7 +641,9 @@ class HotCache:
             with block.lock:
                 if row.memory_id not in block.index:
                     total += 1
-                if not self._put(tenant_id, block, row):
+                if self._put(tenant_id, block, row):  # as new as the view knows: a change
+                    block.dirty.pop(row.memory_id, None)  # it told meanwhile is met
+                else:
                     block.dirty.setdefault(row.memory_id, self.clock())
             if block.n > self.tenant_max:
                 too_big.add(tenant_id)

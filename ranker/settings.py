@@ -64,6 +64,13 @@ class RankerSettings(SharedSettings):
         description="vector candidates of small tenants from the ranker's memory (exact); off:"
         " every vector search goes to Milvus",
     )
+    hot_cache_fill: Literal["changelogs", "milvus"] = Field(
+        "changelogs",
+        description="what a python -m ranker warms its hot cache from at start-up: the rows of"
+        " the worker's tables, read from their changelog topics (no pass over Milvus), or one"
+        " pass over the Milvus collection (use milvus when several app ids share a collection)."
+        " python -m server fills from its worker's start-up read",
+    )
     hot_tenant_max: int = Field(
         16_384, ge=1, le=16_384, description="the largest tenant (rows) the hot cache keeps"
     )

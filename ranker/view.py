@@ -26,11 +26,6 @@ from storage.rows import with_live
 log = logging.getLogger(__name__)
 
 
-def changelog_topic(app_id: str) -> str:
-    """The changelog topic of the worker's ``memories`` table (Faust names it)."""
-    return f"{app_id}-memories-changelog"
-
-
 class StateView(CompactedLog):
     """Live state per tenant and memory. The constructor does no I/O; :meth:`start` connects and
     follows the topic in a task of its own (waiting for the topic while the worker creates it).

@@ -10,20 +10,22 @@ from collections.abc import Callable
 
 import uvicorn
 
-from ranker.__main__ import PRELOAD_STOP_S, build
+from ranker.__main__ import build
 from ranker.hotcache import HotCache
 from ranker.listen import listening_socket
 from ranker.logs import configure, logging_config
 from ranker.metrics import Metrics
 from ranker.service import RecallService
 from ranker.settings import RankerSettings
-from ranker.view import StateView, changelog_topic
+from ranker.view import StateView
+from ranker.warmup import PRELOAD_STOP_S
+from storage.changelogs import Tables, changelog_topic
 from storage.heap import freeze_slow_collections
 from storage.usage import parse_service_args
 from streams.__main__ import prepare, resync_milvus, run
 from streams.app import create_app
 from streams.applied import AppliedMarks
-from streams.rebuild import Resynced, Tables
+from streams.rebuild import Resynced
 from streams.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -126,7 +128,7 @@ def seeder(view: StateView | None, app_id: str) -> Callable[[Tables], None] | No
     when ``view`` follows that changelog (the ranker's and the worker's app ids agree), else None:
     the view then replays the topic from its beginning.
     """
-    if view is None or view.topic != changelog_topic(app_id):
+    if view is None or view.topic != changelog_topic(app_id, "memories"):
         return None
 
     def seed(tables: Tables) -> None:

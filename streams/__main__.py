@@ -19,6 +19,7 @@ from typing import Any
 import faust
 
 from storage import MilvusStore
+from storage.changelogs import Tables
 from storage.heap import freeze_slow_collections, trim_heap
 from storage.usage import parse_service_args
 from streams import cli, rebuild, tenants_cli
@@ -58,7 +59,7 @@ def resync_milvus(
     settings: WorkerSettings,
     store: MilvusStore,
     into: rebuild.Fill | None = None,
-    read: Callable[[rebuild.Tables], None] | None = None,
+    read: Callable[[Tables], None] | None = None,
 ) -> rebuild.Resynced:
     """:func:`streams.rebuild.resync` (before the worker runs), logged; then the heap the
     changelogs' read used is handed back (:func:`storage.heap.trim_heap`: 8.3 -> 4.7 GB RSS in

@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import dataclasses
 import hashlib
-import itertools
 import logging
 import sys
 import time
@@ -27,61 +26,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-
-from memcore import MemoryState
-from storage import Document, MemoryRow, MilvusStore, codec
-from storage.kafka import KafkaConnection
+from storage import MemoryRow, MilvusStore, codec
+from storage.changelogs import Tables, Unreadable, chunks
 from storage.key_log import ROLE as KEYS_ROLE
-from storage.sealing import Erased, KeyRing, SealError
 from streams.settings import WorkerSettings
 
-CHUNK = 1000
 log = logging.getLogger(__name__)
-
-
-async def read_changelog(kafka: KafkaConnection | str, topic: str) -> dict[bytes, bytes]:
-    """The last value of every key of a changelog topic (a tombstone removes its key)."""
-    latest, _ = await read_changelog_to(kafka, topic)
-    return latest
-
-
-async def read_changelog_to(
-    kafka: KafkaConnection | str, topic: str
-) -> tuple[dict[bytes, bytes], dict[int, int]]:
-    """:func:`read_changelog`, and where the read stopped: partition -> its end offset when the
-    read began. Every record before it is in the read; a record written meanwhile may be too (a
-    fetch returns what it finds), and reading it again from there is harmless to a last-value
-    view (:meth:`ranker.view.StateView.seed`).
-    """
-    consumer = AIOKafkaConsumer(**KafkaConnection.of(kafka).client(), enable_auto_commit=False)
-    await consumer.start()
-    try:
-        partitions = consumer.partitions_for_topic(topic)
-        if partitions is None:
-            await consumer._client.force_metadata_update()  # no public refresh
-            partitions = consumer.partitions_for_topic(topic) or set()
-        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
-        latest: dict[bytes, bytes] = {}
-        if not tps:
-            return latest, {}
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        todo = {tp for tp in tps if ends[tp] > 0}
-        while todo:
-            for records in (await consumer.getmany(*todo, timeout_ms=1000)).values():
-                for record in records:
-                    if record.key is None:
-                        continue
-                    if record.value is None:
-                        latest.pop(record.key, None)
-                    else:
-                        latest[record.key] = record.value
-            todo = {tp for tp in todo if await consumer.position(tp) < ends[tp]}
-        return latest, {tp.partition: ends[tp] for tp in tps}
-    finally:
-        await consumer.stop()
 
 
 def state_hash(memories: Mapping[bytes, bytes]) -> str:
@@ -95,94 +45,10 @@ def state_hash(memories: Mapping[bytes, bytes]) -> str:
     return digest.hexdigest()
 
 
-@dataclass(frozen=True)
-class Tables:
-    """The memories and documents tables of one app id, as their changelogs hold them, and the
-    data keys that open the sealed documents (the ``memory-keys`` topic).
-    """
-
-    memories: dict[bytes, bytes]
-    documents: dict[bytes, bytes]
-    keys: KeyRing = dataclasses.field(default_factory=KeyRing)
-    memories_to: dict[int, int] = dataclasses.field(default_factory=dict)
-    """Where the read of the memories changelog stopped: partition -> its end offset when the
-    read began (see :func:`read_changelog_to`)."""
-
-    @classmethod
-    async def read(cls, settings: WorkerSettings) -> Tables:
-        (memories, memories_to), documents, keys = await asyncio.gather(
-            read_changelog_to(settings.kafka(), f"{settings.app_id}-memories-changelog"),
-            read_changelog(settings.kafka(), f"{settings.app_id}-documents-changelog"),
-            read_changelog(settings.kafka(), settings.topic(KEYS_ROLE)),
-        )
-        ring = KeyRing()
-        for key, value in keys.items():
-            ring.apply(key, value)
-        return cls(memories, documents, ring, memories_to)
-
-    def rows(self, *, strict: bool = True) -> tuple[list[MemoryRow], list[tuple[str, str]]]:
-        """Rows to upsert (:meth:`iter_rows`) and (tenant, memory id) of purged memories."""
-        return list(self.iter_rows(strict=strict)), self.purged()
-
-    def iter_rows(self, *, strict: bool = True) -> Iterator[MemoryRow]:
-        """The row of every memory :meth:`served` yields, built as it is taken."""
-        return itertools.starmap(MemoryRow.of, self.served(strict=strict))
-
-    def served(self, *, strict: bool = True) -> Iterator[tuple[MemoryState, Document]]:
-        """The state and opened document of every memory Milvus serves, in key order. A state
-        whose document is missing (never the case once its write is applied) or erased (the
-        purge that follows an erasure deletes the row) is left out, as is a purged one. A sealed
-        document whose key is not on the keys topic raises Unreadable (``strict``: a rebuild
-        must not drop what it cannot write back), else is logged and left out.
-        """
-        unreadable = 0
-        for key, raw in sorted(self.memories.items()):
-            state = codec.decode(raw)
-            raw_doc = self.documents.get(key)
-            if state.purged or raw_doc is None:
-                continue
-            memory = (state.tenant_id, state.memory_id)
-            try:
-                doc = codec.decode_document(raw_doc, self.keys, memory)
-            except Erased:
-                continue
-            except SealError as exc:
-                if strict:
-                    raise Unreadable(key.decode(), exc) from exc
-                unreadable += 1
-                continue
-            yield state, doc
-        if unreadable:
-            log.warning(
-                "%d sealed documents left out: their keys are not on %s", unreadable, KEYS_ROLE
-            )
-
-    def purged(self) -> list[tuple[str, str]]:
-        """(tenant, memory id) of every purged memory, in key order."""
-        states = (codec.decode(raw) for _, raw in sorted(self.memories.items()))
-        return [(s.tenant_id, s.memory_id) for s in states if s.purged]
-
-
-class Unreadable(Exception):  # noqa: N818 - the condition, as callers catch it
-    """A sealed document whose data key is not on the keys topic (not erased: missing, or the
-    topic not readable by this process): a rebuild would lose the memory's row.
-    """
-
-    def __init__(self, key: str, cause: Exception) -> None:
-        super().__init__(f"{key}: {cause}; is the {KEYS_ROLE} topic readable here?")
-
-
-def chunks(rows: Iterable[MemoryRow], size: int = CHUNK) -> Iterator[list[MemoryRow]]:
-    """``rows`` in lists of ``size`` (the last may be shorter)."""
-    it = iter(rows)
-    while chunk := list(itertools.islice(it, size)):
-        yield chunk
-
-
 def write_rows(store: MilvusStore, tables: Tables, *, strict: bool = True) -> tuple[int, int]:
-    """Upsert every memory's row from ``tables`` into a connected store, :data:`CHUNK` rows at a
-    time, and delete purged ones; returns (rows upserted, purged rows deleted). Idempotent.
-    ``strict``: see :meth:`Tables.iter_rows`.
+    """Upsert every memory's row from ``tables`` into a connected store,
+    :data:`storage.changelogs.CHUNK` rows at a time, and delete purged ones; returns (rows
+    upserted, purged rows deleted). Idempotent. ``strict``: see :meth:`Tables.iter_rows`.
     """
     upserted = 0
     for chunk in chunks(tables.iter_rows(strict=strict)):
@@ -276,6 +142,11 @@ class Resynced:
     asked: str | None = None
 
 
+async def read_tables(settings: WorkerSettings) -> Tables:
+    """The worker's tables as their changelogs hold them (``settings``' app id and keys topic)."""
+    return await Tables.read(settings.kafka(), settings.app_id, settings.topic(KEYS_ROLE))
+
+
 def resync(
     settings: WorkerSettings,
     store: MilvusStore,
@@ -290,7 +161,7 @@ def resync(
     :class:`ResyncMarker`. ``read`` is handed the tables as read, before the check (``python -m
     server`` seeds its state view with them).
     """
-    tables = asyncio.run(Tables.read(settings))
+    tables = asyncio.run(read_tables(settings))
     if read is not None:
         read(tables)
     always = settings.resync == "always"
@@ -308,7 +179,7 @@ def catch_up(
     """Rewrite every row of ``tables`` into ``store`` (and delete purged ones) unless ``store``
     already holds exactly as many rows as ``tables`` has memories to serve; ``always`` or a set
     ``marker``: rewrite regardless (the marker is cleared once done). ``into`` is handed the
-    rows as they are read (pages of :data:`CHUNK`), before the rewrite.
+    rows as they are read (pages of :data:`storage.changelogs.CHUNK`), before the rewrite.
 
     The count suffices for the crash windows: an event's offset is committed only after its batch
     wrote its rows, or with the marker set when the batch failed; and an event redelivered after
@@ -385,7 +256,7 @@ def main(command: str, argv: list[str]) -> int:
         overrides["milvus_collection"] = args.collection
     settings = WorkerSettings(**overrides)  # type: ignore[arg-type]
     started = time.perf_counter()
-    tables = asyncio.run(Tables.read(settings))
+    tables = asyncio.run(read_tables(settings))
     if command == "rebuild":
         try:
             upserted, deleted = rebuild(settings, tables, drop=args.drop)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from memcore import ImportanceDecision, ImportanceSource, Policy, Write, apply, content_hash
 from storage import Document, MemoryRow, MilvusStore, codec
-from streams.rebuild import ResyncMarker, Tables, catch_up
+from storage.changelogs import Tables
+from streams.rebuild import ResyncMarker, catch_up
 from tests.contract.conftest import DIM
 
 AT = datetime(2026, 3, 1, tzinfo=UTC)

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from mnemostream import Client
-from streams.rebuild import read_changelog, state_hash
+from storage.changelogs import read_changelog
+from streams.rebuild import state_hash
 from tests.infra import ROOT, free_port
 from tests.integration.harness import (
     Stack,

@@ -25,8 +25,8 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
 from mnemostream import Client
+from storage.changelogs import read_changelog
 from storage.sealing import SealError, unseal
-from streams.rebuild import read_changelog
 from tests.infra import ROOT
 from tests.integration.harness import Stack, WorkerProcess, eventually, read_all, table_states
 from tests.integration.test_end_to_end import DIM, KEY, e, serve

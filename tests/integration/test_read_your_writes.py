@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Protocol
 
 import httpx
 import pytest
@@ -58,7 +59,12 @@ def wait_preloaded(server: Server) -> None:
         time.sleep(0.2)
 
 
-def metric(server: Server, name: str) -> float:
+class Serving(Protocol):
+    url: str
+
+
+def metric(server: Serving, name: str) -> float:
+    """The value of the sample ``name`` (with its labels) on ``server``'s ``GET /metrics``."""
     text = httpx.get(f"{server.url}/metrics", timeout=10).text
     found = re.search(rf"^{re.escape(name)} ([0-9.e+]+)$", text, re.MULTILINE)
     assert found is not None, text[-2000:]

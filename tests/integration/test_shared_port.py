@@ -17,9 +17,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.infra import ROOT
+from mnemostream import Client
+from tests.infra import ROOT, free_port
 from tests.integration.harness import Stack, terminate
-from tests.integration.test_durability import DIM, KEY, Server
+from tests.integration.test_durability import DIM, KEY, N, Server, embedding, write_memories
+from tests.integration.test_read_your_writes import metric
 
 pytestmark = pytest.mark.integration
 
@@ -27,13 +29,19 @@ pytestmark = pytest.mark.integration
 class Edge:
     """``python -m ranker`` on the server's port and its Milvus Lite endpoint."""
 
-    def __init__(self, server: Server, endpoint: str, workdir: Path) -> None:
+    def __init__(
+        self, server: Server, endpoint: str, workdir: Path, port: int | None = None
+    ) -> None:
+        """``port``: listen there alone, not on the server's port."""
         self.env = {
             **server.env,
             "MNEMO_MILVUS_URI": endpoint,
-            "MNEMO_REUSE_PORT": "true",
+            "MNEMO_REUSE_PORT": "true" if port is None else "false",
             "MNEMO_AFTER_TIMEOUT_S": "30",
         }
+        if port is not None:
+            self.env["MNEMO_PORT"] = str(port)
+        self.url = f"http://127.0.0.1:{self.env['MNEMO_PORT']}"
         self.log_path = workdir / "edge.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -56,15 +64,21 @@ class Edge:
         return self.log_path.read_text(errors="replace")
 
 
-@pytest.fixture
-def processes(kafka_bootstrap: str, tmp_path: Path) -> Iterator[tuple[Server, Edge]]:
-    stack = Stack(kafka_bootstrap, "milvus-lite", tmp_path, ("acme",), dim=DIM)
+def sharing_server(kafka_bootstrap: str, workdir: Path) -> tuple[Server, Path]:
+    """``python -m server`` (not started) that publishes its Milvus Lite endpoint to a file."""
+    stack = Stack(kafka_bootstrap, "milvus-lite", workdir, ("acme",), dim=DIM)
     stack.create_topics()
-    server = Server(stack, tmp_path)
-    endpoint_file = tmp_path / "milvus.endpoint"
+    server = Server(stack, workdir)
+    endpoint_file = workdir / "milvus.endpoint"
     server.env["MNEMO_REUSE_PORT"] = "true"
     server.env["MNEMO_MILVUS_ENDPOINT_FILE"] = str(endpoint_file)
     server.env["MNEMO_COMMIT_INTERVAL_S"] = "0.5"  # an edge's `after` waits for the commit
+    return server, endpoint_file
+
+
+@pytest.fixture
+def processes(kafka_bootstrap: str, tmp_path: Path) -> Iterator[tuple[Server, Edge]]:
+    server, endpoint_file = sharing_server(kafka_bootstrap, tmp_path)
     server.start()
     edge = Edge(server, endpoint_file.read_text().strip(), tmp_path)
     try:
@@ -113,3 +127,35 @@ def test_both_processes_serve_the_port_and_read_each_others_writes(
         ("edge", edge.log()),
     ):
         assert "POST /v1/recall 200" in log, f"the {name} answered no recall:\n{log[-4000:]}"
+
+
+def test_a_ranker_started_over_written_memories_fills_its_cache_from_the_changelogs(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A ``python -m ranker`` that starts while the worker's tables hold memories warms its hot
+    cache from their changelogs (no pass over Milvus: no tenant loaded from it), serves them
+    from the cache, and takes a memory written after it started.
+    """
+    server, endpoint_file = sharing_server(kafka_bootstrap, tmp_path)
+    server.start()
+    edge = Edge(server, endpoint_file.read_text().strip(), tmp_path, port=free_port())
+    try:
+        with Client(server.url, KEY) as client:
+            written = write_memories(client)
+            assert len(client.get_many(written)) == N  # applied (the token of the write)
+        edge.start()
+        assert f"hot cache filled from the changelogs: {N} rows of 1 tenants" in edge.log()
+        with Client(edge.url, KEY) as client:
+            for i in (0, 17, N - 1):
+                found = client.recall(vector=embedding(i), k=1, track=False)
+                assert [m.memory_id for m in found] == [written[i]], edge.log()[-4000:]
+            late = client.remember("written after the ranker started", embedding=axis(5))
+            found = client.recall(vector=axis(5), k=1, track=False)
+            assert [m.memory_id for m in found] == [late], edge.log()[-4000:]
+        assert metric(edge, "mnemostream_hot_cache_loads") == 0, edge.log()[-4000:]
+        searches = httpx.get(f"{edge.url}/metrics", timeout=10).text
+        assert 'mnemostream_vector_searches_total{source="milvus"}' not in searches
+        assert metric(edge, "mnemostream_hot_cache_rows") == N + 1
+    finally:
+        edge.stop()
+        server.stop()

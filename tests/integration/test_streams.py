@@ -16,11 +16,11 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
 from memcore import Lifecycle
-from ranker.view import StateView, changelog_topic
-from storage import MilvusStore
+from ranker.view import StateView
+from storage import MilvusStore, codec
+from storage.changelogs import changelog_topic, read_changelog, read_changelog_to
 from storage.milvus import ANY_STATE
 from storage.rows import LIVE_FIELDS, live_values
-from streams.rebuild import read_changelog, read_changelog_to
 from tests.infra import free_port
 from tests.integration.harness import (
     Stack,
@@ -94,7 +94,7 @@ def view_live(stack: Stack, tenants: tuple[str, ...]) -> dict[tuple[str, str], t
     """
 
     async def run() -> dict[tuple[str, str], tuple[Any, ...]]:
-        view = StateView(stack.bootstrap, changelog_topic(stack.app_id))
+        view = StateView(stack.bootstrap, changelog_topic(stack.app_id, "memories"))
         await view.start()
         try:
             assert await view.caught_up(60)
@@ -113,7 +113,7 @@ def seeded_view_live(
     """
 
     async def run() -> tuple[dict[tuple[str, str], tuple[Any, ...]], list[tuple[Any, ...]]]:
-        view = StateView(stack.bootstrap, changelog_topic(stack.app_id))
+        view = StateView(stack.bootstrap, changelog_topic(stack.app_id, "memories"))
         told: list[tuple[Any, ...]] = []
         view.listeners.append(lambda _t, _m, values: told.append(tuple(values or ())))
         view.seed(latest, upto)
@@ -186,7 +186,7 @@ def test_counts_are_exact_in_table_and_milvus(
     writes = [write_msg(t, m, vector(rng, stack.dim), importance=0.5) for t, m in memories]
     accesses, expected = plan_accesses(rng, memories, 10_000)
     produce(stack.bootstrap, stack.topic("memory-writes"), writes)
-    changelog = changelog_topic(stack.app_id)
+    changelog = changelog_topic(stack.app_id, "memories")
     eventually(
         lambda: len(asyncio.run(read_changelog(stack.bootstrap, changelog))) == len(memories),
         120,
@@ -205,6 +205,15 @@ def test_counts_are_exact_in_table_and_milvus(
     table = {(s.tenant_id, s.memory_id): live_values(s) for s in table_states(stack).values()}
     assert seeded == table
     assert told
+    # a read from where that one stopped holds every memory an access changed since, each with
+    # its last value (a ranker's fill reads the documents again so)
+    since, now = asyncio.run(read_changelog_to(stack.bootstrap, changelog, start=upto))
+    assert asyncio.run(read_changelog_to(stack.bootstrap, changelog, start=now)) == ({}, now)
+    accessed = {f"{t}/{m}".encode() for (t, m), (n, _) in expected.items() if n}
+    assert set(since) >= accessed
+    for key, value in since.items():
+        tenant, _, memory_id = key.decode().partition("/")
+        assert live_values(codec.decode(value)) == table[(tenant, memory_id)]
     assert all(values[_ACCESS] >= 1 for values in told)
     # every memory was written once and each tenant holds exactly its own
     for tenant in tenants:

@@ -691,3 +691,44 @@ def test_a_preload_asked_to_stop_loads_no_tenant_one_by_one_either() -> None:
     with pytest.raises(PreloadStoppedError):
         cache.preload(["acme"])
     assert not cache.ready("acme", Filters())
+
+
+def pages_told_between(
+    cache: HotCache, view: dict[str, tuple[Any, ...]], *pages: list[MemoryRow]
+) -> Iterator[list[MemoryRow]]:
+    """``pages`` for a fill; after the first, the state view tells the cache of every memory of
+    the later pages (replaying its topic while the pass lays them)."""
+    yield pages[0]
+    for page in pages[1:]:
+        for r in page:
+            view[r.memory_id] = live(r)
+            cache.on_change(r.tenant_id, r.memory_id, view[r.memory_id])
+    yield from pages[1:]
+
+
+def test_a_change_told_during_the_pass_is_met_by_the_row_it_then_lays() -> None:
+    a, b = row("a", 1.0), row("b", 0.9, 0.1)
+    store, view, cache, _ = setup(a, b)
+    cache.fill(pages_told_between(cache, view, [a], [b]))
+    assert ids(cache) == ["a", "b"]
+    assert store.reads == 0  # b is laid as new as the view knows it: nothing to read back
+
+
+def test_a_newer_version_told_during_the_pass_is_still_read_back() -> None:
+    a, b = row("a", 1.0), row("b", 0.9, 0.1)
+    store, view, cache, _ = setup(a, b)
+    newer = row("b", 0.0, 1.0, write_count=2)
+
+    def pages() -> Iterator[list[MemoryRow]]:
+        yield [a]
+        view["b"] = live(newer)
+        cache.on_change("acme", "b", view["b"])
+        store.put(newer)  # the worker wrote it to Milvus; the pass laid the older one
+        yield [b]
+
+    cache.fill(pages())
+    hits = cache.search("acme", [1.0, 0.0, 0.0, 0.0], 10, RECALL)
+    assert hits is not None
+    similarity = dict(zip([r.memory_id for r in hits.rows], hits.similarity.tolist(), strict=True))
+    assert abs(similarity["b"]) < 1e-6  # b's newer version, read back: orthogonal to the query
+    assert store.reads == 1

@@ -17,6 +17,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from memcore import Lifecycle, Purge, Retire, resolve_importance
 from ranker.service import RecallService
 from storage import Document, Filters, MemoryRow, codec
+from storage.changelogs import Tables as RebuildTables
+from storage.changelogs import Unreadable
 from storage.embedding import Hashing
 from storage.key_log import KeyLog
 from storage.records import DecisionRecord, Limits, RecordError, decision_value, decode_write
@@ -34,8 +36,6 @@ from storage.sealing import (
 )
 from storage.tenants import TenantRegistry
 from streams.processor import Batch, Inbound, Processor
-from streams.rebuild import Tables as RebuildTables
-from streams.rebuild import Unreadable
 from tests.rows import make_row
 
 from .helpers import CountingDict

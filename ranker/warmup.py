@@ -1,0 +1,197 @@
+"""Warming the hot cache at start-up, in the background while the ranker already serves.
+
+Two sources (``MNEMO_HOT_CACHE_FILL``):
+- ``changelogs`` (default for ``python -m ranker``): the rows the worker's tables hold, read from
+  their changelog topics (:class:`storage.changelogs.Tables`), the source of truth Milvus is
+  rebuilt from. No pass over Milvus: a 2.3 server answers a preload with one query per tenant
+  (~330 s at 1M memories, docs/benchmarks.md), Milvus Lite with a pure-Python scan.
+- ``milvus``: one pass over the collection (:meth:`ranker.hotcache.HotCache.preload`).
+
+Either way recalls search Milvus until the cache is warm, and ``GET /readyz`` waits for it
+(:attr:`~ranker.hotcache.HotCache.preload_ended`). A fill that cannot read Kafka falls back to the
+preload. ``python -m server`` fills its cache from its worker's start-up read instead
+(``server.__main__``); its lifespan only preloads when that fill was dropped.
+
+Freshness of a fill while the worker writes: the rows are laid under the state view's values,
+which follows the memories changelog on its own, so a state change during or after the read
+marks the memory for a re-read from Milvus as any change does. The documents are read after the
+states, so a state's document is in the read unless the worker's producer held it back for longer
+than that read took; such memories (a state without its document) and every memory whose
+document changed after the read of the documents (read again from where it stopped, once the
+fill is laid) are re-read from Milvus at their tenant's next search
+(:meth:`~ranker.hotcache.HotCache.await_rows`). A tenant whose rows in Milvus were written under
+another app id is not in the worker's tables; a collection shared between app ids needs
+``MNEMO_HOT_CACHE_FILL=milvus``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Coroutine, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from aiokafka.errors import KafkaError
+
+from ranker.hotcache import HotCache, PreloadStoppedError
+from storage import StorageError
+from storage.changelogs import Tables, changelog_topic, chunks, read_changelog_to
+from storage.heap import trim_heap
+from storage.kafka import KafkaConnection
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: At stop, how long the lifespan waits for the warm-up to reach its next page (s).
+PRELOAD_STOP_S = 10
+
+
+@dataclass(frozen=True)
+class Changelogs:
+    """Where a fill reads the worker's tables.
+
+    Attributes:
+        kafka: the brokers.
+        app_id: the worker's app id (its tables' changelog topics are named after it).
+        keys_topic: the data keys that open sealed documents (the ``memory-keys`` topic).
+    """
+
+    kafka: KafkaConnection
+    app_id: str
+    keys_topic: str
+
+
+async def warm(
+    cache: HotCache, tenant_ids: list[str], source: Changelogs | None, stopping: asyncio.Event
+) -> None:
+    """Fill the cache from ``source`` (None: preload it from Milvus; also when the changelogs
+    cannot be read); ``stopping``: the process is stopping, end at the next step. Never raises
+    but for a cancellation; sets the cache's ``preload_ended`` when done.
+    """
+    if source is not None:
+        started = time.monotonic()
+        try:
+            filled = await _fill(cache, source, stopping)
+        except PreloadStoppedError:
+            log.info("hot cache fill stopped (the ranker is stopping)")
+            cache.preload_ended.set()
+            return
+        except KafkaError:
+            log.warning(
+                "hot cache: the changelogs could not be read; preloading from Milvus", exc_info=True
+            )
+        else:
+            rows, tenants, awaited = filled
+            log.info(
+                "hot cache filled from the changelogs: %d rows of %d tenants in %.1f s"
+                " (%d memories to read back from Milvus)",
+                rows,
+                tenants,
+                time.monotonic() - started,
+                awaited,
+            )
+    await _preload(cache, tenant_ids)  # reads nothing once filled; sets preload_ended
+
+
+async def _fill(
+    cache: HotCache, source: Changelogs, stopping: asyncio.Event
+) -> tuple[int, int, int]:
+    """Read the tables (states first), lay their rows into the cache in a thread, then mark the
+    memories the read may have missed the newest document of; returns (rows, tenants, marked).
+    Raises KafkaError, or PreloadStoppedError once ``stopping`` is set.
+    """
+    read = Tables.read(source.kafka, source.app_id, source.keys_topic, states_first=True)
+    tables = await _unless(stopping, read)
+    try:
+        rows, tenants = await asyncio.to_thread(cache.fill, chunks(tables.iter_rows(strict=False)))
+        documents = changelog_topic(source.app_id, "documents")
+        since, _ = await _unless(
+            stopping, read_changelog_to(source.kafka, documents, start=tables.documents_to)
+        )
+        marked = cache.await_rows(_memories(since) + tables.undocumented())
+    finally:
+        del tables
+        trim_heap()  # the read's values, dropped: gigabytes at 1M memories
+    return rows, tenants, marked
+
+
+def _memories(keys: Iterable[bytes]) -> list[tuple[str, str]]:
+    """(tenant, memory id) of table keys (``tenant/memory``)."""
+    out = []
+    for key in keys:
+        tenant_id, _, memory_id = key.decode("utf-8", "replace").partition("/")
+        out.append((tenant_id, memory_id))
+    return out
+
+
+async def _unless(stopping: asyncio.Event, work: Coroutine[Any, Any, T]) -> T:
+    """Await ``work`` unless ``stopping`` is set first: it is then cancelled (a Kafka read stops
+    its consumer) and PreloadStoppedError raised.
+    """
+    task = asyncio.ensure_future(work)
+    stop = asyncio.ensure_future(stopping.wait())
+    try:
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        stop.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        raise PreloadStoppedError
+    return task.result()
+
+
+async def _preload(cache: HotCache, tenant_ids: list[str]) -> None:
+    """Fill the hot cache in one pass in a thread; recalls use Milvus until it is done."""
+    started = time.monotonic()
+    try:
+        rows, tenants = await asyncio.to_thread(cache.preload, tenant_ids)
+    except PreloadStoppedError:
+        log.info("hot cache preload stopped (the ranker is stopping)")
+        return
+    except StorageError:
+        log.warning("hot cache preload failed; tenants load at their first recall", exc_info=True)
+        return
+    log.info(
+        "hot cache: %d rows of %d tenants in %.1f s", rows, tenants, time.monotonic() - started
+    )
+
+
+class Warmup:
+    """The warm-up of one cache as a task: :meth:`start` in the lifespan's start-up,
+    :meth:`stop` at its end. The constructor does no I/O.
+    """
+
+    def __init__(self, cache: HotCache, source: Changelogs | None) -> None:
+        self.cache = cache
+        self.source = source
+        self._stopping = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self, tenant_ids: list[str]) -> None:
+        """Begin :func:`warm` in a task of its own (``tenant_ids``: a preload's fallback for a
+        Milvus that cannot scan).
+        """
+        self._task = asyncio.create_task(warm(self.cache, tenant_ids, self.source, self._stopping))
+
+    async def stop(self) -> None:
+        """End the warm-up at its next step and wait for it (``PRELOAD_STOP_S`` at most):
+        cancelling the task would leave a preload's thread running (waiting on Milvus).
+        """
+        task = self._task
+        if task is None:
+            return
+        self._stopping.set()
+        self.cache.stop_preload()
+        await asyncio.wait({task}, timeout=PRELOAD_STOP_S)
+        if not task.done():
+            log.warning("hot cache preload still running after %d s", PRELOAD_STOP_S)
+        elif not task.cancelled() and task.exception() is not None:
+            log.error("hot cache preload failed", exc_info=task.exception())
