@@ -2,9 +2,11 @@
 
 Two sources (``MNEMO_HOT_CACHE_FILL``):
 - ``changelogs`` (default for ``python -m ranker``): the rows the worker's tables hold, read from
-  their changelog topics (:class:`storage.changelogs.Tables`), the source of truth Milvus is
-  rebuilt from. No pass over Milvus: a 2.3 server answers a preload with one query per tenant
-  (~330 s at 1M memories, docs/benchmarks.md), Milvus Lite with a pure-Python scan.
+  their changelog topics, the source of truth Milvus is rebuilt from. The memories changelog and
+  the data keys are read first; the rows are then laid as the documents changelog streams by
+  (:class:`storage.changelogs.DocumentRows`), so the documents, the bulk, are never held whole.
+  No pass over Milvus: a 2.3 server answers a preload with one query per tenant (308 s at 1M
+  memories, docs/benchmarks.md), Milvus Lite with a pure-Python scan.
 - ``milvus``: one pass over the collection (:meth:`ranker.hotcache.HotCache.preload`).
 
 Either way recalls search Milvus until the cache is warm, and ``GET /readyz`` waits for it
@@ -12,16 +14,15 @@ Either way recalls search Milvus until the cache is warm, and ``GET /readyz`` wa
 preload. ``python -m server`` fills its cache from its worker's start-up read instead
 (``server.__main__``); its lifespan only preloads when that fill was dropped.
 
-Freshness of a fill while the worker writes: the rows are laid under the state view's values,
-which follows the memories changelog on its own, so a state change during or after the read
-marks the memory for a re-read from Milvus as any change does. The documents are read after the
-states, so a state's document is in the read unless the worker's producer held it back for longer
-than that read took; such memories (a state without its document) and every memory whose
-document changed after the read of the documents (read again from where it stopped, once the
-fill is laid) are re-read from Milvus at their tenant's next search
-(:meth:`~ranker.hotcache.HotCache.await_rows`). A tenant whose rows in Milvus were written under
-another app id is not in the worker's tables; a collection shared between app ids needs
-``MNEMO_HOT_CACHE_FILL=milvus``.
+Freshness of a fill while the worker writes (it takes minutes at 1M memories): once it is laid,
+both topics are read again from where their reads stopped, and every memory with a record since
+(a new memory, a new version, an access), with every memory whose document the stream did not
+bring, is re-read from Milvus at its tenant's next search
+(:meth:`~ranker.hotcache.HotCache.await_rows`); the worker writes a row before it commits. The
+state view, which follows the memories changelog on its own, also marks a change it tells to a
+tenant already held, and the rows are laid under its values. A tenant whose rows in Milvus were
+written under another app id is not in the worker's tables: a collection shared between app ids
+needs ``MNEMO_HOT_CACHE_FILL=milvus``.
 """
 
 from __future__ import annotations
@@ -30,15 +31,22 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Coroutine, Iterable
+from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from aiokafka.errors import KafkaError
 
 from ranker.hotcache import HotCache, PreloadStoppedError
 from storage import StorageError
-from storage.changelogs import Tables, changelog_topic, chunks, read_changelog_to
+from storage.changelogs import (
+    ChangelogStream,
+    DocumentRows,
+    changelog_topic,
+    key_ring,
+    read_changelog,
+    read_changelog_to,
+)
 from storage.heap import trim_heap
 from storage.kafka import KafkaConnection
 
@@ -99,23 +107,62 @@ async def warm(
 async def _fill(
     cache: HotCache, source: Changelogs, stopping: asyncio.Event
 ) -> tuple[int, int, int]:
-    """Read the tables (states first), lay their rows into the cache in a thread, then mark the
-    memories the read may have missed the newest document of; returns (rows, tenants, marked).
-    Raises KafkaError, or PreloadStoppedError once ``stopping`` is set.
+    """Lay the rows of the worker's tables (:func:`_lay`), then mark what its reads may have
+    missed; returns (rows, tenants, marked). Raises KafkaError, or PreloadStoppedError once
+    ``stopping`` is set.
     """
-    read = Tables.read(source.kafka, source.app_id, source.keys_topic, states_first=True)
-    tables = await _unless(stopping, read)
     try:
-        rows, tenants = await asyncio.to_thread(cache.fill, chunks(tables.iter_rows(strict=False)))
-        documents = changelog_topic(source.app_id, "documents")
-        since, _ = await _unless(
-            stopping, read_changelog_to(source.kafka, documents, start=tables.documents_to)
-        )
-        marked = cache.await_rows(_memories(since) + tables.undocumented())
+        (rows, tenants), missed = await _lay(cache, source, stopping)
     finally:
-        del tables
-        trim_heap()  # the read's values, dropped: gigabytes at 1M memories
-    return rows, tenants, marked
+        trim_heap()  # the states' read, dropped with _lay's frame: ~0.5 GB at 1M memories
+    return rows, tenants, cache.await_rows(missed)
+
+
+async def _lay(
+    cache: HotCache, source: Changelogs, stopping: asyncio.Event
+) -> tuple[tuple[int, int], list[tuple[str, str]]]:
+    """Read the memories changelog and the keys, then lay the rows as the documents changelog
+    streams by (in a thread; the documents are never held whole); returns what the cache's
+    fill returns and :func:`_missed`.
+    """
+    states_topic = changelog_topic(source.app_id, "memories")
+    documents_topic = changelog_topic(source.app_id, "documents")
+    (states, states_to), keys = await _unless(
+        stopping,
+        asyncio.gather(
+            read_changelog_to(source.kafka, states_topic),
+            read_changelog(source.kafka, source.keys_topic),
+        ),
+    )
+    rows = DocumentRows(states, key_ring(keys))
+    documents = ChangelogStream(source.kafka, documents_topic)
+
+    def lay() -> tuple[int, int]:
+        stream = iter(documents)
+        with contextlib.closing(stream), contextlib.closing(rows.pages(stream)) as pages:
+            return cache.fill(pages)
+
+    held = await asyncio.to_thread(lay)
+    read_to = ((states_topic, states_to), (documents_topic, documents.ends))
+    return held, await _missed(source, stopping, rows, *read_to)
+
+
+async def _missed(
+    source: Changelogs,
+    stopping: asyncio.Event,
+    rows: DocumentRows,
+    *read_to: tuple[str, Mapping[int, int]],
+) -> list[tuple[str, str]]:
+    """(tenant, memory id) of what the fill may lack or hold older than Milvus: memories whose
+    document it did not meet, and every memory whose state or document changed after the read
+    of it (each topic read again from where that read stopped). A state change after its read
+    is also told by the state view, but only to a tenant already held then.
+    """
+    keys = await asyncio.to_thread(rows.unseen)
+    for topic, ends in read_to:
+        since, _ = await _unless(stopping, read_changelog_to(source.kafka, topic, start=ends))
+        keys.extend(since)
+    return _memories(keys)
 
 
 def _memories(keys: Iterable[bytes]) -> list[tuple[str, str]]:
@@ -127,7 +174,7 @@ def _memories(keys: Iterable[bytes]) -> list[tuple[str, str]]:
     return out
 
 
-async def _unless(stopping: asyncio.Event, work: Coroutine[Any, Any, T]) -> T:
+async def _unless(stopping: asyncio.Event, work: Awaitable[T]) -> T:
     """Await ``work`` unless ``stopping`` is set first: it is then cancelled (a Kafka read stops
     its consumer) and PreloadStoppedError raised.
     """

@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 import itertools
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -40,6 +40,72 @@ async def read_changelog(kafka: KafkaConnection | str, topic: str) -> dict[bytes
     return latest
 
 
+Record = tuple[bytes, bytes | None]
+"""A changelog record: its key and its value (None: a tombstone)."""
+
+
+class _Scan:
+    """A consumer of every partition of one topic (assigned, no group), from ``start`` (partition
+    -> offset; else the beginning) to the end offsets when :meth:`open` ran (:attr:`ends`).
+    """
+
+    def __init__(
+        self, kafka: KafkaConnection | str, topic: str, start: Mapping[int, int] | None
+    ) -> None:
+        self.topic = topic
+        self.start = dict(start or {})
+        self.ends: dict[int, int] = {}
+        self.kafka = KafkaConnection.of(kafka)
+        self._consumer: AIOKafkaConsumer | None = None
+        self._todo: set[TopicPartition] = set()
+        self._to: dict[TopicPartition, int] = {}
+
+    async def open(self) -> None:
+        """Connect (on the running loop) and find the partitions and their end offsets."""
+        consumer = self._consumer = AIOKafkaConsumer(
+            **self.kafka.client(), enable_auto_commit=False
+        )
+        await consumer.start()
+        partitions = consumer.partitions_for_topic(self.topic)
+        if partitions is None:
+            await consumer._client.force_metadata_update()  # no public refresh
+            partitions = consumer.partitions_for_topic(self.topic) or set()
+        tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
+        if not tps:
+            return
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        for tp in tps:
+            if self.start.get(tp.partition):
+                consumer.seek(tp, self.start[tp.partition])
+        self._to = await consumer.end_offsets(tps)
+        self.ends = {tp.partition: end for tp, end in self._to.items()}
+        self._todo = {tp for tp in tps if self._to[tp] > self.start.get(tp.partition, 0)}
+
+    async def batch(self) -> list[Record] | None:
+        """The next fetched records (keyless ones left out), in offset order per partition;
+        None once every partition is read to its end offset.
+        """
+        consumer = self._consumer
+        assert consumer is not None, "open() first"
+        while self._todo:
+            fetched = await consumer.getmany(*self._todo, timeout_ms=1000)
+            self._todo = {tp for tp in self._todo if await consumer.position(tp) < self._to[tp]}
+            out = [
+                (record.key, record.value)
+                for records in fetched.values()
+                for record in records
+                if record.key is not None
+            ]
+            if out:
+                return out
+        return None
+
+    async def close(self) -> None:
+        if self._consumer is not None:
+            await self._consumer.stop()
+
+
 async def read_changelog_to(
     kafka: KafkaConnection | str, topic: str, start: Mapping[int, int] | None = None
 ) -> tuple[dict[bytes, bytes], dict[int, int]]:
@@ -51,37 +117,51 @@ async def read_changelog_to(
     written since, each with its last value (a tombstone removes a key only when its earlier
     value is in the read too).
     """
-    consumer = AIOKafkaConsumer(**KafkaConnection.of(kafka).client(), enable_auto_commit=False)
-    await consumer.start()
+    scan = _Scan(kafka, topic, start)
     try:
-        partitions = consumer.partitions_for_topic(topic)
-        if partitions is None:
-            await consumer._client.force_metadata_update()  # no public refresh
-            partitions = consumer.partitions_for_topic(topic) or set()
-        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        await scan.open()
         latest: dict[bytes, bytes] = {}
-        if not tps:
-            return latest, {}
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        for tp in tps:
-            if start and start.get(tp.partition):
-                consumer.seek(tp, start[tp.partition])
-        ends = await consumer.end_offsets(tps)
-        todo = {tp for tp in tps if ends[tp] > (start or {}).get(tp.partition, 0)}
-        while todo:
-            for records in (await consumer.getmany(*todo, timeout_ms=1000)).values():
-                for record in records:
-                    if record.key is None:
-                        continue
-                    if record.value is None:
-                        latest.pop(record.key, None)
-                    else:
-                        latest[record.key] = record.value
-            todo = {tp for tp in todo if await consumer.position(tp) < ends[tp]}
-        return latest, {tp.partition: ends[tp] for tp in tps}
+        while (records := await scan.batch()) is not None:
+            for key, value in records:
+                if value is None:
+                    latest.pop(key, None)
+                else:
+                    latest[key] = value
+        return latest, scan.ends
     finally:
-        await consumer.stop()
+        await scan.close()
+
+
+class ChangelogStream:
+    """A changelog's records as an iterator of fetched batches (:data:`Record` lists, offset
+    order per partition), for a thread that consumes them as they come instead of holding the
+    topic (the read runs on an event loop of the iterating thread's own). Blocking; raises
+    aiokafka's ``KafkaError`` when the broker fails. :attr:`ends`: where the read stops (set
+    once iteration began). Closing the iterator early (``close()``, or leaving a ``for`` by an
+    exception) stops the consumer.
+    """
+
+    def __init__(
+        self, kafka: KafkaConnection | str, topic: str, start: Mapping[int, int] | None = None
+    ) -> None:
+        self.kafka = kafka
+        self.topic = topic
+        self.start = start
+        self.ends: dict[int, int] = {}
+
+    def __iter__(self) -> Generator[list[Record], None, None]:
+        loop = asyncio.new_event_loop()
+        try:
+            scan = _Scan(self.kafka, self.topic, self.start)  # its consumer binds to this loop
+            try:
+                loop.run_until_complete(scan.open())
+                self.ends = scan.ends
+                while (records := loop.run_until_complete(scan.batch())) is not None:
+                    yield records
+            finally:
+                loop.run_until_complete(scan.close())
+        finally:
+            loop.close()
 
 
 @dataclass(frozen=True)
@@ -96,54 +176,18 @@ class Tables:
     memories_to: dict[int, int] = dataclasses.field(default_factory=dict)
     """Where the read of the memories changelog stopped: partition -> its end offset when the
     read began (see :func:`read_changelog_to`)."""
-    documents_to: dict[int, int] = dataclasses.field(default_factory=dict)
-    """Where the read of the documents changelog stopped, likewise."""
 
     @classmethod
-    async def read(
-        cls,
-        kafka: KafkaConnection | str,
-        app_id: str,
-        keys_topic: str,
-        *,
-        states_first: bool = False,
-    ) -> Tables:
-        """Read the changelogs of ``app_id``'s tables and the data keys on ``keys_topic``.
-        ``states_first``: the documents only once the memories changelog is read, for a reader
-        while the worker runs (its table writes of one batch land on both topics about together):
-        a state's document is then at least as new as the state but for a record the worker's
-        producer held back for longer than the states' read took (:func:`stale_documents` finds
-        those). Raises aiokafka's ``KafkaError`` when the broker fails.
+    async def read(cls, kafka: KafkaConnection | str, app_id: str, keys_topic: str) -> Tables:
+        """Read the changelogs of ``app_id``'s tables and the data keys on ``keys_topic``
+        (all three at once). Raises aiokafka's ``KafkaError`` when the broker fails.
         """
-        memories_read = read_changelog_to(kafka, changelog_topic(app_id, "memories"))
-        if states_first:
-            memories, memories_to = await memories_read
-            (documents, documents_to), keys = await asyncio.gather(
-                read_changelog_to(kafka, changelog_topic(app_id, "documents")),
-                read_changelog(kafka, keys_topic),
-            )
-        else:
-            (memories, memories_to), (documents, documents_to), keys = await asyncio.gather(
-                memories_read,
-                read_changelog_to(kafka, changelog_topic(app_id, "documents")),
-                read_changelog(kafka, keys_topic),
-            )
-        ring = KeyRing()
-        for key, value in keys.items():
-            ring.apply(key, value)
-        return cls(memories, documents, ring, memories_to, documents_to)
-
-    def undocumented(self) -> list[tuple[str, str]]:
-        """(tenant, memory id) of every memory not purged whose document the read does not hold
-        (written after the read of the documents ended: see :meth:`read`), in key order.
-        """
-        out = []
-        for key, raw in sorted(self.memories.items()):
-            if key not in self.documents:
-                state = codec.decode(raw)
-                if not state.purged:
-                    out.append((state.tenant_id, state.memory_id))
-        return out
+        (memories, memories_to), documents, keys = await asyncio.gather(
+            read_changelog_to(kafka, changelog_topic(app_id, "memories")),
+            read_changelog(kafka, changelog_topic(app_id, "documents")),
+            read_changelog(kafka, keys_topic),
+        )
+        return cls(memories, documents, key_ring(keys), memories_to)
 
     def rows(self, *, strict: bool = True) -> tuple[list[MemoryRow], list[tuple[str, str]]]:
         """Rows to upsert (:meth:`iter_rows`) and (tenant, memory id) of purged memories."""
@@ -202,3 +246,73 @@ def chunks(rows: Iterable[MemoryRow], size: int = CHUNK) -> Iterator[list[Memory
     it = iter(rows)
     while chunk := list(itertools.islice(it, size)):
         yield chunk
+
+
+def key_ring(keys: Mapping[bytes, bytes]) -> KeyRing:
+    """The data keys a read of the keys topic holds."""
+    ring = KeyRing()
+    for key, value in keys.items():
+        ring.apply(key, value)
+    return ring
+
+
+class DocumentRows:
+    """The rows of memories as their documents stream by (:class:`ChangelogStream` over the
+    documents changelog), each with the memory's state from ``states`` (the memories changelog,
+    read before): a fill that never holds the documents (the bulk of the tables, ~2 KB a memory
+    at 384 dimensions). A key's later document record replaces its row (a taker keyed by memory,
+    like the hot cache, ends with the last). Left out, as :meth:`Tables.served` leaves them: a
+    purged or erased memory, a document whose state is not in ``states`` (a memory newer than
+    their read), and a sealed document whose key ``keys`` lacks (counted in
+    :attr:`unreadable`; it stays unseen: see :meth:`unseen`).
+    """
+
+    def __init__(self, states: Mapping[bytes, bytes], keys: KeyRing) -> None:
+        self.states = states
+        self.keys = keys
+        self.seen: set[bytes] = set()
+        self.unreadable = 0
+
+    def pages(
+        self, batches: Iterable[list[Record]], size: int = CHUNK
+    ) -> Generator[list[MemoryRow], None, None]:
+        """Rows in lists of ``size`` (the last may be shorter), as ``batches`` come."""
+        page: list[MemoryRow] = []
+        for batch in batches:
+            for key, raw in batch:
+                row = self._row(key, raw)
+                if row is not None:
+                    page.append(row)
+                    if len(page) >= size:
+                        yield page
+                        page = []
+        if page:
+            yield page
+
+    def _row(self, key: bytes, raw: bytes | None) -> MemoryRow | None:
+        raw_state = self.states.get(key)
+        if raw is None or raw_state is None:
+            return None
+        state = codec.decode(raw_state)
+        if state.purged:
+            return None
+        try:
+            doc = codec.decode_document(raw, self.keys, (state.tenant_id, state.memory_id))
+        except Erased:
+            self.seen.add(key)  # met: there is no row to serve
+            return None
+        except SealError:
+            self.unreadable += 1
+            return None
+        self.seen.add(key)
+        return MemoryRow.of(state, doc)
+
+    def unseen(self) -> list[bytes]:
+        """Keys of the memories in ``states`` (not purged) whose document the stream did not
+        bring: written after it ended, or sealed under a key this reader lacks.
+        """
+        return [
+            key
+            for key, raw in self.states.items()
+            if key not in self.seen and not codec.decode(raw).purged
+        ]

@@ -17,8 +17,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from memcore import Lifecycle, Purge, Retire, resolve_importance
 from ranker.service import RecallService
 from storage import Document, Filters, MemoryRow, codec
+from storage.changelogs import DocumentRows, Record, Unreadable
 from storage.changelogs import Tables as RebuildTables
-from storage.changelogs import Unreadable
 from storage.embedding import Hashing
 from storage.key_log import KeyLog
 from storage.records import DecisionRecord, Limits, RecordError, decision_value, decode_write
@@ -355,6 +355,28 @@ def test_a_rebuild_opens_sealed_documents_and_leaves_erased_ones_out() -> None:
     with pytest.raises(Unreadable, match="acme/m1"):  # a rebuild would lose it: refused
         without_keys.rows()
     assert without_keys.rows(strict=False) == ([], [])  # a start-up resync leaves it out
+
+
+def test_a_streamed_fill_opens_sealed_documents_and_leaves_erased_ones_out() -> None:
+    """:class:`storage.changelogs.DocumentRows` (a ranker's fill) keeps the rebuild's rules: an
+    erased memory has no row and is met; one whose key the reader lacks is left to Milvus.
+    """
+    kept, gone = new_key("acme", "m1"), new_key("acme", "m2")
+    ring = ring_with(kept, gone)
+    t = Tables(ring)
+    t.write(seal_write(clear_write(), kept))
+    t.write(seal_write(clear_write(memory_id="m2", content="gone words"), gone))
+    ring.apply(gone.record_key, None)
+    ring.apply(*erasure_record("acme", "m2", [gone.key_id]))
+    stream: list[list[Record]] = [list(t.documents.items())]
+    rows = DocumentRows(dict(t.memories), ring)
+    assert [(r.memory_id, r.content) for p in rows.pages(stream) for r in p] == [
+        ("m1", SECRET_WORDS)
+    ]
+    assert rows.unseen() == []
+    keyless = DocumentRows(dict(t.memories), KeyRing())
+    assert list(keyless.pages(stream)) == []
+    assert (keyless.unreadable, keyless.unseen()) == (2, [b"acme/m1", b"acme/m2"])
 
 
 def test_a_batch_opens_each_document_once_and_still_sees_an_erasure() -> None:

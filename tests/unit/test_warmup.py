@@ -7,7 +7,7 @@ tests/integration (test_streams.py, test_shared_port.py).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from datetime import UTC, datetime
 
 import pytest
@@ -26,7 +26,7 @@ from ranker import warmup
 from ranker.hotcache import HotCache
 from ranker.warmup import Changelogs, warm
 from storage import Document, Filters, MemoryRow, codec
-from storage.changelogs import Tables
+from storage.changelogs import Record
 from storage.kafka import KafkaConnection
 from tests.unit.test_hot_cache import DIM, FakeStore
 
@@ -49,46 +49,67 @@ def key(memory_id: str) -> bytes:
     return f"acme/{memory_id}".encode()
 
 
-STATES = {m: state(m) for m in ("a", "b", "c")}
+STATES = {m: state(m) for m in ("a", "b", "c", "d")}
 OLD_A, NEW_A = Document("a as first written", axis(0)), Document("a rewritten", axis(1))
-B, C = Document("b", axis(2)), Document("c", axis(3))
+OLD_B, B = Document("b before", axis(0)), Document("b", axis(2))
+C, D = Document("c", axis(3)), Document("d", axis(1))
+STATES_TOPIC, DOCUMENTS_TOPIC = "app-memories-changelog", "app-documents-changelog"
 
 
-def changelogs() -> Tables:
-    """The read: a state each for a, b and c; a's document before its rewrite, none for c (the
-    worker's producer still held it)."""
-    return Tables(
-        {key(m): codec.encode(s) for m, s in STATES.items()},
-        {key("a"): codec.encode_document(OLD_A), key("b"): codec.encode_document(B)},
-        documents_to={0: 7},
-    )
+def doc(memory_id: str, document: Document) -> tuple[bytes, bytes]:
+    return key(memory_id), codec.encode_document(document)
+
+
+class Reads:
+    """Stand-ins for the fill's Kafka reads of the worker writing as it goes: the memories
+    changelog holds a, b and c when read (d comes after); the documents stream brings a's first
+    document, b's two (the later wins), and d's, but not c's (the worker's producer still held
+    it); read again from where they stopped, the documents hold a's rewrite and the states d.
+    """
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.starts: list[tuple[str, Mapping[int, int] | None]] = []
+        monkeypatch.setattr(warmup, "read_changelog_to", self.read_to)
+        monkeypatch.setattr(warmup, "read_changelog", self.read_keys)
+        monkeypatch.setattr(warmup, "ChangelogStream", self.stream)
+
+    async def read_to(
+        self, _kafka: object, topic: str, start: Mapping[int, int] | None = None
+    ) -> tuple[dict[bytes, bytes], dict[int, int]]:
+        self.starts.append((topic, start))
+        if topic == STATES_TOPIC and start is None:
+            return {key(m): codec.encode(STATES[m]) for m in "abc"}, {0: 7}
+        if topic == STATES_TOPIC:
+            return {key("d"): codec.encode(STATES["d"])}, {0: 8}
+        return dict([doc("a", NEW_A)]), {0: 5}
+
+    async def read_keys(self, _kafka: object, _topic: str) -> dict[bytes, bytes]:
+        return {}
+
+    def stream(self, _kafka: object, topic: str) -> Stream:
+        assert topic == DOCUMENTS_TOPIC
+        return Stream([[doc("a", OLD_A), doc("b", OLD_B)], [doc("b", B), doc("d", D)]])
+
+
+class Stream:
+    """A documents changelog that streams ``batches`` and ends at offset 4."""
+
+    def __init__(self, batches: list[list[Record]]) -> None:
+        self.batches = batches
+        self.ends: dict[int, int] = {}
+
+    def __iter__(self) -> Generator[list[Record], None, None]:
+        self.ends = {0: 4}
+        yield from self.batches
 
 
 def milvus() -> FakeStore:
     """What the worker wrote to Milvus: every memory's newest row."""
     store = FakeStore()
-    store.put(*(MemoryRow.of(STATES[m], d) for m, d in (("a", NEW_A), ("b", B), ("c", C))))
+    store.put(
+        *(MemoryRow.of(STATES[m], d) for m, d in (("a", NEW_A), ("b", B), ("c", C), ("d", D)))
+    )
     return store
-
-
-def stand_in(
-    monkeypatch: pytest.MonkeyPatch, tables: Tables, since: Mapping[bytes, bytes]
-) -> list[Mapping[int, int] | None]:
-    """The two reads answer ``tables`` and ``since``; returns where each later read started."""
-    starts: list[Mapping[int, int] | None] = []
-
-    async def read(*_: object, **__: object) -> Tables:
-        return tables
-
-    async def read_since(
-        _kafka: object, _topic: str, start: Mapping[int, int] | None = None
-    ) -> tuple[dict[bytes, bytes], dict[int, int]]:
-        starts.append(start)
-        return dict(since), {0: 8}
-
-    monkeypatch.setattr(Tables, "read", read)
-    monkeypatch.setattr(warmup, "read_changelog_to", read_since)
-    return starts
 
 
 def contents(cache: HotCache) -> dict[str, str]:
@@ -97,34 +118,42 @@ def contents(cache: HotCache) -> dict[str, str]:
     return {r.memory_id: r.content for r in hits.rows}
 
 
-def test_a_fill_reads_back_from_milvus_only_what_its_read_of_the_documents_missed(
+EVERY = {"a": "a rewritten", "b": "b", "c": "c", "d": "d"}
+
+
+def test_a_fill_reads_back_from_milvus_only_what_its_reads_missed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    reads = Reads(monkeypatch)
     store = milvus()
-    starts = stand_in(monkeypatch, changelogs(), {key("a"): codec.encode_document(NEW_A)})
     cache = HotCache(store)  # type: ignore[arg-type]
     asyncio.run(warm(cache, ["acme"], SOURCE, asyncio.Event()))
     assert cache.preload_ended.is_set()
-    assert starts == [{0: 7}]  # the documents again, from where the fill's read stopped
+    assert reads.starts == [
+        (STATES_TOPIC, None),
+        (STATES_TOPIC, {0: 7}),  # again, from where each read stopped
+        (DOCUMENTS_TOPIC, {0: 4}),
+    ]
     assert store.reads == 0  # nothing read from Milvus to warm
-    assert cache.held() == (2, 1)  # a (its older document) and b; c had no document
-    assert contents(cache) == {"a": "a rewritten", "b": "b", "c": "c"}
-    assert store.reads == 1  # one read back of a and c, at the first search
-    assert contents(cache) == {"a": "a rewritten", "b": "b", "c": "c"}
+    assert cache.held() == (2, 1)  # a (its first document) and b (its last); c had none, d no state
+    assert contents(cache) == EVERY
+    assert store.reads == 1  # one read back of a, c and d, at the first search
+    assert contents(cache) == EVERY
     assert store.reads == 1
 
 
 def test_a_fill_whose_read_fails_preloads_from_milvus(monkeypatch: pytest.MonkeyPatch) -> None:
-    async def unreachable(*_: object, **__: object) -> Tables:
+    async def unreachable(*_: object, **__: object) -> tuple[dict[bytes, bytes], dict[int, int]]:
         raise KafkaConnectionError("no broker")
 
-    monkeypatch.setattr(Tables, "read", unreachable)
+    monkeypatch.setattr(warmup, "read_changelog_to", unreachable)
+    monkeypatch.setattr(warmup, "read_changelog", unreachable)
     store = milvus()
     cache = HotCache(store)  # type: ignore[arg-type]
     asyncio.run(warm(cache, ["acme"], SOURCE, asyncio.Event()))
     assert cache.preload_ended.is_set()
-    assert cache.held() == (3, 1)
-    assert contents(cache) == {"a": "a rewritten", "b": "b", "c": "c"}
+    assert cache.held() == (4, 1)
+    assert contents(cache) == EVERY
 
 
 def test_a_warm_up_asked_to_stop_during_its_read_ends_holding_nothing(
@@ -132,7 +161,7 @@ def test_a_warm_up_asked_to_stop_during_its_read_ends_holding_nothing(
 ) -> None:
     cancelled = []
 
-    async def endless(*_: object, **__: object) -> Tables:
+    async def endless(*_: object, **__: object) -> tuple[dict[bytes, bytes], dict[int, int]]:
         try:
             await asyncio.Event().wait()
         except asyncio.CancelledError:
@@ -140,7 +169,8 @@ def test_a_warm_up_asked_to_stop_during_its_read_ends_holding_nothing(
             raise
         raise AssertionError("unreachable")
 
-    monkeypatch.setattr(Tables, "read", endless)
+    monkeypatch.setattr(warmup, "read_changelog_to", endless)
+    monkeypatch.setattr(warmup, "read_changelog", endless)
     cache = HotCache(milvus())  # type: ignore[arg-type]
 
     async def start_then_stop() -> None:
@@ -150,7 +180,7 @@ def test_a_warm_up_asked_to_stop_during_its_read_ends_holding_nothing(
         await up.stop()
 
     asyncio.run(start_then_stop())
-    assert cancelled == [True]
+    assert cancelled == [True, True]
     assert cache.preload_ended.is_set()
     assert cache.held() == (0, 0)
 
@@ -158,4 +188,4 @@ def test_a_warm_up_asked_to_stop_during_its_read_ends_holding_nothing(
 def test_a_warm_up_without_changelogs_preloads_from_milvus() -> None:
     cache = HotCache(milvus())  # type: ignore[arg-type]
     asyncio.run(warm(cache, ["acme"], None, asyncio.Event()))
-    assert cache.held() == (3, 1)
+    assert cache.held() == (4, 1)
