@@ -583,6 +583,11 @@ class HotCache:
         """
         self._stop_preload.set()
 
+    @property
+    def stopping(self) -> bool:
+        """:meth:`stop_preload` was called."""
+        return self._stop_preload.is_set()
+
     def _scan_all(self) -> None:
         with contextlib.closing(self.store.scan()) as pages:  # closed at once when stopped
             self.fill(pages)

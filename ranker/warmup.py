@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -42,6 +42,7 @@ from storage import StorageError
 from storage.changelogs import (
     ChangelogStream,
     DocumentRows,
+    Record,
     changelog_topic,
     key_ring,
     read_changelog,
@@ -91,6 +92,8 @@ async def warm(
             log.warning(
                 "hot cache: the changelogs could not be read; preloading from Milvus", exc_info=True
             )
+        except Exception:  # never left without a warm-up: readiness waits for its end
+            log.exception("hot cache: the fill from the changelogs failed; preloading from Milvus")
         else:
             rows, tenants, awaited = filled
             log.info(
@@ -138,9 +141,20 @@ async def _lay(
     documents = ChangelogStream(source.kafka, documents_topic)
 
     def lay() -> tuple[int, int]:
-        stream = iter(documents)
+        stream = batches()
         with contextlib.closing(stream), contextlib.closing(rows.pages(stream)) as pages:
             return cache.fill(pages)
+
+    def batches() -> Generator[list[Record], None, None]:
+        """The documents' batches, ending with PreloadStoppedError at the first one after a
+        stop (the cache checks only between pages, and a page may be long in coming); closed,
+        it stops the stream's consumer.
+        """
+        with contextlib.closing(iter(documents)) as stream:
+            for batch in stream:
+                if cache.stopping:
+                    raise PreloadStoppedError
+                yield batch
 
     held = await asyncio.to_thread(lay)
     read_to = ((states_topic, states_to), (documents_topic, documents.ends))

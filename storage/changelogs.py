@@ -3,7 +3,8 @@ key is the current value), read directly from Kafka.
 
 The worker's start-up check (``streams.rebuild``), ``mnemo rebuild`` and ``state-hash`` read them
 to rewrite Milvus; a ranker reads them to fill its hot cache without a pass over Milvus
-(``ranker.__main__``).
+(``ranker.warmup``: the documents streamed by, :class:`ChangelogStream` and
+:class:`DocumentRows`, never held whole).
 """
 
 from __future__ import annotations
@@ -83,23 +84,22 @@ class _Scan:
         self._todo = {tp for tp in tps if self._to[tp] > self.start.get(tp.partition, 0)}
 
     async def batch(self) -> list[Record] | None:
-        """The next fetched records (keyless ones left out), in offset order per partition;
-        None once every partition is read to its end offset.
+        """The records of the next fetch (keyless ones left out; empty when none came within a
+        second), in offset order per partition; None once every partition is read to its end
+        offset.
         """
         consumer = self._consumer
         assert consumer is not None, "open() first"
-        while self._todo:
-            fetched = await consumer.getmany(*self._todo, timeout_ms=1000)
-            self._todo = {tp for tp in self._todo if await consumer.position(tp) < self._to[tp]}
-            out = [
-                (record.key, record.value)
-                for records in fetched.values()
-                for record in records
-                if record.key is not None
-            ]
-            if out:
-                return out
-        return None
+        if not self._todo:
+            return None
+        fetched = await consumer.getmany(*self._todo, timeout_ms=1000)
+        self._todo = {tp for tp in self._todo if await consumer.position(tp) < self._to[tp]}
+        return [
+            (record.key, record.value)
+            for records in fetched.values()
+            for record in records
+            if record.key is not None
+        ]
 
     async def close(self) -> None:
         if self._consumer is not None:
@@ -134,8 +134,9 @@ async def read_changelog_to(
 
 class ChangelogStream:
     """A changelog's records as an iterator of fetched batches (:data:`Record` lists, offset
-    order per partition), for a thread that consumes them as they come instead of holding the
-    topic (the read runs on an event loop of the iterating thread's own). Blocking; raises
+    order per partition; an empty one after a second without records, so the consumer can check
+    whether to stop), for a thread that consumes them as they come instead of holding the topic
+    (the read runs on an event loop of the iterating thread's own). Blocking; raises
     aiokafka's ``KafkaError`` when the broker fails. :attr:`ends`: where the read stops (set
     once iteration began). Closing the iterator early (``close()``, or leaving a ``for`` by an
     exception) stops the consumer.

@@ -7,6 +7,7 @@ tests/integration (test_streams.py, test_shared_port.py).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Generator, Mapping
 from datetime import UTC, datetime
 
@@ -189,3 +190,40 @@ def test_a_warm_up_without_changelogs_preloads_from_milvus() -> None:
     cache = HotCache(milvus())  # type: ignore[arg-type]
     asyncio.run(warm(cache, ["acme"], None, asyncio.Event()))
     assert cache.held() == (4, 1)
+
+
+def test_a_warm_up_asked_to_stop_while_the_documents_stream_ends_holding_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    Reads(monkeypatch)
+    closed: list[str] = []
+
+    class Idle:
+        """A documents topic that brings nothing more (a broker gone quiet): empty fetches."""
+
+        def __init__(self, *_: object) -> None:
+            self.ends: dict[int, int] = {}
+
+        def __iter__(self) -> Generator[list[Record], None, None]:
+            try:
+                for _ in range(500):  # 5 s: far past the stop
+                    yield []
+                    time.sleep(0.01)
+                closed.append("ran out")
+                raise AssertionError("the stream was not stopped")
+            finally:
+                closed.append("closed")
+
+    monkeypatch.setattr(warmup, "ChangelogStream", Idle)
+    cache = HotCache(milvus())  # type: ignore[arg-type]
+
+    async def start_then_stop() -> None:
+        up = warmup.Warmup(cache, SOURCE)
+        up.start(["acme"])
+        await asyncio.sleep(0.2)
+        await up.stop()
+
+    asyncio.run(start_then_stop())
+    assert closed == ["closed"]  # by the stop, not at its end
+    assert cache.preload_ended.is_set()
+    assert cache.held() == (0, 0)
