@@ -27,10 +27,11 @@ from pathlib import Path
 from memcore import ImportanceDecision, ImportanceSource, Policy, Write, apply, content_hash
 from ranker.hotcache import HotCache
 from storage import Document, MilvusConfig, MilvusStore, codec
+from storage.changelogs import Tables
 from storage.records import Limits
 from storage.tenants import TenantRegistry
 from streams.processor import Processor
-from streams.rebuild import Tables, catch_up
+from streams.rebuild import catch_up
 
 CHUNK = 1000
 

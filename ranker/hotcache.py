@@ -593,15 +593,18 @@ class HotCache:
             self.fill(pages)
         self.loads += len(self._blocks)
 
-    def fill(self, pages: Iterable[Sequence[MemoryRow]]) -> tuple[int, int]:
+    def fill(
+        self, pages: Iterable[Sequence[MemoryRow]], then: Callable[[], object] | None = None
+    ) -> tuple[int, int]:
         """Lay ``pages`` into the blocks as the preload's pass lays Milvus's rows (same limits;
         a change meanwhile is caught the same way), then hold the cache complete: a later
         :meth:`preload` reads nothing, and with ``sole_writer`` a tenant not held is known to
         have had no rows. The caller vouches that ``pages`` are every row the collection holds
         (``python -m server``: the rows its start-up resync read from the changelogs, before its
         worker writes any; it calls :meth:`forget` when Milvus holds another number of rows), or,
-        without ``sole_writer``, every row but those it then marks (:meth:`await_rows`; a
-        ``python -m ranker`` while the worker writes, :mod:`ranker.warmup`).
+        without ``sole_writer``, every row but those it marks (:meth:`await_rows`) in ``then``,
+        which runs after the last page, before the cache is complete, while searches still go
+        to Milvus (a ``python -m ranker`` while the worker writes, :mod:`ranker.warmup`).
         Blocking; returns (rows, tenants) held; raises :class:`PreloadStoppedError` after
         :meth:`stop_preload`, leaving the cache as it was.
         """
@@ -615,6 +618,8 @@ class HotCache:
                 total = self._lay(page, total, made, too_big)
                 if self._stop_preload.is_set():  # before asking for the next page
                     raise PreloadStoppedError
+            if then is not None:
+                then()
             with self._guard:
                 self._complete = True
         except BaseException:
@@ -646,8 +651,11 @@ class HotCache:
             with block.lock:
                 if row.memory_id not in block.index:
                     total += 1
-                if self._put(tenant_id, block, row):  # as new as the view knows: a change
-                    block.dirty.pop(row.memory_id, None)  # it told meanwhile is met
+                if self._put(tenant_id, block, row):
+                    if self.live_of(tenant_id, row.memory_id) is not None:
+                        # as new as the view knows: a change it told meanwhile is met (a
+                        # memory it dropped stays marked, to be read back and removed)
+                        block.dirty.pop(row.memory_id, None)
                 else:
                     block.dirty.setdefault(row.memory_id, self.clock())
             if block.n > self.tenant_max:

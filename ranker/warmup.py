@@ -14,11 +14,13 @@ Either way recalls search Milvus until the cache is warm, and ``GET /readyz`` wa
 preload. ``python -m server`` fills its cache from its worker's start-up read instead
 (``server.__main__``); its lifespan only preloads when that fill was dropped.
 
-Freshness of a fill while the worker writes (it takes minutes at 1M memories): once it is laid,
-both topics are read again from where their reads stopped, and every memory with a record since
-(a new memory, a new version, an access), with every memory whose document the stream did not
-bring, is re-read from Milvus at its tenant's next search
-(:meth:`~ranker.hotcache.HotCache.await_rows`); the worker writes a row before it commits. The
+Freshness of a fill while the worker writes (it takes minutes at 1M memories): once the rows are
+laid, and before the cache counts as filled (searches go to Milvus until then), both topics are
+read again from where their reads stopped, and every memory with a record since (a new memory, a
+new version, an access), with every memory whose document the stream did not bring or could not
+open, is re-read from Milvus at its tenant's next search
+(:meth:`~ranker.hotcache.HotCache.await_rows`); the worker writes a row before it commits. A
+failure there drops the laid rows and preloads instead. The
 state view, which follows the memories changelog on its own, also marks a change it tells to a
 tenant already held, and the rows are laid under its values. A tenant whose rows in Milvus were
 written under another app id is not in the worker's tables: a collection shared between app ids
@@ -33,7 +35,7 @@ import logging
 import time
 from collections.abc import Awaitable, Generator, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from aiokafka.errors import KafkaError
 
@@ -110,73 +112,102 @@ async def warm(
 async def _fill(
     cache: HotCache, source: Changelogs, stopping: asyncio.Event
 ) -> tuple[int, int, int]:
-    """Lay the rows of the worker's tables (:func:`_lay`), then mark what its reads may have
-    missed; returns (rows, tenants, marked). Raises KafkaError, or PreloadStoppedError once
-    ``stopping`` is set.
+    """Fill the cache from the worker's tables (:func:`_lay`); returns (rows, tenants, memories
+    marked to be read back). Raises KafkaError, or PreloadStoppedError once ``stopping`` is set.
     """
     try:
-        (rows, tenants), missed = await _lay(cache, source, stopping)
+        return await _lay(cache, source, stopping)
     finally:
-        trim_heap()  # the states' read, dropped with _lay's frame: ~0.5 GB at 1M memories
-    return rows, tenants, cache.await_rows(missed)
+        # the states' read, dropped with _lay's frame (~0.5 GB at 1M memories); off the loop:
+        # a trim of a large heap takes a while
+        await asyncio.to_thread(trim_heap)
 
 
 async def _lay(
     cache: HotCache, source: Changelogs, stopping: asyncio.Event
-) -> tuple[tuple[int, int], list[tuple[str, str]]]:
-    """Read the memories changelog and the keys, then lay the rows as the documents changelog
-    streams by (in a thread; the documents are never held whole); returns what the cache's
-    fill returns and :func:`_missed`.
+) -> tuple[int, int, int]:
+    """Read the memories changelog and the keys, then, in a thread, lay the rows as the
+    documents changelog streams by (the documents are never held whole) and mark what the reads
+    may have missed (:func:`_missed`) before the fill completes: until then searches go to
+    Milvus, and a failure leaves the cache empty, not complete (the caller then preloads).
     """
     states_topic = changelog_topic(source.app_id, "memories")
     documents_topic = changelog_topic(source.app_id, "documents")
     (states, states_to), keys = await _unless(
         stopping,
-        asyncio.gather(
+        _all(
             read_changelog_to(source.kafka, states_topic),
             read_changelog(source.kafka, source.keys_topic),
         ),
     )
     rows = DocumentRows(states, key_ring(keys))
     documents = ChangelogStream(source.kafka, documents_topic)
+    marked: list[int] = []
+
+    def mark() -> None:
+        read_to = ((states_topic, states_to), (documents_topic, documents.ends))
+        missed = _missed(cache, source.kafka, rows, read_to)
+        marked.append(cache.await_rows(missed))
 
     def lay() -> tuple[int, int]:
-        stream = batches()
-        with contextlib.closing(stream), contextlib.closing(rows.pages(stream)) as pages:
-            return cache.fill(pages)
-
-    def batches() -> Generator[list[Record], None, None]:
-        """The documents' batches, ending with PreloadStoppedError at the first one after a
-        stop (the cache checks only between pages, and a page may be long in coming); closed,
-        it stops the stream's consumer.
-        """
-        with contextlib.closing(iter(documents)) as stream:
-            for batch in stream:
-                if cache.stopping:
-                    raise PreloadStoppedError
-                yield batch
+        with (
+            contextlib.closing(_until_stopped(cache, documents)) as stream,
+            contextlib.closing(rows.pages(stream)) as pages,
+        ):
+            return cache.fill(pages, then=mark)
 
     held = await asyncio.to_thread(lay)
-    read_to = ((states_topic, states_to), (documents_topic, documents.ends))
-    return held, await _missed(source, stopping, rows, *read_to)
+    if rows.unreadable:
+        log.warning(
+            "hot cache: %d sealed documents not opened (their keys are not on %s): read back"
+            " from Milvus",
+            rows.unreadable,
+            source.keys_topic,
+        )
+    return *held, marked[0]
 
 
-async def _missed(
-    source: Changelogs,
-    stopping: asyncio.Event,
+def _missed(
+    cache: HotCache,
+    kafka: KafkaConnection,
     rows: DocumentRows,
-    *read_to: tuple[str, Mapping[int, int]],
+    read_to: Iterable[tuple[str, Mapping[int, int]]],
 ) -> list[tuple[str, str]]:
     """(tenant, memory id) of what the fill may lack or hold older than Milvus: memories whose
-    document it did not meet, and every memory whose state or document changed after the read
-    of it (each topic read again from where that read stopped). A state change after its read
-    is also told by the state view, but only to a tenant already held then.
+    document it did not meet, and every memory with a record on either topic after the read of
+    it (each read again from where that read stopped, keys only). A state change after its read
+    is also told by the state view, but only to a tenant already held then. Blocking.
     """
-    keys = await asyncio.to_thread(rows.unseen)
+    keys = rows.unseen()
     for topic, ends in read_to:
-        since, _ = await _unless(stopping, read_changelog_to(source.kafka, topic, start=ends))
-        keys.extend(since)
+        for batch in _until_stopped(cache, ChangelogStream(kafka, topic, start=ends)):
+            keys.extend(key for key, _ in batch)
     return _memories(keys)
+
+
+def _until_stopped(cache: HotCache, stream: ChangelogStream) -> Generator[list[Record], None, None]:
+    """``stream``'s batches, ending with PreloadStoppedError at the first one after a stop (the
+    cache checks only between pages, and a page may be long in coming); closed, it stops the
+    stream's consumer.
+    """
+    with contextlib.closing(iter(stream)) as batches:
+        for batch in batches:
+            if cache.stopping:
+                raise PreloadStoppedError
+            yield batch
+
+
+async def _all(*work: Awaitable[Any]) -> list[Any]:
+    """Await every one of ``work`` at once; when one fails, the others are cancelled (a read
+    would otherwise go on with its consumer open).
+    """
+    tasks = [asyncio.ensure_future(w) for w in work]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        raise
 
 
 def _memories(keys: Iterable[bytes]) -> list[tuple[str, str]]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaTimeoutError
 
 from memcore import MemoryState
 from storage import codec
@@ -27,6 +28,9 @@ from storage.rows import Document, MemoryRow
 from storage.sealing import Erased, KeyRing, SealError
 
 CHUNK = 1000
+STALL_S = 120
+"""A read that fetches nothing for this long (s) while records remain before its end offsets
+raises aiokafka's KafkaTimeoutError."""
 log = logging.getLogger(__name__)
 
 
@@ -60,6 +64,7 @@ class _Scan:
         self._consumer: AIOKafkaConsumer | None = None
         self._todo: set[TopicPartition] = set()
         self._to: dict[TopicPartition, int] = {}
+        self._idle_s = 0  # seconds of empty fetches in a row (one fetch waits 1 s at most)
 
     async def open(self) -> None:
         """Connect (on the running loop) and find the partitions and their end offsets."""
@@ -94,6 +99,13 @@ class _Scan:
             return None
         fetched = await consumer.getmany(*self._todo, timeout_ms=1000)
         self._todo = {tp for tp in self._todo if await consumer.position(tp) < self._to[tp]}
+        self._idle_s = 0 if fetched else self._idle_s + 1
+        if self._todo and self._idle_s >= STALL_S:
+            # a broker down answers empty fetches, not errors: a read would wait forever
+            raise KafkaTimeoutError(
+                f"{self.topic}: no record for {STALL_S} s, {len(self._todo)} partitions short"
+                " of their end offsets"
+            )
         return [
             (record.key, record.value)
             for records in fetched.values()
@@ -115,7 +127,8 @@ async def read_changelog_to(
     view (:meth:`ranker.view.StateView.seed`). ``start``: read each partition from this offset
     (partition -> offset, e.g. where an earlier read stopped), not from its beginning: the keys
     written since, each with its last value (a tombstone removes a key only when its earlier
-    value is in the read too).
+    value is in the read too). Raises aiokafka's ``KafkaError`` when the broker fails, and its
+    ``KafkaTimeoutError`` when nothing comes for :data:`STALL_S` short of the end.
     """
     scan = _Scan(kafka, topic, start)
     try:
@@ -304,6 +317,7 @@ class DocumentRows:
             return None
         except SealError:
             self.unreadable += 1
+            self.seen.discard(key)  # an earlier version it opened is stale now: unseen
             return None
         self.seen.add(key)
         return MemoryRow.of(state, doc)

@@ -732,3 +732,31 @@ def test_a_newer_version_told_during_the_pass_is_still_read_back() -> None:
     similarity = dict(zip([r.memory_id for r in hits.rows], hits.similarity.tolist(), strict=True))
     assert abs(similarity["b"]) < 1e-6  # b's newer version, read back: orthogonal to the query
     assert store.reads == 1
+
+
+def test_until_a_fill_is_complete_searches_go_to_milvus() -> None:
+    """The fill's ``then`` (a ranker marks there what its reads missed) runs before the rows
+    pass for the tenant: a search meanwhile answers None (the caller asks Milvus)."""
+    a = row("a", 1.0)
+    store, _, cache, _ = setup(a)
+    during: list[object] = []
+    cache.fill([[a]], then=lambda: during.append(cache.search("acme", [1.0, 0, 0, 0], 5, RECALL)))
+    assert during == [None]
+    assert ids(cache) == ["a"]
+    assert store.reads == 0
+
+
+def test_a_memory_the_view_dropped_during_the_pass_stays_marked() -> None:
+    a, b = row("a", 1.0), row("b", 0.9, 0.1)
+    store, _, cache, clock = setup(a, b)
+
+    def pages() -> Iterator[list[MemoryRow]]:
+        yield [a]
+        cache.on_change("acme", "b", live(b))  # told, then dropped (deleted) meanwhile
+        cache.on_change("acme", "b", None)
+        del store.rows["acme"]["b"]
+        yield [b]  # the pass's older read still had it
+
+    cache.fill(pages())
+    clock.now += DIRTY_GIVE_UP_S + 1
+    assert ids(cache) == ["a"]  # read back: Milvus no longer has it (given up: removed)

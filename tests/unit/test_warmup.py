@@ -66,34 +66,40 @@ class Reads:
     changelog holds a, b and c when read (d comes after); the documents stream brings a's first
     document, b's two (the later wins), and d's, but not c's (the worker's producer still held
     it); read again from where they stopped, the documents hold a's rewrite and the states d.
+    ``tails_fail``: the reads again raise.
     """
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, tails_fail: bool = False) -> None:
         self.starts: list[tuple[str, Mapping[int, int] | None]] = []
+        self.tails_fail = tails_fail
         monkeypatch.setattr(warmup, "read_changelog_to", self.read_to)
         monkeypatch.setattr(warmup, "read_changelog", self.read_keys)
         monkeypatch.setattr(warmup, "ChangelogStream", self.stream)
 
     async def read_to(
-        self, _kafka: object, topic: str, start: Mapping[int, int] | None = None
+        self, _kafka: object, topic: str
     ) -> tuple[dict[bytes, bytes], dict[int, int]]:
-        self.starts.append((topic, start))
-        if topic == STATES_TOPIC and start is None:
-            return {key(m): codec.encode(STATES[m]) for m in "abc"}, {0: 7}
-        if topic == STATES_TOPIC:
-            return {key("d"): codec.encode(STATES["d"])}, {0: 8}
-        return dict([doc("a", NEW_A)]), {0: 5}
+        assert topic == STATES_TOPIC
+        self.starts.append((topic, None))
+        return {key(m): codec.encode(STATES[m]) for m in "abc"}, {0: 7}
 
     async def read_keys(self, _kafka: object, _topic: str) -> dict[bytes, bytes]:
         return {}
 
-    def stream(self, _kafka: object, topic: str) -> Stream:
-        assert topic == DOCUMENTS_TOPIC
-        return Stream([[doc("a", OLD_A), doc("b", OLD_B)], [doc("b", B), doc("d", D)]])
+    def stream(self, _kafka: object, topic: str, start: Mapping[int, int] | None = None) -> Stream:
+        self.starts.append((topic, start))
+        if start is None:
+            assert topic == DOCUMENTS_TOPIC
+            return Stream([[doc("a", OLD_A), doc("b", OLD_B)], [doc("b", B), doc("d", D)]])
+        if self.tails_fail:
+            raise KafkaConnectionError("the broker went away")
+        if topic == STATES_TOPIC:
+            return Stream([[(key("d"), codec.encode(STATES["d"]))]])
+        return Stream([[doc("a", NEW_A)]])
 
 
 class Stream:
-    """A documents changelog that streams ``batches`` and ends at offset 4."""
+    """A changelog stream of ``batches`` that ends at offset 4."""
 
     def __init__(self, batches: list[list[Record]]) -> None:
         self.batches = batches
@@ -132,6 +138,7 @@ def test_a_fill_reads_back_from_milvus_only_what_its_reads_missed(
     assert cache.preload_ended.is_set()
     assert reads.starts == [
         (STATES_TOPIC, None),
+        (DOCUMENTS_TOPIC, None),
         (STATES_TOPIC, {0: 7}),  # again, from where each read stopped
         (DOCUMENTS_TOPIC, {0: 4}),
     ]
@@ -141,6 +148,19 @@ def test_a_fill_reads_back_from_milvus_only_what_its_reads_missed(
     assert store.reads == 1  # one read back of a, c and d, at the first search
     assert contents(cache) == EVERY
     assert store.reads == 1
+
+
+def test_a_fill_whose_reads_again_fail_is_dropped_and_preloaded_from_milvus(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Laid but not yet marked, the rows must not pass for complete (c missing, a stale)."""
+    Reads(monkeypatch, tails_fail=True)
+    store = milvus()
+    cache = HotCache(store)  # type: ignore[arg-type]
+    asyncio.run(warm(cache, ["acme"], SOURCE, asyncio.Event()))
+    assert cache.preload_ended.is_set()
+    assert cache.held() == (4, 1)  # the preload's pass over Milvus
+    assert contents(cache) == EVERY
 
 
 def test_a_fill_whose_read_fails_preloads_from_milvus(monkeypatch: pytest.MonkeyPatch) -> None:
