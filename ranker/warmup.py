@@ -37,8 +37,7 @@ from collections.abc import Awaitable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from aiokafka.errors import KafkaError
-
+from memcore.ids import split_key
 from ranker.hotcache import HotCache, PreloadStoppedError
 from storage import StorageError
 from storage.changelogs import (
@@ -90,12 +89,11 @@ async def warm(
             log.info("hot cache fill stopped (the ranker is stopping)")
             cache.preload_ended.set()
             return
-        except KafkaError:
+        except Exception:  # Kafka, or anything else: readiness waits for a warm-up to end
             log.warning(
-                "hot cache: the changelogs could not be read; preloading from Milvus", exc_info=True
+                "hot cache: the fill from the changelogs failed; preloading from Milvus",
+                exc_info=True,
             )
-        except Exception:  # never left without a warm-up: readiness waits for its end
-            log.exception("hot cache: the fill from the changelogs failed; preloading from Milvus")
         else:
             rows, tenants, awaited = filled
             log.info(
@@ -182,7 +180,7 @@ def _missed(
     for topic, ends in read_to:
         for batch in _until_stopped(cache, ChangelogStream(kafka, topic, start=ends)):
             keys.extend(key for key, _ in batch)
-    return _memories(keys)
+    return [split_key(key.decode()) for key in keys]  # the worker's keys: well formed
 
 
 def _until_stopped(cache: HotCache, stream: ChangelogStream) -> Generator[list[Record], None, None]:
@@ -208,15 +206,6 @@ async def _all(*work: Awaitable[Any]) -> list[Any]:
         for task in tasks:
             task.cancel()
         raise
-
-
-def _memories(keys: Iterable[bytes]) -> list[tuple[str, str]]:
-    """(tenant, memory id) of table keys (``tenant/memory``)."""
-    out = []
-    for key in keys:
-        tenant_id, _, memory_id = key.decode("utf-8", "replace").partition("/")
-        out.append((tenant_id, memory_id))
-    return out
 
 
 async def _unless(stopping: asyncio.Event, work: Awaitable[T]) -> T:

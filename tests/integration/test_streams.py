@@ -18,7 +18,12 @@ from aiokafka.admin import AIOKafkaAdminClient
 from memcore import Lifecycle
 from ranker.view import StateView
 from storage import MilvusStore, codec
-from storage.changelogs import changelog_topic, read_changelog, read_changelog_to
+from storage.changelogs import (
+    ChangelogStream,
+    changelog_topic,
+    read_changelog,
+    read_changelog_to,
+)
 from storage.milvus import ANY_STATE
 from storage.rows import LIVE_FIELDS, live_values
 from tests.infra import free_port
@@ -209,6 +214,12 @@ def test_counts_are_exact_in_table_and_milvus(
     # its last value (a ranker's fill reads the documents again so)
     since, now = asyncio.run(read_changelog_to(stack.bootstrap, changelog, start=upto))
     assert asyncio.run(read_changelog_to(stack.bootstrap, changelog, start=now)) == ({}, now)
+    # the same read streamed batch by batch (a ranker's fill): every record since, in offset
+    # order per key, ending where the async read ended
+    streamed = ChangelogStream(stack.bootstrap, changelog, start=upto)
+    last = {key: value for batch in streamed for key, value in batch}
+    assert (last, streamed.ends) == (since, now)
+    assert not any(ChangelogStream(stack.bootstrap, changelog, start=now))  # nothing since
     accessed = {f"{t}/{m}".encode() for (t, m), (n, _) in expected.items() if n}
     assert set(since) >= accessed
     for key, value in since.items():

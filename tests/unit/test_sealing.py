@@ -338,7 +338,8 @@ def test_the_ranker_seals_writes_and_erases_keys_before_it_purges() -> None:
         decode_write(orjson.dumps(written), limits(keys.ring))
 
 
-def test_a_rebuild_opens_sealed_documents_and_leaves_erased_ones_out() -> None:
+def kept_and_erased() -> tuple[Tables, KeyRing]:
+    """Tables with m1 sealed under a key the ring holds and m2 sealed under an erased one."""
     kept, gone = new_key("acme", "m1"), new_key("acme", "m2")
     ring = ring_with(kept, gone)
     t = Tables(ring)
@@ -346,6 +347,11 @@ def test_a_rebuild_opens_sealed_documents_and_leaves_erased_ones_out() -> None:
     t.write(seal_write(clear_write(memory_id="m2", content="gone words"), gone))
     ring.apply(gone.record_key, None)
     ring.apply(*erasure_record("acme", "m2", [gone.key_id]))
+    return t, ring
+
+
+def test_a_rebuild_opens_sealed_documents_and_leaves_erased_ones_out() -> None:
+    t, ring = kept_and_erased()
     assert set(t.documents) == {b"acme/m1", b"acme/m2"}
     tables = RebuildTables(dict(t.memories), dict(t.documents), ring)
     upserts, purged = tables.rows()
@@ -361,13 +367,7 @@ def test_a_streamed_fill_opens_sealed_documents_and_leaves_erased_ones_out() -> 
     """:class:`storage.changelogs.DocumentRows` (a ranker's fill) keeps the rebuild's rules: an
     erased memory has no row and is met; one whose key the reader lacks is left to Milvus.
     """
-    kept, gone = new_key("acme", "m1"), new_key("acme", "m2")
-    ring = ring_with(kept, gone)
-    t = Tables(ring)
-    t.write(seal_write(clear_write(), kept))
-    t.write(seal_write(clear_write(memory_id="m2", content="gone words"), gone))
-    ring.apply(gone.record_key, None)
-    ring.apply(*erasure_record("acme", "m2", [gone.key_id]))
+    t, ring = kept_and_erased()
     stream: list[list[Record]] = [list(t.documents.items())]
     rows = DocumentRows(dict(t.memories), ring)
     assert [(r.memory_id, r.content) for p in rows.pages(stream) for r in p] == [

@@ -128,6 +128,14 @@ def contents(cache: HotCache) -> dict[str, str]:
 EVERY = {"a": "a rewritten", "b": "b", "c": "c", "d": "d"}
 
 
+async def start_then_stop(cache: HotCache, after_s: float) -> None:
+    """Start a warm-up of ``cache`` from the changelogs and stop it ``after_s`` later."""
+    up = warmup.Warmup(cache, SOURCE)
+    up.start(["acme"])
+    await asyncio.sleep(after_s)
+    await up.stop()
+
+
 def test_a_fill_reads_back_from_milvus_only_what_its_reads_missed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -194,13 +202,7 @@ def test_a_warm_up_asked_to_stop_during_its_read_ends_holding_nothing(
     monkeypatch.setattr(warmup, "read_changelog", endless)
     cache = HotCache(milvus())  # type: ignore[arg-type]
 
-    async def start_then_stop() -> None:
-        up = warmup.Warmup(cache, SOURCE)
-        up.start(["acme"])
-        await asyncio.sleep(0.05)
-        await up.stop()
-
-    asyncio.run(start_then_stop())
+    asyncio.run(start_then_stop(cache, after_s=0.05))
     assert cancelled == [True, True]
     assert cache.preload_ended.is_set()
     assert cache.held() == (0, 0)
@@ -237,13 +239,7 @@ def test_a_warm_up_asked_to_stop_while_the_documents_stream_ends_holding_nothing
     monkeypatch.setattr(warmup, "ChangelogStream", Idle)
     cache = HotCache(milvus())  # type: ignore[arg-type]
 
-    async def start_then_stop() -> None:
-        up = warmup.Warmup(cache, SOURCE)
-        up.start(["acme"])
-        await asyncio.sleep(0.2)
-        await up.stop()
-
-    asyncio.run(start_then_stop())
+    asyncio.run(start_then_stop(cache, after_s=0.2))
     assert closed == ["closed"]  # by the stop, not at its end
     assert cache.preload_ended.is_set()
     assert cache.held() == (0, 0)
