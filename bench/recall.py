@@ -397,8 +397,8 @@ async def compare(
     )
     agree, checked = 0, items[:50]
     for q in checked:
-        a = [r.score.memory_id for r in await batched.recall(q.tenant, recall_query(q))]
-        b = [r.score.memory_id for r in await scalar.recall(q.tenant, recall_query(q))]
+        a = [r.score.memory_id for r in (await batched.recall(q.tenant, recall_query(q))).results]
+        b = [r.score.memory_id for r in (await scalar.recall(q.tenant, recall_query(q))).results]
         agree += a == b
     return ranker, unbatched, mean_batch, f"{agree}/{len(checked)}"
 

@@ -41,7 +41,7 @@ from ranker.logs import RequestLog
 from ranker.problems import NOT_FOUND, RESPONSES, problem
 from ranker.ratelimit import RateLimited, RateLimiter
 from ranker.routes import memory_routes
-from ranker.service import Recalled, RecallQuery, RecallService
+from ranker.service import Recall, Recalled, RecallQuery, RecallService
 from ranker.wire import (
     RESULTS,
     Auth,
@@ -235,19 +235,18 @@ def create_api(
     # the recall routes answer with orjson-written bodies; added to the app's own router (an
     # included router's routes are not matched by path for Admission's route label)
     async def recall(body: RecallBody, who: Auth) -> Response:
-        results = await service.recall(
+        answer = await service.recall(
             who.tenant_id, _query(body, who, ("active", "archived"), limits.embedding_dim)
         )
         if body.include_history:
-            results.sort(key=lambda r: (r.row.created_at_us, r.row.memory_id))
-        return json_response({"results": [_recalled(r) for r in results]})
+            answer.results.sort(key=lambda r: (r.row.created_at_us, r.row.memory_id))
+        return _answer(answer)
 
     async def archive_search(body: RecallBody, who: Auth) -> Response:
         query = _query(
             body.model_copy(update={"track": False}), who, ("archived",), limits.embedding_dim
         )
-        results = await service.recall(who.tenant_id, query)
-        return json_response({"results": [_recalled(r) for r in results]})
+        return _answer(await service.recall(who.tenant_id, query))
 
     for path, endpoint in (("/v1/recall", recall), ("/v1/archive/search", archive_search)):
         api.router.add_api_route(
@@ -425,6 +424,12 @@ def _query(body: RecallBody, who: Tenant, states: tuple[str, ...], dim: int) -> 
     given = body.after if body.after is not None else []
     after = tokens(given)
     return RecallQuery(body.query, vector, body.k, at, policy, filters, body.track, after)
+
+
+def _answer(answer: Recall) -> Response:
+    """A recall route's body: the results, and the token of the accesses it recorded or null."""
+    token = answer.token.encode() if answer.token is not None else None
+    return json_response({"results": [_recalled(r) for r in answer.results], "token": token})
 
 
 def _recalled(r: Recalled) -> dict[str, Any]:

@@ -87,6 +87,20 @@ class Recalled:
 
 
 @dataclass(frozen=True)
+class Recall:
+    """A recall's answer.
+
+    Attributes:
+        results: the top ``k``, best first.
+        token: the recall access events it produced (``track``), acknowledged by the broker, for
+            a later read's ``after``; None when it produced none (``track`` off, or no result).
+    """
+
+    results: list[Recalled]
+    token: Token | None = None
+
+
+@dataclass(frozen=True)
 class Candidate:
     """A candidate row: its similarity as the vector search gave it (0 when only the keyword
     search found it: the kernel computes the exact cosine from the vectors), its BM25 score
@@ -172,8 +186,10 @@ class RecallService:
             self._kernel.shutdown(wait=False, cancel_futures=True)
             self._kernel = None
 
-    async def recall(self, tenant_id: str, query: RecallQuery) -> list[Recalled]:
-        """The top ``k`` memories of one tenant, best first (raises Overloaded when saturated)."""
+    async def recall(self, tenant_id: str, query: RecallQuery) -> Recall:
+        """The top ``k`` memories of one tenant, best first, and the token of the accesses the
+        recall recorded (raises Overloaded when saturated).
+        """
         try:
             with self.metrics.latency.time():
                 return await self._recall(tenant_id, query)
@@ -181,7 +197,7 @@ class RecallService:
             self.metrics.overloaded.inc()
             raise
 
-    async def _recall(self, tenant_id: str, query: RecallQuery) -> list[Recalled]:
+    async def _recall(self, tenant_id: str, query: RecallQuery) -> Recall:
         await self.wait(query.after)
         vector = query.vector
         if vector is None:
@@ -208,14 +224,15 @@ class RecallService:
             scored = await self.batcher.submit(request)
             at = request.ids.index  # k of ~100 candidates: a scan in C beats building a dict
             results = [Recalled(self._live(rows[at(s.memory_id)]), s) for s in scored]
-        if query.track and results:
-            await self._produce_all(
-                [
-                    ("access-events", _access(tenant_id, r.row.memory_id, query.at, "recall"))
-                    for r in results
-                ]
-            )
-        return results
+        if not (query.track and results):
+            return Recall(results)
+        token = await self._produce_all(
+            [
+                ("access-events", _access(tenant_id, r.row.memory_id, query.at, "recall"))
+                for r in results
+            ]
+        )
+        return Recall(results, token)
 
     def _candidates(
         self, tenant_id: str, vector: Sequence[float], query: RecallQuery

@@ -342,13 +342,18 @@ def _scalar(value: object) -> object:
 
 RESULTS: dict[int | str, dict[str, Any]] = {
     200: {
-        "description": "the top ``k``, best first: each memory with its ``scores``",
+        "description": "the top ``k``, best first: each memory with its ``scores``; ``token``:"
+        " the recall access events it recorded (``track``), to pass as ``after`` so that a later"
+        " read counts them, or null when it recorded none",
         "content": {
             "application/json": {
                 "schema": {
                     "type": "object",
-                    "properties": {"results": {"type": "array", "items": {"type": "object"}}},
-                    "required": ["results"],
+                    "properties": {
+                        "results": {"type": "array", "items": {"type": "object"}},
+                        "token": {"type": ["string", "null"]},
+                    },
+                    "required": ["results", "token"],
                 }
             }
         },

@@ -78,9 +78,9 @@ class _Call:
 
 
 class _Session:
-    """Read-your-writes for one client: the tokens of its writes and accesses since its last read;
-    the next recall or get sends them (the server waits until the worker applied them), then they
-    are dropped.
+    """Read-your-writes for one client: the tokens of its writes and accesses since its last read
+    (a tracked recall's accesses too); the next recall or get sends them (the server waits until
+    the worker applied them), then they are dropped.
     """
 
     def __init__(self, enabled: bool) -> None:
@@ -272,7 +272,10 @@ class Client:
         k: int = 10,
         **options: Any,  # noqa: ANN401
     ) -> list[Memory]:
-        """The best ``k`` memories; options: filters, preset, weights, mmr_lambda, min_score, at, track."""
+        """The best ``k`` memories; options: filters, preset, weights, mmr_lambda, min_score, at,
+        track. With ``track`` (the default) the recall counts as an access of each memory
+        returned: with read-your-writes on, this client's next read counts it too.
+        """
         call = _Api.recall(query, vector, k, self._session.after(), **options)
         return [Memory.of(r) for r in self._send(call)["results"]]
 

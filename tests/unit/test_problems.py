@@ -13,7 +13,7 @@ import pytest
 
 from memcore.scoring import Scored
 from ranker.api import create_api
-from ranker.service import Recalled, RecallQuery, RecallService
+from ranker.service import Recall, Recalled, RecallQuery, RecallService
 from ranker.wire import memory_json
 from storage import MilvusConfig, MilvusStore
 from storage.embedding import Hashing
@@ -194,8 +194,8 @@ async def test_recall_answers_are_every_route_s_json_whoever_writes_them(
     recency = cast("float", np.float32(0.25))  # numpy scalars, as a kernel may hand them over
     score = Scored("m1", np.float64(0.75), 0.0, 0.5, recency, 0.0, 0.625)
 
-    async def recall(tenant_id: str, query: RecallQuery) -> list[Recalled]:
-        return [Recalled(row, score)]
+    async def recall(tenant_id: str, query: RecallQuery) -> Recall:
+        return Recall([Recalled(row, score)])
 
     monkeypatch.setattr(service, "recall", recall)
     transport = httpx.ASGITransport(app=create_api(service, registry))

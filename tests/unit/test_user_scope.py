@@ -14,7 +14,7 @@ import pytest
 from memcore.ids import derive_memory_id
 from ranker.api import create_api
 from ranker.listing import Page
-from ranker.service import Recalled, RecallQuery, RecallService
+from ranker.service import Recall, RecallQuery, RecallService
 from ranker.wire import memory_json
 from storage import Filters, MilvusConfig, MilvusStore
 from storage.embedding import Hashing
@@ -79,9 +79,9 @@ async def test_recall_and_list_filter_by_user_and_return_it(
     row = make_row("acme", "m1", (1.0, 0.0, 0.0, 0.0), user_id="ann", agent_id="bot")
     asked: list[Filters] = []
 
-    async def recall(tenant_id: str, query: RecallQuery) -> list[Recalled]:
+    async def recall(tenant_id: str, query: RecallQuery) -> Recall:
         asked.append(query.filters)
-        return []
+        return Recall([])
 
     async def list_page(tenant_id: str, filters: Filters, *args: object) -> Page:
         asked.append(filters)
