@@ -77,10 +77,15 @@ class _Call:
         return {**out, "after": list(self.params)} if self.params else out
 
 
+_UNAWAITED = frozenset({"/v1/recall", "/v1/archive/search"})
+"""Routes whose token a session does not send on (see :class:`_Session`)."""
+
+
 class _Session:
-    """Read-your-writes for one client: the tokens of its writes and accesses since its last read
-    (a tracked recall's accesses too); the next recall or get sends them (the server waits until
-    the worker applied them), then they are dropped.
+    """Read-your-writes for one client: the tokens of its writes and accesses since its last read;
+    the next recall or get sends them (the server waits until the worker applied them), then they
+    are dropped. Not a recall's token (the accesses a tracked recall recorded): the next recall
+    would wait for the worker's access batch window (~0.1 s), back-to-back recalls each time.
     """
 
     def __init__(self, enabled: bool) -> None:
@@ -91,7 +96,11 @@ class _Session:
         return list(self.pending) if self.enabled else []
 
     def noted(self, call: _Call, result: Any) -> Any:  # noqa: ANN401
-        if isinstance(result, dict) and isinstance(result.get("token"), str):
+        if (
+            isinstance(result, dict)
+            and isinstance(result.get("token"), str)
+            and call.path not in _UNAWAITED
+        ):
             self.pending.append(result["token"])
         sent = set(call.params) | set((call.json or {}).get("after") or ())
         if sent:  # the server waited for them: this client's later reads need not
@@ -274,7 +283,7 @@ class Client:
     ) -> list[Memory]:
         """The best ``k`` memories; options: filters, preset, weights, mmr_lambda, min_score, at,
         track. With ``track`` (the default) the recall counts as an access of each memory
-        returned: with read-your-writes on, this client's next read counts it too.
+        returned; this client's next read does not wait for those accesses to be applied.
         """
         call = _Api.recall(query, vector, k, self._session.after(), **options)
         return [Memory.of(r) for r in self._send(call)["results"]]

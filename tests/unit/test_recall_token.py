@@ -1,5 +1,5 @@
-"""A recall answers with the token of the access events it recorded, and the SDK's session
-sends it with its next read (the real stack: test_end_to_end)."""
+"""A recall answers with the token of the access events it recorded (the real stack:
+test_end_to_end); the SDK's session does not wait for it."""
 
 from __future__ import annotations
 
@@ -54,18 +54,22 @@ async def test_a_tracked_recall_answers_with_the_token_of_its_access_events(
     assert len(untracked.json()["results"]) == 2
 
 
-def test_the_sdk_sends_a_recalls_token_with_its_next_read() -> None:
+def test_the_sdk_sends_no_recalls_token_with_its_next_read() -> None:
+    """Back-to-back recalls would each wait for the worker's access batch window."""
     after: list[list[str]] = []
 
     def answer(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/v1/recall":
             after.append(json.loads(request.content).get("after") or [])
             return httpx.Response(200, json={"results": [], "token": "v1.r"})
+        if request.url.path == "/v1/memories":
+            return httpx.Response(200, json={"ids": ["m1"], "token": "v1.w"})
         after.append(request.url.params.get_list("after"))
         return httpx.Response(404, json={"detail": "no such memory"})
 
     with Client("http://x", "k" * 16, transport=httpx.MockTransport(answer)) as client:
+        client.remember("a")
         client.recall("q")
         client.get("m1")
-        client.recall("q", track=False)
-    assert after == [[], ["v1.r"], []]
+        client.recall("q")
+    assert after == [["v1.w"], [], []]
