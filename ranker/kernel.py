@@ -197,20 +197,17 @@ def rank_many(
 
 @dataclass(frozen=True)
 class Scores:
-    """A batch's score terms on the CPU, left as arrays: only the ~k chosen candidates of a
-    request become Python floats (:func:`top_k`), not every padded one of every term.
-
-    Attributes:
-        terms: ``[6 × requests × candidates]`` float64: similarity, keyword, importance,
-            recency, graph, final; ``final`` is -inf for padding and for the candidates the
-            minimum score drops.
-        order: ``[requests × candidates]`` candidate indices by final score, best first.
-        ranked: ``[requests × candidates]`` the final scores in that order.
+    """A batch's score terms, ``[requests × candidates]`` float64 on the CPU; ``final`` is -inf
+    for padding and for the candidates the minimum score drops.
     """
 
-    terms: npt.NDArray[np.float64]
-    order: npt.NDArray[np.int64]
-    ranked: npt.NDArray[np.float64]
+    similarity: list[list[float]]
+    keyword: list[list[float]]
+    importance: list[list[float]]
+    recency: list[list[float]]
+    graph: list[list[float]]
+    final: list[list[float]]
+    order: list[list[int]]  # per request, candidate indices by final score, best first
 
 
 def score(
@@ -218,32 +215,38 @@ def score(
 ) -> Scores:
     """Score a batch of non-empty requests in one pass."""
     cols = Columns.build(requests, device, use_faiss=use_faiss)
-    terms = torch.stack([t.to(torch.float64) for t in kernel(cols)])
-    ranked, order = torch.sort(terms[-1], dim=1, descending=True, stable=True)
-    return Scores(terms.cpu().numpy(), order.cpu().numpy(), ranked.cpu().numpy())
+    terms = kernel(cols)
+    order = torch.argsort(terms[-1], dim=1, descending=True, stable=True)
+    sim, keyword, importance, recency, graph, final = (t.cpu().tolist() for t in terms)
+    return Scores(sim, keyword, importance, recency, graph, final, order.cpu().tolist())
 
 
 def top_k(requests: Sequence[RankRequest], scores: Scores) -> list[list[Scored]]:
     """Each request's top ``k`` by final score, ties by memory id (only ~k objects are built)."""
     out = []
     for row, request in enumerate(requests):
-        ranked = scores.ranked[row].tolist()
-        taken = 0  # the best ``taken`` by final score: the top k and whatever ties the k-th
-        for value in ranked:
-            if value == -math.inf or (taken >= request.params.k and value < ranked[taken - 1]):
+        final = scores.final[row]
+        chosen: list[int] = []
+        for i in scores.order[row]:
+            value = final[i]
+            if value == -math.inf or (
+                len(chosen) >= request.params.k and value < final[chosen[-1]]
+            ):
                 break
-            taken += 1
-        chosen = scores.order[row, :taken].tolist()
-        final = dict(zip(chosen, ranked[:taken], strict=True))
+            chosen.append(i)
         chosen.sort(key=lambda i: (-final[i], request.ids[i]))
-        chosen = chosen[: request.params.k]
-        sim, keyword, importance, recency, graph, best = scores.terms[:, row, chosen].tolist()
         out.append(
             [
-                Scored(request.ids[i], *values)
-                for i, *values in zip(
-                    chosen, sim, keyword, importance, recency, graph, best, strict=True
+                Scored(
+                    request.ids[i],
+                    scores.similarity[row][i],
+                    scores.keyword[row][i],
+                    scores.importance[row][i],
+                    scores.recency[row][i],
+                    scores.graph[row][i],
+                    final[i],
                 )
+                for i in chosen[: request.params.k]
             ]
         )
     return out
