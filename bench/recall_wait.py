@@ -4,11 +4,12 @@ with and without waiting for the previous recall's accesses (its token as ``afte
     make up
     .venv/bin/python -m bench.recall_wait [--recalls 300] [--rounds 2] [--tenant demo]
 
-Each round runs ``--recalls`` tracked recalls (k 10, a random unit vector of the service's
-dimension) one after another, first each on its own, then each sending the token the previous
-one answered with: what a client that waited for its own recalls' accesses would pay (the access
-agent's batch window, ``MNEMO_ACCESS_BATCH_WAIT_S``, on an idle worker). Prints p50/p99 per
-round and mode. The tenant needs memories (any: ``bench.recall_http`` writes some).
+Each round runs ``--recalls`` tracked recalls (k 10, a random unit vector of ``--dim``
+dimensions: the service's, 384 by default) one after another, first each on its own, then each
+sending the token the previous one answered with: what a client that waited for its own
+recalls' accesses would pay (the access agent's batch window, ``MNEMO_ACCESS_BATCH_WAIT_S``, on
+an idle worker). Prints p50/p99 per round and mode. The tenant needs memories (any:
+``bench.recall_http`` writes some).
 """
 
 from __future__ import annotations
