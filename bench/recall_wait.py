@@ -22,6 +22,7 @@ import httpx
 import numpy as np
 
 from bench.quality import DEFAULT_TENANTS, api_keys, require_keys
+from bench.recall import unit
 from bench.stats import p50_p99
 
 
@@ -29,9 +30,8 @@ def run(http: httpx.Client, dim: int, n: int, wait: bool, rng: np.random.Generat
     """Milliseconds per recall; ``wait``: each sends the previous one's token as ``after``."""
     out: list[float] = []
     token: str | None = None
-    for _ in range(n):
-        vector = rng.standard_normal(dim)
-        body = {"vector": (vector / np.linalg.norm(vector)).tolist(), "k": 10}
+    for vector in unit(rng.standard_normal((n, dim))):
+        body = {"vector": vector.tolist(), "k": 10}
         if wait and token is not None:
             body["after"] = token
         start = time.perf_counter()

@@ -65,6 +65,7 @@ class _Call:
     path: str
     json: dict[str, Any] | None = None
     missing_ok: bool = False  # a 404 reply means None, not an error
+    awaited: bool = True  # the reply's token is sent with the session's next read
     params: tuple[str, ...] = ()  # read-your-writes tokens of a GET or DELETE
     flags: tuple[tuple[str, str], ...] = ()  # other query parameters
 
@@ -75,10 +76,6 @@ class _Call:
         for name, value in self.flags:  # a name may repeat (tag=a&tag=b)
             out.setdefault(name, []).append(value)
         return {**out, "after": list(self.params)} if self.params else out
-
-
-_UNAWAITED = frozenset({"/v1/recall", "/v1/archive/search"})
-"""Routes whose token a session does not send on (see :class:`_Session`)."""
 
 
 class _Session:
@@ -96,11 +93,7 @@ class _Session:
         return list(self.pending) if self.enabled else []
 
     def noted(self, call: _Call, result: Any) -> Any:  # noqa: ANN401
-        if (
-            isinstance(result, dict)
-            and isinstance(result.get("token"), str)
-            and call.path not in _UNAWAITED
-        ):
+        if call.awaited and isinstance(result, dict) and isinstance(result.get("token"), str):
             self.pending.append(result["token"])
         sent = set(call.params) | set((call.json or {}).get("after") or ())
         if sent:  # the server waited for them: this client's later reads need not
@@ -153,7 +146,7 @@ class _Api:
             "at": _iso(options.get("at")),
             "after": list(after) or None,
         }
-        return _Call("POST", "/v1/recall", _drop_none(body))
+        return _Call("POST", "/v1/recall", _drop_none(body), awaited=False)
 
     @staticmethod
     def access(memory_ids: Sequence[str], kind: str, at: datetime | None) -> _Call:

@@ -26,7 +26,7 @@ class Recorder:
             return httpx.Response(200, json={"accepted": 1, "token": f"v1.t{self.tokens}"})
         if request.url.path == "/v1/recall":
             self.after.append(json.loads(request.content).get("after") or [])
-            return httpx.Response(200, json={"results": []})
+            return httpx.Response(200, json={"results": [], "token": "v1.recall"})
         self.after.append(request.url.params.get_list("after"))
         return httpx.Response(404, json={"detail": "no such memory"})
 
@@ -41,6 +41,17 @@ def test_reads_wait_for_this_clients_writes_once() -> None:
         client.remember("b")
         client.get("m1")
     assert seen.after == [["v1.t1", "v1.t2"], [], ["v1.t3"]]
+
+
+def test_a_recalls_token_is_not_sent_with_the_next_read() -> None:
+    """Back-to-back recalls would each wait for the worker's access batch window."""
+    seen = Recorder()
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(seen)) as client:
+        client.remember("a")
+        client.recall("q")
+        client.get("m1")
+        client.recall("q")
+    assert seen.after == [["v1.t1"], [], []]
 
 
 def test_the_async_client_shares_the_session_and_it_can_be_turned_off() -> None:
