@@ -19,6 +19,8 @@ from memcore.policy import DecayPreset, LifecyclePreset, Policy, RecallPreset, R
 from memcore.reducer import apply, create
 from memcore.scoring import Candidate, RankParams, Scored, blend, mmr, rank
 from memcore.state import (
+    MAX_RELATIONS,
+    MAX_TAGS,
     Absorb,
     Access,
     Effect,
@@ -47,6 +49,8 @@ from memcore.supersession import (
 from memcore.types import AccessKind, ImportanceSource, Lifecycle, Tier
 
 __all__ = [
+    "MAX_RELATIONS",
+    "MAX_TAGS",
     "SUPERSEDABLE",
     "Absorb",
     "Access",

@@ -184,11 +184,17 @@ def _unit_or_none(value: object) -> float | None:
 
 
 def _first_json_object(text: str) -> Mapping[str, object] | None:
+    """The first JSON object in ``text``; None when there is none, or once a ``{`` opens JSON
+    nested deeper than the parser goes (the answer is unreadable as JSON: reading on from each
+    later ``{`` of such a nest would cost a parse per character).
+    """
     decoder = json.JSONDecoder()
     start = text.find("{")
     while start != -1:
         try:
             obj, _ = decoder.raw_decode(text, start)
+        except RecursionError:
+            return None
         except ValueError:
             start = text.find("{", start + 1)
             continue

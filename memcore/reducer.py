@@ -14,6 +14,8 @@ from memcore import card as cards
 from memcore.decay import classify_tier, recency_at, sweep_archive_reason
 from memcore.policy import LifecyclePreset, Policy
 from memcore.state import (
+    MAX_RELATIONS,
+    MAX_TAGS,
     Absorb,
     Access,
     Effect,
@@ -99,8 +101,8 @@ def create(event: Write, policy: Policy) -> MemoryState:
         session_id=event.session_id,
         agent_id=event.agent_id,
         user_id=event.user_id,
-        tags=event.tags,
-        relations=event.relations,
+        tags=event.tags[-MAX_TAGS:],
+        relations=event.relations[-MAX_RELATIONS:],
         summary_of=event.summary_of,
     )
 
@@ -126,8 +128,8 @@ def _write(state: MemoryState | None, event: Write, policy: Policy) -> Result:
         write_count=state.write_count + 1,
         importance=event.importance.score if stronger else state.importance,
         importance_source=event.importance.source if stronger else state.importance_source,
-        tags=_union(state.tags, event.tags),
-        relations=_union(state.relations, event.relations),
+        tags=_union(state.tags, event.tags, MAX_TAGS),
+        relations=_union(state.relations, event.relations, MAX_RELATIONS),
     )
     effects = [
         Effect(EffectKind.UPDATED, f"content replaced by write #{folded.write_count}")
@@ -357,5 +359,14 @@ def _purge(state: MemoryState, event: Purge) -> Result:
     return new, (Effect(EffectKind.PURGED, event.reason),)
 
 
-def _union(first: tuple[str, ...], second: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys((*first, *second)))
+def _union(older: tuple[str, ...], newer: tuple[str, ...], cap: int) -> tuple[str, ...]:
+    """``older`` then what ``newer`` adds, each once, at most ``cap``: past it the oldest of
+    ``older`` that ``newer`` does not repeat are dropped (the newest write's own are kept).
+    """
+    merged = dict.fromkeys((*older, *newer))
+    excess = len(merged) - cap
+    if excess > 0:
+        restated = set(newer)
+        for item in [item for item in merged if item not in restated][:excess]:
+            del merged[item]
+    return tuple(merged)[-cap:]

@@ -14,6 +14,12 @@ from memcore.card import ReviewCard
 from memcore.importance import ImportanceDecision
 from memcore.types import AccessKind, ImportanceSource, Lifecycle, Tier
 
+MAX_TAGS = 64
+"""Tags a memory holds at most (and a write carries; the serving store's array capacity). A rewrite
+adds its tags to the memory's; past this, the oldest that the rewrite does not repeat are dropped."""
+MAX_RELATIONS = 64
+"""Relations a memory holds at most, kept as :data:`MAX_TAGS` keeps tags."""
+
 
 @dataclass(frozen=True)
 class Position:
@@ -49,6 +55,8 @@ class MemoryState:
         recall_count: accesses that were recall hits.
         write_count: writes folded into this memory (1 for a single write).
         session_id, agent_id, tags, relations: writer's metadata; ``relations`` are memory ids.
+            A rewrite adds those it brings, up to :data:`MAX_TAGS` and :data:`MAX_RELATIONS`:
+            past these, the oldest it does not repeat are dropped.
         user_id: the end user the memory is about (mem0's ``user_id``): with ``agent_id`` and
             ``session_id``, the memory's scope.
         merged_from: ids of memories merged into this one.

@@ -252,21 +252,20 @@ def llm_prompt(new: Version, candidates: Sequence[Version]) -> str:
     return f"{LLM_PROMPT}NEW: {new.content}\n\nOLDER:\n{older}\n"
 
 
-_JSON_OBJECT = re.compile(r"\{.*\}", re.S)
-
-
 def parse_llm_answer(
     answer: str, new: Version, candidates: Sequence[Version]
 ) -> list[Supersession] | None:
     """The supersessions an LLM answer names, or None when the answer is not the JSON asked for
-    (the caller then falls back to the rule). Numbers outside the list are ignored.
+    (the caller then falls back to the rule), however malformed (nested too deep to parse
+    included). Numbers outside the list are ignored.
     """
-    match = _JSON_OBJECT.search(answer)
-    if match is None:
+    # from the first "{" to the last "}" (what a greedy search for \{.*\} finds, in linear time)
+    start, end = answer.find("{"), answer.rfind("}")
+    if start == -1 or end < start:
         return None
     try:
-        parsed = json.loads(match.group(0))
-    except ValueError:
+        parsed = json.loads(answer[start : end + 1])
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         return None
     numbers = parsed.get("replaces") if isinstance(parsed, dict) else None
     if not isinstance(numbers, list):

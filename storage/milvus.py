@@ -13,6 +13,7 @@ from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from memcore import MAX_RELATIONS, MAX_TAGS
 from memcore.ids import check_id
 from memcore.keyword import keyword_text
 from storage.errors import StorageError
@@ -23,10 +24,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MAX_CONTENT_BYTES = 65_535
-MAX_TAGS = 64
 MAX_TAG_CHARS = 128
-MAX_RELATIONS = 64
 MAX_SUMMARY_SOURCES = 1024
+# the capacity of the array fields: tags and relations take memcore's (MAX_TAGS, MAX_RELATIONS),
+# which the reducer keeps a memory within however often it is rewritten
 _ID_CHARS = 128
 _SPARSE = "content_bm25"
 """The BM25 sparse vector Milvus derives from ``search_text`` (never read or written by us)."""

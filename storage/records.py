@@ -20,6 +20,8 @@ import orjson
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from memcore import (
+    MAX_RELATIONS,
+    MAX_TAGS,
     Absorb,
     AccessKind,
     Fade,
@@ -34,7 +36,7 @@ from memcore import (
 from memcore.consolidation import ALL_STRATEGIES, Strategy
 from memcore.ids import check_id, indexed_text
 from memcore.timecheck import check_event_time
-from storage.milvus import MAX_CONTENT_BYTES, MAX_RELATIONS, MAX_TAG_CHARS, MAX_TAGS
+from storage.milvus import MAX_CONTENT_BYTES, MAX_SUMMARY_SOURCES, MAX_TAG_CHARS
 from storage.sealing import PRIVATE_FIELDS, Opener, SealError
 from storage.tenants import Tenants
 
@@ -42,7 +44,11 @@ VERSION = 1
 M = TypeVar("M", bound=BaseModel)
 
 MAX_METADATA_BYTES = 32_768
-"""Metadata as JSON (UTF-8), at most: a Milvus server refuses a JSON value over 65,536 bytes."""
+"""Metadata as JSON (UTF-8), at most, of a write and of a memory (what its rewrites merge: the
+worker dead-letters a rewrite past it): a Milvus server refuses a JSON value over 65,536 bytes."""
+MAX_METADATA_DEPTH = 32
+"""Objects and arrays nested in metadata, at most: JSON encoders refuse deep nests (orjson past
+254 levels, Python's own past its recursion limit), and no filter reads that deep."""
 MAX_NAME_BYTES = 256
 """``session_id``, ``agent_id`` and ``user_id`` in UTF-8 bytes (the Milvus VARCHAR length counts bytes)."""
 MAX_FIELD_CHARS = 200
@@ -89,7 +95,7 @@ class MemoryWriteV1(_Strict):
     agent_id: str | None = Field(None, max_length=256)
     user_id: str | None = Field(None, max_length=256)
     relations: list[str] = Field(default_factory=list, max_length=MAX_RELATIONS)
-    summary_of: list[str] = Field(default_factory=list)
+    summary_of: list[str] = Field(default_factory=list, max_length=MAX_SUMMARY_SOURCES)
 
 
 class DecisionV1(_Strict):
@@ -224,6 +230,8 @@ def _model(model: type[M], raw: bytes, document: object = None) -> M:
         raise RecordError("$", document, "expected a JSON object")
     if document.get("v") != VERSION:
         raise RecordError("v", document.get("v"), f"unsupported version; expected {VERSION}")
+    # before pydantic's parser, which names no field (metadata is the one field that nests)
+    _check_depth("metadata", document.get("metadata"), MAX_METADATA_DEPTH)
     try:
         return model.model_validate_json(raw)  # JSON-mode strictness: ISO times, no coercion
     except ValidationError as exc:
@@ -558,6 +566,29 @@ INT64_RANGE = (-(2**63), 2**64 - 1)
 """Integers a JSON encoder writes exactly (orjson: signed 64 bits, unsigned 64 bits)."""
 
 
+def _check_depth(path: str, value: object, levels: int) -> None:
+    """Raise RecordError naming ``path`` when ``value`` nests objects or arrays more than
+    ``levels`` deep (a scalar is 0 levels, ``{"a": 1}`` one). Iterative: any depth is checked.
+    """
+    todo: list[tuple[object, int]] = [(value, 0)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, Mapping | list | tuple):
+            if depth + 1 > levels:
+                raise RecordError(path, "<nested>", f"objects and arrays nested over {levels} deep")
+            inner = item.values() if isinstance(item, Mapping) else item
+            todo.extend((v, depth + 1) for v in inner)
+
+
+def _check_document(doc: Mapping[str, Any]) -> None:
+    """Raise RecordError naming ``metadata`` when it is nested over :data:`MAX_METADATA_DEPTH`
+    deep (as the worker's decode does: :func:`_model`; the request models let no other field
+    nest), then as :func:`_check_encodable` does.
+    """
+    _check_depth("metadata", doc.get("metadata"), MAX_METADATA_DEPTH)
+    _check_encodable("", doc)
+
+
 def _check_encodable(path: str, value: object) -> None:
     """Raise RecordError naming the first number JSON bytes cannot carry (NaN, infinity, an
     integer over 64 bits), at its path (``metadata.x``, ``embedding[3]``).
@@ -613,7 +644,7 @@ def checked_write(
     event time past ``now`` + the allowed skew.
     """
     doc = {"v": VERSION, **document}
-    _check_encodable("", doc)
+    _check_document(doc)
     raw = orjson.dumps(doc)
     record = decode_write(raw, limits)
     check_time("at", record.at, now, limits)
@@ -627,7 +658,7 @@ def checked_access(
     produce; raises RecordError as :func:`checked_write` does.
     """
     doc = {"v": VERSION, **document}
-    _check_encodable("", doc)
+    _check_document(doc)
     raw = orjson.dumps(doc)
     record = decode_access(raw, limits)
     check_time("at", record.at, now, limits)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from memcore import MemoryState
+from memcore import MAX_RELATIONS, MAX_TAGS, MemoryState
 from memcore.ids import indexed_text
 from memcore.keyword import keyword_text
 
@@ -106,8 +106,10 @@ class MemoryRow:
             session_id=state.session_id or "",
             agent_id=state.agent_id or "",
             user_id=state.user_id or "",
-            tags=state.tags,
-            relations=state.relations,
+            # the newest (last) ones: a state written before the reducer kept them within these
+            # holds more than the collection's arrays take
+            tags=state.tags[-MAX_TAGS:],
+            relations=state.relations[-MAX_RELATIONS:],
             merged_into=state.merged_into or "",
             summary_of=state.summary_of,
             metadata=dict(doc.metadata),

@@ -72,9 +72,11 @@ from streams.processor import (
     Inbound,
     Outbound,
     Processor,
+    Statement,
     contained,
     dead_letter,
     supersede_record,
+    unchecked,
 )
 from streams.rebuild import ResyncMarker, resync_on_failure
 from streams.settings import WorkerSettings
@@ -413,7 +415,7 @@ class StreamWorker:
         event_for = {id(message): event for message, event in pairs}
         accepted = self.processor.decode_writes([message for message, _ in pairs], batch)
         writes = [r for _, r in accepted if isinstance(r, WriteRecord)]
-        todo = [r for r in writes if self.processor.needs_embedding(r)]
+        todo = self.processor.to_embed(writes)
         vectors = await self.embed(todo)  # a write it could not embed goes to dead-letter
         importance = dict(
             zip(map(id, writes), await _importances(writes, self.services.llm), strict=True)
@@ -421,7 +423,7 @@ class StreamWorker:
         for message, record in accepted:
             with processing(event_for[id(message)]), contained(message, batch):
                 if isinstance(record, WriteRecord):
-                    vector = record.embedding or vectors.get(record.key)
+                    vector = record.embedding or vectors.get(record.indexed_text)
                     decided = importance[id(record)]
                     if isinstance(decided, Exception):
                         raise decided
@@ -455,50 +457,82 @@ class StreamWorker:
         batch's included) and add a ``supersede`` decision for every older version (SPEC section
         6): the LLM decides when the worker has one and it answers, else the rule (which only
         looks at memories that state a fact). Decisions go through ``memory-writes`` keyed by the
-        older memory, so they apply on its partition (a replay of the write, skipped by offset,
-        derives nothing again).
+        older memory, so they apply on its partition. A redelivered write (skipped by offset)
+        whose memory is current with its content is checked again: its first delivery may have
+        died before its decisions were sent, and a decision already applied is ignored.
+
+        Each tenant is checked in isolation: an exception (a bug, a search Milvus refuses) is
+        logged with its traceback, what the tenant's check had added is dropped and each of its
+        stated writes, applied all the same, goes to dead-letter (``internal error in the
+        supersession check``); the other tenants and the batch's emit go on.
+        """
+        by_tenant: dict[str, dict[str, Statement]] = {}
+        for key, statement in batch.stated.items():
+            by_tenant.setdefault(key.partition("/")[0], {})[key] = statement
+        for tenant_id, stated in by_tenant.items():
+            mark = len(batch.out)
+            try:
+                await self.supersede_tenant(tenant_id, stated, batch)
+            except Exception as exc:
+                log.exception(
+                    "supersession check of %d memories of %s failed; sent to dead-letter",
+                    len(stated),
+                    tenant_id,
+                )
+                del batch.out[mark:]
+                batch.out.extend(unchecked(s.message, exc) for s in stated.values())
+
+    async def supersede_tenant(
+        self, tenant_id: str, statements: Mapping[str, Statement], batch: Batch
+    ) -> None:
+        """:meth:`supersede` for the stated memories of one tenant (by key). The new version is
+        dated by its statement (a rewrite that reasserts a superseded memory is newer than the
+        memory that superseded it); a neighbour by its creation (a neighbour reasserted since is
+        dated too early: the tables keep no statement time).
         """
         llm = self.services.llm
-        by_tenant: dict[str, list[tuple[MemoryState, Document]]] = {}
-        for key in batch.stated:
+        rules = self.processor.policy(tenant_id).supersession
+        if not rules.enabled:
+            return
+        stated: list[tuple[MemoryState, Document, datetime]] = []
+        for key, said in statements.items():
             found = self.processor.load(key)
             if found is None:
                 continue
-            rules = self.processor.policy(found[0].tenant_id).supersession
             statement = fact_of(found[1].content, rules.max_words, generic=True)
-            if rules.enabled and (statement is not None or llm is not None):
-                by_tenant.setdefault(found[0].tenant_id, []).append(found)
-        for tenant_id, stated in by_tenant.items():
-            rules = self.processor.policy(tenant_id).supersession
-            search = functools.partial(
-                nearest,
-                self.services,
-                tenant_id,
-                [doc.vector for _, doc in stated],
-                rules.neighbours + 1,
-                Filters(states=SUPERSEDABLE),
+            if statement is not None or llm is not None:
+                stated.append((*found, said.at))
+        if not stated:
+            return
+        search = functools.partial(
+            nearest,
+            self.services,
+            tenant_id,
+            [doc.vector for _, doc, _ in stated],
+            rules.neighbours + 1,
+            Filters(states=SUPERSEDABLE),
+        )
+        compared = [
+            (
+                Version(state.memory_id, doc.content, at),
+                [
+                    Version(
+                        h.row.memory_id,
+                        h.row.content,
+                        from_us(h.row.created_at_us),
+                        h.similarity,
+                    )
+                    for h in supersedable(hits, self.processor.state)
+                ],
             )
-            compared = [
-                (
-                    Version(state.memory_id, doc.content, state.created_at),
-                    [
-                        Version(
-                            h.row.memory_id,
-                            h.row.content,
-                            from_us(h.row.created_at_us),
-                            h.similarity,
-                        )
-                        for h in supersedable(hits, self.processor.state)
-                    ],
-                )
-                for (state, doc), hits in zip(
-                    stated, await _retrying("search", search), strict=True
-                )
-            ]
-            answers = await _llm_answers(llm, compared, rules)
-            for (new, neighbours), answer in zip(compared, answers, strict=True):
-                for supersession in decide(new, neighbours, rules, answer):
-                    batch.out.append(supersede_record(tenant_id, supersession))
+            for (state, doc, at), hits in zip(
+                stated, await _retrying("search", search), strict=True
+            )
+        ]
+        answers = await _llm_answers(llm, compared, rules)
+        for (new, neighbours), answer in zip(compared, answers, strict=True):
+            for supersession in decide(new, neighbours, rules, answer):
+                batch.out.append(supersede_record(tenant_id, supersession))
 
     async def on_access(self, events: Sequence[Any]) -> None:
         """Reduce each access; one that overtook its write is parked until the write is applied."""
@@ -531,24 +565,29 @@ class StreamWorker:
         )
 
     async def embed(self, records: Sequence[WriteRecord]) -> dict[str, tuple[float, ...]]:
-        """Vectors of ``records`` by key, computed in one call; when that call fails, one call
-        per record, and a record whose own call fails has no vector (its write goes to
-        dead-letter, naming ``embedding``).
+        """Vectors of ``records`` by their text (:attr:`WriteRecord.indexed_text`: a batch may
+        write one memory twice, with other words each time), each text computed once, in one
+        call; when that call fails, one call per text, and a text whose own call fails has no
+        vector (its write goes to dead-letter, naming ``embedding``).
         """
-        if not records:
+        first: dict[str, str] = {}  # text -> key of the first record with it (for the log)
+        for record in records:
+            first.setdefault(record.indexed_text, record.key)
+        if not first:
             return {}
+        texts = list(first)
         embed = self.services.embedder.embed
         try:
-            computed = await asyncio.to_thread(embed, [r.indexed_text for r in records])
-            return {r.key: v for r, v in zip(records, computed, strict=True)}
+            computed = await asyncio.to_thread(embed, texts)
+            return dict(zip(texts, computed, strict=True))
         except Exception:
-            log.exception("embedding a batch of %d failed; embedding one by one", len(records))
+            log.exception("embedding a batch of %d failed; embedding one by one", len(texts))
         vectors: dict[str, tuple[float, ...]] = {}
-        for record in records:
+        for text, key in first.items():
             try:
-                (vectors[record.key],) = await asyncio.to_thread(embed, [record.indexed_text])
+                (vectors[text],) = await asyncio.to_thread(embed, [text])
             except Exception:
-                log.exception("embedding %s failed", record.key)
+                log.exception("embedding %s failed", key)
         return vectors
 
     async def expire_parked(self, batch: Batch, events: Sequence[Any]) -> None:

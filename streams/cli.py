@@ -94,17 +94,39 @@ async def _tenant_count(settings: WorkerSettings) -> int:
         await tenants.stop()
 
 
-def main(argv: list[str]) -> int:
-    """Parse ``consolidate`` arguments, run, print each decision; exit 1 when no report came."""
+def aware_time(text: str) -> datetime:
+    """An ISO 8601 time with its timezone (``--at``): the worker refuses a request whose ``at``
+    has none, so the command would only wait for a report that never comes.
+    """
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        msg = f"{text!r} is not an ISO 8601 time"
+        raise argparse.ArgumentTypeError(msg) from None
+    if at.utcoffset() is None:
+        msg = f"{text!r} has no timezone (e.g. {text}+00:00 or {text}Z)"
+        raise argparse.ArgumentTypeError(msg)
+    return at
+
+
+def arguments() -> argparse.ArgumentParser:
+    """The ``consolidate`` command line."""
     parser = argparse.ArgumentParser(
         prog="python -m streams consolidate", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--tenant", required=True, help="tenant id, or * for every tenant")
     parser.add_argument("--dry-run", action="store_true", help="report the decisions, apply none")
     parser.add_argument("--strategies", nargs="+", help="default: all, in order")
-    parser.add_argument("--at", type=datetime.fromisoformat, help="decision time (default: now)")
+    parser.add_argument(
+        "--at", type=aware_time, help="decision time, with its timezone (default: now)"
+    )
     parser.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the report")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    """Parse ``consolidate`` arguments, run, print each decision; exit 1 when no report came."""
+    args = arguments().parse_args(argv)
     reports = asyncio.run(consolidate(WorkerSettings(), args))
     for report in reports:
         mode = "dry run" if report["dry_run"] else "applied"

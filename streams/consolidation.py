@@ -12,12 +12,21 @@ from datetime import datetime
 
 import orjson
 
-from memcore import Decision, DecisionKind, Item, Lifecycle, Policy, Tier, plan, to_events
+from memcore import (
+    MAX_TAGS,
+    Decision,
+    DecisionKind,
+    Item,
+    Lifecycle,
+    Policy,
+    Tier,
+    plan,
+    to_events,
+)
 from memcore.consolidation import Neighbours, summarise
 from memcore.ids import content_hash
 from memcore.state import Access, Event, Write
 from storage import MemoryRow, from_us
-from storage.milvus import MAX_TAGS
 from storage.records import ConsolidationRequest, decision_value
 from storage.similarity import cosine_neighbours
 from streams.processor import Outbound

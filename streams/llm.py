@@ -62,7 +62,15 @@ class LlmImportance:
                 reply = await self._client.post(f"{self.base_url}/chat/completions", json=body)
             reply.raise_for_status()
             text = reply.json()["choices"][0]["message"]["content"]
-        except (TimeoutError, httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as exc:
+        except (
+            TimeoutError,
+            httpx.HTTPError,
+            KeyError,
+            IndexError,
+            TypeError,
+            ValueError,
+            RecursionError,  # a body nested deeper than the JSON parser goes
+        ) as exc:
             log.warning("llm unavailable (%s); the rules decide", type(exc).__name__)
             return None
         return text if isinstance(text, str) else None

@@ -34,6 +34,7 @@ from memcore import (
 )
 from storage import Document, MemoryRow, codec
 from storage.records import (
+    MAX_METADATA_BYTES,
     AccessRecord,
     DecisionRecord,
     Limits,
@@ -96,6 +97,16 @@ def internal_error(message: Inbound, exc: Exception) -> Outbound:
     return rejected(message, "$", f"internal error: {type(exc).__name__}: {exc}")
 
 
+def unchecked(message: Inbound, exc: Exception) -> Outbound:
+    """The dead-letter record of a write that was applied but whose supersession check raised
+    ``exc`` (a bug, not input): the decisions it would have derived are not made.
+    """
+    why = f"{type(exc).__name__}: {exc}"
+    return rejected(
+        message, "$", f"internal error in the supersession check (write applied): {why}"
+    )
+
+
 def rejected(message: Inbound, field_name: str, reason: str) -> Outbound:
     """A dead letter naming the field and the reason, with the original key and value; each is cut
     to its limit (``*_truncated`` true, ``*_bytes`` the original size) so that the dead letter
@@ -148,6 +159,20 @@ def supersede_record(tenant_id: str, found: Supersession) -> Outbound:
     return Outbound("memory-writes", f"{tenant_id}/{found.older}".encode(), orjson.dumps(value))
 
 
+@dataclass(frozen=True)
+class Statement:
+    """A write that (re)stated a memory's content, for the supersession check.
+
+    Attributes:
+        message: the write (its dead letter names it when the check fails).
+        at: its event time: when the memory stated its fact (a rewrite that reasserts a
+            superseded memory states it again, later than its creation).
+    """
+
+    message: Inbound
+    at: datetime
+
+
 @dataclass
 class Batch:
     """The result of one batch: messages to produce and memory keys whose rows must be synced
@@ -157,7 +182,7 @@ class Batch:
 
     out: list[Outbound] = field(default_factory=list)
     touched: dict[str, None] = field(default_factory=dict)  # ordered set of table keys
-    stated: dict[str, None] = field(default_factory=dict)  # keys whose content was (re)stated
+    stated: dict[str, Statement] = field(default_factory=dict)  # key -> its latest statement
     parked: set[int] = field(default_factory=set)  # partitions where accesses were parked
     erased: int = 0  # sealed writes skipped because their memory was erased since
 
@@ -429,6 +454,21 @@ class Processor:
         missing_doc = record.key.encode() not in self.documents
         return state is None or missing_doc or state.content_hash != content_hash(record.content)
 
+    def to_embed(self, records: Sequence[WriteRecord]) -> list[WriteRecord]:
+        """The writes of one batch, in order, whose vector must be computed: those
+        :meth:`needs_embedding` names, and those whose content differs from an earlier write of
+        the same memory in the batch (which replaces the stored document before they apply).
+        """
+        last: dict[str, str] = {}  # memory key -> content hash of its batch's latest write
+        todo = []
+        for record in records:
+            hashed = content_hash(record.content)
+            earlier = last.get(record.key, hashed)
+            if record.embedding is None and (earlier != hashed or self.needs_embedding(record)):
+                todo.append(record)
+            last[record.key] = hashed
+        return todo
+
     def write(
         self,
         message: Inbound,
@@ -437,7 +477,11 @@ class Processor:
         importance: ImportanceDecision,
         batch: Batch,
     ) -> None:
-        """Apply one write. ``vector`` is the record's or a computed embedding; None keeps the stored one."""
+        """Apply one write. ``vector`` is the record's or a computed embedding; None keeps the
+        stored one where it is of the same content, else the write goes to dead-letter naming
+        ``embedding``. A write whose metadata, merged with the stored metadata, would be over
+        ``MAX_METADATA_BYTES`` as JSON goes to dead-letter naming ``metadata``.
+        """
         key = record.key.encode()
         state = self.state(record.key)
         doc = self.document(record.key)
@@ -461,20 +505,35 @@ class Processor:
         assert new is not None  # a write always leaves a state
         skipped = effects[0].kind is EffectKind.SKIPPED
         if skipped and doc is not None:
+            if new.valid_to is None and new.content_hash == event.content_hash:
+                # a redelivery: its first delivery may have died after the tables and before
+                # the supersede decisions were sent; the check again (they are idempotent)
+                batch.stated[record.key] = Statement(message, record.at)
             self._after(message, record.at, new, effects, batch)
             self.release(key, batch)
-            return
-        use = vector if vector is not None else (doc.vector if doc is not None else None)
-        if use is None:
-            missing = RecordError("embedding", None, "no vector given or computed")
-            batch.out.append(dead_letter(message, missing))
             return
         new_doc = None
         key_id = record.key_id or (doc.key_id if doc is not None else None)
         if doc is None or effects[0].kind in (EffectKind.CREATED, EffectKind.UPDATED):
+            use = vector
+            if use is None and doc is not None and content_hash(doc.content) == event.content_hash:
+                use = doc.vector  # the stored vector is this content's
+            if use is None:  # never the vector of other content: it would find the old words
+                missing = RecordError("embedding", None, "no vector given or computed")
+                batch.out.append(dead_letter(message, missing))
+                return
             new_doc = Document(record.content, use, record.metadata, record.context, key_id)
         elif record.metadata:
             merged = {**doc.metadata, **record.metadata}
+            size = len(orjson.dumps(merged))
+            if size > MAX_METADATA_BYTES:  # a stored memory's metadata is one a write may carry
+                over = RecordError(
+                    "metadata",
+                    f"<{size} bytes merged>",
+                    f"merged with the stored metadata over {MAX_METADATA_BYTES} bytes as JSON",
+                )
+                batch.out.append(dead_letter(message, over))
+                return
             new_doc = Document(doc.content, doc.vector, merged, doc.context, key_id)
         if new_doc is not None:
             try:
@@ -487,7 +546,7 @@ class Processor:
         if not skipped:
             self.put_state(record.key, new)
         if not skipped and any(e.kind in _STATED for e in effects):
-            batch.stated[record.key] = None
+            batch.stated[record.key] = Statement(message, record.at)
         self._after(message, record.at, new, effects, batch)
         self.release(key, batch)
 

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from storage import MemoryRow, MilvusStore, codec
+from storage import MemoryRow, MilvusStore, StorageError, codec
 from storage.changelogs import Tables, Unreadable, chunks
 from storage.key_log import ROLE as KEYS_ROLE
 from streams.settings import WorkerSettings
@@ -48,12 +48,12 @@ def state_hash(memories: Mapping[bytes, bytes]) -> str:
 def write_rows(store: MilvusStore, tables: Tables, *, strict: bool = True) -> tuple[int, int]:
     """Upsert every memory's row from ``tables`` into a connected store,
     :data:`storage.changelogs.CHUNK` rows at a time, and delete purged ones; returns (rows
-    upserted, purged rows deleted). Idempotent. ``strict``: see :meth:`Tables.iter_rows`.
+    upserted, purged rows deleted). Idempotent. ``strict``: see :meth:`Tables.iter_rows`. A row
+    Milvus refuses is logged and left out (:func:`upsert_each`); a retriable error is raised.
     """
     upserted = 0
     for chunk in chunks(tables.iter_rows(strict=strict)):
-        store.upsert(chunk)
-        upserted += len(chunk)
+        upserted += upsert_each(store, chunk)
     purged = tables.purged()
     by_tenant: dict[str, list[str]] = {}
     for tenant_id, memory_id in purged:
@@ -61,6 +61,25 @@ def write_rows(store: MilvusStore, tables: Tables, *, strict: bool = True) -> tu
     for tenant_id, ids in by_tenant.items():
         store.delete(tenant_id, ids)
     return upserted, len(purged)
+
+
+def upsert_each(store: MilvusStore, rows: Sequence[MemoryRow]) -> int:
+    """Upsert ``rows``; returns how many Milvus took. When it refuses them (not retriable), each
+    row alone: a row it still refuses is logged and left out, never failing the others or the
+    start (as :meth:`streams.app.StreamWorker.upsert` does for a batch). Raises a retriable
+    ``StorageError`` (Milvus unavailable).
+    """
+    try:
+        store.upsert(rows)
+    except StorageError as exc:
+        if exc.retriable:
+            raise
+        if len(rows) == 1:
+            log.error("Milvus refused the row of %s; left out: %s", rows[0].key, exc)
+            return 0
+        log.warning("Milvus refused %d rows (%s); upserting one by one", len(rows), exc)
+        return sum(upsert_each(store, [row]) for row in rows)
+    return len(rows)
 
 
 @dataclass(frozen=True)
@@ -128,7 +147,7 @@ class Resynced:
         stored: rows Milvus held before, every tenant and state.
         held: rows Milvus holds after (``stored`` when nothing was rewritten).
         upserted: rows written back: 0 when Milvus held as many rows as the changelogs (checked,
-            not rewritten), else ``rows``.
+            not rewritten), else ``rows`` less those Milvus refused (logged, left out).
         deleted: purged memories whose rows were deleted (0 when not rewritten).
         asked: why every row was rewritten whatever the count (``MNEMO_RESYNC=always``, the
             :class:`ResyncMarker`'s reason), or None.
@@ -190,7 +209,9 @@ def catch_up(
     ``count(*)`` is wrong: ``MNEMO_RESYNC=always`` or ``mnemo rebuild`` rewrite all. Milvus rows
     a rewrite does not touch (a sealed document whose key this process cannot read, an erased
     memory not purged yet, another app's rows) keep the counts apart: every start rewrites
-    then, as before this check existed. Raises ``StorageError`` when Milvus fails.
+    then, as before this check existed. A row Milvus refuses is logged and left out (the start
+    goes on; its absence keeps the counts apart, so the next start rewrites again). Raises
+    ``StorageError`` when Milvus is unavailable.
     """
     asked = marker.reason() if marker is not None else None
     if always:

@@ -1,9 +1,13 @@
-"""When ``python -m streams consolidate`` stops waiting for reports (the Kafka half is tested in
-tests/integration)."""
+"""When ``python -m streams consolidate`` stops waiting for reports, and the arguments it
+refuses before sending anything (the Kafka half is tested in tests/integration)."""
 
 from __future__ import annotations
 
-from streams.cli import QUIET_S, complete
+from datetime import UTC, datetime
+
+import pytest
+
+from streams.cli import QUIET_S, arguments, complete
 
 
 def test_one_tenant_ends_at_its_report() -> None:
@@ -22,3 +26,22 @@ def test_every_tenant_waits_past_the_tenants_known_here_for_the_workers_others()
 def test_every_tenant_with_none_known_here_waits_for_a_first_report() -> None:
     assert not complete(0, 0, True, None, 100.0)
     assert complete(1, 0, True, 10.0, 10.0 + QUIET_S + 0.1)
+
+
+@pytest.mark.parametrize("at", ["2026-03-01T12:00", "2026-03-01", "noon"])
+def test_a_decision_time_without_a_timezone_is_refused_naming_at(
+    at: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the worker would dead-letter the request, and the command wait for a report in vain
+    with pytest.raises(SystemExit) as exited:
+        arguments().parse_args(["--tenant", "acme", "--at", at])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert "argument --at" in error
+    assert repr(at) in error
+
+
+def test_a_decision_time_with_its_timezone_is_taken() -> None:
+    for at in ("2026-03-01T12:00Z", "2026-03-01T14:00+02:00"):
+        args = arguments().parse_args(["--tenant", "acme", "--at", at])
+        assert args.at == datetime(2026, 3, 1, 12, tzinfo=UTC)

@@ -120,6 +120,13 @@ class TestResolve:
         assert (decision.score, decision.source) == (0.3, ImportanceSource.RULES)
         assert "unreadable" in decision.reason
 
+    def test_an_answer_nested_deeper_than_the_parser_goes_is_unreadable(self) -> None:
+        for answer in ('{"importance_score": ' + "[" * 100_000, "{" * 100_000):
+            assert parse_llm_answer(answer) is None
+            decision = resolve_importance("remember: x", llm_answer=answer)
+            assert (decision.score, decision.source) == (0.3, ImportanceSource.RULES)
+            assert "unreadable" in decision.reason
+
     def test_no_llm_uses_rules(self) -> None:
         decision = resolve_importance("hello", tags=["t"])
         assert (decision.score, decision.source) == (0.05, ImportanceSource.RULES)

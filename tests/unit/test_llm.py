@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
 import pytest
 
 from memcore import ImportanceSource, resolve_importance
@@ -80,3 +81,20 @@ def test_answers_feed_the_importance_chain(llm_url: str) -> None:
 
 def test_unreachable_endpoint_never_raises() -> None:
     assert answers(f"http://127.0.0.1:{free_port()}/v1", ["x"]) == [None]
+
+
+def test_a_reply_nested_deeper_than_the_json_parser_goes_is_no_answer() -> None:
+    """A broken or hostile endpoint's body: the rules decide, as for any unreadable reply."""
+    nested = b'{"choices": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+
+    async def run() -> list[str | None]:
+        llm = LlmImportance("http://llm.invalid/v1", "test-model", "", 1.0)
+        llm._client = httpx.AsyncClient(
+            transport=httpx.MockTransport(lambda request: httpx.Response(200, content=nested))
+        )
+        try:
+            return await llm.answers(["a fact"])
+        finally:
+            await llm.close()
+
+    assert asyncio.run(run()) == [None]

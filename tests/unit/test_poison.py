@@ -12,6 +12,7 @@ import pytest
 
 from memcore import InvalidField, Lifecycle, resolve_importance
 from memcore.timecheck import check_event_time
+from storage.milvus import MAX_SUMMARY_SOURCES
 from storage.records import DecisionRecord, Limits, RecordError, encode_access
 from storage.tenants import TenantRegistry
 from streams.app import received_at
@@ -134,6 +135,16 @@ POISON = [
     ("beyond the skew", write(at=(RECEIVED + timedelta(hours=1)).isoformat()), "at"),
     ("importance over 64 bits", raw_write('"importance":' + "9" * 40), "importance"),
     ("metadata integer over 64 bits", raw_write('"metadata":{"n":' + "9" * 40 + "}"), "metadata"),
+    (
+        "metadata nested 33 deep",
+        raw_write('"metadata":' + '{"a":' * 33 + "1" + "}" * 33),
+        "metadata",
+    ),
+    (
+        "metadata nested 300 deep",
+        raw_write('"metadata":' + '{"a":' * 300 + "1" + "}" * 300),
+        "metadata",
+    ),
     ("NaN importance", raw_write('"importance":NaN'), "$"),
     ("NaN in the embedding", raw_write('"embedding":[NaN,1,1,1]'), "$"),
     ("embedding past float32", write(embedding=[1e308, 1, 1, 1]), "embedding[0]"),
@@ -149,6 +160,11 @@ POISON = [
     ("lone surrogate in user_id", raw_write('"user_id":"\\ud800"'), "$"),
     ("tag over 128 bytes", write(tags=["é" * 100]), "tags[0]"),
     ("metadata over 32 KiB", write(metadata={"a": "x" * 40_000}), "metadata"),
+    (
+        "more summary sources than a row holds",
+        write(summary_of=[f"s{i}" for i in range(MAX_SUMMARY_SOURCES + 1)]),
+        "summary_of",
+    ),
     (
         "an unknown field named by 50,000 characters",
         orjson.dumps({**orjson.loads(write()), "k" * 50_000: 1}),

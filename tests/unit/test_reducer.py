@@ -6,6 +6,8 @@ from datetime import timedelta
 import pytest
 
 from memcore import (
+    MAX_RELATIONS,
+    MAX_TAGS,
     Absorb,
     Access,
     AccessKind,
@@ -54,6 +56,33 @@ def test_identical_rewrite_folds() -> None:
     assert lower is not None
     assert (lower.write_count, lower.importance) == (3, 0.6)
     assert [e.kind for e in effects] == [EffectKind.FOLDED]
+
+
+def test_rewrites_keep_at_most_max_tags_and_relations_dropping_the_oldest_first() -> None:
+    """Each rewrite adds its tags and relations; a memory never holds more than the serving
+    store's arrays take, and a rewrite's own (a repeated old one too) are never the ones dropped.
+    """
+    state = None
+    for i in range(3):
+        tags = tuple(f"t{i}-{j}" for j in range(40))
+        relations = tuple(f"r{i}-{j}" for j in range(40))
+        if i == 2:  # repeats the oldest one the memory holds now: kept, though the oldest
+            tags, relations = ("t1-0", *tags[1:]), ("r1-0", *relations[1:])
+        event = dataclasses.replace(
+            write(at=T0 + hours(i)), tags=tags, relations=relations, position=Position("w", i)
+        )
+        state, _ = apply(state, event, DEFAULT)
+        assert state is not None
+        assert len(state.tags) <= MAX_TAGS
+        assert len(state.relations) <= MAX_RELATIONS
+        assert set(tags) <= set(state.tags)
+        assert set(relations) <= set(state.relations)
+    assert state is not None
+    # the third write's 40 (one of them repeated from the second) and the second's 24 newest
+    kept = {"t1-0", *(f"t2-{j}" for j in range(1, 40)), *(f"t1-{j}" for j in range(16, 40))}
+    assert (len(state.tags), set(state.tags)) == (MAX_TAGS, kept)
+    assert set(state.relations) == {t.replace("t", "r", 1) for t in kept}
+    assert len(state.tags) == len(set(state.tags))
 
 
 def test_rewrite_with_new_content_is_an_update() -> None:

@@ -221,6 +221,30 @@ def test_a_number_json_cannot_carry_is_refused_at_its_path(
     assert (refused.value.field, refused.value.reason) == (field, reason)
 
 
+def nested(levels: int) -> object:
+    """``levels`` objects, each in the one before (0: a scalar)."""
+    value: object = 1
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize("levels", [33, 300, 5_000])
+def test_metadata_nested_over_the_limit_is_refused_naming_it(levels: int) -> None:
+    """orjson refuses to encode past 254 levels (and the recursive checks would pass Python's
+    limit): the write is refused naming ``metadata``, as the worker refuses it, not a TypeError."""
+    limits = Limits(4, 64, TenantRegistry.open_to(["acme"]))
+    doc = {"tenant_id": "acme", "content": "x", "at": "2026-01-01T00:00:00+00:00"}
+    with pytest.raises(RecordError) as refused:
+        checked_write({**doc, "metadata": nested(levels)}, limits, datetime(2026, 1, 1, tzinfo=UTC))
+    assert refused.value.field == "metadata"
+    assert "nested over 32 deep" in refused.value.reason
+    record, _ = checked_write(
+        {**doc, "metadata": nested(32)}, limits, datetime(2026, 1, 1, tzinfo=UTC)
+    )
+    assert record.metadata == nested(32)
+
+
 def test_concurrent_first_publishes_make_one_producer(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two publishes racing before the log has a producer used to make one each (one leaked,
     never stopped)."""

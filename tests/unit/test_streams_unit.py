@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memcore import (
+    MAX_RELATIONS,
+    MAX_TAGS,
     Absorb,
     Decision,
     DecisionKind,
@@ -31,9 +34,11 @@ from memcore import (
     resolve_importance,
 )
 from memcore.ids import derive_memory_id
-from storage import Document, Filters, Hit, MemoryRow, codec
+from storage import Document, Filters, Hit, MemoryRow, StorageError, codec
+from storage.changelogs import Tables as ChangelogTables
 from storage.milvus import ANY_STATE
 from storage.records import (
+    MAX_METADATA_BYTES,
     ConsolidationRequest,
     DecisionEvent,
     DecisionRecord,
@@ -60,7 +65,7 @@ from streams.app import (
 )
 from streams.consolidation import decision_records, item_of, plan_tenant
 from streams.processor import Batch, Inbound, Processor, tenant_counts
-from streams.rebuild import ResyncMarker, resync_on_failure
+from streams.rebuild import ResyncMarker, catch_up, resync_on_failure, write_rows
 from tests.rows import make_row
 
 from .helpers import CountingDict, created
@@ -766,3 +771,97 @@ def test_a_failed_batch_sets_the_resync_marker_and_a_good_one_does_not(tmp_path:
         assert type(failure).__name__ in reason
         marker.clear()
         assert marker.reason() is None
+
+
+# -- what a memory's rewrites add up to stays storable ----------------------------------------------
+
+
+def test_a_memory_rewritten_with_many_tags_and_relations_keeps_a_row_milvus_takes() -> None:
+    t = Tables()
+    for i in range(3):
+        tags = [f"t{i}-{j}" for j in range(MAX_TAGS)]
+        relations = [f"r{i}-{j}" for j in range(MAX_RELATIONS)]
+        batch = t.write(write_bytes(tags=tags, relations=relations))
+        assert [o.role for o in batch.out] == ["audit"]
+    (row,), _ = t.processor.rows(["acme/m1"])
+    # the collection's arrays hold MAX_TAGS and MAX_RELATIONS: the newest write's are kept
+    assert row.tags == tuple(f"t2-{j}" for j in range(MAX_TAGS))
+    assert row.relations == tuple(f"r2-{j}" for j in range(MAX_RELATIONS))
+    state = t.processor.state("acme/m1")
+    assert state is not None
+    assert (state.tags, state.relations) == (row.tags, row.relations)  # the tables hold as many
+
+
+def test_a_rewrite_whose_metadata_merged_would_be_over_the_limit_goes_to_dead_letter() -> None:
+    t = Tables()
+    t.write(write_bytes(metadata={"a": "x" * 20_000}))
+    batch = t.write(write_bytes(metadata={"b": "y" * 20_000}))  # each alone is within the limit
+    (letter,) = [orjson.loads(o.value) for o in batch.out]
+    assert letter["field"] == "metadata"
+    assert "40015 bytes" in letter["reason"]
+    assert f"over {MAX_METADATA_BYTES} bytes" in letter["reason"]
+    found = t.processor.load("acme/m1")
+    assert found is not None
+    assert (found[0].write_count, found[1].metadata) == (1, {"a": "x" * 20_000})
+    t.write(write_bytes(metadata={"a": "z", "b": "y" * 20_000}))  # a value replaced: it fits
+    found = t.processor.load("acme/m1")
+    assert found is not None
+    assert (found[0].write_count, found[1].metadata) == (2, {"a": "z", "b": "y" * 20_000})
+
+
+class RefusingStore:
+    """Refuses (not retriably) an upsert holding a row of ``refuse``, as Milvus refuses a row it
+    cannot take; ``down``: every upsert fails retriably.
+    """
+
+    def __init__(self, refuse: Sequence[str] = (), *, down: bool = False) -> None:
+        self.rows: dict[str, MemoryRow] = {}
+        self.refuse = set(refuse)
+        self.down = down
+
+    def upsert(self, rows: list[MemoryRow]) -> int:
+        if self.down:
+            raise StorageError("upsert", "unavailable", retriable=True)
+        for row in rows:
+            if row.key in self.refuse:
+                raise StorageError("upsert", f"row {row.key} refused", retriable=False)
+        self.rows.update((row.key, row) for row in rows)
+        return len(rows)
+
+    def delete(self, tenant_id: str, memory_ids: list[str]) -> int:
+        return len(memory_ids)
+
+    def total(self) -> int:
+        return len(self.rows)
+
+
+def test_a_row_milvus_refuses_at_start_up_is_left_out_and_the_start_goes_on(
+    tmp_path: Path,
+) -> None:
+    t = Tables()
+    for memory_id in ("m1", "m2", "m3"):
+        t.write(write_bytes(memory_id=memory_id), key=f"acme/{memory_id}".encode())
+    marker = ResyncMarker(tmp_path / "app.milvus-resync")
+    marker.ask("Milvus refused the row of acme/m2")
+    store = RefusingStore(["acme/m2"])
+    tables = ChangelogTables(t.memories, t.documents)
+    done = catch_up(store, tables, marker=marker)  # type: ignore[arg-type]
+    assert sorted(store.rows) == ["acme/m1", "acme/m3"]
+    assert (done.rows, done.upserted, done.held) == (3, 2, 2)
+    assert write_rows(store, tables) == (2, 0)  # type: ignore[arg-type]
+    with pytest.raises(StorageError, match="unavailable"):  # Milvus down: the start waits
+        catch_up(RefusingStore(down=True), tables, always=True)  # type: ignore[arg-type]
+
+
+def test_the_row_of_a_state_holding_more_tags_than_the_collection_takes_keeps_the_newest() -> None:
+    t = Tables()
+    t.write(write_bytes())
+    # a state written before the reducer capped its tags and relations
+    state = codec.decode(t.memories[b"acme/m1"])
+    tags = tuple(f"t{j}" for j in range(MAX_TAGS + 16))
+    relations = tuple(f"r{j}" for j in range(MAX_RELATIONS + 16))
+    t.memories[b"acme/m1"] = codec.encode(
+        dataclasses.replace(state, tags=tags, relations=relations)
+    )
+    (row,), _ = t.processor.rows(["acme/m1"])
+    assert (row.tags, row.relations) == (tags[16:], relations[16:])

@@ -168,7 +168,17 @@ def test_the_llm_answer_decides_when_it_parses() -> None:
 
 
 @pytest.mark.parametrize(
-    "answer", [None, "", "no idea", '{"replaces": 1}', '{"answer": [1]}', "{broken json"]
+    "answer",
+    [
+        None,
+        "",
+        "no idea",
+        '{"replaces": 1}',
+        '{"answer": [1]}',
+        "{broken json",
+        '{"replaces": ' + "[" * 100_000 + "}",  # nested deeper than the JSON parser goes
+        "{" * 100_000,
+    ],
 )
 def test_no_usable_llm_answer_falls_back_to_the_rule(answer: str | None) -> None:
     assert [s.older for s in decide(LISBON, [OSAKA], RULE, answer)] == ["osaka"]

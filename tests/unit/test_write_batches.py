@@ -1,0 +1,296 @@
+"""The writes agent's batch (``StreamWorker.apply_writes``) with in-memory tables and stand-in
+services (the Faust wiring is tested in tests/integration): each write's vector is its own
+content's, and a failing supersession check costs its tenant's decisions, never the batch's
+records."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from storage import Filters, Hit, MemoryRow, StorageError
+from storage.records import Limits, encode_write
+from storage.tenants import TenantRegistry
+from streams import topics
+from streams.app import Services, StreamWorker
+from streams.processor import Processor
+from streams.rebuild import ResyncMarker
+
+pytestmark = pytest.mark.anyio
+
+LIMITS = Limits(4, 2000, TenantRegistry.open_to(["acme", "globex"]))
+RECEIVED = datetime(2026, 3, 1, 13, tzinfo=UTC)
+X, Y = (1.0, 0.0, 0.0, 0.0), (0.0, 1.0, 0.0, 0.0)
+
+
+@dataclass
+class Message:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes
+    value: bytes
+    timestamp: float = RECEIVED.timestamp()
+
+
+@dataclass(eq=False)
+class Event:
+    message: Message
+
+
+class Keys:
+    async def read_through(self) -> None:
+        pass
+
+    async def know(self, values: object) -> None:
+        pass
+
+
+class Topic:
+    def __init__(self, role: str, sent: list[tuple[str, bytes, dict[str, Any]]]) -> None:
+        self.role = role
+        self.sent = sent
+
+    async def send(self, key: bytes, value: bytes) -> asyncio.Future[None]:
+        self.sent.append((self.role, key, orjson.loads(value)))
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+
+class Store:
+    """Keeps the rows upserted; a search finds every row of the tenant at cosine 0.9, and
+    raises (not retriably) for the tenants in ``refuse``.
+    """
+
+    def __init__(self, refuse: Sequence[str] = ()) -> None:
+        self.rows: dict[str, MemoryRow] = {}
+        self.refuse = set(refuse)
+
+    def upsert(self, rows: Sequence[MemoryRow]) -> int:
+        self.rows.update((row.key, row) for row in rows)
+        return len(rows)
+
+    def delete(self, tenant_id: str, memory_ids: Sequence[str]) -> int:
+        return len(memory_ids)
+
+    def search(
+        self, tenant_id: str, vectors: Sequence[Sequence[float]], n: int, filters: Filters
+    ) -> list[list[Hit]]:
+        if tenant_id in self.refuse:
+            raise StorageError("search", "refused", retriable=False)
+        rows = [r for r in self.rows.values() if r.tenant_id == tenant_id]
+        return [[Hit(r, 0.9) for r in rows] for _ in vectors]
+
+
+class Embedder:
+    """Vectors from a table; a text in ``fail`` makes the call that holds it raise."""
+
+    def __init__(self, table: dict[str, tuple[float, ...]], fail: Sequence[str] = ()) -> None:
+        self.table = table
+        self.fail = set(fail)
+        self.texts: list[str] = []
+
+    def embed(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
+        if self.fail & set(texts):
+            msg = "embedding service down"
+            raise RuntimeError(msg)
+        self.texts.extend(texts)
+        return [self.table[t] for t in texts]
+
+
+class Llm:
+    """Answers no importance question and every supersession question with ``reply``."""
+
+    def __init__(self, reply: str) -> None:
+        self.reply = reply
+
+    async def answers(self, contents: Sequence[str]) -> list[str | None]:
+        return [None] * len(contents)
+
+    async def ask(self, prompt: str) -> str | None:
+        return self.reply
+
+
+class Worker:
+    """A StreamWorker on dict tables and the stand-ins above; ``sent``: what it produced."""
+
+    def __init__(
+        self, tmp_path: Path, embedder: Embedder, store: Store | None = None, llm: Llm | None = None
+    ) -> None:
+        self.sent: list[tuple[str, bytes, dict[str, Any]]] = []
+        self.store = store or Store()
+        self.offset = 0
+        worker = StreamWorker.__new__(StreamWorker)
+        worker.__dict__.update(
+            app=None,
+            settings=None,
+            applied=None,
+            services=Services(self.store, embedder, llm),  # type: ignore[arg-type]
+            topics={role: Topic(role, self.sent) for role in topics.ROLES},
+            processor=Processor({}, {}, {}, {}, LIMITS),
+            tenants=LIMITS.registry,
+            keys=Keys(),
+            keys_read=True,
+            produced=[],
+            deliveries=None,
+            write_done={},
+            compacted_at=float("-inf"),
+            marker=ResyncMarker(tmp_path / "app.milvus-resync"),
+        )
+        self.worker = worker
+
+    async def writes(self, *values: tuple[str, bytes]) -> list[tuple[str, bytes, dict[str, Any]]]:
+        """Apply one batch of (key, value) on partition 0; returns what it produced."""
+        events = []
+        for key, value in values:
+            self.offset += 1
+            events.append(Event(Message("memory-writes", 0, self.offset, key.encode(), value)))
+        self.sent.clear()
+        await self.worker.on_writes(events)
+        return list(self.sent)
+
+
+def write(content: str, memory_id: str = "m1", tenant_id: str = "acme", **kw: object) -> bytes:
+    at = kw.pop("at", "2026-03-01T12:00:00+00:00")
+    value = {"tenant_id": tenant_id, "memory_id": memory_id, "content": content, "at": at}
+    return encode_write({**value, "importance": 0.5, **kw})
+
+
+def letters(sent: list[tuple[str, bytes, dict[str, Any]]]) -> list[tuple[bytes, str, str]]:
+    return [(key, v["field"], v["reason"]) for role, key, v in sent if role == "dead-letter"]
+
+
+# -- each write's vector is its own content's ----------------------------------------------------
+
+
+async def test_a_batch_that_rewrites_a_memory_and_back_keeps_the_vector_of_its_last_content(
+    tmp_path: Path,
+) -> None:
+    embedder = Embedder({"Xcontent": X, "Ycontent": Y})
+    w = Worker(tmp_path, embedder)
+    await w.writes(("acme/m1", write("Xcontent")))
+    sent = await w.writes(("acme/m1", write("Ycontent")), ("acme/m1", write("Xcontent")))
+    assert letters(sent) == []
+    found = w.worker.processor.load("acme/m1")
+    assert found is not None
+    assert (found[1].content, found[1].vector) == ("Xcontent", X)
+    assert (w.store.rows["acme/m1"].content, w.store.rows["acme/m1"].vector) == ("Xcontent", X)
+    assert embedder.texts == ["Xcontent", "Ycontent", "Xcontent"]  # each text once a batch
+
+
+async def test_a_write_of_new_content_that_could_not_be_embedded_goes_to_dead_letter(
+    tmp_path: Path,
+) -> None:
+    w = Worker(tmp_path, Embedder({"Xcontent": X, "Other": Y}, fail=["Ycontent"]))
+    await w.writes(("acme/m1", write("Xcontent")), ("acme/m2", write("Other", "m2")))
+    sent = await w.writes(("acme/m1", write("Ycontent")), ("acme/m2", write("Other", "m2")))
+    # the new words are not served under the old words' vector; the unchanged rewrite folds
+    assert letters(sent) == [
+        (b"acme/m1", "embedding", "embedding=None: no vector given or computed")
+    ]
+    found = w.worker.processor.load("acme/m1")
+    assert found is not None
+    assert (found[0].write_count, found[1].content, found[1].vector) == (1, "Xcontent", X)
+    other = w.worker.processor.load("acme/m2")
+    assert other is not None
+    assert (other[0].write_count, other[1].vector) == (2, Y)
+
+
+# -- a failing supersession check -----------------------------------------------------------------
+
+
+async def stated_after_osaka(w: Worker, tenant_id: str) -> None:
+    at = "2026-03-01T10:00:00+00:00"
+    older = write("Alice lives in Osaka", "A", tenant_id, at=at, embedding=[1.0, 0.1, 0, 0])
+    await w.writes((f"{tenant_id}/A", older))
+
+
+def newer(tenant_id: str) -> tuple[str, bytes]:
+    at = "2026-03-01T11:00:00+00:00"
+    value = write("Alice now lives in Lisbon", "B", tenant_id, at=at, embedding=[1.0, 0.1, 0, 0])
+    return f"{tenant_id}/B", value
+
+
+MALFORMED = ("acme/x", b'{"v":1,"tenant_id":"acme"}')
+
+
+async def test_a_failing_supersession_check_costs_its_tenant_s_decisions_not_the_batch_s_records(
+    tmp_path: Path,
+) -> None:
+    w = Worker(tmp_path, Embedder({}), Store(refuse=["acme"]))
+    await stated_after_osaka(w, "acme")
+    await stated_after_osaka(w, "globex")
+    sent = await w.writes(newer("acme"), MALFORMED, newer("globex"))
+    audited = [(key, v["kind"]) for role, key, v in sent if role == "audit"]
+    assert audited == [(b"acme/B", "created"), (b"globex/B", "created")]
+    (dead, field, _), unchecked = letters(sent)
+    assert (dead, field) == (b"acme/x", "content")
+    assert unchecked[:2] == (b"acme/B", "$")
+    assert unchecked[2].startswith("internal error in the supersession check (write applied):")
+    assert "StorageError" in unchecked[2]
+    decisions = [(key, v["decision"], v["by"]) for role, key, v in sent if role == "memory-writes"]
+    assert decisions == [(b"globex/A", "supersede", "B")]  # the other tenant's check went on
+    assert w.worker.processor.state("acme/B") is not None  # applied all the same
+
+
+async def test_an_llm_reply_nested_deeper_than_the_parser_goes_leaves_the_rule_to_decide(
+    tmp_path: Path,
+) -> None:
+    w = Worker(tmp_path, Embedder({}))
+    await stated_after_osaka(w, "acme")
+    w.worker.services.llm = Llm('{"replaces": ' + "[" * 100_000 + "}")  # type: ignore[assignment]
+    sent = await w.writes(newer("acme"), MALFORMED)
+    assert [(key, field) for key, field, _ in letters(sent)] == [(b"acme/x", "content")]
+    decisions = [
+        (key, v["decision"], v["reason"]) for role, key, v in sent if role == "memory-writes"
+    ]
+    assert [(key, kind) for key, kind, _ in decisions] == [(b"acme/A", "supersede")]
+    assert not decisions[0][2].startswith("llm:")  # the rule's reason
+
+
+# -- a reasserted memory is dated by its statement --------------------------------------------------
+
+
+async def test_a_memory_written_again_after_its_supersession_supersedes_the_newer_fact(
+    tmp_path: Path,
+) -> None:
+    w = Worker(tmp_path, Embedder({}))
+    await stated_after_osaka(w, "acme")  # A, 10:00
+    sent = await w.writes(newer("acme"))  # B, 11:00, supersedes A
+    decided = [(key, v) for role, key, v in sent if role == "memory-writes"]
+    assert [(key, v["decision"], v["by"]) for key, v in decided] == [(b"acme/A", "supersede", "B")]
+    await w.writes(*[(key.decode(), orjson.dumps(v)) for key, v in decided])
+    state = w.worker.processor.state("acme/A")
+    assert state is not None
+    assert state.superseded_by == "B"
+    again = "2026-03-01T12:00:00+00:00"
+    sent = await w.writes(
+        ("acme/A", write("Alice lives in Osaka", "A", at=again, embedding=[1.0, 0.1, 0, 0]))
+    )
+    current = w.worker.processor.state("acme/A")
+    assert current is not None
+    assert current.superseded_by is None  # reasserted
+    decisions = [(key, v["by"], v["at"]) for role, key, v in sent if role == "memory-writes"]
+    # B stated Lisbon at 11:00; A states Osaka again at 12:00: B is the older fact now
+    assert decisions == [(b"acme/B", "A", again)]
+
+
+async def test_a_redelivered_write_checks_its_supersessions_again(tmp_path: Path) -> None:
+    # its first delivery reached the tables, and the process died before the decisions were sent
+    w = Worker(tmp_path, Embedder({}))
+    await stated_after_osaka(w, "acme")
+    key, value = newer("acme")
+    await w.writes((key, value))
+    w.offset -= 1  # the same offset again: the reducer skips the write
+    sent = await w.writes((key, value))
+    assert [role for role, _, _ in sent if role == "audit"] == []  # skipped: nothing audited
+    decisions = [(k, v["decision"], v["by"]) for role, k, v in sent if role == "memory-writes"]
+    assert decisions == [(b"acme/A", "supersede", "B")]
