@@ -30,7 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from memcore import InvalidField, Tier
 from memcore.ids import check_id
-from memcore.policy import RecallPolicy, RecallPreset
+from memcore.policy import MAX_WEIGHT, RecallPolicy, RecallPreset
 from ranker.admin import admin_routes
 from ranker.admission import Admission
 from ranker.applied import NotAppliedError
@@ -57,7 +57,14 @@ from ranker.wire import (
 )
 from storage import Filters, StorageError, to_us
 from storage.compacted import CompactedLogError
-from storage.records import Limits, RecordError, checked_access, checked_vector, checked_write
+from storage.records import (
+    Limits,
+    RecordError,
+    check_time,
+    checked_access,
+    checked_vector,
+    checked_write,
+)
 from storage.tenant_log import TenantLog
 from storage.tenants import Tenant, Tenants
 
@@ -76,11 +83,13 @@ class RecallFilters(TextBody):
 
 
 class Weights(Body):
-    similarity: float | None = Field(None, ge=0)
-    keyword: float | None = Field(None, ge=0)
-    importance: float | None = Field(None, ge=0)
-    recency: float | None = Field(None, ge=0)
-    graph: float | None = Field(None, ge=0)
+    """Weights of the recall score, each in [0, MAX_WEIGHT] (relative: they need not sum to 1)."""
+
+    similarity: float | None = Field(None, ge=0, le=MAX_WEIGHT)
+    keyword: float | None = Field(None, ge=0, le=MAX_WEIGHT)
+    importance: float | None = Field(None, ge=0, le=MAX_WEIGHT)
+    recency: float | None = Field(None, ge=0, le=MAX_WEIGHT)
+    graph: float | None = Field(None, ge=0, le=MAX_WEIGHT)
 
 
 class RecallBody(TextBody):
@@ -97,7 +106,9 @@ class RecallBody(TextBody):
         None,
         description="as-of time: only memories written by then, in the versions valid then, scored"
         " at that time (importance and counters are today's: the service keeps no history of"
-        " them). Default: now, with every memory written so far.",
+        " them). Default: now, with every memory written so far. With ``track`` it is also the"
+        " time of the recall's access events, checked as an access's ``at`` is: not before 1970,"
+        " at most MNEMO_MAX_FUTURE_SKEW_S after the server's clock.",
     )
     track: StrictBool = True
     include_history: StrictBool = Field(
@@ -235,18 +246,11 @@ def create_api(
     # the recall routes answer with orjson-written bodies; added to the app's own router (an
     # included router's routes are not matched by path for Admission's route label)
     async def recall(body: RecallBody, who: Auth) -> Response:
-        answer = await service.recall(
-            who.tenant_id, _query(body, who, ("active", "archived"), limits.embedding_dim)
-        )
-        if body.include_history:
-            answer.results.sort(key=lambda r: (r.row.created_at_us, r.row.memory_id))
-        return _answer(answer)
+        return await _search(service, body, who, ("active", "archived"), limits)
 
     async def archive_search(body: RecallBody, who: Auth) -> Response:
-        query = _query(
-            body.model_copy(update={"track": False}), who, ("archived",), limits.embedding_dim
-        )
-        return _answer(await service.recall(who.tenant_id, query))
+        untracked = body.model_copy(update={"track": False})
+        return await _search(service, untracked, who, ("archived",), limits)
 
     for path, endpoint in (("/v1/recall", recall), ("/v1/archive/search", archive_search)):
         api.router.add_api_route(
@@ -391,23 +395,34 @@ def _path(loc: Sequence[object]) -> str:
     return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
 
 
-def _query(body: RecallBody, who: Tenant, states: tuple[str, ...], dim: int) -> RecallQuery:
+async def _search(
+    service: RecallService,
+    body: RecallBody,
+    who: Tenant,
+    states: tuple[str, ...],
+    limits: Limits,
+) -> Response:
+    """A recall route's answer: the top ``k`` among memories in ``states``, best first, or in
+    time order with ``include_history`` (as :class:`RecallBody` says).
+    """
+    answer = await service.recall(who.tenant_id, _query(body, who, states, limits))
+    if body.include_history:
+        answer.results.sort(key=lambda r: (r.row.created_at_us, r.row.memory_id))
+    return _answer(answer)
+
+
+def _query(body: RecallBody, who: Tenant, states: tuple[str, ...], limits: Limits) -> RecallQuery:
+    """The query of a recall body; raises InvalidField or RecordError naming the body's field
+    (``at`` too when the recall's access events would be refused by the worker: ``track``).
+    """
     if body.query is None and body.vector is None:
         raise InvalidField("query", None, "give a query text or a vector")
-    overrides: dict[str, Any] = {}
-    if body.preset is not None:
-        overrides["preset"] = RecallPreset(body.preset)
-    if body.weights is not None:
-        overrides["weights"] = body.weights.model_dump(exclude_none=True)
-    for name in ("mmr_lambda", "min_score", "graphrag"):
-        if getattr(body, name) is not None:
-            overrides[name] = getattr(body, name)
-    policy: RecallPolicy = (
-        who.policy.with_overrides({"recall": overrides}).recall if overrides else who.policy.recall
-    )
+    policy = _policy(body, who)
     f = body.filters
     now = datetime.now(UTC)  # the edge reads the clock; memcore gets the time
     at = body.at or now
+    if body.track and body.at is not None:  # the time of its access events: as an access's
+        check_time("at", body.at, now, limits)
     filters = Filters(
         states=states,
         current_at_us=None if body.include_history else to_us(at),
@@ -420,10 +435,36 @@ def _query(body: RecallBody, who: Tenant, states: tuple[str, ...], dim: int) -> 
         created_from_us=to_us(f.created_from) if f.created_from else None,
         created_to_us=to_us(f.created_to) if f.created_to else None,
     )
+    dim = limits.embedding_dim
     vector = checked_vector("vector", body.vector, dim) if body.vector is not None else None
     given = body.after if body.after is not None else []
     after = tokens(given)
     return RecallQuery(body.query, vector, body.k, at, policy, filters, body.track, after)
+
+
+def _policy(body: RecallBody, who: Tenant) -> RecallPolicy:
+    """The tenant's recall policy with the body's overrides; an invalid one raises InvalidField
+    naming the body's field (``weights.similarity``), not the policy's path.
+    """
+    overrides: dict[str, Any] = {}
+    if body.preset is not None:
+        overrides["preset"] = RecallPreset(body.preset)
+    if body.weights is not None:
+        overrides["weights"] = body.weights.model_dump(exclude_none=True)
+    for name in ("mmr_lambda", "min_score", "graphrag"):
+        if getattr(body, name) is not None:
+            overrides[name] = getattr(body, name)
+    if not overrides:
+        return who.policy.recall
+    try:
+        return who.policy.with_overrides({"recall": overrides}).recall
+    except InvalidField as exc:
+        field = exc.field.removeprefix(_OVERRIDES)
+        raise InvalidField(field, exc.value, exc.reason) from exc
+
+
+_OVERRIDES = "policy.recall."
+"""Where the policy names a recall override's field; the body names it without this."""
 
 
 def _answer(answer: Recall) -> Response:

@@ -29,6 +29,12 @@ from storage.kafka import KafkaConnection
 from storage.pulse import Pulse
 
 _PREFIX = "v1."
+ROLES = frozenset({"memory-writes", "access-events"})
+"""The topic roles a token names: those the service produces to (writes and decisions, accesses)."""
+MAX_PARTITION = 2**31 - 1
+"""Kafka numbers partitions with signed 32-bit integers."""
+MAX_OFFSET = 2**63 - 1
+"""Kafka numbers offsets with signed 64-bit integers."""
 
 
 @dataclass(frozen=True)
@@ -46,9 +52,13 @@ class Token:
 
     @classmethod
     def decode(cls, text: str, field: str = "after") -> Token:
-        """Inverse of :meth:`encode`; anything else raises :class:`InvalidField` naming ``field``."""
+        """Inverse of :meth:`encode`. Anything else raises :class:`InvalidField` naming ``field``:
+        text that is not a token, a role not in :data:`ROLES`, a partition outside
+        [0, :data:`MAX_PARTITION`] or an offset outside [0, :data:`MAX_OFFSET`] (no wait could
+        ever see those applied).
+        """
         if not text.startswith(_PREFIX):
-            raise InvalidField(field, text, "not a token returned by this service")
+            raise InvalidField(field, text, _REFUSED)
         body = text[len(_PREFIX) :]
         try:
             raw = orjson.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
@@ -56,11 +66,8 @@ class Token:
                 str(role): {int(p): int(o) for p, o in parts.items()} for role, parts in raw.items()
             }
         except (ValueError, TypeError, AttributeError, binascii.Error, orjson.JSONDecodeError):
-            raise InvalidField(field, text, "not a token returned by this service") from None
-        if any(
-            p < 0 or o < 0 or o >= 2**63 for parts in offsets.values() for p, o in parts.items()
-        ):
-            raise InvalidField(field, text, "offsets out of range")
+            raise InvalidField(field, text, _REFUSED) from None
+        _check_offsets(field, text, offsets)
         return cls(offsets)
 
     @classmethod
@@ -83,6 +90,22 @@ class Token:
             parts = offsets.setdefault(role, {})
             parts[meta.partition] = max(parts.get(meta.partition, -1), meta.offset)
         return cls(offsets)
+
+
+_REFUSED = "not a token returned by this service"
+
+
+def _check_offsets(field: str, text: str, offsets: Mapping[str, Mapping[int, int]]) -> None:
+    """Raise InvalidField naming ``field`` (``text``, the token as sent) unless every role is one
+    the service produces to and every partition and offset is one Kafka can have.
+    """
+    for role, parts in offsets.items():
+        if role not in ROLES:
+            raise InvalidField(field, text, f"{_REFUSED} (no topic role {role!r})")
+        for partition, offset in parts.items():
+            if not 0 <= partition <= MAX_PARTITION or not 0 <= offset <= MAX_OFFSET:
+                where = f"{role} partition {partition} offset {offset}"
+                raise InvalidField(field, text, f"{_REFUSED} ({where} out of range)")
 
 
 class NotAppliedError(Exception):

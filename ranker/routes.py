@@ -23,8 +23,8 @@ from ranker.listing import decode_cursor
 from ranker.problems import CONFLICT, NOT_FOUND
 from ranker.service import RecallService
 from ranker.wire import Auth, Body, memory_json, session_of, tokens
-from storage import Filters, MemoryRow, to_us
-from storage.records import MAX_NAME_BYTES, Limits, checked_write
+from storage import Filters, MemoryRow, from_us, to_us
+from storage.records import MAX_NAME_BYTES, Limits, RecordError, checked_write
 
 States = Literal["active", "archived", "forgotten", "deleted"]
 LIVE_STATES = ("active", "archived")
@@ -49,7 +49,8 @@ class UpdateBody(Body):
         None,
         json_schema_extra={"format": "date-time"},
         description="when the new version takes over (default: now): the old one is valid until"
-        " then, and as-of recall before it still finds the old one",
+        " then, and as-of recall before it still finds the old one; not before the old one was"
+        " created",
     )
     embedding: list[float] | None = None
     importance: float | None = Field(None, ge=0, le=1)
@@ -149,7 +150,8 @@ def _update(api: FastAPI, service: RecallService, limits: Limits) -> None:
     async def update(memory_id: str, body: UpdateBody, who: Auth) -> dict[str, Any]:
         """Write a new version of a memory and supersede the current one from ``at`` on (both
         audited; history shows them). 404: no such memory; 409: it is deleted or already
-        superseded (update the version that superseded it); 422 as for a write.
+        superseded (update the version that superseded it); 422 as for a write, and naming
+        ``at`` when it is before the memory was created.
         """
         check_id("memory_id", memory_id)
         old = await service.get(who.tenant_id, memory_id, tokens(body.after))
@@ -159,9 +161,8 @@ def _update(api: FastAPI, service: RecallService, limits: Limits) -> None:
             reason = f"superseded by {old.superseded_by}" if old.superseded_by else old.state
             raise HTTPException(409, f"memory {memory_id} is {reason}: not updatable")
         now = datetime.now(UTC)
-        document = new_version(old, body, who.tenant_id, now)
-        record, _ = checked_write(document, limits, now)  # RecordError: 422 naming the field
-        token = await service.update(who.tenant_id, memory_id, document, record.at)
+        document, at = new_version(old, body, who.tenant_id, now, limits)
+        token = await service.update(who.tenant_id, memory_id, document, at)
         return {
             "memory_id": document["memory_id"],
             "supersedes": memory_id,
@@ -169,17 +170,31 @@ def _update(api: FastAPI, service: RecallService, limits: Limits) -> None:
         }
 
 
-def new_version(old: MemoryRow, body: UpdateBody, tenant_id: str, now: datetime) -> dict[str, Any]:
-    """The write record of the new version: ``body``'s fields over ``old``'s. Its id derives from
-    the old id, the time and the change, so the same update sent twice is one version. Raises
-    InvalidField when the update changes nothing.
+def new_version(
+    old: MemoryRow, body: UpdateBody, tenant_id: str, now: datetime, limits: Limits
+) -> tuple[dict[str, Any], datetime]:
+    """The write record of the new version (``body``'s fields over ``old``'s) and the time it
+    takes over. Its id derives from the old id, the time and the change, so the same update sent
+    twice is one version. Raises InvalidField when the update changes nothing, and RecordError
+    naming the field the worker would reject, as ``POST /v1/memories`` does (a lone surrogate, an
+    integer over 64 bits), or ``at`` when it is before ``old`` was created (the worker would not
+    let the new version supersede it).
     """
     given = body.model_dump(exclude_none=True, exclude={"after"})
     at = given.pop("at", None) or now.isoformat()
     if not given:
         raise InvalidField("$", {}, "an update needs at least one field to change")
+    document = _over(old, given, tenant_id, at)
+    record, _ = checked_write(document, limits, now)  # first: the id serialises the change
+    _check_takes_over(old, at, record.at)
+    document["memory_id"] = _version_id(old.memory_id, tenant_id, at, given)
+    return document, record.at
+
+
+def _over(old: MemoryRow, given: dict[str, Any], tenant_id: str, at: str) -> dict[str, Any]:
+    """The write document of ``given`` over ``old`` (the vector kept when the text is), no id."""
     same_text = "content" not in given and "context" not in given
-    document: dict[str, Any] = {
+    return {
         "content": old.content,
         "importance": old.importance,
         "memory_type": old.tier,
@@ -194,9 +209,22 @@ def new_version(old: MemoryRow, body: UpdateBody, tenant_id: str, now: datetime)
         "tenant_id": tenant_id,
         "at": at,
     }
+
+
+def _check_takes_over(old: MemoryRow, given: str, at: datetime) -> None:
+    """Raise RecordError naming ``at`` (``given``, as sent) when ``at`` is before ``old`` was
+    created: the worker ignores a supersession older than the memory it supersedes.
+    """
+    if to_us(at) < old.created_at_us:
+        created = from_us(old.created_at_us).isoformat()
+        reason = f"before {old.memory_id} was created ({created}): it cannot supersede it"
+        raise RecordError("at", given, reason)
+
+
+def _version_id(memory_id: str, tenant_id: str, at: str, given: dict[str, Any]) -> str:
+    """The new version's id: from the old id, the time and the change (checked: JSON encodes it)."""
     change = orjson.dumps(given, option=orjson.OPT_SORT_KEYS).decode()
-    document["memory_id"] = derive_memory_id(tenant_id, f"{old.memory_id}\x00{at}\x00{change}")
-    return document
+    return derive_memory_id(tenant_id, f"{memory_id}\x00{at}\x00{change}")
 
 
 def _list_filters(

@@ -74,10 +74,35 @@ def parse_json(body: bytes) -> Any:  # noqa: ANN401  (any JSON value)
     return json.loads(body) if misread else parsed
 
 
+def body_json(body: bytes) -> Any:  # noqa: ANN401  (any JSON value)
+    """``body`` as :func:`parse_json` reads it; bytes that are not UTF-8 or not JSON raise
+    HTTPException 400 whose detail says where (:func:`not_json`).
+    """
+    try:
+        return parse_json(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise not_json(body, exc) from exc
+
+
+def not_json(body: bytes, exc: ValueError) -> HTTPException:
+    """The 400 for ``body``, which the standard library refused with ``exc``: where its UTF-8 is
+    broken (first: ``json`` also reads UTF-16 and UTF-32), else where its JSON is.
+    """
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        where = f"byte {bad.start} (0x{body[bad.start]:02x})"
+        return HTTPException(400, f"the body is not UTF-8: {where}: {bad.reason}")
+    if isinstance(exc, json.JSONDecodeError):
+        where = f"line {exc.lineno}, column {exc.colno} (char {exc.pos})"
+        return HTTPException(400, f"the body is not JSON: {exc.msg} at {where}")
+    return HTTPException(400, f"the body is not JSON: {exc}")
+
+
 class _OrjsonRequest(Request):
     async def json(self) -> Any:  # noqa: ANN401  (Starlette's signature)
         if not hasattr(self, "_json"):
-            self._json = parse_json(await self.body())
+            self._json = body_json(await self.body())  # FastAPI lets its HTTPException through
         return self._json
 
 
@@ -85,7 +110,8 @@ class OrjsonRoute(APIRoute):
     """A route whose JSON body is parsed by orjson (~5x the standard library on a 384-float
     vector); bodies orjson refuses or may have read differently (an integer beyond 64 bits,
     which it reads as a float: :func:`_maybe_misread`) are read by the standard library, so
-    every value and every error stays the same. Every route of the app has it.
+    every value stays the same; a body that is not JSON (or not UTF-8) is a 400 saying where
+    (:func:`body_json`). Every route of the app has it.
     """
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
@@ -198,9 +224,10 @@ class DirectRoute(OrjsonRoute):
     FastAPI's per-request machinery (dependency solving, field-by-field body validation: ~a
     fifth of a recall's CPU through HTTP). Each request is handled as FastAPI would: the body
     read as JSON only under a JSON content type (``application/json``, ``application/*+json``),
-    JSON errors first (422 ``json_invalid``, 400 for bytes that are not text), then the API key
-    (:func:`authenticate`: 401, 429), then the model's validation, whose errors are raised as
-    FastAPI's ``RequestValidationError`` under ``body``; the app's handlers answer them all.
+    JSON errors first (400, as :class:`OrjsonRoute` answers them: :func:`body_json`), then the
+    API key (:func:`authenticate`: 401, 429), then the model's validation, whose errors are
+    raised as FastAPI's ``RequestValidationError`` under ``body``; the app's handlers answer them
+    all.
     OpenAPI and the route label see an ordinary route. What FastAPI would add per route is not
     supported: route dependencies, ``strict_content_type=False``, a route body limit (TypeError
     at construction, as for an endpoint of another shape); ``dependency_overrides`` of
@@ -266,18 +293,9 @@ async def _json_body(request: Request) -> Any:  # noqa: ANN401  (any JSON value)
             return _NO_BODY
         if not _is_json(request.headers.get("content-type")):
             return body
-        return parse_json(body)
+        return body_json(body)
     except HTTPException:
         raise
-    except json.JSONDecodeError as e:
-        error = {
-            "type": "json_invalid",
-            "loc": ("body", e.pos),
-            "msg": "JSON decode error",
-            "input": {},
-            "ctx": {"error": e.msg},
-        }
-        raise RequestValidationError([error], body=e.doc) from e
     except Exception as e:
         if MAX_BODY_SIZE_SCOPE_KEY in request.scope:
             raise  # perhaps the app's body limit: its middleware answers it

@@ -61,6 +61,10 @@ class Memory:
 
 @dataclass(frozen=True)
 class _Call:
+    """One request: its JSON body is sent with every datetime in it as ISO 8601 text
+    (:func:`_wire`), whichever call built it.
+    """
+
     method: str
     path: str
     json: dict[str, Any] | None = None
@@ -68,6 +72,10 @@ class _Call:
     awaited: bool = True  # the reply's token is sent with the session's next read
     params: tuple[str, ...] = ()  # read-your-writes tokens of a GET or DELETE
     flags: tuple[tuple[str, str], ...] = ()  # other query parameters
+
+    def __post_init__(self) -> None:
+        if self.json is not None:
+            object.__setattr__(self, "json", _wire(self.json))
 
     @property
     def query(self) -> dict[str, list[str]]:
@@ -104,13 +112,18 @@ class _Session:
 _CUT_SHORT = "the export stream ended before its closing line"
 
 
-def _iso(at: datetime | None) -> str | None:
-    return at.isoformat() if at is not None else None
-
-
-def _when(at: object) -> object:
-    """A datetime as ISO text; anything else (already text, or None) as it is."""
-    return at.isoformat() if isinstance(at, datetime) else at
+def _wire(value: Any) -> Any:  # noqa: ANN401  (any JSON body)
+    """``value`` with every datetime in it, at any depth (``filters.created_from``), as ISO 8601
+    text; anything else (already text, None, numbers) as it is. The one conversion of times:
+    :class:`_Call` applies it to every body.
+    """
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _wire(v) for k, v in value.items()}
+    if isinstance(value, list | tuple) and not all(type(v) is float for v in value):
+        return [_wire(v) for v in value]
+    return value  # a vector too: a pass of type checks, not a call per value
 
 
 def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
@@ -122,12 +135,12 @@ class _Api:
 
     @staticmethod
     def remember(content: str, **fields: Any) -> _Call:  # noqa: ANN401
-        memory = _drop_none({"content": content, **fields, "at": _iso(fields.get("at"))})
+        memory = _drop_none({"content": content, **fields})
         return _Call("POST", "/v1/memories", {"memories": [memory]})
 
     @staticmethod
     def remember_many(memories: Sequence[dict[str, Any]]) -> _Call:
-        docs = [_drop_none({**m, "at": _when(m.get("at"))}) for m in memories]
+        docs = [_drop_none(m) for m in memories]
         return _Call("POST", "/v1/memories", {"memories": docs})
 
     @staticmethod
@@ -143,14 +156,13 @@ class _Api:
             "vector": list(vector) if vector is not None else None,
             "k": k,
             **options,
-            "at": _iso(options.get("at")),
             "after": list(after) or None,
         }
         return _Call("POST", "/v1/recall", _drop_none(body), awaited=False)
 
     @staticmethod
-    def access(memory_ids: Sequence[str], kind: str, at: datetime | None) -> _Call:
-        body = {"memory_ids": list(memory_ids), "kind": kind, "at": _iso(at)}
+    def access(memory_ids: Sequence[str], kind: str, at: datetime | str | None) -> _Call:
+        body = {"memory_ids": list(memory_ids), "kind": kind, "at": at}
         return _Call("POST", "/v1/access", _drop_none(body))
 
     @staticmethod
@@ -173,7 +185,7 @@ class _Api:
 
     @staticmethod
     def update(memory_id: str, changes: dict[str, Any], after: Sequence[str]) -> _Call:
-        body = _drop_none({**changes, "at": _when(changes.get("at")), "after": list(after) or None})
+        body = _drop_none({**changes, "after": list(after) or None})
         return _Call("PATCH", f"/v1/memories/{memory_id}", body)
 
     @staticmethod
@@ -282,7 +294,7 @@ class Client:
         return [Memory.of(r) for r in self._send(call)["results"]]
 
     def access(
-        self, memory_ids: Sequence[str], kind: str = "explicit", at: datetime | None = None
+        self, memory_ids: Sequence[str], kind: str = "explicit", at: datetime | str | None = None
     ) -> int:
         """Report accesses; returns how many were accepted."""
         return int(self._send(_Api.access(memory_ids, kind, at))["accepted"])
@@ -402,7 +414,7 @@ class AsyncClient:
         return [Memory.of(r) for r in (await self._send(call))["results"]]
 
     async def access(
-        self, memory_ids: Sequence[str], kind: str = "explicit", at: datetime | None = None
+        self, memory_ids: Sequence[str], kind: str = "explicit", at: datetime | str | None = None
     ) -> int:
         return int((await self._send(_Api.access(memory_ids, kind, at)))["accepted"])
 

@@ -5,10 +5,13 @@ not once per waiting request.
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import Mapping
 
+import orjson
 import pytest
 
+from memcore import InvalidField
 from ranker.applied import AppliedOffsets, NotAppliedError, Token
 
 pytestmark = pytest.mark.anyio
@@ -61,3 +64,47 @@ async def test_a_waiter_never_passes_on_an_older_answer() -> None:
     applied = AppliedOffsets(group.committed, group.end_offsets, poll_s=0.01, timeout_s=0.05)
     with pytest.raises(NotAppliedError):
         await applied.wait(Token({"memory-writes": {0: 42}}), derived_role="none")
+
+
+def _token(offsets: object) -> str:
+    return "v1." + base64.urlsafe_b64encode(orjson.dumps(offsets)).decode().rstrip("=")
+
+
+def test_a_token_round_trips_through_its_text() -> None:
+    token = Token({"memory-writes": {0: 5, 3: 2**63 - 1}, "access-events": {2**31 - 1: 0}})
+    assert Token.decode(token.encode()) == token
+
+
+@pytest.mark.parametrize(
+    "offsets",
+    [
+        {"bogus-role": {"0": 1}},
+        {"memory-keys": {"0": 1}},  # a topic the service reads, never a token's
+        {"memory-writes": {str(2**31): 1}},
+        {"memory-writes": {str(2**70): 1}},
+        {"memory-writes": {"-1": 1}},
+        {"access-events": {"0": 2**63}},
+        {"access-events": {"0": -1}},
+    ],
+    ids=[
+        "unknown role",
+        "keys role",
+        "partition 2**31",
+        "partition 2**70",
+        "partition -1",
+        "offset 2**63",
+        "offset -1",
+    ],
+)
+def test_a_token_the_service_never_issues_is_refused_as_a_malformed_one(offsets: object) -> None:
+    """Such a token would decode, then wait the whole timeout and answer a retriable 503: it is
+    refused at once, with the error (and field) a malformed token gets."""
+    with pytest.raises(InvalidField) as malformed:
+        Token.decode("v1.!!!")
+    with pytest.raises(InvalidField) as err:
+        Token.decode(_token(offsets))
+    assert (err.value.field, err.value.value) == ("after", _token(offsets))
+    assert str(err.value.reason).startswith(malformed.value.reason), err.value.reason
+    with pytest.raises(InvalidField) as among:
+        Token.merged([_token({"memory-writes": {"0": 1}}), _token(offsets)])
+    assert among.value.field == "after[1]"

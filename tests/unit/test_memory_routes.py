@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
+import httpx
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
@@ -13,10 +15,16 @@ from memcore import InvalidField
 from ranker.history import partition_of
 from ranker.listing import CHUNK, decode_cursor, encode_cursor, page
 from ranker.routes import UpdateBody, new_version
-from storage import Filters, MemoryRow, MilvusStore
+from storage import Filters, MemoryRow, MilvusStore, to_us
+from storage.records import Limits
+from storage.tenants import TenantRegistry
 from tests.rows import make_row
+from tests.unit.test_user_scope import AUTH, Produced, service_and_client
 
 NOW = datetime(2026, 3, 1, 12, tzinfo=UTC)
+LIMITS = Limits(
+    2, 16_384, TenantRegistry.of({"tenants": {"a": {"api_keys": ["key-a-0123456789"]}}})
+)
 
 
 class RowsStore:
@@ -72,6 +80,13 @@ def test_a_cursor_round_trips_and_a_forged_one_names_the_field() -> None:
         assert err.value.field == "cursor"
 
 
+def version(old: MemoryRow, body: UpdateBody) -> dict[str, Any]:
+    """The new version's document (``new_version`` for tenant ``a`` at ``NOW``)."""
+    document, at = new_version(old, body, "a", NOW, LIMITS)
+    assert at == datetime.fromisoformat(document["at"])
+    return document
+
+
 def test_a_new_version_keeps_what_the_update_leaves_out() -> None:
     old = make_row(
         "a",
@@ -85,7 +100,7 @@ def test_a_new_version_keeps_what_the_update_leaves_out() -> None:
         importance=0.7,
         tier="semantic",
     )
-    doc = new_version(old, UpdateBody(importance=0.9), "a", NOW)
+    doc = version(old, UpdateBody(importance=0.9))
     assert (doc["content"], doc["tags"], doc["metadata"]) == (
         old.content,
         ["job"],
@@ -93,22 +108,79 @@ def test_a_new_version_keeps_what_the_update_leaves_out() -> None:
     )
     assert (doc["agent_id"], doc["importance"], doc["memory_type"]) == ("agent-7", 0.9, "semantic")
     assert doc["user_id"] == "ann"  # the scope is kept too
-    assert new_version(old, UpdateBody(user_id="bob"), "a", NOW)["user_id"] == "bob"
-    unscoped = new_version(
-        dataclasses.replace(old, user_id=""), UpdateBody(importance=0.9), "a", NOW
-    )
+    assert version(old, UpdateBody(user_id="bob"))["user_id"] == "bob"
+    unscoped = version(dataclasses.replace(old, user_id=""), UpdateBody(importance=0.9))
     assert "user_id" not in unscoped
     assert doc["embedding"] == [0.6, 0.8]  # same text: the vector is kept, not recomputed
     assert doc["at"] == NOW.isoformat()
-    again = new_version(old, UpdateBody(importance=0.9), "a", NOW)["memory_id"]
-    other = new_version(old, UpdateBody(importance=0.8), "a", NOW)["memory_id"]
+    again = version(old, UpdateBody(importance=0.9))["memory_id"]
+    other = version(old, UpdateBody(importance=0.8))["memory_id"]
     assert doc["memory_id"] == again != old.memory_id  # the same update twice: one version
     assert other != doc["memory_id"]
     with pytest.raises(InvalidField):
-        new_version(old, UpdateBody(at=NOW.isoformat()), "a", NOW)  # changes nothing
-    changed = new_version(old, UpdateBody(content="Carol works at Globex"), "a", NOW)
+        version(old, UpdateBody(at=NOW.isoformat()))  # changes nothing
+    changed = version(old, UpdateBody(content="Carol works at Globex"))
     assert changed["content"] == "Carol works at Globex"
     assert "embedding" not in changed  # new text: the worker embeds it
+
+
+async def _patched(monkeypatch: pytest.MonkeyPatch, old: MemoryRow, body: bytes) -> httpx.Response:
+    """``PATCH /v1/memories/{old}`` with ``body`` against a service that holds ``old``; asserts
+    nothing was produced unless it answered 200.
+    """
+    produced = Produced()
+    service, client = service_and_client(produced)
+
+    async def get(tenant_id: str, memory_id: str, after: object = None) -> MemoryRow | None:
+        return old if memory_id == old.memory_id else None
+
+    monkeypatch.setattr(service, "get", get)
+    headers = AUTH | {"content-type": "application/json"}
+    async with client as http:
+        reply = await http.patch(f"/v1/memories/{old.memory_id}", content=body, headers=headers)
+    assert reply.status_code == 200 or not produced.values, reply.text
+    return reply
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (b'{"metadata": {"n": 18446744073709551616}}', "metadata.n"),
+        (b'{"metadata": {"\\ud800": 1}}', "metadata.\\ud800"),
+        (b'{"metadata": {"a": [1, {"b": "\\udc00"}]}}', "metadata.a[1].b"),
+        (b'{"tags": ["a/\\ud800"]}', "tags[0]"),
+        (b'{"user_id": "\\ud800"}', "user_id"),
+        (b'{"agent_id": "\\ud800"}', "agent_id"),
+        (b'{"metadata": ' + b'{"a": ' * 300 + b"1" + b"}" * 301, "metadata"),
+    ],
+)
+async def test_an_update_a_write_would_refuse_is_the_same_422_naming_the_field(
+    monkeypatch: pytest.MonkeyPatch, body: bytes, field: str
+) -> None:
+    """What ``POST /v1/memories`` refuses (a lone surrogate, an integer over 64 bits) is refused
+    by an update too, naming the field, before the new version's id is derived (not a 500)."""
+    old = make_row("acme", "m1", (1.0, 0.0, 0.0, 0.0))
+    reply = await _patched(monkeypatch, old, body)
+    assert (reply.status_code, reply.json()["field"]) == (422, field), reply.text
+
+
+@pytest.mark.anyio
+async def test_an_update_dated_before_the_memory_was_created_is_a_422_naming_at(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker ignores a supersession older than the memory it supersedes, which would leave
+    both versions current: refused at the edge; from the creation time on it is accepted."""
+    created = datetime(2024, 1, 1, tzinfo=UTC)
+    old = make_row("acme", "m1", (1.0, 0.0, 0.0, 0.0), created_at_us=to_us(created))
+    earlier = b'{"content": "Alice lives in Lisbon", "at": "2023-06-01T00:00:00Z"}'
+    refused = await _patched(monkeypatch, old, earlier)
+    assert (refused.status_code, refused.json()["field"]) == (422, "at"), refused.text
+    assert "2023-06-01T00:00:00Z" in refused.json()["detail"]
+    same = b'{"content": "Alice lives in Lisbon", "at": "2024-01-01T00:00:00Z"}'
+    accepted = await _patched(monkeypatch, old, same)
+    assert accepted.status_code == 200, accepted.text
+    assert accepted.json()["supersedes"] == "m1"
 
 
 def test_history_reads_the_partition_kafkas_default_partitioner_chose() -> None:

@@ -11,6 +11,7 @@ import httpx
 import numpy as np
 import pytest
 
+from memcore.policy import MAX_WEIGHT
 from memcore.scoring import Scored
 from ranker.api import create_api
 from ranker.service import Recall, Recalled, RecallQuery, RecallService
@@ -225,6 +226,16 @@ async def test_a_write_body_with_an_integer_over_64_bits_is_refused_as_sent() ->
     )
 
 
+async def test_a_write_with_metadata_nested_past_what_json_encoders_take_is_a_422() -> None:
+    """orjson encodes 254 levels at most: such a write was a 500 (TypeError) at the edge."""
+    auth = {"Authorization": f"Bearer {KEY}", "content-type": "application/json"}
+    metadata = b'{"a": ' * 300 + b"1" + b"}" * 300
+    body = b'{"memories": [{"content": "x", "metadata": ' + metadata + b"}]}"
+    async with app() as http:
+        reply = await http.post("/v1/memories", content=body, headers=auth)
+    assert (reply.status_code, reply.json()["field"]) == (422, "memories[0].metadata"), reply.text
+
+
 async def test_a_deeply_nested_body_is_still_validated() -> None:
     """The walk that looks for integers orjson misreads is recursive: a body nested deeper than
     it goes is read by the standard library instead, and validated as any other (not a 400)."""
@@ -234,3 +245,69 @@ async def test_a_deeply_nested_body_is_still_validated() -> None:
     async with app() as http:
         reply = await http.post("/v1/recall", content=body, headers=auth)
     assert (reply.status_code, reply.json()["field"]) == (422, "filters.tags[0]"), reply.text
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"weights": {"similarity": 1e308, "keyword": 1e308}}, "weights.similarity"),
+        ({"weights": {"graph": 1000.5}}, "weights.graph"),
+        ({"preset": "zeromemory", "weights": {"importance": 1e308}}, "weights.importance"),
+    ],
+)
+async def test_a_weight_over_the_bound_names_the_request_field(
+    body: dict[str, object], field: str
+) -> None:
+    """Not the policy's internal path (``policy.recall.weights.similarity``)."""
+    auth = {"Authorization": f"Bearer {KEY}"}
+    async with app() as http:
+        reply = await http.post("/v1/recall", json={"query": "x", **body}, headers=auth)
+    assert (reply.status_code, reply.json()["field"]) == (422, field), reply.text
+    assert reply.json()["detail"].startswith(f"{field}="), reply.text
+
+
+async def test_the_openapi_document_declares_the_weights_bound() -> None:
+    async with app() as http:
+        doc = (await http.get("/openapi.json")).json()
+    weights = doc["components"]["schemas"]["Weights"]["properties"]
+    assert set(weights) == {"similarity", "keyword", "importance", "recency", "graph"}
+    for name, schema in weights.items():
+        (number,) = [s for s in schema["anyOf"] if s.get("type") == "number"]
+        assert (number["minimum"], number["maximum"]) == (0, MAX_WEIGHT), name
+
+
+@pytest.mark.parametrize("path", ["/v1/recall", "/v1/memories", "/v1/access", "/v1/memories/get"])
+@pytest.mark.parametrize(
+    ("body", "where"),
+    [
+        (
+            b'{"query": "x",}',
+            "the body is not JSON: Expecting property name enclosed in double"
+            " quotes at line 1, column 15 (char 14)",
+        ),
+        (
+            b'{\n  "k": 3\n  "query": "x"}',
+            "the body is not JSON: Expecting ',' delimiter at line 3, column 3 (char 13)",
+        ),
+        (b'{"query": ', "the body is not JSON: Expecting value at line 1, column 11 (char 10)"),
+        (b"\xff\xfe{}", "the body is not UTF-8: byte 0 (0xff): invalid start byte"),
+        (b'{"query": "\xe9"}', "the body is not UTF-8: byte 11 (0xe9): invalid continuation byte"),
+    ],
+    ids=["trailing comma", "missing comma", "cut short", "UTF-16 BOM", "Latin-1"],
+)
+async def test_a_body_that_is_not_json_is_a_400_saying_where(
+    path: str, body: bytes, where: str
+) -> None:
+    """As the OpenAPI document declares ("the body is not JSON (or not UTF-8)"): not a 422 whose
+    ``field`` is the character offset; the same on the direct recall route as on the others."""
+    auth = {"Authorization": f"Bearer {KEY}", "content-type": "application/json"}
+    async with app() as http:
+        reply = await http.post(path, content=body, headers=auth)
+    assert reply.status_code == 400, reply.text
+    assert reply.headers["content-type"] == "application/problem+json"
+    assert reply.json() == {
+        "type": "about:blank",
+        "title": "Bad Request",
+        "status": 400,
+        "detail": where,
+    }

@@ -1,0 +1,86 @@
+"""What the recall routes check and how they order their answer, the same for ``/v1/recall`` and
+``/v1/archive/search`` (one body, ``RecallBody``; the token of a tracked recall: test_recall_token).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from memcore.scoring import Scored
+from ranker.service import Candidate, Recall, Recalled, RecallQuery
+from storage.records import Limits, checked_access
+from storage.tenants import TenantRegistry
+from tests.rows import make_row
+from tests.unit.test_user_scope import AUTH, KEY, Produced, service_and_client
+
+pytestmark = pytest.mark.anyio
+ROWS = [make_row("acme", f"m{i}", (1.0, i / 10, 0.0, 0.0)) for i in range(2)]
+LIMITS = Limits(4, 16_384, TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}}))
+
+
+async def test_a_tracked_recall_dated_past_the_allowed_skew_is_a_422_naming_at(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its access events would carry that ``at`` and the worker would dead-letter them: the
+    recall is refused as ``POST /v1/access`` refuses the same ``at``, and records nothing. An
+    as-of recall in the past stays a recall, its accesses ones the worker accepts."""
+    produced = Produced()
+    service, client = service_and_client(produced)
+
+    def candidates(tenant_id: str, vector: object, query: RecallQuery) -> list[Candidate]:
+        return [Candidate(r, 1.0, None) for r in ROWS]
+
+    monkeypatch.setattr(service, "_candidates", candidates)
+    future = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+    past = "2001-01-01T00:00:00+00:00"
+    await service.start()
+    try:
+        async with client as http:
+            body = {"vector": [1, 0, 0, 0], "at": future}
+            tracked = await http.post("/v1/recall", json=body, headers=AUTH)
+            access = await http.post(
+                "/v1/access", json={"memory_ids": ["m0"], "at": future}, headers=AUTH
+            )
+            untracked = await http.post("/v1/recall", json={**body, "track": False}, headers=AUTH)
+            archive = await http.post("/v1/archive/search", json=body, headers=AUTH)
+            assert not produced.values  # nothing recorded so far
+            as_of = await http.post(
+                "/v1/recall", json={"vector": [1, 0, 0, 0], "at": past}, headers=AUTH
+            )
+    finally:
+        await service.stop()
+    assert (tracked.status_code, tracked.json()["field"]) == (422, "at"), tracked.text
+    assert (access.status_code, access.json()["field"]) == (422, "at"), access.text
+    reason = access.json()["detail"].split("after the time it was received")[0]
+    assert tracked.json()["detail"].startswith(reason)  # the access route's check and limits
+    assert untracked.status_code == archive.status_code == 200  # no access events: as-of only
+    assert as_of.status_code == 200, as_of.text
+    assert [(v["memory_id"], v["at"]) for v in produced.values] == [("m0", past), ("m1", past)]
+    for value in produced.values:
+        checked_access(value, LIMITS, datetime.now(UTC))  # the worker applies them
+
+
+@pytest.mark.parametrize("path", ["/v1/recall", "/v1/archive/search"])
+async def test_both_recall_routes_list_history_in_time_order(
+    monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """``include_history``: the top k in time order, as ``RecallBody`` promises for both routes;
+    without it, best first."""
+    service, client = service_and_client(Produced())
+    old = make_row("acme", "old", (1.0, 0.0, 0.0, 0.0), state="archived", created_at_us=1_000_000)
+    new = make_row("acme", "new", (1.0, 1.0, 0.0, 0.0), state="archived", created_at_us=5_000_000)
+
+    async def recall(tenant_id: str, query: RecallQuery) -> Recall:
+        best_first = [(new, 0.9), (old, 0.5)]
+        return Recall([Recalled(r, Scored(r.memory_id, s, 0, 0, 0, 0, s)) for r, s in best_first])
+
+    monkeypatch.setattr(service, "recall", recall)
+    async with client as http:
+        body = {"vector": [1, 1, 0, 0], "track": False}
+        history = await http.post(path, json={**body, "include_history": True}, headers=AUTH)
+        current = await http.post(path, json=body, headers=AUTH)
+    assert history.status_code == current.status_code == 200, history.text
+    assert [r["memory_id"] for r in history.json()["results"]] == ["old", "new"]
+    assert [r["memory_id"] for r in current.json()["results"]] == ["new", "old"]
