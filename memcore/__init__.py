@@ -20,6 +20,7 @@ from memcore.reducer import apply, create
 from memcore.scoring import Candidate, RankParams, Scored, blend, mmr, rank
 from memcore.state import (
     MAX_RELATIONS,
+    MAX_SUMMARY_SOURCES,
     MAX_TAGS,
     Absorb,
     Access,
@@ -50,6 +51,7 @@ from memcore.types import AccessKind, ImportanceSource, Lifecycle, Tier
 
 __all__ = [
     "MAX_RELATIONS",
+    "MAX_SUMMARY_SOURCES",
     "MAX_TAGS",
     "SUPERSEDABLE",
     "Absorb",

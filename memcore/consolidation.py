@@ -17,7 +17,7 @@ from enum import StrEnum
 from memcore.decay import sweep_archive_reason
 from memcore.ids import derive_memory_id
 from memcore.policy import Policy
-from memcore.state import Absorb, Event, Fade, Promote, Purge, Retire
+from memcore.state import MAX_SUMMARY_SOURCES, Absorb, Event, Fade, Promote, Purge, Retire
 from memcore.types import Lifecycle, Tier
 from memcore.vectors import cosine
 
@@ -177,14 +177,19 @@ def compression_clusters(
     min_size: int,
 ) -> list[Decision]:
     """Greedy clusters of similar memories -> one summary each; the summary id is derived from its
-    sources, so planning the same clusters twice names the same summary.
+    sources, so planning the same clusters twice names the same summary. A cluster over
+    :data:`MAX_SUMMARY_SOURCES` is cut, oldest first, into summaries of that many (a last part
+    under ``min_size`` is left for a later run).
     """
     out = []
     for group in greedy_groups(items, neighbours):
-        if len(group) >= min_size:
-            sources = tuple(i.memory_id for i in group)
+        for start in range(0, len(group), MAX_SUMMARY_SOURCES):
+            part = group[start : start + MAX_SUMMARY_SOURCES]
+            if len(part) < min_size:
+                continue
+            sources = tuple(i.memory_id for i in part)
             summary_id = derive_memory_id(tenant_id, "summary-of:" + ",".join(sorted(sources)))
-            reason = f"cluster of {len(group)} at cosine >= {min_cosine} to {group[0].memory_id}"
+            reason = f"cluster of {len(part)} at cosine >= {min_cosine} to {group[0].memory_id}"
             out.append(Decision(DecisionKind.SUMMARISE, summary_id, sources, reason))
     return out
 

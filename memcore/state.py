@@ -19,6 +19,9 @@ MAX_TAGS = 64
 adds its tags to the memory's; past this, the oldest that the rewrite does not repeat are dropped."""
 MAX_RELATIONS = 64
 """Relations a memory holds at most, kept as :data:`MAX_TAGS` keeps tags."""
+MAX_SUMMARY_SOURCES = 1024
+"""Memories one summary compresses at most (the serving store's array capacity): consolidation
+splits a larger cluster into summaries of at most this many."""
 
 
 @dataclass(frozen=True)

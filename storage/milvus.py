@@ -13,7 +13,7 @@ from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from memcore import MAX_RELATIONS, MAX_TAGS
+from memcore import MAX_RELATIONS, MAX_SUMMARY_SOURCES, MAX_TAGS
 from memcore.ids import check_id
 from memcore.keyword import keyword_text
 from storage.errors import StorageError
@@ -25,9 +25,8 @@ T = TypeVar("T")
 
 MAX_CONTENT_BYTES = 65_535
 MAX_TAG_CHARS = 128
-MAX_SUMMARY_SOURCES = 1024
-# the capacity of the array fields: tags and relations take memcore's (MAX_TAGS, MAX_RELATIONS),
-# which the reducer keeps a memory within however often it is rewritten
+# the capacity of the array fields: memcore's (MAX_TAGS, MAX_RELATIONS, MAX_SUMMARY_SOURCES),
+# within which the reducer and consolidation keep a memory however often it is rewritten
 _ID_CHARS = 128
 _SPARSE = "content_bm25"
 """The BM25 sparse vector Milvus derives from ``search_text`` (never read or written by us)."""

@@ -21,6 +21,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 
 from memcore import (
     MAX_RELATIONS,
+    MAX_SUMMARY_SOURCES,
     MAX_TAGS,
     Absorb,
     AccessKind,
@@ -36,7 +37,7 @@ from memcore import (
 from memcore.consolidation import ALL_STRATEGIES, Strategy
 from memcore.ids import check_id, indexed_text
 from memcore.timecheck import check_event_time
-from storage.milvus import MAX_CONTENT_BYTES, MAX_SUMMARY_SOURCES, MAX_TAG_CHARS
+from storage.milvus import MAX_CONTENT_BYTES, MAX_TAG_CHARS
 from storage.sealing import PRIVATE_FIELDS, Opener, SealError
 from storage.tenants import Tenants
 

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from memcore import (
+    MAX_SUMMARY_SOURCES,
     Decision,
     DecisionKind,
     EffectKind,
@@ -18,7 +19,12 @@ from memcore import (
     plan,
     to_events,
 )
-from memcore.consolidation import extractive_summary, greedy_groups, pairwise_neighbours
+from memcore.consolidation import (
+    compression_clusters,
+    extractive_summary,
+    greedy_groups,
+    pairwise_neighbours,
+)
 
 from .helpers import T0, created, hours
 
@@ -258,3 +264,22 @@ def test_memories_of_different_users_are_never_merged_or_summarised_together() -
     ]
     (summary,) = plan("t", similar, T0, POLICY, [Strategy.COMPRESS])
     assert (summary.kind, summary.sources) == (DecisionKind.SUMMARISE, ("p", "r"))  # not bob's q
+
+
+def test_a_cluster_over_what_one_summary_holds_is_cut_into_summaries_of_at_most_that_many() -> None:
+    # a summary's sources are an array of the serving store: one over its capacity is refused,
+    # and its sources would be archived into a summary that never exists
+    def clusters(n: int) -> list[Decision]:
+        items = [item(f"m{i:05d}", (1.0, 0.0), i / 100) for i in range(n)]
+        ids = {i.memory_id for i in items}
+        everyone = {memory_id: ids - {memory_id} for memory_id in ids}  # one cluster
+        return compression_clusters("t", items, everyone, 0.9, 3)
+
+    n = 2 * MAX_SUMMARY_SOURCES + 50
+    decisions = clusters(n)
+    assert [len(d.sources) for d in decisions] == [MAX_SUMMARY_SOURCES, MAX_SUMMARY_SOURCES, 50]
+    covered = [s for d in decisions for s in d.sources]
+    assert covered == [f"m{i:05d}" for i in range(n)]  # oldest first, each once
+    assert len({d.target for d in decisions}) == 3
+    (only,) = clusters(MAX_SUMMARY_SOURCES + 2)
+    assert len(only.sources) == MAX_SUMMARY_SOURCES  # a last part under 3 is left for later

@@ -10,9 +10,8 @@ from datetime import UTC, datetime, timedelta, timezone
 import orjson
 import pytest
 
-from memcore import InvalidField, Lifecycle, resolve_importance
+from memcore import MAX_SUMMARY_SOURCES, InvalidField, Lifecycle, resolve_importance
 from memcore.timecheck import check_event_time
-from storage.milvus import MAX_SUMMARY_SOURCES
 from storage.records import DecisionRecord, Limits, RecordError, encode_access
 from storage.tenants import TenantRegistry
 from streams.app import received_at
