@@ -38,13 +38,19 @@ class GetManyBody(Body):
 
 class UpdateBody(Body):
     """What changes in the new version of a memory; a field left out keeps the current version's
-    value (the vector too, when content and context stay the same). Strict types, as for a write.
+    value (the vector too, when content and context stay the same), except ``context``: the
+    serving store does not hold it, so a new version has the context sent with its update, or
+    none (its keyword index then lacks the old context's words). Strict types, as for a write.
     """
 
     model_config = Body.model_config | {"strict": True}
 
     content: str | None = Field(None, min_length=1)
-    context: str | None = None
+    context: str | None = Field(
+        None,
+        description="words to find the new version by (embedded and keyword-indexed with its"
+        " content); not carried over from the current version: send it again to keep it",
+    )
     at: str | None = Field(
         None,
         json_schema_extra={"format": "date-time"},
