@@ -137,8 +137,11 @@ def _write(state: MemoryState | None, event: Write, policy: Policy) -> Result:
         else Effect(EffectKind.FOLDED, f"identical rewrite #{folded.write_count}")
     ]
     if state.state is not Lifecycle.ACTIVE:
+        # the decay clock restarts at the revival, never earlier than the last access (a
+        # backdated rewrite that arrives late must not age the memory)
+        revived_at = max(state.last_access, event.at)
         folded = dataclasses.replace(
-            folded, state=Lifecycle.ACTIVE, last_access=event.at, state_changed_at=event.at
+            folded, state=Lifecycle.ACTIVE, last_access=revived_at, state_changed_at=event.at
         )
         effects.append(Effect(EffectKind.REVIVED, f"rewritten while {state.state}"))
     if state.valid_to is not None and event.at >= state.valid_to:

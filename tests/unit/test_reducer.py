@@ -312,6 +312,15 @@ class TestDecisions:
         assert (fresh.access_count, fresh.created_at) == (0, T0 + hours(5))
         assert effects[0].kind is EffectKind.CREATED
 
+    def test_a_backdated_rewrite_revives_without_moving_the_decay_clock_back(self) -> None:
+        archived = dataclasses.replace(
+            created(0.3), state=Lifecycle.ARCHIVED, last_access=T0 + hours(10)
+        )
+        revived, _ = apply(archived, write(at=T0 + hours(5)), DEFAULT)
+        assert revived is not None
+        assert revived.state is Lifecycle.ACTIVE
+        assert revived.last_access == T0 + hours(10)
+
     def test_promote_only_one_tier_up(self) -> None:
         state = created(0.1)
         skipped, effects = apply(state, Promote(T0, Tier.SEMANTIC, "idle"), DEFAULT)
