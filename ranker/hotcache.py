@@ -86,6 +86,7 @@ _TAU = LIVE_FIELDS.index("tau_hours")
 _ACCESSES = LIVE_FIELDS.index("access_count")
 _SEMANTIC = TIERS.index("semantic")
 _ARCHIVED = STATES.index("archived")
+_DELETED = STATES.index(DELETED)
 
 Vector = npt.NDArray[np.float32]
 
@@ -105,6 +106,20 @@ def _any_of(
         if value in names:
             out |= column == names.index(value)
     return out
+
+
+def live_passes(values: Sequence[Any], filters: Filters) -> bool:
+    """Whether a memory with these :data:`storage.rows.LIVE_FIELDS` passes what ``filters`` ask
+    of them (state, tier, validity), as :meth:`_Block.mask` evaluates them on the view's values:
+    a candidate Milvus found under an older state (the worker writes its table, whose changelog
+    feeds the view, before the row) is judged as the hot cache judges it.
+    """
+    if filters.states and str(values[_STATE]) not in filters.states:
+        return False
+    if filters.tiers and str(values[_TIER]) not in filters.tiers:
+        return False
+    valid_to = int(values[_VALID_TO])
+    return filters.current_at_us is None or valid_to == 0 or valid_to > filters.current_at_us
 
 
 @dataclass(frozen=True)
@@ -255,6 +270,12 @@ class _Block:
         """
         slot = self.index.get(memory_id)
         if slot is None or self.state[slot] == ABSENT:
+            return True
+        if self.state[slot] == _DELETED and str(values[_STATE]) != DELETED:
+            # only a write takes a memory out of ``deleted``, and it starts a new memory whose
+            # count starts again (memcore's reducer), so the count cannot tell: the row held is
+            # of a memory that is no more, never to be served as the new one's
+            self.remove(memory_id)
             return True
         self._score_values(slot, values)
         self.state[slot] = _code(STATES, str(values[_STATE]))

@@ -12,7 +12,7 @@ import base64
 import binascii
 import bisect
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from memcore import InvalidField
@@ -52,9 +52,11 @@ def page(
     filters: Filters,
     after_id: str | None,
     limit: int,
+    keep: Callable[[MemoryRow], bool] | None = None,
 ) -> Page:
     """Up to ``limit`` rows of ``tenant_id`` among ``ids`` (sorted, distinct) after ``after_id``,
-    matching ``filters`` (blocking: run it in a thread). Raises StorageError when Milvus fails.
+    matching ``filters`` and, when given, ``keep`` (blocking: run it in a thread). Raises
+    StorageError when Milvus fails.
     """
     ordered = ids[bisect.bisect_right(ids, after_id) :] if after_id is not None else ids
     out: list[MemoryRow] = []
@@ -64,7 +66,7 @@ def page(
         found = {r.memory_id: r for r in store.query(tenant_id, wanted, limit=len(part))}
         for memory_id in part:
             row = found.get(memory_id)
-            if row is None:
+            if row is None or (keep is not None and not keep(row)):
                 continue
             out.append(row)
             if len(out) == limit:

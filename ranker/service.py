@@ -15,6 +15,7 @@ Writes and accesses are produced to Kafka; the stream worker applies them. Each 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from memcore.policy import RecallPolicy
 from ranker.applied import AppliedOffsets, Token
 from ranker.batcher import Batcher, Overloaded
 from ranker.errors import Unavailable
-from ranker.hotcache import HotCache, HotHits, LiveColumns
+from ranker.hotcache import HotCache, HotHits, LiveColumns, live_passes
 from ranker.kernel import RankRequest, default_device, light, rank_many, set_threads
 from ranker.listing import Page, page
 from ranker.metrics import Metrics
@@ -252,7 +253,11 @@ class RecallService:
             }
         else:
             (hits,) = self.store.search(tenant_id, [vector], n, query.filters)
-            merged = {h.row.memory_id: Candidate(h.row, h.similarity, None) for h in hits}
+            merged = {
+                h.row.memory_id: Candidate(h.row, h.similarity, None)
+                for h in hits
+                if self._passes(h.row, query.filters)
+            }
         if not self._keyword_search(query):
             return list(merged.values())
         (found,) = self.store.keyword_search(tenant_id, [query.text or ""], n, query.filters)
@@ -260,8 +265,20 @@ class RecallService:
         out = [
             Candidate(c.row, c.similarity, scores.get(m, 0.0), c.vector) for m, c in merged.items()
         ]
-        out.extend(Candidate(h.row, 0.0, h.score) for h in found if h.row.memory_id not in merged)
+        seen = set(merged)
+        for h in found:
+            if h.row.memory_id not in seen and self._passes(h.row, query.filters):
+                seen.add(h.row.memory_id)
+                out.append(Candidate(h.row, 0.0, h.score))
         return out
+
+    def _passes(self, row: MemoryRow, filters: Filters) -> bool:
+        """Whether a row Milvus found passes ``filters`` on the view's state: Milvus filtered by
+        the state its row holds, and the worker writes its table (whose changelog feeds the view)
+        before the row, so a memory deleted, forgotten or superseded by then is no candidate. The
+        hot cache's rows were judged on the view's values already.
+        """
+        return live_passes(self._live_values(row), filters)
 
     def _wanted(self, query: RecallQuery) -> int:
         """Vector candidates per recall."""
@@ -443,7 +460,11 @@ class RecallService:
         """
         await self.wait(after)
         ids = ordered if ordered is not None else await self.memory_ids(tenant_id)
-        found = await asyncio.to_thread(page, self.store, tenant_id, ids, filters, after_id, limit)
+
+        keep = functools.partial(self._passes, filters=filters)  # the view's state decides
+        found = await asyncio.to_thread(
+            page, self.store, tenant_id, ids, filters, after_id, limit, keep
+        )
         return Page([self._live(r) for r in found.rows], found.cursor)
 
     async def memory_ids(self, tenant_id: str) -> list[str]:

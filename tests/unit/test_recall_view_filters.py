@@ -1,0 +1,208 @@
+"""Recall's candidates from Milvus are judged on the state view's live values, as the hot cache
+judges its own: the worker writes its table (whose changelog feeds the view) before it rewrites
+the Milvus row, so for a while Milvus still holds a memory as active and current after the view
+knows it deleted, forgotten or superseded. Both paths must then give the same candidates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import numpy as np
+import pytest
+
+from memcore.policy import RecallPolicy
+from ranker.hotcache import HotCache, live_passes
+from ranker.service import RecallQuery, RecallService
+from storage import Filters, Hit, MemoryRow, MilvusConfig
+from storage.milvus import ANY_STATE
+from storage.rows import LIVE_FIELDS, row_live_values, with_live
+from tests.rows import make_row
+
+DIM = 4
+AT = datetime(1970, 1, 1, 0, 0, 5, tzinfo=UTC)
+NOW_US = 5_000_000
+RECALL = Filters(states=("active", "archived"), current_at_us=NOW_US)
+
+
+def _passes(row: MemoryRow, filters: Filters) -> bool:
+    """What Milvus's filter expression keeps, on the row as Milvus holds it."""
+    return (
+        (not filters.states or row.state in filters.states)
+        and (not filters.tiers or row.tier in filters.tiers)
+        and (
+            filters.current_at_us is None
+            or row.valid_to_us == 0
+            or row.valid_to_us > filters.current_at_us
+        )
+    )
+
+
+class FakeMilvus:
+    """One tenant's rows as Milvus holds them; exact cosine search under the row's own fields."""
+
+    def __init__(self, *rows: MemoryRow) -> None:
+        self.config = MilvusConfig(uri="unused", dim=DIM, full_text=False)
+        self.rows = {(r.tenant_id, r.memory_id): r for r in rows}
+
+    def _of(self, tenant_id: str) -> list[MemoryRow]:
+        return [r for (t, _), r in self.rows.items() if t == tenant_id]
+
+    def search(
+        self, tenant_id: str, vectors: Sequence[Sequence[float]], k: int, filters: Filters
+    ) -> list[list[Hit]]:
+        out = []
+        for vector in vectors:
+            q = np.asarray(vector, dtype=np.float64)
+            hits = [
+                Hit(r, float(np.dot(q, r.vector) / np.linalg.norm(q) / np.linalg.norm(r.vector)))
+                for r in self._of(tenant_id)
+                if _passes(r, filters)
+            ]
+            out.append(sorted(hits, key=lambda h: -h.similarity)[:k])
+        return out
+
+    def count(self, tenant_id: str, filters: Filters = ANY_STATE) -> int:
+        return len(self._of(tenant_id))
+
+    def query(
+        self, tenant_id: str, filters: Filters = ANY_STATE, limit: int = 16_384
+    ) -> list[MemoryRow]:
+        wanted = set(filters.memory_ids)
+        found = [r for r in self._of(tenant_id) if not wanted or r.memory_id in wanted]
+        return [r for r in found if _passes(r, filters)][:limit]
+
+    def get(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, MemoryRow]:
+        return {m: self.rows[tenant_id, m] for m in memory_ids if (tenant_id, m) in self.rows}
+
+
+class FakeView:
+    """The state view: live values by tenant and memory."""
+
+    def __init__(self) -> None:
+        self.live: dict[tuple[str, str], tuple[Any, ...]] = {}
+
+    def values(self, tenant_id: str, memory_id: str) -> tuple[Any, ...] | None:
+        return self.live.get((tenant_id, memory_id))
+
+    def overlay(self, row: MemoryRow) -> MemoryRow:
+        values = self.values(row.tenant_id, row.memory_id)
+        return with_live(row, values) if values is not None else row
+
+
+def row(memory_id: str, *head: float, **kw: object) -> MemoryRow:
+    return make_row("acme", memory_id, [*head, *([0.0] * (DIM - len(head)))], **kw)
+
+
+def live(r: MemoryRow, **kw: object) -> tuple[Any, ...]:
+    return tuple(getattr(dataclasses.replace(r, **kw), n) for n in LIVE_FIELDS)  # type: ignore[arg-type]
+
+
+def recalled(service: RecallService, filters: Filters = RECALL) -> list[tuple[str, str]]:
+    """(memory id, state shown) of a recall's results, best first."""
+    query = RecallQuery(None, (1.0, 0.0, 0.0, 0.0), 10, AT, RecallPolicy(), filters, track=False)
+
+    async def main() -> list[tuple[str, str]]:
+        await service.start()
+        try:
+            answer = await service.recall("acme", query)
+        finally:
+            await service.stop()
+        return [(r.row.memory_id, r.row.state) for r in answer.results]
+
+    return asyncio.run(main())
+
+
+def services(store: FakeMilvus, view: FakeView) -> tuple[RecallService, RecallService]:
+    """A service that searches Milvus, and one that searches its hot cache."""
+    none = cast(Any, None)
+    milvus = RecallService(cast(Any, store), none, none, view=cast(Any, view), kernel_thread=False)
+    cache = HotCache(cast(Any, store), view.values)
+    hot = RecallService(
+        cast(Any, store), none, none, view=cast(Any, view), cache=cache, kernel_thread=False
+    )
+    return milvus, hot
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"state": "deleted"},
+        {"state": "forgotten"},
+        {"valid_to_us": 4_000_000, "superseded_by": "b"},
+    ],
+    ids=["deleted", "forgotten", "superseded"],
+)
+def test_a_memory_the_view_retired_is_not_recalled_while_milvus_still_holds_it(
+    change: dict[str, object],
+) -> None:
+    a, b = row("a", 1.0), row("b", 0.9, 0.1)
+    store, view = FakeMilvus(a, b), FakeView()
+    view.live["acme", "a"] = live(a, **change)  # the worker's table; its row is not rewritten yet
+    milvus, hot = services(store, view)
+    assert recalled(milvus) == [("b", "active")]
+    assert recalled(hot) == [("b", "active")]
+
+
+def test_a_tier_the_view_moved_a_memory_out_of_is_filtered_on_both_paths() -> None:
+    a, b = row("a", 1.0, tier="working"), row("b", 0.9, 0.1, tier="working")
+    store, view = FakeMilvus(a, b), FakeView()
+    view.live["acme", "a"] = live(a, tier="episodic")
+    milvus, hot = services(store, view)
+    working = dataclasses.replace(RECALL, tiers=("working",))
+    assert recalled(milvus, working) == recalled(hot, working) == [("b", "active")]
+
+
+def test_history_and_any_state_keep_what_the_view_retired() -> None:
+    a = row("a", 1.0)
+    store, view = FakeMilvus(a), FakeView()
+    view.live["acme", "a"] = live(a, valid_to_us=4_000_000, superseded_by="b")
+    milvus, hot = services(store, view)
+    history = dataclasses.replace(RECALL, current_at_us=None)
+    assert recalled(milvus, history) == recalled(hot, history) == [("a", "active")]
+    view.live["acme", "a"] = live(a, state="deleted")
+    assert recalled(milvus, ANY_STATE) == recalled(hot, ANY_STATE) == [("a", "deleted")]
+
+
+def test_live_passes_agrees_with_the_row_filter_on_the_rows_own_values() -> None:
+    filters = [
+        RECALL,
+        ANY_STATE,
+        Filters(states=("deleted",)),
+        Filters(tiers=("semantic", "working")),
+        Filters(current_at_us=3_000_000),
+    ]
+    rows = [
+        row("a", 1.0),
+        row("b", 1.0, state="deleted"),
+        row("c", 1.0, state="archived", tier="semantic"),
+        row("d", 1.0, valid_to_us=3_000_000),
+        row("e", 1.0, valid_to_us=3_000_001, tier="working"),
+    ]
+    for f in filters:
+        for r in rows:
+            assert live_passes(row_live_values(r), f) == _passes(r, f), (f, r.memory_id)
+
+
+def test_a_listing_leaves_out_what_the_view_retired_and_fills_its_page() -> None:
+    rows = [row(m, 1.0) for m in ("a", "b", "c", "d")]
+    store, view = FakeMilvus(*rows), FakeView()
+    view.live["acme", "b"] = live(rows[1], state="deleted")
+    view.live["acme", "c"] = live(rows[2], valid_to_us=4_000_000, superseded_by="d")
+    service, _ = services(store, view)
+    ids = ["a", "b", "c", "d"]
+
+    async def main() -> list[tuple[list[str], str | None]]:
+        pages = []
+        for filters in (RECALL, ANY_STATE):
+            found = await service.list_page("acme", filters, None, 2, ordered=ids)
+            pages.append(([r.memory_id for r in found.rows], found.cursor))
+        return pages
+
+    current, everything = asyncio.run(main())
+    assert current == (["a", "d"], None)
+    assert everything[0] == ["a", "b"]
