@@ -93,11 +93,16 @@ async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
 
 
 def _event(raw: bytes | None, tenant_id: str) -> list[dict[str, Any]]:
-    """The record as the API shows it; nothing for a record that is not this tenant's."""
+    """The record as the API shows it; nothing for a record that is not this tenant's, or not
+    an audit record at all (not a JSON object: another producer's, never the worker's).
+    """
     if raw is None:
         return []
-    value: Mapping[str, Any] = orjson.loads(raw)
-    if value.get("tenant_id") != tenant_id:
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return []
+    if not isinstance(value, dict) or value.get("tenant_id") != tenant_id:
         return []
     return [
         {

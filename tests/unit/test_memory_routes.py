@@ -8,11 +8,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
 from memcore import InvalidField
-from ranker.history import partition_of
+from ranker.history import _event, partition_of
 from ranker.listing import CHUNK, decode_cursor, encode_cursor, page
 from ranker.routes import UpdateBody, new_version
 from storage import Filters, MemoryRow, MilvusStore, to_us
@@ -187,3 +188,12 @@ def test_history_reads_the_partition_kafkas_default_partitioner_chose() -> None:
     for key in (b"acme/m-1", b"globex/a-very-long-memory-id-0123456789", b"t/x"):
         for n in (1, 3, 8, 12):
             assert partition_of(key, n) == DefaultPartitioner()(key, list(range(n)), [])
+
+
+@pytest.mark.parametrize("raw", [b"not json", b"[1, 2]", b'"text"', b"{"])
+def test_a_record_on_the_audit_topic_that_is_not_an_audit_record_is_left_out(raw: bytes) -> None:
+    """Another producer's record under a memory's key was a 500 of the history route."""
+    assert _event(raw, "acme") == []
+    mine = orjson.dumps({"tenant_id": "acme", "kind": "created", "at": "2026-03-01T12:00:00"})
+    assert [e["kind"] for e in _event(mine, "acme")] == ["created"]
+    assert _event(mine, "globex") == []
