@@ -288,6 +288,9 @@ class RecallWeights:
 
 MAX_WEIGHT = 1000.0
 """The largest recall weight: weights are relative, and a bound keeps every score finite."""
+MAX_IMPORTANCE_BOOST = 2.0
+"""The largest importance boost of ``mnemostream``: its factor ``1 + b·(importance − 0.5)`` stays
+>= 0 for every importance in [0, 1] (recency and graph boosts only add)."""
 
 RECALL_WEIGHTS: Mapping[RecallPreset, RecallWeights] = {
     RecallPreset.MNEMOSTREAM: RecallWeights(
@@ -353,6 +356,15 @@ class RecallPolicy:
         if not isinstance(self.graphrag, bool):
             raise InvalidField("policy.recall.graphrag", self.graphrag, "expected true or false")
         require_finite("policy.recall.min_score", self.min_score)
+        boost = self.weights.importance
+        if self.preset is RecallPreset.MNEMOSTREAM and boost > MAX_IMPORTANCE_BOOST:
+            raise InvalidField(
+                "policy.recall.weights.importance",
+                boost,
+                f"expected <= {MAX_IMPORTANCE_BOOST:g} with the mnemostream preset (a larger boost"
+                " turns the factor of a memory of importance 0 negative: its better matches"
+                " would rank lower)",
+            )
 
     @property
     def scores_keywords(self) -> bool:

@@ -158,3 +158,16 @@ def test_a_preset_override_brings_its_own_weights_under_the_given_ones() -> None
     assert zeromemory.weights == RecallWeights(0.5, 0.0, 0.3, 0.2, 0.0)
     tuned = Policy().with_overrides({"recall": {"preset": "zeromemory", "weights": {"keyword": 1}}})
     assert tuned.recall.weights == RecallWeights(0.5, 1, 0.3, 0.2, 0.0)
+
+
+def test_the_mnemostream_importance_boost_keeps_its_factor_non_negative() -> None:
+    # 1 + b·(0 − 0.5) < 0 past b = 2: a better match of importance 0 would rank lower
+    with pytest.raises(InvalidField) as refused:
+        Policy.build(overrides={"recall": {"weights": {"importance": 2.5}}})
+    assert refused.value.field == "policy.recall.weights.importance"
+    edge = Policy.build(overrides={"recall": {"weights": {"importance": 2.0}}})
+    assert edge.recall.weights.importance == 2.0
+    zeromemory = Policy.build(
+        recall="zeromemory", overrides={"recall": {"weights": {"importance": 5.0}}}
+    )
+    assert zeromemory.recall.weights.importance == 5.0  # a linear weight there: any size
