@@ -104,7 +104,10 @@ def test_nan_weight_is_rejected() -> None:
 
 
 def test_weights_are_bounded_so_scores_stay_finite() -> None:
-    assert Policy.build(overrides={"recall": {"weights": {"importance": 1000}}})
+    assert Policy.build(overrides={"recall": {"weights": {"similarity": 1000}}})
+    assert Policy.build(
+        recall="zeromemory", overrides={"recall": {"weights": {"importance": 1000}}}
+    )
     with pytest.raises(InvalidField, match=r"policy\.recall\.weights\.importance=1e\+308"):
         Policy.build(overrides={"recall": {"weights": {"importance": 1e308}}})
 
