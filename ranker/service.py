@@ -424,7 +424,7 @@ class RecallService:
             await self.keys.catch_up()
             ids |= self.keys.memories(tenant_id, user_id)
         filters = Filters(states=(), user_id=user_id)
-        rows = await asyncio.to_thread(self.store.query, tenant_id, filters)
+        rows = await asyncio.to_thread(self.store.every_row, tenant_id, filters)
         ids |= {r.memory_id for r in rows}
         return sorted(ids)
 
@@ -473,7 +473,7 @@ class RecallService:
         """
         if self.view is not None:
             return sorted(self.view.tenant(tenant_id))
-        rows = await asyncio.to_thread(self.store.query, tenant_id, Filters(states=()))
+        rows = await asyncio.to_thread(self.store.every_row, tenant_id, Filters(states=()))
         return sorted(r.memory_id for r in rows)
 
     async def get_many(

@@ -366,6 +366,33 @@ class MilvusStore:
         )
         return [MemoryRow.from_entity(entity) for entity in found]
 
+    def every_row(
+        self, tenant_id: str, filters: Filters = ANY_STATE, batch_size: int = 2_000
+    ) -> list[MemoryRow]:
+        """Every row of one tenant matching ``filters``, however many (:meth:`query` stops at its
+        ``limit``), read ``batch_size`` at a time; strong consistency. For readers that must see
+        them all: consolidation, a user's erasure.
+        """
+        expression = filter_expression(tenant_id, filters)
+        it = self._call(
+            "query",
+            lambda: self.client.query_iterator(
+                self.config.collection,
+                batch_size=batch_size,
+                filter=expression,
+                output_fields=list(ROW_FIELDS),
+                timeout=self.config.timeout_s,
+                consistency_level="Strong",
+            ),
+        )
+        rows: list[MemoryRow] = []
+        try:
+            while page := self._call("query", it.next):
+                rows.extend(MemoryRow.from_entity(entity) for entity in page)
+        finally:
+            it.close()
+        return rows
+
     def scan(self, batch_size: int = 2_000) -> Generator[list[MemoryRow], None, None]:
         """Every row of the collection, every tenant and state, ``batch_size`` rows at a time (one
         pass, no order promised; rows written meanwhile may or may not appear). For a reader that

@@ -152,7 +152,7 @@ def stored_rows(services: Services, tenant_id: str) -> list[MemoryRow]:
         found = services.tenant_rows(tenant_id)
     services.metrics.consolidation_reads.labels("milvus" if found is None else "hot").inc()
     if found is None:
-        found = services.store.query(tenant_id, ANY_STATE)
+        found = services.store.every_row(tenant_id, ANY_STATE)
     return found
 
 

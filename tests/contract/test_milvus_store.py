@@ -72,6 +72,21 @@ def test_reads_by_id_come_in_chunks_and_stay_in_their_tenant(
     assert store.relations("acme", wanted) == {f"m{i}": (f"m{i + 1}",) for i in range(5)}
 
 
+def test_every_row_reads_past_what_one_query_returns(store: MilvusStore) -> None:
+    """Consolidation and a user's erasure read every row of a tenant: ``query`` stops at its
+    limit (16,384), ``every_row`` pages through them all, in the tenant and filters asked."""
+    mine = [
+        row("acme", f"m{i:02d}", vec(1.0, i / 100), user_id="ann" if i % 3 else "")
+        for i in range(45)
+    ]
+    store.upsert([*mine, row("globex", "g1", vec(1.0), user_id="ann")])
+    assert len(store.query("acme", ANY_STATE, limit=16)) == 16
+    got = store.every_row("acme", ANY_STATE, batch_size=16)
+    assert sorted(r.memory_id for r in got) == [r.memory_id for r in mine]
+    anns = store.every_row("acme", Filters(states=(), user_id="ann"), batch_size=7)
+    assert sorted(r.memory_id for r in anns) == [r.memory_id for r in mine if r.user_id == "ann"]
+
+
 def test_a_read_sees_the_write_just_made(store: MilvusStore) -> None:
     store.upsert([row("acme", "m1", vec(1.0))])
     for n in range(1, 4):

@@ -308,7 +308,7 @@ class Sent:
 
 
 class UserRows:
-    def query(self, tenant_id: str, filters: Filters) -> list[MemoryRow]:
+    def every_row(self, tenant_id: str, filters: Filters) -> list[MemoryRow]:
         return [make_row(tenant_id, "summary-1", (1.0, 0.0, 0.0, 0.0))] if filters.user_id else []
 
 

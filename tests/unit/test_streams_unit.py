@@ -705,7 +705,7 @@ class QueriedStore:
         self.row = row
         self.queries = 0
 
-    def query(self, tenant_id: str, filters: Filters) -> list[MemoryRow]:
+    def every_row(self, tenant_id: str, filters: Filters) -> list[MemoryRow]:
         assert filters == ANY_STATE  # every row a consolidation may decide about
         self.queries += 1
         return [self.row]
