@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -60,6 +60,8 @@ class Item:
         session_ended: the memory's session has ended (working -> episodic).
         scope: the writer's ``(agent_id, session_id, user_id)`` ("" for none): memories of
             different scopes are never merged or summarised together.
+        superseded: a newer memory has superseded it (``valid_to`` set, SPEC section 6): it is
+            kept as it is for history and audit, never merged or summarised.
     """
 
     memory_id: str
@@ -77,6 +79,7 @@ class Item:
     write_count: int = 1
     session_ended: bool = False
     scope: tuple[str, str, str] = ("", "", "")
+    superseded: bool = False
 
 
 @dataclass(frozen=True)
@@ -245,6 +248,17 @@ def purge_due(items: Sequence[Item], at: datetime, policy: Policy) -> list[Decis
     ]
 
 
+def _absorbed(target: Item, sources: Sequence[Item]) -> Item:
+    """``target`` after it absorbed ``sources`` (as :func:`memcore.reducer.apply` does an Absorb)."""
+    return replace(
+        target,
+        access_count=target.access_count + sum(s.access_count for s in sources),
+        recall_count=target.recall_count + sum(s.recall_count for s in sources),
+        write_count=target.write_count + sum(s.write_count for s in sources),
+        importance=max([target.importance, *(s.importance for s in sources)]),
+    )
+
+
 NeighbourFinder = Callable[[Sequence[Item], float], Neighbours]
 
 
@@ -257,8 +271,10 @@ def plan(
     neighbours: NeighbourFinder = pairwise_neighbours,
 ) -> list[Decision]:
     """All decisions for one tenant, in strategy order. A memory consumed by one step (merged away,
-    compressed, archived) is not offered to later steps; survivors are. ``neighbours`` finds the
-    pairs over a threshold (a FAISS range search in production, pairs here by default).
+    compressed, archived) is not offered to later steps; survivors are, as the earlier decisions
+    leave them (a merge target with the merged counters, a promoted memory in its new tier).
+    Superseded memories are never merged or summarised. ``neighbours`` finds the pairs over a
+    threshold (a FAISS range search in production, pairs here by default).
     """
     chosen = set(strategies)
     rules = policy.consolidation
@@ -269,18 +285,37 @@ def plan(
         gone = {s for d in new for s in d.sources if d.kind is DecisionKind.MERGE}
         gone |= {s for d in new if d.kind is DecisionKind.SUMMARISE for s in d.sources}
         gone |= {d.target for d in new if d.kind is DecisionKind.ARCHIVE}
-        live[:] = [i for i in live if i.memory_id not in gone]
+        # later steps see each survivor as the reducer will leave it: a merge target with its
+        # sources' counters folded in (Absorb), a promoted memory in its new tier and τ (Promote)
+        by_id = {i.memory_id: i for i in live}
+        for d in new:
+            if d.kind is DecisionKind.MERGE and d.target in by_id:
+                by_id[d.target] = _absorbed(by_id[d.target], [by_id[s] for s in d.sources])
+            elif d.kind is DecisionKind.PROMOTE and d.to_tier is not None and d.target in by_id:
+                promoted = by_id[d.target]
+                by_id[d.target] = replace(
+                    promoted, tier=d.to_tier, tau_hours=policy.decay.tau_hours(d.to_tier)
+                )
+        live[:] = [by_id[i.memory_id] for i in live if i.memory_id not in gone]
         decisions.extend(new)
 
+    def current() -> list[Item]:
+        """What dedup and compression may touch: superseded versions stay as they are."""
+        return [i for i in live if not i.superseded]
+
     if Strategy.EXACT_DEDUP in chosen:
-        consume(exact_duplicates(live))
+        consume(exact_duplicates(current()))
     if Strategy.SEMANTIC_DEDUP in chosen:
         threshold = rules.semantic_dedup_min_cosine
-        consume(semantic_duplicates(live, neighbours(live, threshold), threshold))
+        candidates = current()
+        consume(semantic_duplicates(candidates, neighbours(candidates, threshold), threshold))
     if Strategy.COMPRESS in chosen:
         threshold = rules.cluster_min_cosine
-        found = neighbours(live, threshold)
-        consume(compression_clusters(tenant_id, live, found, threshold, rules.min_cluster_size))
+        candidates = current()
+        found = neighbours(candidates, threshold)
+        consume(
+            compression_clusters(tenant_id, candidates, found, threshold, rules.min_cluster_size)
+        )
     if Strategy.TIERS in chosen:
         consume(tier_promotions(live, at, policy))
     if Strategy.ARCHIVE in chosen:

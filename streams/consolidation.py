@@ -28,6 +28,7 @@ from memcore.ids import content_hash
 from memcore.state import Access, Event, Write
 from storage import MemoryRow, from_us
 from storage.records import ConsolidationRequest, decision_value
+from storage.rows import CURRENT
 from storage.similarity import cosine_neighbours
 from streams.processor import Outbound
 
@@ -49,6 +50,7 @@ def item_of(row: MemoryRow) -> Item:
         recall_count=row.recall_count,
         write_count=row.write_count,
         scope=(row.agent_id or "", row.session_id or "", row.user_id or ""),
+        superseded=row.valid_to_us != CURRENT or bool(row.superseded_by),
     )
 
 
