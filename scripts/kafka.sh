@@ -3,7 +3,7 @@
 #
 #   scripts/kafka.sh fetch    copy the pinned jars from Maven Central (scripts/kafka/pom.xml) into $KAFKA_HOME/lib
 #   scripts/kafka.sh start    fetch if needed, format storage once, start, wait until the port accepts
-#   scripts/kafka.sh stop     stop the broker started here, by its pid
+#   scripts/kafka.sh stop     stop the broker started here, by its pid (and start time)
 #   scripts/kafka.sh status   exit 0 when the broker started here is running
 #
 # Settings (environment): KAFKA_HOME (var/kafka), KAFKA_PORT (9092), KAFKA_CONTROLLER_PORT (port+1),
@@ -32,7 +32,27 @@ fetch() {
   touch "$home/lib/.complete"
 }
 
-running() { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
+# started_at PID: the process's start time (clock ticks since boot, field 22 of /proc/PID/stat;
+# empty without /proc)
+started_at() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+  # shellcheck disable=SC2086
+  set -- ${stat##*) }  # the fields after the command name, which may hold spaces: state is $1
+  echo "${20:-}"
+}
+
+# running: the broker started here is alive. A pid file that outlived its broker (a reboot, a
+# kill -9) may name another process by now, which must never be signalled: the start time
+# recorded beside the pid tells them apart (a pid file without it is trusted, as before).
+running() {
+  [ -f "$pidfile" ] || return 1
+  local pid recorded
+  pid=$(cat "$pidfile")
+  kill -0 "$pid" 2>/dev/null || return 1
+  recorded=$(cat "$pidfile.start" 2>/dev/null || true)
+  [ -z "$recorded" ] || [ "$recorded" = "$(started_at "$pid")" ]
+}
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; }
 
@@ -108,6 +128,7 @@ start() {
     -Dlog4j2.configurationFile="$root/scripts/kafka/log4j2.properties" \
     -cp "$cp" kafka.Kafka "$home/config/server.properties" >"$home/broker.log" 2>&1 </dev/null &
   echo $! >"$pidfile"
+  started_at $! >"$pidfile.start"
   while ! port_open; do
     if ! running; then echo "kafka.sh: the broker exited; last lines of $home/broker.log:" >&2; tail -n 20 "$home/broker.log" >&2; exit 1; fi
     if [ $((SECONDS - started)) -ge "$timeout" ]; then echo "kafka.sh: no broker on 127.0.0.1:$port after ${timeout}s" >&2; stop; exit 1; fi
@@ -117,13 +138,13 @@ start() {
 }
 
 stop() {
-  if ! running; then rm -f "$pidfile"; echo "kafka: not running"; return 0; fi
+  if ! running; then rm -f "$pidfile" "$pidfile.start"; echo "kafka: not running"; return 0; fi
   local pid
   pid=$(cat "$pidfile")
-  kill "$pid"
+  kill "$pid" 2>/dev/null || true  # it may have exited since
   for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-  kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
-  rm -f "$pidfile"
+  if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid" 2>/dev/null || true; fi
+  rm -f "$pidfile" "$pidfile.start"
   echo "kafka: stopped (pid $pid)"
 }
 

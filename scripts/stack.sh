@@ -13,14 +13,35 @@
 # Milvus at its tenant's next search (docs/benchmarks.md, "Several HTTP processes").
 #
 # State lives in var/: tenants.json (a demo tenant and API key, made once), worker data (RocksDB),
-# milvus.db (Milvus Lite), logs and pid files. Settings: the MNEMO_* variables (streams/settings.py).
+# milvus.db (Milvus Lite), logs and pid files (NAME.pid, and NAME.pid.start: the process's start
+# time). Settings: the MNEMO_* variables (storage/, streams/ and ranker/settings.py).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 var=$root/var
 py=$root/.venv/bin/python
 mkdir -p "$var"
 
-running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# started_at PID: the process's start time (clock ticks since boot, field 22 of /proc/PID/stat;
+# empty without /proc)
+started_at() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+  # shellcheck disable=SC2086
+  set -- ${stat##*) }  # the fields after the command name, which may hold spaces: state is $1
+  echo "${20:-}"
+}
+
+# running PIDFILE: the process started with that pid file is alive. A pid file that outlived its
+# process (a reboot, a kill -9) may name another process by now, which must never be signalled:
+# the start time recorded beside the pid (PIDFILE.start) tells them apart (without it: trusted).
+running() {
+  [ -f "$1" ] || return 1
+  local pid recorded
+  pid=$(cat "$1")
+  kill -0 "$pid" 2>/dev/null || return 1
+  recorded=$(cat "$1.start" 2>/dev/null || true)
+  [ -z "$recorded" ] || [ "$recorded" = "$(started_at "$pid")" ]
+}
 
 tenants() {
   if [ ! -f "$var/tenants.json" ]; then
@@ -40,6 +61,7 @@ start() {
   [ -f "$var/$name.log" ] && mv "$var/$name.log" "$var/$name.log.1"  # readiness is read from a fresh log
   nohup "$py" "$@" >"$var/$name.log" 2>&1 </dev/null &
   echo $! >"$var/$name.pid"
+  started_at $! >"$var/$name.pid.start"
   until grep -qE "$ready" "$var/$name.log" 2>/dev/null; do
     if ! running "$var/$name.pid"; then echo "$name exited; see $var/$name.log" >&2; tail -n 20 "$var/$name.log" >&2; exit 1; fi
     if [ $((SECONDS - started)) -ge "$wait_s" ]; then echo "$name not ready after $wait_s s (STACK_READY_TIMEOUT_S); it still runs (make down stops it); see $var/$name.log" >&2; exit 1; fi
@@ -100,12 +122,12 @@ stop() {
   local name=$1 pid
   if running "$var/$name.pid"; then
     pid=$(cat "$var/$name.pid")
-    kill "$pid"
+    kill "$pid" 2>/dev/null || true  # it may have exited since
     for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-    kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+    if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid" 2>/dev/null || true; fi
     echo "$name: stopped (pid $pid)"
   fi
-  rm -f "$var/$name.pid"
+  rm -f "$var/$name.pid" "$var/$name.pid.start"
 }
 
 # stop_edges: stop every extra HTTP process (var/edge-*.pid)
