@@ -284,6 +284,21 @@ async def test_admin_routes_are_closed_without_an_admin_key() -> None:
 
 
 @pytest.mark.anyio
+async def test_the_admin_key_acts_for_no_tenant_even_one_listing_it() -> None:
+    # a tenants file that lists the admin key among a tenant's keys (a misconfiguration)
+    registry = TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY, ADMIN]}}})
+    log = LocalLog("127.0.0.1:1", "t.tenants", registry)
+    async with client(log, admin_key=ADMIN + "\n") as http:  # a Secret written with echo
+        refused = await http.post("/v1/recall", json={"query": "x"}, headers=bearer(ADMIN))
+        assert refused.status_code == 401, refused.text
+        assert "acts for no tenant" in refused.json()["detail"]
+        mine = await http.post("/v1/memories", json={"memories": []}, headers=bearer(KEY))
+        assert mine.status_code == 422, mine.text  # the tenant's own key works (past the key)
+        listed = await http.get("/v1/admin/tenants", headers=bearer(ADMIN))
+        assert listed.status_code == 200, listed.text  # the configured key's newline stripped
+
+
+@pytest.mark.anyio
 async def test_a_tenant_over_its_rate_gets_429_with_retry_after() -> None:
     registry = TenantRegistry.of(
         {"tenants": {"acme": {"api_keys": [KEY], "rate_limit_per_s": 0.001}}}
