@@ -32,27 +32,10 @@ fetch() {
   touch "$home/lib/.complete"
 }
 
-# started_at PID: the process's start time (clock ticks since boot, field 22 of /proc/PID/stat;
-# empty without /proc)
-started_at() {
-  local stat
-  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
-  # shellcheck disable=SC2086
-  set -- ${stat##*) }  # the fields after the command name, which may hold spaces: state is $1
-  echo "${20:-}"
-}
+# shellcheck source=scripts/pidfile.sh
+. "$root/scripts/pidfile.sh"
 
-# running: the broker started here is alive. A pid file that outlived its broker (a reboot, a
-# kill -9) may name another process by now, which must never be signalled: the start time
-# recorded beside the pid tells them apart (a pid file without it is trusted, as before).
-running() {
-  [ -f "$pidfile" ] || return 1
-  local pid recorded
-  pid=$(cat "$pidfile")
-  kill -0 "$pid" 2>/dev/null || return 1
-  recorded=$(cat "$pidfile.start" 2>/dev/null || true)
-  [ -z "$recorded" ] || [ "$recorded" = "$(started_at "$pid")" ]
-}
+running() { pid_running "$pidfile"; }
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; }
 
@@ -127,8 +110,7 @@ start() {
   nohup java ${KAFKA_HEAP:--Xms256m -Xmx1g} -XX:+UseG1GC \
     -Dlog4j2.configurationFile="$root/scripts/kafka/log4j2.properties" \
     -cp "$cp" kafka.Kafka "$home/config/server.properties" >"$home/broker.log" 2>&1 </dev/null &
-  echo $! >"$pidfile"
-  started_at $! >"$pidfile.start"
+  record_pid "$pidfile" $!
   while ! port_open; do
     if ! running; then echo "kafka.sh: the broker exited; last lines of $home/broker.log:" >&2; tail -n 20 "$home/broker.log" >&2; exit 1; fi
     if [ $((SECONDS - started)) -ge "$timeout" ]; then echo "kafka.sh: no broker on 127.0.0.1:$port after ${timeout}s" >&2; stop; exit 1; fi

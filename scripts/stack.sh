@@ -21,27 +21,10 @@ var=$root/var
 py=$root/.venv/bin/python
 mkdir -p "$var"
 
-# started_at PID: the process's start time (clock ticks since boot, field 22 of /proc/PID/stat;
-# empty without /proc)
-started_at() {
-  local stat
-  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
-  # shellcheck disable=SC2086
-  set -- ${stat##*) }  # the fields after the command name, which may hold spaces: state is $1
-  echo "${20:-}"
-}
+# shellcheck source=scripts/pidfile.sh
+. "$root/scripts/pidfile.sh"
 
-# running PIDFILE: the process started with that pid file is alive. A pid file that outlived its
-# process (a reboot, a kill -9) may name another process by now, which must never be signalled:
-# the start time recorded beside the pid (PIDFILE.start) tells them apart (without it: trusted).
-running() {
-  [ -f "$1" ] || return 1
-  local pid recorded
-  pid=$(cat "$1")
-  kill -0 "$pid" 2>/dev/null || return 1
-  recorded=$(cat "$1.start" 2>/dev/null || true)
-  [ -z "$recorded" ] || [ "$recorded" = "$(started_at "$pid")" ]
-}
+running() { pid_running "$1"; }
 
 tenants() {
   if [ ! -f "$var/tenants.json" ]; then
@@ -60,8 +43,7 @@ start() {
   shift 2
   [ -f "$var/$name.log" ] && mv "$var/$name.log" "$var/$name.log.1"  # readiness is read from a fresh log
   nohup "$py" "$@" >"$var/$name.log" 2>&1 </dev/null &
-  echo $! >"$var/$name.pid"
-  started_at $! >"$var/$name.pid.start"
+  record_pid "$var/$name.pid" $!
   until grep -qE "$ready" "$var/$name.log" 2>/dev/null; do
     if ! running "$var/$name.pid"; then echo "$name exited; see $var/$name.log" >&2; tail -n 20 "$var/$name.log" >&2; exit 1; fi
     if [ $((SECONDS - started)) -ge "$wait_s" ]; then echo "$name not ready after $wait_s s (STACK_READY_TIMEOUT_S); it still runs (make down stops it); see $var/$name.log" >&2; exit 1; fi

@@ -374,24 +374,8 @@ class MilvusStore:
         them all: consolidation, a user's erasure.
         """
         expression = filter_expression(tenant_id, filters)
-        it = self._call(
-            "query",
-            lambda: self.client.query_iterator(
-                self.config.collection,
-                batch_size=batch_size,
-                filter=expression,
-                output_fields=list(ROW_FIELDS),
-                timeout=self.config.timeout_s,
-                consistency_level="Strong",
-            ),
-        )
-        rows: list[MemoryRow] = []
-        try:
-            while page := self._call("query", it.next):
-                rows.extend(MemoryRow.from_entity(entity) for entity in page)
-        finally:
-            it.close()
-        return rows
+        pages = self._pages("query", expression, batch_size, consistency_level="Strong")
+        return [row for page in pages for row in page]
 
     def scan(self, batch_size: int = 2_000) -> Generator[list[MemoryRow], None, None]:
         """Every row of the collection, every tenant and state, ``batch_size`` rows at a time (one
@@ -399,21 +383,27 @@ class MilvusStore:
         serves all tenants (the ranker's hot cache): one pass costs what one tenant's query costs
         on Milvus Lite per tenant.
         """
+        return self._pages("scan", "", batch_size)
+
+    def _pages(
+        self, operation: str, expression: str, batch_size: int, **options: str
+    ) -> Generator[list[MemoryRow], None, None]:
+        """The rows matching ``expression`` ("" for all), a page of ``batch_size`` at a time,
+        through Milvus's query iterator; errors translated under ``operation``.
+        """
         it = self._call(
-            "scan",
+            operation,
             lambda: self.client.query_iterator(
                 self.config.collection,
                 batch_size=batch_size,
-                filter="",
+                filter=expression,
                 output_fields=list(ROW_FIELDS),
                 timeout=self.config.timeout_s,
+                **options,
             ),
         )
         try:
-            while True:
-                page = self._call("scan", it.next)
-                if not page:
-                    return
+            while page := self._call(operation, it.next):
                 yield [MemoryRow.from_entity(entity) for entity in page]
         finally:
             it.close()

@@ -92,3 +92,20 @@ def test_a_lost_row_and_a_purged_row_left_behind_are_mended(store: MilvusStore) 
     assert (done.rows, done.stored, done.held, done.upserted, done.deleted) == (3, 4, 3, 3, 1)
     assert set(contents(store, 4)) == {"m1", "m2", "m3"}
     assert store.total() == 3
+
+
+def test_a_row_milvus_refuses_is_left_out_and_the_start_goes_on(
+    store: MilvusStore, tmp_path: Path
+) -> None:
+    """A document stored before its limits existed (content past the field's 65,535 bytes) makes
+    its row one the store refuses (not retriably): the start-up rewrite upserts that chunk row by
+    row and leaves the row out instead of failing the worker's start."""
+    held = tables(3)
+    vector = tuple(float(j == 0) for j in range(DIM))
+    big = Document("note 1 " + "x" * 70_000, vector)
+    held.documents[b"acme/m1"] = codec.encode_document(big)
+    marker = ResyncMarker(tmp_path / "worker" / "app.milvus-resync")
+    marker.ask("a row was refused")
+    done = catch_up(store, held, marker=marker)
+    assert (done.rows, done.upserted) == (3, 2)
+    assert contents(store, 3) == {"m0": "note 0", "m2": "note 2"}
