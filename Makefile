@@ -64,8 +64,7 @@ bench: install ## Benchmarks (not tests); figures go to docs/benchmarks.md
 	$(BIN)/python -m bench.ranker_kernel
 	$(BIN)/python -m bench.ranker_kernel --mmr 0.7
 
-bench-gpu: install ## The scoring kernel on CUDA (run on a GPU machine); figures go to docs/benchmarks.md
-	$(BIN)/python -m bench.ranker_kernel --device cuda
-	$(BIN)/python -m bench.ranker_kernel --device cuda --mmr 0.7
+bench-gpu: install ## On a GPU machine: kernel, hot-cache search and hot recall on CUDA; figures go to docs/benchmarks.md
+	scripts/bench-gpu.sh $(BIN)/python
 
 test: lint typecheck imports unit integration ## Everything CI runs: lint, types, import contract, all tests

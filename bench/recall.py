@@ -41,12 +41,13 @@ from pathlib import Path
 from typing import cast
 
 import numpy as np
+import torch
 
 from bench.stats import p50_p99
 from memcore import Candidate, Scored, Tier, rank
 from memcore.policy import RecallPolicy, RecallPreset
-from ranker.hotcache import HotCache
-from ranker.kernel import RankRequest
+from ranker.hotcache import HotCache, search_device
+from ranker.kernel import RankRequest, default_device
 from ranker.service import RecallQuery, RecallService
 from storage import Filters, Hit, MemoryRow, MilvusConfig, MilvusStore, from_us
 from storage.embedding import Hashing
@@ -404,12 +405,19 @@ async def compare(
 
 
 async def hot_path(
-    store: MilvusStore, dim: int, warm: Sequence[Query], items: Sequence[Query], concurrency: int
+    store: MilvusStore,
+    dim: int,
+    warm: Sequence[Query],
+    items: Sequence[Query],
+    concurrency: int,
+    hot_device: str = "cpu",
 ) -> tuple[Result, float, float, str]:
-    """The ranker with the hot cache: (result, load seconds, recall@10 of its vector stage
-    against brute force, cache size).
+    """The ranker with the hot cache searching on ``hot_device`` (``MNEMO_HOT_CACHE_DEVICE``):
+    (result, load seconds, recall@10 of its vector stage against brute force, cache size).
     """
-    cache = HotCache(store)
+    device = search_device(hot_device)
+    print(f"  hot cache searches on {device or 'the CPU (numpy)'}; kernel on {default_device()}")
+    cache = HotCache(store, device=device)
     tenants = sorted({q.tenant for q in items})
     before = rss_mb()
     start = time.perf_counter()
@@ -417,6 +425,8 @@ async def hot_path(
         cache.search(tenant, items[0].vector, 1, Filters())
     loaded = time.perf_counter() - start
     print(f"  hot cache: {rss_mb() - before:,.0f} MB more resident memory for {cache.rows:,} rows")
+    if device is not None and device.type == "cuda":
+        print(f"  hot cache on the GPU: {torch.cuda.memory_allocated(device) / 1e6:,.0f} MB")
     service = RecallService(
         store,
         Hashing(dim),
@@ -435,9 +445,17 @@ async def hot_path(
         result = await measure("ranker + hot cache", call, warm, items, concurrency)
     finally:
         await service.stop()
+    size = f"{cache.rows:,} rows of {len(tenants)} tenants"
+    return result, loaded, vector_recall(store, cache, items[:200]), size
+
+
+def vector_recall(store: MilvusStore, cache: HotCache, items: Sequence[Query]) -> float:
+    """Recall@10 of the cache's vector top 10 against float64 brute force over the tenant's rows
+    as ``store`` returns them, over ``items``.
+    """
     found = total = 0
     by_tenant: dict[str, tuple[list[str], np.ndarray]] = {}
-    for q in items[:200]:
+    for q in items:
         if q.tenant not in by_tenant:
             rows = store.query(q.tenant, Filters(), limit=16_384)
             by_tenant[q.tenant] = (
@@ -449,8 +467,7 @@ async def hot_path(
         hits = cache.search(q.tenant, q.vector, K, Filters())
         found += len(exact & {r.memory_id for r in (hits.rows if hits is not None else ())})
         total += K
-    size = f"{cache.rows:,} rows of {len(tenants)} tenants"
-    return result, loaded, found / total, size
+    return found / total
 
 
 async def run(args: argparse.Namespace, store: MilvusStore, items: list[Query]) -> None:
@@ -458,7 +475,9 @@ async def run(args: argparse.Namespace, store: MilvusStore, items: list[Query]) 
     c = args.concurrency
     filters = Filters()
     if args.hot_only:
-        hot, loaded, recall, size = await hot_path(store, args.dim, warm, measured, c)
+        hot, loaded, recall, size = await hot_path(
+            store, args.dim, warm, measured, c, args.hot_device
+        )
         print(f"hot cache: {size} loaded in {loaded:.1f} s; vector recall@{K} {recall:.3f}")
         print(f"| {hot.name} | {hot.qps:,.0f} | {hot.p50_ms:.1f} | {hot.p99_ms:.1f} |")
         return
@@ -481,7 +500,7 @@ async def run(args: argparse.Namespace, store: MilvusStore, items: list[Query]) 
     finally:
         await batched.stop()
         await scalar.stop()
-    hot, loaded, recall, size = await hot_path(store, args.dim, warm, measured, c)
+    hot, loaded, recall, size = await hot_path(store, args.dim, warm, measured, c, args.hot_device)
     results = [raw_result, raw_k, ranker, unbatched, hot]
     lines = [
         f"ranker + hot cache / raw Milvus (limit {CANDIDATES}) QPS: {hot.qps / raw_result.qps:.2f}",
@@ -522,7 +541,7 @@ async def run(args: argparse.Namespace, store: MilvusStore, items: list[Query]) 
     print("\n".join(lines))
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memories", type=int, default=100_000)
     parser.add_argument("--tenants", type=int, default=100)
@@ -550,6 +569,13 @@ def main() -> None:
         help="with --hot-only: the rows stay in this process (GeneratedStore) instead of a Milvus"
         " Lite file: the hot path at a million rows, which Lite cannot load in a run",
     )
+    parser.add_argument(
+        "--hot-device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where the hot cache searches (MNEMO_HOT_CACHE_DEVICE); the scoring kernel runs on"
+        " CUDA whenever torch sees a GPU",
+    )
     target = parser.add_mutually_exclusive_group()
     target.add_argument(
         "--milvus-uri",
@@ -567,6 +593,11 @@ def main() -> None:
         help="tenant_id as partition key (default: on, off with --milvus-server: Milvus 2.3 loses "
         "upserted rows from partition-key filters)",
     )
+    return parser
+
+
+def main() -> None:
+    parser = arguments()
     args = parser.parse_args()
     if args.no_milvus:
         if not args.hot_only:

@@ -15,7 +15,7 @@ from ranker.api import create_api
 from ranker.applied import AppliedOffsets, KafkaOffsets, LocalWorker
 from ranker.cached import Cached
 from ranker.history import AuditLog
-from ranker.hotcache import LOCAL_WRITER_GRACE_S, HotCache
+from ranker.hotcache import LOCAL_WRITER_GRACE_S, HotCache, search_device
 from ranker.kernel import set_threads
 from ranker.listen import listening_socket
 from ranker.logs import configure
@@ -183,6 +183,7 @@ def _hot_cache(
         total_max=settings.hot_total_max,
         writer_grace_s=LOCAL_WRITER_GRACE_S if local_writer else 0.0,
         sole_writer=local_writer and store.embedded,
+        device=search_device(settings.hot_cache_device),
     )
     view.listeners.append(cache.on_change)
     if local_writer:

@@ -31,13 +31,19 @@ searched tenants are dropped) answers None: the caller searches Milvus.
 Both limits also hold as rows come in after the load (written by the worker in this process or
 read back): a tenant that grows past ``tenant_max`` leaves the cache for Milvus.
 
+Device: numpy on the CPU, or, with ``device`` (``MNEMO_HOT_CACHE_DEVICE=cuda``), each held tenant's
+vectors also on the GPU, brought up to date slot by slot before a search, the product and the top
+N computed there (:meth:`HotCache.search_many` answers several queries of a tenant by one product
+on either). On an H200 one query a search was slower there than numpy (a launch, copies and a
+synchronisation per search) and many queries of a large tenant faster (docs/benchmarks.md).
+
 Thread-safety: searches run in worker threads or, when nothing is to be read from Milvus, in the
 event loop (:meth:`HotCache.ready`); :meth:`HotCache.on_change` runs in the event loop,
 :meth:`HotCache.upserted` in the worker's upsert thread; each tenant's block has a lock.
 Memory: ``dim × 4`` bytes per row for the vector, ~80 bytes of numpy columns (up to twice that
 with the blocks' growth slack), plus the row's other fields (no Python floats per vector
 component): at least ~2 KB a row at 384 dimensions with short content (docs/benchmarks.md,
-976,000 rows).
+976,000 rows). With ``device``, the vectors' bytes again on the GPU (1.4 GB for 867,000 rows).
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -54,8 +61,10 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import torch
 
 from memcore import Lifecycle, Tier
+from memcore.errors import InvalidField
 from storage import Filters, Hit, MemoryRow, MilvusStore, StorageError
 from storage.milvus import ANY_STATE
 from storage.rows import LIVE_FIELDS, row_live_values
@@ -120,6 +129,66 @@ def live_passes(values: Sequence[Any], filters: Filters) -> bool:
         return False
     valid_to = int(values[_VALID_TO])
     return filters.current_at_us is None or valid_to == 0 or valid_to > filters.current_at_us
+
+
+def search_device(name: str) -> torch.device | None:
+    """Where a hot cache set to ``name`` (``MNEMO_HOT_CACHE_DEVICE``) searches: None for numpy on
+    the CPU (``cpu``), CUDA for ``cuda``. Raises :class:`InvalidField` for ``cuda`` when torch
+    sees no GPU (at start-up, not at the first recall).
+    """
+    if name == "cpu":
+        return None
+    if name != "cuda":
+        raise InvalidField("hot_cache_device", name, "expected cpu or cuda")
+    if not torch.cuda.is_available():
+        raise InvalidField("hot_cache_device", name, "torch sees no CUDA device")
+    return torch.device("cuda")
+
+
+def _unit_rows(queries: Vector) -> Vector:
+    """Each row scaled to length 1 (a zero row left as it is)."""
+    norms = np.linalg.norm(queries, axis=1, keepdims=True)
+    out = queries.copy()
+    np.divide(queries, norms, out=out, where=norms > 0)
+    return out
+
+
+Top = tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]
+"""One query's passing slots, best first, and their cosines."""
+
+
+def _tops(products: Vector, keep: npt.NDArray[np.bool_], n: int) -> list[Top]:
+    """Per query (a column of ``products``: rows × queries), the ``n`` best slots that ``keep``
+    lets through; a non-finite product (none expected: vectors are checked) never outranks a row.
+    """
+    out = []
+    for column in products.T:
+        passing = keep & np.isfinite(column)
+        m = min(n, int(np.count_nonzero(passing)))
+        scores = np.where(passing, column, -np.inf)
+        top = np.argpartition(-scores, m - 1)[:m] if len(scores) > m > 0 else np.arange(m)
+        top = top[np.argsort(-scores[top], kind="stable")]
+        out.append((top, scores[top].astype(np.float64)))
+    return out
+
+
+def _device_tops(
+    vectors: torch.Tensor, queries: Vector, keep: npt.NDArray[np.bool_], n: int
+) -> list[Top]:
+    """:func:`_tops` with the product and the top ``n`` computed where ``vectors`` (the used
+    rows) are; only ``queries`` × ``n`` indices and cosines come back.
+    """
+    device = vectors.device
+    products = torch.from_numpy(queries).to(device) @ vectors.T  # queries × rows
+    passing = torch.from_numpy(keep).to(device) & torch.isfinite(products)
+    scores = products.masked_fill(~passing, -math.inf)
+    values, index = torch.topk(scores, min(n, vectors.shape[0]), dim=1)
+    found = values.cpu().numpy(), index.cpu().numpy()
+    out = []
+    for value, slot in zip(*found, strict=True):
+        met = value > -np.inf
+        out.append((slot[met].astype(np.int64), value[met].astype(np.float64)))
+    return out
 
 
 @dataclass(frozen=True)
@@ -206,6 +275,10 @@ class _Block:
         self.agent = np.empty(16, dtype=object)
         self.user = np.empty(16, dtype=object)
         self.dirty: dict[str, float] = {}  # memory id -> monotonic time first marked
+        self.mirror: torch.Tensor | None = None
+        """``vectors`` on the search device (None: not copied yet, or the block grew since)."""
+        self.moved: set[int] = set()
+        """Slots whose vector changed since the mirror was brought up to date."""
 
     def put(self, row: MemoryRow) -> None:
         """Insert or replace ``row`` (its vector is copied, normalised, into the block)."""
@@ -221,6 +294,7 @@ class _Block:
         vector = np.asarray(row.vector, dtype=np.float32)
         norm = float(np.linalg.norm(vector))
         self.vectors[slot] = vector / norm if norm > 0 else vector
+        self.moved.add(slot)
         self.rows[slot] = dataclasses.replace(row, vector=())
         self.state[slot] = _code(STATES, row.state)
         self.tier[slot] = _code(TIERS, row.tier)
@@ -346,6 +420,39 @@ class _Block:
             )
             new[: len(old)] = old
             setattr(self, name, new)
+        self.mirror = None  # copied whole, at the new capacity, by the next search
+
+    def on_device(self, device: torch.device) -> torch.Tensor:
+        """``vectors`` on ``device`` (a copy, also on the CPU), brought up to date first: copied
+        whole when the block grew since, else only the slots put since. Call under ``lock``.
+        """
+        if self.mirror is None or self.mirror.shape[0] != len(self.vectors):
+            self.mirror = torch.from_numpy(self.vectors).to(device, copy=True)
+        elif self.moved:
+            slots = np.fromiter(self.moved, dtype=np.int64, count=len(self.moved))
+            index = torch.from_numpy(slots).to(device)
+            self.mirror[index] = torch.from_numpy(self.vectors[slots]).to(device)
+        self.moved.clear()
+        return self.mirror
+
+    def hits(self, top: npt.NDArray[np.int64], similarity: npt.NDArray[np.float64]) -> HotHits:
+        """The slots ``top`` (best first) with their cosines, as columns. Call under ``lock``."""
+        rows, ids, slots = self.rows, self.ids, top.tolist()
+        return HotHits(
+            ids=tuple([ids[slot] for slot in slots]),
+            rows=[rows[slot] for slot in slots],
+            similarity=similarity,
+            vectors=self.vectors[top],
+            created_at_us=self.created[top],
+            live=LiveColumns(
+                importance=self.importance[top],
+                last_access_us=self.last_access[top],
+                tau_hours=self.tau[top],
+                accessed=self.accessed[top],
+                semantic=self.tier[top] == _SEMANTIC,
+                archived=self.state[top] == _ARCHIVED,
+            ),
+        )
 
 
 class PreloadStoppedError(Exception):
@@ -374,14 +481,19 @@ class HotCache:
         clock: Callable[[], float] = time.monotonic,
         writer_grace_s: float = 0.0,
         sole_writer: bool = False,
+        device: torch.device | None = None,
     ) -> None:
         """``writer_grace_s``: a worker sharing ``store`` hands the cache its rows
         (:meth:`upserted`); a dirty id younger than this is left for it (0: no such worker).
         ``sole_writer``: that worker writes every row the collection gets (Milvus Lite in this
         process: others reach it only through its endpoint, and only rankers, which do not write,
         do), so after a complete preload its rows start the blocks of tenants not held.
+        ``device``: where searches compute (:func:`search_device`; None: numpy on the CPU); each
+        held tenant's vectors have a copy there (``dim × 4`` bytes a row, with the blocks'
+        growth slack).
         """
         self.store = store
+        self.device = device
         self.writer_grace_s = writer_grace_s
         self.sole_writer = sole_writer
         self._complete = False  # a preload read every row of the collection
@@ -512,42 +624,34 @@ class HotCache:
         the cache cannot answer exactly (the caller searches Milvus). Blocking: Milvus is read
         when the tenant is not loaded yet or has dirty rows; may raise ``StorageError`` then.
         """
+        found = self.search_many(tenant_id, [vector], n, filters)
+        return None if found is None else found[0]
+
+    def search_many(
+        self, tenant_id: str, vectors: Sequence[Sequence[float]], n: int, filters: Filters
+    ) -> list[HotHits] | None:
+        """:meth:`search` for several query vectors of one tenant (one answer each, in order) by
+        one matrix product over the tenant's rows: with numpy on the CPU, or on :attr:`device`
+        (the block's vectors copied there once and kept up to date; the product and the top
+        ``n`` computed there, the columns of the ``n`` gathered on the CPU). Exact in float32
+        either way. Blocking and failing as :meth:`search`.
+        """
         if not self.evaluates(filters):
             return None
         block = self._block(tenant_id)
         if block is None:
             return None
         self._refresh(tenant_id, block)
-        query = np.asarray(vector, dtype=np.float32)
-        norm = float(np.linalg.norm(query))
-        if norm > 0:
-            query = query / norm
+        if not vectors:
+            return []
+        queries = _unit_rows(np.asarray(vectors, dtype=np.float32).reshape(len(vectors), -1))
         with block.lock:
-            # every used row's product (no gather of the passing rows' vectors), then the mask;
-            # a non-finite product (none expected: vectors are checked) never outranks a row
-            products = block.vectors[: block.n] @ query
-            keep = block.mask(filters) & np.isfinite(products)
-            passing = int(np.count_nonzero(keep))
-            m = min(n, passing)
-            scores = np.where(keep, products, -np.inf)
-            top = np.argpartition(-scores, m - 1)[:m] if len(scores) > m > 0 else np.arange(m)
-            top = top[np.argsort(-scores[top], kind="stable")]
-            rows, ids, slots = block.rows, block.ids, top.tolist()
-            return HotHits(
-                ids=tuple([ids[slot] for slot in slots]),
-                rows=[rows[slot] for slot in slots],
-                similarity=scores[top].astype(np.float64),
-                vectors=block.vectors[top],
-                created_at_us=block.created[top],
-                live=LiveColumns(
-                    importance=block.importance[top],
-                    last_access_us=block.last_access[top],
-                    tau_hours=block.tau[top],
-                    accessed=block.accessed[top],
-                    semantic=block.tier[top] == _SEMANTIC,
-                    archived=block.state[top] == _ARCHIVED,
-                ),
-            )
+            keep = block.mask(filters)
+            if self.device is None:
+                tops = _tops(block.vectors[: block.n] @ queries.T, keep, n)
+            else:
+                tops = _device_tops(block.on_device(self.device)[: block.n], queries, keep, n)
+            return [block.hits(top, similarity) for top, similarity in tops]
 
     def neighbours(
         self, tenant_id: str, vectors: Sequence[Sequence[float]], n: int, filters: Filters
@@ -557,14 +661,13 @@ class HotCache:
         the store looks here for what a write may supersede, which on Milvus Lite is otherwise
         a pass over the whole collection per batch). Blocking as :meth:`search`.
         """
-        found = []
-        for vector in vectors:
-            hits = self.search(tenant_id, vector, n, filters)
-            if hits is None:
-                return None
-            similarity = hits.similarity.tolist()
-            found.append([Hit(row, s) for row, s in zip(hits.rows, similarity, strict=True)])
-        return found
+        found = self.search_many(tenant_id, vectors, n, filters)
+        if found is None:
+            return None
+        return [
+            [Hit(row, s) for row, s in zip(hits.rows, hits.similarity.tolist(), strict=True)]
+            for hits in found
+        ]
 
     def preload(self, tenant_ids: Sequence[str] = ()) -> tuple[int, int]:
         """Load every tenant in one pass over the collection (:meth:`MilvusStore.scan`): on

@@ -71,6 +71,13 @@ class RankerSettings(SharedSettings):
         " pass over the Milvus collection (use milvus when several app ids share a collection)."
         " python -m server fills from its worker's start-up read",
     )
+    hot_cache_device: Literal["cpu", "cuda"] = Field(
+        "cpu",
+        description="where the hot cache searches: cpu (numpy), or cuda: a copy of each held"
+        " tenant's vectors on the GPU (dim × 4 bytes a row), the product and the top N computed"
+        " there. On an H200, cuda was slower for one query a search (0.36 against 0.21 ms at 1,000"
+        " rows) and faster for 64 queries of a 16,000-row tenant in one search (docs/benchmarks.md)",
+    )
     hot_tenant_max: int = Field(
         16_384, ge=1, le=16_384, description="the largest tenant (rows) the hot cache keeps"
     )
