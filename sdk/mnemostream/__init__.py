@@ -4,6 +4,13 @@ Both share one implementation of every call (request building and response parsi
 transport differs, as with httpx's own ``Client``/``AsyncClient``.
 """
 
-from mnemostream.client import AsyncClient, Client, Memory, MnemostreamError, Overloaded
+from mnemostream.client import (
+    AsyncClient,
+    Client,
+    Memory,
+    MnemostreamError,
+    Overloaded,
+    Unreachable,
+)
 
-__all__ = ["AsyncClient", "Client", "Memory", "MnemostreamError", "Overloaded"]
+__all__ = ["AsyncClient", "Client", "Memory", "MnemostreamError", "Overloaded", "Unreachable"]

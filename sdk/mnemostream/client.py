@@ -1,35 +1,72 @@
-"""SDK clients. Errors: :class:`MnemostreamError` (with ``status`` and ``retriable``), and
-:class:`Overloaded` for HTTP 429 (``retry_after_s`` from the server).
+"""SDK clients. Errors: :class:`MnemostreamError` (with ``status``, ``retriable`` and
+``retry_after_s``), :class:`Overloaded` for HTTP 429, and :class:`Unreachable` when no reply came.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import contextlib
+import email.utils
 import json
+import math
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
+DEFAULT_TIMEOUT_S = 30.0
+"""Longer than the server's read-your-writes wait (``MNEMO_AFTER_TIMEOUT_S``, 10 s by default), so
+a read that waits for its tokens gets the server's retriable 503, not a client time-out first."""
+
 
 class MnemostreamError(Exception):
-    """The API refused or failed a call. ``retriable``: the same call may succeed later."""
+    """The API refused or failed a call, or no reply came.
 
-    def __init__(self, status: int, detail: object) -> None:
+    Attributes:
+        status: the HTTP status; 0 when no reply came (:class:`Unreachable`).
+        detail: the reply's ``detail`` (its whole body when it has none; its text when not JSON).
+        retriable: the same call may succeed later (no reply, 429, 5xx).
+        retry_after_s: seconds the server asked to wait (its ``Retry-After``: 429, 503), or None.
+    """
+
+    def __init__(self, status: int, detail: object, retry_after_s: float | None = None) -> None:
         self.status = status
         self.detail = detail
-        self.retriable = status == 429 or status >= 500
-        super().__init__(f"HTTP {status}: {detail}")
+        self.retriable = status in {0, 429} or status >= 500
+        self.retry_after_s = retry_after_s
+        super().__init__(f"HTTP {status}: {detail}" if status else f"no reply: {detail}")
 
 
 class Overloaded(MnemostreamError):  # noqa: N818 - reads as "except Overloaded"
-    """HTTP 429: the ranker's queue is full; wait ``retry_after_s`` seconds."""
+    """HTTP 429: the ranker's queue is full or the tenant's rate is spent; wait
+    ``retry_after_s`` seconds (1 when the reply named none).
+    """
 
     def __init__(self, detail: object, retry_after_s: float) -> None:
-        super().__init__(429, detail)
-        self.retry_after_s = retry_after_s
+        super().__init__(429, detail, retry_after_s)
+
+
+class Unreachable(MnemostreamError):  # noqa: N818 - reads as "except Unreachable"
+    """No HTTP reply: the connection failed, broke or timed out (``status`` 0, retriable). A write
+    may have been applied all the same: writing it again is safe (ids derive from the content, or
+    are the caller's).
+    """
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(0, f"{type(error).__name__}: {error}")
+
+
+@contextlib.contextmanager
+def _reached() -> Iterator[None]:
+    """Raise the transport failures of httpx (no reply) as :class:`Unreachable`."""
+    try:
+        yield
+    except httpx.TransportError as exc:
+        raise Unreachable(exc) from exc
 
 
 @dataclass(frozen=True)
@@ -44,11 +81,17 @@ class Memory:
     access_count: int
     recall_count: int
     created_at: str | None = None
+    last_access: str | None = None
     valid_to: str | None = None
     superseded_by: str | None = None
+    merged_into: str | None = None
     agent_id: str | None = None
     session_id: str | None = None
+    run_id: str | None = None
     user_id: str | None = None
+    write_count: int = 0
+    retention: float | None = None
+    review_count: int = 0
     tags: list[str] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
     scores: dict[str, float] = field(default_factory=dict)
@@ -95,14 +138,15 @@ class _Session:
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
-        self.pending: list[str] = []
+        self.pending: list[str] = []  # folded (:func:`_folded`): one token however many writes
 
     def after(self) -> list[str]:
-        return list(self.pending) if self.enabled else []
+        return list(self.pending)
 
     def noted(self, call: _Call, result: Any) -> Any:  # noqa: ANN401
-        if call.awaited and isinstance(result, dict) and isinstance(result.get("token"), str):
-            self.pending.append(result["token"])
+        token = result.get("token") if isinstance(result, dict) else None
+        if self.enabled and call.awaited and isinstance(token, str):
+            self.pending = _folded([*self.pending, token])
         sent = set(call.params) | set((call.json or {}).get("after") or ())
         if sent:  # the server waited for them: this client's later reads need not
             self.pending = [t for t in self.pending if t not in sent]
@@ -110,6 +154,90 @@ class _Session:
 
 
 _CUT_SHORT = "the export stream ended before its closing line"
+_TOKEN = "v1."  # noqa: S105 - a format prefix, not a secret
+"""The prefix of the service's tokens: base64url JSON of ``{role: {partition: offset}}``."""
+
+
+def _folded(tokens: Sequence[str]) -> list[str]:
+    """``tokens`` as one that covers them all (the highest offset per role and partition, as the
+    server merges a list of them), plus any text not in the service's format, kept as it is (the
+    server judges it). Keeps a session's tokens, and the URL of a read that sends them, one
+    token long however many writes came before the read.
+    """
+    offsets: dict[str, dict[str, int]] = {}
+    others: list[str] = []
+    for token in tokens:
+        found = _offsets(token)
+        if found is None:
+            others.append(token)
+            continue
+        for role, parts in found.items():
+            mine = offsets.setdefault(role, {})
+            for partition, offset in parts.items():
+                mine[partition] = max(mine.get(partition, -1), offset)
+    plain = json.dumps(offsets, separators=(",", ":")).encode()
+    folded = [_TOKEN + base64.urlsafe_b64encode(plain).decode().rstrip("=")] if offsets else []
+    return folded + list(dict.fromkeys(others))
+
+
+def _offsets(token: str) -> dict[str, dict[str, int]] | None:
+    """A service token's offsets, or None for any other text."""
+    if not token.startswith(_TOKEN):
+        return None
+    body = token[len(_TOKEN) :]
+    try:
+        raw = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+        return {
+            str(role): {str(int(p)): int(o) for p, o in parts.items()}
+            for role, parts in raw.items()
+        }
+    except (ValueError, TypeError, AttributeError, binascii.Error):
+        return None
+
+
+def _tokens(after: object) -> list[str]:
+    """A caller's own ``after``: one token, a list of them, or None."""
+    if after is None:
+        return []
+    return [after] if isinstance(after, str) else [str(t) for t in after]  # type: ignore[attr-defined]
+
+
+def _segment(text: str) -> str:
+    """``text`` as one URL path segment: every reserved character escaped, and ``.`` or ``..``
+    (which an HTTP client resolves away as a relative path) written as ``%2E`` each.
+    """
+    quoted = quote(text, safe="")
+    return quoted.replace(".", "%2E") if quoted in {".", ".."} else quoted
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header: a number of seconds or an HTTP date; None when
+    there is none or it cannot be read.
+    """
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+def _detail(reply: httpx.Response) -> object:
+    """An error reply's ``detail``: the field of a JSON object, the whole JSON body when it is
+    something else, the text when it is not JSON (a proxy's page).
+    """
+    try:
+        body = reply.json()
+    except ValueError:
+        return reply.text
+    return body.get("detail", body) if isinstance(body, dict) else body
 
 
 def _wire(value: Any) -> Any:  # noqa: ANN401  (any JSON body)
@@ -123,6 +251,8 @@ def _wire(value: Any) -> Any:  # noqa: ANN401  (any JSON body)
         return {k: _wire(v) for k, v in value.items()}
     if isinstance(value, list | tuple) and not all(type(v) is float for v in value):
         return [_wire(v) for v in value]
+    if hasattr(value, "tolist") and not isinstance(value, str | bytes | int | float):
+        return _wire(value.tolist())  # a numpy array or scalar (a float32 embedding)
     return value  # a vector too: a pass of type checks, not a call per value
 
 
@@ -148,15 +278,17 @@ class _Api:
         query: str | None,
         vector: Sequence[float] | None,
         k: int,
-        after: Sequence[str],
+        session: Sequence[str],
         **options: Any,  # noqa: ANN401
     ) -> _Call:
+        """``session``: the session's tokens; ``options["after"]``: the caller's, sent too."""
+        mine = _tokens(options.pop("after", None))
         body: dict[str, Any] = {
             "query": query,
             "vector": list(vector) if vector is not None else None,
             "k": k,
             **options,
-            "after": list(after) or None,
+            "after": [*session, *mine] or None,
         }
         return _Call("POST", "/v1/recall", _drop_none(body), awaited=False)
 
@@ -167,7 +299,8 @@ class _Api:
 
     @staticmethod
     def get(memory_id: str, after: Sequence[str]) -> _Call:
-        return _Call("GET", f"/v1/memories/{memory_id}", missing_ok=True, params=tuple(after))
+        path = f"/v1/memories/{_segment(memory_id)}"
+        return _Call("GET", path, missing_ok=True, params=tuple(after))
 
     @staticmethod
     def get_many(memory_ids: Sequence[str], after: Sequence[str]) -> _Call:
@@ -177,16 +310,19 @@ class _Api:
     @staticmethod
     def forget(memory_id: str, purge: bool, after: Sequence[str], erase: bool = False) -> _Call:
         flags = (("purge", "true" if purge else "false"),) + ((("erase", "true"),) if erase else ())
-        return _Call("DELETE", f"/v1/memories/{memory_id}", params=tuple(after), flags=flags)
+        path = f"/v1/memories/{_segment(memory_id)}"
+        return _Call("DELETE", path, params=tuple(after), flags=flags)
 
     @staticmethod
     def erase_user(user_id: str, after: Sequence[str]) -> _Call:
-        return _Call("DELETE", f"/v1/users/{quote(user_id, safe='')}", params=tuple(after))
+        return _Call("DELETE", f"/v1/users/{_segment(user_id)}", params=tuple(after))
 
     @staticmethod
-    def update(memory_id: str, changes: dict[str, Any], after: Sequence[str]) -> _Call:
-        body = _drop_none({**changes, "after": list(after) or None})
-        return _Call("PATCH", f"/v1/memories/{memory_id}", body)
+    def update(memory_id: str, changes: dict[str, Any], session: Sequence[str]) -> _Call:
+        """``session``: the session's tokens; ``changes["after"]``: the caller's, sent too."""
+        mine = _tokens(changes.get("after"))
+        body = _drop_none({**changes, "after": [*session, *mine] or None})
+        return _Call("PATCH", f"/v1/memories/{_segment(memory_id)}", body)
 
     @staticmethod
     def page(filters: dict[str, Any], cursor: str | None, after: Sequence[str]) -> _Call:
@@ -202,7 +338,7 @@ class _Api:
 
     @staticmethod
     def history(memory_id: str, after: Sequence[str]) -> _Call:
-        return _Call("GET", f"/v1/memories/{memory_id}/history", params=tuple(after))
+        return _Call("GET", f"/v1/memories/{_segment(memory_id)}/history", params=tuple(after))
 
     @staticmethod
     def export(vectors: bool) -> _Call:
@@ -220,16 +356,11 @@ class _Api:
     def check(reply: httpx.Response, call: _Call) -> Any:  # noqa: ANN401
         if reply.status_code == 404 and call.missing_ok:
             return None
-        if reply.status_code == 429:
-            raise Overloaded(
-                reply.json().get("detail"), float(reply.headers.get("Retry-After", "1"))
-            )
         if reply.status_code >= 400:
-            try:
-                detail = reply.json().get("detail")
-            except ValueError:
-                detail = reply.text
-            raise MnemostreamError(reply.status_code, detail)
+            wait = _retry_after(reply.headers.get("Retry-After"))
+            if reply.status_code == 429:
+                raise Overloaded(_detail(reply), 1.0 if wait is None else wait)
+            raise MnemostreamError(reply.status_code, _detail(reply), wait)
         return reply.json()
 
 
@@ -245,12 +376,14 @@ class Client:
         base_url: str,
         api_key: str,
         *,
-        timeout_s: float = 10.0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
         transport: httpx.BaseTransport | None = None,
         read_your_writes: bool = True,
     ) -> None:
         """``read_your_writes``: a recall or get sees every write and access this client made
-        before it (the server waits for them to be applied).
+        before it (the server waits for them to be applied). ``timeout_s``: per request; keep it
+        above the server's ``MNEMO_AFTER_TIMEOUT_S``. A call that gets no reply raises
+        :class:`Unreachable`.
         """
         self._http = httpx.Client(
             base_url=base_url, headers=_headers(api_key), timeout=timeout_s, transport=transport
@@ -267,7 +400,8 @@ class Client:
         self._http.close()
 
     def _send(self, call: _Call) -> Any:  # noqa: ANN401
-        reply = self._http.request(call.method, call.path, json=call.json, params=call.query)
+        with _reached():
+            reply = self._http.request(call.method, call.path, json=call.json, params=call.query)
         return self._session.noted(call, _Api.check(reply, call))
 
     def remember(self, content: str, **fields: Any) -> str:  # noqa: ANN401
@@ -352,7 +486,7 @@ class Client:
     def export(self, *, vectors: bool = False) -> Iterator[dict[str, Any]]:
         """Every memory of the tenant (any state but purged) as dicts, streamed."""
         call = _Api.export(vectors)
-        with self._http.stream(call.method, call.path, params=call.query) as reply:
+        with _reached(), self._http.stream(call.method, call.path, params=call.query) as reply:
             if reply.status_code >= 400:
                 reply.read()
                 _Api.check(reply, call)
@@ -374,7 +508,7 @@ class AsyncClient:
         base_url: str,
         api_key: str,
         *,
-        timeout_s: float = 10.0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
         transport: httpx.AsyncBaseTransport | None = None,
         read_your_writes: bool = True,
     ) -> None:
@@ -393,7 +527,10 @@ class AsyncClient:
         await self._http.aclose()
 
     async def _send(self, call: _Call) -> Any:  # noqa: ANN401
-        reply = await self._http.request(call.method, call.path, json=call.json, params=call.query)
+        with _reached():
+            reply = await self._http.request(
+                call.method, call.path, json=call.json, params=call.query
+            )
         return self._session.noted(call, _Api.check(reply, call))
 
     async def remember(self, content: str, **fields: Any) -> str:  # noqa: ANN401
@@ -453,15 +590,16 @@ class AsyncClient:
 
     async def export(self, *, vectors: bool = False) -> AsyncIterator[dict[str, Any]]:
         call = _Api.export(vectors)
-        async with self._http.stream(call.method, call.path, params=call.query) as reply:
-            if reply.status_code >= 400:
-                await reply.aread()
-                _Api.check(reply, call)
-            async for line in reply.aiter_lines():
-                if not line.strip():
-                    continue
-                doc = _Api.export_line(line)
-                if doc is None:
-                    return
-                yield doc
-            raise MnemostreamError(502, _CUT_SHORT)
+        with _reached():
+            async with self._http.stream(call.method, call.path, params=call.query) as reply:
+                if reply.status_code >= 400:
+                    await reply.aread()
+                    _Api.check(reply, call)
+                async for line in reply.aiter_lines():
+                    if not line.strip():
+                        continue
+                    doc = _Api.export_line(line)
+                    if doc is None:
+                        return
+                    yield doc
+                raise MnemostreamError(502, _CUT_SHORT)

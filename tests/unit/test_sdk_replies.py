@@ -1,0 +1,236 @@
+"""The SDK against replies shaped like the API's and like what stands in front of it (a proxy's
+page, a dropped connection): errors come out as the SDK's types, tokens stay one token long,
+and what the caller passes reaches the server (the real server: tests/integration).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from typing import cast
+
+import httpx
+import numpy as np
+import pytest
+
+from mnemostream import AsyncClient, Client, Memory, MnemostreamError, Overloaded, Unreachable
+from mnemostream.client import DEFAULT_TIMEOUT_S
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def token(offsets: dict[str, dict[str, int]]) -> str:
+    """A token as the service writes it (ranker.applied.Token.encode)."""
+    plain = json.dumps(offsets).encode()
+    return "v1." + base64.urlsafe_b64encode(plain).decode().rstrip("=")
+
+
+def offsets(text: str) -> dict[str, dict[str, int]]:
+    body = text[3:]
+    decoded: dict[str, dict[str, int]] = json.loads(
+        base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+    )
+    return decoded
+
+
+def both(handler: Handler, call: Callable[[Client | AsyncClient], object]) -> list[object]:
+    """What ``call`` returns or raises through the sync and the async client."""
+    out: list[object] = []
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(handler)) as client:
+        try:
+            out.append(call(client))
+        except Exception as exc:
+            out.append(exc)
+
+    async def run() -> None:
+        transport = httpx.MockTransport(handler)
+        async with AsyncClient("http://x", "k" * 16, transport=transport) as client:
+            try:
+                result = call(client)
+                out.append(await result if asyncio.iscoroutine(result) else result)
+            except Exception as exc:
+                out.append(exc)
+
+    asyncio.run(run())
+    return out
+
+
+class Writes:
+    """Answers writes with tokens over several partitions and records each read's ``after``."""
+
+    def __init__(self) -> None:
+        self.writes = 0
+        self.after: list[list[str]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/memories":
+            self.writes += 1
+            t = token({"memory-writes": {str(self.writes % 3): self.writes}})
+            return httpx.Response(200, json={"ids": ["m1"], "token": t})
+        self.after.append(request.url.params.get_list("after"))
+        return httpx.Response(404, json={"detail": "no such memory"})
+
+
+def test_many_writes_before_a_read_send_one_token_covering_them_all() -> None:
+    seen = Writes()
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(seen)) as client:
+        for i in range(2_000):  # each its own token: the read's URL held all 2,000 before
+            client.remember(f"memory {i}")
+        assert client.get("m1") is None
+        client.get("m1")
+    (sent,), nothing = seen.after
+    assert offsets(sent) == {"memory-writes": {"0": 1_998, "1": 1_999, "2": 2_000}}
+    assert nothing == []  # the read waited for them: the next one need not
+
+
+def test_a_client_without_read_your_writes_keeps_no_token() -> None:
+    seen = Writes()
+    transport = httpx.MockTransport(seen)
+    with Client("http://x", "k" * 16, transport=transport, read_your_writes=False) as client:
+        client.remember("a")
+        client.get("m1")
+        assert client._session.pending == []
+    assert seen.after == [[]]
+
+
+def reply(status: int, body: bytes, headers: dict[str, str] | None = None) -> Handler:
+    return lambda _request: httpx.Response(status, content=body, headers=headers or {})
+
+
+def test_a_429_or_503_without_a_json_body_is_still_the_sdks_error() -> None:
+    for error in both(reply(429, b"<html>slow down</html>"), lambda c: c.recall("q")):
+        assert isinstance(error, Overloaded)
+        assert error.retry_after_s == 1.0
+        assert error.detail == "<html>slow down</html>"
+    for error in both(reply(502, b'"bad gateway"'), lambda c: c.recall("q")):
+        assert isinstance(error, MnemostreamError)
+        assert error.detail == "bad gateway"
+        assert error.retriable
+
+
+def test_retry_after_is_read_as_seconds_or_as_a_date_on_429_and_503() -> None:
+    later = format_datetime(datetime.now(UTC) + timedelta(seconds=120), usegmt=True)
+    for error in both(reply(429, b"{}", {"Retry-After": later}), lambda c: c.recall("q")):
+        assert isinstance(error, Overloaded)
+        assert error.retry_after_s is not None
+        assert 60 < error.retry_after_s <= 120
+    body = b'{"detail": "the worker has not applied the write yet"}'
+    for error in both(reply(503, body, {"Retry-After": "7"}), lambda c: c.get("m1")):
+        assert isinstance(error, MnemostreamError)
+        assert (error.status, error.retry_after_s, error.retriable) == (503, 7.0, True)
+    for error in both(reply(503, b"{}", {"Retry-After": "soon"}), lambda c: c.get("m1")):
+        assert isinstance(error, MnemostreamError)
+        assert error.retry_after_s is None
+
+
+def test_no_reply_is_unreachable_and_retriable() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    def slow(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    for handler in (refuse, slow):
+        for call in (lambda c: c.remember("a"), lambda c: c.get("m1")):
+            for error in both(handler, call):
+                assert isinstance(error, Unreachable)
+                assert (error.status, error.retriable) == (0, True)
+    assert DEFAULT_TIMEOUT_S > 10.0  # above the server's read-your-writes wait
+
+
+def test_the_export_stream_cut_by_the_network_is_unreachable() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    with (
+        Client("http://x", "k" * 16, transport=httpx.MockTransport(refuse)) as client,
+        pytest.raises(Unreachable),
+    ):
+        list(client.export())
+
+
+class Bodies:
+    """Records each request's path and JSON body; answers every route plausibly."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, dict[str, object]]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else {}
+        self.seen.append((request.url.raw_path.decode(), body))
+        if request.url.path == "/v1/memories":
+            return httpx.Response(200, json={"ids": ["m1"], "token": token({"x": {"0": 5}})})
+        if request.url.path == "/v1/recall":
+            return httpx.Response(200, json={"results": [], "token": None})
+        if request.method == "PATCH":
+            return httpx.Response(200, json={"memory_id": "m2", "token": None})
+        return httpx.Response(200, json={"memory_ids": []})
+
+
+def test_the_callers_own_after_is_sent_with_the_sessions() -> None:
+    seen = Bodies()
+    mine = token({"memory-writes": {"0": 9}})
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(seen)) as client:
+        client.recall("q", after=mine)
+        client.remember("a")
+        client.update("m1", content="b", after=[mine])
+    (_, recall), _, (_, patch) = seen.seen
+    assert recall["after"] == [mine]
+    session, caller = cast(list[str], patch["after"])
+    assert offsets(session) == {"x": {"0": 5}}  # the write's token
+    assert caller == mine
+
+
+def test_dot_segments_stay_in_the_path() -> None:
+    seen = Bodies()
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(seen)) as client:
+        client.erase_user(".")
+        client.erase_user("..")
+        client.erase_user("a/b")
+    assert [path for path, _ in seen.seen] == [
+        "/v1/users/%2E",
+        "/v1/users/%2E%2E",
+        "/v1/users/a%2Fb",
+    ]
+
+
+def test_float32_vectors_are_sent_as_numbers() -> None:
+    seen = Bodies()
+    vector = np.asarray([0.5, 0.25], dtype=np.float32)
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(seen)) as client:
+        client.remember("a", embedding=vector)
+        client.recall(vector=cast(Sequence[float], vector))
+    (_, written), (_, recalled) = seen.seen
+    assert written["memories"] == [{"content": "a", "embedding": [0.5, 0.25]}]
+    assert recalled["vector"] == [0.5, 0.25]
+
+
+def test_a_memory_keeps_the_fields_the_api_returns() -> None:
+    shown = Memory.of(
+        {
+            "memory_id": "m1",
+            "content": "c",
+            "memory_type": "episodic",
+            "state": "archived",
+            "importance": 0.5,
+            "access_count": 1,
+            "recall_count": 2,
+            "write_count": 3,
+            "retention": 0.9,
+            "review_count": 4,
+            "run_id": "s1",
+            "merged_into": "m9",
+            "last_access": "2026-01-01T00:00:00+00:00",
+            "unknown": "ignored",
+        }
+    )
+    assert (shown.merged_into, shown.write_count, shown.review_count) == ("m9", 3, 4)
+    assert (shown.run_id, shown.retention, shown.last_access) == (
+        "s1",
+        0.9,
+        "2026-01-01T00:00:00+00:00",
+    )
