@@ -9,11 +9,14 @@ batch (one torch pass for many requests, of any tenants). When ``max_queue`` ite
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from storage.compacted import cancelled
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -40,7 +43,8 @@ class BatchStats:
 
 class Batcher(Generic[T, R]):
     """Batches ``submit`` calls into ``handler`` calls. ``start`` launches the loop; ``stop`` ends it
-    (waiting callers get the exception ``RuntimeError('batcher stopped')``).
+    (waiting callers, and any ``submit`` after it, get the exception
+    ``RuntimeError('batcher stopped')``). Nothing a handler or ``on_batch`` does ends the loop.
     """
 
     def __init__(
@@ -62,6 +66,7 @@ class Batcher(Generic[T, R]):
         self.on_batch = on_batch
         self._queue: asyncio.Queue[tuple[T, asyncio.Future[R]]] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._stopped = False
         self._last_batch_s = max_wait_s
 
     @property
@@ -74,10 +79,12 @@ class Batcher(Generic[T, R]):
         return self._task is not None and not self._task.done()
 
     async def start(self) -> None:
+        self._stopped = False
         self._queue = asyncio.Queue(self.max_queue)
         self._task = asyncio.create_task(self._run(), name="batcher")
 
     async def stop(self) -> None:
+        self._stopped = True
         if self._task is not None:
             await cancelled(self._task)
             self._task = None
@@ -90,6 +97,9 @@ class Batcher(Generic[T, R]):
         """The item's result; raises Overloaded when the queue is full, or the handler's error."""
         if self._queue is None:
             msg = "Batcher.submit before start()"
+            raise RuntimeError(msg)
+        if self._stopped or not self.running:
+            msg = "batcher stopped"
             raise RuntimeError(msg)
         future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         try:
@@ -113,7 +123,10 @@ class Batcher(Generic[T, R]):
             _settle(batch, outcome)
             self._last_batch_s = loop.time() - started + self.max_wait_s
             if self.on_batch is not None:
-                self.on_batch(BatchStats(len(batch), self._queue.qsize()))
+                try:
+                    self.on_batch(BatchStats(len(batch), self._queue.qsize()))
+                except Exception:  # a metrics hook must not end the loop
+                    log.exception("batcher: on_batch failed")
             # a handler that never suspends (the kernel on the loop) and a queue never empty
             # would otherwise hold the loop batch after batch
             await asyncio.sleep(0)
@@ -122,10 +135,16 @@ class Batcher(Generic[T, R]):
         """The handler's results for ``items``, or the error every caller of the batch gets."""
         try:
             results = await self.handler(items)
+            if len(results) != len(items):
+                msg = f"handler returned {len(results)} results for {len(items)} items"
+                return RuntimeError(msg)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # stop()
+            return RuntimeError("the batch's handler was cancelled")
         except Exception as exc:
             return exc
-        if len(results) != len(items):
-            return RuntimeError(f"handler returned {len(results)} results for {len(items)} items")
         return results
 
     async def _take(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
@@ -141,11 +160,12 @@ class Batcher(Generic[T, R]):
             if not self._queue.empty():
                 batch.append(self._queue.get_nowait())
                 continue
-            remaining = deadline - loop.time()
-            if remaining <= 0:
+            if deadline - loop.time() <= 0:
                 break
             try:
-                batch.append(await asyncio.wait_for(self._queue.get(), remaining))
+                # not wait_for: on 3.11 it can return an item and drop a stop()'s cancel
+                async with asyncio.timeout_at(deadline):
+                    batch.append(await self._queue.get())
             except TimeoutError:
                 break
 

@@ -38,6 +38,10 @@ class Problem(BaseModel):
     )
 
 
+MAX_RETRY_AFTER_S = 86_400
+"""The longest ``Retry-After`` a problem names (seconds)."""
+
+
 def problem_body(
     status: int, detail: str, *, field: str | None = None, retry_after_s: float | None = None
 ) -> tuple[bytes, dict[str, str]]:
@@ -52,7 +56,9 @@ def problem_body(
     if field is not None:
         body["field"] = printable(field)
     if retry_after_s is not None:
-        retry = max(1, math.ceil(retry_after_s))
+        # at most a day: a tiny tenant rate's wait (1e30 s) would not fit JSON's integers
+        in_bounds = retry_after_s < MAX_RETRY_AFTER_S  # False for NaN too
+        retry = max(1, math.ceil(retry_after_s)) if in_bounds else MAX_RETRY_AFTER_S
         body["retry_after_s"] = retry
         headers["retry-after"] = str(retry)
     return orjson.dumps(body), headers

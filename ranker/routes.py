@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
+from urllib.parse import unquote_to_bytes
 
 import orjson
-from fastapi import FastAPI, HTTPException, Query
+from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import Field
 
@@ -131,12 +132,18 @@ def _get_and_delete(api: FastAPI, service: RecallService) -> None:
 
     @api.delete("/v1/users/{user_id:path}")
     async def erase_user(
-        user_id: str, who: Auth, after: Annotated[list[str] | None, Query()] = None
+        user_id: str,
+        who: Auth,
+        request: Request,
+        after: Annotated[list[str] | None, Query()] = None,
     ) -> dict[str, Any]:
         """Erase every memory of one user of this tenant (``user_id`` scope), in any state,
         summaries of them included, as ``DELETE /v1/memories/{id}?erase=true`` does for one
-        (after ``after`` is applied). Idempotent: a user with nothing left erases 0.
+        (after ``after`` is applied). Idempotent: a user with nothing left erases 0. A
+        ``user_id`` whose percent-escapes are not UTF-8 is a 422 (the server's decoding would
+        have made it U+FFFD, another user's id).
         """
+        _check_utf8(request, b"/v1/users/", "user_id")
         if not user_id or len(user_id.encode("utf-8")) > MAX_NAME_BYTES:
             raise InvalidField("user_id", user_id, f"expected 1-{MAX_NAME_BYTES} bytes (UTF-8)")
         await service.wait(tokens(after))
@@ -338,3 +345,18 @@ def _history(api: FastAPI, service: RecallService, audit: AuditLog | None) -> No
         if not events and await service.get(who.tenant_id, memory_id) is None:
             raise HTTPException(404, "no such memory")
         return {"memory_id": memory_id, "events": events}
+
+
+def _check_utf8(request: Request, prefix: bytes, field: str) -> None:
+    """Raise InvalidField naming ``field`` when the raw path after ``prefix`` does not decode as
+    UTF-8 once percent-decoded (the ASGI server decodes it with replacement characters).
+    """
+    raw = request.scope.get("raw_path")
+    if not isinstance(raw, bytes) or prefix not in raw:
+        return
+    segment = raw.split(prefix, 1)[1]
+    try:
+        unquote_to_bytes(segment).decode("utf-8")
+    except UnicodeDecodeError:
+        shown = segment.decode("ascii", "replace")
+        raise InvalidField(field, shown, "not UTF-8 once its %-escapes are decoded") from None

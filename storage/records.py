@@ -10,6 +10,7 @@ the worker applies.
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -67,7 +68,10 @@ class RecordError(ValueError):
         self.field = field
         self.value = value
         self.reason = reason
-        shown = repr(value)
+        try:
+            shown = repr(value)
+        except RecursionError:  # nested deeper than repr goes: shown to a few levels
+            shown = reprlib.repr(value)
         if len(shown) > 120:
             shown = shown[:117] + "..."
         super().__init__(f"{field}={shown}: {reason}")

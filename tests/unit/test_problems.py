@@ -14,6 +14,7 @@ import pytest
 from memcore.policy import MAX_WEIGHT
 from memcore.scoring import Scored
 from ranker.api import create_api
+from ranker.problems import MAX_RETRY_AFTER_S, problem_body
 from ranker.service import Recall, Recalled, RecallQuery, RecallService
 from ranker.wire import memory_json
 from storage import MilvusConfig, MilvusStore
@@ -236,15 +237,29 @@ async def test_a_write_with_metadata_nested_past_what_json_encoders_take_is_a_42
     assert (reply.status_code, reply.json()["field"]) == (422, "memories[0].metadata"), reply.text
 
 
-async def test_a_deeply_nested_body_is_still_validated() -> None:
-    """The walk that looks for integers orjson misreads is recursive: a body nested deeper than
-    it goes is read by the standard library instead, and validated as any other (not a 400)."""
+@pytest.mark.parametrize("depth", [600, 1_000])
+async def test_a_deeply_nested_body_is_still_validated(depth: int) -> None:
+    """The walk that looks for integers orjson misreads goes as deep as orjson reads (1,024
+    levels; a recursive walk stopped near 1,000, and the standard library's reading then
+    raised RecursionError: a generic 400 that said nothing): validated as any other body."""
     auth = {"Authorization": f"Bearer {KEY}", "content-type": "application/json"}
-    deep = b'{"a": ' * 600 + b"1" + b"}" * 600  # orjson reads 1,024 levels; the walk far fewer
+    deep = b'{"a": ' * depth + b"1" + b"}" * depth
     body = b'{"query": "x", "filters": {"tags": [' + deep + b"]}}"
     async with app() as http:
         reply = await http.post("/v1/recall", content=body, headers=auth)
     assert (reply.status_code, reply.json()["field"]) == (422, "filters.tags[0]"), reply.text
+
+
+async def test_a_body_too_deep_for_the_standard_library_is_a_400_saying_so() -> None:
+    """An integer past 64 bits sends the body to the standard library's reader, which stops
+    near 1,000 levels."""
+    auth = {"Authorization": f"Bearer {KEY}", "content-type": "application/json"}
+    deep = b'{"a": ' * 1_000 + str(2**70).encode() + b"}" * 1_000
+    body = b'{"query": "x", "filters": {"tags": [' + deep + b"]}}"
+    async with app() as http:
+        reply = await http.post("/v1/recall", content=body, headers=auth)
+    assert reply.status_code == 400, reply.text
+    assert "nested too deep" in reply.json()["detail"]
 
 
 @pytest.mark.parametrize(
@@ -311,3 +326,17 @@ async def test_a_body_that_is_not_json_is_a_400_saying_where(
         "status": 400,
         "detail": where,
     }
+
+
+@pytest.mark.parametrize("wait_s", [1e30, float("inf"), float("nan"), 86_400.5])
+def test_a_retry_hint_past_a_day_names_a_day(wait_s: float) -> None:
+    """A tenant rate of 1e-30 requests/s (accepted) waits ~1e30 s: past 64 bits, a 500 before."""
+    body, headers = problem_body(429, "over its rate", retry_after_s=wait_s)
+    assert json.loads(body)["retry_after_s"] == MAX_RETRY_AFTER_S == 86_400
+    assert headers["retry-after"] == "86400"
+
+
+def test_a_retry_hint_is_whole_seconds_of_at_least_one() -> None:
+    for wait_s, named in ((0.0, 1), (0.2, 1), (1.5, 2), (86_399.2, 86_400)):
+        body, _ = problem_body(503, "later", retry_after_s=wait_s)
+        assert json.loads(body)["retry_after_s"] == named

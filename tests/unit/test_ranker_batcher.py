@@ -181,3 +181,69 @@ def test_running_follows_start_and_stop() -> None:
         return [*seen, batcher.running]
 
     assert run(main()) == [False, True, False]
+
+
+def test_a_submit_after_stop_is_refused_not_left_waiting() -> None:
+    async def handler(items: Sequence[int]) -> list[int]:
+        return list(items)
+
+    async def main() -> None:
+        batcher: Batcher[int, int] = Batcher(handler, max_batch=4, max_wait_s=0.01)
+        await batcher.start()
+        assert await batcher.submit(1) == 1
+        await batcher.stop()
+        with pytest.raises(RuntimeError, match="batcher stopped"):
+            await asyncio.wait_for(batcher.submit(2), 2.0)  # a hang would time out instead
+
+    run(main())
+
+
+def test_stop_during_a_submit_that_wakes_the_gathering_returns() -> None:
+    """A submit that wakes the batch's gathering in the tick stop() cancels it (Python 3.11's
+    wait_for returned the item and dropped the cancel: stop() never returned).
+    """
+
+    async def handler(items: Sequence[int]) -> list[int]:
+        return list(items)
+
+    async def main() -> None:
+        batcher: Batcher[int, int] = Batcher(handler, max_batch=8, max_wait_s=1.0)
+        await batcher.start()
+        first = asyncio.ensure_future(batcher.submit(1))
+        await asyncio.sleep(0.05)  # item 1 taken; the batch gathers for up to 1 s
+        second = asyncio.ensure_future(batcher.submit(2))
+        await asyncio.wait_for(batcher.stop(), 3.0)
+        assert not batcher.running
+        for waiting in (first, second):
+            with pytest.raises(RuntimeError, match="batcher stopped"):
+                await waiting
+
+    run(main())
+
+
+def test_nothing_a_handler_or_the_hook_does_ends_the_loop() -> None:
+    answers: list[object] = ["no len", asyncio.CancelledError(), [7]]
+
+    async def handler(items: Sequence[int]) -> Any:
+        answer = answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return 5 if answer == "no len" else answer
+
+    def hook(_stats: BatchStats) -> None:
+        raise ValueError("metrics")
+
+    async def main() -> list[str]:
+        batcher: Batcher[int, int] = Batcher(handler, max_batch=1, max_wait_s=0, on_batch=hook)
+        await batcher.start()
+        seen = []
+        for i in range(3):
+            try:
+                seen.append(str(await asyncio.wait_for(batcher.submit(i), 2.0)))
+            except (TypeError, RuntimeError) as exc:
+                seen.append(type(exc).__name__)
+        assert batcher.running
+        await batcher.stop()
+        return seen
+
+    assert run(main()) == ["TypeError", "RuntimeError", "7"]

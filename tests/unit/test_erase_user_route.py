@@ -1,0 +1,75 @@
+"""``DELETE /v1/users/{user_id}`` erases the user the path names, never another one: bytes that
+are not UTF-8 are refused, not decoded to U+FFFD (a real user id the erasure would hit)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+import httpx
+import pytest
+
+from ranker.api import create_api
+from ranker.service import RecallService
+from storage import MilvusConfig, MilvusStore
+from storage.embedding import Hashing
+from storage.tenants import TenantRegistry
+
+KEY = "key-acme-0123456789"
+pytestmark = pytest.mark.anyio
+
+
+class Token:
+    def encode(self) -> str:
+        return "v1.e30"
+
+
+class Erasing(RecallService):
+    """The route's calls into the service, recorded (no Kafka, no Milvus)."""
+
+    def __init__(self) -> None:
+        store = MilvusStore(MilvusConfig("unused.db", dim=4))
+        super().__init__(store, Hashing(4), self._no_send)  # type: ignore[arg-type]
+        self.users: list[str] = []
+
+    @staticmethod
+    async def _no_send(*_: object) -> object:
+        raise AssertionError("nothing is produced here")
+
+    async def wait(self, *_: object) -> None:
+        return None
+
+    async def user_memories(self, tenant_id: str, user_id: str) -> list[str]:
+        self.users.append(user_id)
+        return [f"m-{len(self.users)}"]
+
+    async def erase(  # type: ignore[override]
+        self, tenant_id: str, ids: Sequence[str], now: datetime
+    ) -> tuple[Token, int]:
+        return Token(), len(ids)
+
+
+async def delete(service: Erasing, raw: str) -> httpx.Response:
+    api = create_api(service, TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}}))
+    transport = httpx.ASGITransport(app=api)
+    async with httpx.AsyncClient(transport=transport, base_url="http://m") as http:
+        return await http.delete(f"/v1/users/{raw}", headers={"Authorization": f"Bearer {KEY}"})
+
+
+@pytest.mark.parametrize("raw", ["%E9", "%FF", "%ED%A0%80", "ok%C3"])
+async def test_a_user_id_that_is_not_utf8_is_refused_and_nobody_is_erased(raw: str) -> None:
+    service = Erasing()
+    reply = await delete(service, raw)
+    assert (reply.status_code, reply.json()["field"]) == (422, "user_id"), reply.text
+    assert service.users == []
+
+
+@pytest.mark.parametrize(
+    ("raw", "user"), [("alice", "alice"), ("%C3%A9lise", "élise"), ("%EF%BF%BD", "\ufffd")]
+)
+async def test_a_utf8_user_id_is_erased_as_written(raw: str, user: str) -> None:
+    service = Erasing()
+    reply = await delete(service, raw)
+    assert reply.status_code == 200, reply.text
+    assert service.users == [user]
+    assert reply.json()["user_id"] == user
