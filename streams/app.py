@@ -375,6 +375,7 @@ class StreamWorker:
                 _keep_changelog_deliveries(table, self.produced)
         self.write_done: dict[int, int] = {}  # writes partition -> next offset not yet applied
         self.compacted_at = float("-inf")  # monotonic seconds of the last compaction asked
+        self.syncing = asyncio.Lock()  # one Milvus sync at a time over the agents (see sync)
         self.keys_read = False  # the keys topic read to its end once since start-up
         self.marker = ResyncMarker.of(settings)  # set when Milvus may lack rows of changes
 
@@ -538,7 +539,7 @@ class StreamWorker:
         """Reduce each access; one that overtook its write is parked until the write is applied."""
         await self.keys_ready()
         started = time.perf_counter()
-        await self.know_tenants(e.message.value for e in events)
+        await self.know_tenants(_value(e.message) for e in events)
         batch = Batch()
         by_key = {e.message.key: e for e in events}
         by_partition = {e.message.partition: e for e in events}
@@ -681,7 +682,16 @@ class StreamWorker:
         return sealed
 
     async def sync(self, batch: Batch) -> None:
-        """Upsert the whole current row of every touched memory (delete purged ones)."""
+        """Upsert the whole current row of every touched memory (delete purged ones). One sync
+        at a time over the writes and access agents, each building its rows from the tables
+        once it holds the turn: the last to land is built from the tables' newest state (an
+        access batch's row built before a rewrite or a purge, and retried while Milvus was down,
+        landed after it: the old words back in Milvus, or an erased memory's).
+        """
+        async with self.syncing:
+            await self._sync(batch)
+
+    async def _sync(self, batch: Batch) -> None:
         upserts, deletes = self.processor.rows(batch.touched)
         if not upserts and not deletes:
             return
@@ -812,9 +822,18 @@ def _inbound(event: Any) -> Inbound:  # noqa: ANN401 - faust.EventT is untyped
         message.partition,
         message.offset,
         message.key,
-        message.value,
+        _value(message),
         received_at(message.timestamp, datetime.now(UTC)),
     )
+
+
+def _value(message: Any) -> bytes:  # noqa: ANN401 - faust's message is untyped
+    """A consumed record's value; none (a tombstone, another producer's null) reads as empty
+    bytes, which every decoder refuses as not JSON: the record goes to dead-letter like any
+    malformed one, and its batch goes on.
+    """
+    value = message.value
+    return value if isinstance(value, bytes) else b""
 
 
 def received_at(timestamp: float | None, now: datetime) -> datetime:

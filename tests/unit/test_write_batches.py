@@ -6,6 +6,7 @@ records."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -36,7 +37,7 @@ class Message:
     partition: int
     offset: int
     key: bytes
-    value: bytes
+    value: bytes | None
     timestamp: float = RECEIVED.timestamp()
 
 
@@ -143,6 +144,7 @@ class Worker:
             deliveries=None,
             write_done={},
             compacted_at=float("-inf"),
+            syncing=asyncio.Lock(),
             marker=ResyncMarker(tmp_path / "app.milvus-resync"),
         )
         self.worker = worker
@@ -294,3 +296,94 @@ async def test_a_redelivered_write_checks_its_supersessions_again(tmp_path: Path
     assert [role for role, _, _ in sent if role == "audit"] == []  # skipped: nothing audited
     decisions = [(k, v["decision"], v["by"]) for role, k, v in sent if role == "memory-writes"]
     assert decisions == [(b"acme/A", "supersede", "B")]
+
+
+async def test_a_record_with_no_value_goes_to_dead_letter_and_its_batch_goes_on(
+    tmp_path: Path,
+) -> None:
+    """A tombstone (or another producer's null) failed the whole batch before: the good records
+    of that batch were then acknowledged by Faust without ever reaching the tables."""
+    w = Worker(tmp_path, Embedder({"alpha": X, "gamma": X}))
+    await w.worker.on_writes(
+        [
+            Event(Message("memory-writes", 0, 1, b"acme/m1", write("alpha", "m1"))),
+            Event(Message("memory-writes", 0, 2, b"acme/m2", None)),
+            Event(Message("memory-writes", 0, 3, b"acme/m3", write("gamma", "m3"))),
+        ]
+    )
+    processor = w.worker.processor
+    assert processor.state("acme/m1") is not None
+    assert processor.state("acme/m3") is not None
+    (dead,) = [v for topic, _, v in w.sent if topic == "dead-letter"]
+    assert (dead["field"], dead["offset"], dead["payload_bytes"]) == ("$", 2, 0)
+    access = orjson.dumps(
+        {"v": 1, "tenant_id": "acme", "memory_id": "m1", "at": "2026-03-01T12:30:00+00:00"}
+    )
+    await w.worker.on_access(
+        [
+            Event(Message("access-events", 0, 1, b"acme/m1", access)),
+            Event(Message("access-events", 0, 2, b"acme/m1", None)),
+        ]
+    )
+    state = processor.state("acme/m1")
+    assert state is not None
+    assert state.access_count == 1  # the good access of the batch is applied
+    assert len([1 for topic, _, _ in w.sent if topic == "dead-letter"]) == 2
+
+
+class HeldStore(Store):
+    """Holds the first upsert after ``hold()`` until ``release`` is set (Milvus slow or down
+    for one agent's batch); records the content of every row it stores, in order.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stored: list[str] = []
+        self.holding = False
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def hold(self) -> None:
+        self.holding = True
+
+    def upsert(self, rows: Sequence[MemoryRow]) -> int:
+        if self.holding:
+            self.holding = False
+            self.entered.set()
+            self.release.wait(10)
+        self.stored += [r.content for r in rows]
+        return super().upsert(rows)
+
+
+async def test_a_slow_access_sync_never_lands_after_a_rewrites_row(tmp_path: Path) -> None:
+    """The access agent's row, built before a rewrite, landed after the rewrite's row while its
+    upsert was slow or retried: Milvus kept the old words, with the rewrite's token satisfied."""
+    store = HeldStore()
+    w = Worker(tmp_path, Embedder({"alpha fact": X, "beta fact": Y}), store)
+
+    def event(topic: str, offset: int, value: bytes) -> Event:
+        return Event(Message(topic, 0, offset, b"acme/m1", value))
+
+    def access(minute: int) -> bytes:
+        at = f"2026-03-01T12:{minute}:00+00:00"
+        return orjson.dumps({"v": 1, "tenant_id": "acme", "memory_id": "m1", "at": at})
+
+    at = "2026-03-01T12:00:00+00:00"
+    await w.worker.on_writes([event("memory-writes", 1, write("alpha fact", "m1", at=at))])
+    store.hold()
+    accesses = asyncio.ensure_future(  # the third access promotes the tier: the row is rewritten
+        w.worker.on_access([event("access-events", i, access(10 + i)) for i in (1, 2, 3)])
+    )
+    assert await asyncio.to_thread(store.entered.wait, 10)
+    at = "2026-03-01T12:20:00+00:00"
+    rewrite = asyncio.ensure_future(
+        w.worker.on_writes([event("memory-writes", 2, write("beta fact", "m1", at=at))])
+    )
+    for _ in range(100):  # let the rewrite go as far as it can (its row, unguarded, landed here)
+        await asyncio.sleep(0.01)
+        if store.stored:
+            break
+    store.release.set()
+    await asyncio.gather(accesses, rewrite)
+    assert store.stored[-1] == "beta fact"
+    assert store.rows["acme/m1"].content == "beta fact"
