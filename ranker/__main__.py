@@ -133,7 +133,7 @@ def build(
         registry,
         settings.limits(registry),
         max_in_flight=settings.max_in_flight,
-        ready=_readiness(store, producer, worker_ready, cache),
+        ready=_readiness(store, producer, worker_ready, cache, view),
         audit=AuditLog(kafka, settings.topic("audit")),
         rate_limit_per_s=settings.tenant_rate_limit_per_s,
         admin_key=settings.admin_key.get_secret_value() if settings.admin_key else None,
@@ -150,14 +150,18 @@ def _readiness(
     producer: EventProducer,
     worker_ready: Callable[[], bool] | None,
     cache: HotCache | None,
+    view: StateView,
 ) -> dict[str, Callable[[], Awaitable[bool]]]:
     """``GET /readyz``'s checks: Kafka, Milvus (probed at most every 5 s: probes are frequent),
-    with ``worker_ready`` the worker in this process, and with ``cache`` the end of its preload
-    (until then recalls search Milvus: a replica routed traffic sooner would answer it slowly;
-    a failed preload counts as ended, tenants then load at their first recall).
+    the state view read to where the changelog stood at start-up (before, recall would score and
+    filter by older states and listing would miss memories), with ``worker_ready`` the worker in
+    this process, and with ``cache`` the end of its preload (until then recalls search Milvus: a
+    replica routed traffic sooner would answer it slowly; a failed preload counts as ended,
+    tenants then load at their first recall).
     """
     milvus = Cached(lambda: asyncio.to_thread(store.reachable), every_s=5.0)
     ready: dict[str, Callable[[], Awaitable[bool]]] = {"kafka": producer.ready, "milvus": milvus}
+    ready["state_view"] = lambda: asyncio.sleep(0, view.settled.is_set())
     if worker_ready is not None:
         ready["worker"] = lambda: asyncio.sleep(0, worker_ready())
     if cache is not None:

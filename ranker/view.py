@@ -14,12 +14,13 @@ Memory: a tuple of 14 values per memory (about 0.5 KB).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from storage import MemoryRow, codec
-from storage.compacted import CompactedLog, CompactedLogError
+from storage.compacted import CompactedLog, CompactedLogError, cancelled
 from storage.kafka import KafkaConnection
 from storage.rows import with_live
 
@@ -35,7 +36,12 @@ class StateView(CompactedLog):
         super().__init__(kafka, topic, poll_s=poll_s)
         self._live: dict[str, dict[str, tuple[Any, ...]]] = {}
         self.listeners: list[Callable[[str, str, Sequence[Any] | None], None]] = []
-        """Called, in the event loop, with each memory's new live values (None: deleted)."""
+        """Called, in the event loop, with each memory's new live values (None: deleted); one
+        that raises is logged and the others, and the records after, still apply."""
+        self._settling: asyncio.Task[None] | None = None
+        self.settled = asyncio.Event()
+        """Set once the view has read every record the topic held when :meth:`settle` began
+        (``GET /readyz`` waits for it: before, recall and listing would answer older states)."""
 
     # -- state -----------------------------------------------------------------------------------
 
@@ -75,7 +81,10 @@ class StateView(CompactedLog):
 
     def _tell(self, tenant_id: str, memory_id: str, values: Sequence[Any] | None) -> None:
         for listener in self.listeners:
-            listener(tenant_id, memory_id, values)
+            try:
+                listener(tenant_id, memory_id, values)
+            except Exception:  # the record is applied; the follower must not lose the rest
+                log.exception("state view: a listener failed on %s/%s", tenant_id, memory_id)
 
     def values(self, tenant_id: str, memory_id: str) -> tuple[Any, ...] | None:
         """One memory's live values (:func:`storage.rows.live_values`), or None."""
@@ -89,6 +98,28 @@ class StateView(CompactedLog):
     def tenant(self, tenant_id: str) -> Mapping[str, tuple[Any, ...]]:
         """The live values of one tenant's memories by id (read-only use)."""
         return self._live.get(tenant_id, {})
+
+    async def start(self) -> None:
+        """Connect and follow the topic (:meth:`CompactedLog.start`), and :meth:`settle` in a
+        task of its own.
+        """
+        await super().start()
+        if self._settling is None:
+            self._settling = asyncio.create_task(self.settle(), name="state-view-settle")
+
+    async def stop(self) -> None:
+        if self._settling is not None:
+            await cancelled(self._settling)
+            self._settling = None
+        await super().stop()
+
+    async def settle(self, attempt_s: float = 10.0) -> None:
+        """Wait until the view has read every record the topic holds (each wait at most
+        ``attempt_s``, then again), then set :attr:`settled`. Run once at start-up, in a task.
+        """
+        while not await self.caught_up(attempt_s):
+            log.info("state view: still reading %s", self.topic)
+        self.settled.set()
 
     async def caught_up(self, timeout_s: float) -> bool:
         """Wait until the view has read every record on the topic now (at most ``timeout_s``);
