@@ -271,7 +271,14 @@ def test_ready_once_the_worker_recovered(server: str) -> None:
         assert reply.json()["status"] == "not ready"
         time.sleep(0.5)
     assert reply.status_code == 200, reply.text
-    checks = {"batcher": True, "kafka": True, "milvus": True, "worker": True, "hot_cache": True}
+    checks = {
+        "batcher": True,
+        "kafka": True,
+        "milvus": True,
+        "state_view": True,
+        "worker": True,
+        "hot_cache": True,
+    }
     assert reply.json() == {"status": "ready", "checks": checks}
     assert httpx.get(f"{server}/healthz", timeout=10).status_code == 200
 
