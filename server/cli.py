@@ -66,23 +66,43 @@ def load(args: argparse.Namespace) -> int:
     return 0
 
 
+MAX_BATCH = 1_000
+"""Memories in one ``POST /v1/memories`` at most (the API refuses more)."""
+
+
+def _batch_size(text: str) -> int:
+    """``--batch``: a whole number of memories per request, 1 to :data:`MAX_BATCH`."""
+    try:
+        size = int(text)
+    except ValueError:
+        size = 0
+    if not 1 <= size <= MAX_BATCH:
+        msg = f"expected a whole number from 1 to {MAX_BATCH}, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return size
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mnemo`` command."""
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="mnemo", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    for name in ("serve", "worker", "ranker", "up", "down"):
+    for name in ("serve", "worker", "ranker"):  # their own parsers read the rest (and --help)
+        commands.add_parser(name, add_help=False)
+    for name in ("up", "down"):
         commands.add_parser(name)
     loader = commands.add_parser("load", help="write a JSONL file of memories")
     loader.add_argument("file", type=Path)
     loader.add_argument("--url", default="http://127.0.0.1:8080")
     loader.add_argument("--api-key", required=True)
-    loader.add_argument("--batch", type=int, default=200)
+    loader.add_argument("--batch", type=_batch_size, default=200, help="memories per request")
     loader.add_argument("--ids", action="store_true", help="print the ids written")
     commands.add_parser("consolidate", add_help=False)
     for name in ("state-hash", "rebuild", "tenants"):
         commands.add_parser(name, add_help=False)
     args, rest = parser.parse_known_args(argv)
+    if rest and args.command in ("load", "up", "down"):
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "load":
         return load(args)
     if args.command == "consolidate":
@@ -99,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         return rebuild.main(args.command, rest)
     if args.command in ("up", "down"):
         return subprocess.call([str(ROOT / "scripts" / "stack.sh"), args.command])  # noqa: S603
-    sys.argv = [sys.argv[0]]
+    sys.argv = [f"mnemo {args.command}", *rest]  # the process's own parser refuses what it lacks
     if args.command == "worker":
         from streams.__main__ import main as run  # noqa: PLC0415
     elif args.command == "ranker":

@@ -32,12 +32,17 @@ log = logging.getLogger(__name__)
 
 
 def prepare(settings: WorkerSettings, *, resync: bool = True) -> Services:
-    """Log set-up, topics created, Milvus connected (and resynced, :func:`resync`, unless
-    ``resync`` is False: the caller does it), the embedder loaded, the LLM client made.
+    """Log set-up, the embedder's dimension and the tenants checked, topics created, Milvus
+    connected (and resynced, :func:`resync`, unless ``resync`` is False: the caller does it), the
+    embedder loaded, the LLM client made.
     """
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # checked before anything is created: a collection of the wrong dimension, made before the
+    # embedder's check refused the start, would refuse every later start too
+    embedder = settings.make_embedder()
+    settings.registry()  # MNEMO_TENANTS or MNEMO_TENANTS_FILE readable
     asyncio.run(ensure_topics(settings))
     store = MilvusStore(settings.milvus())
     store.connect()
@@ -45,7 +50,6 @@ def prepare(settings: WorkerSettings, *, resync: bool = True) -> Services:
         publish_endpoint(settings.milvus_endpoint_file, store.endpoint())
     if resync:
         resync_milvus(settings, store)
-    embedder = settings.make_embedder()
     embedder.start()
     llm = None
     if settings.llm_url:

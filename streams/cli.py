@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from memcore import Strategy
 from streams import topics
 from streams.settings import WorkerSettings
 
@@ -109,6 +110,18 @@ def aware_time(text: str) -> datetime:
     return at
 
 
+def positive_seconds(text: str) -> float:
+    """``--wait``: seconds, a finite number above 0."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):
+        msg = f"expected seconds above 0, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return seconds
+
+
 def arguments() -> argparse.ArgumentParser:
     """The ``consolidate`` command line."""
     parser = argparse.ArgumentParser(
@@ -116,11 +129,18 @@ def arguments() -> argparse.ArgumentParser:
     )
     parser.add_argument("--tenant", required=True, help="tenant id, or * for every tenant")
     parser.add_argument("--dry-run", action="store_true", help="report the decisions, apply none")
-    parser.add_argument("--strategies", nargs="+", help="default: all, in order")
+    parser.add_argument(
+        "--strategies",
+        nargs="+",
+        choices=[s.value for s in Strategy],
+        help="default: all, in order",
+    )
     parser.add_argument(
         "--at", type=aware_time, help="decision time, with its timezone (default: now)"
     )
-    parser.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the report")
+    parser.add_argument(
+        "--wait", type=positive_seconds, default=60.0, help="seconds to wait for the report"
+    )
     return parser
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from storage.settings import SharedSettings
 
@@ -71,7 +71,13 @@ class WorkerSettings(SharedSettings):
     consolidation_interval_s: float = Field(
         3600.0, gt=0, description="how often every tenant is consolidated (a request per interval)"
     )
-    session_timeout_s: float = Field(30.0, gt=0)
+    session_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=90,
+        description="the Kafka consumer's session timeout (seconds); at most Faust's request"
+        " timeout, 90 s",
+    )
     commit_interval_s: float = Field(
         0.25,
         gt=0,
@@ -79,11 +85,16 @@ class WorkerSettings(SharedSettings):
         " another process ends a read-your-writes wait at the commit, so this bounds its wait;"
         " each commit is one small broker request (docs/benchmarks.md, 0.25 against 1 s)",
     )
-    log_level: str = "info"
+    log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
     metrics_host: str = Field("127.0.0.1", description="0.0.0.0 to be scraped from outside")
     metrics_port: int = Field(
         9102, ge=0, le=65535, description="GET /metrics of python -m streams; 0: not served"
     )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _any_case(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _replicas(self) -> WorkerSettings:

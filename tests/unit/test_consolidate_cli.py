@@ -45,3 +45,25 @@ def test_a_decision_time_with_its_timezone_is_taken() -> None:
     for at in ("2026-03-01T12:00Z", "2026-03-01T14:00+02:00"):
         args = arguments().parse_args(["--tenant", "acme", "--at", at])
         assert args.at == datetime(2026, 3, 1, 12, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--strategies", "dedup"], "argument --strategies"),  # the worker refuses it: 60 s wasted
+        (["--wait", "-5"], "argument --wait"),
+        (["--wait", "nan"], "argument --wait"),
+    ],
+)
+def test_a_strategy_or_wait_the_worker_cannot_use_is_refused(
+    extra: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        arguments().parse_args(["--tenant", "acme", *extra])
+    assert exited.value.code == 2
+    assert named in capsys.readouterr().err
+
+
+def test_every_strategy_of_the_core_is_accepted() -> None:
+    args = arguments().parse_args(["--tenant", "acme", "--strategies", "exact_dedup", "purge"])
+    assert args.strategies == ["exact_dedup", "purge"]

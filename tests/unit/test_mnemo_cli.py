@@ -1,0 +1,81 @@
+"""``mnemo``'s command line refuses what it would otherwise ignore (the commands themselves run in
+tests/integration); ``python -m streams``'s start-up checks its settings before it creates
+anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from server import cli
+from streams import __main__ as streams_main
+from streams.settings import WorkerSettings
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["up", "--bogus"],
+        ["down", "now"],
+        ["load", "f.jsonl", "--api-key", "K", "--batch-size", "50"],
+        ["load", "f.jsonl", "--api-key", "K", "--batch", "0"],
+        ["load", "f.jsonl", "--api-key", "K", "--batch", "1001"],
+        ["serve", "--port", "9999"],  # settings are MNEMO_* variables: a flag was ignored
+        ["ranker", "--bogus"],
+    ],
+)
+def test_an_option_a_command_does_not_take_is_refused(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    assert exited.value.code == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_a_service_command_shows_its_settings_on_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["worker", "--help"])
+    assert exited.value.code == 0
+    assert "MNEMO_" in capsys.readouterr().out
+
+
+def test_a_wrong_embedding_dimension_stops_the_start_before_anything_is_created(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The collection was made at the wrong dimension before the check refused the start, and
+    every later start, the setting mended, was refused by that collection."""
+    created: list[str] = []
+
+    async def topics(_: object) -> None:
+        created.append("topics")
+
+    monkeypatch.setattr(streams_main, "ensure_topics", topics)
+    monkeypatch.setattr(streams_main, "MilvusStore", lambda _: created.append("milvus"))
+    settings = WorkerSettings(
+        embedder="minilm", embedding_dim=128, data_dir=tmp_path, kafka_bootstrap="127.0.0.1:1"
+    )
+    with pytest.raises(SystemExit, match="MNEMO_EMBEDDING_DIM is 128"):
+        streams_main.prepare(settings)
+    missing = WorkerSettings(
+        embedder="hash",
+        embedding_dim=16,
+        data_dir=tmp_path,
+        tenants_file=tmp_path / "no-such.yaml",
+    )
+    with pytest.raises(ValueError, match="tenants_file"):
+        streams_main.prepare(missing)
+    assert created == []
+
+
+@pytest.mark.parametrize(("name", "value"), [("log_level", "verbose"), ("session_timeout_s", 120)])
+def test_settings_faust_or_logging_would_refuse_late_are_refused_at_once(
+    name: str, value: object
+) -> None:
+    with pytest.raises(ValueError, match=name):
+        WorkerSettings(**{name: value})  # type: ignore[arg-type]
+
+
+def test_the_log_level_is_read_in_any_case() -> None:
+    assert WorkerSettings(log_level="WARNING").log_level == "warning"
