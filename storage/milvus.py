@@ -661,10 +661,31 @@ def translate(operation: str, exc: BaseException) -> StorageError:
     if isinstance(exc, MilvusException):
         code = getattr(exc, "code", None)
         retriable = (
-            code in _RETRIABLE_CODES or bool(getattr(exc, "retriable", False))
+            code in _RETRIABLE_CODES
+            or _retriable_grpc(code)  # pymilvus's "Retry timeout" carries the gRPC status
+            or bool(getattr(exc, "retriable", False))
         ) and not getattr(exc, "is_input_error", False)
         return StorageError(operation, f"{type(exc).__name__}: {exc}", retriable=retriable)
+    import grpc  # noqa: PLC0415 - pymilvus's dependency, loaded with it
+
     name = type(exc).__module__ + "." + type(exc).__name__
-    if name.startswith("grpc"):
-        return StorageError(operation, f"{name}: {exc}", retriable=True)
+    if isinstance(exc, grpc.RpcError) or name.startswith("grpc"):
+        status = getattr(exc, "code", None)
+        code = status() if callable(status) else None
+        retriable = code is None or _retriable_grpc(code)  # a denied or invalid call: never
+        return StorageError(operation, f"{name}: {exc}", retriable=retriable)
     return StorageError(operation, f"{name}: {exc}", retriable=False)
+
+
+def _retriable_grpc(code: object) -> bool:
+    """A gRPC status that says "try again": unavailable, past its deadline, out of a resource
+    (rate limited), aborted. Not a permission, authentication or argument error.
+    """
+    import grpc  # noqa: PLC0415 - pymilvus's dependency, loaded with it
+
+    return code in {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.ABORTED,
+    }

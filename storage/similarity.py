@@ -48,10 +48,16 @@ def cosine_neighbours(
         index = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
     index.add(x)
     # float32 rounding can put an exact-threshold pair a hair below it: search a hair lower and
-    # keep the pairs whose float64 cosine reaches the threshold.
+    # keep the pairs whose float64 cosine, of the vectors as given and clipped to [-1, 1] as the
+    # reference's, reaches the threshold (of the float32 unit vectors, two identical vectors
+    # came out ~1e-7 under 1.0 and missed min_cosine 1.0)
+    exact = np.asarray(vectors, dtype=np.float64)
+    lengths = np.linalg.norm(exact, axis=1, keepdims=True)
+    exact = np.divide(exact, lengths, out=np.zeros_like(exact), where=lengths > 0)
     lims, _, found = index.range_search(x, float(min_cosine) - 1e-5)
     for row in range(len(ids)):
         for col in found[lims[row] : lims[row + 1]]:
-            if col != row and float(np.dot(x[row].astype(np.float64), x[col])) >= min_cosine - 1e-9:
+            cosine = min(1.0, max(-1.0, float(np.dot(exact[row], exact[col]))))
+            if col != row and cosine >= min_cosine - 1e-9:
                 out[ids[row]].add(ids[int(col)])
     return out

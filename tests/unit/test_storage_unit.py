@@ -360,3 +360,58 @@ def test_rows_by_id_are_read_by_primary_key_with_every_value_quoted() -> None:
     assert keys_expression("acme", ["m1", 'a"b']) == 'key in ["acme/m1", "acme/a\\"b"]'
     with pytest.raises(InvalidField):
         keys_expression("acme/evil", ["m1"])
+
+
+def test_grpc_statuses_are_retriable_only_when_the_server_may_answer_later() -> None:
+    """pymilvus's "Retry timeout" after a server stayed unavailable carries the gRPC status, not
+    a number (it was final: the worker left rows out); a denied call passed straight through
+    as a grpc error was retriable (a revoked token retried for ever)."""
+    import grpc
+    from pymilvus.exceptions import MilvusException
+
+    class Rpc(grpc.RpcError):  # type: ignore[misc]
+        def __init__(self, code: grpc.StatusCode) -> None:
+            self._code = code
+
+        def code(self) -> grpc.StatusCode:
+            return self._code
+
+    gone = MilvusException(code=grpc.StatusCode.UNAVAILABLE, message="Retry timeout: 10s")
+    assert translate("search", gone).retriable
+    for later in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        assert translate("query", Rpc(later)).retriable
+    for never in (
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.INVALID_ARGUMENT,
+    ):
+        assert not translate("query", Rpc(never)).retriable
+
+
+def test_identical_vectors_are_neighbours_at_a_threshold_of_one() -> None:
+    """The float64 check ran on float32 unit vectors: a vector's cosine with its copy came out
+    ~1e-7 under 1.0 and dedup at min_cosine 1.0 missed a third of the copies."""
+    import random
+
+    from storage.similarity import cosine_neighbours
+
+    rng = random.Random(3)
+    vectors = []
+    for _ in range(150):
+        v = [rng.uniform(-1, 1) for _ in range(384)]
+        vectors += [v, list(v)]
+    ids = [f"m{i}" for i in range(len(vectors))]
+    found = cosine_neighbours(ids, vectors, 1.0)
+    assert all(found[ids[i]] == {ids[i ^ 1]} for i in range(len(ids)))
+
+
+def test_a_text_whose_lower_case_passes_the_index_limit_is_refused() -> None:
+    """ "Ⱥ" takes 2 bytes and its lower case 3: within the write limit, the indexed words were
+    over Milvus's 65,535 bytes and the row was refused for good after the write was accepted."""
+    limits = Limits(4, 65_535, TenantRegistry.open_to(["acme"]))
+    doc = {"tenant_id": "acme", "content": "Ⱥ" * 30_000, "at": "2026-01-01T00:00:00+00:00"}
+    with pytest.raises(RecordError) as refused:
+        checked_write(doc, limits, datetime(2026, 1, 1, tzinfo=UTC))
+    assert refused.value.field == "content"
+    fine = {**doc, "content": "Ⱥ" * 20_000}  # 60,000 bytes indexed once lower-cased
+    assert checked_write(fine, limits, datetime(2026, 1, 1, tzinfo=UTC))
