@@ -84,7 +84,7 @@ def _get_and_delete(api: FastAPI, service: RecallService) -> None:
     @api.post("/v1/memories/get")
     async def get_many(body: GetManyBody, who: Auth) -> dict[str, Any]:
         """Many memories by id, any state: those found, and the ids this tenant has none of."""
-        ids = [check_id("memory_ids", m) for m in body.memory_ids]
+        ids = [check_id(f"memory_ids[{i}]", m) for i, m in enumerate(body.memory_ids)]
         found = await service.get_many(who.tenant_id, ids, tokens(body.after))
         return {
             "memories": [memory_json(found[m]) for m in dict.fromkeys(ids) if m in found],
@@ -265,6 +265,7 @@ def _listing(api: FastAPI, service: RecallService) -> None:
     @api.get("/v1/memories")
     async def list_memories(
         who: Auth,
+        request: Request,
         state: Annotated[list[States] | None, Query()] = None,
         memory_type: Annotated[list[str] | None, Query()] = None,
         tag: Annotated[list[str] | None, Query()] = None,
@@ -279,8 +280,10 @@ def _listing(api: FastAPI, service: RecallService) -> None:
     ) -> dict[str, Any]:
         """This tenant's memories in id order, ``limit`` per page: pass the reply's ``cursor``
         for the next page (null on the last). Default: active and archived, current versions
-        only (``include_history`` adds superseded ones); ``tag``: any of them.
+        only (``include_history`` adds superseded ones); ``tag``: any of them. A parameter whose
+        %-escapes are not UTF-8 is a 422 naming it (decoded, it would name another user or tag).
         """
+        _check_query_utf8(request)
         session = session_of(session_id, run_id, "run_id")
         filters = _list_filters(
             state,
@@ -297,12 +300,16 @@ def _listing(api: FastAPI, service: RecallService) -> None:
         return {"memories": [memory_json(r) for r in found.rows], "cursor": found.cursor}
 
     @api.get("/v1/export", response_class=StreamingResponse)
-    async def export(who: Auth, vectors: bool = False) -> StreamingResponse:
+    async def export(
+        who: Auth, vectors: bool = False, after: Annotated[list[str] | None, Query()] = None
+    ) -> StreamingResponse:
         """Every memory of this tenant in any state but purged, superseded versions included, as
-        JSON lines (``application/x-ndjson``) in id order; ``vectors`` adds each ``embedding``.
+        JSON lines (``application/x-ndjson``) in id order, once ``after`` is applied (an erase's
+        token: its memories are not in the export); ``vectors`` adds each ``embedding``.
         A failure after the first line ends the stream early (the last line is then not
         ``{"end": ...}``).
         """
+        await service.wait(tokens(after))
         everything = Filters(states=())
         ordered = await service.memory_ids(who.tenant_id)  # sorted once for the whole stream
         first = await service.list_page(
@@ -360,3 +367,17 @@ def _check_utf8(request: Request, prefix: bytes, field: str) -> None:
     except UnicodeDecodeError:
         shown = segment.decode("ascii", "replace")
         raise InvalidField(field, shown, "not UTF-8 once its %-escapes are decoded") from None
+
+
+def _check_query_utf8(request: Request) -> None:
+    """Raise InvalidField naming the first query parameter whose value does not decode as UTF-8
+    once percent-decoded (Starlette decodes it with replacement characters).
+    """
+    for pair in request.scope.get("query_string", b"").split(b"&"):
+        name, _, value = pair.partition(b"=")
+        try:
+            unquote_to_bytes(value.replace(b"+", b" ")).decode("utf-8")
+        except UnicodeDecodeError:
+            field = unquote_to_bytes(name).decode("utf-8", "replace")
+            shown = value.decode("ascii", "replace")
+            raise InvalidField(field, shown, "not UTF-8 once its %-escapes are decoded") from None

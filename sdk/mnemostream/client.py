@@ -341,8 +341,9 @@ class _Api:
         return _Call("GET", f"/v1/memories/{_segment(memory_id)}/history", params=tuple(after))
 
     @staticmethod
-    def export(vectors: bool) -> _Call:
-        return _Call("GET", "/v1/export", flags=(("vectors", "true" if vectors else "false"),))
+    def export(vectors: bool, after: Sequence[str]) -> _Call:
+        flags = (("vectors", "true" if vectors else "false"),)
+        return _Call("GET", "/v1/export", params=tuple(after), flags=flags)
 
     @staticmethod
     def export_line(line: str) -> dict[str, Any] | None:
@@ -485,11 +486,12 @@ class Client:
 
     def export(self, *, vectors: bool = False) -> Iterator[dict[str, Any]]:
         """Every memory of the tenant (any state but purged) as dicts, streamed."""
-        call = _Api.export(vectors)
+        call = _Api.export(vectors, self._session.after())
         with _reached(), self._http.stream(call.method, call.path, params=call.query) as reply:
             if reply.status_code >= 400:
                 reply.read()
                 _Api.check(reply, call)
+            self._session.noted(call, None)  # the server waited for the tokens sent
             for line in reply.iter_lines():
                 if not line.strip():
                     continue
@@ -589,12 +591,13 @@ class AsyncClient:
         return list((await self._send(_Api.history(memory_id, self._session.after())))["events"])
 
     async def export(self, *, vectors: bool = False) -> AsyncIterator[dict[str, Any]]:
-        call = _Api.export(vectors)
+        call = _Api.export(vectors, self._session.after())
         with _reached():
             async with self._http.stream(call.method, call.path, params=call.query) as reply:
                 if reply.status_code >= 400:
                     await reply.aread()
                     _Api.check(reply, call)
+                self._session.noted(call, None)  # the server waited for the tokens sent
                 async for line in reply.aiter_lines():
                     if not line.strip():
                         continue

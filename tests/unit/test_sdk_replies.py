@@ -234,3 +234,24 @@ def test_a_memory_keeps_the_fields_the_api_returns() -> None:
         0.9,
         "2026-01-01T00:00:00+00:00",
     )
+
+
+def test_an_export_waits_for_this_clients_writes() -> None:
+    """``update`` then ``export`` (README's example) could miss the new version."""
+    sent: list[list[str]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/memories":
+            return httpx.Response(200, json={"ids": ["m1"], "token": token({"x": {"0": 3}})})
+        sent.append(request.url.params.get_list("after"))
+        if request.url.path == "/v1/export":
+            return httpx.Response(200, content=b'{"memory_id": "m1"}\n{"end": true, "count": 1}\n')
+        return httpx.Response(404, json={"detail": "no such memory"})
+
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(handler)) as client:
+        client.remember("a")
+        assert [doc["memory_id"] for doc in client.export()] == ["m1"]
+        client.get("m1")
+    (exported,), after_export = sent
+    assert offsets(exported) == {"x": {"0": 3}}
+    assert after_export == []  # the export waited for it

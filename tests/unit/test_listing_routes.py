@@ -1,0 +1,91 @@
+"""The listing, export and get-many routes in process, over a service whose reads are recorded
+(no Kafka, no Milvus): what they wait for and which field a refusal names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from ranker.api import create_api
+from ranker.applied import Token
+from ranker.listing import Page
+from ranker.service import RecallService
+from storage import Filters, MilvusConfig, MilvusStore
+from storage.embedding import Hashing
+from storage.tenants import TenantRegistry
+
+KEY = "key-acme-0123456789"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+WRITTEN = Token({"memory-writes": {0: 41}}).encode()
+pytestmark = pytest.mark.anyio
+
+
+class Reads(RecallService):
+    """Records the tokens waited for; holds no memory."""
+
+    def __init__(self) -> None:
+        store = MilvusStore(MilvusConfig("unused.db", dim=4))
+        super().__init__(store, Hashing(4), self._no_send)  # type: ignore[arg-type]
+        self.waited: list[Token | None] = []
+
+    @staticmethod
+    async def _no_send(*_: object) -> object:
+        raise AssertionError("nothing is produced here")
+
+    async def wait(self, after: Token | None) -> None:
+        self.waited.append(after)
+
+    async def memory_ids(self, tenant_id: str) -> list[str]:
+        return []
+
+    async def list_page(self, tenant_id: str, filters: Filters, *args: Any, **kw: Any) -> Page:
+        return Page([], None)
+
+
+async def call(service: Reads, method: str, url: str, **kw: Any) -> httpx.Response:
+    api = create_api(service, TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}}))
+    transport = httpx.ASGITransport(app=api)
+    async with httpx.AsyncClient(transport=transport, base_url="http://m") as http:
+        return await http.request(method, url, headers=AUTH, **kw)
+
+
+async def test_an_export_waits_for_its_after_token() -> None:
+    """An export right after an erase, with the erase's token, streamed the erased memory: the
+    route took no ``after``."""
+    service = Reads()
+    reply = await call(service, "GET", "/v1/export", params={"after": WRITTEN})
+    assert reply.status_code == 200, reply.text
+    assert service.waited == [Token.decode(WRITTEN)]
+    refused = await call(service, "GET", "/v1/export", params={"after": "garbage"})
+    assert (refused.status_code, refused.json()["field"]) == (422, "after")
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"limit": "5000"}, "limit"),
+        ({"limit": "0"}, "limit"),
+        ({"cursor": "A" * 600}, "cursor"),
+        ({"cursor": "%%%"}, "cursor"),
+    ],
+)
+async def test_a_query_parameter_is_named_as_written(params: dict[str, str], field: str) -> None:
+    reply = await call(Reads(), "GET", "/v1/memories", params=params)
+    assert (reply.status_code, reply.json()["field"]) == (422, field), reply.text
+
+
+@pytest.mark.parametrize("name", ["user_id", "agent_id", "session_id", "tag"])
+async def test_a_filter_that_is_not_utf8_is_refused_not_read_as_another(name: str) -> None:
+    """``?user_id=%E9`` listed the memories of user U+FFFD."""
+    reply = await call(Reads(), "GET", f"/v1/memories?{name}=%E9")
+    assert (reply.status_code, reply.json()["field"]) == (422, name), reply.text
+    fine = await call(Reads(), "GET", f"/v1/memories?{name}=%C3%A9")
+    assert fine.status_code == 200, fine.text
+
+
+async def test_get_many_names_the_bad_id() -> None:
+    body = {"memory_ids": ["m1", "m2", "bad id/"]}
+    reply = await call(Reads(), "POST", "/v1/memories/get", json=body)
+    assert (reply.status_code, reply.json()["field"]) == (422, "memory_ids[2]"), reply.text
