@@ -344,7 +344,9 @@ def _errors(api: FastAPI) -> None:
         if not errors:
             return _invalid(RecordError("$", None, "invalid request"))
         err = errors[0]
-        loc = [p for p in err.get("loc", ()) if p not in ("body", "query", "path")]
+        loc = list(err.get("loc", ()))
+        if loc and loc[0] in ("body", "query", "path", "header"):  # where, not what: dropped
+            loc = loc[1:]
         below = str((err.get("ctx") or {}).get("at", ""))  # a path inside the field (wire.Body)
         field = (_path(loc) + below).lstrip(".") or "$"
         return _invalid(RecordError(field, err.get("input"), str(err.get("msg"))))
