@@ -276,7 +276,8 @@ class _Block:
         self.user = np.empty(16, dtype=object)
         self.dirty: dict[str, float] = {}  # memory id -> monotonic time first marked
         self.mirror: torch.Tensor | None = None
-        """``vectors`` on the search device (None: not copied yet, or the block grew since)."""
+        """``vectors`` on the search device (None: not copied yet); copied again whole when its
+        capacity is no longer the block's (:meth:`on_device`)."""
         self.moved: set[int] = set()
         """Slots whose vector changed since the mirror was brought up to date."""
 
@@ -420,7 +421,6 @@ class _Block:
             )
             new[: len(old)] = old
             setattr(self, name, new)
-        self.mirror = None  # copied whole, at the new capacity, by the next search
 
     def on_device(self, device: torch.device) -> torch.Tensor:
         """``vectors`` on ``device`` (a copy, also on the CPU), brought up to date first: copied

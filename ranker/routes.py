@@ -359,14 +359,8 @@ def _check_utf8(request: Request, prefix: bytes, field: str) -> None:
     UTF-8 once percent-decoded (the ASGI server decodes it with replacement characters).
     """
     raw = request.scope.get("raw_path")
-    if not isinstance(raw, bytes) or prefix not in raw:
-        return
-    segment = raw.split(prefix, 1)[1]
-    try:
-        unquote_to_bytes(segment).decode("utf-8")
-    except UnicodeDecodeError:
-        shown = segment.decode("ascii", "replace")
-        raise InvalidField(field, shown, "not UTF-8 once its %-escapes are decoded") from None
+    if isinstance(raw, bytes) and prefix in raw:
+        _refuse_non_utf8(field, raw.split(prefix, 1)[1])
 
 
 def _check_query_utf8(request: Request) -> None:
@@ -375,9 +369,15 @@ def _check_query_utf8(request: Request) -> None:
     """
     for pair in request.scope.get("query_string", b"").split(b"&"):
         name, _, value = pair.partition(b"=")
-        try:
-            unquote_to_bytes(value.replace(b"+", b" ")).decode("utf-8")
-        except UnicodeDecodeError:
-            field = unquote_to_bytes(name).decode("utf-8", "replace")
-            shown = value.decode("ascii", "replace")
-            raise InvalidField(field, shown, "not UTF-8 once its %-escapes are decoded") from None
+        _refuse_non_utf8(unquote_to_bytes(name).decode("utf-8", "replace"), value)
+
+
+def _refuse_non_utf8(field: str, escaped: bytes) -> None:
+    """Raise InvalidField naming ``field`` when ``escaped`` (%-escaped bytes of a URL) does not
+    decode as UTF-8.
+    """
+    try:
+        unquote_to_bytes(escaped).decode("utf-8")
+    except UnicodeDecodeError:
+        shown = escaped.decode("ascii", "replace")
+        raise InvalidField(field, shown, "not UTF-8 once its %-escapes are decoded") from None

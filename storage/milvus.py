@@ -677,15 +677,10 @@ def translate(operation: str, exc: BaseException) -> StorageError:
     return StorageError(operation, f"{name}: {exc}", retriable=False)
 
 
-def _retriable_grpc(code: object) -> bool:
-    """A gRPC status that says "try again": unavailable, past its deadline, out of a resource
-    (rate limited), aborted. Not a permission, authentication or argument error.
-    """
-    import grpc  # noqa: PLC0415 - pymilvus's dependency, loaded with it
+_RETRIABLE_GRPC = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED"})
+"""gRPC statuses that say "try again" (not a permission, authentication or argument error)."""
 
-    return code in {
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        grpc.StatusCode.ABORTED,
-    }
+
+def _retriable_grpc(code: object) -> bool:
+    """``code`` is a ``grpc.StatusCode`` of :data:`_RETRIABLE_GRPC`."""
+    return type(code).__name__ == "StatusCode" and getattr(code, "name", None) in _RETRIABLE_GRPC

@@ -195,11 +195,11 @@ def _offsets(token: str) -> dict[str, dict[str, int]] | None:
         return None
 
 
-def _tokens(after: object) -> list[str]:
+def _tokens(after: str | Sequence[str] | None) -> list[str]:
     """A caller's own ``after``: one token, a list of them, or None."""
     if after is None:
         return []
-    return [after] if isinstance(after, str) else [str(t) for t in after]  # type: ignore[attr-defined]
+    return [after] if isinstance(after, str) else list(after)
 
 
 def _segment(text: str) -> str:

@@ -152,8 +152,11 @@ def terminate(proc: subprocess.Popen[bytes] | None) -> None:
             proc.wait(30)
 
 
-def produce(bootstrap: str, topic: str, messages: Iterable[tuple[bytes | None, bytes]]) -> int:
-    """Send messages and wait for every acknowledgement; returns how many."""
+def produce(
+    bootstrap: str, topic: str, messages: Iterable[tuple[bytes | None, bytes | None]]
+) -> int:
+    """Send messages (a None value: a tombstone) and wait for every acknowledgement; returns how
+    many."""
 
     async def run() -> int:
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)

@@ -79,7 +79,9 @@ def test_a_poisoned_batch_loses_no_valid_write(
     }
     mixed = good[:10] + list(bad.values())[:3] + good[10:20] + list(bad.values())[3:] + good[20:]
     workers.append(worker := WorkerProcess(stack).start())
-    produce(stack.bootstrap, stack.topic("memory-writes"), mixed)
+    # a tombstone amid them (no value: another producer's null): dead-lettered, nothing lost
+    tombstone: list[tuple[bytes | None, bytes | None]] = [(b"acme/x7", None)]
+    produce(stack.bootstrap, stack.topic("memory-writes"), [*mixed[:15], *tombstone, *mixed[15:]])
     # an access dated a year ahead must archive nothing; the one after it counts
     ahead = {"v": 1, "tenant_id": "acme", "memory_id": "ok0", "kind": "recall"}
     produce(
@@ -99,7 +101,7 @@ def test_a_poisoned_batch_loses_no_valid_write(
         return rows == want and state is not None and state.access_count == 1
 
     eventually(applied, 180, "every valid write in Milvus and the valid access", worker)
-    eventually(lambda: len(dead_letters(stack)) == len(bad) + 1, 60, "dead letters", worker)
+    eventually(lambda: len(dead_letters(stack)) == len(bad) + 2, 60, "dead letters", worker)
     letters = dead_letters(stack)
     by_payload = {}
     for letter in letters:
@@ -110,6 +112,8 @@ def test_a_poisoned_batch_loses_no_valid_write(
         assert letter["field"] == fields[name], name
         assert letter["payload_bytes"] == len(value)
         assert letter["payload_truncated"] is (name == "900 KB")
+    (empty,) = [d for d in letters if d["payload_bytes"] == 0]
+    assert (empty["field"], base64.b64decode(empty["key"])) == ("$", b"acme/x7")
     (access_letter,) = [d for d in letters if d["topic"] == stack.topic("access-events")]
     assert access_letter["field"] == "at"
     eventually(lambda: {s.memory_id for s in table_states(stack).values()} == want, 60, "the table")

@@ -20,6 +20,7 @@ from memcore import (
     plan,
     to_events,
 )
+from storage import Document, MemoryRow
 from storage.rows import to_us
 from streams.consolidation import item_of
 from tests.rows import make_row
@@ -38,23 +39,10 @@ def stored(
     return dataclasses.replace(state, **kw)  # type: ignore[arg-type]
 
 
-def as_item(state: MemoryState, vector: tuple[float, ...]) -> Item:
-    return Item(
-        memory_id=state.memory_id,
-        content_hash=state.content_hash,
-        vector=vector,
-        created_at=state.created_at,
-        last_access=state.last_access,
-        state_changed_at=state.state_changed_at,
-        tier=state.tier,
-        state=state.state,
-        importance=state.importance,
-        tau_hours=state.tau_hours,
-        access_count=state.access_count,
-        recall_count=state.recall_count,
-        write_count=state.write_count,
-        superseded=state.valid_to is not None,
-    )
+def as_item(state: MemoryState, vector: tuple[float, ...], content: str | None = None) -> Item:
+    """The item the worker's consolidation makes of the memory's stored row (``content``: as
+    written, the memory id when not given, as :func:`stored` hashes it)."""
+    return item_of(MemoryRow.of(state, Document(content or state.memory_id, vector)))
 
 
 def carry_out(
@@ -95,7 +83,7 @@ def test_the_sweep_sees_a_merge_survivor_with_the_importance_it_absorbed() -> No
     # the oldest copy (importance 0.3) survives and absorbs its duplicate's 0.9: not archivable
     old = stored("old", 0.3, Tier.SEMANTIC, content="same")
     dup = stored("dup", 0.9, Tier.SEMANTIC, content="same", created_at=T0 + hours(1))
-    items = [as_item(old, (1.0, 0.0)), as_item(dup, (1.0, 0.0))]
+    items = [as_item(old, (1.0, 0.0), "same"), as_item(dup, (1.0, 0.0), "same")]
     decisions = plan("t", items, LATER, POLICY, [Strategy.EXACT_DEDUP, Strategy.ARCHIVE])
     assert [(d.kind, d.target, d.sources) for d in decisions] == [
         (DecisionKind.MERGE, "old", ("dup",))
@@ -112,7 +100,7 @@ def test_tier_consolidation_counts_the_accesses_a_merge_folded_in() -> None:
         "dup", 0.5, Tier.EPISODIC, content="same", access_count=2, created_at=T0 + hours(1)
     )
     at = T0 + hours(2)
-    items = [as_item(old, (1.0, 0.0)), as_item(dup, (1.0, 0.0))]
+    items = [as_item(old, (1.0, 0.0), "same"), as_item(dup, (1.0, 0.0), "same")]
     decisions = plan("t", items, at, POLICY, [Strategy.EXACT_DEDUP, Strategy.TIERS])
     assert [(d.kind, d.target, d.to_tier) for d in decisions] == [
         (DecisionKind.MERGE, "old", None),
@@ -133,7 +121,7 @@ def test_superseded_versions_are_never_merged_or_summarised() -> None:
     assert plan("t", items, T0 + hours(2), POLICY, dedup_and_compress) == []
     # the same words written again under another id: the current copy is not merged into it
     again = stored("again", 0.5, Tier.SEMANTIC, content="osaka", created_at=T0 + hours(3))
-    items = [as_item(osaka, (1.0, 0.0)), as_item(again, (1.0, 0.0))]
+    items = [as_item(osaka, (1.0, 0.0)), as_item(again, (1.0, 0.0), "osaka")]
     assert plan("t", items, T0 + hours(4), POLICY, dedup_and_compress) == []
 
 
