@@ -295,9 +295,17 @@ def _absorb(state: MemoryState, event: Absorb) -> Result:
     return new, (Effect(EffectKind.ABSORBED, f"{event.reason}: {event.source}"),)
 
 
+_RETIRED_ORDER = (Lifecycle.ACTIVE, Lifecycle.ARCHIVED, Lifecycle.FORGOTTEN, Lifecycle.DELETED)
+"""Retiring only moves a memory forward in this order: a decision planned before a memory was
+forgotten or deleted (consolidation archives a summary's sources) never brings it back."""
+
+
 def _retire(state: MemoryState, event: Retire) -> Result:
     if state.state is event.to:
         return state, (Effect(EffectKind.IGNORED, f"already {state.state}"),)
+    if _RETIRED_ORDER.index(event.to) < _RETIRED_ORDER.index(state.state):
+        why = f"a {state.state} memory is not moved back to {event.to} ({event.reason})"
+        return state, (Effect(EffectKind.IGNORED, why),)
     new = dataclasses.replace(
         _retired(state, event.to, event),
         merged_into=event.merged_into or state.merged_into,

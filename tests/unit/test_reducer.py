@@ -379,3 +379,36 @@ class TestFade:
         again, effects = apply(gone, Fade(T0 + hours(5000), "sweep"), DEFAULT)
         assert again == gone
         assert effects[0].kind is EffectKind.IGNORED
+
+
+@pytest.mark.parametrize(
+    ("before", "stale"),
+    [
+        (Lifecycle.DELETED, Lifecycle.ARCHIVED),
+        (Lifecycle.DELETED, Lifecycle.FORGOTTEN),
+        (Lifecycle.FORGOTTEN, Lifecycle.ARCHIVED),
+    ],
+)
+def test_a_stale_retire_never_moves_a_memory_back(before: Lifecycle, stale: Lifecycle) -> None:
+    """A consolidation plan made before the user deleted a memory archives it as a summary's
+    source after the delete: the memory stays deleted, and a later access does not revive it.
+    """
+    state, _ = apply(created(0.5), Retire(T0 + hours(1), before, "deleted through the API"), DEFAULT)
+    if before is Lifecycle.DELETED:
+        state, _ = apply(state, Purge(T0 + hours(1), "purged through the API"), DEFAULT)
+    late, effects = apply(state, Retire(T0 + hours(1), stale, "compressed into X", "X"), DEFAULT)
+    assert late == state
+    assert [e.kind for e in effects] == [EffectKind.IGNORED]
+    after, _ = apply(late, Access(T0 + hours(2)), DEFAULT)
+    assert after is not None
+    assert after.state is before
+
+
+def test_retire_still_moves_forward_from_archived_and_forgotten() -> None:
+    archived, _ = apply(created(0.5), Retire(T0 + hours(1), Lifecycle.ARCHIVED, "sweep"), DEFAULT)
+    forgotten, _ = apply(archived, Retire(T0 + hours(2), Lifecycle.FORGOTTEN, "forget"), DEFAULT)
+    deleted, effects = apply(forgotten, Retire(T0 + hours(3), Lifecycle.DELETED, "api"), DEFAULT)
+    assert forgotten is not None
+    assert deleted is not None
+    assert (forgotten.state, deleted.state) == (Lifecycle.FORGOTTEN, Lifecycle.DELETED)
+    assert [e.kind for e in effects] == [EffectKind.DELETED]
