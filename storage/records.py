@@ -44,6 +44,10 @@ from storage.sealing import PRIVATE_FIELDS, Opener, SealError
 from storage.tenants import Tenants
 
 VERSION = 1
+MAX_COUNT = 2**31 - 1
+"""The most a decision may carry over of one counter (accesses, recalls, writes): far above what a
+memory reaches, and low enough that no sum of them leaves the 64 bits the state's codec and
+Milvus hold."""
 M = TypeVar("M", bound=BaseModel)
 
 MAX_METADATA_BYTES = 32_768
@@ -123,9 +127,9 @@ class DecisionV1(_Strict):
     reason: str = Field(min_length=1, max_length=1000)
     source: str | None = None
     by: str | None = None
-    access_count: int = Field(0, ge=0)
-    recall_count: int = Field(0, ge=0)
-    write_count: int = Field(0, ge=0)
+    access_count: int = Field(0, ge=0, le=MAX_COUNT)
+    recall_count: int = Field(0, ge=0, le=MAX_COUNT)
+    write_count: int = Field(0, ge=0, le=MAX_COUNT)
     importance: float = Field(0.0, ge=0.0, le=1.0)
     to: str | None = None
     merged_into: str | None = None
@@ -234,7 +238,7 @@ def _model(model: type[M], raw: bytes, document: object = None) -> M:
         document = _parse(raw)
     if not isinstance(document, dict):
         raise RecordError("$", document, "expected a JSON object")
-    if document.get("v") != VERSION:
+    if type(document.get("v")) is not int or document.get("v") != VERSION:  # true == 1, 1.0 == 1
         raise RecordError("v", document.get("v"), f"unsupported version; expected {VERSION}")
     # before pydantic's parser, which names no field (metadata is the one field that nests)
     _check_depth("metadata", document.get("metadata"), MAX_METADATA_DEPTH)

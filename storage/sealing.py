@@ -130,7 +130,10 @@ def unseal(sealed: Mapping[str, Any], secret: bytes, tenant_id: str, memory_id: 
         plain = AESGCM(secret).decrypt(nonce, data, _aad(tenant_id, memory_id, key_id))
     except (InvalidTag, ValueError) as exc:
         raise SealError("sealed.data", "does not open with its key for this memory") from exc
-    return orjson.loads(plain)
+    try:
+        return orjson.loads(plain)
+    except orjson.JSONDecodeError as exc:
+        raise SealError("sealed.data", f"opens, but not to JSON: {exc}") from exc
 
 
 def seal_write(document: Mapping[str, Any], key: DataKey) -> dict[str, Any]:

@@ -151,6 +151,8 @@ POISON = [
     ("lone surrogate in session_id", raw_write('"session_id":"\\ud800"'), "$"),
     ("lone surrogate in a tag", raw_write('"tags":["\\udc00"]'), "$"),
     ("lone surrogate in a metadata key", raw_write('"metadata":{"\\udc00":1}'), "$"),
+    ("version given as true", write(v=True), "v"),
+    ("version given as 1.0", write(v=1.0), "v"),
     ("newline ending the id", write(memory_id="m1\n"), "memory_id"),
     ("control character in the id", write(memory_id="m\x001"), "memory_id"),
     ("900 KB content", write(content="x" * 900_000), "content"),

@@ -23,6 +23,7 @@ from storage.embedding import Hashing
 from storage.key_log import KeyLog
 from storage.records import DecisionRecord, Limits, RecordError, decision_value, decode_write
 from storage.sealing import (
+    NONCE_BYTES,
     PRIVATE_FIELDS,
     Erased,
     KeyRing,
@@ -422,3 +423,24 @@ def test_a_document_whose_key_comes_later_in_the_batch_opens_then() -> None:
         found = late.processor.document("acme/m1")
         assert found is not None
         assert found.content == SECRET_WORDS
+
+
+@pytest.mark.parametrize("plain", [b"hello", b'{"content": "\\ud800"}', b'{"embedding": [NaN]}'])
+def test_a_sealed_value_that_opens_to_no_json_is_a_record_error(plain: bytes) -> None:
+    """Another producer's sealed write whose data opens but is not JSON goes to dead-letter naming
+    ``sealed.data``; it does not fail the batch it came in.
+    """
+    key = new_key("acme", "m1")
+    nonce = b"\x01" * NONCE_BYTES
+    data = AESGCM(key.secret).encrypt(nonce, plain, b"acme/m1/" + key.key_id.encode())
+    doc = seal_write(clear_write(), key)
+    doc["sealed"] = {
+        **doc["sealed"],
+        "nonce": base64.b64encode(nonce).decode(),
+        "data": base64.b64encode(data).decode(),
+    }
+    with pytest.raises(SealError, match="not to JSON"):
+        unseal(doc["sealed"], key.secret, "acme", "m1")
+    with pytest.raises(RecordError) as err:
+        decode_write(orjson.dumps(doc), limits(ring_with(key)))
+    assert err.value.field == "sealed.data"

@@ -457,6 +457,12 @@ def decision_bytes(**kw: object) -> bytes:
         ({"decision": "promote", "to": "cosmic"}, "to"),
         ({"decision": "absorb", "source": None}, "source"),
         ({"decision": "absorb", "source": "x", "access_count": -1}, "access_count"),
+        # past 64 bits once summed: the state's codec could store no later access
+        ({"decision": "absorb", "source": "x", "access_count": 2**64 - 1}, "access_count"),
+        ({"decision": "absorb", "source": "x", "recall_count": 2**31}, "recall_count"),
+        ({"decision": "absorb", "source": "x", "write_count": 2**63}, "write_count"),
+        ({"v": True}, "v"),
+        ({"v": 1.0}, "v"),
         ({"reason": ""}, "reason"),
     ],
 )
