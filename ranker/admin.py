@@ -67,8 +67,7 @@ async def admin(
     if not expected or log is None:
         raise HTTPException(403, "admin routes are disabled: MNEMO_ADMIN_KEY is not set")
     key = presented_key(bearer, x_api_key) or ""
-    # stripped as a presented key is (a Secret written with a trailing newline)
-    if not hmac.compare_digest(key.encode(), expected.strip().encode()):
+    if not hmac.compare_digest(key.encode(), expected.encode()):  # create_api stripped it
         raise HTTPException(401, "missing or wrong admin key", {"WWW-Authenticate": "Bearer"})
     return log
 

@@ -210,7 +210,9 @@ def create_api(
     checks = dict(ready or {})
     api.state.registry = registry  # the live view when it is a TenantLog: read per request
     api.state.rate_limiter = RateLimiter(rate_limit_per_s)
-    api.state.admin_key = admin_key
+    # stripped as a presented key is (a Secret written with a trailing newline); blank: disabled,
+    # else a request with no key at all would present the blank key
+    api.state.admin_key = (admin_key or "").strip() or None
     api.state.tenant_log = registry if isinstance(registry, TenantLog) else None
     limits = limits or Limits(service.embedder.dim, 16_384, registry)
 

@@ -179,7 +179,7 @@ async def authenticate(request: Request) -> Tenant:
 def _tenant_of(request: Request, key: str | None) -> Tenant:
     registry: Tenants = request.app.state.registry
     admin_key: str | None = getattr(request.app.state, "admin_key", None)
-    if key and admin_key and hmac.compare_digest(key.encode(), admin_key.strip().encode()):
+    if key and admin_key and hmac.compare_digest(key.encode(), admin_key.encode()):
         # the admin key acts for no tenant, even one whose keys list it (a misconfiguration)
         raise HTTPException(401, "the admin key acts for no tenant", {"WWW-Authenticate": "Bearer"})
     found = registry.by_api_key(key) if key else None

@@ -284,6 +284,19 @@ async def test_admin_routes_are_closed_without_an_admin_key() -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("blank", ["\n", " ", "\t\n"])
+async def test_a_blank_admin_key_keeps_the_admin_routes_closed(blank: str) -> None:
+    """A Secret made from an empty file holds a newline: with it, a request with no key (or a
+    blank one) must not pass as the admin, as the blank key stripped would let it.
+    """
+    log = LocalLog("127.0.0.1:1", "t.tenants", TenantRegistry.of({"tenants": {}}))
+    async with client(log, admin_key=blank) as http:
+        assert (await http.get("/v1/admin/tenants")).status_code == 403
+        made = await http.post("/v1/admin/tenants/acme/keys", headers=bearer(" "))
+        assert made.status_code == 403, made.text
+
+
+@pytest.mark.anyio
 async def test_the_admin_key_acts_for_no_tenant_even_one_listing_it() -> None:
     # a tenants file that lists the admin key among a tenant's keys (a misconfiguration)
     registry = TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY, ADMIN]}}})
