@@ -496,7 +496,10 @@ def _replace(section: Any, path: str, values: Mapping[str, Any]) -> Any:  # noqa
         if name not in names:
             raise InvalidField(f"{path}.{name}", value, "unknown policy field")
         current = getattr(section, name)
-        if dataclasses.is_dataclass(current) and isinstance(value, Mapping):
+        _check_int_size(f"{path}.{name}", value)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, Mapping):
+                raise InvalidField(f"{path}.{name}", value, "expected a mapping of its fields")
             changes[name] = _replace(current, f"{path}.{name}", value)
         elif isinstance(current, StrEnum):
             changes[name] = _parse_enum(type(current), f"{path}.{name}", value)
@@ -505,3 +508,12 @@ def _replace(section: Any, path: str, values: Mapping[str, Any]) -> Any:  # noqa
         else:
             changes[name] = value
     return dataclasses.replace(section, **changes)
+
+
+def _check_int_size(path: str, value: object) -> None:
+    """Refuse an integer (or a list's) past 64 bits: no store of the policy (JSON, the tenants
+    topic) holds it.
+    """
+    for item in value if isinstance(value, list) else (value,):
+        if isinstance(item, int) and not -(2**63) <= item < 2**63:
+            raise InvalidField(path, item, "an integer past 64 bits")

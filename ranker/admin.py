@@ -52,7 +52,10 @@ class TenantBody(Body):
         ' {"recency": 0.5}}}',
     )
     rate_limit_per_s: float | None = Field(
-        None, ge=0, description="requests per second (null: the server's default; 0: unlimited)"
+        None,
+        ge=0,
+        strict=True,  # as the tenants file and topic read it: "5" and true are no rate
+        description="requests per second (null: the server's default; 0: unlimited)",
     )
 
 

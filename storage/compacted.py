@@ -189,14 +189,24 @@ class CompactedLog:
                 self.refresh()
                 self._advanced.fire()  # wakes every _reach
 
+    async def _started(self) -> None:
+        """:meth:`start` unless started; a broker it cannot reach raises ``error``."""
+        from aiokafka.errors import KafkaError  # noqa: PLC0415
+
+        if self._consumer is not None:
+            return
+        try:
+            await self.start()
+        except (KafkaError, OSError) as exc:
+            raise self.error(f"cannot reach the broker: {type(exc).__name__}: {exc}") from exc
+
     async def catch_up(self, timeout_s: float | None = None) -> None:
         """Return once every record on the topic now is applied (at once when the topic does
         not exist: there is nothing to read). Raises ``error`` after ``timeout_s``.
         """
         from aiokafka.errors import KafkaError  # noqa: PLC0415
 
-        if self._consumer is None:
-            await self.start()
+        await self._started()
         deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
         try:
             if not await asyncio.wait_for(self._assign(), _left(deadline)):
@@ -258,8 +268,7 @@ class CompactedLog:
 
         if not records:
             return
-        if self._consumer is None:
-            await self.start()
+        await self._started()
         deadline = time.monotonic() + self.timeout_s
         if not await self._assign():
             raise self.error(f"{self.topic} does not exist (the stream worker creates it)")

@@ -90,6 +90,9 @@ class TenantLog(CompactedLog):
         except InvalidField as exc:
             log.warning("tenants topic: skipped a record keyed %r: %s", key, exc)
             return
+        except Exception:  # a record no check foresaw must not cost the batch after it
+            log.exception("tenants topic: skipped a record keyed %r", key)
+            return
         self._records[tenant_id] = tenant
         self.applied += 1
 

@@ -72,6 +72,18 @@ def test_overrides_apply_and_nest() -> None:
             0,
         ),
         (
+            {"overrides": {"lifecycle": {"recompute_every": 2**64}}},
+            "policy.lifecycle.recompute_every",
+            2**64,
+        ),
+        (
+            {"overrides": {"review": {"intervals_hours": [1, -(2**63) - 1]}}},
+            "policy.review.intervals_hours",
+            -(2**63) - 1,
+        ),
+        ({"overrides": {"recall": {"weights": "x"}}}, "policy.recall.weights", "x"),
+        ({"overrides": {"recall": {"weights": None}}}, "policy.recall.weights", None),
+        (
             {"overrides": {"review": {"intervals_hours": [6, 1]}}},
             "policy.review.intervals_hours[1]",
             1,

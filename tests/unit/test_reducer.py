@@ -393,7 +393,9 @@ def test_a_stale_retire_never_moves_a_memory_back(before: Lifecycle, stale: Life
     """A consolidation plan made before the user deleted a memory archives it as a summary's
     source after the delete: the memory stays deleted, and a later access does not revive it.
     """
-    state, _ = apply(created(0.5), Retire(T0 + hours(1), before, "deleted through the API"), DEFAULT)
+    state, _ = apply(
+        created(0.5), Retire(T0 + hours(1), before, "deleted through the API"), DEFAULT
+    )
     if before is Lifecycle.DELETED:
         state, _ = apply(state, Purge(T0 + hours(1), "purged through the API"), DEFAULT)
     late, effects = apply(state, Retire(T0 + hours(1), stale, "compressed into X", "X"), DEFAULT)

@@ -16,8 +16,9 @@ from ranker.api import create_api
 from ranker.ratelimit import RateLimited, RateLimiter, TokenBucket
 from ranker.service import RecallService
 from storage import MilvusConfig, MilvusStore
+from storage import tenant_log as tenant_log_module
 from storage.embedding import Hashing
-from storage.tenant_log import TenantLog
+from storage.tenant_log import TenantLog, TenantLogError
 from storage.tenants import (
     Tenant,
     TenantRegistry,
@@ -113,6 +114,28 @@ def test_bad_records_name_their_field(key: bytes | None, value: object, field: s
     with pytest.raises(InvalidField) as err:
         decode_tenant_record(key, orjson.dumps(value))
     assert err.value.field == field
+
+
+def test_a_record_no_check_foresaw_is_skipped_and_the_next_applies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The follower's position is past the whole batch: a record that raises must not cost the
+    records after it (a deletion, a revoked key).
+    """
+    base = TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}})
+    log = TenantLog("127.0.0.1:1", "t.tenants", base)
+    real = decode_tenant_record
+
+    def decode(key: bytes | None, value: bytes) -> object:
+        if key == b"odd":
+            raise AttributeError("a value of a shape nothing checked")
+        return real(key, value)
+
+    monkeypatch.setattr(tenant_log_module, "decode_tenant_record", decode)
+    log.apply(b"odd", b"{}")
+    log.apply(*tenant_record(Tenant("acme"), deleted=True))
+    log.refresh()
+    assert log.by_api_key(KEY) is None
 
 
 def test_the_log_merges_over_the_file_and_deletes_and_tombstones() -> None:
@@ -324,3 +347,34 @@ async def test_a_tenant_over_its_rate_gets_429_with_retry_after() -> None:
     assert int(second.headers["retry-after"]) == second.json()["retry_after_s"] > 1
     assert second.headers["content-type"] == "application/problem+json"
     assert "acme" in second.json()["detail"]
+
+
+@pytest.mark.anyio
+async def test_a_broker_that_cannot_be_reached_is_the_logs_own_error() -> None:
+    """``mnemo tenants`` exits 2 on TenantLogError ("Kafka not answering"); a broker refusing the
+    connection raised aiokafka's own error past it, a traceback.
+    """
+    log = TenantLog("127.0.0.1:1", "t.tenants", TenantRegistry.of({"tenants": {}}))
+    with pytest.raises(TenantLogError, match="cannot reach the broker"):
+        await log.catch_up(timeout_s=5)
+    with pytest.raises(TenantLogError, match="cannot reach the broker"):
+        await log.publish([(b"acme", b"{}")])
+    await log.stop()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("rate", ["5", True, "1e3"])
+async def test_the_admin_route_reads_a_rate_as_the_tenants_file_does(rate: object) -> None:
+    log = LocalLog("127.0.0.1:1", "t.tenants", TenantRegistry.of({"tenants": {}}))
+    async with client(log, admin_key=ADMIN) as http:
+        reply = await http.put(
+            "/v1/admin/tenants/acme", json={"rate_limit_per_s": rate}, headers=bearer(ADMIN)
+        )
+        assert reply.status_code == 422, reply.text
+        assert reply.json()["field"] == "rate_limit_per_s"
+        assert log.get("acme") is None
+        kept = await http.put(
+            "/v1/admin/tenants/acme", json={"rate_limit_per_s": 5}, headers=bearer(ADMIN)
+        )
+        assert kept.status_code == 200, kept.text
+        assert kept.json()["rate_limit_per_s"] == 5.0
