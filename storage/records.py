@@ -145,7 +145,7 @@ class ConsolidationRequestV1(_Strict):
     strategies: (
         list[Literal["exact_dedup", "semantic_dedup", "compress", "tiers", "archive", "purge"]]
         | None
-    ) = None
+    ) = Field(None, min_length=1)  # left out: every strategy; none at all is no request
     semantic_dedup_min_cosine: float | None = Field(None, ge=0.0, le=1.0)
     cluster_min_cosine: float | None = Field(None, ge=0.0, le=1.0)
     dry_run: bool = False
@@ -533,7 +533,7 @@ def decode_consolidation(raw: bytes, limits: Limits) -> ConsolidationRequest:
         )
         if value is not None
     }
-    strategies = tuple(Strategy(s) for s in m.strategies) if m.strategies else ALL_STRATEGIES
+    strategies = ALL_STRATEGIES if m.strategies is None else tuple(map(Strategy, m.strategies))
     return ConsolidationRequest(tenants, m.at, strategies, overrides, m.dry_run, m.request_id)
 
 

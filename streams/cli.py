@@ -10,13 +10,14 @@ import argparse
 import asyncio
 import sys
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from memcore import Strategy
+from memcore import InvalidField, Strategy
+from memcore.timecheck import check_event_time
 from streams import topics
 from streams.settings import WorkerSettings
 
@@ -146,8 +147,16 @@ def arguments() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     """Parse ``consolidate`` arguments, run, print each decision; exit 1 when no report came."""
-    args = arguments().parse_args(argv)
-    reports = asyncio.run(consolidate(WorkerSettings(), args))
+    parser = arguments()
+    args = parser.parse_args(argv)
+    settings = WorkerSettings()
+    if args.at is not None:  # the worker dead-letters a request past its window: no report
+        skew = timedelta(seconds=settings.max_future_skew_s)
+        try:
+            check_event_time("at", args.at, datetime.now(UTC), skew)
+        except InvalidField as exc:
+            parser.error(f"argument --at: {exc.reason}")
+    reports = asyncio.run(consolidate(settings, args))
     for report in reports:
         mode = "dry run" if report["dry_run"] else "applied"
         print(f"{report['tenant_id']}: {len(report['decisions'])} decisions ({mode})")

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from streams.cli import QUIET_S, arguments, complete
+from streams.cli import QUIET_S, arguments, complete, main
 
 
 def test_one_tenant_ends_at_its_report() -> None:
@@ -67,3 +67,16 @@ def test_a_strategy_or_wait_the_worker_cannot_use_is_refused(
 def test_every_strategy_of_the_core_is_accepted() -> None:
     args = arguments().parse_args(["--tenant", "acme", "--strategies", "exact_dedup", "purge"])
     assert args.strategies == ["exact_dedup", "purge"]
+
+
+@pytest.mark.parametrize("at", ["1969-12-31T23:00Z", "2999-01-01T00:00Z"])
+def test_a_decision_time_the_worker_would_refuse_is_refused_before_sending(
+    at: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before 1970, or past the worker's allowed skew after now: the worker dead-letters such a
+    request, and the command waited out --wait for a report that never comes.
+    """
+    with pytest.raises(SystemExit) as exited:
+        main(["--tenant", "acme", "--at", at])
+    assert exited.value.code == 2
+    assert "argument --at" in capsys.readouterr().err

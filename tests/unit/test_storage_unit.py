@@ -139,6 +139,32 @@ def test_faiss_neighbours_equal_the_pairwise_reference() -> None:
     assert cosine_neighbours(["a"], [[1.0, 0.0]], 0.9) == {"a": set()}
 
 
+def test_faiss_neighbours_stay_on_the_cpu_where_faiss_sees_a_gpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """faiss-gpu's indexes raise on range_search: with a GPU seen, consolidation must still plan."""
+    import faiss
+
+    from storage import similarity
+
+    class GpuIndex:  # what FAISS's GPU flat index does with a range search
+        def add(self, x: object) -> None:
+            pass
+
+        def range_search(self, x: object, radius: float) -> None:
+            raise RuntimeError("Error in virtual void faiss::Index::range_search: not implemented")
+
+    gpu_faiss = SimpleNamespace(
+        IndexFlatIP=faiss.IndexFlatIP,
+        StandardGpuResources=object,
+        get_num_gpus=lambda: 1,
+        index_cpu_to_gpu=lambda *_: GpuIndex(),
+    )
+    monkeypatch.setattr(similarity, "_faiss", lambda: gpu_faiss)
+    found = similarity.cosine_neighbours(["a", "b", "c"], [[1, 0], [1, 0.01], [0, 1]], 0.99)
+    assert found == {"a": {"b"}, "b": {"a"}, "c": set()}
+
+
 def test_with_live_equals_a_replace_and_leaves_the_row_alone() -> None:
     row = make_row("acme", "m1", [1.0, 0.0, 0.0, 0.0], importance=0.3, state="archived")
     values = tuple(

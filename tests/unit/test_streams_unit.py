@@ -517,6 +517,7 @@ def test_consolidation_requests() -> None:
     cases: list[tuple[dict[str, object], str]] = [
         ({"tenant_id": "nobody"}, "tenant_id"),
         ({"strategies": ["shred"]}, "strategies[0]"),
+        ({"strategies": []}, "strategies"),  # it ran every strategy: dedup deletes, purge
         ({"cluster_min_cosine": 1.5}, "cluster_min_cosine"),
         ({"dry_run": "yes"}, "dry_run"),
     ]
