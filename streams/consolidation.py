@@ -23,7 +23,7 @@ from memcore import (
     plan,
     to_events,
 )
-from memcore.consolidation import Neighbours, summarise
+from memcore.consolidation import Neighbours, folded, summarise
 from memcore.ids import content_hash
 from memcore.state import Access, Event, Write
 from storage import MemoryRow, from_us
@@ -82,9 +82,10 @@ def decision_records(
     out = []
     for decision in decisions:
         if decision.kind is DecisionKind.SUMMARISE:
-            out.append(_summary(tenant_id, decision, by_id, at, request_id))
+            out.append(_summary(tenant_id, decision, by_id, items, at, request_id))
         for memory_id, event in to_events(decision, items, at):
             out.append(_decision(tenant_id, memory_id, event, request_id))
+        items = folded(items, decision)
     return out
 
 
@@ -117,11 +118,16 @@ def _summary(
     tenant_id: str,
     decision: Decision,
     rows: Mapping[str, MemoryRow],
+    items: Mapping[str, Item],
     at: datetime,
     request_id: str | None,
 ) -> Outbound:
+    """The summary's write; its importance is the highest of its sources' as the plan's earlier
+    merges leave them (``items``).
+    """
     sources = [rows[s] for s in decision.sources]
-    summary = summarise([s.content for s in sources], [s.importance for s in sources])
+    importances = [items[s].importance for s in decision.sources]
+    summary = summarise([s.content for s in sources], importances)
     value = {
         "v": 1,
         "tenant_id": tenant_id,

@@ -597,6 +597,28 @@ def test_decision_values_decode_to_the_same_event(event: DecisionEvent) -> None:
     assert decoded.event == event
 
 
+def test_a_survivor_merged_on_in_the_same_plan_passes_on_what_it_absorbed() -> None:
+    """Exact dedup folds b into a, then semantic dedup merges a into z (or compression summarises
+    a): z and the summary get b's counters and importance, which a's own row does not hold.
+    """
+    z = make_row("acme", "z", (1.0, 0.0, 0.0, 0.0), importance=0.3)
+    a = make_row("acme", "a", (1.0, 0.05, 0.0, 0.0), importance=0.3)
+    b = make_row("acme", "b", (1.0, 0.05, 0.0, 0.0), importance=0.9, access_count=5, recall_count=4)
+    first = Decision(DecisionKind.MERGE, "a", ("b",), "exact duplicate")
+    on = Decision(DecisionKind.MERGE, "z", ("a",), "near duplicate")
+    out = decision_records("acme", [first, on], [z, a, b], T, None)
+    absorbs = [decode_decision(o.value, LIMITS) for o in out]
+    into_z = [d.event for d in absorbs if isinstance(d.event, Absorb) and d.memory_id == "z"]
+    assert [(e.source, e.access_count, e.recall_count, e.write_count) for e in into_z] == [
+        ("a", 5, 4, 2)
+    ]
+    assert [e.importance for e in into_z] == [0.9]
+    summary = Decision(DecisionKind.SUMMARISE, "s-1", ("a", "z"), "a cluster")
+    written = decision_records("acme", [first, summary], [z, a, b], T, None)
+    (made,) = [decode_write(o.value, LIMITS) for o in written if b'"summary_of"' in o.value]
+    assert made.importance == 0.9
+
+
 def test_summaries_keep_their_sources_scope_and_users_are_consolidated_apart() -> None:
     def row(memory_id: str, user_id: str, content: str = "Ann likes tea.") -> MemoryRow:
         vector = (1.0, 0.0, 0.0, 0.0)
