@@ -183,6 +183,7 @@ def _hot_cache(
     cache = HotCache(
         store,
         view.values,
+        ids_of=lambda tenant_id: view.tenant(tenant_id).keys(),
         tenant_max=settings.hot_tenant_max,
         total_max=settings.hot_total_max,
         writer_grace_s=LOCAL_WRITER_GRACE_S if local_writer else 0.0,

@@ -78,12 +78,19 @@ DELETED = Lifecycle.DELETED.value
 ABSENT = -1
 """State code of a slot whose memory is gone (deleted or never loaded)."""
 DIRTY_GIVE_UP_S = 30.0
-"""A dirty id Milvus still does not have after this long is dropped until its next change."""
+"""A dirty id Milvus still does not have after this long is no longer re-read at every search:
+dropped when the state view no longer holds it live, else re-read every :data:`LATE_RETRY_S`."""
+LATE_RETRY_S = 30.0
+"""How often a memory the state view holds live, whose row Milvus still lacks past
+:data:`DIRTY_GIVE_UP_S` (a worker stopped between its table write and its upsert), is looked for
+again (seconds): once the row lands the cache takes it, with no change of the memory needed."""
 LOCAL_WRITER_GRACE_S = 5.0
 """With a worker in this process (:meth:`HotCache.upserted`), how long a dirty id waits for that
 worker's row before a search re-reads it from Milvus (seconds): re-reading a row the worker has
 not written yet finds nothing, and on Milvus Lite each read scans the whole collection."""
 
+_LATE = -math.inf
+"""What :meth:`HotCache._due` gives a late id (a dirty id's value is when it was marked)."""
 _STATE = LIVE_FIELDS.index("state")
 _TIER = LIVE_FIELDS.index("tier")
 _WRITES = LIVE_FIELDS.index("write_count")
@@ -275,6 +282,8 @@ class _Block:
         self.agent = np.empty(16, dtype=object)
         self.user = np.empty(16, dtype=object)
         self.dirty: dict[str, float] = {}  # memory id -> monotonic time first marked
+        self.late: dict[str, float] = {}
+        """Memory id -> when to look for its row again (:data:`LATE_RETRY_S`)."""
         self.mirror: torch.Tensor | None = None
         """``vectors`` on the search device (None: not copied yet); copied again whole when its
         capacity is no longer the block's (:meth:`on_device`)."""
@@ -467,7 +476,9 @@ class HotCache:
     ``tenant_max``: the largest tenant (rows, any state) kept; larger tenants use Milvus.
     ``total_max``: rows kept over all tenants; beyond it, least recently searched tenants go.
     ``live_of``: a memory's live values as the state view holds them (None: none known), laid
-    over rows read from Milvus, which may be older. ``clock``: monotonic seconds (for tests).
+    over rows read from Milvus, which may be older. ``ids_of``: the ids the state view holds for
+    a tenant (a load awaits those Milvus has no row for yet). ``clock``: monotonic seconds (for
+    tests).
     """
 
     def __init__(
@@ -475,6 +486,7 @@ class HotCache:
         store: MilvusStore,
         live_of: Callable[[str, str], Sequence[Any] | None] = lambda _t, _m: None,
         *,
+        ids_of: Callable[[str], Iterable[str]] = lambda _t: (),
         tenant_max: int = 16_384,
         total_max: int = 2_000_000,
         recheck_s: float = 600.0,
@@ -499,6 +511,7 @@ class HotCache:
         self._complete = False  # a preload read every row of the collection
         self._partial: set[str] = set()  # tenants that may have rows the cache never met
         self.live_of = live_of
+        self.ids_of = ids_of
         self.tenant_max = tenant_max
         self.total_max = total_max
         self.recheck_s = recheck_s
@@ -839,6 +852,12 @@ class HotCache:
             for row in rows:
                 if not self._put(tenant_id, block, row):
                     block.dirty.setdefault(row.memory_id, now)
+            # the view may have told of a memory before the load began, its row not yet in
+            # Milvus when the load read (the worker writes its table first): on_change ignored
+            # it then (the tenant was not held), so it is awaited here
+            for memory_id in list(self.ids_of(tenant_id)):
+                if not block.holds(memory_id) and self._awaited(tenant_id, memory_id):
+                    block.dirty.setdefault(memory_id, now)
         self.loads += 1
         with self._guard:
             self._cold.pop(tenant_id, None)
@@ -857,19 +876,46 @@ class HotCache:
         now = self.clock()
         with block.lock:
             for memory_id, since in wanted.items():
+                row = found.get(memory_id)
+                if since == _LATE:
+                    self._late(tenant_id, block, memory_id, row, now)
+                    continue
                 if block.dirty.get(memory_id) != since:
                     continue  # changed again meanwhile: the next search re-reads it
-                row = found.get(memory_id)
                 if row is not None and self._put(tenant_id, block, row):
                     del block.dirty[memory_id]
+                    block.late.pop(memory_id, None)
                 elif now - since > DIRTY_GIVE_UP_S:
                     if row is None:
                         block.remove(memory_id)
+                        if self._awaited(tenant_id, memory_id):
+                            block.late[memory_id] = now + LATE_RETRY_S
                     del block.dirty[memory_id]
         if found:
             with self._guard:
                 if not self._preloading:  # as in upserted
                     self._bound({tenant_id}, keep={tenant_id})
+
+    def _late(
+        self, tenant_id: str, block: _Block, memory_id: str, row: MemoryRow | None, now: float
+    ) -> None:
+        """A late id looked for again (block lock held): taken when its row is in (or a change
+        made it dirty again), dropped when the view no longer holds it live, else due again in
+        :data:`LATE_RETRY_S`.
+        """
+        if (
+            memory_id in block.dirty
+            or (row is not None and self._put(tenant_id, block, row))
+            or (row is None and not self._awaited(tenant_id, memory_id))
+        ):
+            block.late.pop(memory_id, None)
+        else:
+            block.late[memory_id] = now + LATE_RETRY_S
+
+    def _awaited(self, tenant_id: str, memory_id: str) -> bool:
+        """The state view holds the memory, not deleted: Milvus is to have a row of it."""
+        values = self.live_of(tenant_id, memory_id)
+        return values is not None and str(values[_STATE]) != DELETED
 
     def upserted(self, rows: Sequence[MemoryRow]) -> None:
         """Rows this process just wrote to Milvus (``python -m server``: the worker shares the
@@ -896,6 +942,7 @@ class HotCache:
                 with block.lock:
                     if self._put(row.tenant_id, block, row):
                         block.dirty.pop(row.memory_id, None)
+                        block.late.pop(row.memory_id, None)
                     elif row.tenant_id in started:  # the view knows a newer version: await it
                         block.dirty.setdefault(row.memory_id, self.clock())
             except Exception:
@@ -943,14 +990,21 @@ class HotCache:
         return self._whole(tenant_id) and tenant_id not in self._cold
 
     def _due(self, block: _Block) -> dict[str, float]:
-        """The dirty ids a search re-reads now: all, or those past ``writer_grace_s``."""
-        if not block.dirty:  # the usual case: two calls per search
+        """The dirty ids a search re-reads now (all, or those past ``writer_grace_s``; each
+        with when it was marked) and the late ids due again (with :data:`_LATE`).
+        """
+        if not block.dirty and not block.late:  # the usual case: two calls per search
             return {}
-        dirty = dict(block.dirty)  # one C-level copy under the GIL: no lock against a writer
-        if not self.writer_grace_s:
-            return dirty
-        cutoff = self.clock() - self.writer_grace_s
-        return {memory_id: since for memory_id, since in dirty.items() if since <= cutoff}
+        due = dict(block.dirty)  # one C-level copy under the GIL: no lock against a writer
+        if self.writer_grace_s and due:
+            cutoff = self.clock() - self.writer_grace_s
+            due = {memory_id: since for memory_id, since in due.items() if since <= cutoff}
+        if block.late:
+            now = self.clock()
+            for memory_id, retry_at in dict(block.late).items():
+                if retry_at <= now:
+                    due.setdefault(memory_id, _LATE)
+        return due
 
     def _put(self, tenant_id: str, block: _Block, row: MemoryRow) -> bool:
         """Put ``row`` with the state view's live values over it (block lock held); False when

@@ -12,7 +12,14 @@ import numpy as np
 import pytest
 
 from memcore.policy import RecallPolicy
-from ranker.hotcache import DIRTY_GIVE_UP_S, TIERS, HotCache, LiveColumns, PreloadStoppedError
+from ranker.hotcache import (
+    DIRTY_GIVE_UP_S,
+    LATE_RETRY_S,
+    TIERS,
+    HotCache,
+    LiveColumns,
+    PreloadStoppedError,
+)
 from ranker.kernel import RankRequest
 from ranker.service import Candidate, RecallQuery, _hot_request, _request
 from storage import Filters, MemoryRow, MilvusConfig, StorageError
@@ -88,7 +95,12 @@ def setup(*rows: MemoryRow) -> tuple[FakeStore, dict[str, tuple[Any, ...]], HotC
     store.put(*rows)
     view: dict[str, tuple[Any, ...]] = {}
     clock = Clock()
-    cache = HotCache(store, lambda _t, m: view.get(m), clock=clock)  # type: ignore[arg-type]
+    cache = HotCache(
+        store,  # type: ignore[arg-type]
+        lambda _t, m: view.get(m),
+        ids_of=lambda _t: view.keys(),
+        clock=clock,
+    )
     return store, view, cache, clock
 
 
@@ -151,6 +163,60 @@ def test_a_deleted_memory_leaves_at_once_and_a_missing_row_is_given_up_later() -
     reads = store.reads
     assert ids(cache) == ["b"]
     assert store.reads == reads  # given up: no read per search
+
+
+def test_a_memory_told_of_before_its_tenant_loaded_is_awaited_from_milvus() -> None:
+    """The worker writes its table (the view hears) before its Milvus upsert: a load between the
+    two reads no row of the memory, and on_change had ignored it (the tenant was not held).
+    """
+    a = row("a", 0.5, 0.5)
+    store, view, cache, _ = setup(a)
+    view["a"] = live(a)
+    new = row("n", 1.0)
+    view["n"] = live(new)
+    cache.on_change("acme", "n", view["n"])  # not held: ignored
+    assert ids(cache) == ["a"]  # loads; the row of n is not in Milvus yet
+    assert not cache.ready("acme", RECALL)  # n is awaited
+    store.put(new)
+    assert ids(cache) == ["n", "a"]
+    assert cache.ready("acme", RECALL)
+    view["gone"] = live(row("gone", 1.0), state="deleted")  # purged: no row to await
+    cache.forget()
+    assert ids(cache) == ["n", "a"]
+    assert cache.ready("acme", RECALL)
+
+
+def test_a_row_landing_after_the_give_up_is_taken_while_the_view_holds_it_live() -> None:
+    """A worker stopped between its table write and its upsert, back after DIRTY_GIVE_UP_S: the
+    row it then writes is taken (no change of the memory follows, and recall never returned it,
+    so no access would make one).
+    """
+    a = row("a", 0.5, 0.5)
+    store, view, cache, clock = setup(a)
+    assert ids(cache) == ["a"]
+    late = row("late", 1.0)
+    view["late"] = live(late)
+    cache.on_change("acme", "late", view["late"])
+    clock.now += DIRTY_GIVE_UP_S + 1
+    assert ids(cache) == ["a"]  # given up for now
+    reads = store.reads
+    assert ids(cache) == ["a"]
+    assert store.reads == reads  # not read at every search
+    store.put(late)
+    clock.now += LATE_RETRY_S
+    assert ids(cache) == ["late", "a"]
+    del view["late"]  # the view dropped another one that never came: it is dropped too
+    view["never"] = live(row("never", 1.0))
+    cache.on_change("acme", "never", view["never"])
+    clock.now += DIRTY_GIVE_UP_S + 1
+    assert ids(cache) == ["late", "a"]
+    del view["never"]
+    clock.now += LATE_RETRY_S
+    assert ids(cache) == ["late", "a"]
+    reads = store.reads
+    clock.now += LATE_RETRY_S
+    assert ids(cache) == ["late", "a"]
+    assert store.reads == reads
 
 
 def test_rows_read_from_milvus_take_the_views_newer_state() -> None:
