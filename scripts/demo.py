@@ -1,16 +1,19 @@
-"""Write three memories and recall one through a running `make up` stack; print the audit trail.
+"""Write three memories and record a recall of one, straight to Kafka, through a running `make up`
+stack; print the audit trail of the three.
 
     .venv/bin/python scripts/demo.py [--bootstrap 127.0.0.1:9092] [--tenant demo]
 
-Until the ranker (issue #4) serves HTTP, apps produce to Kafka as this script does: a JSON record,
-keyed ``tenant_id/memory_id``, on ``memory-writes`` and ``access-events``.
+Apps use the HTTP API (README, "Quick start"); this shows the log beneath it: JSON records keyed
+``tenant_id/memory_id`` on ``memory-writes`` and ``access-events``, and the worker's records of
+what it decided on ``audit`` (a plain access counts, and decides nothing to audit).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
+from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -24,38 +27,31 @@ NOTES = [
 ]
 
 
+def records(tenant: str, now: datetime) -> list[tuple[str, bytes, bytes]]:
+    """(topic, key, value) of the three writes and the recall of the first, dated ``now`` (an
+    app's clock: the writer chooses the event time; the worker refuses one past its allowed skew,
+    300 s, after the record reached Kafka).
+    """
+    out = []
+    for text in NOTES:
+        memory_id = derive_memory_id(tenant, text)
+        write = {"v": 1, "tenant_id": tenant, "memory_id": memory_id, "content": text}
+        out.append(("memory-writes", memory_id, {**write, "at": now.isoformat()}))
+    first = out[0][1]
+    access = {"v": 1, "tenant_id": tenant, "memory_id": first, "kind": "recall"}
+    out.append(("access-events", first, {**access, "at": now.isoformat()}))
+    return [(topic, f"{tenant}/{m}".encode(), orjson.dumps(value)) for topic, m, value in out]
+
+
 async def main(bootstrap: str, tenant: str, prefix: str) -> None:
     """Produce the writes and the recall, then print their audit records (60 s at most)."""
-    now = datetime.now(UTC)  # an app's clock: event time is chosen by the writer, not the worker
+    produced = records(tenant, datetime.now(UTC))
+    ids = [key.decode().partition("/")[2] for topic, key, _ in produced if topic == "memory-writes"]
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
     await producer.start()
-    ids = []
     try:
-        for text in NOTES:
-            memory_id = derive_memory_id(tenant, text)
-            ids.append(memory_id)
-            write = {
-                "v": 1,
-                "tenant_id": tenant,
-                "memory_id": memory_id,
-                "content": text,
-                "at": now.isoformat(),
-            }
-            await producer.send_and_wait(
-                f"{prefix}memory-writes",
-                key=f"{tenant}/{memory_id}".encode(),
-                value=orjson.dumps(write),
-            )
-        access = {
-            "v": 1,
-            "tenant_id": tenant,
-            "memory_id": ids[0],
-            "kind": "recall",
-            "at": (now + timedelta(hours=2)).isoformat(),
-        }
-        await producer.send_and_wait(
-            f"{prefix}access-events", key=f"{tenant}/{ids[0]}".encode(), value=orjson.dumps(access)
-        )
+        for topic, key, value in produced:
+            await producer.send_and_wait(f"{prefix}{topic}", key=key, value=value)
     finally:
         await producer.stop()
     consumer = AIOKafkaConsumer(
@@ -65,23 +61,36 @@ async def main(bootstrap: str, tenant: str, prefix: str) -> None:
         enable_auto_commit=False,
     )
     await consumer.start()
-    seen = 0
+    told: set[str] = set()
     try:
-        deadline = asyncio.get_running_loop().time() + 60
-        while seen < len(NOTES) + 1 and asyncio.get_running_loop().time() < deadline:
-            for records in (await consumer.getmany(timeout_ms=1000)).values():
-                for r in records:
-                    audit = orjson.loads(r.value)
-                    if audit["memory_id"] in ids and audit["tenant_id"] == tenant:
-                        seen += 1
-                        after = audit["after"]
-                        print(
-                            f"{audit['memory_id'][:14]}  {audit['kind']:<11} {after['tier']:<9} "
-                            f"importance {after['importance']:.2f}  recalls {after['recall_count']}  "
-                            f"({audit['reason']})"
-                        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        while loop.time() < deadline:
+            for batch in (await consumer.getmany(timeout_ms=1000)).values():
+                for r in batch:
+                    line = describe(orjson.loads(r.value), ids, tenant)
+                    if line is not None:
+                        told.add(line.split()[0])
+                        print(line)
+            if len(told) == len(ids):  # every memory of this run has its record, and the
+                deadline = min(deadline, loop.time() + 3)  # ones the same events made follow
     finally:
         await consumer.stop()
+
+
+def describe(audit: dict[str, Any], ids: list[str], tenant: str) -> str | None:
+    """One line for an audit record about one of ``ids``; None for any other record (another
+    memory's, another tenant's, or a consolidation report, which names no memory).
+    """
+    memory_id = audit.get("memory_id")
+    if memory_id not in ids or audit.get("tenant_id") != tenant:
+        return None
+    after = audit.get("after") or {}
+    return (
+        f"{memory_id}  {audit.get('kind', '?'):<11} {after.get('tier', '?'):<9} "
+        f"importance {after.get('importance', 0.0):.2f}  recalls {after.get('recall_count', 0)}  "
+        f"({audit.get('reason', '')})"
+    )
 
 
 if __name__ == "__main__":

@@ -548,6 +548,19 @@ def plain_listener(kafka: Doc) -> Doc:
     return listener
 
 
+def test_no_broker_creates_a_topic_on_its_own() -> None:
+    """The worker creates its topics with their partitions and configs (writes and accesses share
+    a key's partition); a produce before it, from a ranker started alongside, must not create one
+    with the broker's defaults. Every broker the project runs says so.
+    """
+    kafka = one(rendered("kafka"), "Kafka")
+    assert kafka["spec"]["kafka"]["config"]["auto.create.topics.enable"] is False
+    env = compose()["services"]["kafka"]["environment"]
+    assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
+    local = (ROOT / "scripts" / "kafka.sh").read_text(encoding="utf-8")
+    assert "auto.create.topics.enable=false" in local.splitlines()
+
+
 def test_kafka_topics_are_the_apps_topics(settings_for: SettingsFor) -> None:
     base, docs = rendered("base"), rendered("kafka")
     settings = worker_settings(settings_for, base)
