@@ -338,6 +338,15 @@ def _write_record(
     ):
         if value is not None and len(value.encode("utf-8")) > MAX_NAME_BYTES:
             raise RecordError(name, value, f"over {MAX_NAME_BYTES} bytes (UTF-8)")
+    for name, value in (
+        ("content", m.content),
+        ("session_id", m.session_id),
+        ("agent_id", m.agent_id),
+        ("user_id", m.user_id),
+    ):
+        if value is not None and "\x00" in value:  # the separator of a derived id's parts
+            at = value.index("\x00")
+            raise RecordError(name, value[max(0, at - 20) : at + 20], "a NUL character (U+0000)")
     try:
         encoded = orjson.dumps(m.metadata)
     except TypeError as exc:  # an integer over 64 bits
