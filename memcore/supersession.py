@@ -123,8 +123,14 @@ _COPULAS = ("is", "are")
 _OWNED = re.compile(r"^(the|my|his|her|their|our|your)\b|'s\b")
 _FILLER = re.compile(
     r"\b(now|currently|nowadays|these days|recently|still|actually|anymore|already|just|"
-    r"since then|no longer)\b"
+    r"since then)\b"
 )
+_NEGATION = re.compile(r"\b(no longer|not|never|no)\b|n't\b")
+"""Said of the subject ("Alice no longer lives in Osaka", "Bob doesn't work at Acme"): the
+statement denies a value and states none, so it supersedes nothing."""
+_PURPOSE = " for "
+"""Joins a value and what it is for ("prefers Python for backend work"): the purpose belongs to
+the attribute, so a preference for frontend work does not replace one for backend work."""
 _UPDATE_MARKER = re.compile(r"\b(now|currently|nowadays|these days|no longer|anymore)\b", re.I)
 _PAST = frozenset({"was", "were", "had", "did", "went", "said", "is", "are", "has", "have"})
 _VALUE_END = re.compile(r",|;| because | since | but | and | with | near | which | who ")
@@ -165,8 +171,11 @@ def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact
     at, relation, phrase = best
     subject = padded[:at].strip()
     value = _VALUE_END.split(padded[at + len(phrase) + 2 :], maxsplit=1)[0].strip()
-    if not subject or not value or len(subject.split()) > 6:
+    if not subject or not value or len(subject.split()) > 6 or _NEGATION.search(subject):
         return None
+    value, _, purpose = value.partition(_PURPOSE)
+    if purpose:
+        relation = f"{relation}{_PURPOSE}{purpose}"
     return Fact(subject, relation, value)
 
 

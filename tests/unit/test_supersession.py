@@ -30,6 +30,10 @@ RULE = SupersessionPolicy()
         ("Bob works for Globex now", Fact("bob", "works at", "globex")),
         ("Alice's favourite food is ramen", Fact("alice's favourite food", "is", "ramen")),
         ("The wifi password is hunter2", Fact("the wifi password", "is", "hunter2")),
+        (
+            "Alice prefers Python for backend work",
+            Fact("alice", "prefers for backend work", "python"),
+        ),
     ],
 )
 def test_plain_statements_parse(text: str, fact: Fact) -> None:
@@ -44,6 +48,11 @@ def test_plain_statements_parse(text: str, fact: Fact) -> None:
         "Alice lives in Osaka. She likes it there.",  # more than one statement
         "We talked for hours about the trip and all the places Alice lived in over the years ok",
         "lives in Osaka",  # no subject
+        # a denial states no value
+        "Alice no longer lives in Osaka",
+        "Alice doesn't live in Osaka anymore",
+        "Bob does not work at Acme",
+        "Carol never drives a car",
     ],
 )
 def test_other_text_is_left_alone(text: str) -> None:
@@ -60,6 +69,22 @@ def test_a_newer_value_supersedes_the_older_either_way_round() -> None:
     late_old = Version("osaka", "Alice lives in Osaka.", T0)
     (back,) = detect(late_old, [Version("lisbon", new.content, new.at, 0.8)], RULE)
     assert (back.older, back.newer, back.at) == ("osaka", "lisbon", new.at)
+
+
+def test_a_denial_or_a_preference_for_something_else_supersedes_nothing() -> None:
+    """"no longer" read as filler made "Alice no longer lives in Osaka" state Osaka, superseding
+    the current Lisbon; a preference for frontend work replaced the one for backend work (both
+    hold). Cosines as MiniLM gives them (0.67, 0.61).
+    """
+    lisbon = Version("lisbon", "Alice lives in Lisbon.", T0, 0.669)
+    denial = Version("denial", "Alice no longer lives in Osaka.", T0 + hours(24))
+    assert detect(denial, [lisbon], RULE) == []
+    backend = Version("backend", "Alice prefers Python for backend work.", T0, 0.609)
+    frontend = Version("frontend", "Alice prefers React for frontend work.", T0 + hours(24))
+    assert detect(frontend, [backend], RULE) == []
+    changed = Version("go", "Alice prefers Go for backend work now.", T0 + hours(24))
+    (found,) = detect(changed, [backend], RULE)
+    assert (found.older, found.newer) == ("backend", "go")
 
 
 def test_same_value_other_subject_weak_similarity_or_disabled_supersede_nothing() -> None:
