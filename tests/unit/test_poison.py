@@ -152,7 +152,17 @@ POISON = [
     ("lone surrogate in a tag", raw_write('"tags":["\\udc00"]'), "$"),
     ("lone surrogate in a metadata key", raw_write('"metadata":{"\\udc00":1}'), "$"),
     # NUL joins a derived id's parts: unscoped "user:bob\0..." derived Bob's memory's id
-    ("NUL in the content", write(memory_id=None, content="user:bob\x00my PIN"), "content"),
+    (
+        "NUL in the content, its id derived",
+        orjson.dumps(
+            {
+                k: v
+                for k, v in orjson.loads(write(content="user:bob\x00PIN")).items()
+                if k != "memory_id"
+            }
+        ),
+        "content",
+    ),
     ("NUL in session_id", write(agent_id="a", session_id="b\x00"), "session_id"),
     ("NUL in agent_id", write(agent_id="a\x00b"), "agent_id"),
     ("NUL in user_id", write(user_id="bob\x00"), "user_id"),

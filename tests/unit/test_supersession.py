@@ -72,7 +72,7 @@ def test_a_newer_value_supersedes_the_older_either_way_round() -> None:
 
 
 def test_a_denial_or_a_preference_for_something_else_supersedes_nothing() -> None:
-    """"no longer" read as filler made "Alice no longer lives in Osaka" state Osaka, superseding
+    """ "no longer" read as filler made "Alice no longer lives in Osaka" state Osaka, superseding
     the current Lisbon; a preference for frontend work replaced the one for backend work (both
     hold). Cosines as MiniLM gives them (0.67, 0.61).
     """
