@@ -215,9 +215,19 @@ def _powermem(
     for c in candidates:
         sim = clamp_similarity(require_finite("similarity", c.similarity))
         rec = recency_at(c.last_access, at, c.tau_hours)
-        final = _penalised(c, sim * rec, policy)
-        out.append(Scored(c.memory_id, sim, 0.0, c.importance, rec, 0.0, final))
+        graph = proximity(c.graph_hops) if policy.graphrag else 0.0
+        final = _graphrag(sim * rec, graph, policy)
+        out.append(
+            Scored(c.memory_id, sim, 0.0, c.importance, rec, graph, _penalised(c, final, policy))
+        )
     return out
+
+
+def _graphrag(vector_part: float, graph: float, policy: RecallPolicy) -> float:
+    """SPEC section 6, "GraphRAG (any preset)": the preset's own score blended with the graph
+    proximity when the request turns GraphRAG on (before the archived penalty, MMR and bonuses).
+    """
+    return graphrag(vector_part, graph, policy.graph_weight) if policy.graphrag else vector_part
 
 
 def zeph_age_factor(created_at: datetime, at: datetime, half_life_days: float) -> float:
@@ -234,16 +244,10 @@ def _zeph(candidates: Sequence[Candidate], at: datetime, policy: RecallPolicy) -
     relevance = []
     for c, sim, kw in zip(candidates, sims, keywords, strict=True):
         age = zeph_age_factor(c.created_at, at, policy.zeph_half_life_days)
+        graph = proximity(c.graph_hops) if policy.graphrag else 0.0
+        value = _graphrag((0.7 * sim + 0.3 * kw) * age, graph, policy)
         relevance.append(
-            Scored(
-                c.memory_id,
-                sim,
-                kw,
-                c.importance,
-                age,
-                0.0,
-                _penalised(c, (0.7 * sim + 0.3 * kw) * age, policy),
-            )
+            Scored(c.memory_id, sim, kw, c.importance, age, graph, _penalised(c, value, policy))
         )
     diversified = _with_mmr(relevance, candidates, policy.zeph_mmr_lambda)
     tier_of = {c.memory_id: c.tier for c in candidates}

@@ -597,15 +597,15 @@ def kernel(c: Columns) -> tuple[torch.Tensor, ...]:
             + w[:, 4:5] * c.graph
         )
     blend = boosted() if plain is None else _choose(mnemo, kinds, MNEMOSTREAM, boosted, plain)
-    if c.graphrag_any:
-        gw = c.graph_weight[:, None]
-        blend = torch.where(c.graphrag[:, None], blend * (1.0 - gw) + c.graph * gw, blend)
     base = _choose(pm, kinds, POWERMEM, lambda: sim * recency, blend)
     if ZEPH in kinds:
         # zeph: 0.7·sim/max + 0.3·keyword/max, times the age factor
         age = torch.exp(-math.log(2.0) / c.half_life_days[:, None] * c.age_days)
         zeph_sim = _normalised(sim)
         base = _choose(zeph, kinds, ZEPH, lambda: (0.7 * zeph_sim + 0.3 * keyword) * age, base)
+    if c.graphrag_any:  # any preset's own score (SPEC section 6), before penalty, MMR, bonuses
+        gw = c.graph_weight[:, None]
+        base = torch.where(c.graphrag[:, None], base * (1.0 - gw) + c.graph * gw, base)
     base = torch.where(c.archived, base * c.archived_penalty[:, None], base)
     # the minimum applies before MMR, except for zeph (to its final score, below)
     kept = _choose(zeph, kinds, ZEPH, lambda: mask, mask & (base >= c.min_score[:, None]))
@@ -634,7 +634,10 @@ def kernel(c: Columns) -> tuple[torch.Tensor, ...]:
         recency = _choose(mnemo, kinds, MNEMOSTREAM, lambda: access_recency, recency)
     if POWERMEM in kinds:
         keyword = torch.where(pm, 0.0, keyword)
-    graph = torch.where(pm | zeph, 0.0, c.graph) if kinds & {POWERMEM, ZEPH} else c.graph
+    if kinds & {POWERMEM, ZEPH}:  # their scores take no graph term unless GraphRAG is on
+        graph = torch.where((pm | zeph) & ~c.graphrag[:, None], 0.0, c.graph)
+    else:
+        graph = c.graph
     return sim, keyword, c.importance, recency, graph, final
 
 

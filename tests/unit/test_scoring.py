@@ -129,6 +129,20 @@ def test_graph_proximity_and_graphrag() -> None:
     assert rag[1].final == pytest.approx(vector_part * 0.7)
 
 
+@pytest.mark.parametrize("preset", [RecallPreset.POWERMEM, RecallPreset.ZEPH])
+def test_graphrag_blends_into_every_presets_own_score(preset: RecallPreset) -> None:
+    """SPEC section 6: "GraphRAG (any preset)"; it was accepted and ignored for these two."""
+    cands = [cand("near", 0.9), cand("linked", 0.8, graph_hops=0)]
+    plain = rank(cands, T0, params(preset=preset))
+    assert [s.memory_id for s in plain] == ["near", "linked"]
+    assert all(s.graph == 0.0 for s in plain)
+    rag = rank(cands, T0, params(preset=preset, graphrag=True))
+    assert [s.memory_id for s in rag] == ["linked", "near"]
+    assert {s.memory_id: s.graph for s in rag} == {"linked": 1.0, "near": 0.0}
+    if preset is RecallPreset.POWERMEM:  # similarity × recency, recency 1 here
+        assert [s.final for s in rag] == pytest.approx([0.8 * 0.7 + 0.3, 0.9 * 0.7])
+
+
 def test_hops_stop_at_max() -> None:
     chain = {str(i): [str(i + 1)] for i in range(10)}
     assert max(hops_from(["0"], chain, max_hops=3).values()) == 3
