@@ -142,8 +142,14 @@ def _summary(
         **({"session_id": sources[0].session_id} if sources[0].session_id else {}),
         **({"user_id": sources[0].user_id} if sources[0].user_id else {}),
         "tags": sorted({t for s in sources for t in s.tags})[:MAX_TAGS],
+        # the highest of its sources' tiers: classified by importance alone, semantic sources
+        # of importance 0.45 made a working summary (τ 48 h), archived long before them
+        "memory_type": max((Tier(s.tier) for s in sources), key=_TIER_ORDER.index).value,
     }
     return Outbound("memory-writes", f"{tenant_id}/{decision.target}".encode(), orjson.dumps(value))
+
+
+_TIER_ORDER = tuple(Tier)  # slowest-decaying last
 
 
 def _decision(tenant_id: str, memory_id: str, event: Event, request_id: str | None) -> Outbound:

@@ -619,6 +619,19 @@ def test_a_survivor_merged_on_in_the_same_plan_passes_on_what_it_absorbed() -> N
     assert made.importance == 0.9
 
 
+def test_a_summary_keeps_the_highest_tier_of_its_sources() -> None:
+    """Classified by importance alone, semantic sources of importance 0.45 made a working summary
+    (τ 48 h instead of 1,200 h), archived long before the memories it replaced would have been.
+    """
+    x = make_row("acme", "x", (1.0, 0.0, 0.0, 0.0), importance=0.45, tier="semantic")
+    y = make_row("acme", "y", (1.0, 0.1, 0.0, 0.0), importance=0.45, tier="episodic")
+    summary = Decision(DecisionKind.SUMMARISE, "s-1", ("x", "y"), "a cluster")
+    (written,) = [
+        o for o in decision_records("acme", [summary], [x, y], T, None) if o.key == b"acme/s-1"
+    ]
+    assert decode_write(written.value, LIMITS).memory_type is Tier.SEMANTIC
+
+
 def test_summaries_keep_their_sources_scope_and_users_are_consolidated_apart() -> None:
     def row(memory_id: str, user_id: str, content: str = "Ann likes tea.") -> MemoryRow:
         vector = (1.0, 0.0, 0.0, 0.0)
