@@ -272,6 +272,8 @@ def create_app(
         interval=settings.consolidation_interval_s, on_leader=True
     )
     async def scheduled_consolidation() -> None:
+        if worker.replay:
+            return
         # the edge reads the clock; the request carries the time the rules will use
         requests = consolidation_requests(worker.processor.limits.registry, datetime.now(UTC))
         for key, value in requests:
@@ -331,6 +333,9 @@ def hold_streams(app: faust.App) -> None:
 class StreamWorker:
     """The agents' bodies: one per app, holding its topics, tables and services."""
 
+    replay = False
+    """``MNEMO_REPLAY``: apply the log, produce nothing (:attr:`WorkerSettings.replay`)."""
+
     def __init__(
         self,
         app: faust.App,
@@ -341,6 +346,7 @@ class StreamWorker:
         self.app = app
         self.applied = applied
         self.settings = settings
+        self.replay = settings.replay
         self.services = services
         self.topics = {
             role: app.topic(settings.topic(role), key_serializer="raw", value_serializer="raw")
@@ -467,6 +473,8 @@ class StreamWorker:
         stated writes, applied all the same, goes to dead-letter (``internal error in the
         supersession check``); the other tenants and the batch's emit go on.
         """
+        if self.replay:  # its decisions are on the log, after the write: nothing to derive
+            return
         by_tenant: dict[str, dict[str, Statement]] = {}
         for key, statement in batch.stated.items():
             by_tenant.setdefault(key.partition("/")[0], {})[key] = statement
@@ -619,6 +627,9 @@ class StreamWorker:
         report. A malformed request goes to dead-letter.
         """
         batch = Batch()
+        if self.replay:  # the live worker's decisions are in the log, applied from there
+            self.mark(topics.CONSOLIDATION, {}, await self.emit(batch))
+            return
         await self.keys_ready()
         await self.know_tenants([message.value])
         try:
@@ -736,10 +747,13 @@ class StreamWorker:
                 await self.upsert([row])
 
     async def emit(self, batch: Batch) -> list[Awaitable[Any]]:
-        """Produce the batch's audit, dead-letter and re-keyed records; returns the deliveries
-        (futures of their ``RecordMetadata``) of those sent to ``memory-writes``.
+        """Produce the batch's audit, dead-letter and derived records; returns the deliveries
+        (futures of their ``RecordMetadata``) of those sent to ``memory-writes``. A replay
+        produces none: the live worker's are in the log already.
         """
         derived: list[Awaitable[Any]] = []
+        if self.replay:
+            return derived
         for message in batch.out:  # in order; acknowledged before the batch's offsets commit
             sending = await self.topics[message.role].send(key=message.key, value=message.value)
             sent = asyncio.ensure_future(sending)  # Faust's is a future already: itself

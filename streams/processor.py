@@ -407,7 +407,7 @@ class Processor:
         """
         accepted = []
         for message in messages:
-            record = self._accept(message, decode_memory_event, "memory-writes", batch)
+            record = self._accept(message, decode_memory_event, batch)
             if record is not None:
                 accepted.append((message, record))
         return accepted
@@ -416,11 +416,12 @@ class Processor:
         self,
         message: Inbound,
         decode: Callable[[bytes, Limits], R],
-        role: str,
         batch: Batch,
     ) -> R | None:
-        """The decoded record, or None after sending the message to dead-letter (invalid) or
-        forwarding it under its memory's key (mis-keyed: a memory's events share a partition).
+        """The decoded record, or None after sending the message to dead-letter: invalid, or
+        keyed other than ``tenant_id/memory_id``. A memory's events must share a partition, and
+        forwarding a copy under the right key applied the event twice whenever the original
+        was read again (a redelivery after a crash, a replay into a new app id).
         """
         try:
             record = decode(message.value, self.limits)
@@ -433,9 +434,10 @@ class Processor:
         except Erased:
             batch.erased += 1  # erased since it was written: nothing of it is to be applied
             return None
-        key = record.key.encode()
-        if message.key != key:
-            batch.out.append(Outbound(role, key, message.value))
+        if message.key != record.key.encode():
+            given = None if message.key is None else message.key.decode("utf-8", "replace")
+            why = f"expected {record.key!r}: a memory's events are keyed tenant_id/memory_id"
+            batch.out.append(dead_letter(message, RecordError("key", given, why)))
             return None
         return record
 
@@ -575,7 +577,7 @@ class Processor:
         to a parked key are parked behind it. When the writes are caught up, an unknown memory's
         access goes to dead-letter. Malformed events always go to dead-letter.
         """
-        record = self._accept(message, decode_access, "access-events", batch)
+        record = self._accept(message, decode_access, batch)
         if record is None:
             return
         key = record.key.encode()

@@ -85,6 +85,14 @@ class WorkerSettings(SharedSettings):
         " another process ends a read-your-writes wait at the commit, so this bounds its wait;"
         " each commit is one small broker request (docs/benchmarks.md, 0.25 against 1 s)",
     )
+    replay: bool = Field(
+        False,
+        description="a replay of the log into a new app id (an audit, a check of the state"
+        " hash): every event is applied to this app's own tables and Milvus collection, and"
+        " nothing is produced: no audit or dead-letter record, no decision (those of the live"
+        " worker are in the log and are applied from it), no scheduled consolidation; a"
+        " consolidation request is skipped",
+    )
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
     metrics_host: str = Field("127.0.0.1", description="0.0.0.0 to be scraped from outside")
     metrics_port: int = Field(

@@ -39,6 +39,7 @@ class Stack:
     embedder: str = "hash"
     name: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:10]}")
     app_id: str = ""
+    replay: bool = False  # MNEMO_REPLAY: apply the topics, produce nothing
 
     def __post_init__(self) -> None:
         self.app_id = self.app_id or self.name
@@ -66,6 +67,7 @@ class Stack:
             "MNEMO_COMMIT_INTERVAL_S": "0.5",
             "MNEMO_LOG_LEVEL": os.environ.get("MNEMO_TEST_LOG_LEVEL", "info"),
             "MNEMO_METRICS_PORT": "0",  # workers run side by side: a test that scrapes picks a port
+            "MNEMO_REPLAY": "true" if self.replay else "false",
         }
 
     def create_topics(self) -> None:

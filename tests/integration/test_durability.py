@@ -25,6 +25,7 @@ from tests.integration.harness import (
     WorkerProcess,
     eventually,
     produce,
+    read_all,
     terminate,
     wait_for_http,
 )
@@ -254,11 +255,15 @@ def test_a_replay_has_the_live_state_hash_and_rebuild_restores_milvus(
         stack.tenants,
         name=stack.name,
         app_id=f"{stack.app_id}r",
+        replay=True,
     )
+    audited = len(read_all(stack.bootstrap, stack.topic("audit")))
     workers.append(again := WorkerProcess(replay).start())
     eventually(lambda: table_hash(replay) == live, 180, "the replay reached the live hash", again)
     again.stop()
     assert table_hash(replay) == live
+    # the replay produced nothing: the audit trail holds each decision once
+    assert len(read_all(stack.bootstrap, stack.topic("audit"))) == audited > 0
 
     rebuilt = run_cli(stack.env(), "rebuild", "--drop")  # the live collection, dropped and rebuilt
     assert rebuilt.splitlines()[0].startswith(f"rebuilt c_{stack.app_id}: 30 rows, 0 purged")

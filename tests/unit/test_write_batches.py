@@ -387,3 +387,28 @@ async def test_a_slow_access_sync_never_lands_after_a_rewrites_row(tmp_path: Pat
     await asyncio.gather(accesses, rewrite)
     assert store.stored[-1] == "beta fact"
     assert store.rows["acme/m1"].content == "beta fact"
+
+
+async def test_a_replay_applies_the_log_and_produces_nothing(tmp_path: Path) -> None:
+    """MNEMO_REPLAY: a replay into a new app id reads the topics the live worker writes. The
+    live worker's audit, dead letters and decisions are in the log already: produced again, the
+    audit trail held every event twice and the live worker applied the decisions again.
+    """
+    live, replay = Worker(tmp_path, Embedder({})), Worker(tmp_path, Embedder({}))
+    replay.worker.replay = True
+    batch = (MALFORMED, ("acme/other", newer("acme")[1]))  # invalid; mis-keyed
+    assert {role for role, _, _ in await live.writes(*batch)} == {"dead-letter"}
+    assert await replay.writes(*batch) == []
+    await stated_after_osaka(live, "acme")
+    decided = [(k, v) for role, k, v in await live.writes(newer("acme")) if role != "audit"]
+    assert [(k, v["decision"]) for k, v in decided] == [(b"acme/A", "supersede")]
+    await stated_after_osaka(replay, "acme")
+    assert await replay.writes(newer("acme")) == []  # the decision comes from the log
+    decision = [(k.decode(), orjson.dumps(v)) for k, v in decided]
+    await live.writes(*decision)
+    assert await replay.writes(*decision) == []
+    for key in ("acme/A", "acme/B"):
+        assert replay.worker.processor.state(key) == live.worker.processor.state(key)
+    state = replay.worker.processor.state("acme/A")
+    assert state is not None
+    assert state.superseded_by == "B"
