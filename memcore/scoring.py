@@ -156,6 +156,7 @@ def rank(candidates: Sequence[Candidate], at: datetime, params: RankParams) -> l
             for s, c in zip(base(candidates, at, policy), candidates, strict=True)
             if s.final >= policy.min_score
         ]
+        pairs.sort(key=lambda pair: pair[0].memory_id)  # MMR's ties go to the lower id
         kept = [s for s, _ in pairs]
         if policy.mmr_lambda is not None:
             kept = _with_mmr(kept, [c for _, c in pairs], policy.mmr_lambda)
@@ -249,7 +250,10 @@ def _zeph(candidates: Sequence[Candidate], at: datetime, policy: RecallPolicy) -
         relevance.append(
             Scored(c.memory_id, sim, kw, c.importance, age, graph, _penalised(c, value, policy))
         )
-    diversified = _with_mmr(relevance, candidates, policy.zeph_mmr_lambda)
+    by_id = sorted(range(len(candidates)), key=lambda i: candidates[i].memory_id)  # MMR's ties
+    diversified = _with_mmr(
+        [relevance[i] for i in by_id], [candidates[i] for i in by_id], policy.zeph_mmr_lambda
+    )
     tier_of = {c.memory_id: c.tier for c in candidates}
     out = []
     for s in diversified:

@@ -282,6 +282,7 @@ class Columns:
     mask: torch.Tensor
     pairwise: torch.Tensor | None  # [M, W, W] float32 candidate cosines of the M MMR requests
     mmr_rows: torch.Tensor  # [M] the rows of the MMR requests (zeph always diversifies)
+    id_rank: torch.Tensor  # [M, W] each MMR candidate's place in its request's id order (ties)
     weights: torch.Tensor  # [R, 5]: similarity, keyword, importance, recency, graph
     graph_weight: torch.Tensor
     graphrag: torch.Tensor
@@ -344,6 +345,9 @@ class Columns:
             pairwise=None if pairwise is None else pairwise.to(device),
             mmr_rows=torch.tensor(
                 [i for i, wanted in enumerate(mmr) if wanted], dtype=torch.long, device=device
+            ),
+            id_rank=t(
+                _id_ranks([r for r, wanted in zip(requests, mmr, strict=True) if wanted], width)
             ),
             weights=numbers[:, : len(_WEIGHTS)],
             graph_weight=by_name["graph_weight"],
@@ -621,7 +625,7 @@ def kernel(c: Columns) -> tuple[torch.Tensor, ...]:
             width = final.shape[1]
             pairwise = torch.zeros((rows.numel(), width, width), device=final.device)
         final = final.clone()
-        final[rows] = _mmr(final[rows], pairwise, c.mmr_lambda[rows])
+        final[rows] = _mmr(final[rows], pairwise, c.mmr_lambda[rows], c.id_rank)
     if ZEPH in kinds:
         bonus = c.importance_weight[:, None] * c.importance + torch.where(
             c.semantic, c.semantic_bonus[:, None], 0.0
@@ -641,10 +645,28 @@ def kernel(c: Columns) -> tuple[torch.Tensor, ...]:
     return sim, keyword, c.importance, recency, graph, final
 
 
-def _mmr(relevance: torch.Tensor, pairwise: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
-    """Greedy MMR on every row at once (as :func:`memcore.mmr`): each step picks, per row, the
-    remaining item maximising ``λ·relevance − (1−λ)·max cosine to those picked`` (ties to the
-    lower index) and records that value as its score. Items at -inf are never picked.
+_NO_RANK = torch.iinfo(torch.int64).max
+
+
+def _id_ranks(requests: Sequence[RankRequest], width: int) -> npt.NDArray[np.int64]:
+    """``[len(requests), width]``: each candidate's place in its request's ids in sorted order
+    (padding after them all), so that MMR breaks ties by memory id, not by where the store put
+    the candidate (the hot cache and Milvus give them in different orders).
+    """
+    ranks = np.full((len(requests), width), width, dtype=np.int64)
+    for row, request in enumerate(requests):
+        order = sorted(range(len(request.ids)), key=request.ids.__getitem__)
+        ranks[row, order] = np.arange(len(order))
+    return ranks
+
+
+def _mmr(
+    relevance: torch.Tensor, pairwise: torch.Tensor, lam: torch.Tensor, id_rank: torch.Tensor
+) -> torch.Tensor:
+    """Greedy MMR on every row at once (as :func:`memcore.mmr` over candidates in id order):
+    each step picks, per row, the remaining item maximising ``λ·relevance − (1−λ)·max cosine to
+    those picked`` (ties to the lower ``id_rank``) and records that value as its score. Items at
+    -inf are never picked.
     """
     remaining = torch.isfinite(relevance)
     rel = torch.where(remaining, relevance, 0.0)
@@ -657,7 +679,8 @@ def _mmr(relevance: torch.Tensor, pairwise: torch.Tensor, lam: torch.Tensor) -> 
         if not bool(live.any()):
             break
         value = torch.where(remaining, lam * rel - (1.0 - lam) * penalty, -math.inf)
-        best = value.argmax(dim=1)
+        tied = remaining & (value == value.max(dim=1, keepdim=True).values)
+        best = torch.where(tied, id_rank, _NO_RANK).argmin(dim=1)
         picked = value[rows, best]
         out[rows[live], best[live]] = picked[live]
         remaining[rows[live], best[live]] = False

@@ -107,6 +107,27 @@ def test_a_batch_of_some_presets_equals_the_scalar_reference(
         assert_same(got, rank(candidates, T0, params))
 
 
+@pytest.mark.parametrize("preset", [RecallPreset.MNEMOSTREAM, RecallPreset.ZEPH])
+def test_mmr_breaks_ties_by_id_whatever_order_the_store_gave(preset: RecallPreset) -> None:
+    """Two copies of one memory (one sentence in two scopes): which is shown and which is
+    penalised followed the order the hot cache or Milvus returned them in.
+    """
+    same = (1.0, 0.0, 0.0)
+    made = {
+        "a": Candidate("a", 0.9, 0.5, T0, T0, 48.0, vector=same),
+        "b": Candidate("b", 0.9, 0.5, T0, T0, 48.0, vector=same),
+        "z": Candidate("z", 0.2, 0.5, T0, T0, 48.0, vector=(0.0, 1.0, 0.0)),
+    }
+    params = RankParams(k=2, policy=RecallPolicy(preset=preset, mmr_lambda=0.6))
+    orders = [list(p) for p in itertools.permutations("abz")]
+    cases = [[made[m] for m in order] for order in orders]
+    kernel = rank_many([RankRequest.of(c, T0, params) for c in cases])
+    shown = {tuple(s.memory_id for s in got) for got in kernel}
+    assert shown == {tuple(s.memory_id for s in rank(c, T0, params)) for c in cases}
+    assert len(shown) == 1
+    assert next(iter(shown))[0] == "a"
+
+
 @pytest.mark.parametrize("use_faiss", [True, False])
 def test_similarity_is_the_exact_cosine_to_the_query(use_faiss: bool) -> None:
     """With a query vector, the store's similarity is replaced by the exact cosine (FAISS on the
