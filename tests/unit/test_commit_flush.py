@@ -224,6 +224,7 @@ async def test_the_records_a_batch_emits_are_waited_for_by_the_commit_flush() ->
     worker = SimpleNamespace(
         topics={"audit": Topic(), "dead-letter": Topic()},
         deliveries=exact,
+        replay=False,
         applied=None,
         services=SimpleNamespace(metrics=SimpleNamespace(emitted=lambda out: None)),
     )
