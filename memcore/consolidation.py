@@ -364,14 +364,18 @@ def to_events(
             )
             for s in decision.sources
         ]
+        t = decision.target
         retire: list[tuple[str, Event]] = [
-            (s, Retire(at, Lifecycle.DELETED, f"merged into {decision.target}", decision.target))
+            (s, Retire(at, Lifecycle.DELETED, f"merged into {t}", t, items[s].content_hash))
             for s in decision.sources
         ]
         return [*absorb, *retire]
     if decision.kind is DecisionKind.SUMMARISE:
         why = f"compressed into summary {decision.target}"
-        return [(s, Retire(at, Lifecycle.ARCHIVED, why, decision.target)) for s in decision.sources]
+        return [
+            (s, Retire(at, Lifecycle.ARCHIVED, why, decision.target, items[s].content_hash))
+            for s in decision.sources
+        ]
     if decision.kind is DecisionKind.PROMOTE:
         assert decision.to_tier is not None
         return [(decision.target, Promote(at, decision.to_tier, decision.reason))]

@@ -306,6 +306,9 @@ def _retire(state: MemoryState, event: Retire) -> Result:
     if _RETIRED_ORDER.index(event.to) < _RETIRED_ORDER.index(state.state):
         why = f"a {state.state} memory is not moved back to {event.to} ({event.reason})"
         return state, (Effect(EffectKind.IGNORED, why),)
+    if event.content_hash is not None and event.content_hash != state.content_hash:
+        why = f"rewritten with other words since it was planned ({event.reason})"
+        return state, (Effect(EffectKind.IGNORED, why),)
     new = dataclasses.replace(
         _retired(state, event.to, event),
         merged_into=event.merged_into or state.merged_into,

@@ -176,12 +176,18 @@ class Absorb:
 
 @dataclass(frozen=True)
 class Retire:
-    """Move a memory out of recall: archived (kept), forgotten (soft delete) or deleted (tombstone)."""
+    """Move a memory out of recall: archived (kept), forgotten (soft delete) or deleted (tombstone).
+
+    ``content_hash``: what the memory said when the decision was planned (consolidation's merges
+    and summaries); a memory rewritten with other words since is left as it is (its new words
+    are in no survivor or summary). None: retire whatever it says (a user's delete).
+    """
 
     at: datetime
     to: Lifecycle
     reason: str
     merged_into: str | None = None
+    content_hash: str | None = None
     position: Position | None = None
 
 

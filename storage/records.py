@@ -133,6 +133,7 @@ class DecisionV1(_Strict):
     importance: float = Field(0.0, ge=0.0, le=1.0)
     to: str | None = None
     merged_into: str | None = None
+    content_hash: str | None = Field(None, pattern="^[0-9a-f]{64}$")
     request_id: str | None = Field(None, max_length=128)
 
 
@@ -478,6 +479,8 @@ def decision_value(
         }
     elif isinstance(event, Retire):
         value |= {"decision": "retire", "to": event.to.value, "merged_into": event.merged_into}
+        if event.content_hash is not None:
+            value["content_hash"] = event.content_hash
     elif isinstance(event, Fade):
         value["decision"] = "fade"
     elif isinstance(event, Supersede):
@@ -513,7 +516,7 @@ def decode_decision(raw: bytes, limits: Limits, document: object = None) -> Deci
             if to is None:
                 raise RecordError("to", m.to, "expected archived, forgotten or deleted")
             merged = _id("merged_into", m.merged_into) if m.merged_into else None
-            event = Retire(m.at, to, m.reason, merged)
+            event = Retire(m.at, to, m.reason, merged, m.content_hash)
         elif m.decision == "fade":
             event = Fade(m.at, m.reason)
         elif m.decision == "supersede":

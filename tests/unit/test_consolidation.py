@@ -25,6 +25,7 @@ from memcore.consolidation import (
     greedy_groups,
     pairwise_neighbours,
 )
+from memcore.ids import content_hash
 
 from .helpers import T0, created, hours
 
@@ -141,14 +142,19 @@ def test_archive_sweep_and_purge() -> None:
 
 
 def test_merge_events_conserve_counters_through_the_reducer() -> None:
-    survivor = dataclasses.replace(created(0.3, memory_id="a"), access_count=1, recall_count=1)
-    dup = dataclasses.replace(created(0.6, memory_id="b"), access_count=4, recall_count=2)
+    same = content_hash("same")
+    survivor = dataclasses.replace(
+        created(0.3, memory_id="a"), access_count=1, recall_count=1, content_hash=same
+    )
+    dup = dataclasses.replace(
+        created(0.6, memory_id="b"), access_count=4, recall_count=2, content_hash=same
+    )
     states = {"a": survivor, "b": dup}
     items = {
         m: item(
             m,
             (1.0, 0.0),
-            content="same",
+            content=same,
             importance=s.importance,
             access_count=s.access_count,
             recall_count=s.recall_count,
@@ -194,6 +200,7 @@ def test_consolidating_twice_changes_nothing_the_second_time() -> None:
                 importance=s.importance,
                 tier=s.tier,
                 access_count=s.access_count,
+                content_hash=s.content_hash,
             )
             for i, (m, s) in enumerate(sorted(states.items()))
         ]

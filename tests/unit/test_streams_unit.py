@@ -33,7 +33,7 @@ from memcore import (
     Tier,
     resolve_importance,
 )
-from memcore.ids import derive_memory_id
+from memcore.ids import content_hash, derive_memory_id
 from storage import Document, Filters, Hit, MemoryRow, StorageError, codec
 from storage.changelogs import Tables as ChangelogTables
 from storage.milvus import ANY_STATE
@@ -592,6 +592,7 @@ def test_scheduled_consolidation_spreads_one_request_per_tenant() -> None:
     [
         Absorb(T, "m2", 3, 1, 2, 0.7, "merged"),
         Retire(T, Lifecycle.DELETED, "deleted through the API", "m3"),
+        Retire(T, Lifecycle.ARCHIVED, "compressed into s", "s", content_hash("Ann likes tea.")),
         Fade(T, "swept"),
         Supersede(T, "m9", "newer value"),
         Promote(T, Tier.SEMANTIC, "accessed often"),
@@ -638,6 +639,37 @@ def test_a_summary_keeps_the_highest_tier_of_its_sources() -> None:
         o for o in decision_records("acme", [summary], [x, y], T, None) if o.key == b"acme/s-1"
     ]
     assert decode_write(written.value, LIMITS).memory_type is Tier.SEMANTIC
+
+
+def test_a_source_rewritten_since_the_plan_is_not_merged_away() -> None:
+    """The plan reads rows that may lag the tables (Milvus, the hot cache): a duplicate
+    rewritten with new words meanwhile was deleted "as a duplicate", its new words in no memory.
+    """
+    t = Tables()
+    t.write(write_bytes(memory_id="a", content="Ann likes tea."), key=b"acme/a")
+    t.write(write_bytes(memory_id="b", content="Ann likes tea."), key=b"acme/b")
+    rows = [
+        make_row("acme", m, (1.0, 0.0, 0.0, 0.0), content="Ann likes tea.", created_at_us=us)
+        for m, us in (("a", 1_000_000), ("b", 2_000_000))
+    ]
+    request = ConsolidationRequest(("acme",), T, (Strategy.EXACT_DEDUP,), {}, False, None)
+    (merge,) = plan_tenant("acme", rows, request, Policy())
+    assert (merge.target, merge.sources) == ("a", ("b",))
+    t.write(write_bytes(memory_id="b", content="Ann likes coffee now."), key=b"acme/b")
+    for out in decision_records("acme", [merge], rows, T, None):
+        t.write(out.value, key=out.key)
+    rewritten = t.processor.state("acme/b")
+    assert rewritten is not None
+    assert rewritten.state is Lifecycle.ACTIVE
+    assert rewritten.content_hash == content_hash("Ann likes coffee now.")
+    t.write(write_bytes(memory_id="c", content="Ann likes tea."), key=b"acme/c")  # unchanged:
+    rows.append(make_row("acme", "c", (1.0, 0.0, 0.0, 0.0), content="Ann likes tea."))
+    (again,) = plan_tenant("acme", rows[::2], request, Policy())
+    for out in decision_records("acme", [again], rows, T, None):
+        t.write(out.value, key=out.key)
+    merged = t.processor.state("acme/c")
+    assert merged is not None
+    assert (merged.state, merged.merged_into) == (Lifecycle.DELETED, "a")  # merged as planned
 
 
 def test_summaries_keep_their_sources_scope_and_users_are_consolidated_apart() -> None:
