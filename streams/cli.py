@@ -159,10 +159,13 @@ def main(argv: list[str]) -> int:
     reports = asyncio.run(consolidate(settings, args))
     for report in reports:
         mode = "dry run" if report["dry_run"] else "applied"
-        print(f"{report['tenant_id']}: {len(report['decisions'])} decisions ({mode})")
+        total = report.get("decisions_total", len(report["decisions"]))
+        print(f"{report['tenant_id']}: {total} decisions ({mode})")
         for d in report["decisions"]:
             sources = f" <- {', '.join(d['sources'])}" if d["sources"] else ""
             print(f"  {d['kind']:<9} {d['target']}{sources}: {d['reason']}")
+        if report.get("truncated"):
+            print(f"  ... {total - len(report['decisions'])} more (each in its memory's history)")
     if not reports:
         print(f"no consolidation report within {args.wait:g} s", file=sys.stderr)
     return 0 if reports else 1

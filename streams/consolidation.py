@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 import orjson
 
@@ -89,10 +90,32 @@ def decision_records(
     return out
 
 
+REPORT_MAX_BYTES = 512 * 1024
+"""The most a report's decisions take as JSON: a large tenant's plan (6,000 archive decisions made
+1.1 MB) is past what Kafka takes in one record (1 MB by default), and the report was lost. The
+decisions past it are counted, not listed; each applied one has its memory's audit record."""
+
+
 def report(
     tenant_id: str, request: ConsolidationRequest, decisions: Sequence[Decision]
 ) -> Outbound:
-    """The audit record of one tenant's consolidation (the whole plan; applied unless dry run)."""
+    """The audit record of one tenant's consolidation (the plan, applied unless a dry run): its
+    decisions up to :data:`REPORT_MAX_BYTES`, ``decisions_total`` and ``truncated``.
+    """
+    listed: list[dict[str, Any]] = []
+    size = 0
+    for d in decisions:
+        entry = {
+            "kind": d.kind.value,
+            "target": d.target,
+            "sources": list(d.sources),
+            "reason": d.reason,
+            "to_tier": d.to_tier.value if d.to_tier else None,
+        }
+        size += len(orjson.dumps(entry)) + 1
+        if size > REPORT_MAX_BYTES:
+            break
+        listed.append(entry)
     value = {
         "v": 1,
         "kind": "consolidation",
@@ -100,16 +123,9 @@ def report(
         "request_id": request.request_id,
         "at": request.at.isoformat(),
         "dry_run": request.dry_run,
-        "decisions": [
-            {
-                "kind": d.kind.value,
-                "target": d.target,
-                "sources": list(d.sources),
-                "reason": d.reason,
-                "to_tier": d.to_tier.value if d.to_tier else None,
-            }
-            for d in decisions
-        ],
+        "decisions": listed,
+        "decisions_total": len(decisions),
+        "truncated": len(listed) < len(decisions),
     }
     return Outbound("audit", tenant_id.encode(), orjson.dumps(value))
 

@@ -63,7 +63,7 @@ from streams.app import (
     stored_rows,
     supersedable,
 )
-from streams.consolidation import decision_records, item_of, plan_tenant
+from streams.consolidation import decision_records, item_of, plan_tenant, report
 from streams.processor import Batch, Inbound, Processor, tenant_counts
 from streams.rebuild import ResyncMarker, catch_up, resync_on_failure, write_rows
 from tests.rows import make_row
@@ -947,3 +947,20 @@ def test_the_row_of_a_state_holding_more_tags_than_the_collection_takes_keeps_th
     )
     (row,), _ = t.processor.rows(["acme/m1"])
     assert (row.tags, row.relations) == (tags[16:], relations[16:])
+
+
+def test_a_large_plans_report_fits_in_one_kafka_record() -> None:
+    """6,000 archive decisions made a 1.1 MB report, past Kafka's 1 MB default: it was lost."""
+    decisions = [
+        Decision(DecisionKind.ARCHIVE, f"m-{i:032x}", (), "faded: importance 0.0123 after 2400 h")
+        for i in range(6_000)
+    ]
+    request = ConsolidationRequest(("acme",), T, tuple(Strategy), {}, False, "req-1")
+    out = report("acme", request, decisions)
+    value = orjson.loads(out.value)
+    assert len(out.value) < 1_000_000 - 1_000
+    assert (value["decisions_total"], value["truncated"]) == (6_000, True)
+    assert 0 < len(value["decisions"]) < 6_000
+    assert value["decisions"][0]["target"] == decisions[0].target  # in plan order
+    few = orjson.loads(report("acme", request, decisions[:3]).value)
+    assert (len(few["decisions"]), few["decisions_total"], few["truncated"]) == (3, 3, False)
