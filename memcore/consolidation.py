@@ -17,7 +17,16 @@ from enum import StrEnum
 from memcore.decay import sweep_archive_reason
 from memcore.ids import derive_memory_id
 from memcore.policy import Policy
-from memcore.state import MAX_SUMMARY_SOURCES, Absorb, Event, Fade, Promote, Purge, Retire
+from memcore.state import (
+    MAX_SUMMARY_SOURCES,
+    MAX_TAGS,
+    Absorb,
+    Event,
+    Fade,
+    Promote,
+    Purge,
+    Retire,
+)
 from memcore.types import Lifecycle, Tier
 from memcore.vectors import cosine
 
@@ -62,6 +71,7 @@ class Item:
             different scopes are never merged or summarised together.
         superseded: a newer memory has superseded it (``valid_to`` set, SPEC section 6): it is
             kept as it is for history and audit, never merged or summarised.
+        tags: the writer's tags (a merge's survivor takes its sources').
     """
 
     memory_id: str
@@ -80,6 +90,7 @@ class Item:
     session_ended: bool = False
     scope: tuple[str, str, str] = ("", "", "")
     superseded: bool = False
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -256,6 +267,8 @@ def _absorbed(target: Item, sources: Sequence[Item]) -> Item:
         recall_count=target.recall_count + sum(s.recall_count for s in sources),
         write_count=target.write_count + sum(s.write_count for s in sources),
         importance=max([target.importance, *(s.importance for s in sources)]),
+        last_access=max([target.last_access, *(s.last_access for s in sources)]),
+        tags=tuple(dict.fromkeys([*target.tags, *(t for s in sources for t in s.tags)]))[:MAX_TAGS],
     )
 
 
@@ -360,6 +373,8 @@ def to_events(
                     write_count=items[s].write_count,
                     importance=items[s].importance,
                     reason=decision.reason,
+                    last_access=items[s].last_access,
+                    tags=items[s].tags,
                 ),
             )
             for s in decision.sources

@@ -290,6 +290,8 @@ def _absorb(state: MemoryState, event: Absorb) -> Result:
         recall_count=state.recall_count + event.recall_count,
         write_count=state.write_count + event.write_count,
         importance=max(state.importance, event.importance),
+        last_access=max(state.last_access, event.last_access or state.last_access),
+        tags=tuple(dict.fromkeys((*state.tags, *event.tags)))[:MAX_TAGS],
         merged_from=(*state.merged_from, event.source),
     )
     return new, (Effect(EffectKind.ABSORBED, f"{event.reason}: {event.source}"),)

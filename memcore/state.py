@@ -162,6 +162,10 @@ class Absorb:
         source: id of the merged memory.
         access_count, recall_count, write_count: its counters, added to the survivor's.
         importance: its importance; the survivor keeps the larger.
+        last_access: its last access; the survivor keeps the later (a duplicate used yesterday
+            merged into one idle for months would otherwise leave it to fade). None: not known.
+        tags: its tags; the survivor's are kept and these added after them, up to ``MAX_TAGS``
+            (a recall filtered by a tag only the duplicate had would otherwise find neither).
     """
 
     at: datetime
@@ -171,6 +175,8 @@ class Absorb:
     write_count: int
     importance: float
     reason: str
+    last_access: datetime | None = None
+    tags: tuple[str, ...] = ()
     position: Position | None = None
 
 

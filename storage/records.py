@@ -131,6 +131,8 @@ class DecisionV1(_Strict):
     recall_count: int = Field(0, ge=0, le=MAX_COUNT)
     write_count: int = Field(0, ge=0, le=MAX_COUNT)
     importance: float = Field(0.0, ge=0.0, le=1.0)
+    last_access: AwareDatetime | None = None
+    tags: list[str] = Field(default_factory=list, max_length=MAX_TAGS)
     to: str | None = None
     merged_into: str | None = None
     content_hash: str | None = Field(None, pattern="^[0-9a-f]{64}$")
@@ -311,6 +313,19 @@ def decode_write(raw: bytes, limits: Limits, document: object = None) -> WriteRe
         raise RecordError(root, "<sealed>", exc.reason) from None
 
 
+def _tags(tags: Sequence[str]) -> tuple[str, ...]:
+    """``tags`` if each is 1-``MAX_TAG_CHARS`` bytes; else RecordError naming the first bad one."""
+    for i, tag in enumerate(tags):
+        if not tag or len(tag.encode("utf-8")) > MAX_TAG_CHARS:
+            raise RecordError(f"tags[{i}]", tag, f"expected 1-{MAX_TAG_CHARS} bytes (UTF-8)")
+    return tuple(tags)
+
+
+def _checked_time(field: str, at: datetime | None, limits: Limits) -> datetime | None:
+    """``at`` within the fixed bounds of an event time (1970 to 9000), or None."""
+    return None if at is None else check_time(field, at, None, limits)
+
+
 def _write_record(
     raw: bytes, limits: Limits, key_id: str | None, document: object = None
 ) -> WriteRecord:
@@ -329,9 +344,7 @@ def _write_record(
         tier = Tier.parse(m.memory_type) if m.memory_type is not None else None
     except InvalidField as exc:
         raise RecordError(exc.field, exc.value, exc.reason) from exc
-    for i, tag in enumerate(m.tags):
-        if not tag or len(tag.encode("utf-8")) > MAX_TAG_CHARS:
-            raise RecordError(f"tags[{i}]", tag, f"expected 1-{MAX_TAG_CHARS} bytes (UTF-8)")
+    _tags(m.tags)
     for name, value in (
         ("session_id", m.session_id),
         ("agent_id", m.agent_id),
@@ -477,6 +490,10 @@ def decision_value(
             "write_count": event.write_count,
             "importance": event.importance,
         }
+        if event.last_access is not None:
+            value["last_access"] = event.last_access.isoformat()
+        if event.tags:
+            value["tags"] = list(event.tags)
     elif isinstance(event, Retire):
         value |= {"decision": "retire", "to": event.to.value, "merged_into": event.merged_into}
         if event.content_hash is not None:
@@ -510,6 +527,8 @@ def decode_decision(raw: bytes, limits: Limits, document: object = None) -> Deci
                 m.write_count,
                 m.importance,
                 m.reason,
+                _checked_time("last_access", m.last_access, limits),
+                _tags(m.tags),
             )
         elif m.decision == "retire":
             to = Lifecycle(m.to) if m.to in ("archived", "forgotten", "deleted") else None

@@ -52,6 +52,7 @@ def item_of(row: MemoryRow) -> Item:
         write_count=row.write_count,
         scope=(row.agent_id or "", row.session_id or "", row.user_id or ""),
         superseded=row.valid_to_us != CURRENT or bool(row.superseded_by),
+        tags=tuple(row.tags),
     )
 
 

@@ -131,3 +131,20 @@ def test_consolidation_items_of_stored_rows_know_superseded_versions() -> None:
     current = make_row("acme", "lisbon", (1.0, 0.0))
     old = make_row("acme", "osaka", (1.0, 0.0), valid_to_us=to_us(T0), superseded_by="lisbon")
     assert (item_of(current).superseded, item_of(old).superseded) == (False, True)
+
+
+def test_a_survivor_is_not_archived_in_the_plan_that_merges_a_used_duplicate_into_it() -> None:
+    """The survivor (the oldest) idle 100 days, its exact duplicate used yesterday: the merge
+    carries the duplicate's last access, so the same plan's sweep leaves the survivor active.
+    """
+    old = stored("old", 0.4, Tier.EPISODIC, content="same words")
+    used = stored(
+        "used", 0.4, Tier.EPISODIC, content="same words",
+        created_at=T0 + hours(1), last_access=LATER - hours(24), access_count=1,
+    )  # fmt: skip
+    items = [as_item(old, (1.0, 0.0), "same words"), as_item(used, (1.0, 0.0), "same words")]
+    decisions = plan("t", items, LATER, POLICY, [Strategy.EXACT_DEDUP, Strategy.ARCHIVE])
+    assert [(d.kind, d.target) for d in decisions] == [(DecisionKind.MERGE, "old")]
+    states = {"old": old, "used": used}
+    carry_out(decisions, states, items, LATER)
+    assert (states["old"].state, states["old"].last_access) == (Lifecycle.ACTIVE, used.last_access)

@@ -414,3 +414,19 @@ def test_retire_still_moves_forward_from_archived_and_forgotten() -> None:
     assert deleted is not None
     assert (forgotten.state, deleted.state) == (Lifecycle.FORGOTTEN, Lifecycle.DELETED)
     assert [e.kind for e in effects] == [EffectKind.DELETED]
+
+
+def test_a_survivor_takes_the_later_last_access_and_the_tags_of_what_it_absorbs() -> None:
+    """A duplicate used yesterday merged into a copy idle for months left the survivor to fade,
+    and a recall filtered by a tag only the duplicate had found neither.
+    """
+    survivor = dataclasses.replace(created(0.3, memory_id="a"), tags=("work",))
+    used = T0 + hours(24 * 100)
+    merged, _ = apply(
+        survivor, Absorb(used, "b", 4, 2, 1, 0.6, "dup", used, ("work", "tea")), DEFAULT
+    )
+    assert merged is not None
+    assert (merged.last_access, merged.tags) == (used, ("work", "tea"))
+    older, _ = apply(survivor, Absorb(used, "c", 0, 0, 1, 0.1, "dup", T0 - hours(5)), DEFAULT)
+    assert older is not None
+    assert (older.last_access, older.tags) == (survivor.last_access, ("work",))

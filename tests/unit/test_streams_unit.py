@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import orjson
@@ -591,6 +591,7 @@ def test_scheduled_consolidation_spreads_one_request_per_tenant() -> None:
     "event",
     [
         Absorb(T, "m2", 3, 1, 2, 0.7, "merged"),
+        Absorb(T, "m2", 3, 1, 2, 0.7, "merged", T - timedelta(days=1), ("tea", "ann")),
         Retire(T, Lifecycle.DELETED, "deleted through the API", "m3"),
         Retire(T, Lifecycle.ARCHIVED, "compressed into s", "s", content_hash("Ann likes tea.")),
         Fade(T, "swept"),
