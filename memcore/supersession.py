@@ -129,8 +129,9 @@ _NEGATION = re.compile(r"\b(no longer|not|never|no)\b|n't\b")
 """Said of the subject ("Alice no longer lives in Osaka", "Bob doesn't work at Acme"): the
 statement denies a value and states none, so it supersedes nothing."""
 _PURPOSE = " for "
-"""Joins a value and what it is for ("prefers Python for backend work"): the purpose belongs to
-the attribute, so a preference for frontend work does not replace one for backend work."""
+"""Joins a preference and what it is for ("prefers Python for backend work"): the purpose belongs
+to the attribute, so a preference for frontend work does not replace one for backend work. Only
+for ``prefers``: "moved to Lisbon for work" is still a move."""
 _UPDATE_MARKER = re.compile(r"\b(now|currently|nowadays|these days|no longer|anymore)\b", re.I)
 _PAST = frozenset({"was", "were", "had", "did", "went", "said", "is", "are", "has", "have"})
 _VALUE_END = re.compile(r",|;| because | since | but | and | with | near | which | who ")
@@ -173,9 +174,11 @@ def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact
     value = _VALUE_END.split(padded[at + len(phrase) + 2 :], maxsplit=1)[0].strip()
     if not subject or not value or len(subject.split()) > 6 or _NEGATION.search(subject):
         return None
-    value, _, purpose = value.partition(_PURPOSE)
-    if purpose:
-        relation = f"{relation}{_PURPOSE}{purpose}"
+    if _NEGATION.match(value):  # "Alice's car is not a Prius": a copula's denial
+        return None
+    if relation == "prefers":
+        value, _, purpose = value.partition(_PURPOSE)
+        relation = f"{relation}{_PURPOSE}{purpose}" if purpose else relation
     return Fact(subject, relation, value)
 
 
@@ -223,12 +226,20 @@ def detect(
             continue
         if old_fact.value == new_fact.value:
             continue
-        reason = (
-            f"'{new_fact.subject} {new_fact.relation}': {new_fact.value!r} replaces "
-            f"{old_fact.value!r} (cosine {other.similarity:.3f})"
-        )
+        reason = f"{_named(new_fact.relation)} (cosine {other.similarity:.3f})"
         out.append(Supersession(older.memory_id, newer.memory_id, newer.at, reason))
     return out
+
+
+def _named(relation: str) -> str:
+    """The reason a supersession records, with no word of either memory in it: the reason goes
+    in the clear on the log and the audit, where an erasure cannot reach (README, "Erasure");
+    only the rule's own relation names (a fixed list) are shown.
+    """
+    base = relation.partition(_PURPOSE)[0]
+    if base in _RELATIONS or base in _COPULAS:
+        return f"a newer value of the same fact ('{base}')"
+    return "a newer value of the same fact (a statement of an update)"
 
 
 # -- the LLM path (SPEC section 6: "the LLM when configured") ---------------------------------------
@@ -279,14 +290,19 @@ def parse_llm_answer(
     numbers = parsed.get("replaces") if isinstance(parsed, dict) else None
     if not isinstance(numbers, list):
         return None
-    reason = parsed.get("reason")
-    why = reason.strip()[:200] if isinstance(reason, str) and reason.strip() else "no reason given"
+    # the answer's own "reason" is not kept: it quotes the memories, and the reason goes in the
+    # clear on the log and the audit, where an erasure cannot reach
     chosen = sorted(
         {n for n in numbers if isinstance(n, int) and not isinstance(n, bool)}
         & set(range(1, len(candidates) + 1))
     )
     return [
-        Supersession(candidates[n - 1].memory_id, new.memory_id, new.at, f"llm: {why}")
+        Supersession(
+            candidates[n - 1].memory_id,
+            new.memory_id,
+            new.at,
+            "llm: a newer value of the same fact",
+        )
         for n in chosen
     ]
 

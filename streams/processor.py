@@ -402,9 +402,7 @@ class Processor:
     def decode_writes(
         self, messages: Sequence[Inbound], batch: Batch
     ) -> list[tuple[Inbound, WriteRecord | DecisionRecord]]:
-        """Valid, correctly keyed writes and decisions; the rest become dead letters or re-keyed
-        forwards.
-        """
+        """Valid, correctly keyed writes and decisions; the rest become dead letters."""
         accepted = []
         for message in messages:
             record = self._accept(message, decode_memory_event, batch)
