@@ -338,25 +338,23 @@ def plan(
     return decisions
 
 
-def folded(items: Mapping[str, Item], decision: Decision) -> dict[str, Item]:
-    """``items`` (by id) as the reducer leaves them once ``decision`` is carried out, as far as a
-    later decision of the same plan reads them: a merge's survivor holds its sources' counters and
-    importance. Events for a plan's decisions are made in order, each from the items the
-    decisions before it leave: a survivor merged on into another memory passes on what it had
-    absorbed (from its original row, those counters were lost with it).
+def fold(items: dict[str, Item], decision: Decision) -> None:
+    """Update ``items`` (by id, in place) as the reducer leaves them once ``decision`` is carried
+    out, as far as a later decision of the same plan reads them: a merge's survivor holds its
+    sources' counters, importance, last access and tags. Events for a plan's decisions are made
+    in order, each from the items the decisions before it leave: a survivor merged on into
+    another memory passes on what it had absorbed (from its original row, those were lost).
     """
-    held = dict(items)
-    if decision.kind is DecisionKind.MERGE and decision.target in held:
-        sources = [held[s] for s in decision.sources if s in held]
-        held[decision.target] = _absorbed(held[decision.target], sources)
-    return held
+    if decision.kind is DecisionKind.MERGE and decision.target in items:
+        sources = [items[s] for s in decision.sources if s in items]
+        items[decision.target] = _absorbed(items[decision.target], sources)
 
 
 def to_events(
     decision: Decision, items: Mapping[str, Item], at: datetime
 ) -> list[tuple[str, Event]]:
     """The reducer events that carry out ``decision``, as ``(memory_id, event)`` pairs; ``items``
-    as the plan's earlier decisions leave them (:func:`folded`).
+    as the plan's earlier decisions leave them (:func:`fold`).
 
     A summary's own creation is a Write that the caller makes (it needs the summary's content and
     importance); this returns the archiving of its sources.

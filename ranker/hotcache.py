@@ -755,6 +755,12 @@ class HotCache:
                 total = self._lay(page, total, made, too_big)
                 if self._stop_preload.is_set():  # before asking for the next page
                     raise PreloadStoppedError
+            now = self.clock()
+            for tenant_id in made:
+                block = self._blocks.get(tenant_id)
+                if block is not None:
+                    with block.lock:
+                        self._await_unmet(tenant_id, block, now)
             if then is not None:
                 then()
             with self._guard:
@@ -852,17 +858,22 @@ class HotCache:
             for row in rows:
                 if not self._put(tenant_id, block, row):
                     block.dirty.setdefault(row.memory_id, now)
-            # the view may have told of a memory before the load began, its row not yet in
-            # Milvus when the load read (the worker writes its table first): on_change ignored
-            # it then (the tenant was not held), so it is awaited here
-            for memory_id in list(self.ids_of(tenant_id)):
-                if not block.holds(memory_id) and self._awaited(tenant_id, memory_id):
-                    block.dirty.setdefault(memory_id, now)
+            self._await_unmet(tenant_id, block, now)
         self.loads += 1
         with self._guard:
             self._cold.pop(tenant_id, None)
             self._evict(keep={tenant_id})
         return block
+
+    def _await_unmet(self, tenant_id: str, block: _Block, now: float) -> None:
+        """Mark dirty the memories the view holds live that a load or a pass laid no row of
+        (block lock held): the view may have told of one before the tenant was held, its row not
+        yet in Milvus when it was read (the worker writes its table first), and on_change
+        ignored it then.
+        """
+        for memory_id in list(self.ids_of(tenant_id)):
+            if not block.holds(memory_id) and self._awaited(tenant_id, memory_id):
+                block.dirty.setdefault(memory_id, now)
 
     def _refresh(self, tenant_id: str, block: _Block) -> None:
         """Re-read the block's dirty ids from Milvus (rows there now replace the block's; ids
@@ -870,6 +881,10 @@ class HotCache:
         """
         with block.lock:
             wanted = self._due(block)
+            retry_at = self.clock() + LATE_RETRY_S
+            for memory_id, since in wanted.items():
+                if since == _LATE:  # looked for again in LATE_RETRY_S, whatever this read gives
+                    block.late[memory_id] = retry_at
         if not wanted:
             return
         found = self.store.get(tenant_id, list(wanted))

@@ -24,7 +24,7 @@ from memcore import (
     plan,
     to_events,
 )
-from memcore.consolidation import Neighbours, folded, summarise
+from memcore.consolidation import Neighbours, fold, summarise
 from memcore.ids import content_hash
 from memcore.state import Access, Event, Write
 from storage import MemoryRow, from_us
@@ -87,7 +87,7 @@ def decision_records(
             out.append(_summary(tenant_id, decision, by_id, items, at, request_id))
         for memory_id, event in to_events(decision, items, at):
             out.append(_decision(tenant_id, memory_id, event, request_id))
-        items = folded(items, decision)
+        fold(items, decision)
     return out
 
 

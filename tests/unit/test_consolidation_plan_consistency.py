@@ -20,7 +20,7 @@ from memcore import (
     plan,
     to_events,
 )
-from memcore.consolidation import folded
+from memcore.consolidation import fold
 from storage import Document, MemoryRow
 from storage.rows import to_us
 from streams.consolidation import item_of
@@ -58,7 +58,7 @@ def carry_out(
             assert new is not None
             states[memory_id] = new
             kinds.extend(e.kind for e in effects)
-        by_id = folded(by_id, decision)  # as the worker's decision_records does
+        fold(by_id, decision)  # as the worker's decision_records does
     return kinds
 
 

@@ -219,6 +219,45 @@ def test_a_row_landing_after_the_give_up_is_taken_while_the_view_holds_it_live()
     assert store.reads == reads
 
 
+def test_a_memory_told_of_before_a_preload_laid_its_tenant_is_awaited_too() -> None:
+    """The same race as a load's, through the preload's pass (MNEMO_HOT_CACHE_FILL=milvus, and
+    the fallback when the changelogs cannot be read).
+    """
+    a = row("a", 0.5, 0.5)
+    store, view, cache, _ = setup(a)
+    view["a"] = live(a)
+    new = row("n", 1.0)
+    view["n"] = live(new)
+    cache.on_change("acme", "n", view["n"])  # not held: ignored
+    cache.preload()  # Milvus has no row of n yet
+    assert not cache.ready("acme", RECALL)
+    store.put(new)
+    assert ids(cache) == ["n", "a"]
+
+
+def test_a_late_id_is_looked_for_every_retry_even_while_milvus_fails() -> None:
+    """While Milvus was down, every search of a held tenant with a late id read Milvus (and
+    failed), where it had been served from memory.
+    """
+    a = row("a", 0.5, 0.5)
+    store, view, cache, clock = setup(a)
+    assert ids(cache) == ["a"]
+    view["late"] = live(row("late", 1.0))
+    cache.on_change("acme", "late", view["late"])
+    clock.now += DIRTY_GIVE_UP_S + 1
+    assert ids(cache) == ["a"]  # given up for now
+    clock.now += LATE_RETRY_S
+
+    def down(*_args: object, **_kw: object) -> dict[str, MemoryRow]:
+        raise StorageError("get", "down", retriable=True)
+
+    store.get = down  # type: ignore[method-assign]
+    with pytest.raises(StorageError):
+        ids(cache)  # due: looked for, and Milvus fails
+    assert cache.ready("acme", RECALL)  # not due again for LATE_RETRY_S
+    assert ids(cache) == ["a"]
+
+
 def test_rows_read_from_milvus_take_the_views_newer_state() -> None:
     a = row("a", 1.0, state="archived")
     _, view, cache, _ = setup(a)
