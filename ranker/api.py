@@ -16,6 +16,7 @@ validation error is a 422 whose ``field`` names the path (``memories[3].tags[2]`
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -25,7 +26,7 @@ from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import AwareDatetime, ConfigDict, Field, StrictBool
+from pydantic import AwareDatetime, BeforeValidator, ConfigDict, Field, StrictBool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from memcore import InvalidField, Tier
@@ -51,6 +52,7 @@ from ranker.wire import (
     TextBody,
     json_response,
     memory_json,
+    scope_filter,
     session_of,
     tokens,
     under,
@@ -69,6 +71,17 @@ from storage.tenant_log import TenantLog
 from storage.tenants import Tenant, Tenants
 
 log = logging.getLogger(__name__)
+
+
+def _iso_only(value: object) -> object:
+    """A time given as text (ISO 8601), as a write's is: a number was read as Unix seconds."""
+    if isinstance(value, int | float):
+        msg = "expected an ISO 8601 time with its timezone, not a number"
+        raise ValueError(msg)
+    return value
+
+
+IsoTime = Annotated[AwareDatetime, BeforeValidator(_iso_only)]
 
 
 class RecallFilters(TextBody):
@@ -102,7 +115,7 @@ class RecallBody(TextBody):
     mmr_lambda: float | None = Field(None, ge=0, le=1)
     min_score: float | None = None
     graphrag: StrictBool | None = None
-    at: AwareDatetime | None = Field(
+    at: IsoTime | None = Field(
         None,
         description="as-of time: only memories written by then, in the versions valid then, scored"
         " at that time (importance, counters and the lifecycle state are today's: the service"
@@ -167,7 +180,7 @@ class WriteBody(Body):
 class AccessBody(Body):
     memory_ids: list[str] = Field(min_length=1, max_length=1000)
     kind: Literal["recall", "get", "explicit"] = "explicit"
-    at: AwareDatetime | None = None
+    at: IsoTime | None = None
 
 
 def create_api(
@@ -254,7 +267,7 @@ def create_api(
 
     async def archive_search(body: RecallBody, who: Auth) -> Response:
         untracked = body.model_copy(update={"track": False})
-        return await _search(service, untracked, who, ("archived",), limits)
+        return await _search(service, untracked, who, ARCHIVED_ONLY, limits)
 
     for path, endpoint in (("/v1/recall", recall), ("/v1/archive/search", archive_search)):
         api.router.add_api_route(
@@ -424,6 +437,8 @@ def _query(body: RecallBody, who: Tenant, states: tuple[str, ...], limits: Limit
     if body.query is None and body.vector is None:
         raise InvalidField("query", None, "give a query text or a vector")
     policy = _policy(body, who)
+    if states == ARCHIVED_ONLY:  # what the sweep archived has faded: soft-deleted, none shows
+        policy = dataclasses.replace(policy, soft_delete_below=0.0)
     f = body.filters
     now = datetime.now(UTC)  # the edge reads the clock; memcore gets the time
     at = body.at or now
@@ -435,9 +450,11 @@ def _query(body: RecallBody, who: Tenant, states: tuple[str, ...], limits: Limit
         created_to_inclusive_us=to_us(body.at) if body.at is not None else None,
         tiers=tuple(Tier.parse(t, "filters.memory_types").value for t in f.memory_types),
         tags_any=tuple(f.tags),
-        session_id=session_of(f.session_id, f.run_id, "filters.run_id"),
-        agent_id=f.agent_id,
-        user_id=f.user_id,
+        session_id=scope_filter(
+            "filters.session_id", session_of(f.session_id, f.run_id, "filters.run_id")
+        ),
+        agent_id=scope_filter("filters.agent_id", f.agent_id),
+        user_id=scope_filter("filters.user_id", f.user_id),
         created_from_us=to_us(f.created_from) if f.created_from else None,
         created_to_us=to_us(f.created_to) if f.created_to else None,
     )
@@ -463,12 +480,23 @@ def _policy(body: RecallBody, who: Tenant) -> RecallPolicy:
     if not overrides:
         return who.policy.recall
     try:
-        return who.policy.with_overrides({"recall": overrides}).recall
+        policy = who.policy.with_overrides({"recall": overrides}).recall
     except InvalidField as exc:
         field = exc.field.removeprefix(_OVERRIDES)
         raise InvalidField(field, exc.value, exc.reason) from exc
+    unused = {
+        RecallPreset.ZEPH: ("weights", "mmr_lambda"),
+        RecallPreset.POWERMEM: ("weights",),
+    }.get(policy.preset, ())
+    for name in unused:  # accepted and ignored, a request would not know its answer ignored it
+        if getattr(body, name) is not None:
+            why = f"the {policy.preset.value} preset does not use it (SPEC section 6)"
+            raise InvalidField(name, getattr(body, name), why)
+    return policy
 
 
+ARCHIVED_ONLY = ("archived",)
+"""The states archive search serves."""
 _OVERRIDES = "policy.recall."
 """Where the policy names a recall override's field; the body names it without this."""
 

@@ -23,7 +23,7 @@ from ranker.history import AuditLog
 from ranker.listing import decode_cursor
 from ranker.problems import CONFLICT, NOT_FOUND
 from ranker.service import RecallService
-from ranker.wire import Auth, Body, memory_json, session_of, tokens
+from ranker.wire import Auth, Body, memory_json, scope_filter, session_of, tokens
 from storage import Filters, MemoryRow, from_us, to_us
 from storage.records import MAX_NAME_BYTES, Limits, RecordError, checked_write
 
@@ -269,10 +269,10 @@ def _listing(api: FastAPI, service: RecallService) -> None:
         state: Annotated[list[States] | None, Query()] = None,
         memory_type: Annotated[list[str] | None, Query()] = None,
         tag: Annotated[list[str] | None, Query()] = None,
-        agent_id: Annotated[str | None, Query(max_length=256)] = None,
-        session_id: Annotated[str | None, Query(max_length=256)] = None,
-        run_id: Annotated[str | None, Query(max_length=256)] = None,
-        user_id: Annotated[str | None, Query(max_length=256)] = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        run_id: str | None = None,
+        user_id: str | None = None,
         include_history: bool = False,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
         cursor: Annotated[str | None, Query(max_length=512)] = None,
@@ -284,6 +284,9 @@ def _listing(api: FastAPI, service: RecallService) -> None:
         %-escapes are not UTF-8 is a 422 naming it (decoded, it would name another user or tag).
         """
         _check_query_utf8(request)
+        scopes = {"agent_id": agent_id, "session_id": session_id, "run_id": run_id}
+        for name, value in {**scopes, "user_id": user_id}.items():
+            scope_filter(name, value)
         session = session_of(session_id, run_id, "run_id")
         filters = _list_filters(
             state,

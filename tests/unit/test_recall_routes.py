@@ -84,3 +84,62 @@ async def test_both_recall_routes_list_history_in_time_order(
     assert history.status_code == current.status_code == 200, history.text
     assert [r["memory_id"] for r in history.json()["results"]] == ["old", "new"]
     assert [r["memory_id"] for r in current.json()["results"]] == ["new", "old"]
+
+
+async def test_archive_search_under_zeromemory_finds_what_the_sweep_archived(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The sweep archives below an effective importance of 0.05, zeromemory's soft-delete line:
+    archive search under that preset returned none of what it archived.
+    """
+    produced = Produced()
+    service, client = service_and_client(produced)
+    swept = make_row("acme", "old", (1.0, 0.0, 0.0, 0.0), state="archived", importance=0.04)
+
+    def candidates(tenant_id: str, vector: object, query: RecallQuery) -> list[Candidate]:
+        return [Candidate(swept, 1.0, None)]
+
+    monkeypatch.setattr(service, "_candidates", candidates)
+    body = {"vector": [1, 0, 0, 0], "preset": "zeromemory"}
+    await service.start()
+    try:
+        async with client as http:
+            archive = await http.post("/v1/archive/search", json=body, headers=AUTH)
+            recall = await http.post("/v1/recall", json={**body, "track": False}, headers=AUTH)
+    finally:
+        await service.stop()
+    assert [r["memory_id"] for r in archive.json()["results"]] == ["old"]
+    assert recall.json()["results"] == []  # recall keeps the preset's soft delete
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"preset": "zeph", "weights": {"recency": 0.5}}, "weights"),
+        ({"preset": "zeph", "mmr_lambda": 0.2}, "mmr_lambda"),
+        ({"preset": "powermem", "weights": {"similarity": 1.0}}, "weights"),
+        ({"filters": {"user_id": "é" * 200}}, "filters.user_id"),  # 400 bytes
+        ({"filters": {"run_id": "x" * 300}}, "filters.session_id"),
+        ({"at": 1772366400}, "at"),  # a number: read as Unix seconds
+    ],
+)
+async def test_a_recall_parameter_the_answer_would_ignore_or_a_write_refuses_is_a_422(
+    extra: dict[str, object], field: str
+) -> None:
+    produced = Produced()
+    service, client = service_and_client(produced)
+    await service.start()
+    try:
+        async with client as http:
+            body = {"vector": [1, 0, 0, 0], "track": False, **extra}
+            reply = await http.post("/v1/recall", json=body, headers=AUTH)
+            listed = await http.get("/v1/memories", params={"user_id": "é" * 200}, headers=AUTH)
+            access = await http.post(
+                "/v1/access", json={"memory_ids": ["m0"], "at": 1772366400}, headers=AUTH
+            )
+    finally:
+        await service.stop()
+    assert (reply.status_code, reply.json()["field"]) == (422, field), reply.text
+    assert (listed.status_code, listed.json()["field"]) == (422, "user_id"), listed.text
+    assert (access.status_code, access.json()["field"]) == (422, "at"), access.text
+    assert not produced.values
