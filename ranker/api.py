@@ -74,8 +74,11 @@ log = logging.getLogger(__name__)
 
 
 def _iso_only(value: object) -> object:
-    """A time given as text (ISO 8601), as a write's is: a number was read as Unix seconds."""
-    if isinstance(value, int | float):
+    """A time given as ISO 8601 text, as a write's is: a number, or text of digits alone, was
+    read as Unix seconds.
+    """
+    digits = isinstance(value, str) and value.strip().lstrip("+-").isdigit()
+    if digits or isinstance(value, int | float):
         msg = "expected an ISO 8601 time with its timezone, not a number"
         raise ValueError(msg)
     return value
@@ -91,8 +94,8 @@ class RecallFilters(TextBody):
     run_id: str | None = Field(None, description="the same as session_id (mem0's name)")
     agent_id: str | None = None
     user_id: str | None = None
-    created_from: AwareDatetime | None = None
-    created_to: AwareDatetime | None = None
+    created_from: IsoTime | None = None
+    created_to: IsoTime | None = None
 
 
 class Weights(Body):

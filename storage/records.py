@@ -235,6 +235,17 @@ def _first_error(exc: ValidationError) -> RecordError:
     return RecordError(path or "$", err.get("input"), err["msg"])
 
 
+_TIMES = ("at", "last_access")
+"""The fields of records that hold an event time."""
+
+
+def _iso_text(value: object) -> bool:
+    """``value`` may be a time as ISO 8601 text (or null): not a number, nor digits alone."""
+    if value is None:
+        return True
+    return isinstance(value, str) and not value.strip().lstrip("+-").isdigit()
+
+
 def _model(model: type[M], raw: bytes, document: object = None) -> M:
     """``raw`` validated as ``model``; ``document`` is ``raw`` parsed, when the caller has it."""
     if document is None:
@@ -245,6 +256,9 @@ def _model(model: type[M], raw: bytes, document: object = None) -> M:
         raise RecordError("v", document.get("v"), f"unsupported version; expected {VERSION}")
     # before pydantic's parser, which names no field (metadata is the one field that nests)
     _check_depth("metadata", document.get("metadata"), MAX_METADATA_DEPTH)
+    for name in _TIMES:  # pydantic reads a number, or text of digits, as Unix seconds
+        if name in document and not _iso_text(document[name]):
+            raise RecordError(name, document[name], "expected an ISO 8601 time, not a number")
     try:
         return model.model_validate_json(raw)  # JSON-mode strictness: ISO times, no coercion
     except ValidationError as exc:

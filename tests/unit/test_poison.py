@@ -166,6 +166,8 @@ POISON = [
     ("NUL in session_id", write(agent_id="a", session_id="b\x00"), "session_id"),
     ("NUL in agent_id", write(agent_id="a\x00b"), "agent_id"),
     ("NUL in user_id", write(user_id="bob\x00"), "user_id"),
+    ("a time of digits only", write(at="1772366400"), "at"),  # read as Unix seconds
+    ("a time given as a number", write(at=1772366400), "at"),
     ("version given as true", write(v=True), "v"),
     ("version given as 1.0", write(v=1.0), "v"),
     ("newline ending the id", write(memory_id="m1\n"), "memory_id"),

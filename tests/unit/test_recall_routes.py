@@ -121,6 +121,8 @@ async def test_archive_search_under_zeromemory_finds_what_the_sweep_archived(
         ({"filters": {"user_id": "é" * 200}}, "filters.user_id"),  # 400 bytes
         ({"filters": {"run_id": "x" * 300}}, "filters.session_id"),
         ({"at": 1772366400}, "at"),  # a number: read as Unix seconds
+        ({"at": "1772366400"}, "at"),
+        ({"filters": {"created_from": "1772366400"}}, "filters.created_from"),
     ],
 )
 async def test_a_recall_parameter_the_answer_would_ignore_or_a_write_refuses_is_a_422(
