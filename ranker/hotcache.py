@@ -853,6 +853,8 @@ class HotCache:
                     del self._blocks[tenant_id]
                 self._partial.add(tenant_id)  # rows written meanwhile went with the block
             raise
+        if len(rows) >= self.tenant_max and self._grown(tenant_id):
+            return None
         now = self.clock()
         with block.lock:
             for row in rows:
@@ -864,6 +866,17 @@ class HotCache:
             self._cold.pop(tenant_id, None)
             self._evict(keep={tenant_id})
         return block
+
+    def _grown(self, tenant_id: str) -> bool:
+        """A load's read came back at the limit (Milvus reads at most 16,384 rows, the most
+        ``tenant_max`` may be): when the tenant has grown past it since it was counted, the
+        block would be cut there and hide the rows left out, so Milvus answers it (True).
+        """
+        if self.store.count(tenant_id, ANY_STATE) <= self.tenant_max:
+            return False
+        with self._guard:
+            self._go_cold(tenant_id)
+        return True
 
     def _await_unmet(self, tenant_id: str, block: _Block, now: float) -> None:
         """Mark dirty the memories the view holds live that a load or a pass laid no row of

@@ -625,6 +625,17 @@ def test_a_tenant_written_past_the_tenant_limit_leaves_the_cache_for_milvus() ->
     assert cache.rows == 0
 
 
+def test_a_tenant_grown_past_the_limit_between_its_count_and_its_read_is_not_held_cut() -> None:
+    """The load counts, then reads at most the limit: a write in between made a block cut at
+    the limit, and the hot path missed the rows left out.
+    """
+    store, cache = sole_writer_setup(*(row(f"m{i}", 1.0) for i in range(5)), tenant_max=4)
+    counts = iter([4, 5])  # counted before a write, then after it
+    store.count = lambda *_a, **_k: next(counts)  # type: ignore[method-assign]
+    assert found(cache, "acme") is None  # the caller searches Milvus
+    assert cache.rows == 0
+
+
 def test_writes_to_held_tenants_past_the_total_limit_drop_the_least_recently_searched() -> None:
     store, cache = sole_writer_setup(
         *(make_row(t, f"{t}-0", [1.0, 0, 0, 0]) for t in ("t1", "t2", "t3")), total_max=4
