@@ -492,9 +492,11 @@ def _policy(body: RecallBody, who: Tenant) -> RecallPolicy:
         RecallPreset.POWERMEM: ("weights",),
     }.get(policy.preset, ())
     for name in unused:  # accepted and ignored, a request would not know its answer ignored it
-        if getattr(body, name) is not None:
+        given = getattr(body, name)
+        if given is not None:
+            shown = given.model_dump(exclude_none=True) if isinstance(given, Weights) else given
             why = f"the {policy.preset.value} preset does not use it (SPEC section 6)"
-            raise InvalidField(name, getattr(body, name), why)
+            raise InvalidField(name, shown, why)
     return policy
 
 

@@ -146,6 +146,7 @@ def _get_and_delete(api: FastAPI, service: RecallService) -> None:
         _check_utf8(request, b"/v1/users/", "user_id")
         if not user_id or len(user_id.encode("utf-8")) > MAX_NAME_BYTES:
             raise InvalidField("user_id", user_id, f"expected 1-{MAX_NAME_BYTES} bytes (UTF-8)")
+        scope_filter("user_id", user_id)
         await service.wait(tokens(after))
         ids = await service.user_memories(who.tenant_id, user_id)
         token, keys = await service.erase(who.tenant_id, ids, datetime.now(UTC))

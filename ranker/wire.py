@@ -337,12 +337,14 @@ def session_of(session_id: str | None, run_id: str | None, field: str) -> str | 
 
 
 def scope_filter(field: str, value: str | None) -> str | None:
-    """A scope filter (``agent_id``, ``session_id``/``run_id``, ``user_id``) within the
-    ``MAX_NAME_BYTES`` bytes a write may give it, else RecordError naming ``field``: every route
+    """A scope filter (``agent_id``, ``session_id``/``run_id``, ``user_id``) as a write may give
+    it: ``MAX_NAME_BYTES`` bytes at most and no NUL, else RecordError naming ``field``. Every route
     reads the same limit (the list route counted characters, recall none).
     """
     if value is not None and len(value.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
         raise RecordError(field, value, f"over {MAX_NAME_BYTES} bytes (UTF-8)")
+    if value is not None and "\x00" in value:  # no write holds one; kept out of Milvus's filter
+        raise RecordError(field, value, "a NUL character (U+0000)")
     return value
 
 

@@ -56,7 +56,9 @@ async def delete(service: Erasing, raw: str) -> httpx.Response:
         return await http.delete(f"/v1/users/{raw}", headers={"Authorization": f"Bearer {KEY}"})
 
 
-@pytest.mark.parametrize("raw", ["%E9", "%FF", "%ED%A0%80", "ok%C3"])
+@pytest.mark.parametrize(
+    "raw", ["%E9", "%FF", "%ED%A0%80", "ok%C3", "bob%00"]
+)  # NUL: no write has it
 async def test_a_user_id_that_is_not_utf8_is_refused_and_nobody_is_erased(raw: str) -> None:
     service = Erasing()
     reply = await delete(service, raw)
@@ -73,3 +75,13 @@ async def test_a_utf8_user_id_is_erased_as_written(raw: str, user: str) -> None:
     assert reply.status_code == 200, reply.text
     assert service.users == [user]
     assert reply.json()["user_id"] == user
+
+
+async def test_a_user_id_holding_a_nul_is_refused() -> None:
+    """No write holds a NUL in its user_id (it joins a derived id's parts): the erase would
+    reach Milvus's filter with it and erase nobody.
+    """
+    service = Erasing()
+    reply = await delete(service, "bob%00")
+    assert (reply.status_code, reply.json()["field"]) == (422, "user_id"), reply.text
+    assert service.users == []

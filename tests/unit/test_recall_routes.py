@@ -120,6 +120,7 @@ async def test_archive_search_under_zeromemory_finds_what_the_sweep_archived(
         ({"preset": "powermem", "weights": {"similarity": 1.0}}, "weights"),
         ({"filters": {"user_id": "é" * 200}}, "filters.user_id"),  # 400 bytes
         ({"filters": {"run_id": "x" * 300}}, "filters.session_id"),
+        ({"filters": {"user_id": "bob\x00"}}, "filters.user_id"),
         ({"at": 1772366400}, "at"),  # a number: read as Unix seconds
         ({"at": "1772366400"}, "at"),
         ({"filters": {"created_from": "1772366400"}}, "filters.created_from"),
@@ -142,6 +143,7 @@ async def test_a_recall_parameter_the_answer_would_ignore_or_a_write_refuses_is_
     finally:
         await service.stop()
     assert (reply.status_code, reply.json()["field"]) == (422, field), reply.text
+    assert "Weights(" not in reply.json()["detail"]  # the value as the body gave it
     assert (listed.status_code, listed.json()["field"]) == (422, "user_id"), listed.text
     assert (access.status_code, access.json()["field"]) == (422, "at"), access.text
     assert not produced.values
