@@ -52,6 +52,16 @@ class RecallPreset(StrEnum):
     ZEPH = "zeph"
     POWERMEM = "powermem"
 
+    @property
+    def ignores(self) -> tuple[str, ...]:
+        """The recall settings this formula does not read: ``zeph`` and ``powermem`` take no
+        weights, and ``zeph`` diversifies with its own λ (``zeph_mmr_lambda``), not ``mmr_lambda``.
+        """
+        return {
+            RecallPreset.ZEPH: ("weights", "mmr_lambda"),
+            RecallPreset.POWERMEM: ("weights",),
+        }.get(self, ())
+
 
 def _parse_enum(kind: type[E], field_name: str, value: object) -> E:
     if isinstance(value, kind):
@@ -365,6 +375,13 @@ class RecallPolicy:
                 " turns the factor of a memory of importance 0 negative: its better matches"
                 " would rank lower)",
             )
+
+    def for_archive(self) -> RecallPolicy:
+        """The policy archive search scores with: no soft delete. What the sweep archived has
+        faded under 0.05, ``zeromemory``'s soft-delete line, and archived memories stay
+        searchable through the archive API (SPEC sections 1 and 7).
+        """
+        return dataclasses.replace(self, soft_delete_below=0.0)
 
     @property
     def scores_keywords(self) -> bool:

@@ -16,7 +16,6 @@ validation error is a 422 whose ``field`` names the path (``memories[3].tags[2]`
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -52,7 +51,6 @@ from ranker.wire import (
     TextBody,
     json_response,
     memory_json,
-    scope_filter,
     session_of,
     tokens,
     under,
@@ -64,8 +62,10 @@ from storage.records import (
     RecordError,
     check_time,
     checked_access,
+    checked_scope,
     checked_vector,
     checked_write,
+    iso_text,
 )
 from storage.tenant_log import TenantLog
 from storage.tenants import Tenant, Tenants
@@ -74,11 +74,10 @@ log = logging.getLogger(__name__)
 
 
 def _iso_only(value: object) -> object:
-    """A time given as ISO 8601 text, as a write's is: a number, or text of digits alone, was
-    read as Unix seconds.
+    """A time as the log's records take it (:func:`storage.records.iso_text`): a number, or text
+    of digits alone, was read as Unix seconds.
     """
-    digits = isinstance(value, str) and value.strip().lstrip("+-").isdigit()
-    if digits or isinstance(value, int | float):
+    if not (iso_text(value) or isinstance(value, datetime)):
         msg = "expected an ISO 8601 time with its timezone, not a number"
         raise ValueError(msg)
     return value
@@ -440,8 +439,8 @@ def _query(body: RecallBody, who: Tenant, states: tuple[str, ...], limits: Limit
     if body.query is None and body.vector is None:
         raise InvalidField("query", None, "give a query text or a vector")
     policy = _policy(body, who)
-    if states == ARCHIVED_ONLY:  # what the sweep archived has faded: soft-deleted, none shows
-        policy = dataclasses.replace(policy, soft_delete_below=0.0)
+    if states == ARCHIVED_ONLY:
+        policy = policy.for_archive()
     f = body.filters
     now = datetime.now(UTC)  # the edge reads the clock; memcore gets the time
     at = body.at or now
@@ -453,11 +452,11 @@ def _query(body: RecallBody, who: Tenant, states: tuple[str, ...], limits: Limit
         created_to_inclusive_us=to_us(body.at) if body.at is not None else None,
         tiers=tuple(Tier.parse(t, "filters.memory_types").value for t in f.memory_types),
         tags_any=tuple(f.tags),
-        session_id=scope_filter(
+        session_id=checked_scope(
             "filters.session_id", session_of(f.session_id, f.run_id, "filters.run_id")
         ),
-        agent_id=scope_filter("filters.agent_id", f.agent_id),
-        user_id=scope_filter("filters.user_id", f.user_id),
+        agent_id=checked_scope("filters.agent_id", f.agent_id),
+        user_id=checked_scope("filters.user_id", f.user_id),
         created_from_us=to_us(f.created_from) if f.created_from else None,
         created_to_us=to_us(f.created_to) if f.created_to else None,
     )
@@ -487,11 +486,7 @@ def _policy(body: RecallBody, who: Tenant) -> RecallPolicy:
     except InvalidField as exc:
         field = exc.field.removeprefix(_OVERRIDES)
         raise InvalidField(field, exc.value, exc.reason) from exc
-    unused = {
-        RecallPreset.ZEPH: ("weights", "mmr_lambda"),
-        RecallPreset.POWERMEM: ("weights",),
-    }.get(policy.preset, ())
-    for name in unused:  # accepted and ignored, a request would not know its answer ignored it
+    for name in policy.preset.ignores:  # accepted and ignored, the answer would not say so
         given = getattr(body, name)
         if given is not None:
             shown = given.model_dump(exclude_none=True) if isinstance(given, Weights) else given

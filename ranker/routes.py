@@ -23,9 +23,9 @@ from ranker.history import AuditLog
 from ranker.listing import decode_cursor
 from ranker.problems import CONFLICT, NOT_FOUND
 from ranker.service import RecallService
-from ranker.wire import Auth, Body, memory_json, scope_filter, session_of, tokens
+from ranker.wire import Auth, Body, memory_json, session_of, tokens
 from storage import Filters, MemoryRow, from_us, to_us
-from storage.records import MAX_NAME_BYTES, Limits, RecordError, checked_write
+from storage.records import MAX_NAME_BYTES, Limits, RecordError, checked_scope, checked_write
 
 States = Literal["active", "archived", "forgotten", "deleted"]
 LIVE_STATES = ("active", "archived")
@@ -144,9 +144,9 @@ def _get_and_delete(api: FastAPI, service: RecallService) -> None:
         have made it U+FFFD, another user's id).
         """
         _check_utf8(request, b"/v1/users/", "user_id")
-        if not user_id or len(user_id.encode("utf-8")) > MAX_NAME_BYTES:
+        if not user_id:
             raise InvalidField("user_id", user_id, f"expected 1-{MAX_NAME_BYTES} bytes (UTF-8)")
-        scope_filter("user_id", user_id)
+        checked_scope("user_id", user_id)
         await service.wait(tokens(after))
         ids = await service.user_memories(who.tenant_id, user_id)
         token, keys = await service.erase(who.tenant_id, ids, datetime.now(UTC))
@@ -287,7 +287,7 @@ def _listing(api: FastAPI, service: RecallService) -> None:
         _check_query_utf8(request)
         scopes = {"agent_id": agent_id, "session_id": session_id, "run_id": run_id}
         for name, value in {**scopes, "user_id": user_id}.items():
-            scope_filter(name, value)
+            checked_scope(name, value)
         session = session_of(session_id, run_id, "run_id")
         filters = _list_filters(
             state,

@@ -29,7 +29,7 @@ from ranker.logs import set_tenant
 from ranker.problems import printable
 from ranker.ratelimit import RateLimiter
 from storage import MemoryRow, from_us
-from storage.records import MAX_NAME_BYTES, RecordError
+from storage.records import RecordError
 from storage.tenants import Tenant, Tenants
 
 _INT64_FLOAT = 9.2e18
@@ -334,18 +334,6 @@ def session_of(session_id: str | None, run_id: str | None, field: str) -> str | 
     if run_id is not None and session_id is not None and run_id != session_id:
         raise RecordError(field, run_id, f"differs from session_id {session_id!r}: give one")
     return session_id if session_id is not None else run_id
-
-
-def scope_filter(field: str, value: str | None) -> str | None:
-    """A scope filter (``agent_id``, ``session_id``/``run_id``, ``user_id``) as a write may give
-    it: ``MAX_NAME_BYTES`` bytes at most and no NUL, else RecordError naming ``field``. Every route
-    reads the same limit (the list route counted characters, recall none).
-    """
-    if value is not None and len(value.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
-        raise RecordError(field, value, f"over {MAX_NAME_BYTES} bytes (UTF-8)")
-    if value is not None and "\x00" in value:  # no write holds one; kept out of Milvus's filter
-        raise RecordError(field, value, "a NUL character (U+0000)")
-    return value
 
 
 def tokens(given: str | Sequence[str] | None) -> Token | None:

@@ -239,7 +239,7 @@ _TIMES = ("at", "last_access")
 """The fields of records that hold an event time."""
 
 
-def _iso_text(value: object) -> bool:
+def iso_text(value: object) -> bool:
     """``value`` may be a time as ISO 8601 text (or null): not a number, nor digits alone."""
     if value is None:
         return True
@@ -257,7 +257,7 @@ def _model(model: type[M], raw: bytes, document: object = None) -> M:
     # before pydantic's parser, which names no field (metadata is the one field that nests)
     _check_depth("metadata", document.get("metadata"), MAX_METADATA_DEPTH)
     for name in _TIMES:  # pydantic reads a number, or text of digits, as Unix seconds
-        if name in document and not _iso_text(document[name]):
+        if name in document and not iso_text(document[name]):
             raise RecordError(name, document[name], "expected an ISO 8601 time, not a number")
     try:
         return model.model_validate_json(raw)  # JSON-mode strictness: ISO times, no coercion
@@ -327,6 +327,28 @@ def decode_write(raw: bytes, limits: Limits, document: object = None) -> WriteRe
         raise RecordError(root, "<sealed>", exc.reason) from None
 
 
+def checked_scope(field: str, value: str | None) -> str | None:
+    """A scope (``agent_id``, ``session_id``, ``user_id``) as a write may hold it, whether written
+    or filtered by: ``MAX_NAME_BYTES`` bytes at most and no NUL; else RecordError naming
+    ``field``.
+    """
+    if value is None:
+        return None
+    if len(value.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        raise RecordError(field, value, f"over {MAX_NAME_BYTES} bytes (UTF-8)")
+    _no_nul(field, value)
+    return value
+
+
+def _no_nul(field: str, value: str) -> None:
+    """NUL joins a derived id's parts (:func:`memcore.derive_memory_id`): a content or scope
+    holding one could make another scope's id.
+    """
+    if "\x00" in value:
+        at = value.index("\x00")
+        raise RecordError(field, value[max(0, at - 20) : at + 20], "a NUL character (U+0000)")
+
+
 def _tags(tags: Sequence[str]) -> tuple[str, ...]:
     """``tags`` if each is 1-``MAX_TAG_CHARS`` bytes; else RecordError naming the first bad one."""
     for i, tag in enumerate(tags):
@@ -359,22 +381,13 @@ def _write_record(
     except InvalidField as exc:
         raise RecordError(exc.field, exc.value, exc.reason) from exc
     _tags(m.tags)
+    _no_nul("content", m.content)
     for name, value in (
         ("session_id", m.session_id),
         ("agent_id", m.agent_id),
         ("user_id", m.user_id),
     ):
-        if value is not None and len(value.encode("utf-8")) > MAX_NAME_BYTES:
-            raise RecordError(name, value, f"over {MAX_NAME_BYTES} bytes (UTF-8)")
-    for name, value in (
-        ("content", m.content),
-        ("session_id", m.session_id),
-        ("agent_id", m.agent_id),
-        ("user_id", m.user_id),
-    ):
-        if value is not None and "\x00" in value:  # the separator of a derived id's parts
-            at = value.index("\x00")
-            raise RecordError(name, value[max(0, at - 20) : at + 20], "a NUL character (U+0000)")
+        checked_scope(name, value)
     try:
         encoded = orjson.dumps(m.metadata)
     except TypeError as exc:  # an integer over 64 bits
