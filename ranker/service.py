@@ -15,7 +15,6 @@ Writes and accesses are produced to Kafka; the stream worker applies them. Each 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -261,16 +260,8 @@ class RecallService:
             }
         if not self._keyword_search(query):
             return list(merged.values())
-        text = query.text or ""
-        (found,) = self.store.keyword_search(tenant_id, [text], n, query.filters)
+        (found,) = self.store.keyword_search(tenant_id, [query.text or ""], n, query.filters)
         scores = {h.row.memory_id: h.score for h in found}
-        missing = tuple(m for m in merged if m not in scores)
-        if missing and len(found) >= n:
-            # the BM25 top N was full: a vector candidate past it may match the words too (its
-            # keyword term counted 0 and the best answer lost its share of relevance)
-            only = dataclasses.replace(query.filters, memory_ids=missing)
-            (more,) = self.store.keyword_search(tenant_id, [text], len(missing), only)
-            scores.update((h.row.memory_id, h.score) for h in more)
         out = [
             Candidate(c.row, c.similarity, scores.get(m, 0.0), c.vector) for m, c in merged.items()
         ]

@@ -10,7 +10,6 @@ import asyncio
 import dataclasses
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from types import SimpleNamespace
 from typing import Any, cast
 
 import numpy as np
@@ -207,50 +206,3 @@ def test_a_listing_leaves_out_what_the_view_retired_and_fills_its_page() -> None
     current, everything = asyncio.run(main())
     assert current == (["a", "d"], None)
     assert everything[0] == ["a", "b"]
-
-
-class FakeFullText(FakeMilvus):
-    """With a BM25 index: ``bm25`` scores by id (0: the words do not occur), top k after filters."""
-
-    def __init__(self, bm25: dict[str, float], *rows: MemoryRow) -> None:
-        super().__init__(*rows)
-        self.config = MilvusConfig(uri="unused", dim=DIM, full_text=True)
-        self.bm25 = bm25
-        self.asked: list[tuple[str, ...]] = []
-
-    def keyword_search(
-        self, tenant_id: str, texts: Sequence[str], k: int, filters: Filters
-    ) -> list[list[Any]]:
-        self.asked.append(filters.memory_ids)
-        wanted = set(filters.memory_ids)
-        found = [
-            SimpleNamespace(row=r, score=self.bm25[r.memory_id])
-            for r in self._of(tenant_id)
-            if self.bm25.get(r.memory_id)
-            and _passes(r, filters)
-            and (not wanted or r.memory_id in wanted)
-        ]
-        return [sorted(found, key=lambda h: -h.score)[:k]] * len(texts)
-
-
-def test_a_vector_candidate_past_the_bm25_top_n_keeps_its_keyword_score() -> None:
-    """SPEC section 6: keyword = BM25 / the maximum, for every candidate. A vector candidate the
-    BM25 top N left out (a tenant with more keyword matches than N) scored keyword 0.
-    """
-    best = row("best", 1.0)  # the answer: nearest, and its words match almost as well
-    far = [row(f"k{i}", 0.1, 1.0) for i in range(2)]
-    store = FakeFullText({"best": 98.0, "k0": 100.0, "k1": 99.0}, best, *far)
-    none = cast(Any, None)
-    service = RecallService(cast(Any, store), none, none, candidates=2, kernel_thread=False)
-    query = RecallQuery("tea", (1.0, 0.0, 0.0, 0.0), 1, AT, RecallPolicy(), RECALL, track=False)
-
-    async def main() -> list[str]:
-        await service.start()
-        try:
-            answer = await service.recall("acme", query)
-        finally:
-            await service.stop()
-        return [r.row.memory_id for r in answer.results]
-
-    assert asyncio.run(main()) == ["best"]
-    assert store.asked == [(), ("best",)]  # the one left out, asked for its score
