@@ -156,10 +156,10 @@ def rank(candidates: Sequence[Candidate], at: datetime, params: RankParams) -> l
             for s, c in zip(base(candidates, at, policy), candidates, strict=True)
             if s.final >= policy.min_score
         ]
-        pairs.sort(key=lambda pair: pair[0].memory_id)  # MMR's ties go to the lower id
         kept = [s for s, _ in pairs]
         if policy.mmr_lambda is not None:
-            kept = _with_mmr(kept, [c for _, c in pairs], policy.mmr_lambda)
+            pairs.sort(key=lambda pair: pair[0].memory_id)  # MMR's ties go to the lower id
+            kept = _with_mmr([s for s, _ in pairs], [c for _, c in pairs], policy.mmr_lambda)
     kept.sort(key=lambda s: (-s.final, s.memory_id))
     return kept[: params.k]
 

@@ -894,10 +894,10 @@ class HotCache:
         """
         with block.lock:
             wanted = self._due(block)
-            retry_at = self.clock() + LATE_RETRY_S
-            for memory_id, since in wanted.items():
-                if since == _LATE:  # looked for again in LATE_RETRY_S, whatever this read gives
-                    block.late[memory_id] = retry_at
+            late = [memory_id for memory_id, since in wanted.items() if since == _LATE]
+            if late:  # looked for again in LATE_RETRY_S, whatever this read gives
+                retry_at = self.clock() + LATE_RETRY_S
+                block.late.update(dict.fromkeys(late, retry_at))
         if not wanted:
             return
         found = self.store.get(tenant_id, list(wanted))

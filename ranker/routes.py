@@ -285,8 +285,12 @@ def _listing(api: FastAPI, service: RecallService) -> None:
         %-escapes are not UTF-8 is a 422 naming it (decoded, it would name another user or tag).
         """
         _check_query_utf8(request)
-        scopes = {"agent_id": agent_id, "session_id": session_id, "run_id": run_id}
-        for name, value in {**scopes, "user_id": user_id}.items():
+        for name, value in (
+            ("agent_id", agent_id),
+            ("session_id", session_id),
+            ("run_id", run_id),
+            ("user_id", user_id),
+        ):
             checked_scope(name, value)
         session = session_of(session_id, run_id, "run_id")
         filters = _list_filters(
