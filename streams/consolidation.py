@@ -139,12 +139,14 @@ def _summary(
     at: datetime,
     request_id: str | None,
 ) -> Outbound:
-    """The summary's write; its importance is the highest of its sources' as the plan's earlier
-    merges leave them (``items``).
+    """The summary's write (:func:`memcore.consolidation.summarise`), of its sources as the plan's
+    earlier decisions leave them (``items``).
     """
     sources = [rows[s] for s in decision.sources]
-    importances = [items[s].importance for s in decision.sources]
-    summary = summarise([s.content for s in sources], importances)
+    planned = [items[s] for s in decision.sources]
+    summary = summarise(
+        [s.content for s in sources], [i.importance for i in planned], [i.tier for i in planned]
+    )
     value = {
         "v": 1,
         "tenant_id": tenant_id,
@@ -159,14 +161,9 @@ def _summary(
         **({"session_id": sources[0].session_id} if sources[0].session_id else {}),
         **({"user_id": sources[0].user_id} if sources[0].user_id else {}),
         "tags": sorted({t for s in sources for t in s.tags})[:MAX_TAGS],
-        # the highest of its sources' tiers: classified by importance alone, semantic sources
-        # of importance 0.45 made a working summary (τ 48 h), archived long before them
-        "memory_type": max((Tier(s.tier) for s in sources), key=_TIER_ORDER.index).value,
+        **({"memory_type": summary.tier.value} if summary.tier else {}),
     }
     return Outbound("memory-writes", f"{tenant_id}/{decision.target}".encode(), orjson.dumps(value))
-
-
-_TIER_ORDER = tuple(Tier)  # slowest-decaying last
 
 
 def _decision(tenant_id: str, memory_id: str, event: Event, request_id: str | None) -> Outbound:

@@ -236,6 +236,8 @@ def test_summary_takes_the_largest_importance() -> None:
 
     summary = summarise(["A. B.", "B. C."], [0.2, 0.6])
     assert (summary.content, summary.importance) == ("A. B. C.", 0.6)
+    tiered = summarise(["A.", "B.", "C."], [0.4] * 3, [Tier.EPISODIC, Tier.SEMANTIC, Tier.WORKING])
+    assert tiered.tier is Tier.SEMANTIC  # the slowest-decaying of its sources'
 
 
 def test_memories_of_different_scopes_are_never_merged() -> None:
