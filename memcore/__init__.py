@@ -16,10 +16,11 @@ from memcore.importance import (
     rule_importance,
 )
 from memcore.policy import DecayPreset, LifecyclePreset, Policy, RecallPreset, RecallWeights
-from memcore.reducer import apply, create
+from memcore.reducer import Relink, apply, create, relink
 from memcore.scoring import Candidate, RankParams, Scored, blend, mmr, rank
 from memcore.state import (
     MAX_RELATIONS,
+    MAX_RELINKS,
     MAX_SUMMARY_SOURCES,
     MAX_TAGS,
     Absorb,
@@ -51,6 +52,7 @@ from memcore.types import AccessKind, ImportanceSource, Lifecycle, Tier
 
 __all__ = [
     "MAX_RELATIONS",
+    "MAX_RELINKS",
     "MAX_SUMMARY_SOURCES",
     "MAX_TAGS",
     "SUPERSEDABLE",
@@ -79,6 +81,7 @@ __all__ = [
     "RankParams",
     "RecallPreset",
     "RecallWeights",
+    "Relink",
     "Retire",
     "ReviewCard",
     "Scored",
@@ -110,6 +113,7 @@ __all__ = [
     "rank",
     "recency",
     "recency_at",
+    "relink",
     "resolve_importance",
     "review_intervals_hours",
     "rule_importance",

@@ -8,6 +8,7 @@ applied from its source changes nothing (at-least-once delivery is safe).
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from datetime import timedelta
 
 from memcore import card as cards
@@ -15,6 +16,7 @@ from memcore.decay import classify_tier, recency_at, sweep_archive_reason
 from memcore.policy import LifecyclePreset, Policy
 from memcore.state import (
     MAX_RELATIONS,
+    MAX_RELINKS,
     MAX_TAGS,
     Absorb,
     Access,
@@ -344,6 +346,50 @@ def _supersede(state: MemoryState, event: Supersede) -> Result:
         return state, (Effect(EffectKind.IGNORED, why),)
     new = dataclasses.replace(state, valid_to=event.at, superseded_by=event.by)
     return new, (Effect(EffectKind.SUPERSEDED, f"by {event.by}: {event.reason}"),)
+
+
+@dataclass(frozen=True)
+class Relink:
+    """A supersession to pass on so that versions of one fact form one chain in time order.
+
+    Attributes:
+        target: id of the memory the decision is for (same tenant).
+        event: the ``supersede`` decision for it.
+    """
+
+    target: str
+    event: Supersede
+
+
+def relink(state: MemoryState, event: Supersede) -> Relink | None:
+    """What a supersession passes on when it meets a memory already superseded by another
+    version ``P`` (two updates of one memory that both passed the API's check, or an update and
+    the rule): without it both newer versions would stay current. ``state`` is the memory
+    before the event, which :func:`apply` resolves as always (the earliest supersession wins).
+
+    The new version ``N`` no older than ``P``: ``P`` is superseded by ``N`` from ``N``'s time.
+    ``N`` older than ``P``: the memory takes ``N``, and ``N`` is superseded by ``P`` from ``P``'s
+    time. None when there is nothing to pass on: the memory is not superseded, ``N`` is ``P``
+    (a redelivery), the event is one :func:`apply` refuses, or it was passed on
+    :data:`MAX_RELINKS` times already. Deciding again on a redelivery passes the same decision,
+    which the target then ignores.
+    """
+    chained = state.superseded_by
+    if (
+        chained is None
+        or state.valid_to is None
+        or event.by in (chained, state.memory_id)
+        or state.state not in SUPERSEDABLE
+        or event.at < state.created_at
+        or event.hops >= MAX_RELINKS
+    ):
+        return None
+    hops = event.hops + 1
+    if state.valid_to <= event.at:
+        why = f"{state.memory_id} was superseded by it before {event.by}: chained after it"
+        return Relink(chained, Supersede(event.at, event.by, why, hops))
+    why = f"{state.memory_id} was superseded by it after {event.by}: chained before it"
+    return Relink(event.by, Supersede(state.valid_to, chained, why, hops))
 
 
 def _promote(state: MemoryState, event: Promote, policy: Policy) -> Result:

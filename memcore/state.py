@@ -22,6 +22,9 @@ MAX_RELATIONS = 64
 MAX_SUMMARY_SOURCES = 1024
 """Memories one summary compresses at most (the serving store's array capacity): consolidation
 splits a larger cluster into summaries of at most this many."""
+MAX_RELINKS = 16
+"""How many times one supersession is passed along a chain of versions (a bound against versions
+that supersede each other in a cycle, which a memory rewritten back to an older value can make)."""
 
 
 @dataclass(frozen=True)
@@ -214,12 +217,17 @@ class Fade:
 class Supersede:
     """A newer memory (``by``, written at ``at``) states a newer value of the same fact: this one
     is valid until ``at``. Kept for history and audit; current recall no longer returns it.
-    The earliest supersession wins, so redelivery and replays in any order agree.
+    The earliest supersession wins, so redelivery and replays in any order agree; a later one
+    is chained after it (:func:`memcore.reducer.relink`).
+
+    ``hops``: how many times this decision was passed along a chain of versions; a chain is
+    followed at most :data:`MAX_RELINKS` times.
     """
 
     at: datetime
     by: str
     reason: str
+    hops: int = 0
     position: Position | None = None
 
 

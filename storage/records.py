@@ -22,6 +22,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 
 from memcore import (
     MAX_RELATIONS,
+    MAX_RELINKS,
     MAX_SUMMARY_SOURCES,
     MAX_TAGS,
     Absorb,
@@ -114,7 +115,8 @@ class DecisionV1(_Strict):
     ``absorb``: take over the counters of ``source``; ``retire``: move ``to`` archived, forgotten or
     deleted (``merged_into`` names the survivor or summary); ``fade``: archive it if it has faded
     by ``at`` (decided again on the state it meets); ``supersede``: the memory ``by`` states a
-    newer value of the same fact from ``at`` on; ``promote``: move ``to`` a tier;
+    newer value of the same fact from ``at`` on (``hops``: how many times it was passed along a
+    chain of versions, :func:`memcore.relink`); ``promote``: move ``to`` a tier;
     ``purge``: remove a forgotten or deleted memory from the serving store.
     """
 
@@ -136,6 +138,7 @@ class DecisionV1(_Strict):
     to: str | None = None
     merged_into: str | None = None
     content_hash: str | None = Field(None, pattern="^[0-9a-f]{64}$")
+    hops: int = Field(0, ge=0, le=MAX_RELINKS)
     request_id: str | None = Field(None, max_length=128)
 
 
@@ -529,6 +532,8 @@ def decision_value(
         value["decision"] = "fade"
     elif isinstance(event, Supersede):
         value |= {"decision": "supersede", "by": event.by}
+        if event.hops:
+            value["hops"] = event.hops
     elif isinstance(event, Promote):
         value |= {"decision": "promote", "to": event.to.value}
     else:
@@ -566,7 +571,7 @@ def decode_decision(raw: bytes, limits: Limits, document: object = None) -> Deci
         elif m.decision == "fade":
             event = Fade(m.at, m.reason)
         elif m.decision == "supersede":
-            event = Supersede(m.at, _id("by", m.by or ""), m.reason)
+            event = Supersede(m.at, _id("by", m.by or ""), m.reason, m.hops)
         elif m.decision == "promote":
             event = Promote(m.at, Tier.parse(m.to, "to"), m.reason)
         else:

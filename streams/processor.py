@@ -31,6 +31,7 @@ from memcore import (
     Write,
     apply,
     content_hash,
+    relink,
 )
 from storage import Document, MemoryRow, codec
 from storage.records import (
@@ -155,8 +156,13 @@ def contained(message: Inbound, batch: Batch) -> Iterator[None]:
 
 def supersede_record(tenant_id: str, found: Supersession) -> Outbound:
     """The ``supersede`` decision for the older memory, keyed by it (on its partition)."""
-    value = decision_value(tenant_id, found.older, Supersede(found.at, found.newer, found.reason))
-    return Outbound("memory-writes", f"{tenant_id}/{found.older}".encode(), orjson.dumps(value))
+    return decision_record(tenant_id, found.older, Supersede(found.at, found.newer, found.reason))
+
+
+def decision_record(tenant_id: str, memory_id: str, event: Supersede) -> Outbound:
+    """A decision for one memory on ``memory-writes``, keyed by it (on its partition)."""
+    value = decision_value(tenant_id, memory_id, event)
+    return Outbound("memory-writes", f"{tenant_id}/{memory_id}".encode(), orjson.dumps(value))
 
 
 @dataclass(frozen=True)
@@ -551,7 +557,10 @@ class Processor:
         self.release(key, batch)
 
     def decision(self, message: Inbound, record: DecisionRecord, batch: Batch) -> None:
-        """Apply a consolidation decision; one for an unknown memory changes nothing."""
+        """Apply a consolidation decision; one for an unknown memory changes nothing. A
+        ``supersede`` that meets a memory superseded by another version also sends what
+        :func:`memcore.relink` passes on (again on a redelivery: the target ignores a copy).
+        """
         state = self.state(record.key)
         if state is None:
             return
@@ -563,6 +572,9 @@ class Processor:
         if new.purged and record.key.encode() in self.documents:
             self.drop_document(record.key)  # its words leave the table
         self._after(message, event.at, new, effects, batch)
+        passed = relink(state, event) if isinstance(event, Supersede) else None
+        if passed is not None:
+            batch.out.append(decision_record(record.tenant_id, passed.target, passed.event))
 
     # -- access --------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -305,6 +305,68 @@ def test_update_writes_a_new_version_and_history_tells_it(server: str) -> None:
         with pytest.raises(MnemostreamError) as missing:
             client.history("never-written")
         assert missing.value.status == 404
+        racing_updates_make_one_chain(server, client, new, t2)
+
+
+def racing_updates_make_one_chain(server: str, client: Client, current: str, t: datetime) -> None:
+    """Two clients update ``current`` at once (each passes the API's check before either's
+    supersede is applied); the worker chains them in time order: one version stays current.
+    """
+    chain, times = raced(server, current, t)
+    eventually(
+        lambda: superseders(client, chain) == [*chain[1:], None],
+        60,
+        "the racing versions chained in time order",
+    )
+    assert client.get_many(chain)[chain[1]].valid_to == times[1].isoformat()
+    found = client.recall("Carol's onboarding notes", k=5, at=times[1], track=False)
+    assert found[0].memory_id == chain[2]
+
+
+def raced(server: str, current: str, t: datetime) -> tuple[list[str], list[datetime]]:
+    """Pairs of updates of the current version, until both of a pair pass the check: the
+    version they both updated and the two new ones, in time order, and their times.
+    """
+    for attempt in range(5):
+        times = [t + timedelta(days=2 * attempt + 1), t + timedelta(days=2 * attempt + 2)]
+        # no statement of a fact: the supersession rule would chain them by itself
+        words = [f"Draft {attempt}{v} of the onboarding notes for Carol." for v in "ab"]
+        replies = race(server, current, times, words)
+        assert all(isinstance(r, str) or r == 409 for r in replies), replies
+        if 409 not in replies:
+            return [current, *map(str, replies)], times
+        current = str(next(r for r in replies if isinstance(r, str)))  # no race this time
+        t = times[1]
+    pytest.fail("five pairs of updates never raced past the check")
+
+
+def race(server: str, memory_id: str, times: list[datetime], words: list[str]) -> list[str | int]:
+    """``update(memory_id)`` with ``words[i]`` at ``times[i]`` from two clients at once: the new
+    ids, or the status of a refusal.
+    """
+    replies: list[str | int] = [0, 0]
+    start = threading.Barrier(2)
+
+    def update(i: int) -> None:
+        with Client(server, KEY) as racer:
+            start.wait()
+            try:
+                replies[i] = racer.update(memory_id, content=words[i], at=times[i])
+            except MnemostreamError as exc:
+                replies[i] = exc.status
+
+    racers = [threading.Thread(target=update, args=(i,)) for i in (1, 0)]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join()
+    return replies
+
+
+def superseders(client: Client, ids: list[str]) -> list[str | None]:
+    """What supersedes each of ``ids`` ("unknown" for one not applied yet)."""
+    got = client.get_many(ids)
+    return [got[m].superseded_by if m in got else "unknown" for m in ids]
 
 
 def test_list_and_export_every_memory(server: str) -> None:

@@ -560,6 +560,35 @@ def test_a_supersede_decision_marks_the_older_version() -> None:
         decode_decision(decision_bytes(decision="supersede", to=None, by="no/slash"), LIMITS)
 
 
+def test_a_second_supersede_of_one_memory_is_passed_to_the_version_that_superseded_it() -> None:
+    # two updates of m1 both passed the API's check: m2 at t2, then m3 at t3 reach m1
+    t = Tables()
+    t2, t3 = "2026-06-01T12:00:00+00:00", "2026-06-02T12:00:00+00:00"
+    t.write(write_bytes(content="Alice lives in Osaka"))
+    t.write(write_bytes(memory_id="m2", content="Alice lives in Lisbon", at=t2), key=b"acme/m2")
+    t.write(write_bytes(memory_id="m3", content="Alice lives in Tokyo", at=t3), key=b"acme/m3")
+    t.write(decision_bytes(decision="supersede", to=None, by="m2", at=t2))
+    batch = t.write(decision_bytes(decision="supersede", to=None, by="m3", at=t3))
+    (passed,) = [o for o in batch.out if o.role == "memory-writes"]
+    assert passed.key == b"acme/m2"
+    value = orjson.loads(passed.value)
+    assert (value["memory_id"], value["by"], value["at"], value["hops"]) == ("m2", "m3", t3, 1)
+    t.write(passed.value, key=passed.key)
+    m1, m2, m3 = (t.processor.state(f"acme/{m}") for m in ("m1", "m2", "m3"))
+    assert m1 is not None
+    assert m2 is not None
+    assert m3 is not None
+    assert (m1.superseded_by, m2.superseded_by, m3.superseded_by) == ("m2", "m3", None)
+    assert m2.valid_to == datetime.fromisoformat(t3)
+    again = t.write(passed.value, key=passed.key)  # the same decision again passes nothing on
+    assert [o for o in again.out if o.role == "memory-writes"] == []
+    for hops in (-1, 17, True, "1"):
+        with pytest.raises(RecordError, match=r"^hops"):
+            decode_decision(
+                decision_bytes(decision="supersede", to=None, by="m2", hops=hops), LIMITS
+            )
+
+
 def test_consolidation_plans_on_the_tables_live_state_not_a_stale_row() -> None:
     t = Tables()
     t.write(write_bytes(importance=0.5))

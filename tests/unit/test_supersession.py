@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
-import pytest
+import itertools
+from collections import deque
 
-from memcore import EffectKind, Lifecycle, Policy, Retire, Supersede, Write, apply
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memcore import (
+    MAX_RELINKS,
+    EffectKind,
+    Lifecycle,
+    MemoryState,
+    Policy,
+    Retire,
+    Supersede,
+    Write,
+    apply,
+    relink,
+)
 from memcore.supersession import (
     Fact,
     SupersessionPolicy,
@@ -122,6 +138,81 @@ def test_the_reducer_records_the_earliest_supersession() -> None:
     assert (earlier.valid_to, earlier.superseded_by) == (T0 + hours(50), "porto")
     before_it_existed, effects = apply(state, Supersede(T0 - hours(1), "x", "rule"), policy)
     assert (before_it_existed, effects[0].kind) == (state, EffectKind.IGNORED)
+
+
+def settle(states: dict[str, MemoryState], decisions: list[tuple[str, Supersede]]) -> int:
+    """Apply ``decisions`` (memory id, event) in order as the worker does, each followed by what
+    :func:`relink` passes on; returns how many decisions were applied.
+    """
+    queue = deque(decisions)
+    applied = 0
+    while queue:
+        target, event = queue.popleft()
+        passed = relink(states[target], event)
+        new, _ = apply(states[target], event, Policy())
+        assert new is not None
+        states[target] = new
+        applied += 1
+        if passed is not None:
+            queue.append((passed.target, passed.event))
+    return applied
+
+
+@given(st.permutations([10, 20, 30, 40]), st.booleans())
+def test_updates_that_raced_past_the_check_still_make_one_chain_in_time_order(
+    hours_in: list[int], redelivered: bool
+) -> None:
+    # four updates of one memory, each checked while it was current: their supersedes reach it
+    # in any order, and each version is then superseded by the next in time, one stays current
+    states = {"old": created(0.5, memory_id="old")}
+    states |= {f"v{h}": created(0.5, memory_id=f"v{h}", at=T0 + hours(h)) for h in hours_in}
+    decisions = [("old", Supersede(T0 + hours(h), f"v{h}", "update")) for h in hours_in]
+    settle(states, decisions + (decisions if redelivered else []))
+    chain = ["old", *(f"v{h}" for h in sorted(hours_in))]
+    for older, newer in itertools.pairwise(chain):
+        assert (states[older].superseded_by, states[older].valid_to) == (
+            newer,
+            states[newer].created_at,
+        )
+    assert [k for k, s in states.items() if s.superseded_by is None] == [chain[-1]]
+
+
+def test_a_later_update_is_chained_after_the_current_version_and_an_earlier_one_before() -> None:
+    osaka = created(0.5, memory_id="osaka")
+    superseded, _ = apply(osaka, Supersede(T0 + hours(10), "lisbon", "update"), Policy())
+    assert superseded is not None
+    later = relink(superseded, Supersede(T0 + hours(20), "tokyo", "update"))
+    assert later is not None
+    assert (later.target, later.event.by, later.event.at) == ("lisbon", "tokyo", T0 + hours(20))
+    earlier = relink(superseded, Supersede(T0 + hours(5), "porto", "update"))
+    assert earlier is not None
+    assert (earlier.target, earlier.event.by, earlier.event.at) == (
+        "porto",
+        "lisbon",
+        T0 + hours(10),
+    )
+    assert earlier.event.hops == later.event.hops == 1
+    assert "osaka" in earlier.event.reason  # what they raced on
+    assert "osaka" in later.event.reason
+
+
+def test_nothing_is_passed_on_for_a_copy_a_current_memory_or_a_cycle() -> None:
+    osaka = created(0.5, memory_id="osaka")
+    assert relink(osaka, Supersede(T0 + hours(10), "lisbon", "update")) is None  # current
+    superseded, _ = apply(osaka, Supersede(T0 + hours(10), "lisbon", "update"), Policy())
+    assert superseded is not None
+    assert relink(superseded, Supersede(T0 + hours(10), "lisbon", "update")) is None  # a copy
+    assert relink(superseded, Supersede(T0 + hours(10), "osaka", "update")) is None  # itself
+    tired = Supersede(T0 + hours(20), "tokyo", "update", hops=MAX_RELINKS)
+    assert relink(superseded, tired) is None
+    # two versions that supersede each other (one rewritten back): the chain ends all the same
+    a, _ = apply(created(0.5, memory_id="a"), Supersede(T0 + hours(1), "b", "update"), Policy())
+    b, _ = apply(created(0.5, memory_id="b"), Supersede(T0 + hours(1), "a", "update"), Policy())
+    assert a is not None
+    assert b is not None
+    states = {"a": a, "b": b, "c": created(0.5, memory_id="c", at=T0 + hours(2))}
+    applied = settle(states, [("a", Supersede(T0 + hours(2), "c", "update"))])
+    assert applied == MAX_RELINKS + 1
 
 
 @pytest.mark.parametrize("to", [Lifecycle.DELETED, Lifecycle.FORGOTTEN])
