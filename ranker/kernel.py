@@ -147,6 +147,10 @@ class RankRequest:
 #: The most candidates (summed over its requests) a batch :func:`light` still calls light: 64
 #: requests of 128 candidates, a few milliseconds on one CPU thread here.
 LIGHT_ROWS = 8_192
+PAIRWISE_BUDGET = 1 << 24
+"""Candidate cosines one scoring pass holds for its MMR requests at most (float32: 64 MiB): a
+batch past it is scored in several passes (the pairwise block is M × W² for M MMR requests
+padded to the widest candidate list W, so 64 requests of 2,000 candidates would take 1 GiB)."""
 
 
 def diversifies(policy: RecallPolicy) -> bool:
@@ -179,19 +183,42 @@ def rank_many(
     device: torch.device | None = None,
     *,
     use_faiss: bool | None = None,
+    pairwise_budget: int = PAIRWISE_BUDGET,
 ) -> list[list[Scored]]:
     """Rank every request; results in request order, each as :func:`memcore.rank` would give
     (with ``similarity`` the exact cosine where a query vector and candidate vectors are given).
 
     ``use_faiss``: vector products by FAISS (default on the CPU) or by torch (default on CUDA).
+    ``pairwise_budget``: see :func:`passes`.
     """
     out: list[list[Scored]] = [[] for _ in requests]
     live = [i for i, r in enumerate(requests) if len(r)]
-    if live:
-        batch = [requests[i] for i in live]
+    for part in passes([requests[i] for i in live], pairwise_budget):
+        batch = [requests[live[j]] for j in part]
         scores = score(batch, device or default_device(), use_faiss=use_faiss)
-        for i, rows in zip(live, top_k(batch, scores), strict=True):
-            out[i] = rows
+        for j, rows in zip(part, top_k(batch, scores), strict=True):
+            out[live[j]] = rows
+    return out
+
+
+def passes(requests: Sequence[RankRequest], budget: int = PAIRWISE_BUDGET) -> list[list[int]]:
+    """The scoring passes of a batch, as runs of indices in order: each pass's MMR requests
+    hold at most ``budget`` pairwise cosines once padded to its widest request (one request
+    over it alone is a pass of its own). A batch within the budget is one pass.
+    """
+    out: list[list[int]] = []
+    part: list[int] = []
+    width = diversified = 0
+    for i, r in enumerate(requests):
+        wider = max(width, len(r))
+        mmr = diversified + diversifies(r.params.policy)
+        if part and mmr * wider * wider > budget:
+            out.append(part)
+            part, wider, mmr = [], len(r), int(diversifies(r.params.policy))
+        part.append(i)
+        width, diversified = wider, mmr
+    if part:
+        out.append(part)
     return out
 
 

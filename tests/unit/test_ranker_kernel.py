@@ -15,7 +15,7 @@ import torch
 from memcore import Candidate, InvalidField, RankParams, Scored, Tier, rank
 from memcore.policy import RecallPolicy, RecallPreset, RecallWeights
 from memcore.vectors import cosine
-from ranker.kernel import RankRequest, rank_many
+from ranker.kernel import RankRequest, diversifies, passes, rank_many
 
 from .helpers import T0
 
@@ -195,3 +195,22 @@ def test_bad_columns_are_refused_naming_the_field() -> None:
         RankRequest.of([dataclasses.replace(good, importance=float("nan"))], T0, RankParams())
     with pytest.raises(InvalidField, match="query"):
         RankRequest.of([good], T0, RankParams(), query=[1.0, 0.0, 0.0])
+
+
+def test_a_batch_past_the_pairwise_budget_is_scored_in_passes_with_the_same_results() -> None:
+    rng = random.Random(4)
+    cases = [(random_candidates(rng, rng.randrange(1, 60)), random_params(rng)) for _ in range(80)]
+    requests = [RankRequest.of(c, T0, p) for c, p in cases]
+    budget = 3 * 40 * 40
+    parts = passes(requests, budget)
+    assert [i for part in parts for i in part] == list(range(len(requests)))
+    for part in parts:
+        width = max(len(requests[i]) for i in part)
+        mmr = sum(diversifies(requests[i].params.policy) for i in part)
+        assert len(part) == 1 or mmr * width * width <= budget
+    assert len(parts) > 1
+    assert passes(requests) == [list(range(len(requests)))]  # the default holds this batch
+    for (candidates, params), got in zip(
+        cases, rank_many(requests, pairwise_budget=budget), strict=True
+    ):
+        assert_same(got, rank(candidates, T0, params))
