@@ -341,9 +341,14 @@ def _supersede(state: MemoryState, event: Supersede) -> Result:
     if event.at < state.created_at:
         why = f"{event.by} is older than this memory: it cannot supersede it"
         return state, (Effect(EffectKind.IGNORED, why),)
-    if state.valid_to is not None and state.valid_to <= event.at:
-        why = f"already superseded by {state.superseded_by} at {state.valid_to.isoformat()}"
-        return state, (Effect(EffectKind.IGNORED, why),)
+    displaces = event.replaces is not None and event.replaces == state.superseded_by
+    if state.valid_to is not None and not displaces:
+        since = f"{state.superseded_by} at {state.valid_to.isoformat()}"
+        if state.valid_to <= event.at:
+            return state, (Effect(EffectKind.IGNORED, f"already superseded by {since}"),)
+        if event.chains:  # relink puts the earlier version between them
+            why = f"superseded by {since}, later than {event.by}: chained before it"
+            return state, (Effect(EffectKind.IGNORED, why),)
     new = dataclasses.replace(state, valid_to=event.at, superseded_by=event.by)
     return new, (Effect(EffectKind.SUPERSEDED, f"by {event.by}: {event.reason}"),)
 
@@ -361,35 +366,44 @@ class Relink:
     event: Supersede
 
 
-def relink(state: MemoryState, event: Supersede) -> Relink | None:
+def relink(state: MemoryState, event: Supersede) -> tuple[Relink, ...]:
     """What a supersession passes on when it meets a memory already superseded by another
-    version ``P`` (two updates of one memory that both passed the API's check, or an update and
-    the rule): without it both newer versions would stay current. ``state`` is the memory
-    before the event, which :func:`apply` resolves as always (the earliest supersession wins).
+    version ``P`` (two updates of one memory that both passed the API's check, an update and
+    the rule, a rewritten version and the chain after it): without it both newer versions
+    would stay current. ``state`` is the memory before the event (:func:`apply` leaves it as it
+    is then).
 
     The new version ``N`` no older than ``P``: ``P`` is superseded by ``N`` from ``N``'s time.
-    ``N`` older than ``P``: the memory takes ``N``, and ``N`` is superseded by ``P`` from ``P``'s
-    time. None when there is nothing to pass on: the memory is not superseded, ``N`` is ``P``
-    (a redelivery), the event is one :func:`apply` refuses, or it was passed on
-    :data:`MAX_RELINKS` times already. Deciding again on a redelivery passes the same decision,
-    which the target then ignores.
+    ``N`` older than ``P``: ``N`` is superseded by ``P`` from ``P``'s time, and the memory is
+    superseded by ``N`` in ``P``'s place (``replaces``). Each is decided on the state it meets,
+    so a redelivery passes the same decisions again and their targets ignore the copies.
+
+    Nothing is passed on when the memory is not superseded, ``N`` is ``P``, the event is the
+    chain's own move or an LLM's decision (``chains`` false), ``N`` is older than the memory,
+    or the decision was passed on :data:`MAX_RELINKS` times already. The memory's own state
+    does not matter: a deleted version's successor is still the chain's next.
     """
     chained = state.superseded_by
     if (
         chained is None
         or state.valid_to is None
+        or not event.chains
         or event.by in (chained, state.memory_id)
-        or state.state not in SUPERSEDABLE
+        or event.replaces == chained
         or event.at < state.created_at
         or event.hops >= MAX_RELINKS
     ):
-        return None
+        return ()
     hops = event.hops + 1
     if state.valid_to <= event.at:
         why = f"{state.memory_id} was superseded by it before {event.by}: chained after it"
-        return Relink(chained, Supersede(event.at, event.by, why, hops))
-    why = f"{state.memory_id} was superseded by it after {event.by}: chained before it"
-    return Relink(event.by, Supersede(state.valid_to, chained, why, hops))
+        return (Relink(chained, Supersede(event.at, event.by, why, hops)),)
+    after = f"{state.memory_id} was superseded by it after {event.by}: chained before it"
+    before = f"{event.by} is older than {chained}: chained between them"
+    return (
+        Relink(event.by, Supersede(state.valid_to, chained, after, hops)),
+        Relink(state.memory_id, Supersede(event.at, event.by, before, hops, replaces=chained)),
+    )
 
 
 def _promote(state: MemoryState, event: Promote, policy: Policy) -> Result:

@@ -217,17 +217,25 @@ class Fade:
 class Supersede:
     """A newer memory (``by``, written at ``at``) states a newer value of the same fact: this one
     is valid until ``at``. Kept for history and audit; current recall no longer returns it.
-    The earliest supersession wins, so redelivery and replays in any order agree; a later one
-    is chained after it (:func:`memcore.reducer.relink`).
+    A memory superseded already keeps its successor; what the new version is passed on to
+    chain the versions in time order is :func:`memcore.reducer.relink`'s.
 
-    ``hops``: how many times this decision was passed along a chain of versions; a chain is
-    followed at most :data:`MAX_RELINKS` times.
+    Attributes:
+        chains: the versions state one fact each and are chained (False: the LLM's decision,
+            for which the earliest supersession wins and nothing is passed on).
+        replaces: set by :func:`memcore.reducer.relink` only: the successor this memory had
+            when the decision was passed on; while it still has it, ``by`` (an earlier version)
+            takes its place.
+        hops: how many times this decision was passed along a chain of versions; a chain is
+            followed at most :data:`MAX_RELINKS` times.
     """
 
     at: datetime
     by: str
     reason: str
     hops: int = 0
+    chains: bool = True
+    replaces: str | None = None
     position: Position | None = None
 
 

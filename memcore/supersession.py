@@ -82,12 +82,18 @@ class Version:
 
 @dataclass(frozen=True)
 class Supersession:
-    """``older`` is valid until ``at`` (the newer's event time), superseded by ``newer``."""
+    """``older`` is valid until ``at`` (the newer's event time), superseded by ``newer``.
+
+    ``chains``: the two state one fact each, so a version that raced this one is put in one
+    chain with them (:func:`memcore.relink`). False for the LLM's answers: it may supersede one
+    of the facts an older memory states, and another version may replace another of them.
+    """
 
     older: str
     newer: str
     at: datetime
     reason: str
+    chains: bool = True
 
 
 # relation (canonical) -> the phrases that state it; a phrase matches between whole words
@@ -302,6 +308,7 @@ def parse_llm_answer(
             new.memory_id,
             new.at,
             "llm: a newer value of the same fact",
+            chains=False,
         )
         for n in chosen
     ]

@@ -115,8 +115,8 @@ class DecisionV1(_Strict):
     ``absorb``: take over the counters of ``source``; ``retire``: move ``to`` archived, forgotten or
     deleted (``merged_into`` names the survivor or summary); ``fade``: archive it if it has faded
     by ``at`` (decided again on the state it meets); ``supersede``: the memory ``by`` states a
-    newer value of the same fact from ``at`` on (``hops``: how many times it was passed along a
-    chain of versions, :func:`memcore.relink`); ``promote``: move ``to`` a tier;
+    newer value of the same fact from ``at`` on (``hops``, ``chains``, ``replaces``: see
+    :class:`memcore.Supersede`); ``promote``: move ``to`` a tier;
     ``purge``: remove a forgotten or deleted memory from the serving store.
     """
 
@@ -139,6 +139,8 @@ class DecisionV1(_Strict):
     merged_into: str | None = None
     content_hash: str | None = Field(None, pattern="^[0-9a-f]{64}$")
     hops: int = Field(0, ge=0, le=MAX_RELINKS)
+    chains: bool = True
+    replaces: str | None = None
     request_id: str | None = Field(None, max_length=128)
 
 
@@ -531,13 +533,23 @@ def decision_value(
     elif isinstance(event, Fade):
         value["decision"] = "fade"
     elif isinstance(event, Supersede):
-        value |= {"decision": "supersede", "by": event.by}
-        if event.hops:
-            value["hops"] = event.hops
+        value |= _supersede_fields(event)
     elif isinstance(event, Promote):
         value |= {"decision": "promote", "to": event.to.value}
     else:
         value["decision"] = "purge"
+    return value
+
+
+def _supersede_fields(event: Supersede) -> dict[str, Any]:
+    """A supersede's own fields; the chain's (``hops``, ``chains``, ``replaces``) only when set."""
+    value: dict[str, Any] = {"decision": "supersede", "by": event.by}
+    if event.hops:
+        value["hops"] = event.hops
+    if not event.chains:
+        value["chains"] = False
+    if event.replaces is not None:
+        value["replaces"] = event.replaces
     return value
 
 
@@ -571,7 +583,8 @@ def decode_decision(raw: bytes, limits: Limits, document: object = None) -> Deci
         elif m.decision == "fade":
             event = Fade(m.at, m.reason)
         elif m.decision == "supersede":
-            event = Supersede(m.at, _id("by", m.by or ""), m.reason, m.hops)
+            replaces = _id("replaces", m.replaces) if m.replaces is not None else None
+            event = Supersede(m.at, _id("by", m.by or ""), m.reason, m.hops, m.chains, replaces)
         elif m.decision == "promote":
             event = Promote(m.at, Tier.parse(m.to, "to"), m.reason)
         else:

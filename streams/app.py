@@ -57,7 +57,7 @@ from storage.records import (
     WriteRecord,
     decode_consolidation,
 )
-from storage.rows import live_values, with_live
+from storage.rows import live_values, to_us, with_live
 from storage.sealing import seal_write
 from storage.tenant_log import TenantLogError
 from storage.tenants import Tenants
@@ -75,7 +75,7 @@ from streams.processor import (
     Statement,
     contained,
     dead_letter,
-    supersede_record,
+    supersede_event,
     unchecked,
 )
 from streams.rebuild import ResyncMarker, resync_on_failure
@@ -174,17 +174,24 @@ def consolidatable(
     return rows
 
 
-def supersedable(hits: Sequence[Hit], state_of: Callable[[str], MemoryState | None]) -> list[Hit]:
-    """The hits a stated memory may supersede: those whose state in the worker's tables (the
-    source of truth, ``state_of(row.key)``) is in :data:`memcore.SUPERSEDABLE`. A search can lag the
-    tables (the hot cache takes a memory's state from the changelog, which trails them by the
-    producer's backlog), so a memory forgotten or deleted meanwhile can still be a hit. A memory
-    the tables do not hold (another worker's partition, or purged) is left as the search found it.
+def supersedable(
+    hits: Sequence[Hit], state_of: Callable[[str], MemoryState | None], at: datetime
+) -> list[Hit]:
+    """The hits a memory stated at ``at`` may supersede: those whose state in the worker's
+    tables (the source of truth, ``state_of(row.key)``) is in :data:`memcore.SUPERSEDABLE` and
+    still current at ``at`` (an older version is superseded already: a decision for it would
+    only be passed along its chain, :func:`memcore.relink`). A search can lag the tables (the
+    hot cache takes a memory's state from the changelog, which trails them by the producer's
+    backlog), so a memory forgotten, deleted or superseded meanwhile can still be a hit. A
+    memory the tables do not hold (another worker's partition, or purged) is left as the
+    search found it.
     """
     kept = []
     for hit in hits:
         state = state_of(hit.row.key)
-        if state is None or state.state in SUPERSEDABLE:
+        if state is None or (
+            state.state in SUPERSEDABLE and (state.valid_to is None or state.valid_to > at)
+        ):
             kept.append(hit)
     return kept
 
@@ -519,7 +526,8 @@ class StreamWorker:
             tenant_id,
             [doc.vector for _, doc, _ in stated],
             rules.neighbours + 1,
-            Filters(states=SUPERSEDABLE),
+            # versions superseded before every statement here are no neighbours to compare
+            Filters(states=SUPERSEDABLE, current_at_us=to_us(min(at for _, _, at in stated))),
         )
         compared = [
             (
@@ -531,7 +539,7 @@ class StreamWorker:
                         from_us(h.row.created_at_us),
                         h.similarity,
                     )
-                    for h in supersedable(hits, self.processor.state)
+                    for h in supersedable(hits, self.processor.state, at)
                 ],
             )
             for (state, doc, at), hits in zip(
@@ -541,7 +549,7 @@ class StreamWorker:
         answers = await _llm_answers(llm, compared, rules)
         for (new, neighbours), answer in zip(compared, answers, strict=True):
             for supersession in decide(new, neighbours, rules, answer):
-                batch.out.append(supersede_record(tenant_id, supersession))
+                batch.supersede(tenant_id, supersession.older, supersede_event(supersession))
 
     async def on_access(self, events: Sequence[Any]) -> None:
         """Reduce each access; one that overtook its write is parked until the write is applied."""

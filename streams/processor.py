@@ -154,9 +154,9 @@ def contained(message: Inbound, batch: Batch) -> Iterator[None]:
         batch.out.append(internal_error(message, exc))
 
 
-def supersede_record(tenant_id: str, found: Supersession) -> Outbound:
-    """The ``supersede`` decision for the older memory, keyed by it (on its partition)."""
-    return decision_record(tenant_id, found.older, Supersede(found.at, found.newer, found.reason))
+def supersede_event(found: Supersession) -> Supersede:
+    """The ``supersede`` decision for the older memory of ``found``."""
+    return Supersede(found.at, found.newer, found.reason, chains=found.chains)
 
 
 def decision_record(tenant_id: str, memory_id: str, event: Supersede) -> Outbound:
@@ -191,6 +191,14 @@ class Batch:
     stated: dict[str, Statement] = field(default_factory=dict)  # key -> its latest statement
     parked: set[int] = field(default_factory=set)  # partitions where accesses were parked
     erased: int = 0  # sealed writes skipped because their memory was erased since
+    superseding: set[tuple[str, str]] = field(default_factory=set)  # (older key, newer id) sent
+
+    def supersede(self, tenant_id: str, older: str, event: Supersede) -> None:
+        """Send a ``supersede`` decision for ``older``, once per batch for the same pair."""
+        pair = (f"{tenant_id}/{older}", event.by)
+        if pair not in self.superseding:
+            self.superseding.add(pair)
+            self.out.append(decision_record(tenant_id, older, event))
 
     def touch(self, key: str) -> None:
         self.touched[key] = None
@@ -453,12 +461,17 @@ class Processor:
         check_time(field_name, at, message.received_at, self.limits)
 
     def needs_embedding(self, record: WriteRecord) -> bool:
-        """True when no vector was given and none is stored for this exact content."""
+        """True when no vector was given and none is stored for this exact content (the state
+        says so, and the document too: a crash can keep a rewrite's state and lose its document).
+        """
         if record.embedding is not None:
             return False
         state = self.state(record.key)
-        missing_doc = record.key.encode() not in self.documents
-        return state is None or missing_doc or state.content_hash != content_hash(record.content)
+        hashed = content_hash(record.content)
+        if state is None or state.content_hash != hashed:
+            return True
+        doc = self.document(record.key)
+        return doc is None or content_hash(doc.content) != hashed
 
     def to_embed(self, records: Sequence[WriteRecord]) -> list[WriteRecord]:
         """The writes of one batch, in order, whose vector must be computed: those
@@ -510,7 +523,10 @@ class Processor:
         new, effects = apply(state, event, policy)
         assert new is not None  # a write always leaves a state
         skipped = effects[0].kind is EffectKind.SKIPPED
-        if skipped and doc is not None:
+        # a document of other words than the state's: a crash kept a rewrite's state record and
+        # lost its document's; the redelivered rewrite writes it again
+        stale = doc is not None and content_hash(doc.content) != new.content_hash
+        if skipped and doc is not None and not stale:
             if new.valid_to is None and new.content_hash == event.content_hash:
                 # a redelivery: its first delivery may have died after the tables and before
                 # the supersede decisions were sent; the check again (they are idempotent)
@@ -520,7 +536,7 @@ class Processor:
             return
         new_doc = None
         key_id = record.key_id or (doc.key_id if doc is not None else None)
-        if doc is None or effects[0].kind in (EffectKind.CREATED, EffectKind.UPDATED):
+        if doc is None or stale or effects[0].kind in (EffectKind.CREATED, EffectKind.UPDATED):
             use = vector
             if use is None and doc is not None and content_hash(doc.content) == event.content_hash:
                 use = doc.vector  # the stored vector is this content's
@@ -554,6 +570,12 @@ class Processor:
         if not skipped and any(e.kind in _STATED for e in effects):
             batch.stated[record.key] = Statement(message, record.at)
         self._after(message, record.at, new, effects, batch)
+        if state is not None and state.superseded_by is not None and new.superseded_by is None:
+            # written again after its successor: it now supersedes that one (the rule would
+            # only for a statement of a fact), and relink walks on to the chain's current end
+            why = f"{record.memory_id} was written again after it superseded it"
+            again = Supersede(record.at, record.memory_id, why)
+            batch.supersede(record.tenant_id, state.superseded_by, again)
         self.release(key, batch)
 
     def decision(self, message: Inbound, record: DecisionRecord, batch: Batch) -> None:
@@ -572,8 +594,7 @@ class Processor:
         if new.purged and record.key.encode() in self.documents:
             self.drop_document(record.key)  # its words leave the table
         self._after(message, event.at, new, effects, batch)
-        passed = relink(state, event) if isinstance(event, Supersede) else None
-        if passed is not None:
+        for passed in relink(state, event) if isinstance(event, Supersede) else ():
             batch.out.append(decision_record(record.tenant_id, passed.target, passed.event))
 
     # -- access --------------------------------------------------------------------------------

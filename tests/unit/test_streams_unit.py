@@ -68,7 +68,7 @@ from streams.processor import Batch, Inbound, Processor, tenant_counts
 from streams.rebuild import ResyncMarker, catch_up, resync_on_failure, write_rows
 from tests.rows import make_row
 
-from .helpers import CountingDict, created
+from .helpers import T0, CountingDict, created
 
 T = datetime(2026, 3, 1, 12, tzinfo=UTC)
 LIMITS = Limits(4, 64, TenantRegistry.open_to(["acme", "globex"]))
@@ -411,6 +411,26 @@ def test_a_state_without_its_document_is_restored_by_the_redelivered_write() -> 
     assert list(redelivered.touched) == ["acme/m1"]
 
 
+def test_a_rewrite_whose_document_was_lost_is_written_again_by_its_redelivery() -> None:
+    t = Tables()
+    t.write(write_bytes(content="Alice lives in Osaka"))
+    before = dict(t.documents)
+    raw = write_bytes(content="Alice lives in Lisbon", at="2026-03-02T12:00:00+00:00")
+    message = t.message("w", raw)
+    record = decode_write(raw, LIMITS)
+    importance = resolve_importance(record.content)
+    t.processor.write(message, record, (0.0, 1.0, 0.0, 0.0), importance, Batch())
+    t.documents.update(before)  # the crash kept the state's changelog record, not the document's
+    assert t.processor.needs_embedding(record)  # the stored vector is the old words'
+    redelivered = Batch()
+    t.processor.write(message, record, (0.0, 0.0, 1.0, 0.0), importance, redelivered)
+    found = t.processor.load("acme/m1")
+    assert found is not None
+    assert found[0].write_count == 2  # the rewrite itself was not applied twice
+    assert (found[1].content, found[1].vector) == ("Alice lives in Lisbon", (0.0, 0.0, 1.0, 0.0))
+    assert list(redelivered.touched) == ["acme/m1"]
+
+
 def test_an_access_that_overtakes_its_write_is_parked_then_applied_in_order() -> None:
     t = Tables()
     early = [t.message("a", access_bytes(kind)) for kind in ("recall", "get")]
@@ -587,6 +607,38 @@ def test_a_second_supersede_of_one_memory_is_passed_to_the_version_that_supersed
             decode_decision(
                 decision_bytes(decision="supersede", to=None, by="m2", hops=hops), LIMITS
             )
+
+
+def test_an_earlier_version_arriving_late_is_put_between_and_a_rewritten_one_goes_last() -> None:
+    t = Tables()
+    t2, t3, t4 = (f"2026-06-0{d}T12:00:00+00:00" for d in (2, 3, 4))
+    t.write(write_bytes(content="draft one"))
+    for m, at in (("m2", t2), ("m3", t3)):
+        t.write(write_bytes(memory_id=m, content=f"draft {m}", at=at), key=f"acme/{m}".encode())
+    t.write(decision_bytes(decision="supersede", to=None, by="m3", at=t3))
+    late = decision_bytes(decision="supersede", to=None, by="m2", at=t2)
+    for _ in range(2):  # a redelivery before the chain moved passes the same decisions again
+        batch = t.write(late)
+        moves = [orjson.loads(o.value) for o in batch.out if o.role == "memory-writes"]
+        assert [(v["memory_id"], v["by"], v["at"], v.get("replaces")) for v in moves] == [
+            ("m2", "m3", t3, None),
+            ("m1", "m2", t2, "m3"),
+        ]
+    for value in moves:
+        t.write(orjson.dumps(value), key=f"acme/{value['memory_id']}".encode())
+    states = {m: t.processor.state(f"acme/{m}") for m in ("m1", "m2", "m3")}
+    assert {m: s.superseded_by for m, s in states.items() if s} == {
+        "m1": "m2",
+        "m2": "m3",
+        "m3": None,
+    }
+    # m2 written again after m3 superseded it: it is current again and supersedes m3
+    batch = t.write(write_bytes(memory_id="m2", content="draft m2", at=t4), key=b"acme/m2")
+    (again,) = [orjson.loads(o.value) for o in batch.out if o.role == "memory-writes"]
+    assert (again["memory_id"], again["by"], again["at"]) == ("m3", "m2", t4)
+    decoded = decode_decision(orjson.dumps({**moves[1], "chains": False}), LIMITS).event
+    assert isinstance(decoded, Supersede)
+    assert (decoded.chains, decoded.replaces) == (False, "m3")
 
 
 def test_consolidation_plans_on_the_tables_live_state_not_a_stale_row() -> None:
@@ -856,18 +908,21 @@ def test_consolidation_takes_the_tables_live_fields_and_leaves_purged_memories_o
     assert rows[1] == stored["other"]
 
 
-def test_a_memory_the_tables_hold_as_forgotten_or_deleted_is_not_supersedable() -> None:
+def test_a_memory_the_tables_hold_as_forgotten_deleted_or_superseded_is_not_supersedable() -> None:
     """The search's view of a state can lag the tables: theirs decides, where they hold one."""
-    hits = {
-        name: Hit(make_row("acme", name, [1.0, 0, 0, 0]), 0.9)
-        for name in ("active", "archived", "forgotten", "deleted", "elsewhere")
-    }
+    names = ("active", "archived", "forgotten", "deleted", "elsewhere", "before", "after")
+    hits = {name: Hit(make_row("acme", name, [1.0, 0, 0, 0]), 0.9) for name in names}
     tables = {
         f"acme/{name}": dataclasses.replace(created(memory_id=name), state=Lifecycle(name))
         for name in ("active", "archived", "forgotten", "deleted")
     }
-    kept = supersedable(list(hits.values()), tables.get)
-    assert [h.row.memory_id for h in kept] == ["active", "archived", "elsewhere"]
+    at = T0 + timedelta(days=2)
+    for name, until in (("before", at), ("after", at + timedelta(seconds=1))):
+        superseded = dataclasses.replace(created(memory_id=name), valid_to=until, superseded_by="x")
+        tables[f"acme/{name}"] = superseded
+    kept = supersedable(list(hits.values()), tables.get, at)
+    # superseded by the statement's time: its chain's current end is the one to compare with
+    assert [h.row.memory_id for h in kept] == ["active", "archived", "elsewhere", "after"]
 
 
 def test_a_failed_batch_sets_the_resync_marker_and_a_good_one_does_not(tmp_path: Path) -> None:

@@ -133,7 +133,11 @@ def test_the_reducer_records_the_earliest_supersession() -> None:
     assert effects[0].kind is EffectKind.SUPERSEDED
     again, effects = apply(new, Supersede(later + hours(1), "tokyo", "rule"), policy)
     assert (again, effects[0].kind) == (new, EffectKind.IGNORED)
-    earlier, _ = apply(new, Supersede(T0 + hours(50), "porto", "rule"), policy)
+    # an earlier version is put between them by relink; an LLM's decision takes the place
+    chained, effects = apply(new, Supersede(T0 + hours(50), "porto", "rule"), policy)
+    assert (chained, effects[0].kind) == (new, EffectKind.IGNORED)
+    llm = Supersede(T0 + hours(50), "porto", "llm", chains=False)
+    earlier, _ = apply(new, llm, policy)
     assert earlier is not None
     assert (earlier.valid_to, earlier.superseded_by) == (T0 + hours(50), "porto")
     before_it_existed, effects = apply(state, Supersede(T0 - hours(1), "x", "rule"), policy)
@@ -153,8 +157,7 @@ def settle(states: dict[str, MemoryState], decisions: list[tuple[str, Supersede]
         assert new is not None
         states[target] = new
         applied += 1
-        if passed is not None:
-            queue.append((passed.target, passed.event))
+        queue.extend((p.target, p.event) for p in passed)
     return applied
 
 
@@ -181,30 +184,48 @@ def test_a_later_update_is_chained_after_the_current_version_and_an_earlier_one_
     osaka = created(0.5, memory_id="osaka")
     superseded, _ = apply(osaka, Supersede(T0 + hours(10), "lisbon", "update"), Policy())
     assert superseded is not None
-    later = relink(superseded, Supersede(T0 + hours(20), "tokyo", "update"))
-    assert later is not None
+    (later,) = relink(superseded, Supersede(T0 + hours(20), "tokyo", "update"))
     assert (later.target, later.event.by, later.event.at) == ("lisbon", "tokyo", T0 + hours(20))
-    earlier = relink(superseded, Supersede(T0 + hours(5), "porto", "update"))
-    assert earlier is not None
-    assert (earlier.target, earlier.event.by, earlier.event.at) == (
+    porto = Supersede(T0 + hours(5), "porto", "update")
+    kept, effects = apply(superseded, porto, Policy())  # the chain moves it, not this decision
+    assert (kept, effects[0].kind) == (superseded, EffectKind.IGNORED)
+    after, between = relink(superseded, porto)
+    assert (after.target, after.event.by, after.event.at) == ("porto", "lisbon", T0 + hours(10))
+    assert (between.target, between.event.by, between.event.at) == ("osaka", "porto", porto.at)
+    assert between.event.replaces == "lisbon"
+    assert after.event.hops == between.event.hops == later.event.hops == 1
+    moved, effects = apply(superseded, between.event, Policy())
+    assert moved is not None
+    assert (moved.superseded_by, moved.valid_to, effects[0].kind) == (
         "porto",
-        "lisbon",
-        T0 + hours(10),
+        porto.at,
+        EffectKind.SUPERSEDED,
     )
-    assert earlier.event.hops == later.event.hops == 1
-    assert "osaka" in earlier.event.reason  # what they raced on
-    assert "osaka" in later.event.reason
+    assert relink(superseded, between.event) == ()  # the chain's own move
+    assert "osaka" in later.event.reason  # ids only: what they raced on
+    assert "porto" in between.event.reason
 
 
-def test_nothing_is_passed_on_for_a_copy_a_current_memory_or_a_cycle() -> None:
+def test_nothing_is_passed_on_for_a_copy_a_current_memory_an_llm_decision_or_a_cycle() -> None:
     osaka = created(0.5, memory_id="osaka")
-    assert relink(osaka, Supersede(T0 + hours(10), "lisbon", "update")) is None  # current
+    assert relink(osaka, Supersede(T0 + hours(10), "lisbon", "update")) == ()  # current
     superseded, _ = apply(osaka, Supersede(T0 + hours(10), "lisbon", "update"), Policy())
     assert superseded is not None
-    assert relink(superseded, Supersede(T0 + hours(10), "lisbon", "update")) is None  # a copy
-    assert relink(superseded, Supersede(T0 + hours(10), "osaka", "update")) is None  # itself
+    assert relink(superseded, Supersede(T0 + hours(10), "lisbon", "update")) == ()  # a copy
+    assert relink(superseded, Supersede(T0 + hours(10), "osaka", "update")) == ()  # itself
     tired = Supersede(T0 + hours(20), "tokyo", "update", hops=MAX_RELINKS)
-    assert relink(superseded, tired) is None
+    assert relink(superseded, tired) == ()
+    # the LLM may replace one of two facts a memory states: the earliest wins, nothing chains
+    llm = Supersede(T0 + hours(5), "porto", "llm", chains=False)
+    assert relink(superseded, llm) == ()
+    earliest, _ = apply(superseded, llm, Policy())
+    assert earliest is not None
+    assert earliest.superseded_by == "porto"
+    # a deleted version's successor is still the chain's next
+    deleted, _ = apply(superseded, Retire(T0 + hours(11), Lifecycle.DELETED, "asked"), Policy())
+    assert deleted is not None
+    (passed,) = relink(deleted, Supersede(T0 + hours(20), "tokyo", "update"))
+    assert passed.target == "lisbon"
     # two versions that supersede each other (one rewritten back): the chain ends all the same
     a, _ = apply(created(0.5, memory_id="a"), Supersede(T0 + hours(1), "b", "update"), Policy())
     b, _ = apply(created(0.5, memory_id="b"), Supersede(T0 + hours(1), "a", "update"), Policy())
