@@ -10,6 +10,7 @@ import contextlib
 import email.utils
 import json
 import math
+import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -52,8 +53,10 @@ class Overloaded(MnemostreamError):  # noqa: N818 - reads as "except Overloaded"
 
 class Unreachable(MnemostreamError):  # noqa: N818 - reads as "except Unreachable"
     """No HTTP reply: the connection failed, broke or timed out (``status`` 0, retriable). A write
-    may have been applied all the same: writing it again is safe (ids derive from the content, or
-    are the caller's).
+    may have been applied all the same. Safe to send again: ``remember`` (ids derive from the
+    content, or are the caller's), ``forget``, ``erase_user`` and every read. Not so: ``access``
+    (a repeat counts again) and ``update`` without ``at`` (the server dates each one: a repeat is
+    another version; pass ``at`` to make a repeat the same version).
     """
 
     def __init__(self, error: Exception) -> None:
@@ -139,20 +142,36 @@ class _Session:
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self.pending: list[str] = []  # folded (:func:`_folded`): one token however many writes
+        self.lock = threading.Lock()  # threads may share a Client (its httpx.Client allows it)
 
     def after(self) -> list[str]:
-        return list(self.pending)
+        with self.lock:
+            return list(self.pending)
 
     def noted(self, call: _Call, result: Any) -> Any:  # noqa: ANN401
         token = result.get("token") if isinstance(result, dict) else None
-        if self.enabled and call.awaited and isinstance(token, str):
-            self.pending = _folded([*self.pending, token])
         sent = set(call.params) | set((call.json or {}).get("after") or ())
-        if sent:  # the server waited for them: this client's later reads need not
-            self.pending = [t for t in self.pending if t not in sent]
+        with self.lock:
+            if self.enabled and call.awaited and isinstance(token, str):
+                self.pending = _folded([*self.pending, token])
+            if sent:  # the server waited for them: this client's later reads need not
+                self.pending = [t for t in self.pending if t not in sent]
         return result
 
 
+LIST_FILTERS = frozenset(
+    {
+        "state",
+        "memory_type",
+        "tag",
+        "agent_id",
+        "session_id",
+        "run_id",
+        "user_id",
+        "include_history",
+    }
+)
+"""The filters ``list_memories`` takes (the list route's query parameters)."""
 _CUT_SHORT = "the export stream ended before its closing line"
 _TOKEN = "v1."  # noqa: S105 - a format prefix, not a secret
 """The prefix of the service's tokens: base64url JSON of ``{role: {partition: offset}}``."""
@@ -326,6 +345,13 @@ class _Api:
 
     @staticmethod
     def page(filters: dict[str, Any], cursor: str | None, after: Sequence[str]) -> _Call:
+        """``filters``: :data:`LIST_FILTERS` and ``limit``; another name is a TypeError (the
+        server ignores a query parameter it does not know: a misspelt filter would list all).
+        """
+        unknown = sorted(set(filters) - LIST_FILTERS - {"limit"})
+        if unknown:
+            known = ", ".join(sorted(LIST_FILTERS))
+            raise TypeError(f"list_memories: unknown filter {unknown[0]!r} (filters: {known})")
         flags = [
             (name, str(v).lower() if isinstance(v, bool) else str(v))
             for name, value in filters.items()
@@ -350,19 +376,38 @@ class _Api:
         """One line of an export stream: a memory, or None for the closing line. Blank lines
         are not passed in.
         """
-        doc: dict[str, Any] = json.loads(line)
+        try:
+            doc = json.loads(line)
+        except ValueError as exc:
+            raise MnemostreamError(502, f"not a JSON line in the export: {line[:200]}") from exc
+        if not isinstance(doc, dict):
+            raise MnemostreamError(502, f"not a JSON object in the export: {line[:200]}")
         return None if doc.get("end") is True else doc
 
     @staticmethod
     def check(reply: httpx.Response, call: _Call) -> Any:  # noqa: ANN401
         if reply.status_code == 404 and call.missing_ok:
             return None
-        if reply.status_code >= 400:
+        if not reply.is_success:  # a 3xx too: a proxy's redirect is no answer of the API
             wait = _retry_after(reply.headers.get("Retry-After"))
             if reply.status_code == 429:
                 raise Overloaded(_detail(reply), 1.0 if wait is None else wait)
             raise MnemostreamError(reply.status_code, _detail(reply), wait)
-        return reply.json()
+        try:
+            return reply.json()
+        except ValueError as exc:  # a proxy's page, or a body cut short
+            raise MnemostreamError(
+                reply.status_code, f"not a JSON reply: {reply.text[:200]}"
+            ) from exc
+
+    @staticmethod
+    def split(buffer: str, chunk: str) -> tuple[list[str], str]:
+        r"""The export stream's lines completed by ``chunk`` after ``buffer``, and the rest. Lines
+        end at ``\n`` only: U+2028, U+2029 and U+0085, which httpx's line iterators also split
+        on, may stand inside a memory's JSON.
+        """
+        *lines, rest = (buffer + chunk).split("\n")
+        return [line for line in lines if line.strip()], rest
 
 
 def _headers(api_key: str) -> dict[str, str]:
@@ -469,7 +514,7 @@ class Client:
     def list_memories(self, *, page_size: int = 100, **filters: Any) -> Iterator[Memory]:  # noqa: ANN401
         """Every memory matching ``filters`` (state, memory_type, tag, agent_id, session_id or
         run_id, user_id, include_history), in id order, fetched ``page_size`` at a time as the
-        iterator advances.
+        iterator advances. Another filter name is a TypeError (:data:`LIST_FILTERS`).
         """
         cursor: str | None = None
         while True:
@@ -488,17 +533,18 @@ class Client:
         """Every memory of the tenant (any state but purged) as dicts, streamed."""
         call = _Api.export(vectors, self._session.after())
         with _reached(), self._http.stream(call.method, call.path, params=call.query) as reply:
-            if reply.status_code >= 400:
+            if not reply.is_success:
                 reply.read()
                 _Api.check(reply, call)
             self._session.noted(call, None)  # the server waited for the tokens sent
-            for line in reply.iter_lines():
-                if not line.strip():
-                    continue
-                doc = _Api.export_line(line)
-                if doc is None:
-                    return
-                yield doc
+            rest = ""
+            for chunk in reply.iter_text():
+                lines, rest = _Api.split(rest, chunk)
+                for line in lines:
+                    doc = _Api.export_line(line)
+                    if doc is None:
+                        return
+                    yield doc
             raise MnemostreamError(502, _CUT_SHORT)
 
 
@@ -594,15 +640,16 @@ class AsyncClient:
         call = _Api.export(vectors, self._session.after())
         with _reached():
             async with self._http.stream(call.method, call.path, params=call.query) as reply:
-                if reply.status_code >= 400:
+                if not reply.is_success:
                     await reply.aread()
                     _Api.check(reply, call)
                 self._session.noted(call, None)  # the server waited for the tokens sent
-                async for line in reply.aiter_lines():
-                    if not line.strip():
-                        continue
-                    doc = _Api.export_line(line)
-                    if doc is None:
-                        return
-                    yield doc
+                rest = ""
+                async for chunk in reply.aiter_text():
+                    lines, rest = _Api.split(rest, chunk)
+                    for line in lines:
+                        doc = _Api.export_line(line)
+                        if doc is None:
+                            return
+                        yield doc
                 raise MnemostreamError(502, _CUT_SHORT)

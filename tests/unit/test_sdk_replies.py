@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from typing import cast
@@ -255,3 +255,73 @@ def test_an_export_waits_for_this_clients_writes() -> None:
     (exported,), after_export = sent
     assert offsets(exported) == {"x": {"0": 3}}
     assert after_export == []  # the export waited for it
+
+
+async def _exported(client: AsyncClient) -> list[dict[str, object]]:
+    return [doc async for doc in client.export()]
+
+
+def test_an_export_line_holding_unicode_line_separators_stays_one_memory() -> None:
+    """httpx's line iterators also split at U+2028, U+2029 and U+0085, which JSON leaves raw."""
+    words = ["line one\u2028line two", "para\u2029graph", "price\x85total"]
+    body = b"".join(
+        json.dumps({"memory_id": f"m{i}", "content": w}, ensure_ascii=False).encode() + b"\n"
+        for i, w in enumerate(words)
+    )
+
+    # in small pieces: a line (and a UTF-8 character) may span chunks
+    chunks = [body[i : i + 7] for i in range(0, len(body), 7)] + [b'{"end": true, "count": 3}\n']
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=iter(chunks))
+
+    async def pieces() -> AsyncIterator[bytes]:
+        for chunk in chunks:
+            yield chunk
+
+    def async_handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=pieces())
+
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(handler)) as client:
+        assert [doc["content"] for doc in client.export()] == words
+
+    async def run() -> list[dict[str, object]]:
+        transport = httpx.MockTransport(async_handler)
+        async with AsyncClient("http://x", "k" * 16, transport=transport) as client:
+            return await _exported(client)
+
+    assert [doc["content"] for doc in asyncio.run(run())] == words
+
+
+def test_an_unknown_list_filter_is_refused_before_anything_is_sent() -> None:
+    """The server ignores a query parameter it does not know: ``tags=`` would list everything."""
+    sent: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(str(request.url))
+        return httpx.Response(200, json={"memories": [], "cursor": None})
+
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(handler)) as client:
+        with pytest.raises(TypeError, match="'tags'"):
+            list(client.list_memories(tags=["temp"]))
+        assert list(client.list_memories(tag=["temp"], include_history=True)) == []
+    assert len(sent) == 1
+    assert "tag=temp" in sent[0]
+
+
+@pytest.mark.parametrize(
+    ("status", "reply"),
+    [
+        (308, {"headers": {"Location": "https://x/v1/memories"}}),
+        (200, {"text": "<html>a proxy's page</html>"}),
+    ],
+)
+def test_a_redirect_or_a_page_that_is_not_json_is_the_sdks_error(
+    status: int, reply: dict[str, object]
+) -> None:
+    def handler(_: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, **reply)  # type: ignore[arg-type]
+
+    for got in both(handler, lambda c: c.remember("a")):
+        assert isinstance(got, MnemostreamError)
+        assert got.status == status
