@@ -112,8 +112,11 @@ def create(event: Write, policy: Policy) -> MemoryState:
 def _write(state: MemoryState | None, event: Write, policy: Policy) -> Result:
     if state is None or state.state is Lifecycle.DELETED:
         new = create(event, policy)
-        if state is not None:  # a write after deletion starts afresh; applied offsets carry over
-            new = dataclasses.replace(new, offsets=state.offsets)
+        if state is not None:
+            # a write after deletion starts afresh; applied offsets carry over, and the count of
+            # writes goes on: readers order a memory's versions by it (a hot cache holding the
+            # deleted row must see the new one as newer, not as an older version)
+            new = dataclasses.replace(new, offsets=state.offsets, write_count=state.write_count + 1)
         why = f"{new.tier} by importance {new.importance:.4g} ({event.importance.reason})"
         return new, (Effect(EffectKind.CREATED, why),)
     if (

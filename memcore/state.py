@@ -59,7 +59,9 @@ class MemoryState:
         tau_hours: decay constant in hours, recomputed on tier change and every n-th access.
         access_count: accesses of any kind.
         recall_count: accesses that were recall hits.
-        write_count: writes folded into this memory (1 for a single write).
+        write_count: writes folded into this memory (1 for a single write), and so the
+            version readers order its rows by: a write after deletion starts a new memory whose
+            count goes on from the deleted one's.
         session_id, agent_id, tags, relations: writer's metadata; ``relations`` are memory ids.
             A rewrite adds those it brings, up to :data:`MAX_TAGS` and :data:`MAX_RELATIONS`:
             past these, the oldest it does not repeat are dropped.

@@ -319,8 +319,8 @@ class _Block:
     def newer(self, row: MemoryRow) -> bool:
         """The block holds a later version of the same memory as ``row`` (same creation time,
         a higher ``write_count``). A rewrite after a delete starts a new memory (its creation
-        time is the rewrite's, which a client may set, and its count starts again): never
-        ordered against the old one here.
+        time is the rewrite's, which a client may set; its count started again in states
+        written before memcore kept it going): never ordered against the old one here.
         """
         slot = self.index.get(row.memory_id)
         if slot is None or self.state[slot] == ABSENT:
@@ -356,11 +356,16 @@ class _Block:
         if slot is None or self.state[slot] == ABSENT:
             return True
         if self.state[slot] == _DELETED and str(values[_STATE]) != DELETED:
-            # only a write takes a memory out of ``deleted``, and it starts a new memory whose
-            # count starts again (memcore's reducer), so the count cannot tell: the row held is
-            # of a memory that is no more, never to be served as the new one's
+            # only a write takes a memory out of ``deleted``, and it starts a new memory (whose
+            # count started again before memcore kept it going, so the count cannot tell): the
+            # row held is of a memory that is no more, never to be served as the new one's
             self.remove(memory_id)
             return True
+        if int(values[_WRITES]) < int(self.writes[slot]):
+            # the view is behind the row held (the local worker hands its row over as soon as
+            # it is written, the view reads the changelog): its values are of an older version,
+            # a deleted one's included; the row's own stand until the view catches up
+            return False
         self._score_values(slot, values)
         self.state[slot] = _code(STATES, str(values[_STATE]))
         self.tier[slot] = _code(TIERS, str(values[_TIER]))

@@ -311,6 +311,8 @@ class TestDecisions:
         assert fresh is not None
         assert (fresh.access_count, fresh.created_at) == (0, T0 + hours(5))
         assert effects[0].kind is EffectKind.CREATED
+        # the count of writes goes on: readers order the memory's rows by it
+        assert fresh.write_count == deleted.write_count + 1
 
     def test_a_backdated_rewrite_revives_without_moving_the_decay_clock_back(self) -> None:
         archived = dataclasses.replace(
