@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from memcore import card as cards
 from memcore.decay import classify_tier, recency_at, sweep_archive_reason
@@ -135,6 +135,7 @@ def _write(state: MemoryState | None, event: Write, policy: Policy) -> Result:
         importance_source=event.importance.source if stronger else state.importance_source,
         tags=_union(state.tags, event.tags, MAX_TAGS),
         relations=_union(state.relations, event.relations, MAX_RELATIONS),
+        stated_at=_restated(state, event.at),
     )
     effects = [
         Effect(EffectKind.UPDATED, f"content replaced by write #{folded.write_count}")
@@ -154,6 +155,12 @@ def _write(state: MemoryState | None, event: Write, policy: Policy) -> Result:
         why = f"written again after {state.superseded_by} superseded it: current again"
         effects.append(Effect(EffectKind.REASSERTED, why))
     return folded, tuple(effects)
+
+
+def _restated(state: MemoryState, at: datetime) -> datetime | None:
+    """``stated_at`` after a write at ``at``: the latest statement (None while the creation)."""
+    latest = max(state.stated_at or state.created_at, at)
+    return latest if latest > state.created_at else None
 
 
 def _access(state: MemoryState, event: Access, policy: Policy) -> Result:
@@ -345,6 +352,11 @@ def _supersede(state: MemoryState, event: Supersede) -> Result:
         why = f"{event.by} is older than this memory: it cannot supersede it"
         return state, (Effect(EffectKind.IGNORED, why),)
     displaces = event.replaces is not None and event.replaces == state.superseded_by
+    if state.valid_to is None and state.stated_at is not None and event.at < state.stated_at:
+        # written again after the newer version: the restatement is newer still (relink has
+        # that version superseded by this one)
+        why = f"stated again at {state.stated_at.isoformat()}, after {event.by}"
+        return state, (Effect(EffectKind.IGNORED, why),)
     if state.valid_to is not None and not displaces:
         since = f"{state.superseded_by} at {state.valid_to.isoformat()}"
         if state.valid_to <= event.at:
@@ -381,12 +393,27 @@ def relink(state: MemoryState, event: Supersede) -> tuple[Relink, ...]:
     superseded by ``N`` in ``P``'s place (``replaces``). Each is decided on the state it meets,
     so a redelivery passes the same decisions again and their targets ignore the copies.
 
+    A current memory stated again after ``N`` (``stated_at``): ``N`` is superseded by it from
+    that statement (:func:`apply` ignores the older supersession).
+
     Nothing is passed on when the memory is not superseded, ``N`` is ``P``, the event is the
     chain's own move or an LLM's decision (``chains`` false), ``N`` is older than the memory,
     or the decision was passed on :data:`MAX_RELINKS` times already. The memory's own state
     does not matter: a deleted version's successor is still the chain's next.
     """
     chained = state.superseded_by
+    restated = state.stated_at
+    if (
+        chained is None
+        and restated is not None
+        and event.chains
+        and event.at < restated
+        and event.by != state.memory_id
+        and event.at >= state.created_at
+        and event.hops < MAX_RELINKS
+    ):
+        why = f"{state.memory_id} was stated again after it: chained after it"
+        return (Relink(event.by, Supersede(restated, state.memory_id, why, event.hops + 1)),)
     if (
         chained is None
         or state.valid_to is None

@@ -75,6 +75,9 @@ class MemoryState:
         valid_to: event time from which a newer memory states a newer value of the same fact
             (SPEC section 6, supersession); None while this memory is the current version.
         superseded_by: the id of that newer memory.
+        stated_at: event time of the latest write that stated this memory's content again (an
+            identical rewrite included), when later than its creation; None: stated at
+            ``created_at`` only. A supersession dated before it is of an older statement.
     """
 
     tenant_id: str
@@ -104,6 +107,7 @@ class MemoryState:
     purged: bool = False
     valid_to: datetime | None = None
     superseded_by: str | None = None
+    stated_at: datetime | None = None
 
     def last_offset(self, source: str) -> int | None:
         """The last applied offset from ``source``, or None when nothing from it was applied."""

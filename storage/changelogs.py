@@ -13,7 +13,7 @@ import asyncio
 import dataclasses
 import itertools
 import logging
-from collections.abc import Generator, Iterable, Iterator, Mapping
+from collections.abc import Collection, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -121,26 +121,39 @@ class _Scan:
 async def read_changelog_to(
     kafka: KafkaConnection | str, topic: str, start: Mapping[int, int] | None = None
 ) -> tuple[dict[bytes, bytes], dict[int, int]]:
+    """:func:`read_changes` without the keys removed."""
+    latest, _, ends = await read_changes(kafka, topic, start)
+    return latest, ends
+
+
+async def read_changes(
+    kafka: KafkaConnection | str, topic: str, start: Mapping[int, int] | None = None
+) -> tuple[dict[bytes, bytes], set[bytes], dict[int, int]]:
     """:func:`read_changelog`, and where the read stopped: partition -> its end offset when the
     read began. Every record before it is in the read; a record written meanwhile may be too (a
     fetch returns what it finds), and reading it again from there is harmless to a last-value
     view (:meth:`ranker.view.StateView.seed`). ``start``: read each partition from this offset
     (partition -> offset, e.g. where an earlier read stopped), not from its beginning: the keys
     written since, each with its last value (a tombstone removes a key only when its earlier
-    value is in the read too). Raises aiokafka's ``KafkaError`` when the broker fails, and its
-    ``KafkaTimeoutError`` when nothing comes for :data:`STALL_S` short of the end.
+    value is in the read too; the keys whose last record in the read is a tombstone are returned
+    apart, for a caller that merges the read into an earlier one). Raises aiokafka's
+    ``KafkaError`` when the broker fails, and its ``KafkaTimeoutError`` when nothing comes for
+    :data:`STALL_S` short of the end.
     """
     scan = _Scan(kafka, topic, start)
     try:
         await scan.open()
         latest: dict[bytes, bytes] = {}
+        removed: set[bytes] = set()
         while (records := await scan.batch()) is not None:
             for key, value in records:
                 if value is None:
                     latest.pop(key, None)
+                    removed.add(key)
                 else:
                     latest[key] = value
-        return latest, scan.ends
+                    removed.discard(key)
+        return latest, removed, scan.ends
     finally:
         await scan.close()
 
@@ -190,18 +203,60 @@ class Tables:
     memories_to: dict[int, int] = dataclasses.field(default_factory=dict)
     """Where the read of the memories changelog stopped: partition -> its end offset when the
     read began (see :func:`read_changelog_to`)."""
+    documents_to: dict[int, int] = dataclasses.field(default_factory=dict)
+    keys_to: dict[int, int] = dataclasses.field(default_factory=dict)
+    """Where the reads of the documents changelog and of the keys topic stopped."""
 
     @classmethod
     async def read(cls, kafka: KafkaConnection | str, app_id: str, keys_topic: str) -> Tables:
         """Read the changelogs of ``app_id``'s tables and the data keys on ``keys_topic``
         (all three at once). Raises aiokafka's ``KafkaError`` when the broker fails.
         """
-        (memories, memories_to), documents, keys = await asyncio.gather(
+        (memories, memories_to), (documents, documents_to), (keys, keys_to) = await asyncio.gather(
             read_changelog_to(kafka, changelog_topic(app_id, "memories")),
-            read_changelog(kafka, changelog_topic(app_id, "documents")),
-            read_changelog(kafka, keys_topic),
+            read_changelog_to(kafka, changelog_topic(app_id, "documents")),
+            read_changelog_to(kafka, keys_topic),
         )
-        return cls(memories, documents, key_ring(keys), memories_to)
+        return cls(memories, documents, key_ring(keys), memories_to, documents_to, keys_to)
+
+    async def since(
+        self, kafka: KafkaConnection | str, app_id: str, keys_topic: str
+    ) -> tuple[Tables, set[bytes]]:
+        """These tables brought up to date (each topic read on from where this read stopped:
+        what other workers wrote meanwhile), and the memory keys whose state or document
+        changed since. The data keys read are added to :attr:`keys` (shared). Raises as
+        :meth:`read`.
+        """
+        (
+            (memories, _, memories_to),
+            (documents, gone, documents_to),
+            (keys, _, keys_to),
+        ) = await asyncio.gather(
+            read_changes(kafka, changelog_topic(app_id, "memories"), self.memories_to),
+            read_changes(kafka, changelog_topic(app_id, "documents"), self.documents_to),
+            read_changes(kafka, keys_topic, self.keys_to),
+        )
+        for key, value in keys.items():
+            self.keys.apply(key, value)
+        merged_documents = {k: v for k, v in self.documents.items() if k not in gone}
+        merged_documents.update(documents)
+        now = Tables(
+            {**self.memories, **memories},
+            merged_documents,
+            self.keys,
+            memories_to or self.memories_to,
+            documents_to or self.documents_to,
+            keys_to or self.keys_to,
+        )
+        return now, set(memories) | set(documents) | gone
+
+    def only(self, keys: Collection[bytes]) -> Tables:
+        """These tables restricted to the memories of ``keys`` (their rows, their purges)."""
+        return dataclasses.replace(
+            self,
+            memories={k: v for k, v in self.memories.items() if k in keys},
+            documents={k: v for k, v in self.documents.items() if k in keys},
+        )
 
     def rows(self, *, strict: bool = True) -> tuple[list[MemoryRow], list[tuple[str, str]]]:
         """Rows to upsert (:meth:`iter_rows`) and (tenant, memory id) of purged memories."""

@@ -113,6 +113,8 @@ def encode(state: MemoryState) -> bytes:
     }
     if state.user_id is not None:  # left out when absent: states from before user scopes
         value["user_id"] = state.user_id  # encode, and hash, as they did
+    if state.stated_at is not None:  # likewise: states never restated encode as before
+        value["stated_at"] = to_us(state.stated_at)
     return orjson.dumps(value)
 
 
@@ -180,4 +182,5 @@ def decode(raw: bytes) -> MemoryState:
         purged=v["purged"],
         valid_to=from_us(v["valid_to"]) if v.get("valid_to") is not None else None,
         superseded_by=v.get("superseded_by"),
+        stated_at=from_us(v["stated_at"]) if v.get("stated_at") is not None else None,
     )

@@ -31,6 +31,7 @@ from typing import Any, Protocol, TypeVar
 
 import faust
 import orjson
+from aiokafka.errors import KafkaError
 from faust.streams import _current_event
 from faust.types import TP
 
@@ -251,7 +252,7 @@ def create_app(
                 metrics.batch("writes", consumed[topics.WRITES], len(events)),
                 resync_on_failure(worker.marker),
             ):
-                await worker.on_writes(events)
+                await applied_again(functools.partial(worker.on_writes, events), "writes")
             yield None
 
     @app.agent(worker.topics[topics.ACCESS], name=f"{settings.app_id}-access")
@@ -262,7 +263,7 @@ def create_app(
                 metrics.batch("access", consumed[topics.ACCESS], len(events)),
                 resync_on_failure(worker.marker),
             ):
-                await worker.on_access(events)
+                await applied_again(functools.partial(worker.on_access, events), "access")
             yield None
 
     @app.agent(worker.topics[topics.CONSOLIDATION], name=f"{settings.app_id}-consolidation")
@@ -622,10 +623,17 @@ class StreamWorker:
 
     async def writes_caught_up(self, partition: int) -> bool:
         """True when the writes agent has applied every write produced so far to ``partition``
-        (asks the broker for the end offset: a cached one could be older than the access).
+        (asks the broker for the end offset: a cached one could be older than the access). False
+        when the broker cannot say (the parked accesses wait for a later batch).
         """
         tp = TP(self.settings.topic(topics.WRITES), partition)
-        end = (await self.app.consumer.highwaters(tp))[tp]
+        try:
+            end = (await self.app.consumer.highwaters(tp))[tp]
+        except (KafkaError, TimeoutError) as exc:  # a broker failing over: ask again next batch
+            log.warning(
+                "end offset of %s/%d unknown (%s): parked accesses wait", tp.topic, partition, exc
+            )
+            return False
         # offsets committed before this process started were applied by an earlier one
         committed = getattr(self.app.consumer, "_committed_offset", {}).get(tp) or 0
         return max(self.write_done.get(partition, 0), committed) >= end
@@ -913,6 +921,43 @@ async def _llm_answers(
         return await llm.ask(llm_prompt(new, candidates)) if candidates else None
 
     return list(await asyncio.gather(*(one(new, ns) for new, ns in compared)))
+
+
+BATCH_ATTEMPTS = 5
+"""How many times an agent applies one batch before it gives up on it (:func:`applied_again`)."""
+
+
+async def applied_again(
+    apply: Callable[[], Awaitable[None]],
+    what: str,
+    attempts: int = BATCH_ATTEMPTS,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> None:
+    """Apply one batch; when it raises, apply it again after a capped backoff (0.5 s, doubling),
+    ``attempts`` times in all, then raise the last failure. Faust acknowledges a batch's events
+    even when its agent raises (``take_events`` acknowledges in a ``finally``), so a batch given
+    up is never redelivered: its rows wait for the next start's resync and its derived records
+    (supersessions, dead letters) are lost. Applied again, the events its first try applied are
+    skipped by offset and their rows and derived records are made again (a redelivery's path);
+    the audit records of those are not. A cancellation is never retried.
+    """
+    delay = 0.5
+    for attempt in range(1, attempts + 1):
+        try:
+            await apply()
+            return
+        except Exception:
+            if attempt == attempts:
+                raise
+            log.exception(
+                "the %s batch failed (try %d of %d); again in %.1f s",
+                what,
+                attempt,
+                attempts,
+                delay,
+            )
+            await sleep(delay)
+            delay = min(delay * 2, 10.0)
 
 
 async def _retrying(operation: str, call: Callable[[], T]) -> T:

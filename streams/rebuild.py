@@ -166,6 +166,43 @@ async def read_tables(settings: WorkerSettings) -> Tables:
     return await Tables.read(settings.kafka(), settings.app_id, settings.topic(KEYS_ROLE))
 
 
+Refresh = Callable[[Tables], tuple[Tables, set[bytes]]]
+"""Tables brought up to date, and the memory keys changed since (:meth:`Tables.since`)."""
+
+SETTLE_ROUNDS = 8
+"""How many times a rewrite reads the changelogs on and writes again the rows of memories that
+changed meanwhile, at most (:func:`settle`)."""
+
+
+def settle(
+    store: MilvusStore, tables: Tables, refresh: Refresh, rounds: int = SETTLE_ROUNDS
+) -> Tables:
+    """After every row of ``tables`` was written: other workers may have changed memories since
+    the tables were read (a pod starting beside running ones) and written their rows before
+    ours, which the snapshot's then overwrote (an older version, a purged memory back). Read the
+    changelogs on (``refresh``) and write again, from their newest state, the rows of the
+    memories that changed since (their purges as purges), until a read finds none of the rows
+    just written changed again: a change made after a round's read is written by its own worker
+    after its changelog record, or met by the next read. Returns the tables as last read; after
+    ``rounds`` with changes still coming, logs a warning (``mnemo rebuild`` with the workers
+    stopped writes every row from a still log). Raises as :func:`write_rows` and ``refresh``.
+    """
+    written: set[bytes] | None = None  # None: every row (the rewrite that came before)
+    for _ in range(rounds):
+        tables, changed = refresh(tables)
+        todo = changed if written is None else changed & written
+        if not todo:
+            return tables
+        write_rows(store, tables.only(todo), strict=False)
+        written = todo
+    log.warning(
+        "memories still changing after %d rounds of catching up: their rows may be a version"
+        " behind until they change again",
+        rounds,
+    )
+    return tables
+
+
 def resync(
     settings: WorkerSettings,
     store: MilvusStore,
@@ -184,7 +221,14 @@ def resync(
     if read is not None:
         read(tables)
     always = settings.resync == "always"
-    return catch_up(store, tables, always=always, marker=ResyncMarker.of(settings), into=into)
+
+    def refresh(tables: Tables) -> tuple[Tables, set[bytes]]:
+        return asyncio.run(
+            tables.since(settings.kafka(), settings.app_id, settings.topic(KEYS_ROLE))
+        )
+
+    marker = ResyncMarker.of(settings)
+    return catch_up(store, tables, always=always, marker=marker, into=into, refresh=refresh)
 
 
 def catch_up(
@@ -194,11 +238,15 @@ def catch_up(
     always: bool = False,
     marker: ResyncMarker | None = None,
     into: Fill | None = None,
+    refresh: Refresh | None = None,
 ) -> Resynced:
     """Rewrite every row of ``tables`` into ``store`` (and delete purged ones) unless ``store``
     already holds exactly as many rows as ``tables`` has memories to serve; ``always`` or a set
     ``marker``: rewrite regardless (the marker is cleared once done). ``into`` is handed the
     rows as they are read (pages of :data:`storage.changelogs.CHUNK`), before the rewrite.
+    ``refresh``: after a rewrite, the rows of memories changed since ``tables`` were read are
+    written again from their newest state (:func:`settle`); without it, ``tables`` must be still
+    (no other worker running).
 
     The count suffices for the crash windows: an event's offset is committed only after its batch
     wrote its rows, or with the marker set when the batch failed; and an event redelivered after
@@ -235,6 +283,8 @@ def catch_up(
     if counted == stored and asked is None:
         return Resynced(counted, stored, stored, 0, 0)
     upserted, deleted = write_rows(store, tables, strict=False)
+    if refresh is not None:
+        settle(store, tables, refresh)
     if marker is not None:
         marker.clear()
     return Resynced(counted, stored, store.total(), upserted, deleted, asked)

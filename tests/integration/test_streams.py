@@ -20,6 +20,7 @@ from ranker.view import StateView
 from storage import MilvusStore, codec
 from storage.changelogs import (
     ChangelogStream,
+    Tables,
     changelog_topic,
     read_changelog,
     read_changelog_to,
@@ -200,9 +201,17 @@ def test_counts_are_exact_in_table_and_milvus(
     )
     # what python -m server's start-up reads, before any access
     latest, upto = asyncio.run(read_changelog_to(stack.bootstrap, changelog))
+    keys_topic = stack.topic("memory-keys")
+    tables = asyncio.run(Tables.read(stack.bootstrap, stack.app_id, keys_topic))
     produce(stack.bootstrap, stack.topic("access-events"), accesses)
     store = stack.store()
     assert_counts(stack, store, tenants, expected, worker)
+    # a start-up's catch-up rounds: the tables read on hold what changed since, and say what
+    caught, changed = asyncio.run(tables.since(stack.bootstrap, stack.app_id, keys_topic))
+    assert caught.memories == asyncio.run(read_changelog(stack.bootstrap, changelog))
+    assert changed >= {f"{t}/{m}".encode() for (t, m), (n, _) in expected.items() if n}
+    assert changed <= set(caught.memories)
+    assert asyncio.run(caught.since(stack.bootstrap, stack.app_id, keys_topic))[1] == set()
     assert dead_letters(stack) == []
     # a view seeded with that read and following the topic from where it stopped equals the
     # table, and replayed nothing before it (a replay would tell each write's state first)

@@ -141,6 +141,9 @@ def test_codec_round_trip() -> None:
     superseded = dataclasses.replace(state, valid_to=state.created_at, superseded_by="m9")
     assert codec.decode(codec.encode(state)) == state
     assert codec.decode(codec.encode(superseded)) == superseded
+    restated = dataclasses.replace(state, stated_at=state.created_at + timedelta(hours=1))
+    assert codec.decode(codec.encode(restated)) == restated
+    assert b"stated_at" not in codec.encode(state)  # a state never restated encodes as before
     assert codec.decode_document(codec.encode_document(doc)) == doc
 
 
@@ -1018,6 +1021,44 @@ def test_a_row_milvus_refuses_at_start_up_is_left_out_and_the_start_goes_on(
     assert write_rows(store, tables) == (2, 0)  # type: ignore[arg-type]
     with pytest.raises(StorageError, match="unavailable"):  # Milvus down: the start waits
         catch_up(RefusingStore(down=True), tables, always=True)  # type: ignore[arg-type]
+
+
+class DeletingStore(RefusingStore):
+    def delete(self, tenant_id: str, memory_ids: list[str]) -> int:
+        for memory_id in memory_ids:
+            self.rows.pop(f"{tenant_id}/{memory_id}", None)
+        return len(memory_ids)
+
+
+def test_a_start_beside_running_workers_writes_again_what_they_changed_meanwhile() -> None:
+    """The snapshot a starting worker rewrites from is older than rows other workers wrote
+    since: without the catch-up rounds a rewrite brought back an old version and a purged
+    memory, for good.
+    """
+    t = Tables()
+    t.write(write_bytes(content="Alice lives in Osaka"))
+    t.write(write_bytes(memory_id="m2", content="my code is 1234"), key=b"acme/m2")
+    snapshot = ChangelogTables(dict(t.memories), dict(t.documents))
+    # meanwhile another worker rewrites m1, deletes and purges m2, and writes their rows
+    t.write(write_bytes(content="Alice lives in Lisbon", at="2026-03-02T12:00:00+00:00"))
+    for decision in ("retire", "purge"):
+        t.write(decision_bytes(memory_id="m2", decision=decision, to="deleted"), key=b"acme/m2")
+    t.documents.pop(b"acme/m2", None)
+    now = ChangelogTables(dict(t.memories), dict(t.documents))
+    store = DeletingStore()
+    store.upsert(list(now.iter_rows()))
+    reads: list[ChangelogTables] = []
+
+    def refresh(tables: ChangelogTables) -> tuple[ChangelogTables, set[bytes]]:
+        reads.append(tables)
+        if len(reads) == 1:  # what changed since the snapshot
+            return now, {b"acme/m1", b"acme/m2"}
+        return tables, set()
+
+    done = catch_up(store, snapshot, always=True, refresh=refresh)  # type: ignore[arg-type]
+    assert done.upserted == 2  # the snapshot's rows: m1's old words, m2 back
+    assert [(k, r.content) for k, r in store.rows.items()] == [("acme/m1", "Alice lives in Lisbon")]
+    assert len(reads) == 2  # the second read found nothing of what the first round wrote changed
 
 
 def test_the_row_of_a_state_holding_more_tags_than_the_collection_takes_keeps_the_newest() -> None:

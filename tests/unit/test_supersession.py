@@ -236,6 +236,26 @@ def test_nothing_is_passed_on_for_a_copy_a_current_memory_an_llm_decision_or_a_c
     assert applied == MAX_RELINKS + 1
 
 
+def test_a_memory_stated_again_before_an_older_decision_arrives_stays_the_current_one() -> None:
+    """b (t10) superseded a by the rule; a was written again (t20) before that decision reached
+    it, and its own check superseded b. The late decision used to make them supersede each
+    other: no version current.
+    """
+    a, _ = apply(created(0.5, memory_id="a"), write("a", at=T0 + hours(20)), Policy())
+    assert a is not None
+    assert a.stated_at == T0 + hours(20)
+    b = created(0.5, memory_id="b", at=T0 + hours(10))
+    states = {"a": a, "b": b}
+    late = Supersede(T0 + hours(10), "b", "rule")
+    settle(states, [("b", Supersede(T0 + hours(20), "a", "rule")), ("a", late)])
+    assert (states["a"].superseded_by, states["b"].superseded_by) == (None, "a")
+    # the same late decision with b's own check not sent yet: relink sends it
+    states = {"a": a, "b": b}
+    settle(states, [("a", late)])
+    assert (states["a"].superseded_by, states["b"].superseded_by) == (None, "a")
+    assert states["b"].valid_to == T0 + hours(20)
+
+
 @pytest.mark.parametrize("to", [Lifecycle.DELETED, Lifecycle.FORGOTTEN])
 def test_a_deleted_or_forgotten_memory_is_not_superseded(to: Lifecycle) -> None:
     policy = Policy()

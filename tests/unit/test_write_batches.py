@@ -15,12 +15,13 @@ from typing import Any
 
 import orjson
 import pytest
+from aiokafka.errors import KafkaTimeoutError
 
 from storage import Filters, Hit, MemoryRow, StorageError
 from storage.records import Limits, encode_write
 from storage.tenants import TenantRegistry
 from streams import topics
-from streams.app import Services, StreamWorker
+from streams.app import Services, StreamWorker, applied_again
 from streams.processor import Processor
 from streams.rebuild import ResyncMarker
 
@@ -412,3 +413,73 @@ async def test_a_replay_applies_the_log_and_produces_nothing(tmp_path: Path) -> 
     state = replay.worker.processor.state("acme/A")
     assert state is not None
     assert state.superseded_by == "B"
+
+
+# -- a batch that fails is applied again, not given up -----------------------------------------
+
+
+class FlakyStore(Store):
+    """Fails the first ``failures`` upserts with an error the worker does not retry itself."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def upsert(self, rows: Sequence[MemoryRow]) -> int:
+        if self.failures:
+            self.failures -= 1
+            msg = "the connection broke mid-call"
+            raise RuntimeError(msg)
+        return super().upsert(rows)
+
+
+async def test_a_batch_that_fails_after_its_reducer_ran_is_applied_again(tmp_path: Path) -> None:
+    """Faust acknowledges a failed batch's events all the same: given up, the new version's row
+    waited for the next start and its supersession was never sent.
+    """
+    store = FlakyStore(failures=0)
+    w = Worker(tmp_path, Embedder({}), store)
+    await stated_after_osaka(w, "acme")
+    store.failures = 2
+    key, value = newer("acme")
+    w.offset += 1
+    events = [Event(Message("memory-writes", 0, w.offset, key.encode(), value))]
+    w.sent.clear()
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    await applied_again(lambda: w.worker.on_writes(events), "writes", sleep=sleep)
+    assert waits == [0.5, 1.0]
+    assert "acme/B" in store.rows
+    decided = [(k, v["by"]) for role, k, v in w.sent if role == "memory-writes"]
+    assert decided == [(b"acme/A", "B")]
+    state = w.worker.processor.state("acme/B")
+    assert state is not None
+    assert state.write_count == 1  # applied once: the tries after the first skipped it
+    store.failures = 10
+    with pytest.raises(RuntimeError, match="broke"):  # past the attempts: given up, as before
+        await applied_again(lambda: w.worker.on_writes(events), "writes", sleep=sleep)
+
+
+async def test_an_end_offset_the_broker_cannot_give_keeps_parked_accesses_waiting(
+    tmp_path: Path,
+) -> None:
+    class Consumer:
+        def __init__(self) -> None:
+            self._committed_offset: dict[Any, int] = {}
+
+        async def highwaters(self, *tps: Any) -> dict[Any, int]:
+            raise KafkaTimeoutError("no leader for memory-writes/0")
+
+    class App:
+        consumer = Consumer()
+
+    class Settings:
+        def topic(self, role: str) -> str:
+            return role
+
+    w = Worker(tmp_path, Embedder({}))
+    w.worker.app, w.worker.settings = App(), Settings()  # type: ignore[assignment]
+    assert await w.worker.writes_caught_up(0) is False  # it raised, failing the whole batch
