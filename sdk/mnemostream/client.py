@@ -32,13 +32,21 @@ class MnemostreamError(Exception):
         detail: the reply's ``detail`` (its whole body when it has none; its text when not JSON).
         retriable: the same call may succeed later (no reply, 429, 5xx).
         retry_after_s: seconds the server asked to wait (its ``Retry-After``: 429, 503), or None.
+        field: for a 422, the path of the field at fault (``memories[0].importance``), or None.
     """
 
-    def __init__(self, status: int, detail: object, retry_after_s: float | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        detail: object,
+        retry_after_s: float | None = None,
+        field: str | None = None,
+    ) -> None:
         self.status = status
         self.detail = detail
         self.retriable = status in {0, 429} or status >= 500
         self.retry_after_s = retry_after_s
+        self.field = field
         super().__init__(f"HTTP {status}: {detail}" if status else f"no reply: {detail}")
 
 
@@ -259,6 +267,16 @@ def _detail(reply: httpx.Response) -> object:
     return body.get("detail", body) if isinstance(body, dict) else body
 
 
+def _field(reply: httpx.Response) -> str | None:
+    """An error reply's ``field`` (a 422's path of the field at fault), or None."""
+    try:
+        body = reply.json()
+    except ValueError:
+        return None
+    found = body.get("field") if isinstance(body, dict) else None
+    return found if isinstance(found, str) else None
+
+
 def _wire(value: Any) -> Any:  # noqa: ANN401  (any JSON body)
     """``value`` with every datetime in it, at any depth (``filters.created_from``), as ISO 8601
     text; anything else (already text, None, numbers) as it is. The one conversion of times:
@@ -392,7 +410,7 @@ class _Api:
             wait = _retry_after(reply.headers.get("Retry-After"))
             if reply.status_code == 429:
                 raise Overloaded(_detail(reply), 1.0 if wait is None else wait)
-            raise MnemostreamError(reply.status_code, _detail(reply), wait)
+            raise MnemostreamError(reply.status_code, _detail(reply), wait, _field(reply))
         try:
             return reply.json()
         except ValueError as exc:  # a proxy's page, or a body cut short

@@ -325,3 +325,14 @@ def test_a_redirect_or_a_page_that_is_not_json_is_the_sdks_error(
     for got in both(handler, lambda c: c.remember("a")):
         assert isinstance(got, MnemostreamError)
         assert got.status == status
+
+
+def test_a_422_names_its_field_on_the_error() -> None:
+    body = {"title": "Unprocessable Entity", "detail": "memories[0].importance=2: at most 1"}
+
+    def handler(_: httpx.Request) -> httpx.Response:
+        return httpx.Response(422, json={**body, "field": "memories[0].importance"})
+
+    for got in both(handler, lambda c: c.remember("a", importance=2)):
+        assert isinstance(got, MnemostreamError)
+        assert (got.status, got.field, got.retriable) == (422, "memories[0].importance", False)
