@@ -151,7 +151,9 @@ def _write(state: MemoryState | None, event: Write, policy: Policy) -> Result:
         )
         effects.append(Effect(EffectKind.REVIVED, f"rewritten while {state.state}"))
     if state.valid_to is not None and event.at >= state.valid_to:
-        folded = dataclasses.replace(folded, valid_to=None, superseded_by=None)
+        folded = dataclasses.replace(
+            folded, valid_to=None, superseded_by=None, reasserted_over=state.superseded_by
+        )
         why = f"written again after {state.superseded_by} superseded it: current again"
         effects.append(Effect(EffectKind.REASSERTED, why))
     return folded, tuple(effects)
@@ -351,12 +353,12 @@ def _supersede(state: MemoryState, event: Supersede) -> Result:
     if event.at < state.created_at:
         why = f"{event.by} is older than this memory: it cannot supersede it"
         return state, (Effect(EffectKind.IGNORED, why),)
-    displaces = event.replaces is not None and event.replaces == state.superseded_by
-    if state.valid_to is None and state.stated_at is not None and event.at < state.stated_at:
+    if state.stated_at is not None and event.at < state.stated_at:
         # written again after the newer version: the restatement is newer still (relink has
-        # that version superseded by this one)
+        # that version superseded by this one); a move of the chain's included
         why = f"stated again at {state.stated_at.isoformat()}, after {event.by}"
         return state, (Effect(EffectKind.IGNORED, why),)
+    displaces = event.replaces is not None and event.replaces == state.superseded_by
     if state.valid_to is not None and not displaces:
         since = f"{state.superseded_by} at {state.valid_to.isoformat()}"
         if state.valid_to <= event.at:
@@ -393,8 +395,8 @@ def relink(state: MemoryState, event: Supersede) -> tuple[Relink, ...]:
     superseded by ``N`` in ``P``'s place (``replaces``). Each is decided on the state it meets,
     so a redelivery passes the same decisions again and their targets ignore the copies.
 
-    A current memory stated again after ``N`` (``stated_at``): ``N`` is superseded by it from
-    that statement (:func:`apply` ignores the older supersession).
+    A memory stated again after ``N`` (``stated_at``): ``N`` is superseded by it from that
+    statement, whatever its successor (:func:`apply` ignores the older supersession).
 
     Nothing is passed on when the memory is not superseded, ``N`` is ``P``, the event is the
     chain's own move or an LLM's decision (``chains`` false), ``N`` is older than the memory,
@@ -404,8 +406,7 @@ def relink(state: MemoryState, event: Supersede) -> tuple[Relink, ...]:
     chained = state.superseded_by
     restated = state.stated_at
     if (
-        chained is None
-        and restated is not None
+        restated is not None
         and event.chains
         and event.at < restated
         and event.by != state.memory_id

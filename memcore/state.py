@@ -78,6 +78,9 @@ class MemoryState:
         stated_at: event time of the latest write that stated this memory's content again (an
             identical rewrite included), when later than its creation; None: stated at
             ``created_at`` only. A supersession dated before it is of an older statement.
+        reasserted_over: the successor a write made this memory current again over (it is to
+            be superseded by this memory from ``stated_at``), kept so that a redelivered or
+            retried write sends that decision again; None: no such write.
     """
 
     tenant_id: str
@@ -108,6 +111,7 @@ class MemoryState:
     valid_to: datetime | None = None
     superseded_by: str | None = None
     stated_at: datetime | None = None
+    reasserted_over: str | None = None
 
     def last_offset(self, source: str) -> int | None:
         """The last applied offset from ``source``, or None when nothing from it was applied."""

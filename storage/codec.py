@@ -115,6 +115,8 @@ def encode(state: MemoryState) -> bytes:
         value["user_id"] = state.user_id  # encode, and hash, as they did
     if state.stated_at is not None:  # likewise: states never restated encode as before
         value["stated_at"] = to_us(state.stated_at)
+    if state.reasserted_over is not None:
+        value["reasserted_over"] = state.reasserted_over
     return orjson.dumps(value)
 
 
@@ -183,4 +185,5 @@ def decode(raw: bytes) -> MemoryState:
         valid_to=from_us(v["valid_to"]) if v.get("valid_to") is not None else None,
         superseded_by=v.get("superseded_by"),
         stated_at=from_us(v["stated_at"]) if v.get("stated_at") is not None else None,
+        reasserted_over=v.get("reasserted_over"),
     )

@@ -154,6 +154,9 @@ def contained(message: Inbound, batch: Batch) -> Iterator[None]:
         batch.out.append(internal_error(message, exc))
 
 
+_REASSERTED = EffectKind.REASSERTED
+
+
 def supersede_event(found: Supersession) -> Supersede:
     """The ``supersede`` decision for the older memory of ``found``."""
     return Supersede(found.at, found.newer, found.reason, chains=found.chains)
@@ -527,12 +530,7 @@ class Processor:
         # lost its document's; the redelivered rewrite writes it again
         stale = doc is not None and content_hash(doc.content) != new.content_hash
         if skipped and doc is not None and not stale:
-            if new.valid_to is None and new.content_hash == event.content_hash:
-                # a redelivery: its first delivery may have died after the tables and before
-                # the supersede decisions were sent; the check again (they are idempotent)
-                batch.stated[record.key] = Statement(message, record.at)
-            self._after(message, record.at, new, effects, batch)
-            self.release(key, batch)
+            self._redelivered(message, record, new, effects, batch)
             return
         new_doc = None
         key_id = record.key_id or (doc.key_id if doc is not None else None)
@@ -570,13 +568,38 @@ class Processor:
         if not skipped and any(e.kind in _STATED for e in effects):
             batch.stated[record.key] = Statement(message, record.at)
         self._after(message, record.at, new, effects, batch)
-        if state is not None and state.superseded_by is not None and new.superseded_by is None:
-            # written again after its successor: it now supersedes that one (the rule would
-            # only for a statement of a fact), and relink walks on to the chain's current end
-            why = f"{record.memory_id} was written again after it superseded it"
-            again = Supersede(record.at, record.memory_id, why)
-            batch.supersede(record.tenant_id, state.superseded_by, again)
+        if new.reasserted_over is not None and any(e.kind is _REASSERTED for e in effects):
+            self._reasserted(record, new.reasserted_over, batch)
         self.release(key, batch)
+
+    def _redelivered(
+        self,
+        message: Inbound,
+        record: WriteRecord,
+        state: MemoryState,
+        effects: Sequence[Effect],
+        batch: Batch,
+    ) -> None:
+        """A write applied before (skipped by offset) whose document is the state's: its first
+        delivery may have died after the tables and before its decisions were sent, so they are
+        made again (the supersession check, the reassertion's decision; copies are ignored) and
+        its row is rewritten.
+        """
+        if state.valid_to is None and state.content_hash == content_hash(record.content):
+            batch.stated[record.key] = Statement(message, record.at)
+            if state.reasserted_over is not None and state.stated_at == record.at:
+                self._reasserted(record, state.reasserted_over, batch)
+        self._after(message, record.at, state, effects, batch)
+        self.release(record.key.encode(), batch)
+
+    def _reasserted(self, record: WriteRecord, successor: str, batch: Batch) -> None:
+        """Written again after its successor: the memory now supersedes that one (the rule would
+        only for a statement of a fact), and relink walks on to the chain's current end. Sent
+        again by a redelivered or retried write (a copy is ignored).
+        """
+        why = f"{record.memory_id} was written again after it superseded it"
+        again = Supersede(record.at, record.memory_id, why)
+        batch.supersede(record.tenant_id, successor, again)
 
     def decision(self, message: Inbound, record: DecisionRecord, batch: Batch) -> None:
         """Apply a consolidation decision; one for an unknown memory changes nothing. A

@@ -8,6 +8,7 @@ import base64
 import binascii
 import contextlib
 import email.utils
+import itertools
 import json
 import math
 import threading
@@ -265,6 +266,13 @@ def _detail(reply: httpx.Response) -> object:
     except ValueError:
         return reply.text
     return body.get("detail", body) if isinstance(body, dict) else body
+
+
+async def _ended(chunks: AsyncIterator[str]) -> AsyncIterator[str]:
+    """``chunks``, then a newline: the stream's last line may lack its own."""
+    async for chunk in chunks:
+        yield chunk
+    yield "\n"
 
 
 def _field(reply: httpx.Response) -> str | None:
@@ -556,7 +564,7 @@ class Client:
                 _Api.check(reply, call)
             self._session.noted(call, None)  # the server waited for the tokens sent
             rest = ""
-            for chunk in reply.iter_text():
+            for chunk in itertools.chain(reply.iter_text(), ["\n"]):  # the last may lack its \n
                 lines, rest = _Api.split(rest, chunk)
                 for line in lines:
                     doc = _Api.export_line(line)
@@ -663,7 +671,7 @@ class AsyncClient:
                     _Api.check(reply, call)
                 self._session.noted(call, None)  # the server waited for the tokens sent
                 rest = ""
-                async for chunk in reply.aiter_text():
+                async for chunk in _ended(reply.aiter_text()):
                     lines, rest = _Api.split(rest, chunk)
                     for line in lines:
                         doc = _Api.export_line(line)

@@ -336,3 +336,18 @@ def test_a_422_names_its_field_on_the_error() -> None:
     for got in both(handler, lambda c: c.remember("a", importance=2)):
         assert isinstance(got, MnemostreamError)
         assert (got.status, got.field, got.retriable) == (422, "memories[0].importance", False)
+
+
+def test_an_export_whose_closing_line_lacks_its_newline_still_ends() -> None:
+    def handler(_: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=b'{"memory_id": "m1"}\n{"end": true, "count": 1}')
+
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(handler)) as client:
+        assert list(client.export()) == [{"memory_id": "m1"}]
+
+    async def run() -> list[dict[str, object]]:
+        transport = httpx.MockTransport(handler)
+        async with AsyncClient("http://x", "k" * 16, transport=transport) as client:
+            return await _exported(client)
+
+    assert asyncio.run(run()) == [{"memory_id": "m1"}]

@@ -141,9 +141,12 @@ def test_codec_round_trip() -> None:
     superseded = dataclasses.replace(state, valid_to=state.created_at, superseded_by="m9")
     assert codec.decode(codec.encode(state)) == state
     assert codec.decode(codec.encode(superseded)) == superseded
-    restated = dataclasses.replace(state, stated_at=state.created_at + timedelta(hours=1))
+    restated = dataclasses.replace(
+        state, stated_at=state.created_at + timedelta(hours=1), reasserted_over="m8"
+    )
     assert codec.decode(codec.encode(restated)) == restated
     assert b"stated_at" not in codec.encode(state)  # a state never restated encodes as before
+    assert b"reasserted_over" not in codec.encode(state)
     assert codec.decode_document(codec.encode_document(doc)) == doc
 
 
@@ -642,6 +645,30 @@ def test_an_earlier_version_arriving_late_is_put_between_and_a_rewritten_one_goe
     decoded = decode_decision(orjson.dumps({**moves[1], "chains": False}), LIMITS).event
     assert isinstance(decoded, Supersede)
     assert (decoded.chains, decoded.replaces) == (False, "m3")
+
+
+def test_a_reassertion_is_sent_again_on_redelivery_and_a_write_after_a_delete_sends_none() -> None:
+    t = Tables()
+    t.write(write_bytes(content="draft one"))
+    t.write(write_bytes(memory_id="m2", content="draft two", at=AT), key=b"acme/m2")
+    t.write(decision_bytes(decision="supersede", to=None, by="m2", at=AT))
+    again_at = "2026-03-05T12:00:00+00:00"
+    raw = write_bytes(content="draft one", at=again_at)
+    message = t.message("w", raw)
+    record = decode_write(raw, LIMITS)
+    importance = resolve_importance(record.content)
+    for delivery in ("first", "redelivered"):  # the first died before its records were sent
+        batch = Batch()
+        t.processor.write(message, record, (1.0, 0.0, 0.0, 0.0), importance, batch)
+        sent = [orjson.loads(o.value) for o in batch.out if o.role == "memory-writes"]
+        assert [(v["memory_id"], v["by"], v["at"]) for v in sent] == [("m2", "m1", again_at)], (
+            delivery
+        )
+    # deleted, then written afresh under the same id: a new memory, which supersedes nothing
+    t.write(decision_bytes(decision="supersede", to=None, by="m2", at=again_at, hops=None))
+    t.write(decision_bytes(decision="retire", to="deleted"))
+    fresh = t.write(write_bytes(content="buy milk on Friday", at="2026-03-06T12:00:00+00:00"))
+    assert [o for o in fresh.out if o.role == "memory-writes"] == []
 
 
 def test_consolidation_plans_on_the_tables_live_state_not_a_stale_row() -> None:
