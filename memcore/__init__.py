@@ -16,7 +16,7 @@ from memcore.importance import (
     rule_importance,
 )
 from memcore.policy import DecayPreset, LifecyclePreset, Policy, RecallPreset, RecallWeights
-from memcore.reducer import Relink, apply, create, relink
+from memcore.reducer import Relink, apply, create, reassertion, relink, superseding
 from memcore.scoring import Candidate, RankParams, Scored, blend, mmr, rank
 from memcore.state import (
     MAX_RELATIONS,
@@ -111,6 +111,7 @@ __all__ = [
     "parse_llm_answer",
     "plan",
     "rank",
+    "reassertion",
     "recency",
     "recency_at",
     "relink",
@@ -119,5 +120,6 @@ __all__ = [
     "rule_importance",
     "split_key",
     "state_key",
+    "superseding",
     "to_events",
 ]

@@ -19,13 +19,13 @@ from memcore.ids import derive_memory_id
 from memcore.policy import Policy
 from memcore.state import (
     MAX_SUMMARY_SOURCES,
-    MAX_TAGS,
     Absorb,
     Event,
     Fade,
     Promote,
     Purge,
     Retire,
+    absorbed_tags,
 )
 from memcore.types import Lifecycle, Tier
 from memcore.vectors import cosine
@@ -268,7 +268,7 @@ def _absorbed(target: Item, sources: Sequence[Item]) -> Item:
         write_count=target.write_count + sum(s.write_count for s in sources),
         importance=max([target.importance, *(s.importance for s in sources)]),
         last_access=max([target.last_access, *(s.last_access for s in sources)]),
-        tags=tuple(dict.fromkeys([*target.tags, *(t for s in sources for t in s.tags)]))[:MAX_TAGS],
+        tags=absorbed_tags(target.tags, *(s.tags for s in sources)),
     )
 
 

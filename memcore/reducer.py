@@ -30,8 +30,9 @@ from memcore.state import (
     Retire,
     Supersede,
     Write,
+    absorbed_tags,
 )
-from memcore.supersession import SUPERSEDABLE
+from memcore.supersession import SUPERSEDABLE, Supersession
 from memcore.types import AccessKind, Lifecycle, Tier
 
 Result = tuple[MemoryState | None, tuple[Effect, ...]]
@@ -136,6 +137,7 @@ def _write(state: MemoryState | None, event: Write, policy: Policy) -> Result:
         tags=_union(state.tags, event.tags, MAX_TAGS),
         relations=_union(state.relations, event.relations, MAX_RELATIONS),
         stated_at=_restated(state, event.at),
+        reasserted_over=None,  # set below when this write makes it current again
     )
     effects = [
         Effect(EffectKind.UPDATED, f"content replaced by write #{folded.write_count}")
@@ -305,7 +307,7 @@ def _absorb(state: MemoryState, event: Absorb) -> Result:
         write_count=state.write_count + event.write_count,
         importance=max(state.importance, event.importance),
         last_access=max(state.last_access, event.last_access or state.last_access),
-        tags=tuple(dict.fromkeys((*state.tags, *event.tags)))[:MAX_TAGS],
+        tags=absorbed_tags(state.tags, event.tags),
         merged_from=(*state.merged_from, event.source),
     )
     return new, (Effect(EffectKind.ABSORBED, f"{event.reason}: {event.source}"),)
@@ -403,29 +405,20 @@ def relink(state: MemoryState, event: Supersede) -> tuple[Relink, ...]:
     or the decision was passed on :data:`MAX_RELINKS` times already. The memory's own state
     does not matter: a deleted version's successor is still the chain's next.
     """
-    chained = state.superseded_by
-    restated = state.stated_at
     if (
-        restated is not None
-        and event.chains
-        and event.at < restated
-        and event.by != state.memory_id
-        and event.at >= state.created_at
-        and event.hops < MAX_RELINKS
-    ):
-        why = f"{state.memory_id} was stated again after it: chained after it"
-        return (Relink(event.by, Supersede(restated, state.memory_id, why, event.hops + 1)),)
-    if (
-        chained is None
-        or state.valid_to is None
-        or not event.chains
-        or event.by in (chained, state.memory_id)
-        or event.replaces == chained
+        not event.chains
+        or event.by == state.memory_id
         or event.at < state.created_at
         or event.hops >= MAX_RELINKS
     ):
         return ()
     hops = event.hops + 1
+    if state.stated_at is not None and event.at < state.stated_at:
+        why = f"{state.memory_id} was stated again after it: chained after it"
+        return (Relink(event.by, Supersede(state.stated_at, state.memory_id, why, hops)),)
+    chained = state.superseded_by
+    if chained is None or state.valid_to is None or chained in (event.by, event.replaces):
+        return ()
     if state.valid_to <= event.at:
         why = f"{state.memory_id} was superseded by it before {event.by}: chained after it"
         return (Relink(chained, Supersede(event.at, event.by, why, hops)),)
@@ -435,6 +428,25 @@ def relink(state: MemoryState, event: Supersede) -> tuple[Relink, ...]:
         Relink(event.by, Supersede(state.valid_to, chained, after, hops)),
         Relink(state.memory_id, Supersede(event.at, event.by, before, hops, replaces=chained)),
     )
+
+
+def superseding(found: Supersession) -> Supersede:
+    """The ``supersede`` decision for ``found.older`` (the rule's or the LLM's finding)."""
+    return Supersede(found.at, found.newer, found.reason, chains=found.chains)
+
+
+def reassertion(state: MemoryState, at: datetime) -> Relink | None:
+    """The supersession a write at ``at`` sends when it made ``state`` current again over the
+    successor that had superseded it (``reasserted_over``): that successor is superseded by this
+    memory from the write's time, and :func:`relink` walks on to the chain's current end (for
+    any memory: the rule would decide it only for a statement of a fact). Decided on the state
+    the write left, so a redelivered or retried write sends it again (a copy is ignored); None
+    for any other write.
+    """
+    if state.reasserted_over is None or state.valid_to is not None or state.stated_at != at:
+        return None
+    why = f"{state.memory_id} was written again after it superseded it"
+    return Relink(state.reasserted_over, Supersede(at, state.memory_id, why))
 
 
 def _promote(state: MemoryState, event: Promote, policy: Policy) -> Result:

@@ -27,6 +27,13 @@ MAX_RELINKS = 16
 that supersede each other in a cycle, which a memory rewritten back to an older value can make)."""
 
 
+def absorbed_tags(kept: tuple[str, ...], *added: tuple[str, ...]) -> tuple[str, ...]:
+    """A merge's survivor's tags: its own (``kept``), then those its sources bring, each once,
+    up to :data:`MAX_TAGS` (the survivor's come first: they are never the ones dropped).
+    """
+    return tuple(dict.fromkeys((*kept, *(t for tags in added for t in tags))))[:MAX_TAGS]
+
+
 @dataclass(frozen=True)
 class Position:
     """Where an event came from, for idempotence.

@@ -46,6 +46,7 @@ from memcore import (
     llm_candidates,
     llm_prompt,
     resolve_importance,
+    superseding,
 )
 from storage import Document, Filters, Hit, MemoryRow, MilvusStore, StorageError, from_us
 from storage.embedding import Embedder
@@ -76,7 +77,6 @@ from streams.processor import (
     Statement,
     contained,
     dead_letter,
-    supersede_event,
     unchecked,
 )
 from streams.rebuild import ResyncMarker, resync_on_failure
@@ -550,7 +550,7 @@ class StreamWorker:
         answers = await _llm_answers(llm, compared, rules)
         for (new, neighbours), answer in zip(compared, answers, strict=True):
             for supersession in decide(new, neighbours, rules, answer):
-                batch.supersede(tenant_id, supersession.older, supersede_event(supersession))
+                batch.supersede(tenant_id, supersession.older, superseding(supersession))
 
     async def on_access(self, events: Sequence[Any]) -> None:
         """Reduce each access; one that overtook its write is parked until the write is applied."""

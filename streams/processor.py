@@ -27,10 +27,10 @@ from memcore import (
     Policy,
     Position,
     Supersede,
-    Supersession,
     Write,
     apply,
     content_hash,
+    reassertion,
     relink,
 )
 from storage import Document, MemoryRow, codec
@@ -152,14 +152,6 @@ def contained(message: Inbound, batch: Batch) -> Iterator[None]:
         )
         del batch.out[mark:]
         batch.out.append(internal_error(message, exc))
-
-
-_REASSERTED = EffectKind.REASSERTED
-
-
-def supersede_event(found: Supersession) -> Supersede:
-    """The ``supersede`` decision for the older memory of ``found``."""
-    return Supersede(found.at, found.newer, found.reason, chains=found.chains)
 
 
 def decision_record(tenant_id: str, memory_id: str, event: Supersede) -> Outbound:
@@ -568,8 +560,7 @@ class Processor:
         if not skipped and any(e.kind in _STATED for e in effects):
             batch.stated[record.key] = Statement(message, record.at)
         self._after(message, record.at, new, effects, batch)
-        if new.reasserted_over is not None and any(e.kind is _REASSERTED for e in effects):
-            self._reasserted(record, new.reasserted_over, batch)
+        self._reasserted(record, new, batch)
         self.release(key, batch)
 
     def _redelivered(
@@ -587,19 +578,16 @@ class Processor:
         """
         if state.valid_to is None and state.content_hash == content_hash(record.content):
             batch.stated[record.key] = Statement(message, record.at)
-            if state.reasserted_over is not None and state.stated_at == record.at:
-                self._reasserted(record, state.reasserted_over, batch)
+            self._reasserted(record, state, batch)
         self._after(message, record.at, state, effects, batch)
         self.release(record.key.encode(), batch)
 
-    def _reasserted(self, record: WriteRecord, successor: str, batch: Batch) -> None:
-        """Written again after its successor: the memory now supersedes that one (the rule would
-        only for a statement of a fact), and relink walks on to the chain's current end. Sent
-        again by a redelivered or retried write (a copy is ignored).
-        """
-        why = f"{record.memory_id} was written again after it superseded it"
-        again = Supersede(record.at, record.memory_id, why)
-        batch.supersede(record.tenant_id, successor, again)
+    @staticmethod
+    def _reasserted(record: WriteRecord, state: MemoryState, batch: Batch) -> None:
+        """Send what :func:`memcore.reassertion` decides for the state ``record`` left."""
+        passed = reassertion(state, record.at)
+        if passed is not None:
+            batch.supersede(record.tenant_id, passed.target, passed.event)
 
     def decision(self, message: Inbound, record: DecisionRecord, batch: Batch) -> None:
         """Apply a consolidation decision; one for an unknown memory changes nothing. A

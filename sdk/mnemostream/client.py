@@ -8,7 +8,6 @@ import base64
 import binascii
 import contextlib
 import email.utils
-import itertools
 import json
 import math
 import threading
@@ -268,13 +267,6 @@ def _detail(reply: httpx.Response) -> object:
     return body.get("detail", body) if isinstance(body, dict) else body
 
 
-async def _ended(chunks: AsyncIterator[str]) -> AsyncIterator[str]:
-    """``chunks``, then a newline: the stream's last line may lack its own."""
-    async for chunk in chunks:
-        yield chunk
-    yield "\n"
-
-
 def _field(reply: httpx.Response) -> str | None:
     """An error reply's ``field`` (a 422's path of the field at fault), or None."""
     try:
@@ -398,19 +390,6 @@ class _Api:
         return _Call("GET", "/v1/export", params=tuple(after), flags=flags)
 
     @staticmethod
-    def export_line(line: str) -> dict[str, Any] | None:
-        """One line of an export stream: a memory, or None for the closing line. Blank lines
-        are not passed in.
-        """
-        try:
-            doc = json.loads(line)
-        except ValueError as exc:
-            raise MnemostreamError(502, f"not a JSON line in the export: {line[:200]}") from exc
-        if not isinstance(doc, dict):
-            raise MnemostreamError(502, f"not a JSON object in the export: {line[:200]}")
-        return None if doc.get("end") is True else doc
-
-    @staticmethod
     def check(reply: httpx.Response, call: _Call) -> Any:  # noqa: ANN401
         if reply.status_code == 404 and call.missing_ok:
             return None
@@ -426,14 +405,45 @@ class _Api:
                 reply.status_code, f"not a JSON reply: {reply.text[:200]}"
             ) from exc
 
-    @staticmethod
-    def split(buffer: str, chunk: str) -> tuple[list[str], str]:
-        r"""The export stream's lines completed by ``chunk`` after ``buffer``, and the rest. Lines
-        end at ``\n`` only: U+2028, U+2029 and U+0085, which httpx's line iterators also split
-        on, may stand inside a memory's JSON.
+
+class _Export:
+    r"""An export stream's memories as its text comes, for both clients: lines end at ``\n``
+    only (U+2028, U+2029 and U+0085, which httpx's line iterators also split at, may stand inside
+    a memory's JSON), and the closing ``{"end": true, ...}`` line sets :attr:`ended`. A line that
+    is not a JSON object is a MnemostreamError (502).
+    """
+
+    def __init__(self) -> None:
+        self.rest = ""
+        self.ended = False
+
+    def feed(self, text: str) -> list[dict[str, Any]]:
+        """The memories ``text`` completes (none once ended)."""
+        *lines, self.rest = (self.rest + text).split("\n")
+        docs: list[dict[str, Any]] = []
+        for line in lines:
+            if self.ended or not line.strip():
+                continue
+            try:
+                doc = json.loads(line)
+            except ValueError as exc:
+                raise MnemostreamError(502, f"not a JSON line in the export: {line[:200]}") from exc
+            if not isinstance(doc, dict):
+                raise MnemostreamError(502, f"not a JSON object in the export: {line[:200]}")
+            if doc.get("end") is True:
+                self.ended = True
+            else:
+                docs.append(doc)
+        return docs
+
+    def close(self) -> list[dict[str, Any]]:
+        """The memories of a last line without its newline; MnemostreamError (502) when the
+        stream ended before its closing line.
         """
-        *lines, rest = (buffer + chunk).split("\n")
-        return [line for line in lines if line.strip()], rest
+        docs = self.feed("\n")
+        if not self.ended:
+            raise MnemostreamError(502, _CUT_SHORT)
+        return docs
 
 
 def _headers(api_key: str) -> dict[str, str]:
@@ -563,15 +573,12 @@ class Client:
                 reply.read()
                 _Api.check(reply, call)
             self._session.noted(call, None)  # the server waited for the tokens sent
-            rest = ""
-            for chunk in itertools.chain(reply.iter_text(), ["\n"]):  # the last may lack its \n
-                lines, rest = _Api.split(rest, chunk)
-                for line in lines:
-                    doc = _Api.export_line(line)
-                    if doc is None:
-                        return
-                    yield doc
-            raise MnemostreamError(502, _CUT_SHORT)
+            export = _Export()
+            for text in reply.iter_text():
+                yield from export.feed(text)
+                if export.ended:
+                    return
+            yield from export.close()
 
 
 class AsyncClient:
@@ -670,12 +677,11 @@ class AsyncClient:
                     await reply.aread()
                     _Api.check(reply, call)
                 self._session.noted(call, None)  # the server waited for the tokens sent
-                rest = ""
-                async for chunk in _ended(reply.aiter_text()):
-                    lines, rest = _Api.split(rest, chunk)
-                    for line in lines:
-                        doc = _Api.export_line(line)
-                        if doc is None:
-                            return
+                export = _Export()
+                async for text in reply.aiter_text():
+                    for doc in export.feed(text):
                         yield doc
-                raise MnemostreamError(502, _CUT_SHORT)
+                    if export.ended:
+                        return
+                for doc in export.close():
+                    yield doc

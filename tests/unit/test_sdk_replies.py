@@ -351,3 +351,32 @@ def test_an_export_whose_closing_line_lacks_its_newline_still_ends() -> None:
             return await _exported(client)
 
     assert asyncio.run(run()) == [{"memory_id": "m1"}]
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b'{"memory_id": "m1"}\n', "before its closing line"),  # the stream was cut short
+        (b'{"memory_id": "m1"}\n[1, 2]\n{"end": true}\n', "not a JSON object"),
+        (b'{"memory_id": "m1"}\n{"memory_id": \n{"end": true}\n', "not a JSON line"),
+    ],
+)
+def test_an_export_cut_short_or_holding_a_line_that_is_no_memory_is_a_502(
+    body: bytes, says: str
+) -> None:
+    def handler(_: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=body)
+
+    with (
+        Client("http://x", "k" * 16, transport=httpx.MockTransport(handler)) as client,
+        pytest.raises(MnemostreamError, match=says) as sync,
+    ):
+        list(client.export())
+
+    async def run() -> None:
+        async with AsyncClient("http://x", "k" * 16, transport=httpx.MockTransport(handler)) as c:
+            await _exported(c)
+
+    with pytest.raises(MnemostreamError, match=says) as async_:
+        asyncio.run(run())
+    assert sync.value.status == async_.value.status == 502

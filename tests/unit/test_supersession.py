@@ -21,6 +21,7 @@ from memcore import (
     Supersede,
     Write,
     apply,
+    reassertion,
     relink,
 )
 from memcore.supersession import (
@@ -285,10 +286,11 @@ def race(seed: int) -> tuple[list[str], str]:
             queue.extend((p.target, p.event) for p in relink(states[target], what))
             new, _ = apply(states[target], what, Policy())
         else:
-            new, effects = apply(states[target], write(target, at=what), Policy())
+            new, _ = apply(states[target], write(target, at=what), Policy())
             assert new is not None
-            if new.reasserted_over and EffectKind.REASSERTED in [e.kind for e in effects]:
-                queue.append((new.reasserted_over, Supersede(what, target, "again")))
+            passed = reassertion(new, what)
+            if passed is not None:
+                queue.append((passed.target, passed.event))
         assert new is not None
         states[target] = new
     return sorted(m for m, s in states.items() if s.superseded_by is None), max(
