@@ -453,7 +453,9 @@ class StreamWorker:
         await self.expire_parked(batch, events)
         await self.sync(batch)
         await self.supersede(batch)
-        self.mark(topics.WRITES, ranges, await self.emit(batch))
+        derived = await self.emit(batch)
+        await self.drop_released(batch, events)
+        self.mark(topics.WRITES, ranges, derived)
 
     def mark(
         self, role: str, ranges: Mapping[int, tuple[int, int]], derived: Sequence[Awaitable[Any]]
@@ -572,7 +574,9 @@ class StreamWorker:
         reduced = time.perf_counter()
         await self.sync(batch)  # one upsert per touched memory, however many events it had
         synced = time.perf_counter()
-        self.mark(topics.ACCESS, offset_ranges(e.message for e in events), await self.emit(batch))
+        derived = await self.emit(batch)
+        await self.drop_released(batch, events)
+        self.mark(topics.ACCESS, offset_ranges(e.message for e in events), derived)
         log.debug(
             "access batch: %d events, %d memories; reduce %.3f s, sync %.3f s, emit %.3f s",
             len(events),
@@ -620,6 +624,24 @@ class StreamWorker:
             if await self.writes_caught_up(partition):
                 with processing(last_event[partition]):
                     self.processor.expire_pending(partition, batch)
+
+    async def drop_released(self, batch: Batch, events: Sequence[Any]) -> None:
+        """Drop the parked accesses ``batch`` applied (or dead-lettered) from the pending table
+        once the broker acknowledged what it wrote and sent: the states they changed, on another
+        changelog topic than the pending table's. A crash before then finds them still parked,
+        and the redelivered write applies them again (what was applied is skipped by offset); a
+        crash after leaves them parked, applied already, until the memory's next access or write.
+        Raises StorageError when a record failed (the batch is then applied again).
+        """
+        if not batch.released:
+            return
+        if self.deliveries is not None:
+            await self.deliveries.flush()
+        last_event = {e.message.partition: e for e in events}
+        for partition in sorted({part for part, _ in batch.released.values()}):
+            if partition in last_event:  # its changelog partition (else left parked, as above)
+                with processing(last_event[partition]):
+                    self.processor.drop_released(batch, partition)
 
     async def writes_caught_up(self, partition: int) -> bool:
         """True when the writes agent has applied every write produced so far to ``partition``

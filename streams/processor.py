@@ -185,6 +185,9 @@ class Batch:
     touched: dict[str, None] = field(default_factory=dict)  # ordered set of table keys
     stated: dict[str, Statement] = field(default_factory=dict)  # key -> its latest statement
     parked: set[int] = field(default_factory=set)  # partitions where accesses were parked
+    # memory key -> (partition, offsets) of the parked accesses this batch applied or
+    # dead-lettered: dropped from the pending table once the batch's records are acknowledged
+    released: dict[bytes, tuple[int, frozenset[int]]] = field(default_factory=dict)
     erased: int = 0  # sealed writes skipped because their memory was erased since
     superseding: set[tuple[str, str]] = field(default_factory=set)  # (older key, newer id) sent
 
@@ -610,22 +613,33 @@ class Processor:
 
     # -- access --------------------------------------------------------------------------------
 
-    def access(self, message: Inbound, batch: Batch, *, writes_caught_up: bool = False) -> None:
+    def access(
+        self,
+        message: Inbound,
+        batch: Batch,
+        *,
+        writes_caught_up: bool = False,
+        releasing: bool = False,
+    ) -> None:
         """Decode and apply one access event.
 
         An access can overtake its memory's write (the topics are consumed independently). When
         the memory is unknown and the writes of its partition are not caught up, the event is
         parked under the memory's key and applied, in order, right after the write; later accesses
-        to a parked key are parked behind it. When the writes are caught up, an unknown memory's
-        access goes to dead-letter. Malformed events always go to dead-letter.
+        to a parked key are parked behind it while the memory is unknown, and applied after the
+        parked ones once it is known. When the writes are caught up, an unknown memory's access
+        goes to dead-letter. Malformed events always go to dead-letter. ``releasing``: a parked
+        access being applied (:meth:`release`).
         """
         record = self._accept(message, decode_access, batch)
         if record is None:
             return
         key = record.key.encode()
-        if key in self.pending:
-            self._park(key, message, batch)
-            return
+        if not releasing and key in self.pending:
+            if self.state(record.key) is None:
+                self._park(key, message, batch)
+                return
+            self.release(key, batch)  # those first (each applied once: by its offset)
         state = self.state(record.key)
         if state is None:
             if writes_caught_up:
@@ -703,10 +717,29 @@ class Processor:
         messages = self.parked(key)
         if not messages:
             return
-        del self.pending[key]
+        # kept until :meth:`drop_released`: a crash before the states they made are durable
+        # finds them again (the write is redelivered; what was applied is skipped by offset)
+        batch.released[key] = (messages[0].partition, frozenset(m.offset for m in messages))
         for message in messages:
             with contained(message, batch):
-                self.access(message, batch, writes_caught_up=True)
+                self.access(message, batch, writes_caught_up=True, releasing=True)
+
+    def drop_released(self, batch: Batch, partition: int) -> None:
+        """Drop from the pending table what ``batch`` released in ``partition``; call it once
+        the batch's table writes and records are acknowledged, inside an event of ``partition``.
+        Accesses parked since (another agent's batch) stay.
+        """
+        for key, (part, offsets) in batch.released.items():
+            if part != partition:
+                continue
+            raw = self.pending.get(key)
+            if raw is None:
+                continue
+            left = [p for p in orjson.loads(raw) if p["offset"] not in offsets]
+            if left:
+                self.pending[key] = orjson.dumps(left)
+            else:
+                del self.pending[key]
 
     def expire_pending(self, partition: int, batch: Batch) -> None:
         """Release every parked key of ``partition`` (its writes are caught up): the writes that

@@ -451,8 +451,15 @@ def test_an_access_that_overtakes_its_write_is_parked_then_applied_in_order() ->
     found = t.processor.load("acme/m1")
     assert found is not None
     assert (found[0].access_count, found[0].recall_count) == (2, 1)
-    assert t.pending == {}
     assert "acme/m1" in written.touched
+    assert [m.offset for m in t.processor.parked(b"acme/m1")] == [1, 2]  # until acknowledged
+    late = t.access(access_bytes("get"))  # meanwhile, a later access is applied after them
+    assert late.parked == set()
+    assert t.processor.state("acme/m1").access_count == 3  # type: ignore[union-attr]
+    t.processor.drop_released(late, partition=1)  # another partition: kept
+    assert t.processor.has_pending()
+    t.processor.drop_released(written, partition=0)
+    assert t.pending == {}
 
 
 def test_parked_accesses_of_a_never_written_memory_expire_to_dead_letter() -> None:
@@ -463,6 +470,8 @@ def test_parked_accesses_of_a_never_written_memory_expire_to_dead_letter() -> No
     t.processor.expire_pending(partition=1, batch=batch)  # another partition: untouched
     assert t.processor.has_pending()
     t.processor.expire_pending(partition=0, batch=batch)
+    assert t.processor.has_pending()  # until the dead letter is acknowledged
+    t.processor.drop_released(batch, partition=0)
     assert not t.processor.has_pending()
     (letter,) = batch.out
     assert orjson.loads(letter.value)["field"] == "memory_id"
@@ -838,6 +847,7 @@ def test_a_remembering_batch_looks_for_parked_accesses_once_and_sees_new_ones() 
     state = t.processor.state("acme/m1")
     assert state is not None
     assert state.access_count == 1
+    t.processor.drop_released(batch, partition=0)
     assert pending == {}
     assert list(batch.touched) == ["acme/m1"]
 

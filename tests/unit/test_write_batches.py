@@ -6,6 +6,7 @@ records."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ import pytest
 from aiokafka.errors import KafkaTimeoutError
 
 from storage import Filters, Hit, MemoryRow, StorageError
-from storage.records import Limits, encode_write
+from storage.records import Limits, encode_access, encode_write
 from storage.tenants import TenantRegistry
 from streams import topics
 from streams.app import Services, StreamWorker, applied_again
@@ -483,3 +484,63 @@ async def test_an_end_offset_the_broker_cannot_give_keeps_parked_accesses_waitin
     w = Worker(tmp_path, Embedder({}))
     w.worker.app, w.worker.settings = App(), Settings()  # type: ignore[assignment]
     assert await w.worker.writes_caught_up(0) is False  # it raised, failing the whole batch
+
+
+async def test_an_access_parked_before_its_write_outlives_a_crash_before_the_state_is_durable(
+    tmp_path: Path,
+) -> None:
+    """A parked access's offset is committed when it is parked, and the pending table and the
+    memory table are two changelog topics: the parked access was dropped with the write that
+    applied it, so a crash that kept the drop and lost the state lost the access for good.
+    """
+
+    class Consumer:
+        def __init__(self) -> None:
+            self._committed_offset: dict[Any, int] = {}
+
+        async def highwaters(self, *tps: Any) -> dict[Any, int]:
+            return dict.fromkeys(tps, 1_000)  # writes not caught up: an unknown memory waits
+
+    class App:
+        consumer = Consumer()
+
+    class Settings:
+        def topic(self, role: str) -> str:
+            return role
+
+    class Deliveries:
+        """The commit flush: fails (the broker went away) until ``broken`` is cleared."""
+
+        broken = True
+
+        def track(self, sent: object) -> None:
+            pass
+
+        async def flush(self) -> None:
+            if self.broken:
+                raise StorageError("commit", "not acknowledged", retriable=True)
+
+    w = Worker(tmp_path, Embedder({"Alice drinks tea": X}))
+    deliveries = Deliveries()
+    w.worker.app, w.worker.settings = App(), Settings()  # type: ignore[assignment]
+    w.worker.deliveries = deliveries  # type: ignore[assignment]
+    processor = w.worker.processor
+    access = encode_access(
+        {"tenant_id": "acme", "memory_id": "m1", "at": "2026-03-01T12:05:00+00:00", "kind": "get"}
+    )
+    await w.worker.on_access([Event(Message("memory-access", 0, 7, b"acme/m1", access))])
+    assert [m.offset for m in processor.parked(b"acme/m1")] == [7]
+    with contextlib.suppress(StorageError):  # the batch fails at its commit flush
+        await w.writes(("acme/m1", write("Alice drinks tea")))
+    state = processor.state("acme/m1")
+    assert state is not None
+    assert state.access_count == 1  # applied, not yet acknowledged
+    processor.memories.clear()  # the crash: the state's changelog record never landed
+    processor.documents.clear()
+    deliveries.broken = False
+    w.offset -= 1  # the write is delivered again: its offset was never committed
+    await w.writes(("acme/m1", write("Alice drinks tea")))
+    state = processor.state("acme/m1")
+    assert state is not None
+    assert state.access_count == 1
+    assert processor.pending == {}  # dropped once acknowledged
