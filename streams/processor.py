@@ -62,6 +62,11 @@ MAX_DEAD_LETTER_KEY = 1024
 """Bytes of the original key copied into a dead letter (and used as its key), at most."""
 MAX_REASON_CHARS = 1000
 
+MAX_PARKED = 100
+"""The most accesses parked under one memory, waiting for its write: past it, an access goes to
+dead-letter (naming ``memory_id``). Each one parked rewrites the key's whole list (one changelog
+record), so one request naming an unwritten id 1,000 times made 196 MB of changelog."""
+
 
 @dataclass(frozen=True)
 class Inbound:
@@ -637,7 +642,7 @@ class Processor:
         key = record.key.encode()
         if not releasing and key in self.pending:
             if self.state(record.key) is None:
-                self._park(key, message, batch)
+                self._park(key, record.memory_id, message, batch)
                 return
             self.release(key, batch)  # those first (each applied once: by its offset)
         state = self.state(record.key)
@@ -648,7 +653,7 @@ class Processor:
                 )
                 batch.out.append(dead_letter(message, unknown))
             else:
-                self._park(key, message, batch)
+                self._park(key, record.memory_id, message, batch)
             return
         self._apply_access(message, record, state, batch)
 
@@ -666,7 +671,7 @@ class Processor:
         sync = redelivered or serving_changed(state, new)
         self._after(message, record.at, new, effects, batch, sync=sync)
 
-    def _park(self, key: bytes, message: Inbound, batch: Batch) -> None:
+    def _park(self, key: bytes, memory_id: str, message: Inbound, batch: Batch) -> None:
         batch.parked.add(message.partition)
         if self.recent is not None:
             self.recent.parked = True
@@ -674,6 +679,10 @@ class Processor:
         parked = orjson.loads(raw) if raw is not None else []
         if any(p["topic"] == message.topic and p["offset"] >= message.offset for p in parked):
             return  # redelivered: already parked
+        if len(parked) >= MAX_PARKED:
+            why = f"{MAX_PARKED} accesses already wait for this memory's write"
+            batch.out.append(dead_letter(message, RecordError("memory_id", memory_id, why)))
+            return
         entry = {
             "topic": message.topic,
             "partition": message.partition,
@@ -714,12 +723,13 @@ class Processor:
                 recent.parked = self.has_pending()
             if not recent.parked:
                 return
-        messages = self.parked(key)
+        _, done = batch.released.get(key, (0, frozenset[int]()))
+        messages = [m for m in self.parked(key) if m.offset not in done]  # once per batch
         if not messages:
             return
         # kept until :meth:`drop_released`: a crash before the states they made are durable
         # finds them again (the write is redelivered; what was applied is skipped by offset)
-        batch.released[key] = (messages[0].partition, frozenset(m.offset for m in messages))
+        batch.released[key] = (messages[0].partition, done | {m.offset for m in messages})
         for message in messages:
             with contained(message, batch):
                 self.access(message, batch, writes_caught_up=True, releasing=True)

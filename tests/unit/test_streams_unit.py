@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -44,6 +45,7 @@ from storage.records import (
     DecisionRecord,
     Limits,
     RecordError,
+    WriteRecord,
     decision_value,
     decode_access,
     decode_consolidation,
@@ -64,7 +66,7 @@ from streams.app import (
     supersedable,
 )
 from streams.consolidation import decision_records, item_of, plan_tenant, report
-from streams.processor import Batch, Inbound, Processor, tenant_counts
+from streams.processor import MAX_PARKED, Batch, Inbound, Processor, tenant_counts
 from streams.rebuild import ResyncMarker, catch_up, resync_on_failure, write_rows
 from tests.rows import make_row
 
@@ -460,6 +462,40 @@ def test_an_access_that_overtakes_its_write_is_parked_then_applied_in_order() ->
     assert t.processor.has_pending()
     t.processor.drop_released(written, partition=0)
     assert t.pending == {}
+
+
+def test_accesses_waiting_for_one_write_are_bounded_and_applied_once_per_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One request naming an unwritten id 1,000 times parked 1,000 copies, each rewriting the
+    key's whole list (196 MB of changelog); a batch writing the memory twice applied them twice.
+    """
+    t = Tables()
+    batch = Batch()
+    for _ in range(MAX_PARKED + 2):
+        t.processor.access(t.message("a", access_bytes()), batch, writes_caught_up=False)
+    assert len(t.processor.parked(b"acme/m1")) == MAX_PARKED
+    letters = [orjson.loads(o.value) for o in batch.out]
+    assert [(v["field"], "wait for this memory's write" in v["reason"]) for v in letters] == [
+        ("memory_id", True)
+    ] * 2
+    applied: list[int] = []
+    apply_access = t.processor._apply_access
+
+    def counted(message: Inbound, *args: Any) -> None:
+        applied.append(message.offset)
+        apply_access(message, *args)
+
+    monkeypatch.setattr(t.processor, "_apply_access", counted)
+    written = Batch()
+    for content in ("Alice drinks tea", "Alice drinks green tea"):  # one batch, two writes
+        raw = write_bytes(content=content, importance=0.5)
+        (message, record), *_ = t.processor.decode_writes([t.message("w", raw)], written)
+        assert isinstance(record, WriteRecord)
+        importance = resolve_importance(record.content, explicit=record.importance)
+        t.processor.write(message, record, (1.0, 0.0, 0.0, 0.0), importance, written)
+    assert len(applied) == MAX_PARKED  # once each
+    assert t.processor.state("acme/m1").access_count == MAX_PARKED  # type: ignore[union-attr]
 
 
 def test_parked_accesses_of_a_never_written_memory_expire_to_dead_letter() -> None:
