@@ -245,10 +245,19 @@ _TIMES = ("at", "last_access")
 
 
 def iso_text(value: object) -> bool:
-    """``value`` may be a time as ISO 8601 text (or null): not a number, nor digits alone."""
+    """``value`` may be a time as ISO 8601 text (or null): not a number, nor text that reads as
+    one (``"1700000000"``, ``"1.7e9"``, ``"-1.0"``: pydantic takes those for Unix seconds, or
+    milliseconds when large, a guess the caller never made).
+    """
     if value is None:
         return True
-    return isinstance(value, str) and not value.strip().lstrip("+-").isdigit()
+    if not isinstance(value, str):
+        return False
+    try:
+        float(value)
+    except ValueError:
+        return True
+    return False
 
 
 def _model(model: type[M], raw: bytes, document: object = None) -> M:

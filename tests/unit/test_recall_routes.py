@@ -124,6 +124,8 @@ async def test_archive_search_under_zeromemory_finds_what_the_sweep_archived(
         ({"at": 1772366400}, "at"),  # a number: read as Unix seconds
         ({"at": "1772366400"}, "at"),
         ({"filters": {"created_from": "1772366400"}}, "filters.created_from"),
+        ({"at": "1772366400.5"}, "at"),  # read as seconds, or as milliseconds when large
+        ({"filters": {"created_to": "1.7e12"}}, "filters.created_to"),
     ],
 )
 async def test_a_recall_parameter_the_answer_would_ignore_or_a_write_refuses_is_a_422(
