@@ -62,11 +62,6 @@ MAX_DEAD_LETTER_KEY = 1024
 """Bytes of the original key copied into a dead letter (and used as its key), at most."""
 MAX_REASON_CHARS = 1000
 
-MAX_PARKED = 100
-"""The most accesses parked under one memory, waiting for its write: past it, an access goes to
-dead-letter (naming ``memory_id``). Each one parked rewrites the key's whole list (one changelog
-record), so one request naming an unwritten id 1,000 times made 196 MB of changelog."""
-
 
 @dataclass(frozen=True)
 class Inbound:
@@ -642,7 +637,7 @@ class Processor:
         key = record.key.encode()
         if not releasing and key in self.pending:
             if self.state(record.key) is None:
-                self._park(key, record.memory_id, message, batch)
+                self._park(key, message, batch)
                 return
             self.release(key, batch)  # those first (each applied once: by its offset)
         state = self.state(record.key)
@@ -653,7 +648,7 @@ class Processor:
                 )
                 batch.out.append(dead_letter(message, unknown))
             else:
-                self._park(key, record.memory_id, message, batch)
+                self._park(key, message, batch)
             return
         self._apply_access(message, record, state, batch)
 
@@ -671,27 +666,33 @@ class Processor:
         sync = redelivered or serving_changed(state, new)
         self._after(message, record.at, new, effects, batch, sync=sync)
 
-    def _park(self, key: bytes, memory_id: str, message: Inbound, batch: Batch) -> None:
+    def _park(self, key: bytes, message: Inbound, batch: Batch) -> None:
+        """Add ``message`` to the accesses parked under ``key``. The same access again (one
+        request naming a memory many times) adds only its offset to the entry before it: each
+        one parked rewrites the key's whole list, one changelog record, and 1,000 copies of the
+        whole value made 196 MB of them.
+        """
         batch.parked.add(message.partition)
         if self.recent is not None:
             self.recent.parked = True
         raw = self.pending.get(key)
         parked = orjson.loads(raw) if raw is not None else []
-        if any(p["topic"] == message.topic and p["offset"] >= message.offset for p in parked):
+        if any(p["topic"] == message.topic and _offsets(p)[-1] >= message.offset for p in parked):
             return  # redelivered: already parked
-        if len(parked) >= MAX_PARKED:
-            why = f"{MAX_PARKED} accesses already wait for this memory's write"
-            batch.out.append(dead_letter(message, RecordError("memory_id", memory_id, why)))
-            return
-        entry = {
-            "topic": message.topic,
-            "partition": message.partition,
-            "offset": message.offset,
-            "value": base64.b64encode(message.value).decode(),
-        }
-        if message.received_at is not None:
-            entry["received_us"] = to_us(message.received_at)
-        parked.append(entry)
+        value = base64.b64encode(message.value).decode()
+        last = parked[-1] if parked else None
+        if last is not None and (last["topic"], last["value"]) == (message.topic, value):
+            last["more"] = [*last.get("more", ()), message.offset]
+        else:
+            entry = {
+                "topic": message.topic,
+                "partition": message.partition,
+                "offset": message.offset,
+                "value": value,
+            }
+            if message.received_at is not None:
+                entry["received_us"] = to_us(message.received_at)
+            parked.append(entry)
         self.pending[key] = orjson.dumps(parked)
 
     def has_pending(self) -> bool:
@@ -701,17 +702,15 @@ class Processor:
     def parked(self, key: bytes) -> list[Inbound]:
         """The access messages parked under ``key``, in arrival order."""
         raw = self.pending.get(key)
-        return [
-            Inbound(
-                p["topic"],
-                p["partition"],
-                p["offset"],
-                key,
-                base64.b64decode(p["value"]),
-                from_us(p["received_us"]) if "received_us" in p else None,
+        out: list[Inbound] = []
+        for p in orjson.loads(raw) if raw is not None else []:
+            value = base64.b64decode(p["value"])
+            received = from_us(p["received_us"]) if "received_us" in p else None
+            out.extend(
+                Inbound(p["topic"], p["partition"], offset, key, value, received)
+                for offset in _offsets(p)
             )
-            for p in (orjson.loads(raw) if raw is not None else [])
-        ]
+        return out
 
     def release(self, key: bytes, batch: Batch) -> None:
         """Apply the accesses parked under ``key`` now that its memory exists (or dead-letter them
@@ -745,7 +744,14 @@ class Processor:
             raw = self.pending.get(key)
             if raw is None:
                 continue
-            left = [p for p in orjson.loads(raw) if p["offset"] not in offsets]
+            left = []
+            for p in orjson.loads(raw):
+                kept = [o for o in _offsets(p) if o not in offsets]
+                if kept:
+                    p.pop("more", None)
+                    left.append(
+                        {**p, "offset": kept[0], **({"more": kept[1:]} if kept[1:] else {})}
+                    )
             if left:
                 self.pending[key] = orjson.dumps(left)
             else:
@@ -797,6 +803,11 @@ class Processor:
         for effect in effects:
             counts[effect.kind.value] = counts.get(effect.kind.value, 0) + 1
         self.counters[ckey] = orjson.dumps(counts)
+
+
+def _offsets(parked: dict[str, Any]) -> list[int]:
+    """The offsets of a parked entry: its own, then those of the same access again."""
+    return [parked["offset"], *parked.get("more", ())]
 
 
 def audit_value(state: MemoryState, effect: Effect, message: Inbound, at: datetime) -> bytes:

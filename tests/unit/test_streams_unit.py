@@ -66,7 +66,7 @@ from streams.app import (
     supersedable,
 )
 from streams.consolidation import decision_records, item_of, plan_tenant, report
-from streams.processor import MAX_PARKED, Batch, Inbound, Processor, tenant_counts
+from streams.processor import Batch, Inbound, Processor, tenant_counts
 from streams.rebuild import ResyncMarker, catch_up, resync_on_failure, write_rows
 from tests.rows import make_row
 
@@ -464,21 +464,21 @@ def test_an_access_that_overtakes_its_write_is_parked_then_applied_in_order() ->
     assert t.pending == {}
 
 
-def test_accesses_waiting_for_one_write_are_bounded_and_applied_once_per_batch(
+def test_the_same_access_parked_again_keeps_its_offset_only_and_each_is_applied_once_a_batch(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """One request naming an unwritten id 1,000 times parked 1,000 copies, each rewriting the
-    key's whole list (196 MB of changelog); a batch writing the memory twice applied them twice.
+    """One request naming an unwritten id 1,000 times parked 1,000 copies of the whole value,
+    each rewriting the key's list (196 MB of changelog); a batch writing the memory twice applied
+    them twice (counted right: skipped by offset).
     """
     t = Tables()
     batch = Batch()
-    for _ in range(MAX_PARKED + 2):
-        t.processor.access(t.message("a", access_bytes()), batch, writes_caught_up=False)
-    assert len(t.processor.parked(b"acme/m1")) == MAX_PARKED
-    letters = [orjson.loads(o.value) for o in batch.out]
-    assert [(v["field"], "wait for this memory's write" in v["reason"]) for v in letters] == [
-        ("memory_id", True)
-    ] * 2
+    same = access_bytes()
+    for _ in range(1_000):
+        t.processor.access(t.message("a", same), batch, writes_caught_up=False)
+    t.processor.access(t.message("a", access_bytes("get")), batch, writes_caught_up=False)
+    assert len(t.pending[b"acme/m1"]) < 8_000  # 1,000 offsets, two values
+    assert [m.offset for m in t.processor.parked(b"acme/m1")] == list(range(1, 1_002))
     applied: list[int] = []
     apply_access = t.processor._apply_access
 
@@ -494,8 +494,15 @@ def test_accesses_waiting_for_one_write_are_bounded_and_applied_once_per_batch(
         assert isinstance(record, WriteRecord)
         importance = resolve_importance(record.content, explicit=record.importance)
         t.processor.write(message, record, (1.0, 0.0, 0.0, 0.0), importance, written)
-    assert len(applied) == MAX_PARKED  # once each
-    assert t.processor.state("acme/m1").access_count == MAX_PARKED  # type: ignore[union-attr]
+    assert applied == list(range(1, 1_002))  # once each, in order
+    state = t.processor.state("acme/m1")
+    assert state is not None
+    assert (state.access_count, state.recall_count) == (1_001, 1_000)
+    partly = Batch(released={b"acme/m1": (0, frozenset(range(1, 501)))})
+    t.processor.drop_released(partly, partition=0)  # another batch released the first 500
+    assert [m.offset for m in t.processor.parked(b"acme/m1")] == list(range(501, 1_002))
+    t.processor.drop_released(written, partition=0)
+    assert t.pending == {}
 
 
 def test_parked_accesses_of_a_never_written_memory_expire_to_dead_letter() -> None:
