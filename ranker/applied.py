@@ -93,6 +93,8 @@ class Token:
 
 
 _REFUSED = "not a token returned by this service"
+ISSUED_CHECK_S = 1.0
+"""Seconds a wait goes on before its token is checked against the topics' end offsets."""
 
 
 def _check_offsets(field: str, text: str, offsets: Mapping[str, Mapping[int, int]]) -> None:
@@ -190,7 +192,7 @@ class AppliedOffsets:
         after ``timeout_s``.
         """
         started = time.monotonic()
-        await self._until(token.offsets, started)
+        await self._until(token.offsets, started, issued=token)
         if derived_role in token.offsets:
             derived = await self._derived(derived_role, token.offsets[derived_role])
             if derived:
@@ -215,10 +217,15 @@ class AppliedOffsets:
             found[partition] = max(found.get(partition, -1), offset)
         return found
 
-    async def _until(self, wanted: Mapping[str, Mapping[int, int]], started: float) -> None:
+    async def _until(
+        self, wanted: Mapping[str, Mapping[int, int]], started: float, issued: Token | None = None
+    ) -> None:
         """Return once the local marks, or the commits raised to them (the commits of an earlier
-        process, another worker's partitions), are past every offset in ``wanted``.
+        process, another worker's partitions), are past every offset in ``wanted``. ``issued``:
+        the token ``wanted`` comes from, checked against the topics once the wait is past
+        :data:`ISSUED_CHECK_S` (:meth:`_check_issued`).
         """
+        check_at = ISSUED_CHECK_S if issued is not None else float("inf")
         while True:
             beat = self._pulse.next()  # before looking: a mark published meanwhile ends it
             here = self.local.snapshot() if self.local is not None else {}
@@ -232,7 +239,31 @@ class AppliedOffsets:
             waited = time.monotonic() - started
             if waited >= self.timeout_s:
                 raise NotAppliedError(waited)
+            if waited >= check_at and issued is not None:
+                check_at = float("inf")
+                await self._check_issued(issued)
             await Pulse.wait(beat)
+
+    async def _check_issued(self, token: Token) -> None:
+        """Raise InvalidField (``after``) when an offset of ``token`` is at or past the end of its
+        partition, or names a partition its topic lacks: no worker will ever apply it, and every
+        read carrying it would wait out ``timeout_s`` and be told to retry, holding an in-flight
+        slot each time (a forged token, or a client's token from before the topics were made
+        anew). Asked of Kafka only for a wait past :data:`ISSUED_CHECK_S`: a token is issued once
+        its records are acknowledged by all in-sync replicas, so its offsets lie below the end
+        by then.
+        """
+        for role, parts in token.offsets.items():
+            ends = await self.end_offsets(role)
+            for partition, offset in parts.items():
+                end = ends.get(partition)
+                if end is None or offset >= end:
+                    where = (
+                        f"{role} has no partition {partition}"
+                        if end is None
+                        else f"{role} partition {partition} ends at offset {end}, before {offset}"
+                    )
+                    raise InvalidField("after", token.encode(), f"{_REFUSED} ({where})")
 
 
 def _past(done: Mapping[tuple[str, int], int], wanted: Mapping[str, Mapping[int, int]]) -> bool:

@@ -158,13 +158,30 @@ class _Session:
 
     def noted(self, call: _Call, result: Any) -> Any:  # noqa: ANN401
         token = result.get("token") if isinstance(result, dict) else None
-        sent = set(call.params) | set((call.json or {}).get("after") or ())
         with self.lock:
             if self.enabled and call.awaited and isinstance(token, str):
                 self.pending = _folded([*self.pending, token])
-            if sent:  # the server waited for them: this client's later reads need not
-                self.pending = [t for t in self.pending if t not in sent]
+            self._drop(call)  # the server waited for them: this client's later reads need not
         return result
+
+    def answered(self, call: _Call, reply: httpx.Response) -> Any:  # noqa: ANN401
+        """What ``reply`` means (:meth:`_Api.check`), noted. A 422 naming ``after`` drops the
+        session's tokens sent with it: the server will never see them applied (the topics were
+        made anew since), and every later read carrying them would be refused too.
+        """
+        try:
+            result = _Api.check(reply, call)
+        except MnemostreamError as exc:
+            if exc.status == 422 and (exc.field or "").startswith("after"):
+                with self.lock:
+                    self._drop(call)
+            raise
+        return self.noted(call, result)
+
+    def _drop(self, call: _Call) -> None:
+        sent = set(call.params) | set((call.json or {}).get("after") or ())
+        if sent:
+            self.pending = [t for t in self.pending if t not in sent]
 
 
 LIST_FILTERS = frozenset(
@@ -484,7 +501,7 @@ class Client:
     def _send(self, call: _Call) -> Any:  # noqa: ANN401
         with _reached():
             reply = self._http.request(call.method, call.path, json=call.json, params=call.query)
-        return self._session.noted(call, _Api.check(reply, call))
+        return self._session.answered(call, reply)
 
     def remember(self, content: str, **fields: Any) -> str:  # noqa: ANN401
         """Write one memory (importance, memory_type, tags, metadata, at, embedding...); its id."""
@@ -571,7 +588,7 @@ class Client:
         with _reached(), self._http.stream(call.method, call.path, params=call.query) as reply:
             if not reply.is_success:
                 reply.read()
-                _Api.check(reply, call)
+                self._session.answered(call, reply)
             self._session.noted(call, None)  # the server waited for the tokens sent
             export = _Export()
             for text in reply.iter_text():
@@ -612,7 +629,7 @@ class AsyncClient:
             reply = await self._http.request(
                 call.method, call.path, json=call.json, params=call.query
             )
-        return self._session.noted(call, _Api.check(reply, call))
+        return self._session.answered(call, reply)
 
     async def remember(self, content: str, **fields: Any) -> str:  # noqa: ANN401
         return str((await self._send(_Api.remember(content, **fields)))["ids"][0])
@@ -675,7 +692,7 @@ class AsyncClient:
             async with self._http.stream(call.method, call.path, params=call.query) as reply:
                 if not reply.is_success:
                     await reply.aread()
-                    _Api.check(reply, call)
+                    self._session.answered(call, reply)
                 self._session.noted(call, None)  # the server waited for the tokens sent
                 export = _Export()
                 async for text in reply.aiter_text():

@@ -16,7 +16,8 @@ from typing import Protocol
 import httpx
 import pytest
 
-from mnemostream import Client
+from mnemostream import Client, MnemostreamError
+from ranker.applied import Token
 from tests.integration.harness import Stack
 from tests.integration.test_durability import DIM, KEY, Server, run_cli
 
@@ -49,6 +50,22 @@ def test_a_write_and_an_access_are_seen_before_the_worker_commits(server: Server
             got = client.get(memory_id)
             assert got is not None, server.log()
             assert got.access_count == 1, server.log()
+
+
+@pytest.mark.parametrize("offsets", [{0: 10**9}, {99: 0}])
+def test_a_token_no_worker_will_ever_apply_is_a_422_naming_after(
+    server: Server, offsets: dict[int, int]
+) -> None:
+    """Past the end of its partition, or in a partition the topic lacks (a forged token, or one
+    kept from before the topics were made anew): every read waited 20 s here, then got a 503.
+    """
+    forged = Token({"memory-writes": offsets}).encode()
+    with Client(server.url, KEY) as client:
+        with pytest.raises(MnemostreamError) as refused:
+            client.recall("anything", k=1, after=forged)
+        assert (refused.value.status, refused.value.field) == (422, "after"), server.log()
+        memory_id = client.remember("a fact after the refusal", embedding=axis(0))
+        assert client.get(memory_id) is not None  # the real token still waits as it should
 
 
 def wait_preloaded(server: Server) -> None:

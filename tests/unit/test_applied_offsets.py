@@ -108,3 +108,34 @@ def test_a_token_the_service_never_issues_is_refused_as_a_malformed_one(offsets:
     with pytest.raises(InvalidField) as among:
         Token.merged([_token({"memory-writes": {"0": 1}}), _token(offsets)])
     assert among.value.field == "after[1]"
+
+
+@pytest.mark.parametrize(
+    ("offsets", "why"),
+    [
+        ({0: 500}, "memory-writes partition 0 ends at offset 100, before 500"),
+        ({3: 5}, "memory-writes has no partition 3"),
+    ],
+)
+async def test_a_token_no_worker_will_ever_apply_is_refused_once_the_wait_runs_long(
+    monkeypatch: pytest.MonkeyPatch, offsets: dict[int, int], why: str
+) -> None:
+    """Such a token (forged, or a client's from before the topics were made anew) waited out the
+    whole timeout on every read, then was told to retry, holding an in-flight slot each time.
+    """
+    monkeypatch.setattr("ranker.applied.ISSUED_CHECK_S", 0.05)
+
+    async def committed() -> Mapping[tuple[str, int], int]:
+        return {("memory-writes", 0): 60}  # the worker lags: offsets 60-99 not applied yet
+
+    async def end_offsets(role: str) -> Mapping[int, int]:
+        return {0: 100, 1: 100}
+
+    applied = AppliedOffsets(committed, end_offsets, poll_s=0.01, timeout_s=30)
+    with pytest.raises(InvalidField) as refused:
+        await applied.wait(Token({"memory-writes": offsets}), derived_role="none")
+    assert refused.value.field == "after"
+    assert why in str(refused.value)
+    lagging = AppliedOffsets(committed, end_offsets, poll_s=0.01, timeout_s=0.2)
+    with pytest.raises(NotAppliedError):  # issued, not applied yet: retry later, as before
+        await lagging.wait(Token({"memory-writes": {0: 99}}), derived_role="none")

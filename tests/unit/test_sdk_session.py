@@ -6,8 +6,9 @@ import asyncio
 import json
 
 import httpx
+import pytest
 
-from mnemostream import AsyncClient, Client
+from mnemostream import AsyncClient, Client, MnemostreamError
 
 
 class Recorder:
@@ -118,3 +119,36 @@ def test_erasure_calls_sync_and_async() -> None:
         ("/v1/memories/m1?purge=false&erase=true", {"purge": "false", "erase": "true"}),
         ("/v1/users/ann?after=v1.t4", {"after": "v1.t4"}),
     ]
+
+
+def test_tokens_the_server_refuses_are_dropped_so_later_reads_are_not_refused_too() -> None:
+    """Tokens kept across a reset of the topics are never applied: the server refuses them (422
+    naming ``after``), and a session that kept them had every later read refused as well.
+    """
+    seen: list[list[str]] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/memories":
+            return httpx.Response(200, json={"ids": ["m1"], "token": "v1.stale"})
+        after = json.loads(request.content).get("after") or []
+        seen.append(after)
+        if "v1.stale" in after:
+            body = {"detail": "after='v1.stale': not a token returned by this service"}
+            return httpx.Response(422, json={**body, "field": "after"})
+        return httpx.Response(200, json={"results": [], "token": "v1.recall"})
+
+    async def run() -> None:
+        async with AsyncClient("http://x", "k" * 16, transport=httpx.MockTransport(server)) as c:
+            await c.remember("a")
+            with pytest.raises(MnemostreamError) as refused:
+                await c.recall("q")
+            assert (refused.value.status, refused.value.field) == (422, "after")
+            assert await c.recall("q") == []
+
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(server)) as client:
+        client.remember("a")
+        with pytest.raises(MnemostreamError):
+            client.recall("q")
+        assert client.recall("q") == []
+    asyncio.run(run())
+    assert seen == [["v1.stale"], [], ["v1.stale"], []]
