@@ -72,6 +72,10 @@ class Item:
         superseded: a newer memory has superseded it (``valid_to`` set, SPEC section 6): it is
             kept as it is for history and audit, never merged or summarised.
         tags: the writer's tags (a merge's survivor takes its sources').
+        fact: the content states one fact the supersession rule reads
+            (:func:`memcore.supersession.fact_of`): compression leaves it as it is, so that a
+            later statement of the fact supersedes it (a summary stating the old value would
+            stay current beside the new one).
     """
 
     memory_id: str
@@ -91,6 +95,7 @@ class Item:
     scope: tuple[str, str, str] = ("", "", "")
     superseded: bool = False
     tags: tuple[str, ...] = ()
+    fact: bool = False
 
 
 @dataclass(frozen=True)
@@ -260,7 +265,10 @@ def purge_due(items: Sequence[Item], at: datetime, policy: Policy) -> list[Decis
 
 
 def _absorbed(target: Item, sources: Sequence[Item]) -> Item:
-    """``target`` after it absorbed ``sources`` (as :func:`memcore.reducer.apply` does an Absorb)."""
+    """``target`` after it absorbed ``sources`` (as :func:`memcore.reducer.apply` does an Absorb):
+    in the highest tier of them all, with the τ of the one in it (the target's on a tie).
+    """
+    top = max([target, *sources], key=lambda i: i.tier.rank)
     return replace(
         target,
         access_count=target.access_count + sum(s.access_count for s in sources),
@@ -269,6 +277,8 @@ def _absorbed(target: Item, sources: Sequence[Item]) -> Item:
         importance=max([target.importance, *(s.importance for s in sources)]),
         last_access=max([target.last_access, *(s.last_access for s in sources)]),
         tags=absorbed_tags(target.tags, *(s.tags for s in sources)),
+        tier=top.tier,
+        tau_hours=top.tau_hours,
     )
 
 
@@ -324,7 +334,7 @@ def plan(
         consume(semantic_duplicates(candidates, neighbours(candidates, threshold), threshold))
     if Strategy.COMPRESS in chosen:
         threshold = rules.cluster_min_cosine
-        candidates = current()
+        candidates = [i for i in current() if not i.fact]
         found = neighbours(candidates, threshold)
         consume(
             compression_clusters(tenant_id, candidates, found, threshold, rules.min_cluster_size)
@@ -373,6 +383,7 @@ def to_events(
                     reason=decision.reason,
                     last_access=items[s].last_access,
                     tags=items[s].tags,
+                    tier=items[s].tier,
                 ),
             )
             for s in decision.sources

@@ -72,7 +72,7 @@ def _dispatch(state: MemoryState | None, event: Event, policy: Policy) -> Result
     if isinstance(event, Access):
         return _access(state, event, policy)
     if isinstance(event, Absorb):
-        return _absorb(state, event)
+        return _absorb(state, event, policy)
     if isinstance(event, Retire):
         return _retire(state, event)
     if isinstance(event, Fade):
@@ -297,7 +297,7 @@ def _retired(state: MemoryState, to: Lifecycle, event: Access | Retire | Fade) -
     return dataclasses.replace(state, state=to, state_changed_at=event.at)
 
 
-def _absorb(state: MemoryState, event: Absorb) -> Result:
+def _absorb(state: MemoryState, event: Absorb, policy: Policy) -> Result:
     if event.source in state.merged_from:
         return state, (Effect(EffectKind.IGNORED, f"{event.source} already absorbed"),)
     new = dataclasses.replace(
@@ -310,7 +310,17 @@ def _absorb(state: MemoryState, event: Absorb) -> Result:
         tags=absorbed_tags(state.tags, event.tags),
         merged_from=(*state.merged_from, event.source),
     )
-    return new, (Effect(EffectKind.ABSORBED, f"{event.reason}: {event.source}"),)
+    effects = [Effect(EffectKind.ABSORBED, f"{event.reason}: {event.source}")]
+    if event.tier is not None and event.tier.rank > state.tier.rank:
+        new = dataclasses.replace(
+            new,
+            tier=event.tier,
+            tau_hours=policy.decay.tau_hours(event.tier),
+            card=cards.rescheduled(new.card, event.at, new.importance, policy.review),
+        )
+        why = f"{state.tier} -> {event.tier}: the tier of {event.source}, merged into it"
+        effects.append(Effect(EffectKind.PROMOTED, why))
+    return new, tuple(effects)
 
 
 _RETIRED_ORDER = (Lifecycle.ACTIVE, Lifecycle.ARCHIVED, Lifecycle.FORGOTTEN, Lifecycle.DELETED)

@@ -186,6 +186,9 @@ class Absorb:
             merged into one idle for months would otherwise leave it to fade). None: not known.
         tags: its tags; the survivor's are kept and these added after them, up to ``MAX_TAGS``
             (a recall filtered by a tag only the duplicate had would otherwise find neither).
+        tier: its tier; the survivor moves up to it (with that tier's τ), never down: a fact
+            written as semantic that duplicates an older episodic copy stays semantic. None:
+            not known (the survivor keeps its own).
     """
 
     at: datetime
@@ -198,6 +201,7 @@ class Absorb:
     last_access: datetime | None = None
     tags: tuple[str, ...] = ()
     position: Position | None = None
+    tier: Tier | None = None
 
 
 @dataclass(frozen=True)

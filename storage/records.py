@@ -112,7 +112,8 @@ class MemoryWriteV1(_Strict):
 class DecisionV1(_Strict):
     """A consolidation decision for one memory, on ``memory-writes`` (the state agent applies it).
 
-    ``absorb``: take over the counters of ``source``; ``retire``: move ``to`` archived, forgotten or
+    ``absorb``: take over the counters of ``source`` (and move up ``to`` its tier, when
+    given); ``retire``: move ``to`` archived, forgotten or
     deleted (``merged_into`` names the survivor or summary); ``fade``: archive it if it has faded
     by ``at`` (decided again on the state it meets); ``supersede``: the memory ``by`` states a
     newer value of the same fact from ``at`` on (``hops``, ``chains``, ``replaces``: see
@@ -535,6 +536,8 @@ def decision_value(
             value["last_access"] = event.last_access.isoformat()
         if event.tags:
             value["tags"] = list(event.tags)
+        if event.tier is not None:
+            value["to"] = event.tier.value  # the source's tier: the survivor moves up to it
     elif isinstance(event, Retire):
         value |= {"decision": "retire", "to": event.to.value, "merged_into": event.merged_into}
         if event.content_hash is not None:
@@ -582,6 +585,7 @@ def decode_decision(raw: bytes, limits: Limits, document: object = None) -> Deci
                 m.reason,
                 _checked_time("last_access", m.last_access, limits),
                 _tags(m.tags),
+                tier=Tier.parse(m.to, "to") if m.to is not None else None,
             )
         elif m.decision == "retire":
             to = Lifecycle(m.to) if m.to in ("archived", "forgotten", "deleted") else None

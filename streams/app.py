@@ -677,39 +677,41 @@ class StreamWorker:
             batch.out.append(dead_letter(message, error))
             self.mark(topics.CONSOLIDATION, {}, await self.emit(batch))
             return
-        with contained(message, batch):
-            await self.plan(request, batch)
+        for tenant_id in request.tenant_ids:  # one tenant's failure costs its decisions only
+            mark = len(batch.out)
+            try:
+                await self.plan(tenant_id, request, batch)
+            except Exception as exc:
+                log.exception("consolidation of %s failed; sent to dead-letter", tenant_id)
+                del batch.out[mark:]
+                why = f"internal error planning its consolidation: {type(exc).__name__}: {exc}"
+                batch.out.append(dead_letter(message, RecordError("tenant_id", tenant_id, why)))
         self.mark(topics.CONSOLIDATION, {}, await self.emit(batch))  # no token names it
 
-    async def plan(self, request: ConsolidationRequest, batch: Batch) -> None:
-        """Add the decisions (unless a dry run) and the report of each requested tenant.
+    async def plan(self, tenant_id: str, request: ConsolidationRequest, batch: Batch) -> None:
+        """Add the decisions (unless a dry run) and the report of one requested tenant.
 
         Rows come from Milvus (or the hot cache in this process: :func:`stored_rows`) with their
         counters, importance and clock taken from the tables (an access rewrites no row); a
         memory of a partition another worker serves keeps its row's values, which may be older.
         """
-        for tenant_id in request.tenant_ids:
-            tenant = self.processor.limits.registry.get(tenant_id)
-            if tenant is None:  # deleted since the request was decoded
-                continue
-            stored = await _retrying(
-                "query", functools.partial(stored_rows, self.services, tenant_id)
-            )
-            with processing(None):  # the tenant's keys live in every partition
-                rows = consolidatable(stored, self.processor.state)
-            decisions = await asyncio.to_thread(
-                plan_tenant, tenant_id, rows, request, tenant.policy
-            )
-            if not request.dry_run:
-                out = decision_records(tenant_id, decisions, rows, request.at, request.request_id)
-                batch.out.extend(await self.sealed(out))
-            batch.out.append(report(tenant_id, request, decisions))
-            log.info(
-                "consolidation of %s: %d decisions%s",
-                tenant_id,
-                len(decisions),
-                " (dry run)" if request.dry_run else "",
-            )
+        tenant = self.processor.limits.registry.get(tenant_id)
+        if tenant is None:  # deleted since the request was decoded
+            return
+        stored = await _retrying("query", functools.partial(stored_rows, self.services, tenant_id))
+        with processing(None):  # the tenant's keys live in every partition
+            rows = consolidatable(stored, self.processor.state)
+        decisions = await asyncio.to_thread(plan_tenant, tenant_id, rows, request, tenant.policy)
+        if not request.dry_run:
+            out = decision_records(tenant_id, decisions, rows, request.at, request.request_id)
+            batch.out.extend(await self.sealed(out))
+        batch.out.append(report(tenant_id, request, decisions))
+        log.info(
+            "consolidation of %s: %d decisions%s",
+            tenant_id,
+            len(decisions),
+            " (dry run)" if request.dry_run else "",
+        )
 
     async def sealed(self, out: Sequence[Outbound]) -> list[Outbound]:
         """``out`` with every write among it (a summary) sealed under a key minted for it: a

@@ -27,6 +27,7 @@ from memcore import (
 from memcore.consolidation import Neighbours, fold, summarise
 from memcore.ids import content_hash
 from memcore.state import Access, Event, Write
+from memcore.supersession import fact_of
 from storage import MemoryRow, from_us
 from storage.records import ConsolidationRequest, decision_value
 from storage.rows import CURRENT
@@ -53,6 +54,7 @@ def item_of(row: MemoryRow) -> Item:
         scope=(row.agent_id or "", row.session_id or "", row.user_id or ""),
         superseded=row.valid_to_us != CURRENT or bool(row.superseded_by),
         tags=tuple(row.tags),
+        fact=fact_of(row.content) is not None,
     )
 
 
@@ -156,11 +158,12 @@ def _summary(
         "importance": summary.importance,
         "summary_of": list(decision.sources),
         "metadata": {"consolidation": request_id, "reason": decision.reason},
-        # the sources share a scope (memcore.consolidation groups within one); tags: all of theirs
+        # the sources share a scope (memcore.consolidation groups within one); tags: all of
+        # theirs, those a merge earlier in the plan gave them too
         **({"agent_id": sources[0].agent_id} if sources[0].agent_id else {}),
         **({"session_id": sources[0].session_id} if sources[0].session_id else {}),
         **({"user_id": sources[0].user_id} if sources[0].user_id else {}),
-        "tags": sorted({t for s in sources for t in s.tags})[:MAX_TAGS],
+        "tags": sorted({t for i in planned for t in i.tags})[:MAX_TAGS],  # a merge's folded in
         **({"memory_type": summary.tier.value} if summary.tier else {}),
     }
     return Outbound("memory-writes", f"{tenant_id}/{decision.target}".encode(), orjson.dumps(value))

@@ -292,3 +292,47 @@ def test_a_cluster_over_what_one_summary_holds_is_cut_into_summaries_of_at_most_
     assert len({d.target for d in decisions}) == 3
     (only,) = clusters(MAX_SUMMARY_SOURCES + 2)
     assert len(only.sources) == MAX_SUMMARY_SOURCES  # a last part under 3 is left for later
+
+
+def test_a_memory_stating_a_fact_is_never_compressed_so_a_later_statement_supersedes_it() -> None:
+    """A summary stating "Alice lives in Osaka" stayed current after "Alice now lives in Lisbon"
+    superseded its archived source: the rule reads one fact per memory, not a summary's.
+    """
+    items = [
+        item("a", (1.0, 0.0), 0, fact=True),  # "Alice lives in Osaka."
+        item("b", (1.0, 0.3), 1),  # "Alice loves the ramen shops there."
+        item("c", (1.0, 0.4), 2),
+    ]
+    (decision,) = plan("t", items, T0, POLICY, [Strategy.COMPRESS])
+    assert (decision.kind, decision.sources) == (DecisionKind.SUMMARISE, ("b", "c"))
+
+
+def test_a_merge_moves_the_survivor_up_to_a_duplicates_tier_and_never_down() -> None:
+    """The survivor kept its own tier: a fact written as semantic merged into an older episodic
+    copy decayed as episodic (τ 240 h, not 1,200) and the sweep archived it after 100 idle days.
+    """
+    states = {
+        "a": created(0.4, Tier.EPISODIC, memory_id="a"),
+        "b": created(0.4, Tier.SEMANTIC, memory_id="b"),
+        "c": created(0.4, Tier.WORKING, memory_id="c"),
+    }
+    items = {
+        m: item(m, (1.0, 0.0), i, "same", tier=s.tier, tau_hours=s.tau_hours, importance=0.4)
+        for i, (m, s) in enumerate(states.items())
+    }
+    (decision,) = plan("t", list(items.values()), T0, POLICY, [Strategy.EXACT_DEDUP])
+    assert (decision.target, decision.sources) == ("a", ("b", "c"))
+    for memory_id, event in to_events(decision, items, T0 + hours(1)):
+        new, _ = apply(states[memory_id], event, POLICY)
+        assert new is not None
+        states[memory_id] = new
+    survivor = states["a"]
+    assert (survivor.tier, survivor.tau_hours) == (
+        Tier.SEMANTIC,
+        POLICY.decay.tau_hours(Tier.SEMANTIC),
+    )
+    planned = plan("t", list(items.values()), T0, POLICY, [Strategy.EXACT_DEDUP, Strategy.ARCHIVE])
+    assert kinds(planned) == [DecisionKind.MERGE]  # the plan sees the survivor semantic too
+    later = T0 + timedelta(days=100)
+    swept = plan("t", list(items.values()), later, POLICY, [Strategy.EXACT_DEDUP, Strategy.ARCHIVE])
+    assert kinds(swept) == [DecisionKind.MERGE]

@@ -561,8 +561,8 @@ def test_bad_decisions_name_their_field(kw: dict[str, object], field: str) -> No
 def test_decisions_apply_through_the_reducer() -> None:
     t = Tables()
     t.write(write_bytes(importance=0.5))
-    t.write(decision_bytes(decision="absorb", source="m2", access_count=3, recall_count=2))
-    t.write(decision_bytes(decision="absorb", source="m2", access_count=3, recall_count=2))
+    t.write(decision_bytes(decision="absorb", source="m2", access_count=3, recall_count=2, to=None))
+    t.write(decision_bytes(decision="absorb", source="m2", access_count=3, recall_count=2, to=None))
     found = t.processor.load("acme/m1")
     assert found is not None
     assert (found[0].access_count, found[0].recall_count, found[0].merged_from) == (3, 2, ("m2",))
@@ -755,6 +755,7 @@ def test_scheduled_consolidation_spreads_one_request_per_tenant() -> None:
     [
         Absorb(T, "m2", 3, 1, 2, 0.7, "merged"),
         Absorb(T, "m2", 3, 1, 2, 0.7, "merged", T - timedelta(days=1), ("tea", "ann")),
+        Absorb(T, "m2", 3, 1, 2, 0.7, "merged", tier=Tier.SEMANTIC),
         Retire(T, Lifecycle.DELETED, "deleted through the API", "m3"),
         Retire(T, Lifecycle.ARCHIVED, "compressed into s", "s", content_hash("Ann likes tea.")),
         Fade(T, "swept"),
@@ -790,6 +791,32 @@ def test_a_survivor_merged_on_in_the_same_plan_passes_on_what_it_absorbed() -> N
     written = decision_records("acme", [first, summary], [z, a, b], T, None)
     (made,) = [decode_write(o.value, LIMITS) for o in written if b'"summary_of"' in o.value]
     assert made.importance == 0.9
+
+
+def test_a_summary_takes_the_tags_a_merge_earlier_in_the_plan_gave_its_sources() -> None:
+    """A recall filtered by a tag only the merged duplicate had found the archived source alone,
+    at the archive penalty, not the summary.
+    """
+    a = make_row("acme", "a", (1.0, 0.0, 0.0, 0.0), tags=("work",))
+    b = make_row("acme", "b", (1.0, 0.0, 0.0, 0.0), tags=("zeta-launch",))
+    c = make_row("acme", "c", (1.0, 0.2, 0.0, 0.0), tags=("work",))
+    merge = Decision(DecisionKind.MERGE, "a", ("b",), "exact duplicate")
+    summary = Decision(DecisionKind.SUMMARISE, "s-1", ("a", "c"), "a cluster")
+    written = decision_records("acme", [merge, summary], [a, b, c], T, None)
+    (made,) = [decode_write(o.value, LIMITS) for o in written if b'"summary_of"' in o.value]
+    assert made.tags == ("work", "zeta-launch")
+
+
+def test_a_row_stating_a_fact_the_rule_reads_is_left_out_of_compression() -> None:
+    rows = [
+        make_row("acme", "a", (1.0, 0.0, 0.0, 0.0), content="Alice lives in Osaka."),
+        make_row("acme", "b", (1.0, 0.2, 0.0, 0.0), content="Ramen shops line the river."),
+        make_row("acme", "c", (1.0, 0.3, 0.0, 0.0), content="We had ramen near the river!"),
+    ]
+    assert [item_of(r).fact for r in rows] == [True, False, False]
+    request = ConsolidationRequest(("acme",), T, (Strategy.COMPRESS,), {}, False, None)
+    (summary,) = plan_tenant("acme", rows, request, Policy())
+    assert summary.sources == ("b", "c")
 
 
 def test_a_summary_keeps_the_highest_tier_of_its_sources() -> None:

@@ -22,9 +22,10 @@ from storage import Filters, Hit, MemoryRow, StorageError
 from storage.records import Limits, encode_access, encode_write
 from storage.tenants import TenantRegistry
 from streams import topics
-from streams.app import Services, StreamWorker, applied_again
+from streams.app import Services, StreamWorker, _inbound, applied_again
 from streams.processor import Processor
 from streams.rebuild import ResyncMarker
+from tests.rows import make_row
 
 pytestmark = pytest.mark.anyio
 
@@ -544,3 +545,35 @@ async def test_an_access_parked_before_its_write_outlives_a_crash_before_the_sta
     assert state is not None
     assert state.access_count == 1
     assert processor.pending == {}  # dropped once acknowledged
+
+
+async def test_a_consolidation_of_every_tenant_loses_only_the_decisions_of_a_tenant_that_fails(
+    tmp_path: Path,
+) -> None:
+    """One tenant's failure (a store refusing its read, a policy the plan cannot use) dropped
+    the decisions and reports of every tenant, behind one dead letter naming none.
+    """
+
+    class RowStore(Store):
+        def every_row(self, tenant_id: str, states: object) -> list[MemoryRow]:
+            if tenant_id in self.refuse:
+                raise StorageError("query", "refused", retriable=False)
+            return [r for r in self.rows.values() if r.tenant_id == tenant_id]
+
+    store = RowStore(refuse=["acme"])
+    w = Worker(tmp_path, Embedder({}), store)
+    for tenant_id in ("acme", "globex"):
+        for memory_id in ("a", "b"):
+            row = make_row(tenant_id, memory_id, X, content="Ann likes tea.")
+            store.rows[row.key] = row
+    request = orjson.dumps({"v": 1, "tenant_id": "*", "at": "2026-03-01T12:00:00+00:00"})
+    await w.worker.on_consolidation(
+        _inbound(Event(Message("memory-consolidation", 0, 1, b"*", request)))
+    )
+    reports = [k for role, k, v in w.sent if role == "audit" and v.get("kind") == "consolidation"]
+    assert reports == [b"globex"]
+    merged = [k for role, k, v in w.sent if role == "memory-writes" and v["decision"] == "absorb"]
+    assert merged == [b"globex/a"]
+    (letter,) = [v for role, _, v in w.sent if role == "dead-letter"]
+    assert letter["field"] == "tenant_id"
+    assert letter["reason"].startswith("tenant_id='acme': internal error planning")
