@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -27,7 +29,41 @@ from ranker.errors import Unavailable
 from storage.kafka import KafkaConnection
 
 MAX_EVENTS = 10_000
-"""At most this many records of one memory are returned (the oldest first)."""
+"""At most this many records of one memory are returned: its newest (those that explain its
+state now), oldest of them first; :attr:`History.total` counts them all."""
+
+
+@dataclass(frozen=True)
+class History:
+    """One memory's audit records as the API shows them.
+
+    Attributes:
+        events: its newest :data:`MAX_EVENTS` records, oldest first.
+        total: how many it has in the log (more than ``len(events)``: the oldest were left out).
+    """
+
+    events: list[dict[str, Any]]
+    total: int
+
+
+class Newest:
+    """Keeps the newest ``limit`` records of one key and tenant, in order, and counts them all."""
+
+    def __init__(self, key: bytes, tenant_id: str, limit: int = MAX_EVENTS) -> None:
+        self.key = key
+        self.tenant_id = tenant_id
+        self.events: deque[dict[str, Any]] = deque(maxlen=limit)
+        self.total = 0
+
+    def add(self, key: bytes | None, value: bytes | None) -> None:
+        if key != self.key:
+            return
+        for event in _event(value, self.tenant_id):
+            self.events.append(event)
+            self.total += 1
+
+    def history(self) -> History:
+        return History(list(self.events), self.total)
 
 
 def partition_of(key: bytes, partitions: int) -> int:
@@ -45,9 +81,9 @@ class AuditLog:
         self.topic = topic
         self.timeout_s = timeout_s
 
-    async def history(self, tenant_id: str, memory_id: str) -> list[dict[str, Any]]:
-        """The audit records of one memory of ``tenant_id``, oldest first (empty when it has
-        none). Raises Unavailable when Kafka does not answer within ``timeout_s``.
+    async def history(self, tenant_id: str, memory_id: str) -> History:
+        """The audit records of one memory of ``tenant_id`` (:class:`History`; no events when it
+        has none). Raises Unavailable when Kafka does not answer within ``timeout_s``.
         """
         key = state_key(tenant_id, memory_id).encode()
         try:
@@ -57,26 +93,25 @@ class AuditLog:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             raise Unavailable("kafka", "read audit", reason) from exc
 
-    async def _read(self, key: bytes, tenant_id: str) -> list[dict[str, Any]]:
+    async def _read(self, key: bytes, tenant_id: str) -> History:
         consumer = AIOKafkaConsumer(**self.kafka.client(), enable_auto_commit=False, group_id=None)
         await consumer.start()
+        found = Newest(key, tenant_id)
         try:
             partitions = await _partitions(consumer, self.topic)
             if not partitions:
-                return []  # no audit topic yet: nothing was ever decided
+                return found.history()  # no audit topic yet: nothing was ever decided
             tp = TopicPartition(self.topic, partition_of(key, len(partitions)))
             consumer.assign([tp])
             await consumer.seek_to_beginning(tp)
             end = (await consumer.end_offsets([tp]))[tp]
-            found: list[dict[str, Any]] = []
             while await consumer.position(tp) < end:
                 batches = await consumer.getmany(tp, timeout_ms=200, max_records=10_000)
                 for record in batches.get(tp, []):
                     if record.offset >= end:
                         break
-                    if record.key == key and len(found) < MAX_EVENTS:
-                        found.extend(_event(record.value, tenant_id))
-            return found
+                    found.add(record.key, record.value)
+            return found.history()
         finally:
             await consumer.stop()
 

@@ -349,17 +349,24 @@ def _history(api: FastAPI, service: RecallService, audit: AuditLog | None) -> No
     ) -> dict[str, Any]:
         """Every decision about a memory, oldest first, from the audit log: ``kind`` (created,
         superseded, archived, revived, deleted...), ``reason``, event time ``at``, the record it
-        came from (``source``, ``offset``) and the state after it. 404 when this tenant has no
-        such memory and the log has nothing about it.
+        came from (``source``, ``offset``) and the state after it. At most the newest 10,000
+        (those that explain its state now): ``total`` counts them all, ``truncated`` says the
+        oldest were left out. 404 when this tenant has no such memory and the log has nothing
+        about it.
         """
         check_id("memory_id", memory_id)
         if audit is None:
             raise Unavailable("kafka", "read audit", "this server reads no audit log")
         await service.wait(tokens(after))
-        events = await audit.history(who.tenant_id, memory_id)
-        if not events and await service.get(who.tenant_id, memory_id) is None:
+        found = await audit.history(who.tenant_id, memory_id)
+        if not found.events and await service.get(who.tenant_id, memory_id) is None:
             raise HTTPException(404, "no such memory")
-        return {"memory_id": memory_id, "events": events}
+        return {
+            "memory_id": memory_id,
+            "events": found.events,
+            "total": found.total,
+            "truncated": found.total > len(found.events),
+        }
 
 
 def _check_utf8(request: Request, prefix: bytes, field: str) -> None:
