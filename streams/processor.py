@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import orjson
 
 from memcore import (
+    Absorb,
     Access,
     Effect,
     EffectKind,
@@ -435,9 +436,13 @@ class Processor:
         """
         try:
             record = decode(message.value, self.limits)
-            self.check_time(
-                message, record.event.at if isinstance(record, DecisionRecord) else record.at
-            )
+            if isinstance(record, DecisionRecord):
+                self.check_time(message, record.event.at)
+                if isinstance(record.event, Absorb) and record.event.last_access is not None:
+                    # a future last access would keep the survivor from ever decaying
+                    self.check_time(message, record.event.last_access, "last_access")
+            else:
+                self.check_time(message, record.at)
         except RecordError as error:
             batch.out.append(dead_letter(message, error))
             return None

@@ -251,6 +251,34 @@ def test_a_future_access_archives_nothing_and_later_accesses_count() -> None:
     assert (state.state, state.access_count) == (Lifecycle.ACTIVE, 1)
 
 
+def test_an_absorb_with_a_future_last_access_goes_to_dead_letter_naming_it() -> None:
+    """Only the 1970-9000 bounds held it: a survivor given a last access in 8999 never decayed."""
+    t = Tables()
+    t.writes([t.message(write())])
+    batch = Batch()
+    for last_access in ("8999-12-31T00:00:00+00:00", AT):
+        absorb = {
+            "v": 1,
+            "kind": "decision",
+            "tenant_id": "acme",
+            "memory_id": "m1",
+            "at": AT,
+            "decision": "absorb",
+            "source": f"m-{last_access[:4]}",
+            "access_count": 2,
+            "reason": "exact duplicate",
+            "last_access": last_access,
+        }
+        for message, record in t.processor.decode_writes([t.message(orjson.dumps(absorb))], batch):
+            assert isinstance(record, DecisionRecord)
+            t.processor.decision(message, record, batch)
+    (letter,) = [orjson.loads(o.value) for o in batch.out if o.role == "dead-letter"]
+    assert letter["field"] == "last_access"
+    state = t.processor.state("acme/m1")
+    assert state is not None
+    assert (state.access_count, state.merged_from) == (2, (f"m-{AT[:4]}",))
+
+
 def test_an_internal_error_costs_only_its_own_record() -> None:
     t = Tables()
     messages = [t.message(write(f"m{i}"), f"acme/m{i}".encode()) for i in range(3)]

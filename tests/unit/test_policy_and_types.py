@@ -98,6 +98,32 @@ def test_overrides_apply_and_nest() -> None:
             "policy.consolidation.min_cluster_size",
             1,
         ),
+        # past 100 years: every write of the tenant raised OverflowError, naming no field
+        (
+            {"overrides": {"review": {"intervals_hours": [1, 1e8]}}},
+            "policy.review.intervals_hours[1]",
+            1e8,
+        ),
+        (
+            {"overrides": {"review": {"min_interval_hours": 1e8}}},
+            "policy.review.min_interval_hours",
+            1e8,
+        ),
+        (
+            {"overrides": {"review": {"intervals_hours": list(range(1, 34))}}},
+            "policy.review.intervals_hours",
+            "<33 intervals>",
+        ),
+        (
+            {"overrides": {"lifecycle": {"sweep_min_idle_hours": 1e9}}},
+            "policy.lifecycle.sweep_min_idle_hours",
+            1e9,
+        ),
+        (
+            {"overrides": {"consolidation": {"retention_window_hours": 1e9}}},
+            "policy.consolidation.retention_window_hours",
+            1e9,
+        ),
     ],
 )
 def test_invalid_policies_name_field_and_value(
