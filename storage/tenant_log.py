@@ -10,8 +10,11 @@ and waits until this log has applied it (read-your-writes for the admin who made
 
 A record sets the whole tenant (``storage.tenants.tenant_record``); ``deleted`` removes it, the
 file's tenant of that id included; a tombstone (null value) forgets the topic's record, so a
-tenant the file defines shows through again. A record that does not decode is logged and skipped:
-writers validate before they produce.
+tenant the file defines shows through again. A record that does not decode is logged, and its
+tenant (when its key is a tenant id) is served by no process, as if deleted: writers validate before
+they produce, and keeping the previous record instead made processes disagree once the topic was
+compacted (a process started since had only the bad record: the tenant unknown there, served by
+the others with its old settings).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import logging
 from collections.abc import Callable, Mapping
 
 from memcore import InvalidField
+from memcore.ids import check_id
 from storage.compacted import CompactedLog, CompactedLogError
 from storage.kafka import KafkaConnection
 from storage.tenants import Tenant, TenantRegistry, decode_tenant_record, tenant_record
@@ -88,13 +92,24 @@ class TenantLog(CompactedLog):
         try:
             tenant_id, tenant = decode_tenant_record(key, value)
         except InvalidField as exc:
-            log.warning("tenants topic: skipped a record keyed %r: %s", key, exc)
+            log.error("tenants topic: a record keyed %r does not decode: %s", key, exc)
+            self._unreadable(key)
             return
         except Exception:  # a record no check foresaw must not cost the batch after it
-            log.exception("tenants topic: skipped a record keyed %r", key)
+            log.exception("tenants topic: a record keyed %r does not decode", key)
+            self._unreadable(key)
             return
         self._records[tenant_id] = tenant
         self.applied += 1
+
+    def _unreadable(self, key: bytes | None) -> None:
+        """The tenant a record that does not decode is keyed by is served by no process."""
+        try:
+            tenant_id = check_id("key", key.decode("utf-8")) if key is not None else None
+        except (UnicodeDecodeError, InvalidField):
+            return
+        if tenant_id is not None:
+            self._records[tenant_id] = None
 
     def refresh(self) -> None:
         """Rebuild the view from ``base`` and the records applied."""

@@ -138,6 +138,26 @@ def test_a_record_no_check_foresaw_is_skipped_and_the_next_applies(
     assert log.by_api_key(KEY) is None
 
 
+def test_a_tenant_whose_record_does_not_decode_is_served_by_no_process() -> None:
+    """Running processes kept the previous record; once the topic was compacted, a process
+    started since had only the bad one: the tenant was unknown there and served elsewhere.
+    """
+    base = TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}, "globex": {}}})
+    running, started = (TenantLog("127.0.0.1:1", "t.tenants", base) for _ in range(2))
+    running.apply(*tenant_record(replaced(base.get("acme"), "acme", {"recall": "zeph"})))
+    bad = orjson.dumps({"v": 1, "tenant_id": "acme", "decay": "nope"})
+    for log in (running, started):  # compacted: the second reads the bad record alone
+        log.apply(b"acme", bad)
+        log.apply(b"\xff", b"{}")  # keyed by no tenant id: nothing to close
+        log.refresh()
+        assert log.get("acme") is None
+        assert log.by_api_key(KEY) is None
+        assert sorted(log.tenants) == ["globex"]
+    running.apply(*tenant_record(Tenant("acme")))  # a good record brings it back
+    running.refresh()
+    assert running.get("acme") is not None
+
+
 def test_the_log_merges_over_the_file_and_deletes_and_tombstones() -> None:
     base = TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}, "globex": {}}})
     log = TenantLog("127.0.0.1:1", "t.tenants", base)  # no I/O until started
