@@ -589,8 +589,10 @@ class StreamWorker:
     async def embed(self, records: Sequence[WriteRecord]) -> dict[str, tuple[float, ...]]:
         """Vectors of ``records`` by their text (:attr:`WriteRecord.indexed_text`: a batch may
         write one memory twice, with other words each time), each text computed once, in one
-        call; when that call fails, one call per text, and a text whose own call fails has no
-        vector (its write goes to dead-letter, naming ``embedding``).
+        call, tried again after each wait of :data:`EMBED_RETRIES_S` (a model or an embedding
+        service failing for a moment dead-lettered every write of the batch); when it still
+        fails, one call per text, and a text whose own call fails has no vector (its write goes
+        to dead-letter, naming ``embedding``).
         """
         first: dict[str, str] = {}  # text -> key of the first record with it (for the log)
         for record in records:
@@ -599,11 +601,16 @@ class StreamWorker:
             return {}
         texts = list(first)
         embed = self.services.embedder.embed
-        try:
-            computed = await asyncio.to_thread(embed, texts)
-            return dict(zip(texts, computed, strict=True))
-        except Exception:
-            log.exception("embedding a batch of %d failed; embedding one by one", len(texts))
+        for wait in (*EMBED_RETRIES_S, None):
+            try:
+                computed = await asyncio.to_thread(embed, texts)
+                return dict(zip(texts, computed, strict=True))
+            except Exception:
+                if wait is None:
+                    log.exception("embedding a batch of %d failed; one by one", len(texts))
+                    break
+                log.warning("embedding a batch of %d failed; again in %g s", len(texts), wait)
+                await asyncio.sleep(wait)
         vectors: dict[str, tuple[float, ...]] = {}
         for text, key in first.items():
             try:
@@ -819,6 +826,10 @@ def _keep_changelog_deliveries(table: Any, into: list[Awaitable[Any]]) -> None: 
         return delivery
 
     table.send_changelog = send_changelog
+
+
+EMBED_RETRIES_S = (0.5, 1.0, 2.0)
+"""Seconds waited before each new try of a batch's embedding call that failed."""
 
 
 def unknown_tenants(values: Iterable[bytes], tenants: Tenants) -> set[str]:

@@ -191,6 +191,34 @@ async def test_a_batch_that_rewrites_a_memory_and_back_keeps_the_vector_of_its_l
     assert embedder.texts == ["Xcontent", "Ycontent", "Xcontent"]  # each text once a batch
 
 
+@pytest.fixture(autouse=True)
+def no_embedding_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("streams.app.EMBED_RETRIES_S", (0.0, 0.0, 0.0))
+
+
+async def test_an_embedding_call_that_fails_for_a_moment_is_tried_again(tmp_path: Path) -> None:
+    """It sent every write of the batch to dead-letter: the memories never existed live, while a
+    replay, whose call did not fail, made them.
+    """
+
+    class Flaky(Embedder):
+        def __init__(self) -> None:
+            super().__init__({"Xcontent": X, "Other": Y})
+            self.failures = 2
+
+        def embed(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
+            if self.failures:
+                self.failures -= 1
+                msg = "CUDA out of memory"
+                raise RuntimeError(msg)
+            return super().embed(texts)
+
+    w = Worker(tmp_path, Flaky())
+    sent = await w.writes(("acme/m1", write("Xcontent")), ("acme/m2", write("Other", "m2")))
+    assert letters(sent) == []
+    assert w.worker.processor.load("acme/m2") is not None
+
+
 async def test_a_write_of_new_content_that_could_not_be_embedded_goes_to_dead_letter(
     tmp_path: Path,
 ) -> None:
