@@ -20,6 +20,8 @@ from typing import Any, Literal
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ranker.problems import problem_body
+
 LogFormat = Literal["json", "text"]
 
 _context: contextvars.ContextVar[dict[str, str | None] | None] = contextvars.ContextVar(
@@ -27,6 +29,7 @@ _context: contextvars.ContextVar[dict[str, str | None] | None] = contextvars.Con
 )
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 access_log = logging.getLogger("mnemostream.http")
+log = logging.getLogger(__name__)
 
 
 def set_tenant(tenant_id: str) -> None:
@@ -109,7 +112,10 @@ def configure(log_format: LogFormat, level: int | str = logging.INFO) -> None:
 class RequestLog:
     """ASGI middleware: a request id per request, echoed as ``X-Request-ID``, and one log line
     when the response starts (method, route path, status, duration): for every request, or with
-    ``every_request`` off only for those answered 4xx or 5xx.
+    ``every_request`` off only for those answered 4xx or 5xx. An exception no handler answered
+    is logged here, with the request's ids, and answered 500 (a problem naming its type only);
+    Starlette's own last handler sits outside this middleware, so that answer had no request id,
+    no log line, and its traceback no ids.
     """
 
     def __init__(self, app: ASGIApp, *, every_request: bool = True) -> None:
@@ -124,9 +130,12 @@ class RequestLog:
         request_id = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
         token = _context.set({"request_id": request_id, "tenant_id": None})
         started = time.perf_counter()
+        responded = False
 
         async def tagged(message: Message) -> None:
+            nonlocal responded
             if message["type"] == "http.response.start":
+                responded = True
                 message["headers"] = [
                     *message.get("headers", []),
                     (b"x-request-id", request_id.encode()),
@@ -137,6 +146,22 @@ class RequestLog:
 
         try:
             await self.app(scope, receive, tagged)
+        except Exception as exc:
+            if responded:  # a stream cut short: nothing more can be said to the client
+                raise
+            log.error("internal error: %s: %s", type(exc).__name__, exc, exc_info=exc)
+            body, headers = problem_body(500, f"internal error: {type(exc).__name__}")
+            await tagged(
+                {
+                    "type": "http.response.start",
+                    "status": 500,
+                    "headers": [
+                        *((k.encode(), v.encode()) for k, v in headers.items()),
+                        (b"content-length", str(len(body)).encode()),
+                    ],
+                }
+            )
+            await tagged({"type": "http.response.body", "body": body})
         finally:
             _context.reset(token)
 

@@ -79,3 +79,39 @@ async def test_with_errors_only_a_success_is_not_logged_and_an_error_is(
     assert (ok.status_code, refused.status_code) == (200, 401)
     logged = [orjson.loads(line)["status"] for line in lines.getvalue().splitlines()]
     assert logged == ([200, 401] if every else [401])
+
+
+@pytest.mark.anyio
+async def test_an_unexpected_error_is_answered_and_logged_with_the_request_s_ids(
+    lines: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Starlette's last handler answered it outside this log: no X-Request-ID to quote, no
+    access line, and a traceback logged with request_id and tenant_id None.
+    """
+    errors = io.StringIO()
+    handler = logging.StreamHandler(errors)
+    handler.addFilter(RequestContext())
+    handler.setFormatter(JsonFormatter())
+    logging.getLogger("ranker").addHandler(handler)
+
+    async def broken(*_: object, **__: object) -> None:
+        raise RuntimeError("a bug")
+
+    registry = TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}})
+    service = RecallService(MilvusStore(MilvusConfig("unused.db", dim=4)), Hashing(4), _no_send)
+    monkeypatch.setattr(service, "get", broken)
+    app = create_api(service, registry, log_every_request=False)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://mnemostream") as http:
+            reply = await http.get(
+                "/v1/memories/m1", headers={"X-API-Key": KEY, "X-Request-ID": "r-7"}
+            )
+    finally:
+        logging.getLogger("ranker").removeHandler(handler)
+    assert (reply.status_code, reply.headers.get("X-Request-ID")) == (500, "r-7")
+    assert reply.json()["detail"] == "internal error: RuntimeError"  # no more than its type
+    (line,) = (orjson.loads(x) for x in lines.getvalue().splitlines())
+    assert (line["status"], line["request_id"]) == (500, "r-7")
+    (error,) = (orjson.loads(x) for x in errors.getvalue().splitlines())
+    assert (error["request_id"], error["tenant_id"], error["level"]) == ("r-7", "acme", "error")
