@@ -5,7 +5,15 @@ Standard library only. No clock, no environment, no I/O: event time and the tena
 """
 
 from memcore.card import ReviewCard, new_card, review_intervals_hours
-from memcore.consolidation import Decision, DecisionKind, Item, Strategy, plan, to_events
+from memcore.consolidation import (
+    Decision,
+    DecisionKind,
+    Item,
+    Strategy,
+    merged_away,
+    plan,
+    to_events,
+)
 from memcore.decay import classify_tier, effective_importance, faded, recency, recency_at
 from memcore.errors import InvalidField
 from memcore.ids import content_hash, derive_memory_id, normalise_content, split_key, state_key
@@ -105,6 +113,7 @@ __all__ = [
     "faded",
     "llm_candidates",
     "llm_prompt",
+    "merged_away",
     "mmr",
     "new_card",
     "normalise_content",

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from memcore.policy import ReviewPolicy
+from memcore.types import MAX_REVIEW_HOURS, hours_span
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,8 @@ def review_intervals_hours(importance: float, review: ReviewPolicy) -> tuple[flo
 
 def schedule_from(start: datetime, importance: float, review: ReviewPolicy) -> tuple[datetime, ...]:
     """Absolute review times counted from ``start``."""
-    return tuple(start + timedelta(hours=h) for h in review_intervals_hours(importance, review))
+    intervals = review_intervals_hours(importance, review)
+    return tuple(start + hours_span(h, MAX_REVIEW_HOURS) for h in intervals)
 
 
 def new_card(created_at: datetime, importance: float, review: ReviewPolicy) -> ReviewCard:

@@ -20,6 +20,8 @@ from memcore.policy import Policy
 from memcore.state import (
     MAX_SUMMARY_SOURCES,
     Absorb,
+    Effect,
+    EffectKind,
     Event,
     Fade,
     Promote,
@@ -27,7 +29,7 @@ from memcore.state import (
     Retire,
     absorbed_tags,
 )
-from memcore.types import Lifecycle, Tier
+from memcore.types import Lifecycle, Tier, hours_span
 from memcore.vectors import cosine
 
 
@@ -73,7 +75,7 @@ class Item:
             kept as it is for history and audit, never merged or summarised.
         tags: the writer's tags (a merge's survivor takes its sources').
         fact: the content states one fact the supersession rule reads
-            (:func:`memcore.supersession.fact_of`): compression leaves it as it is, so that a
+            (:func:`memcore.supersession.states_fact`): compression leaves it as it is, so that a
             later statement of the fact supersedes it (a summary stating the old value would
             stay current beside the new one).
     """
@@ -223,7 +225,7 @@ def tier_promotions(items: Sequence[Item], at: datetime, policy: Policy) -> list
         if item.tier is Tier.WORKING:
             if item.session_ended:
                 reason = "session ended"
-            elif idle >= timedelta(hours=rules.working_idle_hours):
+            elif idle >= hours_span(rules.working_idle_hours):
                 reason = f"idle {idle / timedelta(hours=1):.4g} h >= {rules.working_idle_hours:g} h"
         elif item.tier is Tier.EPISODIC:
             if item.access_count >= rules.episodic_min_access_count:
@@ -250,7 +252,7 @@ def archive_sweep(items: Sequence[Item], at: datetime, policy: Policy) -> list[D
 
 def purge_due(items: Sequence[Item], at: datetime, policy: Policy) -> list[Decision]:
     """Forgotten and deleted memories past the retention window."""
-    window = timedelta(hours=policy.consolidation.retention_window_hours)
+    window = hours_span(policy.consolidation.retention_window_hours)
     return [
         Decision(
             DecisionKind.PURGE,
@@ -360,6 +362,20 @@ def fold(items: dict[str, Item], decision: Decision) -> None:
         items[decision.target] = _absorbed(items[decision.target], sources)
 
 
+def merged_away(target: str, event: Absorb, effect: Effect) -> tuple[str, Retire] | None:
+    """The source's ``Retire`` (``deleted``, merged into ``target``) once its survivor applied
+    ``event`` with ``effect``: absorbed, or skipped as a redelivery (the first delivery may have
+    died before sending it; the source ignores a copy). None when the survivor refused it: it
+    was deleted or forgotten since the plan (the duplicate was deleted with it, though the user
+    deleted one memory), or it absorbed that id before (a memory written again under a merged id
+    lost the counters it gathered since); the source is then kept, active.
+    """
+    if effect.kind not in (EffectKind.ABSORBED, EffectKind.SKIPPED):
+        return None
+    why = f"merged into {target}"
+    return event.source, Retire(event.at, Lifecycle.DELETED, why, target, event.content_hash)
+
+
 def to_events(
     decision: Decision, items: Mapping[str, Item], at: datetime
 ) -> list[tuple[str, Event]]:
@@ -384,16 +400,12 @@ def to_events(
                     last_access=items[s].last_access,
                     tags=items[s].tags,
                     tier=items[s].tier,
+                    content_hash=items[s].content_hash,
                 ),
             )
             for s in decision.sources
         ]
-        t = decision.target
-        retire: list[tuple[str, Event]] = [
-            (s, Retire(at, Lifecycle.DELETED, f"merged into {t}", t, items[s].content_hash))
-            for s in decision.sources
-        ]
-        return [*absorb, *retire]
+        return absorb  # each source's Retire follows once its survivor took it (merged_away)
     if decision.kind is DecisionKind.SUMMARISE:
         why = f"compressed into summary {decision.target}"
         return [

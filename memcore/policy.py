@@ -74,20 +74,6 @@ def _parse_enum(kind: type[E], field_name: str, value: object) -> E:
     raise InvalidField(field_name, value, f"unknown preset; expected one of {allowed}")
 
 
-MAX_HOURS = 100 * 365.25 * HOURS_PER_DAY
-"""The longest span a policy may give in hours (100 years): event times run to the year 9000,
-and a date past 9999 raised OverflowError in every write of the tenant (a dead letter naming no
-field)."""
-MAX_REVIEW_INTERVALS = 32
-"""The most review intervals a card may have (each is kept in every memory's state)."""
-
-
-def _at_most_max_hours(path: str, value: float) -> float:
-    if value > MAX_HOURS:
-        raise InvalidField(path, value, f"expected at most {MAX_HOURS:g} hours (100 years)")
-    return value
-
-
 def _check(
     section: object,
     path: str,
@@ -192,21 +178,13 @@ class ReviewPolicy:
         _check(self, "review", require_unit, only=("adjustment_factor", "reinforcement"))
         _check(self, "review", require_unit, only=("initial_retention_factor",))
         _check(self, "review", require_non_negative, only=("min_interval_hours",))
-        _check(self, "review", _at_most_max_hours, only=("min_interval_hours",))
         if not isinstance(self.intervals_hours, tuple) or not self.intervals_hours:
             raise InvalidField(
                 "policy.review.intervals_hours", self.intervals_hours, "expected a non-empty tuple"
             )
-        if len(self.intervals_hours) > MAX_REVIEW_INTERVALS:
-            raise InvalidField(
-                "policy.review.intervals_hours",
-                f"<{len(self.intervals_hours)} intervals>",
-                f"expected at most {MAX_REVIEW_INTERVALS}",
-            )
         previous = 0.0
         for i, value in enumerate(self.intervals_hours):
-            path = f"policy.review.intervals_hours[{i}]"
-            hours = _at_most_max_hours(path, require_positive(path, value))
+            hours = require_positive(f"policy.review.intervals_hours[{i}]", value)
             if hours < previous:
                 raise InvalidField(
                     f"policy.review.intervals_hours[{i}]", value, "intervals must not decrease"
@@ -266,14 +244,17 @@ class LifecyclePolicy:
                 "archive_below_importance",
             ),
         )
-        hours = (
-            "forget_unaccessed_after_hours",
-            "promote_after_hours",
-            "archive_after_hours",
-            "sweep_min_idle_hours",
+        _check(
+            self,
+            "lifecycle",
+            require_non_negative,
+            only=(
+                "forget_unaccessed_after_hours",
+                "promote_after_hours",
+                "archive_after_hours",
+                "sweep_min_idle_hours",
+            ),
         )
-        _check(self, "lifecycle", require_non_negative, only=hours)
-        _check(self, "lifecycle", _at_most_max_hours, only=hours)
         for name in ("promote_min_access_count", "recompute_every"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -453,9 +434,12 @@ class ConsolidationPolicy:
             require_unit,
             only=("semantic_dedup_min_cosine", "cluster_min_cosine", "episodic_above_importance"),
         )
-        hours = ("working_idle_hours", "retention_window_hours")
-        _check(self, "consolidation", require_non_negative, only=hours)
-        _check(self, "consolidation", _at_most_max_hours, only=hours)
+        _check(
+            self,
+            "consolidation",
+            require_non_negative,
+            only=("working_idle_hours", "retention_window_hours"),
+        )
         for name, low in (("min_cluster_size", 2), ("episodic_min_access_count", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:

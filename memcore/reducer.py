@@ -33,7 +33,7 @@ from memcore.state import (
     absorbed_tags,
 )
 from memcore.supersession import SUPERSEDABLE, Supersession
-from memcore.types import AccessKind, Lifecycle, Tier
+from memcore.types import AccessKind, Lifecycle, Tier, hours_span
 
 Result = tuple[MemoryState | None, tuple[Effect, ...]]
 """The new state (None only while a memory was never written) and the effects, in order."""
@@ -209,14 +209,14 @@ def _access_powermem(state: MemoryState, event: Access, policy: Policy) -> Resul
     forget_why = None
     if rec < rules.forget_below_recency:
         forget_why = f"recency {rec:.4g} < {rules.forget_below_recency}"
-    elif state.access_count == 0 and age > timedelta(hours=rules.forget_unaccessed_after_hours):
+    elif state.access_count == 0 and age > hours_span(rules.forget_unaccessed_after_hours):
         forget_why = f"never accessed in {rules.forget_unaccessed_after_hours:g} h"
     if forget_why is not None:
         forgotten = _retired(state, Lifecycle.FORGOTTEN, event)
         return forgotten, (Effect(EffectKind.FORGOTTEN, forget_why),)
     promote_why = _powermem_promote_reason(state, age, policy)
     archive_why = None
-    if age > timedelta(hours=rules.archive_after_hours):
+    if age > hours_span(rules.archive_after_hours):
         archive_why = f"age > {rules.archive_after_hours:g} h"
     elif state.importance < rules.archive_below_importance:
         archive_why = f"importance {state.importance:.4g} < {rules.archive_below_importance}"
@@ -235,7 +235,7 @@ def _powermem_promote_reason(state: MemoryState, age: timedelta, policy: Policy)
     rules = policy.lifecycle
     if state.access_count >= rules.promote_min_access_count:
         return f"access_count {state.access_count} >= {rules.promote_min_access_count}"
-    if age > timedelta(hours=rules.promote_after_hours):
+    if age > hours_span(rules.promote_after_hours):
         return f"age > {rules.promote_after_hours:g} h"
     if state.importance >= rules.promote_min_importance:
         return f"importance {state.importance:.4g} >= {rules.promote_min_importance}"
@@ -300,6 +300,9 @@ def _retired(state: MemoryState, to: Lifecycle, event: Access | Retire | Fade) -
 def _absorb(state: MemoryState, event: Absorb, policy: Policy) -> Result:
     if event.source in state.merged_from:
         return state, (Effect(EffectKind.IGNORED, f"{event.source} already absorbed"),)
+    if state.state in (Lifecycle.FORGOTTEN, Lifecycle.DELETED):  # since the plan
+        why = f"a {state.state} memory absorbs nothing ({event.source} is kept)"
+        return state, (Effect(EffectKind.IGNORED, why),)
     new = dataclasses.replace(
         state,
         access_count=state.access_count + event.access_count,

@@ -189,6 +189,9 @@ class Absorb:
         tier: its tier; the survivor moves up to it (with that tier's τ), never down: a fact
             written as semantic that duplicates an older episodic copy stays semantic. None:
             not known (the survivor keeps its own).
+        content_hash: the source's content hash as planned, carried on to the source's
+            ``Retire`` (:func:`memcore.consolidation.merged_away`), which its survivor sends once
+            it took the absorb. None: not known.
     """
 
     at: datetime
@@ -202,6 +205,7 @@ class Absorb:
     tags: tuple[str, ...] = ()
     position: Position | None = None
     tier: Tier | None = None
+    content_hash: str | None = None
 
 
 @dataclass(frozen=True)

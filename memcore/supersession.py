@@ -155,6 +155,13 @@ def states_an_update(content: str) -> bool:
     return _UPDATE_MARKER.search(content) is not None
 
 
+def states_fact(content: str, rules: SupersessionPolicy) -> bool:
+    """``content`` states one fact that a later statement can supersede under ``rules`` (the
+    generic ``Name verb value`` reading included: an update says it is one).
+    """
+    return fact_of(content, rules.max_words, generic=True) is not None
+
+
 def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact | None:
     """The fact a short single statement states, or None when it is not one the rule knows.
 

@@ -121,6 +121,20 @@ def require_non_negative(field: str, value: object) -> float:
     return number
 
 
+MAX_SPAN_HOURS = 2e10
+"""The longest span :func:`hours_span` gives (~2.3 million years, under ``timedelta``'s own limit):
+a policy may say "never" with a huge number of hours, which raised OverflowError in every event
+of the tenant, a dead letter naming no field."""
+MAX_REVIEW_HOURS = 100 * 365.25 * HOURS_PER_DAY
+"""The furthest a review is scheduled (100 years: never due); event times run to the year 9000,
+and a review time past 9999 raised OverflowError in every write of the tenant."""
+
+
+def hours_span(value: float, limit: float = MAX_SPAN_HOURS) -> timedelta:
+    """``value`` hours as a timedelta, at most ``limit`` hours."""
+    return timedelta(hours=min(value, limit))
+
+
 def hours_between(start: datetime, end: datetime) -> float:
     """Hours from ``start`` to ``end`` (negative when ``end`` is earlier). Exact to the microsecond."""
     return (end - start) / timedelta(hours=1)

@@ -113,11 +113,12 @@ class DecisionV1(_Strict):
     """A consolidation decision for one memory, on ``memory-writes`` (the state agent applies it).
 
     ``absorb``: take over the counters of ``source`` (and move up ``to`` its tier, when
-    given); ``retire``: move ``to`` archived, forgotten or
-    deleted (``merged_into`` names the survivor or summary); ``fade``: archive it if it has faded
-    by ``at`` (decided again on the state it meets); ``supersede``: the memory ``by`` states a
-    newer value of the same fact from ``at`` on (``hops``, ``chains``, ``replaces``: see
-    :class:`memcore.Supersede`); ``promote``: move ``to`` a tier;
+    given; ``content_hash``: the source's, for the retire the survivor then sends); ``retire``:
+    move ``to`` archived, forgotten or deleted (``merged_into`` names the survivor or summary);
+    ``fade``: archive it if it has faded by ``at`` (decided again on the state it meets);
+    ``supersede``: the memory ``by`` states a newer value of the same fact from ``at`` on
+    (``hops``, ``chains``, ``replaces``: see :class:`memcore.Supersede`); ``promote``: move ``to``
+    a tier;
     ``purge``: remove a forgotten or deleted memory from the serving store.
     """
 
@@ -538,6 +539,8 @@ def decision_value(
             value["tags"] = list(event.tags)
         if event.tier is not None:
             value["to"] = event.tier.value  # the source's tier: the survivor moves up to it
+        if event.content_hash is not None:
+            value["content_hash"] = event.content_hash  # carried on to the source's retire
     elif isinstance(event, Retire):
         value |= {"decision": "retire", "to": event.to.value, "merged_into": event.merged_into}
         if event.content_hash is not None:
@@ -586,6 +589,7 @@ def decode_decision(raw: bytes, limits: Limits, document: object = None) -> Deci
                 _checked_time("last_access", m.last_access, limits),
                 _tags(m.tags),
                 tier=Tier.parse(m.to, "to") if m.to is not None else None,
+                content_hash=m.content_hash,
             )
         elif m.decision == "retire":
             to = Lifecycle(m.to) if m.to in ("archived", "forgotten", "deleted") else None

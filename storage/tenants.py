@@ -297,7 +297,17 @@ def replaced(current: Tenant | None, tenant_id: str, settings: Mapping[str, Any]
         if name in settings:
             raise InvalidField(name, "***", "keys are added and revoked on their own")
     keys = current.api_key_hashes if current is not None else ()
-    return dataclasses.replace(tenant_of(tenant_id, settings), api_key_hashes=keys)
+    tenant = tenant_of(tenant_id, settings)
+    intervals = tenant.policy.review.intervals_hours
+    if len(intervals) > MAX_REVIEW_INTERVALS:  # checked where a policy is made, not where read
+        why = f"expected at most {MAX_REVIEW_INTERVALS}: every memory's state keeps them all"
+        raise InvalidField("policy.review.intervals_hours", f"<{len(intervals)} intervals>", why)
+    return dataclasses.replace(tenant, api_key_hashes=keys)
+
+
+MAX_REVIEW_INTERVALS = 32
+"""The most review intervals the admin API and CLI give a policy (a record already on the topic
+with more is read as it is: refusing it would close its tenant)."""
 
 
 def with_key(tenant: Tenant, api_key: str) -> Tenant:

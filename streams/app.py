@@ -422,8 +422,12 @@ class StreamWorker:
             await self.apply_writes(events)
 
     async def apply_writes(self, events: Sequence[Any]) -> None:
-        await self.keys_ready()
         batch = Batch()
+        with self.processor.releasing(batch):
+            await self._apply_writes(events, batch)
+
+    async def _apply_writes(self, events: Sequence[Any], batch: Batch) -> None:
+        await self.keys_ready()
         pairs = [(_inbound(e), e) for e in events]
         await self.know_tenants(message.value for message, _ in pairs)
         await self.keys.know(message.value for message, _ in pairs)
@@ -556,10 +560,14 @@ class StreamWorker:
 
     async def on_access(self, events: Sequence[Any]) -> None:
         """Reduce each access; one that overtook its write is parked until the write is applied."""
+        batch = Batch()
+        with self.processor.releasing(batch):
+            await self._on_access(events, batch)
+
+    async def _on_access(self, events: Sequence[Any], batch: Batch) -> None:
         await self.keys_ready()
         started = time.perf_counter()
         await self.know_tenants(_value(e.message) for e in events)
-        batch = Batch()
         by_key = {e.message.key: e for e in events}
         by_partition = {e.message.partition: e for e in events}
         with self.processor.buffered() as (memories, counters):

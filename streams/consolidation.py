@@ -27,7 +27,7 @@ from memcore import (
 from memcore.consolidation import Neighbours, fold, summarise
 from memcore.ids import content_hash
 from memcore.state import Access, Event, Write
-from memcore.supersession import fact_of
+from memcore.supersession import SupersessionPolicy, states_fact
 from storage import MemoryRow, from_us
 from storage.records import ConsolidationRequest, decision_value
 from storage.rows import CURRENT
@@ -35,8 +35,10 @@ from storage.similarity import cosine_neighbours
 from streams.processor import Outbound
 
 
-def item_of(row: MemoryRow) -> Item:
-    """What consolidation needs of a stored row."""
+def item_of(row: MemoryRow, rules: SupersessionPolicy | None = None) -> Item:
+    """What consolidation needs of a stored row; ``rules``: the tenant's supersession rules, which
+    say whether its content states a fact they read (None: no fact, for decisions already made).
+    """
     return Item(
         memory_id=row.memory_id,
         content_hash=content_hash(row.content),
@@ -54,7 +56,7 @@ def item_of(row: MemoryRow) -> Item:
         scope=(row.agent_id or "", row.session_id or "", row.user_id or ""),
         superseded=row.valid_to_us != CURRENT or bool(row.superseded_by),
         tags=tuple(row.tags),
-        fact=fact_of(row.content) is not None,
+        fact=rules is not None and rules.enabled and states_fact(row.content, rules),
     )
 
 
@@ -69,7 +71,7 @@ def plan_tenant(
     """The decisions for one tenant's rows under its policy and the request's overrides."""
     if request.overrides:
         policy = policy.with_overrides({"consolidation": dict(request.overrides)})
-    items = [item_of(r) for r in rows]
+    items = [item_of(r, policy.supersession) for r in rows]
     return plan(tenant_id, items, request.at, policy, request.strategies, faiss_neighbours)
 
 

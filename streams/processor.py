@@ -31,6 +31,7 @@ from memcore import (
     Write,
     apply,
     content_hash,
+    merged_away,
     reassertion,
     relink,
 )
@@ -38,6 +39,7 @@ from storage import Document, MemoryRow, codec
 from storage.records import (
     MAX_METADATA_BYTES,
     AccessRecord,
+    DecisionEvent,
     DecisionRecord,
     Limits,
     RecordError,
@@ -155,7 +157,7 @@ def contained(message: Inbound, batch: Batch) -> Iterator[None]:
         batch.out.append(internal_error(message, exc))
 
 
-def decision_record(tenant_id: str, memory_id: str, event: Supersede) -> Outbound:
+def decision_record(tenant_id: str, memory_id: str, event: DecisionEvent) -> Outbound:
     """A decision for one memory on ``memory-writes``, keyed by it (on its partition)."""
     value = decision_value(tenant_id, memory_id, event)
     return Outbound("memory-writes", f"{tenant_id}/{memory_id}".encode(), orjson.dumps(value))
@@ -272,6 +274,9 @@ class Processor:
         self.documents = documents
         self.counters = counters
         self.pending = pending  # memory key -> accesses that arrived before the memory's write
+        # memory key -> offsets of parked accesses a batch of either agent released and has not
+        # dropped yet (:meth:`releasing`): the other agent's batch does not release them again
+        self.in_flight: dict[bytes, set[int]] = {}
         self.limits = limits
         self.recent: Recent | None = None  # see remembering()
 
@@ -600,7 +605,8 @@ class Processor:
     def decision(self, message: Inbound, record: DecisionRecord, batch: Batch) -> None:
         """Apply a consolidation decision; one for an unknown memory changes nothing. A
         ``supersede`` that meets a memory superseded by another version also sends what
-        :func:`memcore.relink` passes on (again on a redelivery: the target ignores a copy).
+        :func:`memcore.relink` passes on, and an ``absorb`` its source's ``retire``
+        (:func:`memcore.merged_away`); again on a redelivery (the target ignores a copy).
         """
         state = self.state(record.key)
         if state is None:
@@ -615,6 +621,11 @@ class Processor:
         self._after(message, event.at, new, effects, batch)
         for passed in relink(state, event) if isinstance(event, Supersede) else ():
             batch.out.append(decision_record(record.tenant_id, passed.target, passed.event))
+        away = (
+            merged_away(record.memory_id, event, effects[0]) if isinstance(event, Absorb) else None
+        )
+        if away is not None:  # the source leaves once its survivor holds what it had
+            batch.out.append(decision_record(record.tenant_id, *away))
 
     # -- access --------------------------------------------------------------------------------
 
@@ -728,15 +739,35 @@ class Processor:
             if not recent.parked:
                 return
         _, done = batch.released.get(key, (0, frozenset[int]()))
-        messages = [m for m in self.parked(key) if m.offset not in done]  # once per batch
+        busy = self.in_flight.get(key, set())  # another batch's, waiting for its acknowledgement
+        messages = [m for m in self.parked(key) if m.offset not in done and m.offset not in busy]
         if not messages:
             return
         # kept until :meth:`drop_released`: a crash before the states they made are durable
         # finds them again (the write is redelivered; what was applied is skipped by offset)
-        batch.released[key] = (messages[0].partition, done | {m.offset for m in messages})
+        released = {m.offset for m in messages}
+        batch.released[key] = (messages[0].partition, done | released)
+        self.in_flight.setdefault(key, set()).update(released)
         for message in messages:
             with contained(message, batch):
                 self.access(message, batch, writes_caught_up=True, releasing=True)
+
+    @contextmanager
+    def releasing(self, batch: Batch) -> Iterator[None]:
+        """Within, what ``batch`` releases is in flight: a batch of the other agent leaves it
+        (applied already, or dead-lettered: it sent the same dead letter twice). Once the body
+        ends, dropped or not (the batch failed: a retry or a redelivery releases it again), it
+        is not.
+        """
+        try:
+            yield
+        finally:
+            for key, (_, offsets) in batch.released.items():
+                left = self.in_flight.get(key, set()) - offsets
+                if left:
+                    self.in_flight[key] = left
+                else:
+                    self.in_flight.pop(key, None)
 
     def drop_released(self, batch: Batch, partition: int) -> None:
         """Drop from the pending table what ``batch`` released in ``partition``; call it once

@@ -40,8 +40,8 @@ MEMORIES: dict[str, tuple[list[float], str]] = {
     "near1": (basis(0, 0, 1), "Alice prefers Python"),
     "near2": (basis(0, 0, 1, 0.2), "Alice likes Python best"),  # cosine 0.981 to near1
     "c1": (basis(0, 0, 0, 0, 1), "Standup is at nine."),
-    "c2": (basis(0, 0, 0, 0, 1, 0.5), "Standup moved to the big room."),  # 0.894 to c1
-    "c3": (basis(0, 0, 0, 0, 1, 0, 0.5), "Bring notes to standup."),  # 0.894 to c1
+    "c2": (basis(0, 0, 0, 0, 1, 0.5), "Standup ran long today."),  # 0.894 to c1
+    "c3": (basis(0, 0, 0, 0, 1, 0, 0.5), "We talked about standup notes."),  # 0.894 to c1
     "lone": (basis(0, 0, 0, 0, 0, 0, 0, 1), "Unrelated fact"),
 }
 ACCESSES = {"dup1": 1, "dup2": 3, "near1": 2, "near2": 4}

@@ -1,21 +1,27 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 import pytest
 
 from memcore import (
     MAX_SUMMARY_SOURCES,
+    Absorb,
     Decision,
     DecisionKind,
+    Effect,
     EffectKind,
+    Event,
     Item,
     Lifecycle,
+    MemoryState,
     Policy,
     Strategy,
     Tier,
     apply,
+    merged_away,
     plan,
     to_events,
 )
@@ -57,6 +63,22 @@ def item(
 
 def kinds(decisions: list[Decision]) -> list[DecisionKind]:
     return [d.kind for d in decisions]
+
+
+def carry_out(
+    states: dict[str, MemoryState], events: Sequence[tuple[str, Event]], policy: Policy = POLICY
+) -> list[Effect]:
+    """Apply ``events`` as the worker does, an absorb's source's retire included; every effect."""
+    effects: list[Effect] = []
+    for memory_id, event in events:
+        new, made = apply(states[memory_id], event, policy)
+        assert new is not None
+        states[memory_id] = new
+        effects.extend(made)
+        away = merged_away(memory_id, event, made[0]) if isinstance(event, Absorb) else None
+        if away is not None:
+            effects.extend(carry_out(states, [away], policy))
+    return effects
 
 
 def test_exact_dedup_keeps_the_oldest() -> None:
@@ -159,16 +181,20 @@ def test_merge_events_conserve_counters_through_the_reducer() -> None:
             access_count=s.access_count,
             recall_count=s.recall_count,
             created_h=i,
+            tier=s.tier,
         )
         for i, (m, s) in enumerate(states.items())
     }
     (decision,) = plan("t", list(items.values()), T0, POLICY, [Strategy.EXACT_DEDUP])
     at = T0 + hours(1)
-    for memory_id, event in to_events(decision, items, at):
-        new, effects = apply(states[memory_id], event, POLICY)
-        assert new is not None
-        assert effects[0].kind in (EffectKind.ABSORBED, EffectKind.DELETED)
-        states[memory_id] = new
+    effects = carry_out(states, to_events(decision, items, at))
+    # a (working, 0.3) takes b's tier (episodic, 0.6), then b leaves
+    assert [e.kind for e in effects] == [
+        EffectKind.ABSORBED,
+        EffectKind.PROMOTED,
+        EffectKind.DELETED,
+    ]
+    assert states["a"].tier is Tier.EPISODIC
     assert (states["a"].access_count, states["a"].recall_count) == (5, 3)
     assert states["a"].importance == 0.6
     assert states["b"].state is Lifecycle.DELETED
@@ -210,10 +236,7 @@ def test_consolidating_twice_changes_nothing_the_second_time() -> None:
     assert first
     by_id = {i.memory_id: i for i in items_now()}
     for decision in first:
-        for memory_id, event in to_events(decision, by_id, at):
-            new, _ = apply(states[memory_id], event, policy)
-            assert new is not None
-            states[memory_id] = new
+        carry_out(states, to_events(decision, by_id, at), policy)
     assert plan("t", items_now(), at, policy) == []
 
 
@@ -322,10 +345,7 @@ def test_a_merge_moves_the_survivor_up_to_a_duplicates_tier_and_never_down() -> 
     }
     (decision,) = plan("t", list(items.values()), T0, POLICY, [Strategy.EXACT_DEDUP])
     assert (decision.target, decision.sources) == ("a", ("b", "c"))
-    for memory_id, event in to_events(decision, items, T0 + hours(1)):
-        new, _ = apply(states[memory_id], event, POLICY)
-        assert new is not None
-        states[memory_id] = new
+    carry_out(states, to_events(decision, items, T0 + hours(1)))
     survivor = states["a"]
     assert (survivor.tier, survivor.tau_hours) == (
         Tier.SEMANTIC,

@@ -1,13 +1,15 @@
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memcore import InvalidField, Policy, Tier
+from memcore import Access, AccessKind, InvalidField, Item, Lifecycle, Policy, Tier, apply, plan
 from memcore.ids import check_id, content_hash, derive_memory_id, split_key, state_key
 from memcore.policy import DecayPreset, LifecyclePreset, RecallPreset, RecallWeights
 from memcore.types import require_aware
+
+from .helpers import created
 
 
 def test_defaults_are_the_spec() -> None:
@@ -98,32 +100,6 @@ def test_overrides_apply_and_nest() -> None:
             "policy.consolidation.min_cluster_size",
             1,
         ),
-        # past 100 years: every write of the tenant raised OverflowError, naming no field
-        (
-            {"overrides": {"review": {"intervals_hours": [1, 1e8]}}},
-            "policy.review.intervals_hours[1]",
-            1e8,
-        ),
-        (
-            {"overrides": {"review": {"min_interval_hours": 1e8}}},
-            "policy.review.min_interval_hours",
-            1e8,
-        ),
-        (
-            {"overrides": {"review": {"intervals_hours": list(range(1, 34))}}},
-            "policy.review.intervals_hours",
-            "<33 intervals>",
-        ),
-        (
-            {"overrides": {"lifecycle": {"sweep_min_idle_hours": 1e9}}},
-            "policy.lifecycle.sweep_min_idle_hours",
-            1e9,
-        ),
-        (
-            {"overrides": {"consolidation": {"retention_window_hours": 1e9}}},
-            "policy.consolidation.retention_window_hours",
-            1e9,
-        ),
     ],
 )
 def test_invalid_policies_name_field_and_value(
@@ -212,3 +188,30 @@ def test_the_mnemostream_importance_boost_keeps_its_factor_non_negative() -> Non
         recall="zeromemory", overrides={"recall": {"weights": {"importance": 5.0}}}
     )
     assert zeromemory.recall.weights.importance == 5.0  # a linear weight there: any size
+
+
+def test_a_policy_saying_never_with_a_huge_number_of_hours_works_to_the_end_of_time() -> None:
+    """Every write of such a tenant raised OverflowError (a review time past the year 9999, a
+    span past timedelta's limit): a dead letter naming no field.
+    """
+    never = Policy.build(
+        lifecycle="powermem",
+        overrides={
+            "review": {"intervals_hours": [1.0, 1e8, 1e12], "min_interval_hours": 1e7},
+            "lifecycle": {
+                "forget_unaccessed_after_hours": 1e12,
+                "archive_after_hours": 1e12,
+                "promote_after_hours": 1e12,
+            },
+            "consolidation": {"working_idle_hours": 1e12, "retention_window_hours": 1e12},
+        },
+    )
+    late = datetime(8999, 1, 1, tzinfo=UTC)
+    state = created(0.5, Tier.WORKING, never, at=late)
+    assert state.card.next_review is not None
+    assert state.card.next_review > late
+    accessed, effects = apply(state, Access(late + timedelta(days=1), AccessKind.GET), never)
+    assert accessed is not None
+    assert (accessed.state, accessed.access_count) == (Lifecycle.ACTIVE, 1), effects
+    item = Item("m1", "h", (1.0,), late, late, late, Tier.WORKING, Lifecycle.DELETED, 0.5, 48.0)
+    assert plan("t", [item], late + timedelta(days=3000), never) == []

@@ -31,6 +31,7 @@ from memcore import (
     Retire,
     Strategy,
     Supersede,
+    SupersessionPolicy,
     Tier,
     resolve_importance,
 )
@@ -66,7 +67,7 @@ from streams.app import (
     supersedable,
 )
 from streams.consolidation import decision_records, item_of, plan_tenant, report
-from streams.processor import Batch, Inbound, Processor, tenant_counts
+from streams.processor import Batch, Inbound, Outbound, Processor, tenant_counts
 from streams.rebuild import ResyncMarker, catch_up, resync_on_failure, write_rows
 from tests.rows import make_row
 
@@ -280,6 +281,15 @@ class Tables:
             importance = resolve_importance(record.content, explicit=record.importance)
             self.processor.write(message, record, vector, importance, batch)
         return batch
+
+    def carry_out(self, out: Sequence[Outbound]) -> None:
+        """Apply the ``memory-writes`` records of ``out``, and those they derive, in order."""
+        todo = [o for o in out if o.role == "memory-writes"]
+        while todo:
+            record = todo.pop(0)
+            todo.extend(
+                o for o in self.write(record.value, record.key).out if o.role == "memory-writes"
+            )
 
     def access(
         self, raw: bytes, key: bytes | None = b"acme/m1", *, caught_up: bool = True
@@ -810,13 +820,18 @@ def test_a_summary_takes_the_tags_a_merge_earlier_in_the_plan_gave_its_sources()
 def test_a_row_stating_a_fact_the_rule_reads_is_left_out_of_compression() -> None:
     rows = [
         make_row("acme", "a", (1.0, 0.0, 0.0, 0.0), content="Alice lives in Osaka."),
-        make_row("acme", "b", (1.0, 0.2, 0.0, 0.0), content="Ramen shops line the river."),
+        make_row("acme", "b", (1.0, 0.2, 0.0, 0.0), content="We ate ramen by the river."),
         make_row("acme", "c", (1.0, 0.3, 0.0, 0.0), content="We had ramen near the river!"),
+        make_row("acme", "d", (1.0, 0.1, 0.0, 0.0), content="Alice plays squash."),  # generic
     ]
-    assert [item_of(r).fact for r in rows] == [True, False, False]
+    rules = SupersessionPolicy()
+    assert [item_of(r, rules).fact for r in rows] == [True, False, False, True]
     request = ConsolidationRequest(("acme",), T, (Strategy.COMPRESS,), {}, False, None)
     (summary,) = plan_tenant("acme", rows, request, Policy())
     assert summary.sources == ("b", "c")
+    off = Policy.build(overrides={"supersession": {"enabled": False}})
+    (all_four,) = plan_tenant("acme", rows, request, off)  # no rule: nothing to supersede them
+    assert sorted(all_four.sources) == ["a", "b", "c", "d"]
 
 
 def test_a_summary_keeps_the_highest_tier_of_its_sources() -> None:
@@ -847,8 +862,7 @@ def test_a_source_rewritten_since_the_plan_is_not_merged_away() -> None:
     (merge,) = plan_tenant("acme", rows, request, Policy())
     assert (merge.target, merge.sources) == ("a", ("b",))
     t.write(write_bytes(memory_id="b", content="Ann likes coffee now."), key=b"acme/b")
-    for out in decision_records("acme", [merge], rows, T, None):
-        t.write(out.value, key=out.key)
+    t.carry_out(decision_records("acme", [merge], rows, T, None))
     rewritten = t.processor.state("acme/b")
     assert rewritten is not None
     assert rewritten.state is Lifecycle.ACTIVE
@@ -856,11 +870,43 @@ def test_a_source_rewritten_since_the_plan_is_not_merged_away() -> None:
     t.write(write_bytes(memory_id="c", content="Ann likes tea."), key=b"acme/c")  # unchanged:
     rows.append(make_row("acme", "c", (1.0, 0.0, 0.0, 0.0), content="Ann likes tea."))
     (again,) = plan_tenant("acme", rows[::2], request, Policy())
-    for out in decision_records("acme", [again], rows, T, None):
-        t.write(out.value, key=out.key)
+    t.carry_out(decision_records("acme", [again], rows, T, None))
     merged = t.processor.state("acme/c")
     assert merged is not None
     assert (merged.state, merged.merged_into) == (Lifecycle.DELETED, "a")  # merged as planned
+
+
+def test_a_duplicate_leaves_only_once_its_survivor_took_it() -> None:
+    """Both went when the user deleted the survivor between the plan and its decisions (the
+    source's retire was planned beside the absorb, on another partition); and a memory written
+    again under a merged id, then merged again, lost the counters it had gathered since.
+    """
+    t = Tables()
+    for m in ("a", "b", "c"):
+        t.write(write_bytes(memory_id=m, content="Ann likes tea."), key=f"acme/{m}".encode())
+    rows = [
+        make_row("acme", m, (1.0, 0.0, 0.0, 0.0), content="Ann likes tea.", created_at_us=us)
+        for us, m in enumerate(("a", "b", "c"), start=1)
+    ]
+    request = ConsolidationRequest(("acme",), T, (Strategy.EXACT_DEDUP,), {}, False, None)
+    (merge,) = plan_tenant("acme", rows[:2], request, Policy())
+    records = decision_records("acme", [merge], rows, T, None)
+    assert [orjson.loads(o.value)["decision"] for o in records] == ["absorb"]
+    t.carry_out(records)
+    assert t.processor.state("acme/b").state is Lifecycle.DELETED  # type: ignore[union-attr]
+    again = write_bytes(memory_id="b", content="Ann likes tea.", at="2026-03-02T12:00:00+00:00")
+    t.write(again, key=b"acme/b")  # b again, as a new memory after its deletion
+    t.access(access_bytes(memory_id="b"), key=b"acme/b")
+    t.carry_out(decision_records("acme", [merge], rows, T, None))  # a absorbed b before
+    found = t.processor.state("acme/b")
+    assert found is not None
+    assert (found.state, found.access_count) == (Lifecycle.ACTIVE, 1)
+    (late,) = plan_tenant("acme", rows[::2], request, Policy())  # a and c, then a is deleted
+    t.write(decision_bytes(memory_id="a", decision="retire", to="deleted"), key=b"acme/a")
+    t.carry_out(decision_records("acme", [late], rows, T, None))
+    kept = t.processor.state("acme/c")
+    assert kept is not None
+    assert (kept.state, kept.merged_into) == (Lifecycle.ACTIVE, None)
 
 
 def test_summaries_keep_their_sources_scope_and_users_are_consolidated_apart() -> None:

@@ -398,3 +398,19 @@ async def test_the_admin_route_reads_a_rate_as_the_tenants_file_does(rate: objec
         )
         assert kept.status_code == 200, kept.text
         assert kept.json()["rate_limit_per_s"] == 5.0
+
+
+def test_the_admin_refuses_more_review_intervals_than_a_state_keeps_and_the_topic_reads_them() -> (
+    None
+):
+    many = {"overrides": {"review": {"intervals_hours": list(range(1, 34))}}}
+    with pytest.raises(InvalidField) as refused:
+        replaced(None, "acme", many)
+    assert refused.value.field == "policy.review.intervals_hours"
+    log = TenantLog("127.0.0.1:1", "t.tenants", TenantRegistry.of({"tenants": {}}))
+    record = orjson.dumps({"v": 1, "tenant_id": "acme", **many})
+    log.apply(b"acme", record)  # written before the bound (or by hand): its tenant is served
+    log.refresh()
+    found = log.get("acme")
+    assert found is not None
+    assert len(found.policy.review.intervals_hours) == 33

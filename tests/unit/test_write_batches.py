@@ -605,3 +605,59 @@ async def test_a_consolidation_of_every_tenant_loses_only_the_decisions_of_a_ten
     (letter,) = [v for role, _, v in w.sent if role == "dead-letter"]
     assert letter["field"] == "tenant_id"
     assert letter["reason"].startswith("tenant_id='acme': internal error planning")
+
+
+async def test_a_parked_access_dead_lettered_by_one_agent_is_not_again_by_the_other(
+    tmp_path: Path,
+) -> None:
+    """While the writes agent waited for its records to be acknowledged, the access agent's batch
+    found the same parked access and dead-lettered it a second time.
+    """
+
+    class Consumer:
+        def __init__(self) -> None:
+            self._committed_offset: dict[Any, int] = {}
+            self.end = 1_000
+
+        async def highwaters(self, *tps: Any) -> dict[Any, int]:
+            return dict.fromkeys(tps, self.end)
+
+    class App:
+        consumer = Consumer()
+
+    class Settings:
+        def topic(self, role: str) -> str:
+            return role
+
+    class Deliveries:
+        def __init__(self) -> None:
+            self.acknowledged = asyncio.Event()
+
+        def track(self, sent: object) -> None:
+            pass
+
+        async def flush(self) -> None:
+            await self.acknowledged.wait()
+
+    def access(memory_id: str) -> bytes:
+        at = "2026-03-01T12:05:00+00:00"
+        return encode_access({"tenant_id": "acme", "memory_id": memory_id, "at": at, "kind": "get"})
+
+    w = Worker(tmp_path, Embedder({"Alice drinks tea": X}))
+    deliveries = Deliveries()
+    w.worker.app, w.worker.settings = App(), Settings()  # type: ignore[assignment]
+    w.worker.deliveries = deliveries  # type: ignore[assignment]
+    await w.worker.on_access(
+        [Event(Message("memory-access", 0, 3, b"acme/ghost", access("ghost")))]
+    )
+    App.consumer.end = 1  # the writes agent's batch catches the partition up
+    writes = asyncio.create_task(w.writes(("acme/m1", write("Alice drinks tea"))))
+    await asyncio.sleep(0.05)  # it waits for its acknowledgements now
+    other = [Event(Message("memory-access", 0, 4, b"acme/m1", access("m1")))]
+    accesses = asyncio.create_task(w.worker.on_access(other))
+    await asyncio.sleep(0.05)
+    deliveries.acknowledged.set()
+    await asyncio.gather(writes, accesses)
+    assert [v["offset"] for role, _, v in w.sent if role == "dead-letter"] == [3]
+    assert w.worker.processor.pending == {}
+    assert w.worker.processor.in_flight == {}
