@@ -27,6 +27,7 @@ from memcore.state import (
     Promote,
     Purge,
     Retire,
+    absorbed_relations,
     absorbed_tags,
 )
 from memcore.types import Lifecycle, Tier, hours_span
@@ -78,6 +79,8 @@ class Item:
             (:func:`memcore.supersession.states_fact`): compression leaves it as it is, so that a
             later statement of the fact supersedes it (a summary stating the old value would
             stay current beside the new one).
+        relations: the writer's links to other memories (ids); a merge's survivor and a
+            summary take their sources'.
     """
 
     memory_id: str
@@ -98,6 +101,7 @@ class Item:
     superseded: bool = False
     tags: tuple[str, ...] = ()
     fact: bool = False
+    relations: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -279,6 +283,12 @@ def _absorbed(target: Item, sources: Sequence[Item]) -> Item:
         importance=max([target.importance, *(s.importance for s in sources)]),
         last_access=max([target.last_access, *(s.last_access for s in sources)]),
         tags=absorbed_tags(target.tags, *(s.tags for s in sources)),
+        relations=absorbed_relations(
+            target.relations,
+            (r for s in sources for r in s.relations),
+            target.memory_id,
+            *(s.memory_id for s in sources),
+        ),
         tier=top.tier,
         tau_hours=top.tau_hours,
     )
@@ -401,6 +411,7 @@ def to_events(
                     tags=items[s].tags,
                     tier=items[s].tier,
                     content_hash=items[s].content_hash,
+                    relations=items[s].relations,
                 ),
             )
             for s in decision.sources

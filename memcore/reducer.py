@@ -30,6 +30,7 @@ from memcore.state import (
     Retire,
     Supersede,
     Write,
+    absorbed_relations,
     absorbed_tags,
 )
 from memcore.supersession import SUPERSEDABLE, Supersession
@@ -311,6 +312,9 @@ def _absorb(state: MemoryState, event: Absorb, policy: Policy) -> Result:
         importance=max(state.importance, event.importance),
         last_access=max(state.last_access, event.last_access or state.last_access),
         tags=absorbed_tags(state.tags, event.tags),
+        relations=absorbed_relations(
+            state.relations, event.relations, state.memory_id, event.source, *state.merged_from
+        ),
         merged_from=(*state.merged_from, event.source),
     )
     effects = [Effect(EffectKind.ABSORBED, f"{event.reason}: {event.source}")]

@@ -6,6 +6,7 @@ All of these are frozen data. Times are event times (timezone-aware); counts are
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -32,6 +33,16 @@ def absorbed_tags(kept: tuple[str, ...], *added: tuple[str, ...]) -> tuple[str, 
     up to :data:`MAX_TAGS` (the survivor's come first: they are never the ones dropped).
     """
     return tuple(dict.fromkeys((*kept, *(t for tags in added for t in tags))))[:MAX_TAGS]
+
+
+def absorbed_relations(
+    kept: tuple[str, ...], added: Iterable[str], *not_to: str
+) -> tuple[str, ...]:
+    """A merge's survivor's relations: its own (``kept``), then those its sources bring, each
+    once, none to ``not_to`` (itself, the memories merged into it), up to :data:`MAX_RELATIONS`.
+    """
+    skip = set(not_to)
+    return tuple(dict.fromkeys((*kept, *(r for r in added if r not in skip))))[:MAX_RELATIONS]
 
 
 @dataclass(frozen=True)
@@ -192,6 +203,9 @@ class Absorb:
         content_hash: the source's content hash as planned, carried on to the source's
             ``Retire`` (:func:`memcore.consolidation.merged_away`), which its survivor sends once
             it took the absorb. None: not known.
+        relations: its relations (memory ids); the survivor adds them after its own, up to
+            ``MAX_RELATIONS``, but for itself and the source (graph proximity lost the
+            duplicate's links once it was purged).
     """
 
     at: datetime
@@ -206,6 +220,7 @@ class Absorb:
     position: Position | None = None
     tier: Tier | None = None
     content_hash: str | None = None
+    relations: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

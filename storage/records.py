@@ -113,7 +113,8 @@ class DecisionV1(_Strict):
     """A consolidation decision for one memory, on ``memory-writes`` (the state agent applies it).
 
     ``absorb``: take over the counters of ``source`` (and move up ``to`` its tier, when
-    given; ``content_hash``: the source's, for the retire the survivor then sends); ``retire``:
+    given; ``content_hash``: the source's, for the retire the survivor then sends;
+    ``relations``: the source's, added to the survivor's); ``retire``:
     move ``to`` archived, forgotten or deleted (``merged_into`` names the survivor or summary);
     ``fade``: archive it if it has faded by ``at`` (decided again on the state it meets);
     ``supersede``: the memory ``by`` states a newer value of the same fact from ``at`` on
@@ -137,6 +138,7 @@ class DecisionV1(_Strict):
     importance: float = Field(0.0, ge=0.0, le=1.0)
     last_access: AwareDatetime | None = None
     tags: list[str] = Field(default_factory=list, max_length=MAX_TAGS)
+    relations: list[str] = Field(default_factory=list, max_length=MAX_RELATIONS)
     to: str | None = None
     merged_into: str | None = None
     content_hash: str | None = Field(None, pattern="^[0-9a-f]{64}$")
@@ -525,22 +527,7 @@ def decision_value(
     if request_id is not None:
         value["request_id"] = request_id
     if isinstance(event, Absorb):
-        value |= {
-            "decision": "absorb",
-            "source": event.source,
-            "access_count": event.access_count,
-            "recall_count": event.recall_count,
-            "write_count": event.write_count,
-            "importance": event.importance,
-        }
-        if event.last_access is not None:
-            value["last_access"] = event.last_access.isoformat()
-        if event.tags:
-            value["tags"] = list(event.tags)
-        if event.tier is not None:
-            value["to"] = event.tier.value  # the source's tier: the survivor moves up to it
-        if event.content_hash is not None:
-            value["content_hash"] = event.content_hash  # carried on to the source's retire
+        value |= _absorb_fields(event)
     elif isinstance(event, Retire):
         value |= {"decision": "retire", "to": event.to.value, "merged_into": event.merged_into}
         if event.content_hash is not None:
@@ -553,6 +540,29 @@ def decision_value(
         value |= {"decision": "promote", "to": event.to.value}
     else:
         value["decision"] = "purge"
+    return value
+
+
+def _absorb_fields(event: Absorb) -> dict[str, Any]:
+    """An absorb's own fields; the optional ones only when set (older records decode alike)."""
+    value: dict[str, Any] = {
+        "decision": "absorb",
+        "source": event.source,
+        "access_count": event.access_count,
+        "recall_count": event.recall_count,
+        "write_count": event.write_count,
+        "importance": event.importance,
+    }
+    if event.last_access is not None:
+        value["last_access"] = event.last_access.isoformat()
+    if event.tags:
+        value["tags"] = list(event.tags)
+    if event.tier is not None:
+        value["to"] = event.tier.value  # the source's tier: the survivor moves up to it
+    if event.content_hash is not None:
+        value["content_hash"] = event.content_hash  # carried on to the source's retire
+    if event.relations:
+        value["relations"] = list(event.relations)
     return value
 
 
@@ -590,6 +600,7 @@ def decode_decision(raw: bytes, limits: Limits, document: object = None) -> Deci
                 _tags(m.tags),
                 tier=Tier.parse(m.to, "to") if m.to is not None else None,
                 content_hash=m.content_hash,
+                relations=tuple(_id(f"relations[{i}]", r) for i, r in enumerate(m.relations)),
             )
         elif m.decision == "retire":
             to = Lifecycle(m.to) if m.to in ("archived", "forgotten", "deleted") else None

@@ -26,7 +26,7 @@ from memcore import (
 )
 from memcore.consolidation import Neighbours, fold, summarise
 from memcore.ids import content_hash
-from memcore.state import Access, Event, Write
+from memcore.state import Access, Event, Write, absorbed_relations
 from memcore.supersession import SupersessionPolicy, states_fact
 from storage import MemoryRow, from_us
 from storage.records import ConsolidationRequest, decision_value
@@ -56,6 +56,7 @@ def item_of(row: MemoryRow, rules: SupersessionPolicy | None = None) -> Item:
         scope=(row.agent_id or "", row.session_id or "", row.user_id or ""),
         superseded=row.valid_to_us != CURRENT or bool(row.superseded_by),
         tags=tuple(row.tags),
+        relations=tuple(row.relations),
         fact=rules is not None and rules.enabled and states_fact(row.content, rules),
     )
 
@@ -151,6 +152,7 @@ def _summary(
     summary = summarise(
         [s.content for s in sources], [i.importance for i in planned], [i.tier for i in planned]
     )
+    links = absorbed_relations((), (r for i in planned for r in i.relations), *decision.sources)
     value = {
         "v": 1,
         "tenant_id": tenant_id,
@@ -166,6 +168,7 @@ def _summary(
         **({"session_id": sources[0].session_id} if sources[0].session_id else {}),
         **({"user_id": sources[0].user_id} if sources[0].user_id else {}),
         "tags": sorted({t for i in planned for t in i.tags})[:MAX_TAGS],  # a merge's folded in
+        **({"relations": list(links)} if links else {}),
         **({"memory_type": summary.tier.value} if summary.tier else {}),
     }
     return Outbound("memory-writes", f"{tenant_id}/{decision.target}".encode(), orjson.dumps(value))

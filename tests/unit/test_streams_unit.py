@@ -766,6 +766,7 @@ def test_scheduled_consolidation_spreads_one_request_per_tenant() -> None:
         Absorb(T, "m2", 3, 1, 2, 0.7, "merged"),
         Absorb(T, "m2", 3, 1, 2, 0.7, "merged", T - timedelta(days=1), ("tea", "ann")),
         Absorb(T, "m2", 3, 1, 2, 0.7, "merged", tier=Tier.SEMANTIC),
+        Absorb(T, "m2", 3, 1, 2, 0.7, "merged", content_hash="0" * 64, relations=("m7", "m8")),
         Retire(T, Lifecycle.DELETED, "deleted through the API", "m3"),
         Retire(T, Lifecycle.ARCHIVED, "compressed into s", "s", content_hash("Ann likes tea.")),
         Fade(T, "swept"),
@@ -815,6 +816,29 @@ def test_a_summary_takes_the_tags_a_merge_earlier_in_the_plan_gave_its_sources()
     written = decision_records("acme", [merge, summary], [a, b, c], T, None)
     (made,) = [decode_write(o.value, LIMITS) for o in written if b'"summary_of"' in o.value]
     assert made.tags == ("work", "zeta-launch")
+
+
+def test_a_merge_s_survivor_and_a_summary_keep_their_sources_links() -> None:
+    """Graph proximity lost a duplicate's relations once it was merged away and purged, and a
+    summary had none of its sources'.
+    """
+    t = Tables()
+    for m, links in (("a", ["x"]), ("b", ["y", "a"]), ("c", ["z"])):
+        raw = write_bytes(memory_id=m, content="Ann likes tea.", relations=links)
+        t.write(raw, key=f"acme/{m}".encode())
+    rows = [
+        make_row("acme", m, (1.0, 0.0, 0.0, 0.0), content="Ann likes tea.", relations=links)
+        for m, links in (("a", ("x",)), ("b", ("y", "a")), ("c", ("z",)))
+    ]
+    merge = Decision(DecisionKind.MERGE, "a", ("b",), "exact duplicate")
+    summary = Decision(DecisionKind.SUMMARISE, "s-1", ("a", "c"), "a cluster")
+    out = decision_records("acme", [merge, summary], rows, T, None)
+    (made,) = [decode_write(o.value, LIMITS) for o in out if b'"summary_of"' in o.value]
+    assert made.relations == ("x", "y", "z")  # not to its own sources
+    t.carry_out([o for o in out if b'"summary_of"' not in o.value])
+    survivor = t.processor.state("acme/a")
+    assert survivor is not None
+    assert survivor.relations == ("x", "y")  # b's, but for the link to a itself
 
 
 def test_a_row_stating_a_fact_the_rule_reads_is_left_out_of_compression() -> None:
