@@ -570,7 +570,7 @@ class StreamWorker:
         await self.know_tenants(_value(e.message) for e in events)
         by_key = {e.message.key: e for e in events}
         by_partition = {e.message.partition: e for e in events}
-        with self.processor.buffered() as (memories, counters):
+        with self.processor.buffered() as (memories, counters, pending):
             for event in events:
                 message = _inbound(event)
                 with processing(event), contained(message, batch):
@@ -578,6 +578,7 @@ class StreamWorker:
         # one table write per memory and per tenant counter row, not one per event
         memories.flush(lambda key: processing(by_key[key]))
         counters.flush(lambda key: processing(by_partition[_counter_partition(key)]))
+        pending.flush(lambda key: processing(by_key[key]))  # parked here: keyed by its event
         await self.expire_parked(batch, events)
         reduced = time.perf_counter()
         await self.sync(batch)  # one upsert per touched memory, however many events it had

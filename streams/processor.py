@@ -64,6 +64,12 @@ a dead letter must stay under the broker's message limit (1 MiB by default) what
 MAX_DEAD_LETTER_KEY = 1024
 """Bytes of the original key copied into a dead letter (and used as its key), at most."""
 MAX_REASON_CHARS = 1000
+MAX_PARKED_BYTES = 512 * 1024
+"""The most the accesses parked under one memory take in the pending table (thousands of
+distinct ones): past it an access goes to dead-letter (naming ``memory_id``), since a changelog
+record over the broker's limit (1 MiB by default) failed the batch on every try and stopped the
+worker. Only accesses that wait long for a write reach it; a replay, whose timing differs, may
+park one that the live run dead-lettered."""
 
 
 @dataclass(frozen=True)
@@ -230,7 +236,9 @@ class WriteBack(MutableMapping[bytes, bytes]):
         raise NotImplementedError
 
     def __iter__(self) -> Iterator[bytes]:
-        return iter({**dict.fromkeys(self.table), **self.dirty})
+        """The batch's keys, then the table's others, lazily (``has_pending`` reads one)."""
+        yield from self.dirty
+        yield from (key for key in self.table if key not in self.dirty)
 
     def __len__(self) -> int:
         return len(set(self.table) | set(self.dirty))
@@ -296,16 +304,19 @@ class Processor:
             self.recent = None
 
     @contextmanager
-    def buffered(self) -> Iterator[tuple[WriteBack, WriteBack]]:
-        """Buffer the memory and counter tables for one batch (see :class:`WriteBack`); the
-        caller flushes both before the batch is acknowledged.
+    def buffered(self) -> Iterator[tuple[WriteBack, WriteBack, WriteBack]]:
+        """Buffer the memory, counter and pending tables for one batch (see :class:`WriteBack`):
+        accesses parked under one memory rewrote its whole list once each (thousands in one
+        request made gigabytes of changelog). The caller flushes all three before the batch is
+        acknowledged, and before it releases parked accesses (which reads the tables).
         """
-        memories, counters = self.memories, self.counters
+        memories, counters, pending = self.memories, self.counters, self.pending
         self.memories, self.counters = WriteBack(memories), WriteBack(counters)
+        self.pending = WriteBack(pending)
         try:
-            yield self.memories, self.counters
+            yield self.memories, self.counters, self.pending
         finally:
-            self.memories, self.counters = memories, counters
+            self.memories, self.counters, self.pending = memories, counters, pending
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -653,7 +664,7 @@ class Processor:
         key = record.key.encode()
         if not releasing and key in self.pending:
             if self.state(record.key) is None:
-                self._park(key, message, batch)
+                self._park(key, record.memory_id, message, batch)
                 return
             self.release(key, batch)  # those first (each applied once: by its offset)
         state = self.state(record.key)
@@ -664,7 +675,7 @@ class Processor:
                 )
                 batch.out.append(dead_letter(message, unknown))
             else:
-                self._park(key, message, batch)
+                self._park(key, record.memory_id, message, batch)
             return
         self._apply_access(message, record, state, batch)
 
@@ -682,7 +693,7 @@ class Processor:
         sync = redelivered or serving_changed(state, new)
         self._after(message, record.at, new, effects, batch, sync=sync)
 
-    def _park(self, key: bytes, message: Inbound, batch: Batch) -> None:
+    def _park(self, key: bytes, memory_id: str, message: Inbound, batch: Batch) -> None:
         """Add ``message`` to the accesses parked under ``key``. The same access again (one
         request naming a memory many times) adds only its offset to the entry before it: each
         one parked rewrites the key's whole list, one changelog record, and 1,000 copies of the
@@ -695,6 +706,10 @@ class Processor:
         parked = orjson.loads(raw) if raw is not None else []
         if any(p["topic"] == message.topic and _offsets(p)[-1] >= message.offset for p in parked):
             return  # redelivered: already parked
+        if raw is not None and len(raw) >= MAX_PARKED_BYTES:
+            why = f"{len(raw)} bytes of accesses already wait for this memory's write"
+            batch.out.append(dead_letter(message, RecordError("memory_id", memory_id, why)))
+            return
         value = base64.b64encode(message.value).decode()
         last = parked[-1] if parked else None
         if last is not None and (last["topic"], last["value"]) == (message.topic, value):

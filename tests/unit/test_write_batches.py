@@ -10,7 +10,7 @@ import contextlib
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from storage.records import Limits, encode_access, encode_write
 from storage.tenants import TenantRegistry
 from streams import topics
 from streams.app import Services, StreamWorker, _inbound, applied_again
-from streams.processor import Processor
+from streams.processor import MAX_PARKED_BYTES, Processor
 from streams.rebuild import ResyncMarker
 from tests.rows import make_row
 
@@ -661,3 +661,58 @@ async def test_a_parked_access_dead_lettered_by_one_agent_is_not_again_by_the_ot
     assert [v["offset"] for role, _, v in w.sent if role == "dead-letter"] == [3]
     assert w.worker.processor.pending == {}
     assert w.worker.processor.in_flight == {}
+
+
+async def test_accesses_parked_in_one_batch_write_the_pending_table_once_each_memory(
+    tmp_path: Path,
+) -> None:
+    """Each parked access rewrote its memory's whole list: 1,000 distinct accesses in one request
+    made 1,000 changelog records of up to 250 KB (and 5,000 went past the broker's 1 MiB limit,
+    failing the batch on every try).
+    """
+
+    class Consumer:
+        def __init__(self) -> None:
+            self._committed_offset: dict[Any, int] = {}
+
+        async def highwaters(self, *tps: Any) -> dict[Any, int]:
+            return dict.fromkeys(tps, 1_000_000)  # the writes lag: unknown memories wait
+
+    class App:
+        consumer = Consumer()
+
+    class Settings:
+        def topic(self, role: str) -> str:
+            return role
+
+    class Counted(dict[bytes, bytes]):
+        assigned = 0
+
+        def __setitem__(self, key: bytes, value: bytes) -> None:
+            Counted.assigned += 1
+            super().__setitem__(key, value)
+
+    w = Worker(tmp_path, Embedder({}))
+    w.worker.app, w.worker.settings = App(), Settings()  # type: ignore[assignment]
+    processor = w.worker.processor
+    processor.pending = pending = Counted()
+    start = datetime(2026, 3, 1, 10, tzinfo=UTC)
+
+    def access(i: int) -> bytes:
+        at = (start + timedelta(seconds=i)).isoformat()  # each one its own
+        return encode_access({"tenant_id": "acme", "memory_id": "m1", "at": at, "kind": "get"})
+
+    events = [Event(Message("memory-access", 0, i, b"acme/m1", access(i))) for i in range(1, 1_001)]
+    await w.worker.on_access(events)
+    assert Counted.assigned == 1
+    assert len(processor.parked(b"acme/m1")) == 1_000
+    more = [
+        Event(Message("memory-access", 0, i, b"acme/m1", access(i))) for i in range(1_001, 4_001)
+    ]
+    w.sent.clear()
+    await w.worker.on_access(more)
+    assert len(pending[b"acme/m1"]) <= MAX_PARKED_BYTES + 1_000  # under what a record may hold
+    refused = [v for role, _, v in w.sent if role == "dead-letter"]
+    assert refused
+    assert {v["field"] for v in refused} == {"memory_id"}
+    assert len(processor.parked(b"acme/m1")) + len(refused) == 4_000  # each one or the other
