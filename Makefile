@@ -8,6 +8,11 @@ BIN := $(VENV)/bin
 UV_VERSION := 0.13.9
 LOCK := requirements/lock.txt
 STAMP := $(VENV)/.installed
+# uv from PATH, else from the Python it is installed into (a distribution's Python refuses a plain
+# `pip install` (PEP 668): it then goes to the user's site-packages, run as `python -m uv`)
+UV := $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
+UV_BOOTSTRAP := $(UV) --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet "uv==$(UV_VERSION)" \
+	|| $(PYTHON) -m pip install --quiet --user --break-system-packages "uv==$(UV_VERSION)"
 
 .PHONY: help install lock up down kafka test lint format typecheck imports unit integration bench bench-gpu
 
@@ -15,18 +20,18 @@ help: ## List every target with its one-line help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(STAMP): $(LOCK) pyproject.toml sdk/pyproject.toml
-	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet "uv==$(UV_VERSION)"
-	@test -x $(BIN)/python || uv venv --quiet --python $(PYTHON) $(VENV)
-	uv pip install --quiet --python $(BIN)/python -r $(LOCK)
-	uv pip install --quiet --python $(BIN)/python --no-deps -e . -e sdk
+	@$(UV_BOOTSTRAP)
+	@test -x $(BIN)/python || $(UV) venv --quiet --python $(PYTHON) $(VENV)
+	$(UV) pip install --quiet --python $(BIN)/python -r $(LOCK)
+	$(UV) pip install --quiet --python $(BIN)/python --no-deps -e . -e sdk
 	@touch $@
 
 install: $(STAMP) ## Create .venv and install the locked dependencies (torch, faust, milvus, ...)
 
 lock: ## Re-resolve requirements/lock.txt (and gpu.txt, the GPU image's FAISS) from pyproject.toml
-	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet "uv==$(UV_VERSION)"
-	uv pip compile pyproject.toml --extra dev --python-version 3.11 --quiet -o $(LOCK)
-	uv pip compile requirements/gpu.in -c $(LOCK) --python-version 3.11 --quiet -o requirements/gpu.txt
+	@$(UV_BOOTSTRAP)
+	$(UV) pip compile pyproject.toml --extra dev --python-version 3.11 --quiet -o $(LOCK)
+	$(UV) pip compile requirements/gpu.in -c $(LOCK) --python-version 3.11 --quiet -o requirements/gpu.txt
 
 up: install ## Run the service: Kafka, the stream worker and the ranker (HTTP :8080) on embedded Milvus Lite; STACK_EDGES=N: N more HTTP processes
 	scripts/stack.sh up
