@@ -163,14 +163,15 @@ def _update(api: FastAPI, service: RecallService, limits: Limits) -> None:
     @api.patch("/v1/memories/{memory_id}", responses=NOT_FOUND | CONFLICT)
     async def update(memory_id: str, body: UpdateBody, who: Auth) -> dict[str, Any]:
         """Write a new version of a memory and supersede the current one from ``at`` on (both
-        audited; history shows them). 404: no such memory; 409: it is deleted or already
+        audited; history shows them). 404: no such memory (or erased: a new version would have
+        carried its words on); 409: it is deleted or already
         superseded (update the version that superseded it); 422 as for a write, and naming
         ``at`` when it is before the memory was created.
         """
         check_id("memory_id", memory_id)
         old = await service.get(who.tenant_id, memory_id, tokens(body.after))
-        if old is None or old.state == "purged":
-            raise HTTPException(404, "no such memory")
+        if old is None or old.state == "purged" or await service.erased(who.tenant_id, memory_id):
+            raise HTTPException(404, "no such memory")  # erased: its row may await its purge
         if old.state in ("deleted", "forgotten") or old.superseded_by:
             reason = f"superseded by {old.superseded_by}" if old.superseded_by else old.state
             raise HTTPException(409, f"memory {memory_id} is {reason}: not updatable")

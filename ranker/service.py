@@ -404,9 +404,29 @@ class RecallService:
         messages = [m for i in memory_ids for m in _forget(tenant_id, i, at, purge=True)]
         token = await self._produce_all(messages)
         # a key minted elsewhere before the purge was produced, for a write that may land
-        # before it: erased too (a key minted after this catch-up is a write after the purge)
+        # before it: erased too (a key minted after this catch-up is a write after the purge),
+        # and its memory deleted and purged again (its write, landing after the first purge,
+        # made the memory anew, whose row no later sync would delete: it no longer opens)
         late = await self.keys.erase(tenant_id, memory_ids)
+        again = [i for i in memory_ids if late.get(i)]
+        if again:
+            more = await self._produce_all(
+                [m for i in again for m in _forget(tenant_id, i, at, purge=True)]
+            )
+            token = Token.merged([token.encode(), more.encode()]) or token
         return token, sum(keys.values()) + sum(late.values())
+
+    async def erased(self, tenant_id: str, memory_id: str) -> bool:
+        """True when this memory was erased and not written again since (after catching up with
+        the keys topic): the worker may not have purged its row yet.
+        """
+        if self.keys is None:
+            return False
+        await self.keys.catch_up()
+        ring = self.keys.ring
+        return bool(ring.erased.get((tenant_id, memory_id))) and not ring.of_memory(
+            tenant_id, memory_id
+        )
 
     async def has_keys(self, tenant_id: str, memory_id: str) -> bool:
         """True when the keys topic holds a data key of this memory (after catching up)."""

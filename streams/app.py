@@ -431,6 +431,10 @@ class StreamWorker:
         pairs = [(_inbound(e), e) for e in events]
         await self.know_tenants(message.value for message, _ in pairs)
         await self.keys.know(message.value for message, _ in pairs)
+        if any(self.processor.purged(message.key) for message, _ in pairs):
+            # a write to a purged memory may be sealed under a key erased since it was minted
+            # (an erase racing it): read the erasures first, or the write made it anew
+            await self.keys.read_through()
         event_for = {id(message): event for message, event in pairs}
         accepted = self.processor.decode_writes([message for message, _ in pairs], batch)
         writes = [r for _, r in accepted if isinstance(r, WriteRecord)]

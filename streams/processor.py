@@ -320,6 +320,13 @@ class Processor:
 
     # -- reading -------------------------------------------------------------------------------
 
+    def purged(self, key: bytes | None) -> bool:
+        """True when the tables hold the memory keyed ``key`` as purged."""
+        if key is None:
+            return False
+        state = self.state(key.decode("utf-8", "replace"))
+        return state is not None and state.purged
+
     def load(self, key: str) -> tuple[MemoryState, Document] | None:
         """State and document; None when either is missing (a crash between the two changelog
         writes can leave a state without its document: the redelivered write restores it) or the

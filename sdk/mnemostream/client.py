@@ -463,6 +463,12 @@ class _Export:
         return docs
 
 
+def _keys_erased(reply: Any) -> int:  # noqa: ANN401 - a JSON reply
+    """A delete's ``keys_erased`` (0 from a server that does not say)."""
+    found = reply.get("keys_erased") if isinstance(reply, dict) else None
+    return found if isinstance(found, int) else 0
+
+
 def _headers(api_key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"}
 
@@ -542,12 +548,14 @@ class Client:
         found = self._send(_Api.get_many(memory_ids, self._session.after()))
         return {m["memory_id"]: Memory.of(m) for m in found["memories"]}
 
-    def forget(self, memory_id: str, *, purge: bool = False, erase: bool = False) -> None:
+    def forget(self, memory_id: str, *, purge: bool = False, erase: bool = False) -> int:
         """Delete a memory (recall never returns it; ``purge``: get no longer finds it either;
-        ``erase``: its words are destroyed for good, in the log too). Raises MnemostreamError
-        (404) when this tenant has no such memory.
+        ``erase``: its words are destroyed for good, in the log too). Returns the data keys
+        erased: 0 without ``erase``, and 0 with it for words written in the clear (by another
+        producer: they stay in the log). Raises MnemostreamError (404) when this tenant has no
+        such memory.
         """
-        self._send(_Api.forget(memory_id, purge, self._session.after(), erase))
+        return _keys_erased(self._send(_Api.forget(memory_id, purge, self._session.after(), erase)))
 
     def erase_user(self, user_id: str) -> list[str]:
         """Erase every memory of ``user_id`` (as ``forget(erase=True)`` does one); their ids."""
@@ -661,8 +669,9 @@ class AsyncClient:
         found = await self._send(_Api.get_many(memory_ids, self._session.after()))
         return {m["memory_id"]: Memory.of(m) for m in found["memories"]}
 
-    async def forget(self, memory_id: str, *, purge: bool = False, erase: bool = False) -> None:
-        await self._send(_Api.forget(memory_id, purge, self._session.after(), erase))
+    async def forget(self, memory_id: str, *, purge: bool = False, erase: bool = False) -> int:
+        call = _Api.forget(memory_id, purge, self._session.after(), erase)
+        return _keys_erased(await self._send(call))
 
     async def erase_user(self, user_id: str) -> list[str]:
         call = _Api.erase_user(user_id, self._session.after())

@@ -3,17 +3,20 @@ are not UTF-8 are refused, not decoded to U+FFFD (a real user id the erasure wou
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 import httpx
+import orjson
 import pytest
 
 from ranker.api import create_api
 from ranker.service import RecallService
-from storage import MilvusConfig, MilvusStore
+from storage import MemoryRow, MilvusConfig, MilvusStore
 from storage.embedding import Hashing
 from storage.tenants import TenantRegistry
+from tests.rows import make_row
 
 KEY = "key-acme-0123456789"
 pytestmark = pytest.mark.anyio
@@ -85,3 +88,64 @@ async def test_a_user_id_holding_a_nul_is_refused() -> None:
     reply = await delete(service, "bob%00")
     assert (reply.status_code, reply.json()["field"]) == (422, "user_id"), reply.text
     assert service.users == []
+
+
+async def test_a_key_minted_elsewhere_during_an_erase_has_its_memory_purged_again() -> None:
+    """Its write, landing after the first purge, made the memory anew; the erase destroyed its
+    key and counted it, but nothing deleted the new row (it no longer opens: no sync touches it),
+    so the words were served on.
+    """
+
+    class Meta:
+        def __init__(self, offset: int) -> None:
+            self.partition, self.offset = 0, offset
+
+    class Keys:
+        def __init__(self) -> None:
+            self.rounds = [{"m1": 1, "m2": 1}, {"m1": 1, "m2": 0}]  # m1 got a key meanwhile
+
+        async def erase(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, int]:
+            return self.rounds.pop(0)
+
+    produced: list[tuple[bytes, str]] = []
+
+    async def send(role: str, key: bytes, value: bytes) -> object:
+        produced.append((key, orjson.loads(value)["decision"]))
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(Meta(len(produced)))
+        return done
+
+    store = MilvusStore(MilvusConfig("unused.db", dim=4))
+    service = RecallService(store, Hashing(4), send, keys=Keys())  # type: ignore[arg-type]
+    token, erased = await service.erase("acme", ["m1", "m2"], datetime(2026, 3, 1, tzinfo=UTC))
+    assert erased == 3
+    assert produced == [
+        (b"acme/m1", "retire"),
+        (b"acme/m1", "purge"),
+        (b"acme/m2", "retire"),
+        (b"acme/m2", "purge"),
+        (b"acme/m1", "retire"),  # after its late key was destroyed
+        (b"acme/m1", "purge"),
+    ]
+    assert token.offsets == {"memory-writes": {0: 6}}  # a read waits for the second purge too
+
+
+async def test_a_memory_erased_but_not_purged_yet_is_not_updated() -> None:
+    """The row waits for the worker's purge: a PATCH then wrote a new version carrying the
+    erased words, under a new live key that no erase of the old id reaches.
+    """
+
+    class Pending(Erasing):
+        async def get(self, tenant_id: str, memory_id: str, after: object = None) -> MemoryRow:
+            return make_row(tenant_id, memory_id, (1.0, 0.0, 0.0, 0.0))
+
+        async def erased(self, tenant_id: str, memory_id: str) -> bool:
+            return memory_id == "m1"
+
+    api = create_api(Pending(), TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}}))
+    transport = httpx.ASGITransport(app=api)
+    async with httpx.AsyncClient(transport=transport, base_url="http://m") as http:
+        reply = await http.patch(
+            "/v1/memories/m1", json={"tags": ["x"]}, headers={"Authorization": f"Bearer {KEY}"}
+        )
+    assert reply.status_code == 404

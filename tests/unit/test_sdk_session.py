@@ -100,16 +100,16 @@ def test_erasure_calls_sync_and_async() -> None:
         seen.append(request.url)
         if request.url.path.startswith("/v1/users/"):
             return httpx.Response(200, json={"memory_ids": ["m1", "m2"], "token": "v1.t5"})
-        return httpx.Response(200, json={"memory_id": "m1", "token": "v1.t4"})
+        return httpx.Response(200, json={"memory_id": "m1", "keys_erased": 2, "token": "v1.t4"})
 
     with Client("http://x", "k" * 16, transport=httpx.MockTransport(answer)) as client:
-        client.forget("m1", erase=True)
+        assert client.forget("m1", erase=True) == 2  # 0 would say the words stay in the log
         assert client.erase_user("ann/bob é") == ["m1", "m2"]
 
     async def run() -> list[str]:
         transport = httpx.MockTransport(answer)
         async with AsyncClient("http://x", "k" * 16, transport=transport) as client:
-            await client.forget("m1", erase=True)
+            assert await client.forget("m1", erase=True) == 2
             return await client.erase_user("ann")
 
     assert asyncio.run(run()) == ["m1", "m2"]

@@ -337,6 +337,11 @@ def test_the_ranker_seals_writes_and_erases_keys_before_it_purges() -> None:
     assert decisions == [(m, d) for m in mine for d in ("retire", "purge")]
     with pytest.raises(Erased):
         decode_write(orjson.dumps(written), limits(keys.ring))
+    # until the worker purges its row, a PATCH must not carry its words into a new version
+    assert asyncio.run(service.erased("acme", ids[0])) is True
+    assert asyncio.run(service.erased("acme", "never-erased")) is False
+    asyncio.run(keys.mint([("acme", ids[0], "ann")]))  # written again since: a new memory
+    assert asyncio.run(service.erased("acme", ids[0])) is False
 
 
 def kept_and_erased() -> tuple[Tables, KeyRing]:

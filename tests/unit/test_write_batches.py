@@ -716,3 +716,41 @@ async def test_accesses_parked_in_one_batch_write_the_pending_table_once_each_me
     assert refused
     assert {v["field"] for v in refused} == {"memory_id"}
     assert len(processor.parked(b"acme/m1")) + len(refused) == 4_000  # each one or the other
+
+
+async def test_a_write_to_a_purged_memory_waits_until_the_erasures_are_read(
+    tmp_path: Path,
+) -> None:
+    """An erase racing a write (its key minted elsewhere, erased after): the worker, behind on
+    the keys topic, still opened the write and made the erased memory anew, words and all.
+    """
+
+    class Reading(Keys):
+        reads = 0
+
+        async def read_through(self) -> None:
+            Reading.reads += 1
+
+    class Settings:
+        milvus_compact_interval_s = 0.0
+
+    w = Worker(tmp_path, Embedder({"Ann's PIN is 4711": X, "Bob": Y}))
+    w.worker.keys, w.worker.settings = Reading(), Settings()  # type: ignore[assignment]
+    await w.writes(("acme/m1", write("Ann's PIN is 4711")))
+    for decision in ("retire", "purge"):
+        value = {
+            "v": 1,
+            "kind": "decision",
+            "tenant_id": "acme",
+            "memory_id": "m1",
+            "at": "2026-03-01T12:30:00+00:00",
+            "decision": decision,
+            "reason": "erased through the API",
+            **({"to": "deleted"} if decision == "retire" else {}),
+        }
+        await w.writes(("acme/m1", orjson.dumps(value)))
+    assert Reading.reads == 0
+    await w.writes(("acme/m2", write("Bob", "m2")))  # another memory: no wait
+    assert Reading.reads == 0
+    await w.writes(("acme/m1", write("Ann's PIN is 4711")))
+    assert Reading.reads == 1
