@@ -389,6 +389,7 @@ class StreamWorker:
                 _keep_changelog_deliveries(table, self.produced)
         self.write_done: dict[int, int] = {}  # writes partition -> next offset not yet applied
         self.compacted_at = float("-inf")  # monotonic seconds of the last compaction asked
+        self.compaction: asyncio.Task[None] | None = None  # one asked for when an interval ends
         self.syncing = asyncio.Lock()  # one Milvus sync at a time over the agents (see sync)
         self.keys_read = False  # the keys topic read to its end once since start-up
         self.marker = ResyncMarker.of(settings)  # set when Milvus may lack rows of changes
@@ -778,16 +779,31 @@ class StreamWorker:
     async def compact_soon(self) -> None:
         """Ask Milvus to compact once rows were deleted, at most every
         ``milvus_compact_interval_s``: a deleted (purged, erased) memory's words then leave a
-        Milvus server's segments too. A failure is logged, never blocking the agent.
+        Milvus server's segments too. Deletes within the interval of the last ask are compacted
+        when it ends (they waited for a later delete, which might never come, and their words
+        stayed), and a failed ask is made again an interval later; a failure is logged, never
+        blocking the agent.
         """
         every = self.settings.milvus_compact_interval_s
-        if not every or time.monotonic() - self.compacted_at < every:
+        if not every:
             return
+        wait = self.compacted_at + every - time.monotonic()
+        if wait <= 0:
+            await self._compact(every)
+        elif self.compaction is None or self.compaction.done():
+            self.compaction = asyncio.create_task(self._compact(every, after_s=wait))
+
+    async def _compact(self, every: float, after_s: float = 0.0) -> None:
+        if after_s:
+            await asyncio.sleep(after_s)
         self.compacted_at = time.monotonic()
         try:
             await asyncio.to_thread(self.services.store.compact)
         except StorageError as exc:
-            log.warning("asking Milvus to compact failed (asked again later): %s", exc)
+            log.warning("asking Milvus to compact failed (asked again in %g s): %s", every, exc)
+            running = self.compaction
+            if running is None or running.done() or running is asyncio.current_task():
+                self.compaction = asyncio.create_task(self._compact(every, after_s=every))
 
     async def upsert(self, rows: Sequence[MemoryRow]) -> None:
         """Upsert ``rows`` (retrying while Milvus is unavailable). When the store refuses the

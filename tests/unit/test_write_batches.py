@@ -147,6 +147,7 @@ class Worker:
             deliveries=None,
             write_done={},
             compacted_at=float("-inf"),
+            compaction=None,
             syncing=asyncio.Lock(),
             marker=ResyncMarker(tmp_path / "app.milvus-resync"),
         )
@@ -754,3 +755,41 @@ async def test_a_write_to_a_purged_memory_waits_until_the_erasures_are_read(
     assert Reading.reads == 0
     await w.writes(("acme/m1", write("Ann's PIN is 4711")))
     assert Reading.reads == 1
+
+
+async def test_deletes_within_the_compaction_interval_are_compacted_when_it_ends(
+    tmp_path: Path,
+) -> None:
+    """They waited for a later delete, which might never come: an erased memory's words stayed
+    in a Milvus server's segments. A failed ask was not made again either.
+    """
+
+    class Compacting(Store):
+        def __init__(self) -> None:
+            super().__init__()
+            self.asked = 0
+            self.failures = 1
+
+        def compact(self) -> None:
+            self.asked += 1
+            if self.failures:
+                self.failures -= 1
+                raise StorageError("compact", "Milvus is busy", retriable=True)
+
+    class Settings:
+        milvus_compact_interval_s = 0.05
+
+    store = Compacting()
+    w = Worker(tmp_path, Embedder({}), store)
+    w.worker.settings = Settings()  # type: ignore[assignment]
+    await w.worker.compact_soon()  # asked at once: fails
+    await w.worker.compact_soon()  # within the interval: asked when it ends (once)
+    await w.worker.compact_soon()
+    assert store.asked == 1
+    for _ in range(100):
+        if store.asked >= 2:
+            break
+        await asyncio.sleep(0.01)
+    assert store.asked == 2
+    await asyncio.sleep(0.15)  # nothing left to ask for
+    assert store.asked == 2
