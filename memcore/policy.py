@@ -323,7 +323,9 @@ class RecallPolicy:
         graphrag: when true, ``final = blend × (1 - graph_weight) + proximity × graph_weight``.
         graph_weight: the GraphRAG share of graph proximity, in [0, 1].
         mmr_lambda: MMR trade-off in [0, 1] (1 = relevance only); None disables MMR.
-        min_score: results scoring below this before MMR are dropped (``zeph``: its final score).
+        min_score: results scoring below this before MMR are dropped (``zeph``: its final score);
+            None: no minimum (zeph's MMR gives a weaker near-duplicate a negative score, and a
+            minimum of 0 dropped it where zeph returns it).
         archived_penalty: factor on the score of an archived candidate, in [0, 1] (archived
             memories stay reachable, below active ones that answer as well).
         soft_delete_below: ``zeromemory`` only: candidates whose effective importance
@@ -339,7 +341,7 @@ class RecallPolicy:
     graphrag: bool = False
     graph_weight: float = 0.3
     mmr_lambda: float | None = None
-    min_score: float = 0.0
+    min_score: float | None = None
     archived_penalty: float = 0.5
     soft_delete_below: float = 0.05
     zeph_half_life_days: float = 30.0
@@ -365,7 +367,8 @@ class RecallPolicy:
             require_unit("policy.recall.mmr_lambda", self.mmr_lambda)
         if not isinstance(self.graphrag, bool):
             raise InvalidField("policy.recall.graphrag", self.graphrag, "expected true or false")
-        require_finite("policy.recall.min_score", self.min_score)
+        if self.min_score is not None:
+            require_finite("policy.recall.min_score", self.min_score)
         boost = self.weights.importance
         if self.preset is RecallPreset.MNEMOSTREAM and boost > MAX_IMPORTANCE_BOOST:
             raise InvalidField(

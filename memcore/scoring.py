@@ -7,6 +7,7 @@ with a breakdown of every term. Only ``at`` (the scoring time) is used as time.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -147,14 +148,15 @@ def rank(candidates: Sequence[Candidate], at: datetime, params: RankParams) -> l
     Ties are broken by memory id so the order is total and reproducible.
     """
     policy = params.policy
+    floor = -sys.float_info.max if policy.min_score is None else policy.min_score  # not -inf
     if policy.preset is RecallPreset.ZEPH:
-        kept = [s for s in _zeph(candidates, at, policy) if s.final >= policy.min_score]
+        kept = [s for s in _zeph(candidates, at, policy) if s.final >= floor]
     else:
         base = _BASE[policy.preset]
         pairs = [
             (s, c)
             for s, c in zip(base(candidates, at, policy), candidates, strict=True)
-            if s.final >= policy.min_score
+            if s.final >= floor
         ]
         kept = [s for s, _ in pairs]
         if policy.mmr_lambda is not None:

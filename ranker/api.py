@@ -120,9 +120,12 @@ class RecallBody(TextBody):
     at: IsoTime | None = Field(
         None,
         description="as-of time: only memories written by then, in the versions valid then, scored"
-        " at that time (importance, counters and the lifecycle state are today's: the service"
-        " keeps no history of them, so a memory forgotten or deleted since is not returned, and"
-        " one archived since takes the archived penalty). Default: now, with every memory"
+        " at that time (importance, counters, the tier and the lifecycle state are today's: the"
+        " service keeps no history of them, so a memory forgotten or deleted since is not"
+        " returned, and one archived since takes the archived penalty; a memory rewritten since"
+        " under the same id has its newest words, where PATCH makes a new version; a statement"
+        " restated after it was superseded counts as current throughout). Default: now, with"
+        " every memory"
         " written so far. With ``track`` it is also the time of the recall's access events,"
         " checked as an access's ``at`` is: not before 1970, at most MNEMO_MAX_FUTURE_SKEW_S"
         " after the server's clock.",

@@ -16,6 +16,7 @@ the host for FAISS would cost more than the products).
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -395,6 +396,9 @@ class Columns:
         )
 
 
+_NO_MINIMUM = -sys.float_info.max
+"""The minimum score of a policy that sets none: below every finite score and above -inf, which
+marks a candidate left out (padding, a soft delete)."""
 _FLAGS = ("graphrag", "powermem", "zeph", "mnemostream", "zeromemory")
 _WEIGHTS = ("similarity", "keyword", "importance", "recency", "graph")
 _NUMBERS = (
@@ -430,7 +434,7 @@ def _numbers(p: RecallPolicy) -> tuple[float, ...]:
         p.archived_penalty,
         p.soft_delete_below,
         1.0 if mmr_lambda is None else mmr_lambda,
-        p.min_score,
+        _NO_MINIMUM if p.min_score is None else p.min_score,
         p.zeph_half_life_days,
         p.zeph_importance_weight,
         p.zeph_semantic_bonus,

@@ -52,7 +52,7 @@ def random_params(rng: random.Random) -> RankParams:
         weights=weights,
         graphrag=rng.random() < 0.3,
         mmr_lambda=rng.choice([None, None, None, 0.6, 0.0, 1.0]),
-        min_score=rng.choice([0.0, 0.0, 0.3]),
+        min_score=rng.choice([None, 0.0, 0.3]),
         archived_penalty=rng.choice([0.5, 0.0, 1.0]),
         soft_delete_below=rng.choice([0.05, 0.3]),
     )

@@ -236,3 +236,18 @@ def test_which_presets_read_and_stem_keywords() -> None:
     assert [p for p, s in stem_.items() if s] == [RecallPreset.MNEMOSTREAM]
     keyed = RecallPolicy(preset=RecallPreset.ZEROMEMORY, weights=RecallWeights(keyword=0.2))
     assert keyed.scores_keywords
+
+
+def test_zeph_returns_a_near_duplicate_its_mmr_scores_below_zero_unless_a_minimum_is_asked() -> (
+    None
+):
+    """A default minimum of 0 dropped it: k 10 of 2 candidates gave 1, where zeph gives 2."""
+    norm = math.hypot(0.3, 0.95)
+    a = cand("A", 0.6, 0.5, 24.0, vector=(0.6, 0.8))
+    b = cand("B", 0.3, 0.2, 24.0, vector=(0.3 / norm, 0.95 / norm))  # cosine to A 0.94
+    weights = RecallWeights(0.0, 0.0, 0.0, 0.0)
+    found = rank([a, b], T0, params(preset=RecallPreset.ZEPH, weights=weights))
+    assert [s.memory_id for s in found] == ["A", "B"]
+    assert found[1].final < 0
+    asked = params(preset=RecallPreset.ZEPH, weights=weights, min_score=0.0)
+    assert [s.memory_id for s in rank([a, b], T0, asked)] == ["A"]
