@@ -24,6 +24,7 @@ from memcore.state import (
     EffectKind,
     Event,
     Fade,
+    MemoryState,
     Promote,
     Purge,
     Retire,
@@ -372,18 +373,32 @@ def fold(items: dict[str, Item], decision: Decision) -> None:
         items[decision.target] = _absorbed(items[decision.target], sources)
 
 
-def merged_away(target: str, event: Absorb, effect: Effect) -> tuple[str, Retire] | None:
-    """The source's ``Retire`` (``deleted``, merged into ``target``) once its survivor applied
-    ``event`` with ``effect``: absorbed, or skipped as a redelivery (the first delivery may have
-    died before sending it; the source ignores a copy). None when the survivor refused it: it
-    was deleted or forgotten since the plan (the duplicate was deleted with it, though the user
-    deleted one memory), or it absorbed that id before (a memory written again under a merged id
-    lost the counters it gathered since); the source is then kept, active.
+def merged_away(survivor: MemoryState, event: Absorb, effect: Effect) -> tuple[str, Retire] | None:
+    """The source's ``Retire`` (``deleted``, merged into the survivor) once ``survivor`` (its
+    state after ``event``) applied ``event`` with ``effect``: absorbed, or skipped as a
+    redelivery or a retried batch (the first try may have died before sending it; the source
+    ignores a copy) when the survivor holds the source and is not deleted or forgotten. None
+    when the survivor refused it: it was deleted or forgotten since the plan (the duplicate was
+    deleted with it, though the user deleted one memory), or it absorbed that id before (a
+    memory written again under a merged id lost the counters it gathered since); the source is
+    then kept, active. None too for an absorb planned before it carried the source's content
+    hash: its plan sent the source's retire itself, which is in the log.
+
+    A refused absorb met again is skipped like a taken one; when its survivor had absorbed
+    that id before, the retire is sent then (a memory written again under a merged id, merged
+    again, then its batch retried: rare, left).
     """
-    if effect.kind not in (EffectKind.ABSORBED, EffectKind.SKIPPED):
+    if event.content_hash is None:
         return None
-    why = f"merged into {target}"
-    return event.source, Retire(event.at, Lifecycle.DELETED, why, target, event.content_hash)
+    if effect.kind is EffectKind.SKIPPED:
+        gone = survivor.state in (Lifecycle.FORGOTTEN, Lifecycle.DELETED)
+        if gone or event.source not in survivor.merged_from:
+            return None
+    elif effect.kind is not EffectKind.ABSORBED:
+        return None
+    why = f"merged into {survivor.memory_id}"
+    retire = Retire(event.at, Lifecycle.DELETED, why, survivor.memory_id, event.content_hash)
+    return event.source, retire
 
 
 def to_events(
@@ -396,6 +411,7 @@ def to_events(
     importance); this returns the archiving of its sources.
     """
     if decision.kind is DecisionKind.MERGE:
+        group = {decision.target, *decision.sources}  # no link to itself survives the merge
         absorb: list[tuple[str, Event]] = [
             (
                 decision.target,
@@ -411,7 +427,7 @@ def to_events(
                     tags=items[s].tags,
                     tier=items[s].tier,
                     content_hash=items[s].content_hash,
-                    relations=items[s].relations,
+                    relations=tuple(r for r in items[s].relations if r not in group),
                 ),
             )
             for s in decision.sources

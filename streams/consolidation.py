@@ -87,9 +87,12 @@ def decision_records(
     by_id = {r.memory_id: r for r in rows}
     items = {r.memory_id: item_of(r) for r in rows}
     out = []
+    merged: set[str] = set()  # merged away earlier in the plan: a summary links to none of them
     for decision in decisions:
+        if decision.kind is DecisionKind.MERGE:
+            merged.update(decision.sources)
         if decision.kind is DecisionKind.SUMMARISE:
-            out.append(_summary(tenant_id, decision, by_id, items, at, request_id))
+            out.append(_summary(tenant_id, decision, by_id, items, at, request_id, merged))
         for memory_id, event in to_events(decision, items, at):
             out.append(_decision(tenant_id, memory_id, event, request_id))
         fold(items, decision)
@@ -143,16 +146,19 @@ def _summary(
     items: Mapping[str, Item],
     at: datetime,
     request_id: str | None,
+    merged: set[str],
 ) -> Outbound:
     """The summary's write (:func:`memcore.consolidation.summarise`), of its sources as the plan's
-    earlier decisions leave them (``items``).
+    earlier decisions leave them (``items``; ``merged``: the memories merged away by then).
     """
     sources = [rows[s] for s in decision.sources]
     planned = [items[s] for s in decision.sources]
     summary = summarise(
         [s.content for s in sources], [i.importance for i in planned], [i.tier for i in planned]
     )
-    links = absorbed_relations((), (r for i in planned for r in i.relations), *decision.sources)
+    links = absorbed_relations(
+        (), (r for i in planned for r in i.relations), *decision.sources, *merged
+    )
     value = {
         "v": 1,
         "tenant_id": tenant_id,

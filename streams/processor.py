@@ -639,9 +639,7 @@ class Processor:
         self._after(message, event.at, new, effects, batch)
         for passed in relink(state, event) if isinstance(event, Supersede) else ():
             batch.out.append(decision_record(record.tenant_id, passed.target, passed.event))
-        away = (
-            merged_away(record.memory_id, event, effects[0]) if isinstance(event, Absorb) else None
-        )
+        away = merged_away(new, event, effects[0]) if isinstance(event, Absorb) else None
         if away is not None:  # the source leaves once its survivor holds what it had
             batch.out.append(decision_record(record.tenant_id, *away))
 

@@ -75,7 +75,7 @@ def carry_out(
         assert new is not None
         states[memory_id] = new
         effects.extend(made)
-        away = merged_away(memory_id, event, made[0]) if isinstance(event, Absorb) else None
+        away = merged_away(new, event, made[0]) if isinstance(event, Absorb) else None
         if away is not None:
             effects.extend(carry_out(states, [away], policy))
     return effects

@@ -21,6 +21,7 @@ from memcore import (
     Absorb,
     Decision,
     DecisionKind,
+    Effect,
     EffectKind,
     Fade,
     ImportanceSource,
@@ -33,6 +34,7 @@ from memcore import (
     Supersede,
     SupersessionPolicy,
     Tier,
+    merged_away,
     resolve_importance,
 )
 from memcore.ids import content_hash, derive_memory_id
@@ -841,6 +843,19 @@ def test_a_merge_s_survivor_and_a_summary_keep_their_sources_links() -> None:
     assert survivor.relations == ("x", "y")  # b's, but for the link to a itself
 
 
+def test_a_merge_of_three_keeps_no_link_inside_its_group() -> None:
+    rows = [
+        make_row("acme", m, (1.0, 0.0, 0.0, 0.0), content="Ann likes tea.", relations=links)
+        for m, links in (("a", ("x",)), ("b", ("c", "y")), ("c", ("b", "a", "z")))
+    ]
+    merge = Decision(DecisionKind.MERGE, "a", ("b", "c"), "exact duplicate")
+    absorbed = [
+        decode_decision(o.value, LIMITS).event
+        for o in decision_records("acme", [merge], rows, T, None)
+    ]
+    assert [e.relations for e in absorbed if isinstance(e, Absorb)] == [("y",), ("z",)]
+
+
 def test_a_row_stating_a_fact_the_rule_reads_is_left_out_of_compression() -> None:
     rows = [
         make_row("acme", "a", (1.0, 0.0, 0.0, 0.0), content="Alice lives in Osaka."),
@@ -931,6 +946,37 @@ def test_a_duplicate_leaves_only_once_its_survivor_took_it() -> None:
     kept = t.processor.state("acme/c")
     assert kept is not None
     assert (kept.state, kept.merged_into) == (Lifecycle.ACTIVE, None)
+
+
+def test_an_absorb_its_survivor_refused_retires_nothing_when_it_is_met_again() -> None:
+    """Met again (a retried batch, a redelivery), it was skipped like a taken one and sent the
+    duplicate's retire: b went, though its survivor had been deleted since the plan.
+    """
+    t = Tables()
+    for m in ("a", "b"):
+        t.write(write_bytes(memory_id=m, content="Ann likes tea."), key=f"acme/{m}".encode())
+    rows = [
+        make_row("acme", m, (1.0, 0.0, 0.0, 0.0), content="Ann likes tea.", created_at_us=us)
+        for us, m in enumerate(("a", "b"), start=1)
+    ]
+    request = ConsolidationRequest(("acme",), T, (Strategy.EXACT_DEDUP,), {}, False, None)
+    (merge,) = plan_tenant("acme", rows, request, Policy())
+    t.write(decision_bytes(memory_id="a", decision="retire", to="deleted"), key=b"acme/a")
+    (absorb,) = decision_records("acme", [merge], rows, T, None)
+    for _ in range(2):  # the same record, at the same offset: the second is skipped
+        batch = Batch()
+        message = Inbound("w", 0, 1_000, absorb.key, absorb.value)
+        for got, record in t.processor.decode_writes([message], batch):
+            assert isinstance(record, DecisionRecord)
+            t.processor.decision(got, record, batch)
+        assert [o for o in batch.out if o.role == "memory-writes"] == []
+    assert t.processor.state("acme/b").state is Lifecycle.ACTIVE  # type: ignore[union-attr]
+    old = decode_decision(absorb.value, LIMITS).event
+    assert isinstance(old, Absorb)
+    legacy = dataclasses.replace(old, content_hash=None)  # planned with its own retire, logged
+    taken = t.processor.state("acme/a")
+    assert taken is not None
+    assert merged_away(taken, legacy, Effect(EffectKind.ABSORBED, "")) is None
 
 
 def test_summaries_keep_their_sources_scope_and_users_are_consolidated_apart() -> None:
