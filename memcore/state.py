@@ -28,11 +28,18 @@ MAX_RELINKS = 16
 that supersede each other in a cycle, which a memory rewritten back to an older value can make)."""
 
 
-def absorbed_tags(kept: tuple[str, ...], *added: tuple[str, ...]) -> tuple[str, ...]:
-    """A merge's survivor's tags: its own (``kept``), then those its sources bring, each once,
-    up to :data:`MAX_TAGS` (the survivor's come first: they are never the ones dropped).
+def _kept_then_added(kept: Iterable[str], added: Iterable[str], cap: int) -> tuple[str, ...]:
+    """``kept``, then what ``added`` brings, each once, up to ``cap`` (``kept`` comes first: it
+    is never what is dropped).
     """
-    return tuple(dict.fromkeys((*kept, *(t for tags in added for t in tags))))[:MAX_TAGS]
+    return tuple(dict.fromkeys((*kept, *added)))[:cap]
+
+
+def absorbed_tags(kept: tuple[str, ...], *added: tuple[str, ...]) -> tuple[str, ...]:
+    """A merge's survivor's tags: its own (``kept``), then those its sources bring, up to
+    :data:`MAX_TAGS`.
+    """
+    return _kept_then_added(kept, (t for tags in added for t in tags), MAX_TAGS)
 
 
 def absorbed_relations(
@@ -42,7 +49,7 @@ def absorbed_relations(
     once, none to ``not_to`` (itself, the memories merged into it), up to :data:`MAX_RELATIONS`.
     """
     skip = set(not_to)
-    return tuple(dict.fromkeys((*kept, *(r for r in added if r not in skip))))[:MAX_RELATIONS]
+    return _kept_then_added(kept, (r for r in added if r not in skip), MAX_RELATIONS)
 
 
 @dataclass(frozen=True)

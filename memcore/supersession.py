@@ -157,9 +157,10 @@ def states_an_update(content: str) -> bool:
 
 def states_fact(content: str, rules: SupersessionPolicy) -> bool:
     """``content`` states one fact that a later statement can supersede under ``rules`` (the
-    generic ``Name verb value`` reading included: an update says it is one).
+    generic ``Name verb value`` reading included: an update says it is one); never when the
+    rules are off.
     """
-    return fact_of(content, rules.max_words, generic=True) is not None
+    return rules.enabled and fact_of(content, rules.max_words, generic=True) is not None
 
 
 def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact | None:

@@ -347,11 +347,7 @@ def _errors(api: FastAPI) -> None:
         log.error("storage error: %s", exc)
         return problem(500, f"milvus {exc}")
 
-    @api.exception_handler(Exception)
-    async def failed(_: object, exc: Exception) -> Response:
-        log.error("internal error: %s: %s", type(exc).__name__, exc, exc_info=exc)
-        return problem(500, f"internal error: {type(exc).__name__}")
-
+    # an exception no handler answers: ranker.logs.RequestLog answers 500, with the request's ids
     @api.exception_handler(InvalidField)
     async def invalid(_: object, exc: InvalidField) -> Response:
         return _invalid(RecordError(exc.field, exc.value, exc.reason))

@@ -57,7 +57,7 @@ def item_of(row: MemoryRow, rules: SupersessionPolicy | None = None) -> Item:
         superseded=row.valid_to_us != CURRENT or bool(row.superseded_by),
         tags=tuple(row.tags),
         relations=tuple(row.relations),
-        fact=rules is not None and rules.enabled and states_fact(row.content, rules),
+        fact=rules is not None and states_fact(row.content, rules),
     )
 
 

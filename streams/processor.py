@@ -700,9 +700,10 @@ class Processor:
 
     def _park(self, key: bytes, memory_id: str, message: Inbound, batch: Batch) -> None:
         """Add ``message`` to the accesses parked under ``key``. The same access again (one
-        request naming a memory many times) adds only its offset to the entry before it: each
-        one parked rewrites the key's whole list, one changelog record, and 1,000 copies of the
-        whole value made 196 MB of them.
+        request naming a memory many times) adds only its offset to the entry before it (1,000
+        copies of the whole value took 196 MB of changelog when each park wrote the table; the
+        access agent now buffers it per batch, :meth:`buffered`). Past
+        :data:`MAX_PARKED_BYTES` under one memory, the access goes to dead-letter.
         """
         batch.parked.add(message.partition)
         if self.recent is not None:

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from mnemostream import Client
+from mnemostream import Client, MnemostreamError
 from storage.changelogs import read_changelog
 from storage.sealing import SealError, unseal
 from tests.infra import ROOT
@@ -165,6 +165,9 @@ def erase_through_the_api(server: str, stack: Stack) -> tuple[set[str], str, set
 
         assert sorted(client.erase_user("ann")) == sorted(ann)
         assert client.forget(shared, erase=True) >= 1  # sealed: its keys were destroyed
+        with pytest.raises(MnemostreamError) as gone:  # no new version carries its words on
+            client.update(shared, tags=["kept"])
+        assert gone.value.status == 404
         found = client.recall(vector=e(1.0, 0.1), k=10, at=T0, track=False)
         assert [m.memory_id for m in found] == [bob]
         assert all(client.get(m) is None for m in erased)

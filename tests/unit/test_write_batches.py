@@ -123,8 +123,61 @@ class Llm:
         return self.reply
 
 
+class Broker:
+    """The consumer's end offsets of the writes partitions (``end``; ``fail``: raised instead):
+    an access to an unknown memory waits while the writes agent has not reached them.
+    """
+
+    def __init__(self, end: int = 1_000) -> None:
+        self._committed_offset: dict[Any, int] = {}
+        self.end = end
+        self.fail: Exception | None = None
+
+    async def highwaters(self, *tps: Any) -> dict[Any, int]:
+        if self.fail is not None:
+            raise self.fail
+        return dict.fromkeys(tps, self.end)
+
+
+@dataclass
+class App:
+    consumer: Broker
+
+
+@dataclass
+class Settings:
+    """What the worker reads of its settings here: topic names are the roles themselves."""
+
+    milvus_compact_interval_s: float = 0.0
+
+    def topic(self, role: str) -> str:
+        return role
+
+
+class Acknowledgements:
+    """The commit flush (``ExactFlush``): waits until ``acknowledged`` is set; ``broken``: it
+    fails instead (the broker went away).
+    """
+
+    def __init__(self, *, acknowledged: bool = True, broken: bool = False) -> None:
+        self.acknowledged = asyncio.Event()
+        if acknowledged:
+            self.acknowledged.set()
+        self.broken = broken
+
+    def track(self, sent: object) -> None:
+        pass
+
+    async def flush(self) -> None:
+        if self.broken:
+            raise StorageError("commit", "not acknowledged", retriable=True)
+        await self.acknowledged.wait()
+
+
 class Worker:
-    """A StreamWorker on dict tables and the stand-ins above; ``sent``: what it produced."""
+    """A StreamWorker on dict tables and the stand-ins above; ``sent``: what it produced;
+    ``broker``: the end offsets it asks for.
+    """
 
     def __init__(
         self, tmp_path: Path, embedder: Embedder, store: Store | None = None, llm: Llm | None = None
@@ -132,10 +185,11 @@ class Worker:
         self.sent: list[tuple[str, bytes, dict[str, Any]]] = []
         self.store = store or Store()
         self.offset = 0
+        self.broker = Broker()
         worker = StreamWorker.__new__(StreamWorker)
         worker.__dict__.update(
-            app=None,
-            settings=None,
+            app=App(self.broker),
+            settings=Settings(),
             applied=None,
             services=Services(self.store, embedder, llm),  # type: ignore[arg-type]
             topics={role: Topic(role, self.sent) for role in topics.ROLES},
@@ -162,6 +216,10 @@ class Worker:
         self.sent.clear()
         await self.worker.on_writes(events)
         return list(self.sent)
+
+
+def access(memory_id: str = "m1", at: str = "2026-03-01T12:05:00+00:00") -> bytes:
+    return encode_access({"tenant_id": "acme", "memory_id": memory_id, "at": at, "kind": "get"})
 
 
 def write(content: str, memory_id: str = "m1", tenant_id: str = "acme", **kw: object) -> bytes:
@@ -497,22 +555,8 @@ async def test_a_batch_that_fails_after_its_reducer_ran_is_applied_again(tmp_pat
 async def test_an_end_offset_the_broker_cannot_give_keeps_parked_accesses_waiting(
     tmp_path: Path,
 ) -> None:
-    class Consumer:
-        def __init__(self) -> None:
-            self._committed_offset: dict[Any, int] = {}
-
-        async def highwaters(self, *tps: Any) -> dict[Any, int]:
-            raise KafkaTimeoutError("no leader for memory-writes/0")
-
-    class App:
-        consumer = Consumer()
-
-    class Settings:
-        def topic(self, role: str) -> str:
-            return role
-
     w = Worker(tmp_path, Embedder({}))
-    w.worker.app, w.worker.settings = App(), Settings()  # type: ignore[assignment]
+    w.broker.fail = KafkaTimeoutError("no leader for memory-writes/0")
     assert await w.worker.writes_caught_up(0) is False  # it raised, failing the whole batch
 
 
@@ -524,41 +568,11 @@ async def test_an_access_parked_before_its_write_outlives_a_crash_before_the_sta
     applied it, so a crash that kept the drop and lost the state lost the access for good.
     """
 
-    class Consumer:
-        def __init__(self) -> None:
-            self._committed_offset: dict[Any, int] = {}
-
-        async def highwaters(self, *tps: Any) -> dict[Any, int]:
-            return dict.fromkeys(tps, 1_000)  # writes not caught up: an unknown memory waits
-
-    class App:
-        consumer = Consumer()
-
-    class Settings:
-        def topic(self, role: str) -> str:
-            return role
-
-    class Deliveries:
-        """The commit flush: fails (the broker went away) until ``broken`` is cleared."""
-
-        broken = True
-
-        def track(self, sent: object) -> None:
-            pass
-
-        async def flush(self) -> None:
-            if self.broken:
-                raise StorageError("commit", "not acknowledged", retriable=True)
-
     w = Worker(tmp_path, Embedder({"Alice drinks tea": X}))
-    deliveries = Deliveries()
-    w.worker.app, w.worker.settings = App(), Settings()  # type: ignore[assignment]
+    deliveries = Acknowledgements(broken=True)
     w.worker.deliveries = deliveries  # type: ignore[assignment]
     processor = w.worker.processor
-    access = encode_access(
-        {"tenant_id": "acme", "memory_id": "m1", "at": "2026-03-01T12:05:00+00:00", "kind": "get"}
-    )
-    await w.worker.on_access([Event(Message("memory-access", 0, 7, b"acme/m1", access))])
+    await w.worker.on_access([Event(Message("memory-access", 0, 7, b"acme/m1", access()))])
     assert [m.offset for m in processor.parked(b"acme/m1")] == [7]
     with contextlib.suppress(StorageError):  # the batch fails at its commit flush
         await w.writes(("acme/m1", write("Alice drinks tea")))
@@ -615,43 +629,13 @@ async def test_a_parked_access_dead_lettered_by_one_agent_is_not_again_by_the_ot
     found the same parked access and dead-lettered it a second time.
     """
 
-    class Consumer:
-        def __init__(self) -> None:
-            self._committed_offset: dict[Any, int] = {}
-            self.end = 1_000
-
-        async def highwaters(self, *tps: Any) -> dict[Any, int]:
-            return dict.fromkeys(tps, self.end)
-
-    class App:
-        consumer = Consumer()
-
-    class Settings:
-        def topic(self, role: str) -> str:
-            return role
-
-    class Deliveries:
-        def __init__(self) -> None:
-            self.acknowledged = asyncio.Event()
-
-        def track(self, sent: object) -> None:
-            pass
-
-        async def flush(self) -> None:
-            await self.acknowledged.wait()
-
-    def access(memory_id: str) -> bytes:
-        at = "2026-03-01T12:05:00+00:00"
-        return encode_access({"tenant_id": "acme", "memory_id": memory_id, "at": at, "kind": "get"})
-
     w = Worker(tmp_path, Embedder({"Alice drinks tea": X}))
-    deliveries = Deliveries()
-    w.worker.app, w.worker.settings = App(), Settings()  # type: ignore[assignment]
+    deliveries = Acknowledgements(acknowledged=False)
     w.worker.deliveries = deliveries  # type: ignore[assignment]
     await w.worker.on_access(
         [Event(Message("memory-access", 0, 3, b"acme/ghost", access("ghost")))]
     )
-    App.consumer.end = 1  # the writes agent's batch catches the partition up
+    w.broker.end = 1  # the writes agent's batch catches the partition up
     writes = asyncio.create_task(w.writes(("acme/m1", write("Alice drinks tea"))))
     await asyncio.sleep(0.05)  # it waits for its acknowledgements now
     other = [Event(Message("memory-access", 0, 4, b"acme/m1", access("m1")))]
@@ -672,20 +656,6 @@ async def test_accesses_parked_in_one_batch_write_the_pending_table_once_each_me
     failing the batch on every try).
     """
 
-    class Consumer:
-        def __init__(self) -> None:
-            self._committed_offset: dict[Any, int] = {}
-
-        async def highwaters(self, *tps: Any) -> dict[Any, int]:
-            return dict.fromkeys(tps, 1_000_000)  # the writes lag: unknown memories wait
-
-    class App:
-        consumer = Consumer()
-
-    class Settings:
-        def topic(self, role: str) -> str:
-            return role
-
     class Counted(dict[bytes, bytes]):
         assigned = 0
 
@@ -694,22 +664,19 @@ async def test_accesses_parked_in_one_batch_write_the_pending_table_once_each_me
             super().__setitem__(key, value)
 
     w = Worker(tmp_path, Embedder({}))
-    w.worker.app, w.worker.settings = App(), Settings()  # type: ignore[assignment]
+    w.broker.end = 1_000_000  # the writes lag: unknown memories wait
     processor = w.worker.processor
     processor.pending = pending = Counted()
     start = datetime(2026, 3, 1, 10, tzinfo=UTC)
 
-    def access(i: int) -> bytes:
-        at = (start + timedelta(seconds=i)).isoformat()  # each one its own
-        return encode_access({"tenant_id": "acme", "memory_id": "m1", "at": at, "kind": "get"})
+    def at(i: int) -> bytes:
+        return access(at=(start + timedelta(seconds=i)).isoformat())  # each one its own
 
-    events = [Event(Message("memory-access", 0, i, b"acme/m1", access(i))) for i in range(1, 1_001)]
+    events = [Event(Message("memory-access", 0, i, b"acme/m1", at(i))) for i in range(1, 1_001)]
     await w.worker.on_access(events)
     assert Counted.assigned == 1
     assert len(processor.parked(b"acme/m1")) == 1_000
-    more = [
-        Event(Message("memory-access", 0, i, b"acme/m1", access(i))) for i in range(1_001, 4_001)
-    ]
+    more = [Event(Message("memory-access", 0, i, b"acme/m1", at(i))) for i in range(1_001, 4_001)]
     w.sent.clear()
     await w.worker.on_access(more)
     assert len(pending[b"acme/m1"]) <= MAX_PARKED_BYTES + 1_000  # under what a record may hold
@@ -732,11 +699,8 @@ async def test_a_write_to_a_purged_memory_waits_until_the_erasures_are_read(
         async def read_through(self) -> None:
             Reading.reads += 1
 
-    class Settings:
-        milvus_compact_interval_s = 0.0
-
     w = Worker(tmp_path, Embedder({"Ann's PIN is 4711": X, "Bob": Y}))
-    w.worker.keys, w.worker.settings = Reading(), Settings()  # type: ignore[assignment]
+    w.worker.keys = Reading()  # type: ignore[assignment]
     await w.writes(("acme/m1", write("Ann's PIN is 4711")))
     for decision in ("retire", "purge"):
         value = {
@@ -776,12 +740,9 @@ async def test_deletes_within_the_compaction_interval_are_compacted_when_it_ends
                 self.failures -= 1
                 raise StorageError("compact", "Milvus is busy", retriable=True)
 
-    class Settings:
-        milvus_compact_interval_s = 0.05
-
     store = Compacting()
     w = Worker(tmp_path, Embedder({}), store)
-    w.worker.settings = Settings()  # type: ignore[assignment]
+    w.worker.settings = Settings(milvus_compact_interval_s=0.05)  # type: ignore[assignment]
     await w.worker.compact_soon()  # asked at once: fails
     await w.worker.compact_soon()  # within the interval: asked when it ends (once)
     await w.worker.compact_soon()
