@@ -44,8 +44,9 @@ import numpy as np
 import torch
 
 from bench.stats import p50_p99
-from memcore import Candidate, Scored, Tier, rank
+from memcore import Candidate, Scored, rank
 from memcore.policy import RecallPolicy, RecallPreset
+from ranker import kernel
 from ranker.hotcache import HotCache, search_device
 from ranker.kernel import RankRequest, default_device
 from ranker.service import RecallQuery, RecallService
@@ -264,7 +265,7 @@ def candidates(r: RankRequest) -> list[Candidate]:
         r.created_at_us.tolist(),
         r.tau_hours.tolist(),
     )
-    hops, semantic = r.graph_hops.tolist(), r.semantic.tolist()
+    hops, tiers = r.graph_hops.tolist(), r.tier.tolist()
     return [
         Candidate(
             memory_id=memory_id,
@@ -273,7 +274,7 @@ def candidates(r: RankRequest) -> list[Candidate]:
             last_access=from_us(last_access[i]),
             created_at=from_us(created[i]),
             tau_hours=tau[i],
-            tier=Tier.SEMANTIC if semantic[i] else Tier.EPISODIC,  # only zeph reads the tier
+            tier=kernel.TIERS[tiers[i]],
             keyword=keyword[i],
             graph_hops=None if hops[i] < 0 else hops[i],
             vector=tuple(vectors[i]) if vectors is not None else (),

@@ -134,6 +134,28 @@ DECAY_PRESETS: Mapping[DecayPreset, DecayPolicy] = {
 }
 
 
+_DECAY_OF_RECALL: Mapping[RecallPreset, DecayPreset] = {
+    RecallPreset.ZEROMEMORY: DecayPreset.ZEROMEMORY,
+    RecallPreset.POWERMEM: DecayPreset.POWERMEM,
+}
+
+
+def recall_decay(preset: RecallPreset, tenant: DecayPolicy) -> DecayPolicy | None:
+    """The decay rates a recall of ``preset`` scores recency with, by each candidate's tier, on a
+    tenant whose decay policy is ``tenant``.
+
+    ``zeromemory`` and ``powermem`` reproduce their sources (SPEC section 6), their rates included:
+    on a tenant that decays by the other preset they take their own (a ``powermem`` recall on a
+    ``zeromemory`` tenant vetoes what is hours stale, as PowerMem does). None: each memory's own
+    τ, which its state holds from the tenant's decay policy (``mnemostream``, ``zeph``, and a
+    preset whose source the tenant already decays by, its overrides kept).
+    """
+    source = _DECAY_OF_RECALL.get(preset)
+    if source is None or tenant.preset is source:
+        return None
+    return DECAY_PRESETS[source]
+
+
 @dataclass(frozen=True)
 class TierPolicy:
     """Write-time tier classification by importance (SPEC section 3).

@@ -9,14 +9,14 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from memcore.decay import effective_importance, recency_at
 from memcore.errors import InvalidField
 from memcore.graph import proximity
 from memcore.keyword import normalise_by_max
-from memcore.policy import RecallPolicy, RecallPreset, RecallWeights
+from memcore.policy import DecayPolicy, RecallPolicy, RecallPreset, RecallWeights
 from memcore.types import HOURS_PER_DAY, Tier, hours_between, require_finite
 from memcore.vectors import cosine
 
@@ -85,10 +85,13 @@ class RankParams:
     Attributes:
         k: number of results, >= 1.
         policy: preset, weights, GraphRAG, MMR and minimum score.
+        decay: the rates recency is scored with, by each candidate's tier (the service passes
+            :func:`memcore.policy.recall_decay`); None: each candidate's own τ.
     """
 
     k: int = 10
     policy: RecallPolicy = field(default_factory=RecallPolicy)
+    decay: DecayPolicy | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
@@ -148,6 +151,9 @@ def rank(candidates: Sequence[Candidate], at: datetime, params: RankParams) -> l
     Ties are broken by memory id so the order is total and reproducible.
     """
     policy = params.policy
+    if params.decay is not None:
+        decay = params.decay
+        candidates = [replace(c, tau_hours=decay.tau_hours(c.tier)) for c in candidates]
     floor = -sys.float_info.max if policy.min_score is None else policy.min_score  # not -inf
     if policy.preset is RecallPreset.ZEPH:
         kept = [s for s in _zeph(candidates, at, policy) if s.final >= floor]

@@ -43,7 +43,7 @@ _API_KEY = APIKeyHeader(
 class TenantBody(Body):
     """A tenant's settings (all of them: what is left out takes its default)."""
 
-    decay: str = Field("zeromemory", description="decay preset: zeromemory, zeph, powermem, ...")
+    decay: str = Field("zeromemory", description="decay preset: zeromemory or powermem")
     lifecycle: str = Field("default", description="lifecycle preset")
     recall: str = Field("mnemostream", description="recall preset (its weights)")
     overrides: dict[str, dict[str, Any]] = Field(

@@ -30,7 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from memcore import InvalidField, Tier
 from memcore.ids import check_id
-from memcore.policy import MAX_WEIGHT, RecallPolicy, RecallPreset
+from memcore.policy import MAX_WEIGHT, RecallPolicy, RecallPreset, recall_decay
 from ranker.admin import admin_routes
 from ranker.admission import Admission
 from ranker.applied import NotAppliedError
@@ -112,7 +112,11 @@ class RecallBody(TextBody):
     vector: list[float] | None = None
     k: int = Field(10, ge=1, le=1000)
     filters: RecallFilters = Field(default_factory=RecallFilters)
-    preset: Literal["mnemostream", "zeromemory", "zeph", "powermem"] | None = None
+    preset: Literal["mnemostream", "zeromemory", "zeph", "powermem"] | None = Field(
+        None,
+        description="scoring formula (default: the tenant's); zeromemory and powermem score"
+        " recency at their own decay rates by tier on a tenant that decays by the other preset",
+    )
     weights: Weights | None = None
     mmr_lambda: float | None = Field(None, ge=0, le=1)
     min_score: float | None = None
@@ -463,7 +467,8 @@ def _query(body: RecallBody, who: Tenant, states: tuple[str, ...], limits: Limit
     vector = checked_vector("vector", body.vector, dim) if body.vector is not None else None
     given = body.after if body.after is not None else []
     after = tokens(given)
-    return RecallQuery(body.query, vector, body.k, at, policy, filters, body.track, after)
+    decay = recall_decay(policy.preset, who.policy.decay)
+    return RecallQuery(body.query, vector, body.k, at, policy, filters, body.track, after, decay)
 
 
 def _policy(body: RecallBody, who: Tenant) -> RecallPolicy:

@@ -100,7 +100,6 @@ _IMPORTANCE = LIVE_FIELDS.index("importance")
 _LAST_ACCESS = LIVE_FIELDS.index("last_access_us")
 _TAU = LIVE_FIELDS.index("tau_hours")
 _ACCESSES = LIVE_FIELDS.index("access_count")
-_SEMANTIC = TIERS.index("semantic")
 _ARCHIVED = STATES.index("archived")
 _DELETED = STATES.index(DELETED)
 
@@ -208,7 +207,7 @@ class LiveColumns:
         last_access_us: µs since the epoch.
         tau_hours: decay constant, hours.
         accessed: ever accessed (``access_count`` > 0).
-        semantic: in the semantic tier.
+        tier: the tier's place in :data:`TIERS` (-2: a name it lacks).
         archived: lifecycle state ``archived``.
     """
 
@@ -216,7 +215,7 @@ class LiveColumns:
     last_access_us: npt.NDArray[np.int64]
     tau_hours: npt.NDArray[np.float64]
     accessed: npt.NDArray[np.bool_]
-    semantic: npt.NDArray[np.bool_]
+    tier: npt.NDArray[np.int8]
     archived: npt.NDArray[np.bool_]
 
     @classmethod
@@ -228,7 +227,7 @@ class LiveColumns:
             last_access_us=np.fromiter((v[_LAST_ACCESS] for v in values), np.int64, n),
             tau_hours=np.fromiter((v[_TAU] for v in values), np.float64, n),
             accessed=np.fromiter((v[_ACCESSES] > 0 for v in values), np.bool_, n),
-            semantic=np.fromiter((v[_TIER] == "semantic" for v in values), np.bool_, n),
+            tier=np.fromiter((_code(TIERS, str(v[_TIER])) for v in values), np.int8, n),
             archived=np.fromiter((v[_STATE] == "archived" for v in values), np.bool_, n),
         )
 
@@ -463,7 +462,7 @@ class _Block:
                 last_access_us=self.last_access[top],
                 tau_hours=self.tau[top],
                 accessed=self.accessed[top],
-                semantic=self.tier[top] == _SEMANTIC,
+                tier=self.tier[top],
                 archived=self.state[top] == _ARCHIVED,
             ),
         )

@@ -43,6 +43,9 @@ _HOURS_PER_DAY = 24.0
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 F32 = npt.NDArray[np.float32]
+TIERS = tuple(Tier)
+"""The tiers in code order (a :attr:`RankRequest.tier` value is a place in it)."""
+_SEMANTIC = TIERS.index(Tier.SEMANTIC)
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,9 +61,11 @@ class RankRequest:
         keyword: raw keyword scores (BM25), >= 0, [n].
         importance: [0, 1], [n].
         last_access_us, created_at_us: µs since the epoch, [n].
-        tau_hours: decay constants, hours, [n].
+        tau_hours: decay constants, hours, [n] (replaced by the rates of ``params.decay``, when
+            set, for each memory whose tier is known).
         graph_hops: hops from the query's best hits over relations, -1 when unreached, [n].
-        semantic: whether each memory is in the semantic tier (``zeph`` bonus), [n].
+        tier: each memory's tier as its place in :data:`TIERS`, any other value when unknown
+            (``zeph``'s semantic bonus, ``params.decay``), [n].
         accessed: whether each memory was ever accessed (``mnemostream`` access recency), [n].
         archived: whether each memory is archived (its score takes the archived penalty), [n].
         vectors: candidate vectors ``[n, dim]`` (exact similarity, MMR), or None.
@@ -77,7 +82,7 @@ class RankRequest:
     created_at_us: I64
     tau_hours: F64
     graph_hops: I64
-    semantic: npt.NDArray[np.bool_]
+    tier: npt.NDArray[np.int8]
     accessed: npt.NDArray[np.bool_]
     archived: npt.NDArray[np.bool_]
     vectors: F32 | None = None
@@ -85,7 +90,7 @@ class RankRequest:
 
     def __post_init__(self) -> None:
         n = len(self.ids)
-        for name in ("similarity", "keyword", "importance", "tau_hours"):
+        for name in ("similarity", "keyword", "importance", "tau_hours", "tier"):
             column = getattr(self, name)
             if column.shape != (n,):
                 raise InvalidField(name, column.shape, f"expected {n} values")
@@ -137,7 +142,7 @@ class RankRequest:
             graph_hops=np.asarray(
                 [-1 if c.graph_hops is None else c.graph_hops for c in candidates], dtype=np.int64
             ),
-            semantic=np.asarray([c.tier is Tier.SEMANTIC for c in candidates], dtype=np.bool_),
+            tier=np.asarray([TIERS.index(c.tier) for c in candidates], dtype=np.int8),
             accessed=np.asarray([c.access_count > 0 for c in candidates], dtype=np.bool_),
             archived=np.asarray([c.archived for c in candidates], dtype=np.bool_),
             vectors=vectors,
@@ -293,6 +298,20 @@ def _padded(
     return out
 
 
+def _tau_hours(requests: Sequence[RankRequest], width: int, tier: npt.NDArray[np.int8]) -> F64:
+    """``[R, width]`` decay constants: each candidate's own, or its request's ``params.decay``
+    rate for its tier when both are known (as :func:`memcore.rank`).
+    """
+    tau = _padded(requests, "tau_hours", width, np.float64, 1.0)
+    for row, r in enumerate(requests):
+        if r.params.decay is not None:
+            rates = np.asarray([r.params.decay.tau_hours(t) for t in TIERS], dtype=np.float64)
+            codes = tier[row, : len(r)]
+            known = (codes >= 0) & (codes < len(TIERS))
+            tau[row, : len(r)] = np.where(known, rates[np.where(known, codes, 0)], r.tau_hours)
+    return tau
+
+
 @dataclass(frozen=True)
 class Columns:
     """A batch as padded ``[requests × candidates]`` tensors (per-request ones ``[R]``)."""
@@ -339,6 +358,7 @@ class Columns:
         idle = (at - _padded(requests, "last_access_us", width, np.int64)).astype(f64)
         age = (at - _padded(requests, "created_at_us", width, np.int64)).astype(f64)
         hops = _padded(requests, "graph_hops", width, np.int64, -1)
+        tier = _padded(requests, "tier", width, np.int8, -1)
         similarity = _padded(requests, "similarity", width, f64)
         policies = [r.params.policy for r in requests]
         mmr = [diversifies(p) for p in policies]
@@ -364,9 +384,9 @@ class Columns:
             importance=t(_padded(requests, "importance", width, f64)),
             idle_hours=t(np.maximum(idle, 0.0) / _US_PER_HOUR),
             age_days=t(np.maximum(age, 0.0) / _US_PER_HOUR / _HOURS_PER_DAY),
-            tau_hours=t(_padded(requests, "tau_hours", width, f64, 1.0)),
+            tau_hours=t(_tau_hours(requests, width, tier)),
             graph=t(np.where(hops >= 0, 1.0 / (1.0 + np.maximum(hops, 0)), 0.0)),
-            semantic=t(_padded(requests, "semantic", width, np.bool_, False)),
+            semantic=t(tier == _SEMANTIC),
             accessed=t(_padded(requests, "accessed", width, np.bool_, False)),
             archived=t(_padded(requests, "archived", width, np.bool_, False)),
             mask=t(np.arange(width)[None, :] < lengths[:, None]),

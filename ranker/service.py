@@ -29,7 +29,7 @@ import orjson
 from memcore import Lifecycle, Purge, RankParams, Retire, Scored, Supersede, derive_memory_id
 from memcore.graph import MAX_HOPS, recall_hops
 from memcore.keyword import bm25_scores
-from memcore.policy import RecallPolicy
+from memcore.policy import DecayPolicy, RecallPolicy
 from ranker.applied import AppliedOffsets, Token
 from ranker.batcher import Batcher, Overloaded
 from ranker.errors import Unavailable
@@ -67,6 +67,8 @@ class RecallQuery:
         filters: scalar filters applied in Milvus before ranking (states, validity, as-of).
         track: emit a recall access event per returned memory.
         after: wait until the worker has applied this token's writes and accesses.
+        decay: the rates recency is scored with, by each memory's tier
+            (:func:`memcore.policy.recall_decay`); None: each memory's own τ.
     """
 
     text: str | None
@@ -77,6 +79,7 @@ class RecallQuery:
     filters: Filters = field(default_factory=Filters)
     track: bool = True
     after: Token | None = None
+    decay: DecayPolicy | None = None
 
 
 @dataclass(frozen=True)
@@ -649,7 +652,7 @@ def _assemble(
     return RankRequest(
         ids=ids,
         at_us=to_us(query.at),
-        params=RankParams(k=query.k, policy=policy),
+        params=RankParams(k=query.k, policy=policy, decay=query.decay),
         similarity=similarity,
         keyword=keywords,
         importance=live.importance,
@@ -657,7 +660,7 @@ def _assemble(
         created_at_us=created_at_us,
         tau_hours=live.tau_hours,
         graph_hops=graph_hops,
-        semantic=live.semantic,
+        tier=live.tier,
         accessed=live.accessed,
         archived=live.archived,
         vectors=vectors,

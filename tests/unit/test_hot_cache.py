@@ -301,10 +301,11 @@ def test_an_access_updates_the_scoring_columns_without_reading_milvus() -> None:
     hits = cache.search("acme", [1.0, 0.0, 0.0, 0.0], 10, RECALL)
     assert hits is not None
     expected = LiveColumns.of([view["a"], view["b"]])
-    for name in ("importance", "last_access_us", "tau_hours", "accessed", "semantic", "archived"):
+    for name in ("importance", "last_access_us", "tau_hours", "accessed", "tier", "archived"):
         assert getattr(hits.live, name).tolist() == getattr(expected, name).tolist(), name
     assert hits.live.accessed.tolist() == [True, False]
     assert hits.live.archived.tolist() == [False, True]
+    assert hits.live.tier.tolist() == [TIERS.index("episodic"), TIERS.index("semantic")]
     assert store.reads == reads
 
 

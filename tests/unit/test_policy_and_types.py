@@ -6,7 +6,14 @@ import pytest
 
 from memcore import Access, AccessKind, InvalidField, Item, Lifecycle, Policy, Tier, apply, plan
 from memcore.ids import check_id, content_hash, derive_memory_id, split_key, state_key
-from memcore.policy import DecayPreset, LifecyclePreset, RecallPreset, RecallWeights
+from memcore.policy import (
+    DECAY_PRESETS,
+    DecayPreset,
+    LifecyclePreset,
+    RecallPreset,
+    RecallWeights,
+    recall_decay,
+)
 from memcore.types import require_aware
 
 from .helpers import created
@@ -37,6 +44,20 @@ def test_powermem_decay_preset() -> None:
     decay = Policy.build(decay="PowerMem").decay
     assert [decay.tau_hours(t) for t in Tier] == [1.2, 3.6, 4.8]
     assert decay.tau_hours(None) == 2.4
+
+
+def test_a_recall_preset_decays_at_its_source_s_rates_on_a_tenant_decaying_otherwise() -> None:
+    zeromemory, powermem = (
+        DECAY_PRESETS[DecayPreset.ZEROMEMORY],
+        DECAY_PRESETS[DecayPreset.POWERMEM],
+    )
+    assert recall_decay(RecallPreset.POWERMEM, zeromemory) is powermem
+    assert recall_decay(RecallPreset.ZEROMEMORY, powermem) is zeromemory
+    assert recall_decay(RecallPreset.POWERMEM, powermem) is None  # each memory's own τ
+    tuned = Policy.build(overrides={"decay": {"semantic_tau_hours": 5000.0}}).decay
+    assert recall_decay(RecallPreset.ZEROMEMORY, tuned) is None  # the tenant's overrides stay
+    for preset in (RecallPreset.MNEMOSTREAM, RecallPreset.ZEPH):
+        assert recall_decay(preset, powermem) is recall_decay(preset, zeromemory) is None
 
 
 def test_overrides_apply_and_nest() -> None:

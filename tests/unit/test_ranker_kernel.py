@@ -13,7 +13,13 @@ import pytest
 import torch
 
 from memcore import Candidate, InvalidField, RankParams, Scored, Tier, rank
-from memcore.policy import RecallPolicy, RecallPreset, RecallWeights
+from memcore.policy import (
+    DECAY_PRESETS,
+    DecayPreset,
+    RecallPolicy,
+    RecallPreset,
+    RecallWeights,
+)
 from memcore.vectors import cosine
 from ranker.kernel import RankRequest, diversifies, passes, rank_many
 
@@ -56,7 +62,10 @@ def random_params(rng: random.Random) -> RankParams:
         archived_penalty=rng.choice([0.5, 0.0, 1.0]),
         soft_delete_below=rng.choice([0.05, 0.3]),
     )
-    return RankParams(k=rng.randrange(1, 20), policy=policy)
+    decay = rng.choice(
+        [None, DECAY_PRESETS[DecayPreset.ZEROMEMORY], DECAY_PRESETS[DecayPreset.POWERMEM]]
+    )
+    return RankParams(k=rng.randrange(1, 20), policy=policy, decay=decay)
 
 
 def assert_same(got: list[Scored], want: list[Scored]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import threading
 from collections.abc import Sequence
 from datetime import timedelta
@@ -13,9 +14,16 @@ import pytest
 import torch
 
 from memcore import Scored
-from memcore.policy import RecallPolicy, RecallPreset
+from memcore.policy import (
+    DECAY_PRESETS,
+    DecayPolicy,
+    DecayPreset,
+    RecallPolicy,
+    RecallPreset,
+    recall_decay,
+)
 from ranker import service as service_module
-from ranker.kernel import LIGHT_ROWS, RankRequest
+from ranker.kernel import LIGHT_ROWS, RankRequest, rank_many
 from ranker.service import Candidate, RecallQuery, RecallService, _request
 from storage import to_us
 from tests.rows import make_row
@@ -68,6 +76,54 @@ def test_access_and_archive_columns_follow_the_rows() -> None:
     request = _request(hits, (1.0, 0.0), query(), {})
     assert request.accessed.tolist() == [False, True, False]
     assert request.archived.tolist() == [False, False, True]
+
+
+def aged(
+    memory_id: str, similarity: float, idle: timedelta, tier: str, tau_hours: float
+) -> Candidate:
+    """A memory last accessed ``idle`` before T0, with the τ its tenant's decay preset gave it,
+    whose cosine to the query (1, 0) is ``similarity``.
+    """
+    last = to_us(T0 - idle)
+    row = make_row(
+        "acme",
+        memory_id,
+        (similarity, math.sqrt(1.0 - similarity**2)),
+        tier=tier,
+        created_at_us=last,
+        last_access_us=last,
+        tau_hours=tau_hours,
+        access_count=1,
+    )
+    return Candidate(row, similarity, None)
+
+
+def test_powermem_and_zeromemory_recalls_decay_at_their_own_rates_on_the_other_s_tenant() -> None:
+    # a tenant decaying as zeromemory (working τ 48 h): powermem's own rate (1.2 h) vetoes the
+    # half-day-old strong match, and the fresh weaker one ranks first, as in PowerMem
+    on_zeromemory = [
+        aged("stale", 0.9, timedelta(hours=12), "working", 48.0),
+        aged("fresh", 0.5, timedelta(minutes=1), "working", 48.0),
+    ]
+    powermem = query(
+        text=None,
+        policy=RecallPolicy.of(RecallPreset.POWERMEM),
+        decay=recall_decay(RecallPreset.POWERMEM, DecayPolicy()),
+    )
+    (ranked,) = rank_many([_request(on_zeromemory, (1.0, 0.0), powermem, {})])
+    assert [s.memory_id for s in ranked] == ["fresh", "stale"]
+    assert ranked[0].final == pytest.approx(0.5 * math.exp(-1 / 60 / 1.2))
+    assert ranked[1].recency == pytest.approx(math.exp(-12 / 1.2))
+    # a tenant decaying as powermem (episodic τ 3.6 h): zeromemory's own rate (240 h) keeps a
+    # two-day-old memory above its soft-delete line
+    on_powermem = [aged("two-days", 0.9, timedelta(days=2), "episodic", 3.6)]
+    on_it = recall_decay(RecallPreset.ZEROMEMORY, DECAY_PRESETS[DecayPreset.POWERMEM])
+    (kept,) = rank_many([_request(on_powermem, (1.0, 0.0), query(text=None, decay=on_it), {})])
+    assert [s.memory_id for s in kept] == ["two-days"]
+    assert kept[0].recency == pytest.approx(math.exp(-48 / 240))
+    # the default preset scores each memory's own τ
+    (own,) = rank_many([_request(on_powermem, (1.0, 0.0), query(policy=RecallPolicy()), {})])
+    assert own[0].recency == pytest.approx(math.exp(-48 / 3.6))
 
 
 def _recording(monkeypatch: pytest.MonkeyPatch, device: str) -> list[int]:

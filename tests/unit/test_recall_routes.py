@@ -10,6 +10,7 @@ import pytest
 
 from memcore.scoring import Scored
 from ranker.service import Candidate, Recall, Recalled, RecallQuery
+from storage import to_us
 from storage.records import Limits, checked_access
 from storage.tenants import TenantRegistry
 from tests.rows import make_row
@@ -110,6 +111,49 @@ async def test_archive_search_under_zeromemory_finds_what_the_sweep_archived(
         await service.stop()
     assert [r["memory_id"] for r in archive.json()["results"]] == ["old"]
     assert recall.json()["results"] == []  # recall keeps the preset's soft delete
+
+
+async def test_a_powermem_recall_on_a_zeromemory_tenant_vetoes_what_is_hours_stale(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SPEC section 6: a named preset reproduces its source per request, its decay rates included.
+    The tenant decays as zeromemory (a working memory's τ is 48 h); PowerMem's is 1.2 h, so the
+    strong match last used 12 hours ago falls below the fresh weaker one.
+    """
+    service, client = service_and_client(Produced())
+    now = to_us(datetime.now(UTC))
+
+    def used(memory_id: str, head: tuple[float, float], hours_ago: float) -> Candidate:
+        last = now - int(hours_ago * 3.6e9)
+        row = make_row(
+            "acme",
+            memory_id,
+            (*head, 0.0, 0.0),
+            tier="working",
+            tau_hours=48.0,
+            created_at_us=last,
+            last_access_us=last,
+            access_count=1,
+        )
+        return Candidate(row, head[0], None)
+
+    def candidates(tenant_id: str, vector: object, query: RecallQuery) -> list[Candidate]:
+        return [used("stale", (1.0, 0.0), 12), used("fresh", (0.5, 0.75**0.5), 0)]
+
+    monkeypatch.setattr(service, "_candidates", candidates)
+    body = {"vector": [1, 0, 0, 0], "track": False}
+    await service.start()
+    try:
+        async with client as http:
+            powermem = await http.post(
+                "/v1/recall", json={**body, "preset": "powermem"}, headers=AUTH
+            )
+            default = await http.post("/v1/recall", json=body, headers=AUTH)
+    finally:
+        await service.stop()
+    assert powermem.status_code == default.status_code == 200, powermem.text
+    assert [r["memory_id"] for r in powermem.json()["results"]] == ["fresh", "stale"]
+    assert [r["memory_id"] for r in default.json()["results"]] == ["stale", "fresh"]
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import math
 from datetime import timedelta
 
@@ -8,7 +9,7 @@ import pytest
 from memcore import Candidate, InvalidField, RankParams, Tier, mmr, rank
 from memcore.graph import hops_from, proximity, recall_hops
 from memcore.keyword import bm25_scores, keyword_text, normalise_by_max, stem
-from memcore.policy import RecallPolicy, RecallPreset, RecallWeights
+from memcore.policy import DECAY_PRESETS, DecayPreset, RecallPolicy, RecallPreset, RecallWeights
 
 from .helpers import T0, hours
 
@@ -210,6 +211,19 @@ class TestZeph:
 def test_powermem_preset_multiplies() -> None:
     ranked = rank([cand("a", 0.8, idle_h=TAU)], T0, params(preset=RecallPreset.POWERMEM))
     assert ranked[0].final == pytest.approx(0.8 * math.exp(-1))
+
+
+def test_given_decay_rates_replace_each_candidate_s_tau_by_its_tier_s() -> None:
+    memories = [
+        cand("w", 0.8, idle_h=1.2, tier=Tier.WORKING),
+        cand("s", 0.8, idle_h=4.8, tier=Tier.SEMANTIC),
+    ]
+    powermem = dataclasses.replace(
+        params(preset=RecallPreset.POWERMEM), decay=DECAY_PRESETS[DecayPreset.POWERMEM]
+    )
+    assert [s.recency for s in rank(memories, T0, powermem)] == pytest.approx([math.exp(-1)] * 2)
+    own = rank(memories, T0, params(preset=RecallPreset.POWERMEM))  # each its τ of 240 h
+    assert [s.recency for s in own] == pytest.approx([math.exp(-1.2 / TAU), math.exp(-4.8 / TAU)])
 
 
 def test_recall_hops_start_from_the_most_similar_candidates() -> None:
