@@ -145,6 +145,18 @@ def _write(state: MemoryState | None, event: Write, policy: Policy) -> Result:
         if changed
         else Effect(EffectKind.FOLDED, f"identical rewrite #{folded.write_count}")
     ]
+    written_as = event.memory_type
+    if written_as is not None and written_as.rank > state.tier.rank:
+        # the tier the writer states, up only (as a merge's survivor takes its source's); a
+        # higher importance alone leaves the tier to the next access's promote gate
+        folded = dataclasses.replace(
+            folded,
+            tier=written_as,
+            tau_hours=policy.decay.tau_hours(written_as),
+            card=cards.rescheduled(folded.card, event.at, folded.importance, policy.review),
+        )
+        why = f"{state.tier} -> {written_as}: written again as {written_as}"
+        effects.append(Effect(EffectKind.PROMOTED, why))
     if state.state is not Lifecycle.ACTIVE:
         # the decay clock restarts at the revival, never earlier than the last access (a
         # backdated rewrite that arrives late must not age the memory)

@@ -34,6 +34,9 @@ from storage.usage import parse_service_args
 
 log = logging.getLogger(__name__)
 
+#: At stop, how long the HTTP server waits for requests in flight before cancelling them (s).
+HTTP_GRACE_S = 10
+
 
 def build(
     settings: RankerSettings,
@@ -133,6 +136,7 @@ def build(
         registry,
         settings.limits(registry),
         max_in_flight=settings.max_in_flight,
+        max_in_flight_per_tenant=settings.max_in_flight_per_tenant,
         ready=_readiness(store, producer, worker_ready, cache, view),
         audit=AuditLog(kafka, settings.topic("audit")),
         rate_limit_per_s=settings.tenant_rate_limit_per_s,
@@ -229,6 +233,8 @@ def main() -> None:
         log_level="info",
         log_config=None,
         access_log=False,  # ranker.logs.RequestLog logs every request, with its ids
+        # a client stalled mid-request must not hold SIGTERM (nor the lifespan's shutdown)
+        timeout_graceful_shutdown=HTTP_GRACE_S,
     )
     log.info(
         "ranker on http://%s:%d", settings.host, settings.port

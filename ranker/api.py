@@ -32,7 +32,7 @@ from memcore import InvalidField, Tier
 from memcore.ids import check_id
 from memcore.policy import MAX_WEIGHT, RecallPolicy, RecallPreset, recall_decay
 from ranker.admin import admin_routes
-from ranker.admission import Admission
+from ranker.admission import Admission, TenantBusy, TenantSlots
 from ranker.applied import NotAppliedError
 from ranker.batcher import Overloaded
 from ranker.errors import Unavailable
@@ -198,6 +198,7 @@ def create_api(
     limits: Limits | None = None,
     *,
     max_in_flight: int = 256,
+    max_in_flight_per_tenant: int | None = None,
     ready: Mapping[str, Callable[[], Awaitable[bool]]] | None = None,
     audit: AuditLog | None = None,
     rate_limit_per_s: float = 0.0,
@@ -207,8 +208,10 @@ def create_api(
     """The app; ``service`` must be started (and stopped) by the caller's lifespan. ``limits``:
     what the worker accepts (``SharedSettings.limits()``); default: the embedder's dimension and
     the settings' default sizes and skew. ``max_in_flight``: API requests served at once, beyond
-    which 429. ``ready``: named checks (cheap or cached) that ``GET /readyz`` requires besides
-    the batcher running (the producer, Milvus, the worker's recovery in ``python -m server``).
+    which 429; ``max_in_flight_per_tenant``: those of one tenant (None: a quarter of
+    ``max_in_flight``, at least 1), beyond which 429. ``ready``: named checks (cheap or cached)
+    that ``GET /readyz`` requires besides the batcher running (the producer, Milvus, the
+    worker's recovery in ``python -m server``).
     ``audit``: where a memory's history is read (None: the history route answers 503).
     ``rate_limit_per_s``: a tenant's request rate when its own is not set (0: unlimited).
     ``admin_key``: opens the admin routes (:mod:`ranker.admin`) when ``registry`` is the live
@@ -224,11 +227,14 @@ def create_api(
         responses=RESPONSES,
     )
     api.router.route_class = OrjsonRoute  # JSON bodies (vectors) read by orjson, every route
+    per_tenant = max_in_flight_per_tenant or max(1, max_in_flight // 4)
+    api.state.tenant_slots = TenantSlots(min(per_tenant, max_in_flight))
     api.add_middleware(
         Admission,  # inside RequestLog: a refused request is logged with its request id too
         max_in_flight=max_in_flight,
         metrics=service.metrics,
         routes=lambda: api.routes,
+        tenant_slots=api.state.tenant_slots,
     )
     api.add_middleware(RequestLog, every_request=log_every_request)
     checks = dict(ready or {})
@@ -337,6 +343,7 @@ def _errors(api: FastAPI) -> None:
     retry_later: tuple[tuple[type[Exception], int], ...] = (
         (Overloaded, 429),
         (RateLimited, 429),
+        (TenantBusy, 429),
         (CompactedLogError, 503),
         (NotAppliedError, 503),
         (Unavailable, 503),

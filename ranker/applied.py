@@ -13,6 +13,7 @@ is bounded; past it, :class:`NotAppliedError` says to retry later.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import time
@@ -188,19 +189,23 @@ class AppliedOffsets:
     async def wait(self, token: Token, derived_role: str = "memory-writes") -> None:
         """Return once every offset in ``token`` is applied, then what those batches derived on
         ``derived_role`` (when unknown: all it held at that moment), then once the state view
-        holds the result; raise :class:`NotAppliedError`
-        after ``timeout_s``.
+        holds the result; raise :class:`NotAppliedError` after ``timeout_s``, Kafka's answers
+        included (a broker that takes connections and answers nothing holds no read longer).
         """
         started = time.monotonic()
-        await self._until(token.offsets, started, issued=token)
-        if derived_role in token.offsets:
-            derived = await self._derived(derived_role, token.offsets[derived_role])
-            if derived:
-                await self._until({derived_role: derived}, started)
-        if self.view_caught_up is not None:
-            left = self.timeout_s - (time.monotonic() - started)
-            if left <= 0 or not await self.view_caught_up(left):
-                raise NotAppliedError(time.monotonic() - started)
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await self._until(token.offsets, started, issued=token)
+                if derived_role in token.offsets:
+                    derived = await self._derived(derived_role, token.offsets[derived_role])
+                    if derived:
+                        await self._until({derived_role: derived}, started)
+                if self.view_caught_up is not None:
+                    left = self.timeout_s - (time.monotonic() - started)
+                    if left <= 0 or not await self.view_caught_up(left):
+                        raise NotAppliedError(time.monotonic() - started)
+        except TimeoutError:
+            raise NotAppliedError(time.monotonic() - started) from None
 
     async def _derived(self, role: str, offsets: Mapping[int, int]) -> dict[int, int]:
         """``{partition: highest offset}`` of ``role`` to be applied after ``offsets``: what

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ from storage.sealing import seal_write
 GRAPH_FETCH_MAX = 1_000
 """Memories beyond the candidates whose relations one recall reads, per hop, at most."""
 
+log = logging.getLogger(__name__)
 Send = Callable[[str, bytes, bytes], Awaitable[Awaitable[object]]]
 """Enqueue one message (topic role, key, value), in call order; returns its delivery to await
 (its result has the ``partition`` and ``offset`` the message got)."""
@@ -170,6 +172,7 @@ class RecallService:
         )
         self.scoring_threads = scoring_threads
         self._kernel: ThreadPoolExecutor | None = None  # started by start()
+        self._orphans: set[asyncio.Future[object]] = set()  # deliveries of failed requests
         self.batcher: Batcher[RankRequest, list[Scored]] = Batcher(
             self._score,
             max_batch=batch_max,
@@ -211,10 +214,16 @@ class RecallService:
             # ~1 ms of numpy with no per-candidate Python: not worth a thread hop
             hits = self.cache.search(tenant_id, vector, self._wanted(query), query.filters)
         request: RankRequest | None = None
+        # BM25 over the candidates' contents (no full-text index gave their scores) is Python
+        # per word of each: 100 candidates of 16 KB held the event loop, every tenant's
+        # requests and the probes, for most of a second
+        off_loop = bool(query.text) and query.policy.scores_keywords
         if hits is not None:
             self.metrics.vector_searches.labels("hot").inc()
             rows: Sequence[MemoryRow] = hits.rows
-            request = _hot_request(hits, vector, query) if hits else None
+            if hits:
+                build = functools.partial(_hot_request, hits, vector, query)
+                request = await asyncio.to_thread(build) if off_loop else build()
         else:
             candidates = await asyncio.to_thread(self._candidates, tenant_id, vector, query)
             rows = [c.row for c in candidates]
@@ -222,7 +231,10 @@ class RecallService:
                 relations: Mapping[str, Sequence[str]] = {}
                 if _uses_graph(query.policy):
                     relations = await self._relations(tenant_id, candidates)
-                request = _request(candidates, vector, query, relations, self._live_values)
+                build = functools.partial(
+                    _request, candidates, vector, query, relations, self._live_values
+                )
+                request = await asyncio.to_thread(build) if off_loop else build()
         results: list[Recalled] = []
         if request is not None:
             scored = await self.batcher.submit(request)
@@ -519,14 +531,28 @@ class RecallService:
 
     async def _produce_all(self, messages: Sequence[tuple[str, Mapping[str, Any]]]) -> Token:
         """Enqueue ``(topic role, value)`` in order (a memory's events keep their order), then
-        wait for all deliveries at once: one round trip per call, not one per message.
+        wait for all deliveries at once: one round trip per call, not one per message. When one
+        cannot be enqueued, those enqueued before it are still awaited, in the background (their
+        failures logged, not left unretrieved), and the error is raised.
         """
-        deliveries = [
-            await self.send(role, f"{v['tenant_id']}/{v['memory_id']}".encode(), orjson.dumps(v))
-            for role, v in messages
-        ]
+        deliveries: list[Awaitable[object]] = []
+        try:
+            for role, v in messages:
+                key = f"{v['tenant_id']}/{v['memory_id']}".encode()
+                deliveries.append(await self.send(role, key, orjson.dumps(v)))
+        except BaseException:
+            for delivery in deliveries:
+                task = asyncio.ensure_future(delivery)
+                self._orphans.add(task)
+                task.add_done_callback(self._orphan_done)
+            raise
         done = await asyncio.gather(*deliveries)
         return Token.of([(role, meta) for (role, _), meta in zip(messages, done, strict=True)])
+
+    def _orphan_done(self, task: asyncio.Future[object]) -> None:
+        self._orphans.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("an event of a request answered with an error: %s", task.exception())
 
     async def get(
         self, tenant_id: str, memory_id: str, after: Token | None = None

@@ -44,6 +44,13 @@ class RankerSettings(SharedSettings):
         ge=1,
         description="API requests served at once; more get HTTP 429 at once, before any work",
     )
+    max_in_flight_per_tenant: int | None = Field(
+        None,
+        ge=1,
+        description="API requests of one tenant served at once; more get HTTP 429 (so a tenant"
+        " whose reads wait out their tokens cannot take every slot); unset: a quarter of"
+        " MNEMO_MAX_IN_FLIGHT",
+    )
     produce_timeout_s: float = Field(
         5.0,
         gt=0,

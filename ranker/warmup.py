@@ -39,7 +39,6 @@ from typing import Any, TypeVar
 
 from memcore.ids import split_key
 from ranker.hotcache import HotCache, PreloadStoppedError
-from storage import StorageError
 from storage.changelogs import (
     ChangelogStream,
     DocumentRows,
@@ -237,7 +236,7 @@ async def _preload(cache: HotCache, tenant_ids: list[str]) -> None:
     except PreloadStoppedError:
         log.info("hot cache preload stopped (the ranker is stopping)")
         return
-    except StorageError:
+    except Exception:  # a row Milvus gives that does not decode, too: logged now, not at stop
         log.warning("hot cache preload failed; tenants load at their first recall", exc_info=True)
         return
     log.info(

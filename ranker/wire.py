@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
 
+from ranker.admission import TenantSlots
 from ranker.applied import Token
 from ranker.logs import set_tenant
 from ranker.problems import printable
@@ -186,6 +187,9 @@ def _tenant_of(request: Request, key: str | None) -> Tenant:
     if found is None:
         raise HTTPException(401, "missing or unknown API key", {"WWW-Authenticate": "Bearer"})
     set_tenant(found.tenant_id)
+    slots: TenantSlots | None = getattr(request.app.state, "tenant_slots", None)
+    if slots is not None:
+        slots.take(request.scope, found.tenant_id)
     limiter: RateLimiter = request.app.state.rate_limiter
     limiter.check(found.tenant_id, found.rate_limit_per_s, time.monotonic())  # the edge's clock
     return found

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import uvicorn
 
-from ranker.__main__ import build
+from ranker.__main__ import HTTP_GRACE_S, build
 from ranker.hotcache import HotCache
 from ranker.listen import listening_socket
 from ranker.logs import configure, logging_config
@@ -30,8 +30,6 @@ from streams.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
 
-#: At stop, how long the HTTP server waits for requests in flight before cancelling them (s).
-HTTP_GRACE_S = 10
 #: At stop, how long the worker waits for the HTTP server and the ranker's lifespan shutdown (s)
 #: (``scripts/stack.sh`` kills the process after 60 s).
 HTTP_STOP_S = HTTP_GRACE_S + PRELOAD_STOP_S + 10

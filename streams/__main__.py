@@ -18,7 +18,7 @@ from typing import Any
 
 import faust
 
-from storage import MilvusStore
+from storage import MilvusStore, StorageError
 from storage.changelogs import Tables
 from storage.heap import freeze_slow_collections, trim_heap
 from storage.usage import parse_service_args
@@ -72,6 +72,7 @@ def resync_milvus(
     started = time.perf_counter()
     done = rebuild.resync(settings, store, into=into, read=read)
     trim_heap()  # the read is dropped with resync's frame
+    compact_at_start(settings, store)
     if done.upserted or done.deleted or done.asked:
         log.info(
             "Milvus resynced from the changelogs (it held %d rows, they hold %d%s): %d rows"
@@ -91,6 +92,20 @@ def resync_milvus(
             time.perf_counter() - started,
         )
     return done
+
+
+def compact_at_start(settings: WorkerSettings, store: MilvusStore) -> None:
+    """Ask Milvus to compact once at start (unless ``MNEMO_MILVUS_COMPACT_INTERVAL_S`` is 0): the
+    compaction a stopped worker owed deletes made within the interval of its last ask (a task
+    waiting out the interval ends with the process) and the resync's own deletes. A failure is
+    logged; the next delete asks again.
+    """
+    if not settings.milvus_compact_interval_s:
+        return
+    try:
+        store.compact()
+    except StorageError as exc:
+        log.warning("asking Milvus to compact at start failed: %s", exc)
 
 
 def publish_endpoint(path: Path, endpoint: str) -> None:

@@ -264,6 +264,7 @@ async def api(
         REGISTRY,
         LIMITS,
         max_in_flight=max_in_flight,
+        max_in_flight_per_tenant=max_in_flight,  # one tenant here: the limit for all is tested
         ready={"kafka": producer.ready, "milvus": milvus},
     )
     await producer.start()

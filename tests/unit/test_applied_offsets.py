@@ -70,6 +70,29 @@ def _token(offsets: object) -> str:
     return "v1." + base64.urlsafe_b64encode(orjson.dumps(offsets)).decode().rstrip("=")
 
 
+@pytest.mark.parametrize("stalls", ["committed", "end_offsets"])
+async def test_a_broker_that_never_answers_holds_a_wait_no_longer_than_its_timeout(
+    stalls: str,
+) -> None:
+    """The timeout was checked between asks only: a broker that took connections and answered
+    nothing held every read with a token for as long as the client's own request timeout (40 s).
+    """
+    never = asyncio.Event()
+
+    async def committed() -> Mapping[tuple[str, int], int]:
+        if stalls == "committed":
+            await never.wait()
+        return {("memory-writes", 0): 10}  # the token's writes are applied
+
+    async def end_offsets(role: str) -> Mapping[int, int]:
+        await never.wait()
+        return {0: 10}
+
+    applied = AppliedOffsets(committed, end_offsets, poll_s=0.01, timeout_s=0.1)
+    with pytest.raises(NotAppliedError):  # not the test's own guard below
+        await asyncio.wait_for(applied.wait(Token({"memory-writes": {0: 5}})), 10)
+
+
 def test_a_token_round_trips_through_its_text() -> None:
     token = Token({"memory-writes": {0: 5, 3: 2**63 - 1}, "access-events": {2**31 - 1: 0}})
     assert Token.decode(token.encode()) == token

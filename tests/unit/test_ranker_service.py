@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from datetime import timedelta
 from typing import Any, cast
 
@@ -23,9 +23,11 @@ from memcore.policy import (
     recall_decay,
 )
 from ranker import service as service_module
+from ranker.errors import Unavailable
 from ranker.kernel import LIGHT_ROWS, RankRequest, rank_many
 from ranker.service import Candidate, RecallQuery, RecallService, _request
-from storage import to_us
+from storage import MilvusConfig, to_us
+from storage.milvus import Hit
 from tests.rows import make_row
 
 from .helpers import T0
@@ -188,3 +190,75 @@ def _submit_one(request: RankRequest, kernel_thread: bool | None = None) -> int:
         return threading.get_ident()
 
     return asyncio.run(main())
+
+
+class NoFullText:
+    """A Milvus 2.3/2.4 server as a recall sees it: vector hits, no BM25 of its own."""
+
+    config = MilvusConfig("unused.db", dim=2, full_text=False)
+
+    def search(self, tenant_id: str, vectors: object, k: int, filters: object) -> object:
+        return [[Hit(cand(f"m{i}", "python tips " * 50).row, 0.9) for i in range(3)]]
+
+
+def test_keywords_scored_over_the_candidates_are_scored_off_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """BM25 over the candidates' contents is Python per word: for 100 candidates of 16 KB it held
+    the event loop (every tenant's requests, the probes) for most of a second.
+    """
+    scored_on: list[int] = []
+
+    def bm25(query: str, documents: Sequence[str], **kw: Any) -> list[float]:
+        scored_on.append(threading.get_ident())
+        return [1.0] * len(documents)
+
+    monkeypatch.setattr(service_module, "bm25_scores", bm25)
+    service = RecallService(cast(Any, NoFullText()), cast(Any, None), cast(Any, None))
+
+    async def main() -> tuple[int, list[str]]:
+        await service.start()
+        try:
+            mnemostream = RecallPolicy()  # scores keywords
+            text = query(vector=(1.0, 0.0), track=False, policy=mnemostream)
+            with_text = await service.recall("acme", text)
+            vector_only = query(text=None, vector=(1.0, 0.0), track=False, policy=mnemostream)
+            assert (await service.recall("acme", vector_only)).results
+        finally:
+            await service.stop()
+        return threading.get_ident(), [r.row.memory_id for r in with_text.results]
+
+    loop_thread, found = asyncio.run(main())
+    assert sorted(found) == ["m0", "m1", "m2"]
+    assert len(scored_on) == 1  # the text query's only
+    assert scored_on[0] != loop_thread
+
+
+def test_deliveries_enqueued_before_a_failed_send_are_still_awaited() -> None:
+    """The second of a request's events could not be enqueued: the first one's delivery was
+    dropped unawaited ("coroutine never awaited", its failure never retrieved nor logged).
+    """
+    awaited: list[str] = []
+
+    async def delivered(memory_id: str) -> object:
+        await asyncio.sleep(0)
+        awaited.append(memory_id)
+        raise Unavailable("kafka", "produce", "not acknowledged")
+
+    async def send(role: str, key: bytes, value: bytes) -> Awaitable[object]:
+        if key.endswith(b"/m2"):
+            raise Unavailable("kafka", "produce", "no answer")
+        return delivered(key.decode())
+
+    service = RecallService(cast(Any, None), cast(Any, None), send)
+    events = [("access-events", {"tenant_id": "acme", "memory_id": m}) for m in ("m1", "m2")]
+
+    async def main() -> None:
+        with pytest.raises(Unavailable, match="no answer"):
+            await service._produce_all(events)
+        for _ in range(10):  # the first delivery ends in the background
+            await asyncio.sleep(0)
+
+    asyncio.run(main())
+    assert awaited == ["acme/m1"]
+    assert not service._orphans

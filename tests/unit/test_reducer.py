@@ -23,6 +23,7 @@ from memcore import (
     Tier,
     apply,
 )
+from memcore.card import review_intervals_hours
 
 from .helpers import T0, created, hours, write
 
@@ -432,3 +433,19 @@ def test_a_survivor_takes_the_later_last_access_and_the_tags_of_what_it_absorbs(
     older, _ = apply(survivor, Absorb(used, "c", 0, 0, 1, 0.1, "dup", T0 - hours(5)), DEFAULT)
     assert older is not None
     assert (older.last_access, older.tags) == (survivor.last_access, ("work",))
+
+
+def test_a_rewrite_stating_a_higher_tier_moves_the_memory_up_never_down() -> None:
+    first = created(0.4)
+    assert first.tier is Tier.WORKING
+    at = T0 + hours(1)
+    semantic, effects = apply(first, write(importance=0.4, tier=Tier.SEMANTIC, at=at), DEFAULT)
+    assert semantic is not None
+    assert semantic.tier is Tier.SEMANTIC
+    assert semantic.tau_hours == DEFAULT.decay.semantic_tau_hours
+    assert semantic.card.next_review == at + hours(review_intervals_hours(0.4, DEFAULT.review)[0])
+    assert [e.kind for e in effects] == [EffectKind.FOLDED, EffectKind.PROMOTED]
+    working, effects = apply(semantic, write(importance=0.4, tier=Tier.WORKING, at=at), DEFAULT)
+    assert working is not None
+    assert (working.tier, working.tau_hours) == (Tier.SEMANTIC, semantic.tau_hours)
+    assert [e.kind for e in effects] == [EffectKind.FOLDED]

@@ -290,3 +290,20 @@ def test_user_scoped_ids_and_ids_scoped_before_users_existed() -> None:
     assert with_user != agent_only
     assert with_user == derive_memory_id("acme", "Alice  likes tea", "bot-1", "run-1", "u-1")
     assert with_user != derive_memory_id("acme", "Alice likes tea", "bot-1", "run-1", "u-2")
+
+
+def test_a_criteria_mean_on_a_tier_line_lands_on_its_side_of_it() -> None:
+    """0.3·0.4 + 0.2 + 0.15 + 0.15 + 0.1·0.8 + 0.1 is 0.8 exactly; summed in floats it came out
+    0.7999999999999999, and the memory was classified episodic instead of semantic.
+    """
+    criteria = {
+        "relevance": 0.4,
+        "novelty": 1.0,
+        "emotional_impact": 1.0,
+        "actionable": 1.0,
+        "factual": 0.8,
+        "personal": 1.0,
+    }
+    decision = resolve_importance("x", llm_answer=json.dumps({"criteria_scores": criteria}))
+    assert decision.score == 0.8
+    assert classify_tier(decision.score, TierPolicy()) is Tier.SEMANTIC

@@ -1,0 +1,68 @@
+"""What a process does at start besides serving: the compaction a stopped worker owed, the hot
+cache's warm-up."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+import pytest
+
+from ranker import warmup
+from storage import StorageError
+from streams import __main__ as worker_main
+from streams import rebuild
+from streams.rebuild import Resynced
+from streams.settings import WorkerSettings
+
+
+class Store:
+    def __init__(self, fails: bool = False) -> None:
+        self.asked = 0
+        self.fails = fails
+
+    def compact(self) -> None:
+        self.asked += 1
+        if self.fails:
+            raise StorageError("compact", "Milvus is busy", retriable=True)
+
+
+@pytest.mark.parametrize(("interval_s", "asked"), [(600.0, 1), (0.0, 0)])
+def test_a_start_asks_milvus_to_compact_what_the_stopped_worker_owed(
+    monkeypatch: pytest.MonkeyPatch, interval_s: float, asked: int
+) -> None:
+    """A compaction waiting out its interval ended with the process (SIGTERM, a rolling
+    restart), and the restarted worker asked again only at its next delete, which might never
+    come: an erased memory's words stayed in a Milvus server's segments.
+    """
+    monkeypatch.setattr(rebuild, "resync", lambda *a, **kw: Resynced(0, 0, 0, 0, 0))
+    store = Store()
+    settings = WorkerSettings(milvus_compact_interval_s=interval_s)
+    worker_main.resync_milvus(settings, cast(Any, store))
+    assert store.asked == asked
+
+
+def test_a_failed_ask_at_start_is_logged_and_the_start_goes_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(rebuild, "resync", lambda *a, **kw: Resynced(3, 3, 3, 0, 0))
+    done = worker_main.resync_milvus(WorkerSettings(), cast(Any, Store(fails=True)))
+    assert done.rows == 3
+    assert "asking Milvus to compact at start failed" in caplog.text
+
+
+def test_a_hot_cache_preload_failing_in_any_way_is_logged_as_it_fails(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A row that did not decode (a TypeError, not a StorageError) ended the warm-up silently:
+    readiness passed, the ready line ``make up`` waits for never came, and the error was logged
+    only at shutdown.
+    """
+
+    class Broken:
+        def preload(self, tenant_ids: object) -> tuple[int, int]:
+            raise TypeError("'NoneType' object is not iterable")
+
+    asyncio.run(warmup._preload(cast(Any, Broken()), []))
+    assert "hot cache preload failed" in caplog.text
+    assert "NoneType" in caplog.text
