@@ -41,9 +41,10 @@ general chatter. Probes and their metrics:
   version), stale-above-newest (an older version ranks above the newest, or is returned without it);
 * ``as-of``: the same question with ``at`` between two versions: as-of P@1 (top 1 is the version
   valid then);
-* ``before``: "Where did Alice live before Lisbon?" with ``include_history`` true: before P@1 = of
-  the fact's versions older than the named one that come back, the newest is its predecessor (the
-  order of the results is not used: with history the service lists them in time order);
+* ``before``: "Where did Alice live before Lisbon?" with ``include_history`` true: before R@10 =
+  the named version's predecessor is among the results (with history the service lists them in
+  time order, so no rank is read; until 2026-12-05 this figure was called "before P@1", but it
+  always measured this);
 * ``critical``: "What is Bob allergic to?": critical R@5;
 * ``re-accessed``: the paraphrase that received explicit accesses is top 1: re-accessed P@1;
 * every result of every probe: leaks (a memory id or content that is not the tenant's own write).
@@ -677,9 +678,7 @@ def score_probe(outcome: Outcome, probe: Probe, ranked: Sequence[str]) -> None:
     elif probe.kind == "as-of":
         outcome.add("as-of P@1", top == probe.expected)
     elif probe.kind == "before":
-        earlier = probe.versions[: probe.versions.index(probe.named)]
-        returned = [m for m in earlier if m in ranked]  # in time order, whatever the result order
-        outcome.add("before P@1", bool(returned) and returned[-1] == probe.expected)
+        outcome.add("before R@10", probe.expected in ranked)  # the named version's predecessor
     elif probe.kind == "critical":
         outcome.add("critical R@5", probe.expected in ranked[:5])
     else:
@@ -759,7 +758,7 @@ UPDATE_COLUMNS = (
     "newest-first",
     "stale-above-newest",
     "as-of P@1",
-    "before P@1",
+    "before R@10",
     "critical R@5",
     "re-accessed P@1",
     "leaks",

@@ -85,13 +85,14 @@ async def write_all(
     corpus: Corpus,
     concurrency: int,
     facts: bool = False,
-) -> dict[str, str]:
-    """Write every tenant's memories; the last token per tenant. ``facts``: each content states
-    a fact of its own subject (``<id> lives in city <n>``), so every write is checked for the
-    memories it supersedes (SPEC section 6) and none is found.
+) -> dict[str, list[str]]:
+    """Write every tenant's memories; every reply's token per tenant (its batches go out from
+    several writers at once, and one reply's token covers its own records only). ``facts``:
+    each content states a fact of its own subject (``<id> lives in city <n>``), so every write is
+    checked for the memories it supersedes (SPEC section 6) and none is found.
     """
     said = "{} lives in city {}" if facts else "memory {}: something worth keeping"
-    tokens: dict[str, str] = {}
+    tokens: dict[str, list[str]] = {}
     todo = [(t, start) for t in corpus.ids for start in range(0, len(corpus.ids[t]), WRITE_BATCH)]
     it = iter(todo)
 
@@ -116,7 +117,7 @@ async def write_all(
                 )
             ]
             reply = await call(client, "/v1/memories", keys[tenant], {"memories": memories})
-            tokens[tenant] = str(reply["token"])
+            tokens.setdefault(tenant, []).append(str(reply["token"]))
 
     await asyncio.gather(*(writer() for _ in range(concurrency)))
     return tokens
@@ -183,7 +184,7 @@ async def run(args: argparse.Namespace) -> None:
     )
     async with httpx.AsyncClient(base_url=args.base_url, timeout=120, limits=limits) as client:
         start = time.perf_counter()
-        tokens: dict[str, str] = {}
+        tokens: dict[str, list[str]] = {}
         if not args.skip_write:
             tokens = await write_all(client, keys, corpus, 4, args.facts)
             written = time.perf_counter() - start
@@ -192,7 +193,7 @@ async def run(args: argparse.Namespace) -> None:
         for tenant in tenants:  # read-your-writes: each tenant's writes applied, then loaded
             body = recall_body(corpus.centres[tenant][0])
             if tenant in tokens:
-                body["after"] = tokens[tenant]
+                body["after"] = tokens[tenant]  # the API merges a list of tokens
             await call(client, "/v1/recall", keys[tenant], body, patience_s=args.apply_patience_s)
         applied = time.perf_counter() - start
         print(f"applied and searchable after {applied:.1f} s")
