@@ -26,6 +26,10 @@ from memcore.types import Lifecycle, require_unit
 SUPERSEDABLE = (Lifecycle.ACTIVE, Lifecycle.ARCHIVED)
 """The lifecycle states in which an older memory can be superseded: a forgotten or deleted one is
 no candidate (it is out of recall, and its content must not reach an LLM's prompt)."""
+MAX_NEIGHBOURS = 1024
+"""The most neighbours a write is compared with (:attr:`SupersessionPolicy.searched`): a search
+returns at most 16,384 hits, and each neighbour is parsed and compared. The admin API and CLI
+refuse a larger ``neighbours``; a record already on the topic with one is read as it is."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,8 @@ class SupersessionPolicy:
         enabled: run the rule on writes.
         min_cosine: the two memories' cosine must be at least this.
         max_words: only statements of at most this many words are parsed.
-        neighbours: how many of the tenant's nearest memories a new write is compared with.
+        neighbours: how many of the tenant's nearest memories a new write is compared with
+            (at most :data:`MAX_NEIGHBOURS` are).
     """
 
     enabled: bool = True
@@ -52,6 +57,13 @@ class SupersessionPolicy:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidField(f"policy.supersession.{name}", value, "expected an integer >= 1")
+
+    @property
+    def searched(self) -> int:
+        """How many nearest memories to search for one write: its neighbours (at most
+        :data:`MAX_NEIGHBOURS`) and the write itself.
+        """
+        return min(self.neighbours, MAX_NEIGHBOURS) + 1
 
 
 @dataclass(frozen=True)

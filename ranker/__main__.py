@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -30,7 +31,7 @@ from storage.changelogs import changelog_topic
 from storage.embedding import Embedder
 from storage.heap import freeze_slow_collections
 from storage.tenant_log import TenantLog, TenantLogError
-from storage.usage import parse_service_args
+from storage.usage import load_settings, parse_service_args, refusing_start
 
 log = logging.getLogger(__name__)
 
@@ -57,14 +58,13 @@ def build(
     cache (:class:`ranker.hotcache.HotCache`), or None when ``MNEMO_HOT_CACHE`` is off.
     """
     owned, owned_embedder = store is None, embedder is None
-    if store is None:
-        store = MilvusStore(settings.milvus())
-    if embedder is None:
-        embedder = settings.make_embedder()
+    store = MilvusStore(settings.milvus()) if store is None else store
+    embedder = settings.make_embedder() if embedder is None else embedder
     kafka = settings.kafka()
     producer = EventProducer(kafka, settings.topic, timeout_s=settings.produce_timeout_s)
     view = StateView(kafka, changelog_topic(settings.app_id, "memories"))
     registry = settings.tenant_log(timeout_s=settings.after_timeout_s)
+    tenants_read = TenantsRead(registry)
     keys = settings.key_log(timeout_s=settings.produce_timeout_s)
     cache = _hot_cache(settings, store, view, local_writer=local is not None)
     offsets = KafkaOffsets(
@@ -108,7 +108,7 @@ def build(
         if owned_embedder:
             await asyncio.to_thread(embedder.start)
         await producer.start()
-        await _follow_tenants(registry)
+        await tenants_read.start()
         await offsets.start()
         await view.start()
         await keys.start()
@@ -125,7 +125,7 @@ def build(
             await keys.stop()
             await view.stop()
             await offsets.stop()
-            await registry.stop()
+            await tenants_read.stop()
             await producer.stop()
             if owned:
                 await asyncio.to_thread(store.close)
@@ -137,11 +137,12 @@ def build(
         settings.limits(registry),
         max_in_flight=settings.max_in_flight,
         max_in_flight_per_tenant=settings.max_in_flight_per_tenant,
-        ready=_readiness(store, producer, worker_ready, cache, view),
+        ready=_readiness(store, producer, worker_ready, cache, view, tenants_read.done),
         audit=AuditLog(kafka, settings.topic("audit")),
         rate_limit_per_s=settings.tenant_rate_limit_per_s,
         admin_key=settings.admin_key.get_secret_value() if settings.admin_key else None,
         log_every_request=settings.access_log == "all",
+        tenants_read=tenants_read.done,
     )
     api.router.lifespan_context = lifespan
     api.state.hot_cache = cache  # a worker in this process looks up neighbours there too
@@ -155,6 +156,7 @@ def _readiness(
     worker_ready: Callable[[], bool] | None,
     cache: HotCache | None,
     view: StateView,
+    tenants_read: asyncio.Event,
 ) -> dict[str, Callable[[], Awaitable[bool]]]:
     """``GET /readyz``'s checks: Kafka, Milvus (probed at most every 5 s: probes are frequent),
     the state view read to where the changelog stood at start-up (before, recall would score and
@@ -166,6 +168,7 @@ def _readiness(
     milvus = Cached(lambda: asyncio.to_thread(store.reachable), every_s=5.0)
     ready: dict[str, Callable[[], Awaitable[bool]]] = {"kafka": producer.ready, "milvus": milvus}
     ready["state_view"] = lambda: asyncio.sleep(0, view.settled.is_set())
+    ready["tenants"] = lambda: asyncio.sleep(0, tenants_read.is_set())
     if worker_ready is not None:
         ready["worker"] = lambda: asyncio.sleep(0, worker_ready())
     if cache is not None:
@@ -210,24 +213,55 @@ def _fill_source(settings: RankerSettings, keys_topic: str) -> Changelogs | None
     return Changelogs(settings.kafka(), settings.app_id, keys_topic)
 
 
-async def _follow_tenants(registry: TenantLog) -> None:
-    """Start following the tenants topic and read what it holds before the first request."""
-    await registry.start()
-    try:
-        await registry.catch_up()
-    except TenantLogError as exc:
-        log.warning("serving before the tenants topic is read: %s", exc)
+class TenantsRead:
+    """Whether the tenants topic was read to its end since start-up (``GET /readyz``'s
+    ``tenants``; until then a request's key is answered 503, :func:`ranker.wire.authenticate`):
+    before, keys and tenants made through the admin API are unknown, and keys or tenants the
+    topic revoked or deleted would still act. A topic that cannot be read at start-up is read
+    again in the background until it is. The constructor does no I/O.
+    """
+
+    def __init__(self, registry: TenantLog) -> None:
+        self.registry = registry
+        self.done = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Follow the topic, and read what it holds before the first request when it can."""
+        await self.registry.start()
+        try:
+            await self.registry.catch_up()
+        except TenantLogError as exc:
+            log.warning("the tenants topic is not read yet (requests get 503 until it is): %s", exc)
+            self._task = asyncio.create_task(self._read_through())
+            return
+        self.done.set()
+
+    async def _read_through(self) -> None:
+        await self.registry.read_through()
+        self.done.set()
+        log.info("the tenants topic is read")
+
+    async def stop(self) -> None:
+        """Stop reading, and following, the topic."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.registry.stop()
 
 
 def main() -> None:
     """Serve on ``MNEMO_HOST``:``MNEMO_PORT``."""
     parse_service_args("python -m ranker", __doc__ or "", [RankerSettings], sys.argv[1:])
-    settings = RankerSettings()
+    settings = load_settings(RankerSettings)
     freeze_slow_collections(settings.gc_freeze_slow_ms)
     configure(settings.log_format)
     sock = listening_socket(settings.host, settings.port, reuse_port=settings.reuse_port)
+    with refusing_start():
+        app = build(settings)
     config = uvicorn.Config(
-        build(settings),
+        app,
         host=settings.host,
         port=settings.port,
         log_level="info",

@@ -16,6 +16,7 @@ validation error is a 422 whose ``field`` names the path (``memories[3].tags[2]`
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -204,6 +205,7 @@ def create_api(
     rate_limit_per_s: float = 0.0,
     admin_key: str | None = None,
     log_every_request: bool = True,
+    tenants_read: asyncio.Event | None = None,
 ) -> FastAPI:
     """The app; ``service`` must be started (and stopped) by the caller's lifespan. ``limits``:
     what the worker accepts (``SharedSettings.limits()``); default: the embedder's dimension and
@@ -217,6 +219,8 @@ def create_api(
     ``admin_key``: opens the admin routes (:mod:`ranker.admin`) when ``registry`` is the live
     :class:`~storage.tenant_log.TenantLog`; None: they answer 403. ``log_every_request``
     off: only requests answered 4xx or 5xx are logged (:class:`~ranker.logs.RequestLog`).
+    ``tenants_read``: set once the tenants topic was read to its end (until then a request's key
+    is answered 503: a key the topic revoked would still act); None: the registry is complete.
     """
     api = FastAPI(
         title="Mnemostream",
@@ -239,6 +243,7 @@ def create_api(
     api.add_middleware(RequestLog, every_request=log_every_request)
     checks = dict(ready or {})
     api.state.registry = registry  # the live view when it is a TenantLog: read per request
+    api.state.tenants_read = tenants_read
     api.state.rate_limiter = RateLimiter(rate_limit_per_s)
     # stripped as a presented key is (a Secret written with a trailing newline); blank: disabled,
     # else a request with no key at all would present the blank key

@@ -2,8 +2,9 @@
 
 Every send (enqueue and delivery) finishes within ``timeout_s`` or raises
 :class:`~ranker.errors.Unavailable`; so does every aiokafka error. A broker that is down at
-start-up does not stop the service: the producer connects in the background, sends answer
-Unavailable until then, and :meth:`EventProducer.ready` says so (``GET /readyz``).
+start-up does not stop the producer: it connects in the background, sends answer Unavailable
+until then, and :meth:`EventProducer.ready` says so (``GET /readyz``). (The ranker's followers
+of the tenants, keys and state topics do need the broker at start-up: README, readiness.)
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import email.message
 import functools
 import hmac
@@ -26,6 +27,7 @@ from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
 
 from ranker.admission import TenantSlots
 from ranker.applied import Token
+from ranker.errors import Unavailable
 from ranker.logs import set_tenant
 from ranker.problems import printable
 from ranker.ratelimit import RateLimiter
@@ -178,6 +180,9 @@ async def authenticate(request: Request) -> Tenant:
 
 
 def _tenant_of(request: Request, key: str | None) -> Tenant:
+    read: asyncio.Event | None = getattr(request.app.state, "tenants_read", None)
+    if read is not None and not read.is_set():  # a key revoked there would still act
+        raise Unavailable("kafka", "authenticate", "the tenants topic is not read yet")
     registry: Tenants = request.app.state.registry
     admin_key: str | None = getattr(request.app.state, "admin_key", None)
     if key and admin_key and hmac.compare_digest(key.encode(), admin_key.encode()):

@@ -21,7 +21,7 @@ from ranker.view import StateView
 from ranker.warmup import PRELOAD_STOP_S
 from storage.changelogs import Tables, changelog_topic
 from storage.heap import freeze_slow_collections
-from storage.usage import parse_service_args
+from storage.usage import load_settings, parse_service_args, refusing_start
 from streams.__main__ import prepare, resync_milvus, run
 from streams.app import create_app
 from streams.applied import AppliedMarks
@@ -44,8 +44,8 @@ def main() -> None:
     parse_service_args(
         "python -m server", __doc__ or "", [WorkerSettings, RankerSettings], sys.argv[1:]
     )
-    worker_settings = WorkerSettings()
-    ranker_settings = RankerSettings()
+    worker_settings = load_settings(WorkerSettings)
+    ranker_settings = load_settings(RankerSettings)
     freeze_slow_collections(worker_settings.gc_freeze_slow_ms)
     level = worker_settings.log_level.upper()
     configure(ranker_settings.log_format, level)  # start-up lines too; Faust applies it again
@@ -54,17 +54,18 @@ def main() -> None:
     sock = listening_socket(
         ranker_settings.host, ranker_settings.port, reuse_port=ranker_settings.reuse_port
     )
-    services = prepare(worker_settings, resync=False)  # below, once the hot cache exists
-    applied = AppliedMarks()
-    app = create_app(worker_settings, services, applied)
-    api = build(
-        ranker_settings,
-        store=services.store,
-        embedder=services.embedder,
-        metrics=Metrics(services.metrics.registry),
-        worker_ready=lambda: bool(app.tables.recovery.completed.is_set()),  # type: ignore[attr-defined]
-        local=applied,
-    )
+    with refusing_start():
+        services = prepare(worker_settings, resync=False)  # below, once the hot cache exists
+        applied = AppliedMarks()
+        app = create_app(worker_settings, services, applied)
+        api = build(
+            ranker_settings,
+            store=services.store,
+            embedder=services.embedder,
+            metrics=Metrics(services.metrics.registry),
+            worker_ready=lambda: bool(app.tables.recovery.completed.is_set()),  # type: ignore[attr-defined]
+            local=applied,
+        )
     cache: HotCache | None = api.state.hot_cache
     if cache is not None and services.store.embedded:
         # the supersession check's searches without a pass over Milvus Lite per batch; this

@@ -11,6 +11,8 @@ import ssl
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from memcore import InvalidField
+
 Protocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 Mechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 
@@ -48,14 +50,11 @@ class KafkaConnection:
 
     def __post_init__(self) -> None:
         if self.sasl and not (self.sasl_mechanism and self.sasl_username and self.sasl_password):
-            msg = (
-                f"kafka_security_protocol={self.security_protocol}: needs kafka_sasl_mechanism,"
-                " kafka_sasl_username and kafka_sasl_password"
-            )
-            raise ValueError(msg)
+            why = "needs kafka_sasl_mechanism, kafka_sasl_username and kafka_sasl_password"
+            raise InvalidField("kafka_security_protocol", self.security_protocol, why)
         if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
-            msg = "kafka_ssl_certfile and kafka_ssl_keyfile go together (mutual TLS)"
-            raise ValueError(msg)
+            why = "kafka_ssl_certfile and kafka_ssl_keyfile go together (mutual TLS)"
+            raise InvalidField("kafka_ssl_certfile", self.ssl_certfile, why)
 
     @classmethod
     def of(cls, given: KafkaConnection | str) -> KafkaConnection:

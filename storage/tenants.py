@@ -30,6 +30,7 @@ import orjson
 
 from memcore import InvalidField, Policy
 from memcore.ids import check_id
+from memcore.supersession import MAX_NEIGHBOURS
 
 VERSION = 1
 KEY_ID_CHARS = 12
@@ -226,10 +227,11 @@ def _digests(digests: object, name: str) -> list[str]:
     if digests is None:
         return []
     if not isinstance(digests, list | tuple):
-        raise InvalidField(name, digests, "expected a list of SHA-256 hex digests")
+        raise InvalidField(name, "***", "expected a list of SHA-256 hex digests")
     for digest in digests:
         if not isinstance(digest, str) or not _HEX64.fullmatch(digest):
-            raise InvalidField(name, digest, "expected 64 lower-case hex digits (SHA-256)")
+            # not shown: a plain key put here by mistake would be logged (api_keys masks it too)
+            raise InvalidField(name, "***", "expected 64 lower-case hex digits (SHA-256)")
     return list(digests)
 
 
@@ -302,6 +304,10 @@ def replaced(current: Tenant | None, tenant_id: str, settings: Mapping[str, Any]
     if len(intervals) > MAX_REVIEW_INTERVALS:  # checked where a policy is made, not where read
         why = f"expected at most {MAX_REVIEW_INTERVALS}: every memory's state keeps them all"
         raise InvalidField("policy.review.intervals_hours", f"<{len(intervals)} intervals>", why)
+    neighbours = tenant.policy.supersession.neighbours
+    if neighbours > MAX_NEIGHBOURS:
+        why = f"expected at most {MAX_NEIGHBOURS}: a write is compared with that many at most"
+        raise InvalidField("policy.supersession.neighbours", neighbours, why)
     return dataclasses.replace(tenant, api_key_hashes=keys)
 
 

@@ -5,10 +5,54 @@ any other argument is an error (settings come from the environment, never from a
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import TypeVar
 
+from pydantic import SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
+
+from memcore import InvalidField
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+def load_settings(settings: type[S]) -> S:
+    """``settings()`` read from the environment, once, at start-up. A value it refuses ends the
+    process (exit status 1) with one line per variable: its name, the value (hidden for a
+    secret) and why, not a traceback naming the Python field.
+    """
+    try:
+        return settings()
+    except ValidationError as exc:
+        prefix = str(settings.model_config.get("env_prefix", ""))
+        lines = [_refused(settings, prefix, dict(error)) for error in exc.errors()]
+        raise SystemExit("invalid settings:\n  " + "\n  ".join(lines)) from None
+
+
+@contextlib.contextmanager
+def refusing_start() -> Iterator[None]:
+    """Around a process's start-up checks: a value they refuse (a tenants file that is not there,
+    Kafka credentials missing, a CUDA device this machine lacks) ends the process with its
+    message naming the setting (exit status 1), not a traceback.
+    """
+    try:
+        yield
+    except InvalidField as exc:
+        raise SystemExit(f"cannot start: {exc}") from None
+
+
+def _refused(settings: type[BaseSettings], prefix: str, error: dict[str, object]) -> str:
+    loc = error.get("loc") or ("?",)
+    name = str(loc[0]) if isinstance(loc, tuple) else str(loc)
+    field = settings.model_fields.get(name)
+    secret = field is not None and "SecretStr" in str(field.annotation)
+    if error.get("type") == "missing":  # its input is every value read: shown, none
+        return f"{prefix}{name.upper()}: {error.get('msg')}"
+    hidden = secret or isinstance(error.get("input"), SecretStr)
+    shown = "(hidden)" if hidden else repr(error.get("input"))
+    return f"{prefix}{name.upper()}={shown}: {error.get('msg')}"
 
 
 def settings_help(*classes: type[BaseSettings]) -> str:

@@ -21,7 +21,7 @@ import faust
 from storage import MilvusStore, StorageError
 from storage.changelogs import Tables
 from storage.heap import freeze_slow_collections, trim_heap
-from storage.usage import parse_service_args
+from storage.usage import load_settings, parse_service_args, refusing_start
 from streams import cli, rebuild, tenants_cli
 from streams.app import Services, create_app
 from streams.llm import LlmImportance
@@ -146,9 +146,10 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] in ("rebuild", "state-hash"):
         raise SystemExit(rebuild.main(sys.argv[1], sys.argv[2:]))
     parse_service_args("python -m streams", __doc__ or "", [WorkerSettings], sys.argv[1:])
-    settings = WorkerSettings()
+    settings = load_settings(WorkerSettings)
     freeze_slow_collections(settings.gc_freeze_slow_ms)
-    services = prepare(settings)
+    with refusing_start():
+        services = prepare(settings)
     if settings.metrics_port:
         services.metrics.serve(settings.metrics_host, settings.metrics_port)
     run(create_app(settings, services), settings, services)

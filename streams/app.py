@@ -392,14 +392,22 @@ class StreamWorker:
         self.compaction: asyncio.Task[None] | None = None  # one asked for when an interval ends
         self.syncing = asyncio.Lock()  # one Milvus sync at a time over the agents (see sync)
         self.keys_read = False  # the keys topic read to its end once since start-up
+        self.tenants_read = False  # the tenants topic, likewise
         self.marker = ResyncMarker.of(settings)  # set when Milvus may lack rows of changes
 
     async def know_tenants(self, values: Iterable[bytes]) -> None:
-        """When a record names a tenant this worker does not know, read the tenants topic up to
-        its end first (once per batch): a tenant created just before its first write is never
-        dead-lettered as unknown. A topic that cannot be read in time is logged; the records of
-        tenants still unknown then go to dead-letter.
+        """Before the first batch, read the tenants topic to its end (retrying while it cannot be
+        read: the batch waits, unacked): a tenant of the file whose policy changed or that was
+        deleted on the topic was otherwise served by the file's settings until the follow caught
+        up. Later, when a record names a tenant this worker does not know, read it to its end
+        first (once per batch): a tenant created just before its first write is never
+        dead-lettered as unknown. A topic that cannot be read in time then is logged; the
+        records of tenants still unknown go to dead-letter.
         """
+        if not self.tenants_read:
+            await self.tenants.read_through()
+            self.tenants_read = True
+            return
         if not unknown_tenants(values, self.tenants):
             return
         try:
@@ -537,7 +545,7 @@ class StreamWorker:
             self.services,
             tenant_id,
             [doc.vector for _, doc, _ in stated],
-            rules.neighbours + 1,
+            rules.searched,
             # versions superseded before every statement here are no neighbours to compare
             Filters(states=SUPERSEDABLE, current_at_us=to_us(min(at for _, _, at in stated))),
         )

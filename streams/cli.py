@@ -18,6 +18,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from memcore import InvalidField, Strategy
 from memcore.timecheck import check_event_time
+from storage.usage import load_settings
 from streams import topics
 from streams.settings import WorkerSettings
 
@@ -149,7 +150,7 @@ def main(argv: list[str]) -> int:
     """Parse ``consolidate`` arguments, run, print each decision; exit 1 when no report came."""
     parser = arguments()
     args = parser.parse_args(argv)
-    settings = WorkerSettings()
+    settings = load_settings(WorkerSettings)
     if args.at is not None:  # the worker dead-letters a request past its window: no report
         skew = timedelta(seconds=settings.max_future_skew_s)
         try:

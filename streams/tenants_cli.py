@@ -31,6 +31,7 @@ from storage.tenants import (
     with_key,
     without_key,
 )
+from storage.usage import load_settings
 from streams.settings import WorkerSettings
 
 
@@ -110,7 +111,9 @@ def main(argv: list[str]) -> int:
     """Run one command; print its JSON. Exit 1: not found or invalid; 2: Kafka not answering."""
     args = parser().parse_args(argv)
     try:
-        print(json.dumps(asyncio.run(run(WorkerSettings().tenant_log(), args)), indent=2))
+        print(
+            json.dumps(asyncio.run(run(load_settings(WorkerSettings).tenant_log(), args)), indent=2)
+        )
     except LookupError as exc:
         print(f"no such tenant or key: {exc.args[0]}", file=sys.stderr)
         return 1

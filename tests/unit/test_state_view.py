@@ -59,7 +59,7 @@ async def test_readiness_waits_for_the_state_view() -> None:
 
     v.caught_up = caught_up  # type: ignore[method-assign]
     store = MilvusStore(MilvusConfig("unused.db", dim=4))
-    checks = _readiness(store, Producer(), None, None, v)  # type: ignore[arg-type]
+    checks = _readiness(store, Producer(), None, None, v, asyncio.Event())  # type: ignore[arg-type]
     assert await checks["state_view"]() is False
     await v.settle(attempt_s=0.01)  # two waits that end short, then caught up
     assert answers == []

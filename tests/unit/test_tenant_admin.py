@@ -11,7 +11,8 @@ import httpx
 import orjson
 import pytest
 
-from memcore import InvalidField
+from memcore import InvalidField, Policy
+from memcore.supersession import MAX_NEIGHBOURS
 from ranker.api import create_api
 from ranker.ratelimit import RateLimited, RateLimiter, TokenBucket
 from ranker.service import RecallService
@@ -414,3 +415,28 @@ def test_the_admin_refuses_more_review_intervals_than_a_state_keeps_and_the_topi
     found = log.get("acme")
     assert found is not None
     assert len(found.policy.review.intervals_hours) == 33
+
+
+def test_the_admin_bounds_supersession_neighbours_and_a_worker_searches_at_most_that_many() -> None:
+    """100,000 neighbours made every write's supersession search ask Milvus for 100,001 hits (a
+    search returns 16,384 at most: every stated write of the tenant would fail its check).
+    """
+    many = {"overrides": {"supersession": {"neighbours": 100_000}}}
+    with pytest.raises(InvalidField) as refused:
+        replaced(None, "acme", many)
+    assert refused.value.field == "policy.supersession.neighbours"
+    log = TenantLog("127.0.0.1:1", "t.tenants", TenantRegistry.of({"tenants": {}}))
+    log.apply(b"acme", orjson.dumps({"v": 1, "tenant_id": "acme", **many}))  # written before
+    log.refresh()
+    found = log.get("acme")
+    assert found is not None
+    assert found.policy.supersession.searched == MAX_NEIGHBOURS + 1
+    assert Policy().supersession.searched == 11  # 10 neighbours and the write itself
+
+
+def test_a_plain_key_put_among_the_digests_is_never_shown() -> None:
+    plain = "mk-Zq3v0realCustomerKeyDoNotLog"
+    with pytest.raises(InvalidField) as refused:
+        TenantRegistry.of({"tenants": {"acme": {"api_key_hashes": [plain]}}})
+    assert plain not in str(refused.value)
+    assert refused.value.field.endswith("api_key_hashes")

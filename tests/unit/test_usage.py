@@ -6,8 +6,11 @@ import subprocess
 import sys
 
 import pytest
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from storage.usage import parse_service_args
+from ranker.settings import RankerSettings
+from storage.usage import load_settings, parse_service_args
 from streams.settings import WorkerSettings
 from tests.infra import ROOT
 
@@ -41,3 +44,57 @@ def test_python_m_streams_help_prints_help() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(b"usage: python -m streams")
+
+
+def test_a_refused_setting_ends_the_start_naming_its_variable_and_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It was a pydantic traceback naming the Python field (``port``), not the variable."""
+    monkeypatch.setenv("MNEMO_PORT", "80800")
+    monkeypatch.setenv("MNEMO_LOG_FORMAT", "xml")
+    monkeypatch.setenv("MNEMO_ADMIN_KEY", "")  # accepted: unset
+    with pytest.raises(SystemExit) as done:
+        load_settings(RankerSettings)
+    message = str(done.value.code)
+    assert message.startswith("invalid settings:")
+    assert "MNEMO_PORT='80800': Input should be less than or equal to 65535" in message
+    assert "MNEMO_LOG_FORMAT='xml'" in message
+    monkeypatch.delenv("MNEMO_PORT")
+    monkeypatch.delenv("MNEMO_LOG_FORMAT")
+    assert load_settings(RankerSettings).port == RankerSettings.model_fields["port"].default
+
+
+def test_a_refused_secret_is_not_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Secretive(BaseSettings):
+        model_config = SettingsConfigDict(env_prefix="MNEMO_")
+        admin_key: SecretStr = Field(min_length=32)
+        token: SecretStr
+
+    monkeypatch.setenv("MNEMO_ADMIN_KEY", "hunter2")
+    with pytest.raises(SystemExit) as done:
+        load_settings(Secretive)
+    shown = str(done.value.code)
+    assert "MNEMO_ADMIN_KEY=(hidden): Value should have at least 32" in shown
+    assert "MNEMO_TOKEN: Field required" in shown  # a missing one shows no values at all
+    assert "hunter2" not in shown
+
+
+def test_a_start_up_check_that_refuses_a_setting_ends_the_process_with_its_message() -> None:
+    """``python -m ranker`` with a tenants file that is not there printed a six-frame traceback."""
+    env = {
+        "PATH": "",
+        "MNEMO_PORT": "18931",
+        "MNEMO_TENANTS_FILE": "/nonexistent/tenants.yaml",
+        "MNEMO_KAFKA_BOOTSTRAP": "127.0.0.1:9",  # never reached: the check comes first
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "ranker"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith(b"cannot start: tenants_file='/nonexistent/tenants.yaml'")
+    assert b"Traceback" not in result.stderr

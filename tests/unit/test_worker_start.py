@@ -6,14 +6,25 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
+import httpx
+import orjson
 import pytest
 
 from ranker import warmup
+from ranker.__main__ import TenantsRead
+from ranker.api import create_api
+from ranker.service import RecallService
 from storage import StorageError
+from storage.embedding import Hashing
+from storage.tenant_log import TenantLog, TenantLogError
+from storage.tenants import TenantRegistry
 from streams import __main__ as worker_main
 from streams import rebuild
 from streams.rebuild import Resynced
 from streams.settings import WorkerSettings
+
+KEY = "key-acme-0123456789"
+pytestmark = pytest.mark.anyio
 
 
 class Store:
@@ -66,3 +77,47 @@ def test_a_hot_cache_preload_failing_in_any_way_is_logged_as_it_fails(
     asyncio.run(warmup._preload(cast(Any, Broken()), []))
     assert "hot cache preload failed" in caplog.text
     assert "NoneType" in caplog.text
+
+
+async def test_a_ranker_answers_503_until_the_tenants_topic_is_read_then_serves() -> None:
+    """The topic could not be read at start-up: the ranker served the tenants file's view, in
+    which a key the topic revoked still acted and a tenant made through the admin API got 401.
+    """
+    attempts = []
+
+    class Log(TenantLog):
+        async def start(self) -> None:
+            return None
+
+        async def catch_up(self, timeout_s: float | None = None) -> None:
+            attempts.append(1)
+            if len(attempts) == 1:
+                raise TenantLogError("partitions [0] not read within 10 s")
+            self.apply(b"acme", orjson.dumps({"v": 1, "tenant_id": "acme", "deleted": True}))
+            self.refresh()
+
+        async def stop(self) -> None:
+            return None
+
+    registry = Log(
+        "127.0.0.1:1", "t.tenants", TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}})
+    )
+    read = TenantsRead(registry)
+    service = RecallService(cast(Any, None), Hashing(4), cast(Any, None))
+    api = create_api(service, registry, tenants_read=read.done)
+    transport = httpx.ASGITransport(app=api)
+    async with httpx.AsyncClient(transport=transport, base_url="http://m") as http:
+        await read.start()
+        assert not read.done.is_set()
+        early = await http.get("/v1/memories", headers={"X-API-Key": KEY})
+        for _ in range(200):  # the background read, retried a second later
+            if read.done.is_set():
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.wait_for(read.done.wait(), 5)
+        later = await http.get("/v1/memories", headers={"X-API-Key": KEY})
+        await read.stop()
+    assert early.status_code == 503, early.text
+    assert "tenants topic" in early.json()["detail"]
+    assert early.headers["retry-after"] == "1"
+    assert later.status_code == 401  # the topic deleted acme: its file key no longer acts

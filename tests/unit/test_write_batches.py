@@ -20,6 +20,7 @@ from aiokafka.errors import KafkaTimeoutError
 
 from storage import Filters, Hit, MemoryRow, StorageError
 from storage.records import Limits, encode_access, encode_write
+from storage.tenant_log import TenantLog
 from storage.tenants import TenantRegistry
 from streams import topics
 from streams.app import Services, StreamWorker, _inbound, applied_again
@@ -197,6 +198,7 @@ class Worker:
             tenants=LIMITS.registry,
             keys=Keys(),
             keys_read=True,
+            tenants_read=True,
             produced=[],
             deliveries=None,
             write_done={},
@@ -754,3 +756,29 @@ async def test_deletes_within_the_compaction_interval_are_compacted_when_it_ends
     assert store.asked == 2
     await asyncio.sleep(0.15)  # nothing left to ask for
     assert store.asked == 2
+
+
+async def test_the_first_batch_waits_until_the_tenants_topic_is_read_to_its_end(
+    tmp_path: Path,
+) -> None:
+    """A tenant of the file that the topic deleted (or gave another policy) was served by the
+    file's settings after a restart until the follow happened to read the topic: its writes
+    were applied. The keys topic was already read through before the first batch.
+    """
+    log = TenantLog("127.0.0.1:1", "t.tenants", TenantRegistry.open_to(["acme", "globex"]))
+    reads = []
+
+    async def read_through() -> None:  # the topic holds globex's deletion
+        reads.append(1)
+        log.apply(b"globex", orjson.dumps({"v": 1, "tenant_id": "globex", "deleted": True}))
+        log.refresh()
+
+    log.read_through = read_through  # type: ignore[method-assign]
+    w = Worker(tmp_path, Embedder({"hello": X}))
+    w.worker.tenants = log
+    w.worker.tenants_read = False
+    w.worker.processor = Processor({}, {}, {}, {}, Limits(4, 2000, log))
+    sent = await w.writes(("globex/m1", write("hello", tenant_id="globex")))
+    assert [(key, field) for key, field, _ in letters(sent)] == [(b"globex/m1", "tenant_id")]
+    await w.writes(("acme/m1", write("hello")))
+    assert reads == [1]  # once, before the first batch
