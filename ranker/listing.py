@@ -21,6 +21,10 @@ from storage import Filters, MemoryRow, MilvusStore
 
 CHUNK = 500
 """Ids asked of Milvus in one query."""
+SCAN_MAX = 10_000
+"""Ids one page looks at, at most (so at most 20 Milvus queries): past them the page ends with the
+rows found so far, fewer than asked or none, and a cursor to go on from. Without the bound a page
+of a rare filter, or of a tenant holding many purged memories, asked Milvus of every id."""
 
 
 @dataclass(frozen=True)
@@ -53,15 +57,25 @@ def page(
     after_id: str | None,
     limit: int,
     keep: Callable[[MemoryRow], bool] | None = None,
+    candidate: Callable[[str], bool] | None = None,
 ) -> Page:
     """Up to ``limit`` rows of ``tenant_id`` among ``ids`` (sorted, distinct) after ``after_id``,
-    matching ``filters`` and, when given, ``keep`` (blocking: run it in a thread). Raises
-    StorageError when Milvus fails.
+    matching ``filters`` and, when given, ``keep``; ``candidate`` rules ids out before Milvus is
+    asked. At most :data:`SCAN_MAX` ids are looked at: a page may then hold fewer rows than
+    ``limit`` (none, too) and still have a cursor; only the last page has none. Blocking: run it
+    in a thread. Raises StorageError when Milvus fails.
     """
-    ordered = ids[bisect.bisect_right(ids, after_id) :] if after_id is not None else ids
+    at = bisect.bisect_right(ids, after_id) if after_id is not None else 0
+    stop = min(len(ids), at + SCAN_MAX)
     out: list[MemoryRow] = []
-    for start in range(0, len(ordered), CHUNK):
-        part = ordered[start : start + CHUNK]
+    while at < stop:
+        part: list[str] = []
+        while at < stop and len(part) < CHUNK:
+            if candidate is None or candidate(ids[at]):
+                part.append(ids[at])
+            at += 1
+        if not part:
+            continue
         wanted = dataclasses.replace(filters, memory_ids=tuple(part))
         found = {r.memory_id: r for r in store.query(tenant_id, wanted, limit=len(part))}
         for memory_id in part:
@@ -70,6 +84,6 @@ def page(
                 continue
             out.append(row)
             if len(out) == limit:
-                last = memory_id != ordered[-1]
+                last = memory_id != ids[-1]
                 return Page(out, encode_cursor(memory_id) if last else None)
-    return Page(out, None)
+    return Page(out, encode_cursor(ids[stop - 1]) if stop < len(ids) else None)

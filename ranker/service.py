@@ -438,6 +438,14 @@ class RecallService:
         if self.keys is None:
             return False
         await self.keys.catch_up()
+        return self._erased_now(tenant_id, memory_id)
+
+    def _erased_now(self, tenant_id: str, memory_id: str) -> bool:
+        """:meth:`erased` as this process knows it now (no catch-up): what reads leave out, so an
+        erasure's words are never shown while its purge waits for the worker.
+        """
+        if self.keys is None:
+            return False
         ring = self.keys.ring
         return bool(ring.erased.get((tenant_id, memory_id))) and not ring.of_memory(
             tenant_id, memory_id
@@ -496,9 +504,15 @@ class RecallService:
         await self.wait(after)
         ids = ordered if ordered is not None else await self.memory_ids(tenant_id)
 
-        keep = functools.partial(self._passes, filters=filters)  # the view's state decides
+        def keep(row: MemoryRow) -> bool:  # the view's state decides; an erased memory is gone
+            return self._passes(row, filters) and not self._erased_now(tenant_id, row.memory_id)
+
+        def candidate(memory_id: str) -> bool:  # no Milvus query for what the view rules out
+            values = self.view.values(tenant_id, memory_id) if self.view is not None else None
+            return values is None or live_passes(values, filters)
+
         found = await asyncio.to_thread(
-            page, self.store, tenant_id, ids, filters, after_id, limit, keep
+            page, self.store, tenant_id, ids, filters, after_id, limit, keep, candidate
         )
         return Page([self._live(r) for r in found.rows], found.cursor)
 
@@ -507,7 +521,8 @@ class RecallService:
         view (tests) the ids of the rows Milvus holds.
         """
         if self.view is not None:
-            return sorted(self.view.tenant(tenant_id))
+            held = list(self.view.tenant(tenant_id))  # a copy on the loop, sorted off it
+            return await asyncio.to_thread(sorted, held)
         rows = await asyncio.to_thread(self.store.every_row, tenant_id, Filters(states=()))
         return sorted(r.memory_id for r in rows)
 
@@ -515,11 +530,14 @@ class RecallService:
         self, tenant_id: str, memory_ids: Sequence[str], after: Token | None = None
     ) -> dict[str, MemoryRow]:
         """This tenant's memories among ``memory_ids`` (any state) by id, after ``after`` is
-        applied; ids it has none of are absent.
+        applied; ids it has none of are absent, as are memories erased (their rows may await
+        their purge).
         """
         await self.wait(after)
         found = await asyncio.to_thread(self.store.get, tenant_id, list(memory_ids))
-        return {m: self._live(row) for m, row in found.items()}
+        return {
+            m: self._live(row) for m, row in found.items() if not self._erased_now(tenant_id, m)
+        }
 
     async def access(
         self, tenant_id: str, memory_ids: Sequence[str], at: datetime, kind: str
@@ -557,10 +575,10 @@ class RecallService:
     async def get(
         self, tenant_id: str, memory_id: str, after: Token | None = None
     ) -> MemoryRow | None:
-        """One memory of this tenant (any state), or None; after ``after`` is applied."""
-        await self.wait(after)
-        found = (await asyncio.to_thread(self.store.get, tenant_id, [memory_id])).get(memory_id)
-        return self._live(found) if found is not None else None
+        """One memory of this tenant (any state), or None (also when it was erased and its row
+        awaits its purge); after ``after`` is applied.
+        """
+        return (await self.get_many(tenant_id, [memory_id], after)).get(memory_id)
 
     async def _score(self, requests: Sequence[RankRequest]) -> list[list[Scored]]:
         if not self.kernel_thread and light(requests):

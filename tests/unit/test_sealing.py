@@ -449,3 +449,42 @@ def test_a_sealed_value_that_opens_to_no_json_is_a_record_error(plain: bytes) ->
     with pytest.raises(RecordError) as err:
         decode_write(orjson.dumps(doc), limits(ring_with(key)))
     assert err.value.field == "sealed.data"
+
+
+class RowsNotPurgedYet:
+    """Milvus before the worker applied the erasure's purge: the rows are still there."""
+
+    def __init__(self, rows: Sequence[MemoryRow]) -> None:
+        self.rows = {r.memory_id: r for r in rows}
+
+    def get(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, MemoryRow]:
+        return {m: self.rows[m] for m in memory_ids if m in self.rows}
+
+    def query(self, tenant_id: str, filters: Filters, limit: int) -> list[MemoryRow]:
+        return [self.rows[m] for m in filters.memory_ids if m in self.rows][:limit]
+
+
+def test_an_erased_memory_is_not_read_back_while_its_row_awaits_the_purge() -> None:
+    """GET, get-many, the listing and export showed an erased memory's words (state active)
+    until the worker purged its row; only PATCH checked the erasure.
+    """
+    keys, sent = LocalKeys(), Sent()
+    service = RecallService(UserRows(), Hashing(4), sent, keys=keys)  # type: ignore[arg-type]
+    docs = [{"content": w, "at": AT, "user_id": "ann"} for w in (SECRET_WORDS, "kept words")]
+    ids, _ = asyncio.run(service.write("acme", docs))
+    rows = [
+        make_row("acme", m, (1.0, 0.0, 0.0, 0.0), content=d["content"])
+        for m, d in zip(ids, docs, strict=True)
+    ]
+    service.store = RowsNotPurgedYet(rows)  # type: ignore[assignment]
+    asyncio.run(service.erase("acme", [ids[0]], datetime(2026, 3, 1, 13, tzinfo=UTC)))
+
+    async def reads() -> tuple[object, list[str], list[str]]:
+        one = await service.get("acme", ids[0])
+        many = await service.get_many("acme", ids)
+        listed = await service.list_page("acme", Filters(states=()), None, 10, ordered=sorted(ids))
+        return one, sorted(many), [r.memory_id for r in listed.rows]
+
+    one, many, listed = asyncio.run(reads())
+    assert one is None
+    assert many == listed == [ids[1]]
