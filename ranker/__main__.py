@@ -146,7 +146,6 @@ def build(
     )
     api.router.lifespan_context = lifespan
     api.state.hot_cache = cache  # a worker in this process looks up neighbours there too
-    api.state.service = service  # python -m server seeds its state view (service.view)
     return api
 
 

@@ -15,17 +15,19 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable
-from typing import Annotated, Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, Request, Security
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import Field
 
-from ranker.problems import ADMIN
+from ranker.problems import ADMIN, REUSED
 from ranker.wire import Body, presented_key
 from storage.tenant_log import TenantLog
 from storage.tenants import (
     KEY_ID_CHARS,
+    ReusedTenant,
     Tenant,
     key_hash,
     new_api_key,
@@ -33,6 +35,9 @@ from storage.tenants import (
     with_key,
     without_key,
 )
+
+if TYPE_CHECKING:
+    from ranker.service import RecallService
 
 _BEARER = HTTPBearer(auto_error=False, scheme_name="AdminBearer", description="MNEMO_ADMIN_KEY")
 _API_KEY = APIKeyHeader(
@@ -83,15 +88,31 @@ def admin_routes(api: FastAPI) -> None:
     enable them).
     """
 
-    @api.put("/v1/admin/tenants/{tenant_id}", responses=ADMIN, tags=["admin"])
-    async def put_tenant(tenant_id: str, body: TenantBody, log: Admin) -> dict[str, Any]:
+    @api.put("/v1/admin/tenants/{tenant_id}", responses=ADMIN | REUSED, tags=["admin"])
+    async def put_tenant(
+        tenant_id: str,
+        body: TenantBody,
+        log: Admin,
+        reuse: Annotated[
+            bool,
+            Query(
+                description="make a tenant under the id of one deleted with its memories kept,"
+                " which it then reads (without it: 409)"
+            ),
+        ] = False,
+    ) -> dict[str, Any]:
         """Create a tenant or replace its settings (policy, rate limit); its keys are kept.
-        422 names the field of a bad policy; nothing is written then.
+        422 names the field of a bad policy; nothing is written then. 409: the id is of a
+        tenant deleted with its memories kept (memories are found by the tenant id alone, so
+        the new tenant would read them), unless ``reuse``.
         """
         settings = body.model_dump()
-        changed = await log.update(
-            tenant_id, lambda current: replaced(current, tenant_id, settings)
-        )
+        try:
+            changed = await log.update(
+                tenant_id, lambda current: replaced(current, tenant_id, settings), reuse=reuse
+            )
+        except ReusedTenant as exc:
+            raise HTTPException(409, str(exc)) from exc
         assert changed is not None
         return changed.public()
 
@@ -110,16 +131,38 @@ def admin_routes(api: FastAPI) -> None:
         return found.public()
 
     @api.delete("/v1/admin/tenants/{tenant_id}", responses=ADMIN, tags=["admin"])
-    async def delete_tenant(tenant_id: str, log: Admin) -> dict[str, Any]:
+    async def delete_tenant(
+        tenant_id: str,
+        log: Admin,
+        request: Request,
+        erase: Annotated[
+            bool,
+            Query(description="erase every memory of the tenant first, for good (as erase does)"),
+        ] = False,
+    ) -> dict[str, Any]:
         """Remove a tenant: its keys stop working, and the worker dead-letters its new records.
-        Its memories are kept.
+        Its memories are kept (a tenant made again under its id would read them: PUT answers
+        409 unless told ``reuse``), or with ``erase`` erased first, every one in any state, as
+        ``DELETE /v1/memories/{id}?erase=true`` erases one; the tenant is removed once the
+        worker has applied the erasures (503 when it has not within ``MNEMO_AFTER_TIMEOUT_S``:
+        the tenant stays, and the call can be repeated).
         """
 
         def delete(current: Tenant | None) -> None:
             _found(current, tenant_id)
 
-        await _changing(log.update(tenant_id, delete))
-        return {"tenant_id": tenant_id, "deleted": True}
+        erased, keys = 0, 0
+        if erase:
+            await log.catch_up()
+            if log.get(tenant_id) is None:
+                raise HTTPException(404, f"no such tenant or key: {tenant_id}")
+            service: RecallService = request.app.state.service
+            ids = await service.tenant_memories(tenant_id)
+            token, keys = await service.erase(tenant_id, ids, datetime.now(UTC))
+            await service.wait(token)  # before the tenant closes: the worker would refuse them
+            erased = len(ids)
+        await _changing(log.update(tenant_id, delete, erased=erase))
+        return {"tenant_id": tenant_id, "deleted": True, "erased": erased, "keys_erased": keys}
 
     @api.post(
         "/v1/admin/tenants/{tenant_id}/keys", status_code=201, responses=ADMIN, tags=["admin"]

@@ -243,6 +243,7 @@ def create_api(
     api.add_middleware(RequestLog, every_request=log_every_request)
     checks = dict(ready or {})
     api.state.registry = registry  # the live view when it is a TenantLog: read per request
+    api.state.service = service  # the admin routes erase a tenant's memories through it
     api.state.tenants_read = tenants_read
     api.state.rate_limiter = RateLimiter(rate_limit_per_s)
     # stripped as a presented key is (a Secret written with a trailing newline); blank: disabled,

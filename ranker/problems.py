@@ -113,3 +113,6 @@ ADMIN: dict[int | str, dict[str, Any]] = {
     404: _described("no such tenant (or key)"),
 }
 """What an admin route answers besides :data:`RESPONSES` (401 there: no or a wrong admin key)."""
+REUSED: dict[int | str, dict[str, Any]] = {
+    409: _described("the id is of a tenant deleted with its memories kept (say reuse)")
+}

@@ -516,6 +516,16 @@ class RecallService:
         )
         return Page([self._live(r) for r in found.rows], found.cursor)
 
+    async def tenant_memories(self, tenant_id: str) -> list[str]:
+        """Ids of every memory of this tenant, in any state: the worker's table's (the state
+        view's; Milvus's without one) and those whose data keys the keys topic holds.
+        """
+        ids = set(await self.memory_ids(tenant_id))
+        if self.keys is not None:
+            await self.keys.catch_up()
+            ids |= self.keys.ring.memories(tenant_id)
+        return sorted(ids)
+
     async def memory_ids(self, tenant_id: str) -> list[str]:
         """Every memory id of this tenant, sorted: the state view's (the table's), or without a
         view (tests) the ids of the rows Milvus holds.

@@ -27,7 +27,14 @@ from memcore import InvalidField
 from memcore.ids import check_id
 from storage.compacted import CompactedLog, CompactedLogError
 from storage.kafka import KafkaConnection
-from storage.tenants import Tenant, TenantRegistry, decode_tenant_record, tenant_record
+from storage.tenants import (
+    ReusedTenant,
+    Tenant,
+    TenantRegistry,
+    decode_tenant_record,
+    tenant_record,
+    was_erased,
+)
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +70,8 @@ class TenantLog(CompactedLog):
         super().__init__(kafka, topic, timeout_s=timeout_s, poll_s=poll_s)
         self.base = base
         self._records: dict[str, Tenant | None] = {}
+        # tenant id -> whether its memories were erased, for the ids the topic deleted last
+        self.deleted: dict[str, bool] = {}
         self._view = base
         self._writing = asyncio.Lock()
 
@@ -88,6 +97,7 @@ class TenantLog(CompactedLog):
         if value is None:
             if key is not None:
                 self._records.pop(key.decode("utf-8", "replace"), None)
+                self.deleted.pop(key.decode("utf-8", "replace"), None)
             return
         try:
             tenant_id, tenant = decode_tenant_record(key, value)
@@ -100,6 +110,10 @@ class TenantLog(CompactedLog):
             self._unreadable(key)
             return
         self._records[tenant_id] = tenant
+        if tenant is None:
+            self.deleted[tenant_id] = was_erased(value)
+        else:
+            self.deleted.pop(tenant_id, None)
         self.applied += 1
 
     def _unreadable(self, key: bytes | None) -> None:
@@ -116,25 +130,37 @@ class TenantLog(CompactedLog):
         self._view = self.base.merged(self._records)
 
     async def update(
-        self, tenant_id: str, change: Callable[[Tenant | None], Tenant | None]
+        self,
+        tenant_id: str,
+        change: Callable[[Tenant | None], Tenant | None],
+        *,
+        erased: bool = False,
+        reuse: bool = False,
     ) -> Tenant | None:
         """Read-modify-write one tenant: catch up, ``change`` the current tenant (None: there is
-        none) into the new one (None: delete it), publish that and return it. ``change`` may
-        raise (nothing is published then). Changes made through this log are serialised; two
-        processes changing the same tenant at once may lose one change (the last record wins).
+        none) into the new one (None: delete it; ``erased``: its memories were erased first),
+        publish that and return it. ``change`` may raise (nothing is published then), and so
+        does making a tenant under the id of one deleted with its memories kept
+        (:class:`~storage.tenants.ReusedTenant`) unless ``reuse``. Changes made through this log
+        are serialised; two processes changing the same tenant at once may lose one change
+        (the last record wins).
         """
         async with self._writing:
             await self.catch_up()
             current = self.get(tenant_id)
             new = change(current)
             if new is None:
-                await self.publish_tenant(current or Tenant(tenant_id), deleted=True)
-            else:
-                await self.publish_tenant(new)
+                await self.publish_tenant(current or Tenant(tenant_id), deleted=True, erased=erased)
+                return None
+            if current is None and self.deleted.get(tenant_id) is False and not reuse:
+                raise ReusedTenant(tenant_id)
+            await self.publish_tenant(new)
             return new
 
-    async def publish_tenant(self, tenant: Tenant, *, deleted: bool = False) -> None:
+    async def publish_tenant(
+        self, tenant: Tenant, *, deleted: bool = False, erased: bool = False
+    ) -> None:
         """Produce ``tenant``'s record (acks=all) and wait until this log has applied it; raises
         TenantLogError as :meth:`CompactedLog.publish` does.
         """
-        await self.publish([tenant_record(tenant, deleted=deleted)])
+        await self.publish([tenant_record(tenant, deleted=deleted, erased=erased)])

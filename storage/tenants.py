@@ -238,9 +238,37 @@ def _digests(digests: object, name: str) -> list[str]:
 # -- the tenants topic ---------------------------------------------------------------------------
 
 
-def tenant_record(tenant: Tenant, *, deleted: bool = False) -> tuple[bytes, bytes]:
+class ReusedTenant(Exception):  # noqa: N818 - the condition, as callers catch it
+    """A tenant made under the id of one deleted with its memories kept: they would be the new
+    tenant's (memories are found by the tenant id alone).
+    """
+
+    def __init__(self, tenant_id: str) -> None:
+        self.tenant_id = tenant_id
+        super().__init__(
+            f"tenant {tenant_id} was deleted and the memories written under its id are kept:"
+            " the tenant made now would read them. Say reuse to give them to it (and to erase"
+            " them, delete it again with erase, then make it anew)"
+        )
+
+
+def was_erased(value: bytes) -> bool:
+    """Whether a deleting ``tenants`` record (:func:`tenant_record`) says the tenant's memories
+    were erased first (records written before the flag say no).
+    """
+    try:
+        document = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(document, dict) and document.get("erased") is True
+
+
+def tenant_record(
+    tenant: Tenant, *, deleted: bool = False, erased: bool = False
+) -> tuple[bytes, bytes]:
     """The key and value of the ``tenants`` topic record that sets ``tenant`` (``deleted``: that
-    removes it, the file's tenant of that id included). Only key digests are written.
+    removes it, the file's tenant of that id included; ``erased``: its memories were erased
+    first, so the id may be given to a new tenant). Only key digests are written.
     """
     value = {
         "v": VERSION,
@@ -253,6 +281,8 @@ def tenant_record(tenant: Tenant, *, deleted: bool = False) -> tuple[bytes, byte
         "rate_limit_per_s": tenant.rate_limit_per_s,
         "deleted": deleted,
     }
+    if deleted:
+        value["erased"] = erased
     return tenant.tenant_id.encode("utf-8"), orjson.dumps(value)
 
 

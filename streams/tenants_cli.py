@@ -3,7 +3,12 @@
     tenants list                          every tenant (the file's and the topic's), no keys
     tenants get TENANT
     tenants put TENANT [--decay D] [--lifecycle L] [--recall R] [--overrides JSON]
-                       [--rate-limit-per-s N]   create, or replace the settings (keys are kept)
+                       [--rate-limit-per-s N] [--create] [--reuse]
+                                          replace the settings (keys are kept); --create: make
+                                          it when this command finds none (a tenant of a
+                                          tenants file it does not read would lose its keys);
+                                          --reuse: under the id of one deleted with its
+                                          memories kept, which it then reads
     tenants add-key TENANT                a new API key, printed once (only its digest is kept)
     tenants revoke-key TENANT KEY_ID      KEY_ID: 8+ leading hex digits of the key's SHA-256
     tenants delete TENANT
@@ -24,6 +29,7 @@ from memcore import InvalidField
 from storage.tenant_log import TenantLog, TenantLogError
 from storage.tenants import (
     KEY_ID_CHARS,
+    ReusedTenant,
     Tenant,
     key_hash,
     new_api_key,
@@ -54,6 +60,8 @@ def parser() -> argparse.ArgumentParser:
     put.add_argument("--recall", default="mnemostream")
     put.add_argument("--overrides", type=json.loads, default={}, help="JSON: section -> fields")
     put.add_argument("--rate-limit-per-s", type=float, default=None, help="0: unlimited")
+    put.add_argument("--create", action="store_true", help="make the tenant when none is found")
+    put.add_argument("--reuse", action="store_true", help="reuse the id of a deleted tenant")
     revoke = commands.add_parser("revoke-key")
     revoke.add_argument("tenant")
     revoke.add_argument("key_id")
@@ -79,7 +87,13 @@ async def run(log: TenantLog, args: argparse.Namespace) -> Any:  # noqa: ANN401 
                 "overrides": args.overrides,
                 "rate_limit_per_s": args.rate_limit_per_s,
             }
-            changed = await log.update(args.tenant, lambda t: replaced(t, args.tenant, settings))
+
+            def change(current: Tenant | None) -> Tenant:
+                if current is None and not args.create:
+                    raise LookupError(f"{args.tenant} (pass --create to make it)")
+                return replaced(current, args.tenant, settings)
+
+            changed = await log.update(args.tenant, change, reuse=args.reuse)
             return changed.public() if changed is not None else None
         if args.command == "add-key":
             api_key = new_api_key()
@@ -119,6 +133,9 @@ def main(argv: list[str]) -> int:
         return 1
     except InvalidField as exc:
         print(f"invalid: {exc}", file=sys.stderr)
+        return 1
+    except ReusedTenant as exc:
+        print(f"{exc} (--reuse)", file=sys.stderr)
         return 1
     except TenantLogError as exc:
         print(str(exc), file=sys.stderr)

@@ -147,3 +147,40 @@ def test_a_tenant_over_its_rate_gets_429_with_retry_after(server: str, stack: St
     for _, value in records:
         assert api_key.encode() not in value
         assert KEY.encode() not in value
+
+
+def test_a_tenant_deleted_with_erase_leaves_nothing_to_the_next_tenant_of_its_id(
+    server: str, stack: Stack
+) -> None:
+    """Memories are found by the tenant id alone: a tenant made again under a deleted one's id read
+    them. Deleted with ``erase`` they are erased first (the worker applies the erasures before
+    the tenant closes); deleted without, the id is not given to a new tenant unasked (409).
+    """
+    with httpx.Client(base_url=server, timeout=60) as http:
+        assert http.put("/v1/admin/tenants/initech", json={}, headers=admin()).status_code == 200
+        api_key = http.post("/v1/admin/tenants/initech/keys", headers=admin()).json()["api_key"]
+        with Client(server, api_key) as client:
+            ids = [
+                client.remember(f"initech payroll note {i}", embedding=e(1.0, i / 10), at=T0)
+                for i in range(3)
+            ]
+            listed = [m.memory_id for m in client.list_memories()]  # no access event
+            assert sorted(listed) == sorted(ids)  # applied (read-your-writes)
+        erased = http.delete("/v1/admin/tenants/initech", params={"erase": "true"}, headers=admin())
+        assert erased.status_code == 200, erased.text
+        assert erased.json()["erased"] == 3
+        assert erased.json()["keys_erased"] == 3
+        assert http.get("/v1/admin/tenants/initech", headers=admin()).status_code == 404
+        # the id is free: a new tenant under it finds none of the old memories
+        assert http.put("/v1/admin/tenants/initech", json={}, headers=admin()).status_code == 200
+        new_key = http.post("/v1/admin/tenants/initech/keys", headers=admin()).json()["api_key"]
+        with Client(server, new_key) as client:
+            assert all(client.get(m) is None for m in ids)
+            assert client.recall(vector=e(1.0), k=10, track=False) == []
+            assert list(client.list_memories()) == []
+        # deleted without erase: its memories stay, and its id is refused to a new tenant
+        assert http.delete("/v1/admin/tenants/initech", headers=admin()).status_code == 200
+        reused = http.put("/v1/admin/tenants/initech", json={}, headers=admin())
+        assert reused.status_code == 409, reused.text
+    # no erasure was dead-lettered as a record of an unknown tenant
+    assert not [d for d in dead_letters(stack) if "initech" in d["reason"]]

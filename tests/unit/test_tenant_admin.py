@@ -5,7 +5,8 @@ routes (on a log that applies its own records, no broker) and the per-tenant rat
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
+from datetime import datetime
 
 import httpx
 import orjson
@@ -14,6 +15,7 @@ import pytest
 from memcore import InvalidField, Policy
 from memcore.supersession import MAX_NEIGHBOURS
 from ranker.api import create_api
+from ranker.applied import Token
 from ranker.ratelimit import RateLimited, RateLimiter, TokenBucket
 from ranker.service import RecallService
 from storage import MilvusConfig, MilvusStore
@@ -21,6 +23,7 @@ from storage import tenant_log as tenant_log_module
 from storage.embedding import Hashing
 from storage.tenant_log import TenantLog, TenantLogError
 from storage.tenants import (
+    ReusedTenant,
     Tenant,
     TenantRegistry,
     decode_tenant_record,
@@ -31,6 +34,7 @@ from storage.tenants import (
     with_key,
     without_key,
 )
+from streams import tenants_cli
 from streams.app import unknown_tenants
 
 KEY = "key-acme-0123456789"
@@ -248,8 +252,10 @@ class LocalLog(TenantLog):
     async def catch_up(self, timeout_s: float | None = None) -> None:
         return None
 
-    async def publish_tenant(self, tenant: Tenant, *, deleted: bool = False) -> None:
-        self.apply(*tenant_record(tenant, deleted=deleted))
+    async def publish_tenant(
+        self, tenant: Tenant, *, deleted: bool = False, erased: bool = False
+    ) -> None:
+        self.apply(*tenant_record(tenant, deleted=deleted, erased=erased))
         self.refresh()
 
 
@@ -440,3 +446,100 @@ def test_a_plain_key_put_among_the_digests_is_never_shown() -> None:
         TenantRegistry.of({"tenants": {"acme": {"api_key_hashes": [plain]}}})
     assert plain not in str(refused.value)
     assert refused.value.field.endswith("api_key_hashes")
+
+
+class Erasing(RecallService):
+    """What a tenant's erasure asks of the service, recorded: its memories, erased, waited for."""
+
+    def __init__(self, memories: list[str]) -> None:
+        super().__init__(MilvusStore(MilvusConfig("unused.db", dim=4)), Hashing(4), _no_send)
+        self.memories = memories
+        self.erasures: list[tuple[str, list[str]]] = []
+        self.waited: list[object] = []
+
+    async def tenant_memories(self, tenant_id: str) -> list[str]:
+        return list(self.memories)
+
+    async def erase(
+        self, tenant_id: str, memory_ids: Sequence[str], at: datetime
+    ) -> tuple[Token, int]:
+        self.erasures.append((tenant_id, list(memory_ids)))
+        return Token({"memory-writes": {0: 7}}), len(memory_ids)
+
+    async def wait(self, after: Token | None) -> None:
+        self.waited.append(after)
+
+
+@pytest.mark.anyio
+async def test_an_id_deleted_with_its_memories_kept_is_not_given_to_a_new_tenant_unasked() -> None:
+    """A tenant deleted and made again under its id read the deleted tenant's memories (they are
+    found by the tenant id alone), and nothing could erase them.
+    """
+    log = LocalLog("127.0.0.1:1", "t.tenants", TenantRegistry.of({"tenants": {}}))
+    service = Erasing(["m1", "m2"])
+    api = create_api(service, log, admin_key=ADMIN)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=api), base_url="http://m"
+    ) as http:
+
+        async def put(tenant: str, **params: str) -> httpx.Response:
+            return await http.put(
+                f"/v1/admin/tenants/{tenant}", json={}, params=params, headers=bearer(ADMIN)
+            )
+
+        assert (await put("acme")).status_code == 200
+        assert (
+            await http.delete("/v1/admin/tenants/acme", headers=bearer(ADMIN))
+        ).status_code == 200
+        refused = await put("acme")
+        assert refused.status_code == 409, refused.text
+        assert "memories written under its id are kept" in refused.json()["detail"]
+        assert log.get("acme") is None
+        assert (await put("acme", reuse="true")).status_code == 200  # said so: they are its
+        # erased first: every memory, waited for, then the id is free
+        erased = await http.delete(
+            "/v1/admin/tenants/acme", params={"erase": "true"}, headers=bearer(ADMIN)
+        )
+        assert erased.status_code == 200, erased.text
+        assert erased.json() == {
+            "tenant_id": "acme",
+            "deleted": True,
+            "erased": 2,
+            "keys_erased": 2,
+        }
+        assert service.erasures == [("acme", ["m1", "m2"])]
+        assert service.waited == [Token({"memory-writes": {0: 7}})]
+        assert (await put("acme")).status_code == 200
+        missing = await http.delete(
+            "/v1/admin/tenants/nobody", params={"erase": "true"}, headers=bearer(ADMIN)
+        )
+        assert missing.status_code == 404
+        assert service.erasures == [("acme", ["m1", "m2"])]  # nothing erased for a missing tenant
+
+
+@pytest.mark.anyio
+async def test_the_cli_makes_a_tenant_only_when_told_and_reuses_an_id_only_when_told(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``put`` of a tenant it could not see (the file's, when MNEMO_TENANTS_FILE is not set
+    for the command) made one with no keys, which replaced the file's in every process.
+    """
+    log = LocalLog("127.0.0.1:1", "t.tenants", TenantRegistry.of({"tenants": {}}))
+    log.stop = _stopped  # type: ignore[method-assign]
+    args = tenants_cli.parser().parse_args
+
+    with pytest.raises(LookupError, match="--create"):
+        await tenants_cli.run(log, args(["put", "demo"]))
+    assert log.get("demo") is None
+    made = await tenants_cli.run(log, args(["put", "demo", "--create", "--recall", "zeph"]))
+    assert made["recall"] == "zeph"
+    await tenants_cli.run(log, args(["delete", "demo"]))
+    with pytest.raises(ReusedTenant):
+        await tenants_cli.run(log, args(["put", "demo", "--create"]))
+    assert (await tenants_cli.run(log, args(["put", "demo", "--create", "--reuse"])))[
+        "tenant_id"
+    ] == "demo"
+
+
+async def _stopped() -> None:
+    return None
