@@ -76,6 +76,7 @@ class CompactedLog:
         self._starting = asyncio.Lock()
         self._producing = asyncio.Lock()
         self.applied = 0
+        self.offset: int | None = None  # of the record :meth:`apply` is taking (None: not read)
 
     def apply(self, key: bytes | None, value: bytes | None) -> None:
         """Take one record (a tombstone has ``value`` None)."""
@@ -184,6 +185,7 @@ class CompactedLog:
             )
             for records in batches.values():
                 for record in records:
+                    self.offset = record.offset
                     self.apply(record.key, record.value)
             if batches:
                 self.refresh()
@@ -256,18 +258,18 @@ class CompactedLog:
 
     async def publish(
         self, records: Sequence[tuple[bytes, bytes | None]], *, applied: bool = True
-    ) -> None:
+    ) -> list[int]:
         """Produce ``(key, value)`` records (acks=all; value None: a tombstone) and, with
         ``applied``, wait until this log has applied them (without: the caller applies them to
-        its own view, sooner than the next fetch would). Raises ``error`` when the topic does
-        not exist (the worker creates it: producing would make a broker that auto-creates
-        topics create it uncompacted) or does not answer in time.
+        its own view, sooner than the next fetch would); their offsets, in order. Raises
+        ``error`` when the topic does not exist (the worker creates it: producing would make a
+        broker that auto-creates topics create it uncompacted) or does not answer in time.
         """
         from aiokafka import AIOKafkaProducer  # noqa: PLC0415
         from aiokafka.errors import KafkaError  # noqa: PLC0415
 
         if not records:
-            return
+            return []
         await self._started()
         deadline = time.monotonic() + self.timeout_s
         if not await self._assign():
@@ -299,11 +301,12 @@ class CompactedLog:
         except KafkaError as exc:
             raise self.error(f"{type(exc).__name__}: {exc}") from exc
         if not applied:
-            return
+            return [meta.offset for meta in sent]
         wanted: dict[int, int] = {}
         for meta in sent:
             wanted[meta.partition] = max(wanted.get(meta.partition, 0), meta.offset + 1)
         await self._reach(wanted, deadline)
+        return [meta.offset for meta in sent]
 
 
 async def cancelled(task: asyncio.Task[Any]) -> None:

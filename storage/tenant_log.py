@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable, Mapping
 
 from memcore import InvalidField
@@ -38,6 +39,10 @@ from storage.tenants import (
 
 log = logging.getLogger(__name__)
 
+CHANGE_ATTEMPTS = 5
+"""How often :meth:`TenantLog.update` makes its change again when others keep overtaking it."""
+SEEN = 64
+"""Offsets of each tenant's latest records kept (to tell whether a change was overtaken)."""
 ROLE = "tenants"
 """The topic's role (its name is the topic prefix and this)."""
 
@@ -72,6 +77,9 @@ class TenantLog(CompactedLog):
         self._records: dict[str, Tenant | None] = {}
         # tenant id -> whether its memories were erased, for the ids the topic deleted last
         self.deleted: dict[str, bool] = {}
+        # tenant id -> (offset, tenant or None: deleted) of its latest records read, oldest
+        # first (offsets of its partition's: the topic is keyed by tenant id)
+        self.seen: dict[str, deque[tuple[int, Tenant | None]]] = {}
         self._view = base
         self._writing = asyncio.Lock()
 
@@ -110,6 +118,8 @@ class TenantLog(CompactedLog):
             self._unreadable(key)
             return
         self._records[tenant_id] = tenant
+        if self.offset is not None:
+            self.seen.setdefault(tenant_id, deque(maxlen=SEEN)).append((self.offset, tenant))
         if tenant is None:
             self.deleted[tenant_id] = was_erased(value)
         else:
@@ -142,25 +152,50 @@ class TenantLog(CompactedLog):
         publish that and return it. ``change`` may raise (nothing is published then), and so
         does making a tenant under the id of one deleted with its memories kept
         (:class:`~storage.tenants.ReusedTenant`) unless ``reuse``. Changes made through this log
-        are serialised; two processes changing the same tenant at once may lose one change
-        (the last record wins).
+        are serialised; a change another process published between the record this one was
+        computed from and its own (two rankers behind one Service) is not lost: this change is
+        made again on the newest record and published again (the later of two concurrent
+        writers redoes its change; ``change`` must give the same result when applied again).
+        Raises TenantLogError when the tenant keeps changing under it.
         """
         async with self._writing:
             await self.catch_up()
+            seen = self.seen.get(tenant_id)
+            base = seen[-1][0] if seen else None
             current = self.get(tenant_id)
-            new = change(current)
-            if new is None:
-                await self.publish_tenant(current or Tenant(tenant_id), deleted=True, erased=erased)
-                return None
-            if current is None and self.deleted.get(tenant_id) is False and not reuse:
-                raise ReusedTenant(tenant_id)
-            await self.publish_tenant(new)
-            return new
+            for _ in range(CHANGE_ATTEMPTS):
+                new = change(current)
+                if new is None:
+                    record = current or Tenant(tenant_id)
+                    ours = await self.publish_tenant(record, deleted=True, erased=erased)
+                else:
+                    if current is None and self.deleted.get(tenant_id) is False and not reuse:
+                        raise ReusedTenant(tenant_id)
+                    ours = await self.publish_tenant(new)
+                if ours is None or not self._overtaken(tenant_id, base, ours):
+                    return new
+                base, current = ours, self._before(tenant_id, ours)
+            raise self.error(f"tenant {tenant_id} changed under {CHANGE_ATTEMPTS} attempts")
+
+    def _overtaken(self, tenant_id: str, base: int | None, ours: int) -> bool:
+        """Whether a record of ``tenant_id`` landed after ``base`` (the newest when a change was
+        made) and before ``ours`` (its own): the change was made on an older tenant.
+        """
+        return any(
+            (base is None or base < offset) and offset < ours
+            for offset, _ in self.seen.get(tenant_id, ())
+        )
+
+    def _before(self, tenant_id: str, ours: int) -> Tenant | None:
+        """The tenant as the newest record before ``ours`` left it (the file's without one)."""
+        earlier = [t for offset, t in self.seen.get(tenant_id, ()) if offset < ours]
+        return earlier[-1] if earlier else self.base.get(tenant_id)
 
     async def publish_tenant(
         self, tenant: Tenant, *, deleted: bool = False, erased: bool = False
-    ) -> None:
-        """Produce ``tenant``'s record (acks=all) and wait until this log has applied it; raises
-        TenantLogError as :meth:`CompactedLog.publish` does.
+    ) -> int | None:
+        """Produce ``tenant``'s record (acks=all) and wait until this log has applied it; its
+        offset. Raises TenantLogError as :meth:`CompactedLog.publish` does.
         """
-        await self.publish([tenant_record(tenant, deleted=deleted, erased=erased)])
+        offsets = await self.publish([tenant_record(tenant, deleted=deleted, erased=erased)])
+        return offsets[0] if offsets else None

@@ -288,10 +288,11 @@ class LocalKeys(KeyLog):
 
     async def publish(
         self, records: Sequence[tuple[bytes, bytes | None]], *, applied: bool = True
-    ) -> None:
+    ) -> list[int]:
         self.published.extend(records)
         for key, value in records:
             self.apply(key, value)
+        return []
 
 
 class Sent:

@@ -287,7 +287,7 @@ def test_concurrent_first_publishes_make_one_producer(monkeypatch: pytest.Monkey
 
         async def send(self, topic: str, **_: object) -> asyncio.Future[object]:
             done: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-            done.set_result(object())
+            done.set_result(SimpleNamespace(partition=0, offset=0))
             return done
 
     monkeypatch.setattr(aiokafka, "AIOKafkaProducer", Producer)
@@ -337,7 +337,7 @@ class _Consumer:
     async def getmany(self, timeout_ms: int, max_records: int) -> dict[str, list[object]]:
         if self.read == 0:
             self.read = 1
-            return {"keys/0": [SimpleNamespace(key=b"k", value=b"v")]}
+            return {"keys/0": [SimpleNamespace(key=b"k", value=b"v", offset=0)]}
         await asyncio.sleep(timeout_ms / 1000)
         return {}
 

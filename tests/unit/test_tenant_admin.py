@@ -5,7 +5,7 @@ routes (on a log that applies its own records, no broker) and the per-tenant rat
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 
 import httpx
@@ -543,3 +543,78 @@ async def test_the_cli_makes_a_tenant_only_when_told_and_reuses_an_id_only_when_
 
 async def _stopped() -> None:
     return None
+
+
+class SharedTopic:
+    """The tenants topic two processes publish to: records in order, offsets their places."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[bytes, bytes | None]] = []
+
+
+class Racing(TenantLog):
+    """A tenants log of one process over a :class:`SharedTopic`; ``meanwhile`` runs just before
+    its next publish (another process's change landing between its read and its write).
+    """
+
+    def __init__(self, topic: SharedTopic) -> None:
+        super().__init__("127.0.0.1:1", "t.tenants", TenantRegistry.of({"tenants": {}}))
+        self.shared = topic
+        self.read = 0
+        self.meanwhile: Callable[[], Awaitable[object]] | None = None
+
+    def _read_shared(self) -> None:
+        while self.read < len(self.shared.records):
+            self.offset = self.read
+            self.apply(*self.shared.records[self.read])
+            self.read += 1
+        self.refresh()
+
+    async def catch_up(self, timeout_s: float | None = None) -> None:
+        self._read_shared()
+
+    async def publish(
+        self, records: Sequence[tuple[bytes, bytes | None]], *, applied: bool = True
+    ) -> list[int]:
+        if self.meanwhile is not None:
+            meanwhile, self.meanwhile = self.meanwhile, None
+            await meanwhile()
+        offsets = []
+        for record in records:
+            self.shared.records.append(record)
+            offsets.append(len(self.shared.records) - 1)
+        self._read_shared()
+        return offsets
+
+
+@pytest.mark.anyio
+async def test_two_rankers_changing_one_tenant_at_once_lose_neither_change() -> None:
+    """Behind one Service, a revoke on one ranker and a new key on another, at once: the revoke
+    answered 200 was undone (the later record, made from the older tenant, won), or one of two
+    new keys never worked.
+    """
+    topic = SharedTopic()
+    a, b = Racing(topic), Racing(topic)
+    k1, k2, k3, k4 = (f"key-{n}-0123456789abcdef" for n in range(4))
+    await a.update("acme", lambda t: with_key(replaced(t, "acme", {}), k1))
+
+    b_adds = b.update("acme", lambda t: with_key(_present(t), k2))
+    a.meanwhile = lambda: b_adds  # b's key lands between a's read and a's record
+    await a.update("acme", lambda t: without_key(_present(t), key_hash(k1)[:12]))
+    await b.catch_up()
+    for log in (a, b):
+        assert log.by_api_key(k1) is None  # the revoke stands
+        assert log.by_api_key(k2) is not None  # and so does the new key
+
+    b_adds = b.update("acme", lambda t: with_key(_present(t), k4))
+    a.meanwhile = lambda: b_adds
+    await a.update("acme", lambda t: with_key(_present(t), k3))
+    await b.catch_up()
+    assert a.by_api_key(k3) is not None
+    assert a.by_api_key(k4) is not None
+    assert b.get("acme") == a.get("acme")
+
+
+def _present(tenant: Tenant | None) -> Tenant:
+    assert tenant is not None
+    return tenant
