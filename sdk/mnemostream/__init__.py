@@ -7,10 +7,19 @@ transport differs, as with httpx's own ``Client``/``AsyncClient``.
 from mnemostream.client import (
     AsyncClient,
     Client,
+    History,
     Memory,
     MnemostreamError,
     Overloaded,
     Unreachable,
 )
 
-__all__ = ["AsyncClient", "Client", "Memory", "MnemostreamError", "Overloaded", "Unreachable"]
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "History",
+    "Memory",
+    "MnemostreamError",
+    "Overloaded",
+    "Unreachable",
+]

@@ -113,6 +113,24 @@ class Memory:
         return cls(**{k: v for k, v in body.items() if k in names})
 
 
+class History(list[dict[str, Any]]):
+    """A memory's audit records, oldest first (a list of dicts: kind, reason, at, source, offset,
+    after), with ``total``: how many the log holds of it, and ``truncated``: True when only the
+    newest were returned (the service returns 10,000 at most).
+    """
+
+    total: int
+    truncated: bool
+
+    @classmethod
+    def of(cls, reply: dict[str, Any]) -> History:
+        """From the history route's answer."""
+        history = cls(reply["events"])
+        history.total = int(reply.get("total", len(history)))
+        history.truncated = bool(reply.get("truncated", False))
+        return history
+
+
 @dataclass(frozen=True)
 class _Call:
     """One request: its JSON body is sent with every datetime in it as ISO 8601 text
@@ -586,9 +604,11 @@ class Client:
             if cursor is None:
                 return
 
-    def history(self, memory_id: str) -> list[dict[str, Any]]:
-        """Every decision about a memory, oldest first (kind, reason, at, source, offset, after)."""
-        return list(self._send(_Api.history(memory_id, self._session.after()))["events"])
+    def history(self, memory_id: str) -> History:
+        """Every decision about a memory, oldest first (:class:`History`: the newest 10,000,
+        with ``total`` and ``truncated`` saying whether older ones were left out).
+        """
+        return History.of(self._send(_Api.history(memory_id, self._session.after())))
 
     def export(self, *, vectors: bool = False) -> Iterator[dict[str, Any]]:
         """Every memory of the tenant (any state but purged) as dicts, streamed."""
@@ -692,8 +712,8 @@ class AsyncClient:
             if cursor is None:
                 return
 
-    async def history(self, memory_id: str) -> list[dict[str, Any]]:
-        return list((await self._send(_Api.history(memory_id, self._session.after())))["events"])
+    async def history(self, memory_id: str) -> History:
+        return History.of(await self._send(_Api.history(memory_id, self._session.after())))
 
     async def export(self, *, vectors: bool = False) -> AsyncIterator[dict[str, Any]]:
         call = _Api.export(vectors, self._session.after())

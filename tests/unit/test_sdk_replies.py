@@ -17,7 +17,15 @@ import httpx
 import numpy as np
 import pytest
 
-from mnemostream import AsyncClient, Client, Memory, MnemostreamError, Overloaded, Unreachable
+from mnemostream import (
+    AsyncClient,
+    Client,
+    History,
+    Memory,
+    MnemostreamError,
+    Overloaded,
+    Unreachable,
+)
 from mnemostream.client import DEFAULT_TIMEOUT_S
 
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -380,3 +388,18 @@ def test_an_export_cut_short_or_holding_a_line_that_is_no_memory_is_a_502(
     with pytest.raises(MnemostreamError, match=says) as async_:
         asyncio.run(run())
     assert sync.value.status == async_.value.status == 502
+
+
+def test_a_history_says_when_its_oldest_records_were_left_out() -> None:
+    """The route answers the newest 10,000 with ``total`` and ``truncated``; the SDK returned the
+    events alone, so a cut history looked complete.
+    """
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        events = [{"kind": "created"}, {"kind": "accessed"}]
+        return httpx.Response(200, json={"events": events, "total": 25_000, "truncated": True})
+
+    for history in both(handler, lambda c: c.history("m1")):
+        assert isinstance(history, History)
+        assert [e["kind"] for e in history] == ["created", "accessed"]
+        assert (history.total, history.truncated) == (25_000, True)
