@@ -261,7 +261,7 @@ def create_api(
     @api.get("/healthz", include_in_schema=False)
     async def healthz() -> JSONResponse:
         """200 while the service can score (started, batcher alive); 503 otherwise."""
-        if service.batcher.running:
+        if service.running:
             return JSONResponse({"status": "ok"})
         return JSONResponse({"status": "stopped"}, 503)
 
@@ -270,7 +270,7 @@ def create_api(
         """200 when the service can answer: the batcher runs and every check passes; else 503
         naming the checks that fail.
         """
-        results = {"batcher": service.batcher.running}
+        results = {"batcher": service.running}
         for name, check in checks.items():
             try:
                 results[name] = bool(await check())

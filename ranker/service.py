@@ -35,7 +35,7 @@ from ranker.applied import AppliedOffsets, Token
 from ranker.batcher import Batcher, Overloaded
 from ranker.errors import Unavailable
 from ranker.hotcache import HotCache, HotHits, LiveColumns, live_passes
-from ranker.kernel import RankRequest, default_device, light, rank_many, set_threads
+from ranker.kernel import RankRequest, default_device, heavy, light, rank_many, set_threads
 from ranker.listing import Page, page
 from ranker.metrics import Metrics
 from ranker.view import StateView
@@ -172,6 +172,7 @@ class RecallService:
         )
         self.scoring_threads = scoring_threads
         self._kernel: ThreadPoolExecutor | None = None  # started by start()
+        self._heavy: ThreadPoolExecutor | None = None  # likewise, for heavy requests alone
         self._orphans: set[asyncio.Future[object]] = set()  # deliveries of failed requests
         self.batcher: Batcher[RankRequest, list[Scored]] = Batcher(
             self._score,
@@ -180,18 +181,41 @@ class RecallService:
             max_queue=queue_max,
             on_batch=self.metrics.on_batch,
         )
+        # heavy requests (:func:`ranker.kernel.heavy`) in a lane of their own: one tenant's
+        # MMR over 1,000 candidates held every other tenant's recall for seconds behind it
+        self.heavy_batcher: Batcher[RankRequest, list[Scored]] = Batcher(
+            self._score_heavy,
+            max_batch=batch_max,
+            max_wait_s=batch_wait_s,
+            max_queue=queue_max,
+            on_batch=self.metrics.on_batch,
+        )
+
+    @property
+    def running(self) -> bool:
+        """Both lanes' batchers run (the service can score)."""
+        return self.batcher.running and self.heavy_batcher.running
 
     async def start(self) -> None:
-        self._kernel = ThreadPoolExecutor(
-            1, "kernel", initializer=set_threads, initargs=(self.scoring_threads,)
+        self._kernel, self._heavy = (
+            ThreadPoolExecutor(1, name, initializer=set_threads, initargs=(self.scoring_threads,))
+            for name in ("kernel", "kernel-heavy")
         )
         await self.batcher.start()
+        await self.heavy_batcher.start()
 
     async def stop(self) -> None:
+        await self.heavy_batcher.stop()
         await self.batcher.stop()
-        if self._kernel is not None:
-            self._kernel.shutdown(wait=False, cancel_futures=True)
-            self._kernel = None
+        for pool in (self._kernel, self._heavy):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+        self._kernel = self._heavy = None
+
+    async def _submit(self, request: RankRequest) -> list[Scored]:
+        """Score ``request`` in its lane's next batch (raises Overloaded when that lane is full)."""
+        lane = self.heavy_batcher if heavy(request) else self.batcher
+        return await lane.submit(request)
 
     async def recall(self, tenant_id: str, query: RecallQuery) -> Recall:
         """The top ``k`` memories of one tenant, best first, and the token of the accesses the
@@ -237,7 +261,7 @@ class RecallService:
                 request = await asyncio.to_thread(build) if off_loop else build()
         results: list[Recalled] = []
         if request is not None:
-            scored = await self.batcher.submit(request)
+            scored = await self._submit(request)
             at = request.ids.index  # k of ~100 candidates: a scan in C beats building a dict
             results = [Recalled(self._live(rows[at(s.memory_id)]), s) for s in scored]
         if not (query.track and results):
@@ -595,6 +619,10 @@ class RecallService:
             return rank_many(requests)
         assert self._kernel is not None, "RecallService.start() first"
         return await asyncio.get_running_loop().run_in_executor(self._kernel, rank_many, requests)
+
+    async def _score_heavy(self, requests: Sequence[RankRequest]) -> list[list[Scored]]:
+        assert self._heavy is not None, "RecallService.start() first"
+        return await asyncio.get_running_loop().run_in_executor(self._heavy, rank_many, requests)
 
 
 def _forget(

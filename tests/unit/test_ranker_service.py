@@ -24,7 +24,7 @@ from memcore.policy import (
 )
 from ranker import service as service_module
 from ranker.errors import Unavailable
-from ranker.kernel import LIGHT_ROWS, RankRequest, rank_many
+from ranker.kernel import HEAVY_MMR_ROWS, LIGHT_ROWS, RankRequest, heavy, rank_many
 from ranker.service import Candidate, RecallQuery, RecallService, _request
 from storage import MilvusConfig, to_us
 from storage.milvus import Hit
@@ -262,3 +262,43 @@ def test_deliveries_enqueued_before_a_failed_send_are_still_awaited() -> None:
     asyncio.run(main())
     assert awaited == ["acme/m1"]
     assert not service._orphans
+
+
+def test_a_usual_recall_is_not_scored_behind_another_tenants_heavy_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """zeph with k 1,000 (MMR over 1,000 candidates) costs ~0.3 s a request; 16 of them held
+    another tenant's three-candidate recall for 6.8 s, queued in the same batches.
+    """
+    heavy_may_end = threading.Event()
+
+    def rank_many(requests: Sequence[RankRequest]) -> list[list[Scored]]:
+        if any(len(r) > HEAVY_MMR_ROWS for r in requests):
+            assert heavy_may_end.wait(30)
+        return [[] for _ in requests]
+
+    monkeypatch.setattr(service_module, "rank_many", rank_many)
+    zeph = query(policy=RecallPolicy(preset=RecallPreset.ZEPH))
+    big = _request([cand(f"m{i}", "x") for i in range(HEAVY_MMR_ROWS + 1)], (1.0, 0.0), zeph, {})
+    usual = _request([cand("a", "x")], (1.0, 0.0), zeph, {})
+    assert heavy(big)
+    assert not heavy(usual)
+    service = RecallService(cast(Any, None), cast(Any, None), cast(Any, None))
+
+    async def main() -> tuple[bool, list[Scored]]:
+        await service.start()
+        try:
+            slow = asyncio.create_task(service._submit(big))
+            await asyncio.sleep(0.05)  # the heavy batch is being scored
+            answered = await asyncio.wait_for(service._submit(usual), 10)
+            waiting = not slow.done()
+            heavy_may_end.set()
+            await slow
+        finally:
+            heavy_may_end.set()
+            await service.stop()
+        return waiting, answered
+
+    heavy_still_scoring, answered = asyncio.run(main())
+    assert answered == []
+    assert heavy_still_scoring  # the usual recall was answered meanwhile
