@@ -146,14 +146,15 @@ def recall_decay(preset: RecallPreset, tenant: DecayPolicy) -> DecayPolicy | Non
 
     ``zeromemory`` and ``powermem`` reproduce their sources (SPEC section 6), their rates included:
     on a tenant that decays by the other preset they take their own (a ``powermem`` recall on a
-    ``zeromemory`` tenant vetoes what is hours stale, as PowerMem does). None: each memory's own
-    τ, which its state holds from the tenant's decay policy (``mnemostream``, ``zeph``, and a
-    preset whose source the tenant already decays by, its overrides kept).
+    ``zeromemory`` tenant vetoes what is hours stale, as PowerMem does); on a tenant that decays
+    by their source, the tenant's rates now (its overrides kept; a memory written before the
+    tenant changed its preset holds the old preset's τ until its next recompute). None
+    (``mnemostream``, ``zeph``): each memory's own τ.
     """
     source = _DECAY_OF_RECALL.get(preset)
-    if source is None or tenant.preset is source:
+    if source is None:
         return None
-    return DECAY_PRESETS[source]
+    return tenant if tenant.preset is source else DECAY_PRESETS[source]
 
 
 @dataclass(frozen=True)

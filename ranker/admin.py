@@ -34,6 +34,7 @@ from storage.tenants import (
     replaced,
     with_key,
     without_key,
+    without_keys,
 )
 
 if TYPE_CHECKING:
@@ -143,9 +144,11 @@ def admin_routes(api: FastAPI) -> None:
         """Remove a tenant: its keys stop working, and the worker dead-letters its new records.
         Its memories are kept (a tenant made again under its id would read them: PUT answers
         409 unless told ``reuse``), or with ``erase`` erased first, every one in any state, as
-        ``DELETE /v1/memories/{id}?erase=true`` erases one; the tenant is removed once the
-        worker has applied the erasures (503 when it has not within ``MNEMO_AFTER_TIMEOUT_S``:
-        the tenant stays, and the call can be repeated).
+        ``DELETE /v1/memories/{id}?erase=true`` erases one: its keys are revoked at once, the
+        records written before are applied, its memories erased, and the tenant removed once
+        the worker has applied the erasures (503 when it has not within
+        ``MNEMO_AFTER_TIMEOUT_S``: the tenant stays, without keys, and the call can be repeated).
+        A write another ranker authenticated just before it saw the revocation may land after.
         """
 
         def delete(current: Tenant | None) -> None:
@@ -153,10 +156,11 @@ def admin_routes(api: FastAPI) -> None:
 
         erased, keys = 0, 0
         if erase:
-            await log.catch_up()
-            if log.get(tenant_id) is None:
-                raise HTTPException(404, f"no such tenant or key: {tenant_id}")
+            # its keys go first (the worker still takes its records, the erasures): a write
+            # made meanwhile would outlive the erasure; then what was written before is applied
+            await _changing(log.update(tenant_id, lambda t: without_keys(_found(t, tenant_id))))
             service: RecallService = request.app.state.service
+            await service.barrier()
             ids = await service.tenant_memories(tenant_id)
             token, keys = await service.erase(tenant_id, ids, datetime.now(UTC))
             await service.wait(token)  # before the tenant closes: the worker would refuse them

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -40,6 +40,7 @@ from ranker.listing import Page, page
 from ranker.metrics import Metrics
 from ranker.view import StateView
 from storage import Filters, MemoryRow, MilvusStore, to_us
+from storage.compacted import CompactedLogError
 from storage.embedding import Embedder
 from storage.key_log import KeyLog
 from storage.records import decision_value
@@ -263,7 +264,12 @@ class RecallService:
         if request is not None:
             scored = await self._submit(request)
             at = request.ids.index  # k of ~100 candidates: a scan in C beats building a dict
-            results = [Recalled(self._live(rows[at(s.memory_id)]), s) for s in scored]
+            erased = await self._erased_among(tenant_id, [s.memory_id for s in scored])
+            results = [
+                Recalled(self._live(rows[at(s.memory_id)]), s)
+                for s in scored
+                if s.memory_id not in erased
+            ]
         if not (query.track and results):
             return Recall(results)
         token = await self._produce_all(
@@ -464,10 +470,26 @@ class RecallService:
         await self.keys.catch_up()
         return self._erased_now(tenant_id, memory_id)
 
-    def _erased_now(self, tenant_id: str, memory_id: str) -> bool:
-        """:meth:`erased` as this process knows it now (no catch-up): what reads leave out, so an
-        erasure's words are never shown while its purge waits for the worker.
+    async def _erased_among(self, tenant_id: str, memory_ids: Iterable[str]) -> set[str]:
+        """The erased ones among ``memory_ids`` (not written again since), which every read
+        leaves out: an erasure's words are never shown while its purge waits for the worker.
+        When one looks erased, the keys topic is read first (a write since, made through
+        another ranker, holds a key this one may not have read yet); when it cannot be read,
+        those that look erased are left out.
         """
+        if self.keys is None:
+            return set()
+        erased = {m for m in memory_ids if self._erased_now(tenant_id, m)}
+        if erased:
+            try:
+                await self.keys.catch_up()
+            except CompactedLogError:
+                return erased
+            erased = {m for m in erased if self._erased_now(tenant_id, m)}
+        return erased
+
+    def _erased_now(self, tenant_id: str, memory_id: str) -> bool:
+        """:meth:`erased` as this process knows it now (no catch-up)."""
         if self.keys is None:
             return False
         ring = self.keys.ring
@@ -528,8 +550,7 @@ class RecallService:
         await self.wait(after)
         ids = ordered if ordered is not None else await self.memory_ids(tenant_id)
 
-        def keep(row: MemoryRow) -> bool:  # the view's state decides; an erased memory is gone
-            return self._passes(row, filters) and not self._erased_now(tenant_id, row.memory_id)
+        keep = functools.partial(self._passes, filters=filters)  # the view's state decides
 
         def candidate(memory_id: str) -> bool:  # no Milvus query for what the view rules out
             values = self.view.values(tenant_id, memory_id) if self.view is not None else None
@@ -538,7 +559,23 @@ class RecallService:
         found = await asyncio.to_thread(
             page, self.store, tenant_id, ids, filters, after_id, limit, keep, candidate
         )
-        return Page([self._live(r) for r in found.rows], found.cursor)
+        erased = await self._erased_among(tenant_id, [r.memory_id for r in found.rows])
+        rows = [self._live(r) for r in found.rows if r.memory_id not in erased]
+        return Page(rows, found.cursor)  # a page may be short: by what was erased, too
+
+    async def barrier(self) -> None:
+        """Return once the worker has applied every write and access on the topics now (at once
+        without a worker to wait for); raises NotAppliedError as a read's ``after`` does.
+        """
+        if self.applied is None:
+            return
+        roles = ("memory-writes", "access-events")
+        ends = [await self.applied.end_offsets(role) for role in roles]
+        last = {
+            role: {p: e - 1 for p, e in end.items() if e > 0}
+            for role, end in zip(roles, ends, strict=True)
+        }
+        await self.wait(Token({role: parts for role, parts in last.items() if parts}))
 
     async def tenant_memories(self, tenant_id: str) -> list[str]:
         """Ids of every memory of this tenant, in any state: the worker's table's (the state
@@ -569,9 +606,8 @@ class RecallService:
         """
         await self.wait(after)
         found = await asyncio.to_thread(self.store.get, tenant_id, list(memory_ids))
-        return {
-            m: self._live(row) for m, row in found.items() if not self._erased_now(tenant_id, m)
-        }
+        erased = await self._erased_among(tenant_id, found)
+        return {m: self._live(row) for m, row in found.items() if m not in erased}
 
     async def access(
         self, tenant_id: str, memory_ids: Sequence[str], at: datetime, kind: str

@@ -23,6 +23,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from memcore import InvalidField
 from memcore.ids import check_id
@@ -38,6 +39,18 @@ from storage.tenants import (
 )
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One record of a tenant as read: its offset, the tenant it sets (None: deleted) and, for a
+    deletion, whether the tenant's memories were kept (not erased).
+    """
+
+    offset: int
+    tenant: Tenant | None
+    kept: bool
+
 
 CHANGE_ATTEMPTS = 5
 """How often :meth:`TenantLog.update` makes its change again when others keep overtaking it."""
@@ -77,9 +90,9 @@ class TenantLog(CompactedLog):
         self._records: dict[str, Tenant | None] = {}
         # tenant id -> whether its memories were erased, for the ids the topic deleted last
         self.deleted: dict[str, bool] = {}
-        # tenant id -> (offset, tenant or None: deleted) of its latest records read, oldest
-        # first (offsets of its partition's: the topic is keyed by tenant id)
-        self.seen: dict[str, deque[tuple[int, Tenant | None]]] = {}
+        # tenant id -> its latest records read, oldest first (offsets of its partition's: the
+        # topic is keyed by tenant id)
+        self.seen: dict[str, deque[Seen]] = {}
         self._view = base
         self._writing = asyncio.Lock()
 
@@ -119,7 +132,10 @@ class TenantLog(CompactedLog):
             return
         self._records[tenant_id] = tenant
         if self.offset is not None:
-            self.seen.setdefault(tenant_id, deque(maxlen=SEEN)).append((self.offset, tenant))
+            kept = tenant is None and not was_erased(value)
+            self.seen.setdefault(tenant_id, deque(maxlen=SEEN)).append(
+                Seen(self.offset, tenant, kept)
+            )
         if tenant is None:
             self.deleted[tenant_id] = was_erased(value)
         else:
@@ -154,27 +170,38 @@ class TenantLog(CompactedLog):
         (:class:`~storage.tenants.ReusedTenant`) unless ``reuse``. Changes made through this log
         are serialised; a change another process published between the record this one was
         computed from and its own (two rankers behind one Service) is not lost: this change is
-        made again on the newest record and published again (the later of two concurrent
-        writers redoes its change; ``change`` must give the same result when applied again).
-        Raises TenantLogError when the tenant keeps changing under it.
+        made again on that record and published again (the later of two concurrent writers
+        redoes its change; ``change`` must give the same result when applied again). When the
+        change no longer applies to it (the other deleted the tenant, say), that record is
+        published again, so the topic ends as the other left it, and the error is raised. A
+        third change made from this one's first record meanwhile may still be lost. Raises
+        TenantLogError when the tenant keeps changing under it.
         """
         async with self._writing:
             await self.catch_up()
             seen = self.seen.get(tenant_id)
-            base = seen[-1][0] if seen else None
+            base = seen[-1].offset if seen else None
             current = self.get(tenant_id)
+            kept = self.deleted.get(tenant_id) is False  # deleted with its memories kept
+            redo: Seen | None = None
             for _ in range(CHANGE_ATTEMPTS):
-                new = change(current)
+                try:
+                    new = change(current)
+                    if new is not None and current is None and kept and not reuse:
+                        raise ReusedTenant(tenant_id)
+                except Exception:
+                    if redo is not None:
+                        await self._restore(tenant_id, redo)
+                    raise
                 if new is None:
                     record = current or Tenant(tenant_id)
                     ours = await self.publish_tenant(record, deleted=True, erased=erased)
                 else:
-                    if current is None and self.deleted.get(tenant_id) is False and not reuse:
-                        raise ReusedTenant(tenant_id)
                     ours = await self.publish_tenant(new)
                 if ours is None or not self._overtaken(tenant_id, base, ours):
                     return new
-                base, current = ours, self._before(tenant_id, ours)
+                redo = self._before(tenant_id, ours)
+                base, current, kept = ours, redo.tenant, redo.kept
             raise self.error(f"tenant {tenant_id} changed under {CHANGE_ATTEMPTS} attempts")
 
     def _overtaken(self, tenant_id: str, base: int | None, ours: int) -> bool:
@@ -182,14 +209,23 @@ class TenantLog(CompactedLog):
         made) and before ``ours`` (its own): the change was made on an older tenant.
         """
         return any(
-            (base is None or base < offset) and offset < ours
-            for offset, _ in self.seen.get(tenant_id, ())
+            (base is None or base < seen.offset) and seen.offset < ours
+            for seen in self.seen.get(tenant_id, ())
         )
 
-    def _before(self, tenant_id: str, ours: int) -> Tenant | None:
-        """The tenant as the newest record before ``ours`` left it (the file's without one)."""
-        earlier = [t for offset, t in self.seen.get(tenant_id, ()) if offset < ours]
-        return earlier[-1] if earlier else self.base.get(tenant_id)
+    def _before(self, tenant_id: str, ours: int) -> Seen:
+        """The newest record of ``tenant_id`` before ``ours`` (offset -1: none, the file's)."""
+        earlier = [seen for seen in self.seen.get(tenant_id, ()) if seen.offset < ours]
+        return earlier[-1] if earlier else Seen(-1, self.base.get(tenant_id), False)
+
+    async def _restore(self, tenant_id: str, record: Seen) -> None:
+        """Publish ``record`` again (a tombstone for the file's: the topic's record goes)."""
+        if record.offset < 0:
+            await self.publish([(tenant_id.encode("utf-8"), None)])
+        elif record.tenant is None:
+            await self.publish_tenant(Tenant(tenant_id), deleted=True, erased=not record.kept)
+        else:
+            await self.publish_tenant(record.tenant)
 
     async def publish_tenant(
         self, tenant: Tenant, *, deleted: bool = False, erased: bool = False

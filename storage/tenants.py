@@ -346,6 +346,11 @@ MAX_REVIEW_INTERVALS = 32
 with more is read as it is: refusing it would close its tenant)."""
 
 
+def without_keys(tenant: Tenant) -> Tenant:
+    """``tenant`` with none of its keys (every request for it is refused; its records are not)."""
+    return dataclasses.replace(tenant, api_key_hashes=())
+
+
 def with_key(tenant: Tenant, api_key: str) -> Tenant:
     """``tenant`` with one more key (its digest)."""
     digest = key_hash(api_key)

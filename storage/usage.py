@@ -44,12 +44,16 @@ def refusing_start() -> Iterator[None]:
 
 
 def _refused(settings: type[BaseSettings], prefix: str, error: dict[str, object]) -> str:
-    loc = error.get("loc") or ("?",)
-    name = str(loc[0]) if isinstance(loc, tuple) else str(loc)
+    """One refused setting as a line; never a value read but the refused one's (not a secret)."""
+    loc = error.get("loc")
+    name = str(loc[0]) if isinstance(loc, tuple) and loc else None
+    if name is not None and error.get("type") == "missing":  # its input: every value read
+        return f"{prefix}{name.upper()}: {error.get('msg')}"
+    if name is None or isinstance(error.get("input"), dict):
+        # a check of several settings at once: its input is every value read, secrets too
+        return f"settings: {error.get('msg')}"
     field = settings.model_fields.get(name)
     secret = field is not None and "SecretStr" in str(field.annotation)
-    if error.get("type") == "missing":  # its input is every value read: shown, none
-        return f"{prefix}{name.upper()}: {error.get('msg')}"
     hidden = secret or isinstance(error.get("input"), SecretStr)
     shown = "(hidden)" if hidden else repr(error.get("input"))
     return f"{prefix}{name.upper()}={shown}: {error.get('msg')}"

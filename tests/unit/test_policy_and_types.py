@@ -53,9 +53,11 @@ def test_a_recall_preset_decays_at_its_source_s_rates_on_a_tenant_decaying_other
     )
     assert recall_decay(RecallPreset.POWERMEM, zeromemory) is powermem
     assert recall_decay(RecallPreset.ZEROMEMORY, powermem) is zeromemory
-    assert recall_decay(RecallPreset.POWERMEM, powermem) is None  # each memory's own τ
+    # the tenant's rates now, not each memory's τ (a memory written before the tenant moved to
+    # this preset holds the old one's): its overrides stay
+    assert recall_decay(RecallPreset.POWERMEM, powermem) is powermem
     tuned = Policy.build(overrides={"decay": {"semantic_tau_hours": 5000.0}}).decay
-    assert recall_decay(RecallPreset.ZEROMEMORY, tuned) is None  # the tenant's overrides stay
+    assert recall_decay(RecallPreset.ZEROMEMORY, tuned) is tuned
     for preset in (RecallPreset.MNEMOSTREAM, RecallPreset.ZEPH):
         assert recall_decay(preset, powermem) is recall_decay(preset, zeromemory) is None
 

@@ -123,6 +123,13 @@ def test_powermem_and_zeromemory_recalls_decay_at_their_own_rates_on_the_other_s
     (kept,) = rank_many([_request(on_powermem, (1.0, 0.0), query(text=None, decay=on_it), {})])
     assert [s.memory_id for s in kept] == ["two-days"]
     assert kept[0].recency == pytest.approx(math.exp(-48 / 240))
+    # a tenant that moved from powermem to zeromemory: a memory still holding powermem's τ
+    # (1.2 h) is scored at the tenant's rates now, not soft-deleted after half a day
+    moved = [aged("moved", 0.9, timedelta(hours=12), "working", 1.2)]
+    now = recall_decay(RecallPreset.ZEROMEMORY, DecayPolicy())
+    (still,) = rank_many([_request(moved, (1.0, 0.0), query(text=None, decay=now), {})])
+    assert [s.memory_id for s in still] == ["moved"]
+    assert still[0].recency == pytest.approx(math.exp(-12 / 48))
     # the default preset scores each memory's own τ
     (own,) = rank_many([_request(on_powermem, (1.0, 0.0), query(policy=RecallPolicy()), {})])
     assert own[0].recency == pytest.approx(math.exp(-48 / 3.6))

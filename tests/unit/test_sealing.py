@@ -15,12 +15,14 @@ import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from memcore import Lifecycle, Purge, Retire, resolve_importance
-from ranker.service import RecallService
-from storage import Document, Filters, MemoryRow, codec
+from memcore.policy import RecallPolicy
+from ranker.service import RecallQuery, RecallService
+from storage import Document, Filters, MemoryRow, MilvusConfig, codec
 from storage.changelogs import DocumentRows, Record, Unreadable
 from storage.changelogs import Tables as RebuildTables
 from storage.embedding import Hashing
 from storage.key_log import KeyLog
+from storage.milvus import Hit
 from storage.records import DecisionRecord, Limits, RecordError, decision_value, decode_write
 from storage.sealing import (
     NONCE_BYTES,
@@ -42,6 +44,7 @@ from tests.rows import make_row
 from .helpers import CountingDict
 
 AT = "2026-03-01T12:00:00+00:00"
+AT_TIME = datetime(2026, 3, 1, 12, 30, tzinfo=UTC)
 SECRET_WORDS = "Ann's PIN is 4711"
 
 
@@ -455,8 +458,13 @@ def test_a_sealed_value_that_opens_to_no_json_is_a_record_error(plain: bytes) ->
 class RowsNotPurgedYet:
     """Milvus before the worker applied the erasure's purge: the rows are still there."""
 
+    config = MilvusConfig("unused.db", dim=4, full_text=False)
+
     def __init__(self, rows: Sequence[MemoryRow]) -> None:
         self.rows = {r.memory_id: r for r in rows}
+
+    def search(self, tenant_id: str, vectors: object, k: int, filters: Filters) -> list[list[Hit]]:
+        return [[Hit(r, 0.9) for r in self.rows.values()]]
 
     def get(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, MemoryRow]:
         return {m: self.rows[m] for m in memory_ids if m in self.rows}
@@ -480,12 +488,31 @@ def test_an_erased_memory_is_not_read_back_while_its_row_awaits_the_purge() -> N
     service.store = RowsNotPurgedYet(rows)  # type: ignore[assignment]
     asyncio.run(service.erase("acme", [ids[0]], datetime(2026, 3, 1, 13, tzinfo=UTC)))
 
-    async def reads() -> tuple[object, list[str], list[str]]:
+    async def reads() -> tuple[object, list[str], list[str], list[str]]:
         one = await service.get("acme", ids[0])
         many = await service.get_many("acme", ids)
         listed = await service.list_page("acme", Filters(states=()), None, 10, ordered=sorted(ids))
-        return one, sorted(many), [r.memory_id for r in listed.rows]
+        query = RecallQuery(None, (1.0, 0.0, 0.0, 0.0), 10, AT_TIME, RecallPolicy(), track=False)
+        await service.start()
+        try:
+            recalled = await service.recall("acme", query)
+        finally:
+            await service.stop()
+        return (
+            one,
+            sorted(many),
+            [r.memory_id for r in listed.rows],
+            [r.row.memory_id for r in recalled.results],
+        )
 
-    one, many, listed = asyncio.run(reads())
+    one, many, listed, recalled = asyncio.run(reads())
     assert one is None
-    assert many == listed == [ids[1]]
+    assert many == listed == recalled == [ids[1]]
+
+    # written again through another ranker since: this one reads the new key, and shows it
+    async def reads_the_other_rankers_key(timeout_s: float | None = None) -> None:
+        del keys.catch_up
+        await keys.mint([("acme", ids[0], "ann")])
+
+    keys.catch_up = reads_the_other_rankers_key  # type: ignore[method-assign]
+    assert asyncio.run(service.get("acme", ids[0])) is not None

@@ -456,9 +456,16 @@ class Erasing(RecallService):
         self.memories = memories
         self.erasures: list[tuple[str, list[str]]] = []
         self.waited: list[object] = []
+        self.barriers: list[object] = []  # the tenant's keys when each barrier was asked
+        self.log: TenantLog | None = None
 
     async def tenant_memories(self, tenant_id: str) -> list[str]:
+        self.waited.append("barrier" if self.barriers else "no barrier")
         return list(self.memories)
+
+    async def barrier(self) -> None:
+        found = self.log.get("acme") if self.log is not None else None
+        self.barriers.append(found.api_key_hashes if found is not None else None)
 
     async def erase(
         self, tenant_id: str, memory_ids: Sequence[str], at: datetime
@@ -477,6 +484,7 @@ async def test_an_id_deleted_with_its_memories_kept_is_not_given_to_a_new_tenant
     """
     log = LocalLog("127.0.0.1:1", "t.tenants", TenantRegistry.of({"tenants": {}}))
     service = Erasing(["m1", "m2"])
+    service.log = log
     api = create_api(service, log, admin_key=ADMIN)
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=api), base_url="http://m"
@@ -496,6 +504,8 @@ async def test_an_id_deleted_with_its_memories_kept_is_not_given_to_a_new_tenant
         assert "memories written under its id are kept" in refused.json()["detail"]
         assert log.get("acme") is None
         assert (await put("acme", reuse="true")).status_code == 200  # said so: they are its
+        added = await http.post("/v1/admin/tenants/acme/keys", headers=bearer(ADMIN))
+        assert added.status_code == 201
         # erased first: every memory, waited for, then the id is free
         erased = await http.delete(
             "/v1/admin/tenants/acme", params={"erase": "true"}, headers=bearer(ADMIN)
@@ -508,7 +518,9 @@ async def test_an_id_deleted_with_its_memories_kept_is_not_given_to_a_new_tenant
             "keys_erased": 2,
         }
         assert service.erasures == [("acme", ["m1", "m2"])]
-        assert service.waited == [Token({"memory-writes": {0: 7}})]
+        # the keys went first, then what was written before was applied, then the erasure
+        assert service.barriers == [()]
+        assert service.waited == ["barrier", Token({"memory-writes": {0: 7}})]
         assert (await put("acme")).status_code == 200
         missing = await http.delete(
             "/v1/admin/tenants/nobody", params={"erase": "true"}, headers=bearer(ADMIN)
@@ -617,4 +629,41 @@ async def test_two_rankers_changing_one_tenant_at_once_lose_neither_change() -> 
 
 def _present(tenant: Tenant | None) -> Tenant:
     assert tenant is not None
+    return tenant
+
+
+@pytest.mark.anyio
+async def test_a_change_overtaken_by_a_delete_leaves_the_tenant_deleted() -> None:
+    """The redo of a key added while another ranker deleted the tenant raised (404) after its
+    record had landed last: the deleted tenant was back with its old keys and the new one.
+    A settings change redone on a tenant deleted with its memories kept skipped the 409.
+    """
+    topic = SharedTopic()
+    a, b = Racing(topic), Racing(topic)
+    k1, k2 = "key-1-0123456789abcdef", "key-2-0123456789abcdef"
+    await a.update("acme", lambda t: with_key(replaced(t, "acme", {}), k1))
+
+    b_deletes = b.update("acme", lambda t: None)
+    a.meanwhile = lambda: b_deletes
+    with pytest.raises(LookupError):
+        await a.update("acme", lambda t: with_key(_present_or_404(t), k2))
+    for log in (a, b):
+        await log.catch_up()
+        assert log.get("acme") is None
+        assert log.by_api_key(k1) is None
+        assert log.by_api_key(k2) is None
+
+    await a.update("acme", lambda t: replaced(t, "acme", {}), reuse=True)
+    b_deletes = b.update("acme", lambda t: None)
+    a.meanwhile = lambda: b_deletes
+    with pytest.raises(ReusedTenant):
+        await a.update("acme", lambda t: replaced(t, "acme", {"recall": "zeph"}))
+    await b.catch_up()
+    assert a.get("acme") is None
+    assert b.get("acme") is None
+
+
+def _present_or_404(tenant: Tenant | None) -> Tenant:
+    if tenant is None:
+        raise LookupError("acme")
     return tenant

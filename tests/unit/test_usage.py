@@ -98,3 +98,17 @@ def test_a_start_up_check_that_refuses_a_setting_ends_the_process_with_its_messa
     assert result.returncode == 1
     assert result.stderr.startswith(b"cannot start: tenants_file='/nonexistent/tenants.yaml'")
     assert b"Traceback" not in result.stderr
+
+
+def test_a_check_of_several_settings_shows_no_value_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its input is every value read: the Kafka password and the Milvus token were printed."""
+    monkeypatch.setenv("MNEMO_KAFKA_MIN_INSYNC", "3")
+    monkeypatch.setenv("MNEMO_KAFKA_REPLICATION", "1")
+    monkeypatch.setenv("MNEMO_KAFKA_SASL_PASSWORD", "s3cr3t-kafka-pw")
+    monkeypatch.setenv("MNEMO_MILVUS_TOKEN", "root:Milvus-pw")
+    with pytest.raises(SystemExit) as done:
+        load_settings(WorkerSettings)
+    shown = str(done.value.code)
+    assert "kafka_min_insync=3 exceeds kafka_replication=1" in shown
+    assert "s3cr3t-kafka-pw" not in shown
+    assert "Milvus-pw" not in shown
