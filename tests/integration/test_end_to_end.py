@@ -276,6 +276,7 @@ def test_ready_once_the_worker_recovered(server: str) -> None:
         "kafka": True,
         "milvus": True,
         "state_view": True,
+        "tenants": True,
         "worker": True,
         "hot_cache": True,
     }
