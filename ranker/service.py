@@ -15,6 +15,7 @@ Writes and accesses are produced to Kafka; the stream worker applies them. Each 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -32,7 +33,7 @@ from memcore.graph import MAX_HOPS, recall_hops
 from memcore.keyword import bm25_scores
 from memcore.policy import DecayPolicy, RecallPolicy
 from ranker.applied import AppliedOffsets, Token
-from ranker.batcher import Batcher, Overloaded
+from ranker.batcher import Batcher, BatchStats, Overloaded
 from ranker.errors import Unavailable
 from ranker.hotcache import HotCache, HotHits, LiveColumns, live_passes
 from ranker.kernel import RankRequest, default_device, heavy, light, rank_many, set_threads
@@ -180,7 +181,7 @@ class RecallService:
             max_batch=batch_max,
             max_wait_s=batch_wait_s,
             max_queue=queue_max,
-            on_batch=self.metrics.on_batch,
+            on_batch=self._on_batch,
         )
         # heavy requests (:func:`ranker.kernel.heavy`) in a lane of their own: one tenant's
         # MMR over 1,000 candidates held every other tenant's recall for seconds behind it
@@ -189,8 +190,13 @@ class RecallService:
             max_batch=batch_max,
             max_wait_s=batch_wait_s,
             max_queue=queue_max,
-            on_batch=self.metrics.on_batch,
+            on_batch=self._on_batch,
         )
+
+    def _on_batch(self, stats: BatchStats) -> None:
+        """Either lane's batch: the queue depth is both lanes' together."""
+        queued = self.batcher.queued + self.heavy_batcher.queued
+        self.metrics.on_batch(dataclasses.replace(stats, queued=queued))
 
     @property
     def running(self) -> bool:
@@ -243,14 +249,22 @@ class RecallService:
         # per word of each: 100 candidates of 16 KB held the event loop, every tenant's
         # requests and the probes, for most of a second
         off_loop = bool(query.text) and query.policy.scores_keywords
-        if hits is not None:
+        # an erased memory whose row awaits its purge is no candidate (k others are returned)
+        erased = await self._erased_among(tenant_id, hits.ids if hits is not None else ())
+        if hits is not None and not erased:
             self.metrics.vector_searches.labels("hot").inc()
             rows: Sequence[MemoryRow] = hits.rows
             if hits:
                 build = functools.partial(_hot_request, hits, vector, query)
                 request = await asyncio.to_thread(build) if off_loop else build()
         else:
-            candidates = await asyncio.to_thread(self._candidates, tenant_id, vector, query)
+            if hits is not None:  # rare: the hot hits less the erased, as candidates
+                self.metrics.vector_searches.labels("hot").inc()
+                candidates = _candidates_of(hits)
+            else:
+                candidates = await asyncio.to_thread(self._candidates, tenant_id, vector, query)
+                erased = await self._erased_among(tenant_id, [c.row.memory_id for c in candidates])
+            candidates = [c for c in candidates if c.row.memory_id not in erased]
             rows = [c.row for c in candidates]
             if candidates:
                 relations: Mapping[str, Sequence[str]] = {}
@@ -264,12 +278,7 @@ class RecallService:
         if request is not None:
             scored = await self._submit(request)
             at = request.ids.index  # k of ~100 candidates: a scan in C beats building a dict
-            erased = await self._erased_among(tenant_id, [s.memory_id for s in scored])
-            results = [
-                Recalled(self._live(rows[at(s.memory_id)]), s)
-                for s in scored
-                if s.memory_id not in erased
-            ]
+            results = [Recalled(self._live(rows[at(s.memory_id)]), s) for s in scored]
         if not (query.track and results):
             return Recall(results)
         token = await self._produce_all(
@@ -290,12 +299,7 @@ class RecallService:
         cached = self.cache.search(tenant_id, vector, n, query.filters) if self.cache else None
         self.metrics.vector_searches.labels("hot" if cached is not None else "milvus").inc()
         if cached is not None:
-            merged = {
-                r.memory_id: Candidate(r, s, None, v)
-                for r, s, v in zip(
-                    cached.rows, cached.similarity.tolist(), cached.vectors, strict=True
-                )
-            }
+            merged = {c.row.memory_id: c for c in _candidates_of(cached)}
         else:
             (hits,) = self.store.search(tenant_id, [vector], n, query.filters)
             merged = {
@@ -684,6 +688,14 @@ def _access(tenant_id: str, memory_id: str, at: datetime, kind: str) -> dict[str
 def _uses_graph(policy: RecallPolicy) -> bool:
     """The policy scores graph proximity (the candidates' relations are read)."""
     return policy.graphrag or policy.weights.graph > 0
+
+
+def _candidates_of(hits: HotHits) -> list[Candidate]:
+    """The hot cache's hits as candidates (their vectors kept: exact similarity, MMR)."""
+    return [
+        Candidate(r, s, None, v)
+        for r, s, v in zip(hits.rows, hits.similarity.tolist(), hits.vectors, strict=True)
+    ]
 
 
 def _request(

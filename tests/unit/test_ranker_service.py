@@ -23,6 +23,7 @@ from memcore.policy import (
     recall_decay,
 )
 from ranker import service as service_module
+from ranker.batcher import BatchStats
 from ranker.errors import Unavailable
 from ranker.kernel import HEAVY_MMR_ROWS, LIGHT_ROWS, RankRequest, heavy, rank_many
 from ranker.service import Candidate, RecallQuery, RecallService, _request
@@ -309,3 +310,18 @@ def test_a_usual_recall_is_not_scored_behind_another_tenants_heavy_ones(
     heavy_still_scoring, answered = asyncio.run(main())
     assert answered == []
     assert heavy_still_scoring  # the usual recall was answered meanwhile
+
+
+def test_the_queue_depth_gauge_counts_both_lanes() -> None:
+    """A heavy batch set the gauge to its own lane's queue (0) while usual recalls waited."""
+    service = RecallService(cast(Any, None), cast(Any, None), cast(Any, None))
+
+    async def main() -> float:
+        waiting: asyncio.Queue[object] = asyncio.Queue()
+        for n in range(5):
+            waiting.put_nowait(n)
+        service.batcher._queue = waiting  # type: ignore[assignment]
+        service._on_batch(BatchStats(size=1, queued=0))  # the heavy lane's batch ended
+        return float(service.metrics.queue_depth._value.get())
+
+    assert asyncio.run(main()) == 5.0

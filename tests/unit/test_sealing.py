@@ -481,9 +481,10 @@ def test_an_erased_memory_is_not_read_back_while_its_row_awaits_the_purge() -> N
     service = RecallService(UserRows(), Hashing(4), sent, keys=keys)  # type: ignore[arg-type]
     docs = [{"content": w, "at": AT, "user_id": "ann"} for w in (SECRET_WORDS, "kept words")]
     ids, _ = asyncio.run(service.write("acme", docs))
+    vectors = [(1.0, 0.0, 0.0, 0.0), (0.6, 0.8, 0.0, 0.0)]  # the erased one is the best match
     rows = [
-        make_row("acme", m, (1.0, 0.0, 0.0, 0.0), content=d["content"])
-        for m, d in zip(ids, docs, strict=True)
+        make_row("acme", m, v, content=d["content"])
+        for m, v, d in zip(ids, vectors, docs, strict=True)
     ]
     service.store = RowsNotPurgedYet(rows)  # type: ignore[assignment]
     asyncio.run(service.erase("acme", [ids[0]], datetime(2026, 3, 1, 13, tzinfo=UTC)))
@@ -492,7 +493,8 @@ def test_an_erased_memory_is_not_read_back_while_its_row_awaits_the_purge() -> N
         one = await service.get("acme", ids[0])
         many = await service.get_many("acme", ids)
         listed = await service.list_page("acme", Filters(states=()), None, 10, ordered=sorted(ids))
-        query = RecallQuery(None, (1.0, 0.0, 0.0, 0.0), 10, AT_TIME, RecallPolicy(), track=False)
+        # k 1: the best match left out before scoring, not after (that answered none)
+        query = RecallQuery(None, (1.0, 0.0, 0.0, 0.0), 1, AT_TIME, RecallPolicy(), track=False)
         await service.start()
         try:
             recalled = await service.recall("acme", query)
