@@ -245,10 +245,10 @@ class RecallService:
             # ~1 ms of numpy with no per-candidate Python: not worth a thread hop
             hits = self.cache.search(tenant_id, vector, self._wanted(query), query.filters)
         request: RankRequest | None = None
-        # BM25 over the candidates' contents (no full-text index gave their scores) is Python
+        # BM25 over the candidates' contents (no full-text index gives their scores) is Python
         # per word of each: 100 candidates of 16 KB held the event loop, every tenant's
         # requests and the probes, for most of a second
-        off_loop = bool(query.text) and query.policy.scores_keywords
+        off_loop = self._keywords_here(query)
         # an erased memory whose row awaits its purge is no candidate (k others are returned)
         erased = await self._erased_among(tenant_id, hits.ids if hits is not None else ())
         if hits is not None and not erased:
@@ -332,6 +332,10 @@ class RecallService:
     def _wanted(self, query: RecallQuery) -> int:
         """Vector candidates per recall."""
         return max(self.candidates, query.k)
+
+    def _keywords_here(self, query: RecallQuery) -> bool:
+        """The request's keyword scores are computed here, over its candidates' contents."""
+        return bool(query.text) and query.policy.scores_keywords and not self.store.config.full_text
 
     def _keyword_search(self, query: RecallQuery) -> bool:
         """The request's keyword candidates come from the store's full-text index."""
