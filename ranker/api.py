@@ -210,7 +210,7 @@ def create_api(
     """The app; ``service`` must be started (and stopped) by the caller's lifespan. ``limits``:
     what the worker accepts (``SharedSettings.limits()``); default: the embedder's dimension and
     the settings' default sizes and skew. ``max_in_flight``: API requests served at once, beyond
-    which 429; ``max_in_flight_per_tenant``: those of one tenant (None: a quarter of
+    which 429; ``max_in_flight_per_tenant``: those of one tenant (None: half of
     ``max_in_flight``, at least 1), beyond which 429. ``ready``: named checks (cheap or cached)
     that ``GET /readyz`` requires besides the batcher running (the producer, Milvus, the
     worker's recovery in ``python -m server``).
@@ -231,7 +231,9 @@ def create_api(
         responses=RESPONSES,
     )
     api.router.route_class = OrjsonRoute  # JSON bodies (vectors) read by orjson, every route
-    per_tenant = max_in_flight_per_tenant or max(1, max_in_flight // 4)
+    # half by default: a tenant alone keeps half the slots for others, and a deployment of one
+    # tenant (make up's) is not held to a small share of its own capacity
+    per_tenant = max_in_flight_per_tenant or max(1, max_in_flight // 2)
     api.state.tenant_slots = TenantSlots(min(per_tenant, max_in_flight))
     api.add_middleware(
         Admission,  # inside RequestLog: a refused request is logged with its request id too

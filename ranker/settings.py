@@ -48,7 +48,7 @@ class RankerSettings(SharedSettings):
         None,
         ge=1,
         description="API requests of one tenant served at once; more get HTTP 429 (so a tenant"
-        " whose reads wait out their tokens cannot take every slot); unset: a quarter of"
+        " whose reads wait out their tokens cannot take every slot); unset: half of"
         " MNEMO_MAX_IN_FLIGHT",
     )
     produce_timeout_s: float = Field(

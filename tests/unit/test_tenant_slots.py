@@ -36,7 +36,8 @@ class Store:
 
 async def test_a_tenant_waiting_on_its_tokens_holds_its_share_of_the_slots_not_all() -> None:
     """acme's reads wait for writes the worker has not applied; with one slot limit for all, its
-    eight waits refused every other tenant's recall (429) for as long as they waited.
+    waits refused every other tenant's recall (429) for as long as they waited: a tenant holds
+    at most half the slots.
     """
     worker_caught_up = asyncio.Event()
 
@@ -53,7 +54,7 @@ async def test_a_tenant_waiting_on_its_tokens_holds_its_share_of_the_slots_not_a
     applied = AppliedOffsets(committed, end_offsets, timeout_s=60)
     service = RecallService(Store(), Hashing(4), no_send, kernel_thread=False, applied=applied)  # type: ignore[arg-type]
     registry = TenantRegistry.of({"tenants": {t: {"api_keys": [k]} for t, k in KEYS.items()}})
-    api = create_api(service, registry, max_in_flight=8)
+    api = create_api(service, registry, max_in_flight=4)
     slots: TenantSlots = api.state.tenant_slots
     transport = httpx.ASGITransport(app=api)
     token = Token({"memory-writes": {0: 50}}).encode()
@@ -69,7 +70,7 @@ async def test_a_tenant_waiting_on_its_tokens_holds_its_share_of_the_slots_not_a
         async with httpx.AsyncClient(transport=transport, base_url="http://m") as http:
             waits = [
                 asyncio.create_task(http.post("/v1/recall", **recall("acme", after=token)))  # type: ignore[arg-type]
-                for _ in range(2)
+                for _ in range(2)  # its share: half of the 4
             ]
             for _ in range(1_000):  # until both hold their slot
                 if slots.held.get("acme") == 2:
@@ -95,8 +96,8 @@ async def test_a_tenant_waiting_on_its_tokens_holds_its_share_of_the_slots_not_a
 def test_a_share_is_at_least_one_and_never_above_the_limit_for_all() -> None:
     registry = TenantRegistry.of({"tenants": {}})
     service = RecallService(Store(), Hashing(4), None)  # type: ignore[arg-type]
-    assert create_api(service, registry, max_in_flight=2).state.tenant_slots.limit == 1
-    assert create_api(service, registry, max_in_flight=256).state.tenant_slots.limit == 64
+    assert create_api(service, registry, max_in_flight=1).state.tenant_slots.limit == 1
+    assert create_api(service, registry, max_in_flight=256).state.tenant_slots.limit == 128
     wide = create_api(service, registry, max_in_flight=4, max_in_flight_per_tenant=10)
     assert wide.state.tenant_slots.limit == 4
     with pytest.raises(ValueError, match="max_in_flight_per_tenant"):
