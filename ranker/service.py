@@ -176,22 +176,17 @@ class RecallService:
         self._kernel: ThreadPoolExecutor | None = None  # started by start()
         self._heavy: ThreadPoolExecutor | None = None  # likewise, for heavy requests alone
         self._orphans: set[asyncio.Future[object]] = set()  # deliveries of failed requests
-        self.batcher: Batcher[RankRequest, list[Scored]] = Batcher(
-            self._score,
+        lane = functools.partial(
+            Batcher[RankRequest, list[Scored]],
             max_batch=batch_max,
             max_wait_s=batch_wait_s,
             max_queue=queue_max,
             on_batch=self._on_batch,
         )
+        self.batcher = lane(self._score)
         # heavy requests (:func:`ranker.kernel.heavy`) in a lane of their own: one tenant's
         # MMR over 1,000 candidates held every other tenant's recall for seconds behind it
-        self.heavy_batcher: Batcher[RankRequest, list[Scored]] = Batcher(
-            self._score_heavy,
-            max_batch=batch_max,
-            max_wait_s=batch_wait_s,
-            max_queue=queue_max,
-            on_batch=self._on_batch,
-        )
+        self.heavy_batcher = lane(self._score_heavy)
 
     def _on_batch(self, stats: BatchStats) -> None:
         """Either lane's batch: the queue depth is both lanes' together."""
@@ -250,20 +245,23 @@ class RecallService:
         # requests and the probes, for most of a second
         off_loop = self._keywords_here(query)
         # an erased memory whose row awaits its purge is no candidate (k others are returned)
-        erased = await self._erased_among(tenant_id, hits.ids if hits is not None else ())
-        if hits is not None and not erased:
+        candidates: list[Candidate] | None = None  # None: the hot hits as they are, as columns
+        if hits is not None:
             self.metrics.vector_searches.labels("hot").inc()
-            rows: Sequence[MemoryRow] = hits.rows
+            erased = await self._erased_among(tenant_id, hits.ids)
+            if erased:  # rare: the hot hits less the erased, as candidates
+                candidates = _candidates_of(hits)
+        else:
+            candidates = await asyncio.to_thread(self._candidates, tenant_id, vector, query)
+            erased = await self._erased_among(tenant_id, [c.row.memory_id for c in candidates])
+        rows: Sequence[MemoryRow]
+        if candidates is None:
+            assert hits is not None
+            rows = hits.rows
             if hits:
                 build = functools.partial(_hot_request, hits, vector, query)
                 request = await asyncio.to_thread(build) if off_loop else build()
         else:
-            if hits is not None:  # rare: the hot hits less the erased, as candidates
-                self.metrics.vector_searches.labels("hot").inc()
-                candidates = _candidates_of(hits)
-            else:
-                candidates = await asyncio.to_thread(self._candidates, tenant_id, vector, query)
-                erased = await self._erased_among(tenant_id, [c.row.memory_id for c in candidates])
             candidates = [c for c in candidates if c.row.memory_id not in erased]
             rows = [c.row for c in candidates]
             if candidates:

@@ -198,31 +198,27 @@ class TenantLog(CompactedLog):
                     ours = await self.publish_tenant(record, deleted=True, erased=erased)
                 else:
                     ours = await self.publish_tenant(new)
-                if ours is None or not self._overtaken(tenant_id, base, ours):
+                redo = None if ours is None else self._overtaking(tenant_id, base, ours)
+                if redo is None:
                     return new
-                redo = self._before(tenant_id, ours)
                 base, current, kept = ours, redo.tenant, redo.kept
             raise self.error(f"tenant {tenant_id} changed under {CHANGE_ATTEMPTS} attempts")
 
-    def _overtaken(self, tenant_id: str, base: int | None, ours: int) -> bool:
-        """Whether a record of ``tenant_id`` landed after ``base`` (the newest when a change was
-        made) and before ``ours`` (its own): the change was made on an older tenant.
+    def _overtaking(self, tenant_id: str, base: int | None, ours: int) -> Seen | None:
+        """The newest record of ``tenant_id`` that landed after ``base`` (the newest when a change
+        was made) and before ``ours`` (its own), or None: the change was made on the tenant
+        before that record.
         """
-        return any(
-            (base is None or base < seen.offset) and seen.offset < ours
+        between = [
+            seen
             for seen in self.seen.get(tenant_id, ())
-        )
-
-    def _before(self, tenant_id: str, ours: int) -> Seen:
-        """The newest record of ``tenant_id`` before ``ours`` (offset -1: none, the file's)."""
-        earlier = [seen for seen in self.seen.get(tenant_id, ()) if seen.offset < ours]
-        return earlier[-1] if earlier else Seen(-1, self.base.get(tenant_id), False)
+            if (base is None or base < seen.offset) and seen.offset < ours
+        ]
+        return between[-1] if between else None
 
     async def _restore(self, tenant_id: str, record: Seen) -> None:
-        """Publish ``record`` again (a tombstone for the file's: the topic's record goes)."""
-        if record.offset < 0:
-            await self.publish([(tenant_id.encode("utf-8"), None)])
-        elif record.tenant is None:
+        """Publish ``record`` again."""
+        if record.tenant is None:
             await self.publish_tenant(Tenant(tenant_id), deleted=True, erased=not record.kept)
         else:
             await self.publish_tenant(record.tenant)

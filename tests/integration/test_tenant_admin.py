@@ -8,9 +8,10 @@ sees the same tenants, and the ``tenants`` topic holds no plain key.
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -18,6 +19,8 @@ import orjson
 import pytest
 
 from mnemostream import Client
+from storage.tenant_log import TenantLog
+from storage.tenants import Tenant, TenantRegistry, key_hash, replaced, with_key, without_key
 from tests.infra import ROOT
 from tests.integration.harness import Stack, dead_letters, eventually, produce, read_all
 from tests.integration.test_end_to_end import DIM, KEY, e, serve
@@ -184,3 +187,50 @@ def test_a_tenant_deleted_with_erase_leaves_nothing_to_the_next_tenant_of_its_id
         assert reused.status_code == 409, reused.text
     # no erasure was dead-lettered as a record of an unknown tenant
     assert not [d for d in dead_letters(stack) if "initech" in d["reason"]]
+
+
+class Overtaken(TenantLog):
+    """A ranker's tenants log on the real broker whose next publish waits for ``meanwhile``
+    first (another ranker's change landing between this one's read and its record).
+    """
+
+    meanwhile: Callable[[], Awaitable[object]] | None = None
+
+    async def publish(
+        self, records: Sequence[tuple[bytes, bytes | None]], *, applied: bool = True
+    ) -> list[int]:
+        if self.meanwhile is not None:
+            meanwhile, self.meanwhile = self.meanwhile, None
+            await meanwhile()
+        return await super().publish(records, applied=applied)
+
+
+@pytest.mark.anyio
+async def test_two_rankers_changing_one_tenant_at_once_on_the_broker_lose_neither_change(
+    stack: Stack,
+) -> None:
+    """The redo rests on the offsets the broker gives a published record and the follower
+    reads back: a revoke on one ranker and a new key on another, at once, both stand.
+    """
+    await asyncio.to_thread(stack.create_topics)
+    empty = TenantRegistry.of({"tenants": {}})
+    a = Overtaken(stack.bootstrap, stack.topic("tenants"), empty)
+    b = TenantLog(stack.bootstrap, stack.topic("tenants"), empty)
+    k1, k2 = "key-1-0123456789abcdef", "key-2-0123456789abcdef"
+    try:
+        await a.update("acme", lambda t: with_key(replaced(t, "acme", {}), k1))
+        b_adds = b.update("acme", lambda t: with_key(_present(t), k2))
+        a.meanwhile = lambda: b_adds
+        await a.update("acme", lambda t: without_key(_present(t), key_hash(k1)[:12]))
+        await b.catch_up()
+        for log in (a, b):
+            assert log.by_api_key(k1) is None  # the revoke stands
+            assert log.by_api_key(k2) is not None  # and so does the other ranker's new key
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+def _present(tenant: Tenant | None) -> Tenant:
+    assert tenant is not None
+    return tenant
