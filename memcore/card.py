@@ -54,14 +54,33 @@ def is_due(card: ReviewCard, at: datetime) -> bool:
 
 
 def reviewed(card: ReviewCard, review: ReviewPolicy) -> ReviewCard:
-    """A review: retention reinforced, count + 1, ``next_review`` one step on (None after the last)."""
-    later = [t for t in card.schedule if card.next_review is not None and t > card.next_review]
+    """A review: retention reinforced, count + 1, ``next_review`` one step on (None after the last).
+
+    Steps whose floored intervals coincide (a custom ``intervals_hours`` such as
+    ``[0.2, 0.3, ...]`` floored at 0.5 h) are still one review each: the step done is dropped
+    from ``schedule`` and ``next_review`` stays at the same time until its last copy is done.
+    A schedule of distinct times, the default's, is kept whole, so its states encode as before.
+    """
+    schedule, following = _one_step_on(card.schedule, card.next_review)
     return ReviewCard(
         retention=round(card.retention + review.reinforcement * (1.0 - card.retention), 12),
-        schedule=card.schedule,
-        next_review=later[0] if later else None,
+        schedule=schedule,
+        next_review=following,
         review_count=card.review_count + 1,
     )
+
+
+def _one_step_on(
+    schedule: tuple[datetime, ...], due: datetime | None
+) -> tuple[tuple[datetime, ...], datetime | None]:
+    """The schedule and the next review time once the step due at ``due`` is done."""
+    if due is None:
+        return schedule, None
+    if schedule.count(due) > 1:
+        at = schedule.index(due)
+        return schedule[:at] + schedule[at + 1 :], due
+    later = [t for t in schedule if t > due]
+    return schedule, later[0] if later else None
 
 
 def rescheduled(

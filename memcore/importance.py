@@ -59,8 +59,10 @@ _MARKER_RE = re.compile(
     r"^[ \t]*(?:" + "|".join(re.escape(m) for m in MARKERS) + ")", re.IGNORECASE | re.MULTILINE
 )
 _NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+# quotes, spaces and markdown emphasis may stand around the separator: ``"score": 0.5``,
+# ``**Importance:** 0.8``, ``**Importance**: 0.8``, ``importance = *0.8*``
 _SCORE_RE = re.compile(
-    r"(?:importance_score|importance|score)[\"'\s]*[:=]\s*[\"']?" + _NUMBER, re.IGNORECASE
+    r"(?:importance_score|importance|score)[\"'\s*_]*[:=][\"'\s*_]*" + _NUMBER, re.IGNORECASE
 )
 
 

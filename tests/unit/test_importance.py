@@ -87,6 +87,18 @@ class TestLlmAnswer:
         assert parse_llm_answer('{"importance": 0.8,,}') == (0.8, ImportanceSource.LLM_REGEX)
         assert parse_llm_answer("Score = .5") == (0.5, ImportanceSource.LLM_REGEX)
 
+    @pytest.mark.parametrize(
+        "answer",
+        [
+            "**Importance:** 0.8",
+            "**Importance**: 0.8 because it is a preference",
+            "- __score__ = *0.8*",
+            "Importance score:\n  0.8",
+        ],
+    )
+    def test_regex_reads_a_score_set_in_markdown(self, answer: str) -> None:
+        assert parse_llm_answer(answer) == (0.8, ImportanceSource.LLM_REGEX)
+
     def test_regex_skips_out_of_range_numbers(self) -> None:
         assert parse_llm_answer("score: 8 ... importance: 0.25") == (
             0.25,

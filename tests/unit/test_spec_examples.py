@@ -15,6 +15,7 @@ from memcore import (
     EffectKind,
     ImportanceSource,
     Lifecycle,
+    MemoryState,
     Policy,
     RankParams,
     RecallWeights,
@@ -103,6 +104,33 @@ class TestMeetingNote:
         assert due is not None
         assert due.tier is Tier.EPISODIC
         assert due.card.next_review == state.card.schedule[1]
+
+
+def test_review_steps_at_one_time_are_each_one_review() -> None:
+    # a custom schedule whose first three intervals floor to 0.5 h: five steps, five reviews
+    policy = Policy.build(
+        overrides={
+            "review": {"intervals_hours": [0.2, 0.3, 0.4, 2.0, 8.0]},
+            "lifecycle": {
+                "promote_above_importance": 1.0,
+                "promote_min_access_count": 99,
+                "recompute_every": 99,
+            },
+        }
+    )
+    state: MemoryState | None = created(0.5, policy=policy)
+    assert state is not None
+    assert state.card.schedule.count(T0 + hours(0.5)) == 3
+    due_times = []
+    for minutes in (31, 32, 33, 200, 600, 700):
+        assert state is not None
+        due_times.append(state.card.next_review)
+        state, _ = apply(state, Access(T0 + timedelta(minutes=minutes)), policy)
+    assert state is not None
+    step = T0 + hours(0.5)
+    assert due_times[:5] == [step, step, step, T0 + hours(1.7), T0 + hours(6.8)]
+    assert state.card.review_count == 5
+    assert state.card.next_review is None
 
 
 @pytest.mark.parametrize(
