@@ -447,7 +447,7 @@ class StreamWorker:
         event_for = {id(message): event for message, event in pairs}
         accepted = self.processor.decode_writes([message for message, _ in pairs], batch)
         writes = [r for _, r in accepted if isinstance(r, WriteRecord)]
-        todo = self.processor.to_embed(writes)
+        todo = self.processor.to_embed([r for _, r in accepted])
         vectors = await self.embed(todo)  # a write it could not embed goes to dead-letter
         importance = dict(
             zip(map(id, writes), await _importances(writes, self.services.llm), strict=True)
@@ -650,9 +650,13 @@ class StreamWorker:
         )
         last_event = {e.message.partition: e for e in events}
         for partition in sorted(partitions & last_event.keys()):
-            if await self.writes_caught_up(partition):
+            # before the end offset is asked for: the accesses agent may park one meanwhile whose
+            # write the end offset does not cover
+            with processing(last_event[partition]):
+                parked = self.processor.parked_in(partition)
+            if parked and await self.writes_caught_up(partition):
                 with processing(last_event[partition]):
-                    self.processor.expire_pending(partition, batch)
+                    self.processor.expire_pending(partition, batch, parked)
 
     async def drop_released(self, batch: Batch, events: Sequence[Any]) -> None:
         """Drop the parked accesses ``batch`` applied (or dead-lettered) from the pending table

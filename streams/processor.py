@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,6 +27,7 @@ from memcore import (
     MemoryState,
     Policy,
     Position,
+    Purge,
     Supersede,
     Write,
     apply,
@@ -499,17 +500,26 @@ class Processor:
         doc = self.document(record.key)
         return doc is None or content_hash(doc.content) != hashed
 
-    def to_embed(self, records: Sequence[WriteRecord]) -> list[WriteRecord]:
-        """The writes of one batch, in order, whose vector must be computed: those
-        :meth:`needs_embedding` names, and those whose content differs from an earlier write of
-        the same memory in the batch (which replaces the stored document before they apply).
+    def to_embed(self, records: Sequence[WriteRecord | DecisionRecord]) -> list[WriteRecord]:
+        """The writes of one batch (``records``: its writes and decisions, in order) whose vector
+        must be computed: those :meth:`needs_embedding` names, those whose content differs from an
+        earlier write of the same memory in the batch (which replaces the stored document before
+        they apply), and those after a purge of their memory in the batch (which drops the stored
+        document before they apply: a delete with purge, then the same words written again).
         """
         last: dict[str, str] = {}  # memory key -> content hash of its batch's latest write
+        purged: set[str] = set()  # memory keys a purge of this batch reaches before their writes
         todo = []
         for record in records:
+            if isinstance(record, DecisionRecord):
+                if isinstance(record.event, Purge):
+                    purged.add(record.key)
+                continue
             hashed = content_hash(record.content)
             earlier = last.get(record.key, hashed)
-            if record.embedding is None and (earlier != hashed or self.needs_embedding(record)):
+            if record.embedding is None and (
+                earlier != hashed or record.key in purged or self.needs_embedding(record)
+            ):
                 todo.append(record)
             last[record.key] = hashed
         return todo
@@ -749,9 +759,10 @@ class Processor:
             )
         return out
 
-    def release(self, key: bytes, batch: Batch) -> None:
+    def release(self, key: bytes, batch: Batch, only: frozenset[int] | None = None) -> None:
         """Apply the accesses parked under ``key`` now that its memory exists (or dead-letter them
-        when it still does not: called only once the writes are caught up).
+        when it still does not: called only once the writes are caught up). ``only``: the offsets
+        of those to release (None: every one parked).
         """
         recent = self.recent
         if recent is not None:  # one look at the whole table per batch, not one read per write
@@ -761,7 +772,11 @@ class Processor:
                 return
         _, done = batch.released.get(key, (0, frozenset[int]()))
         busy = self.in_flight.get(key, set())  # another batch's, waiting for its acknowledgement
-        messages = [m for m in self.parked(key) if m.offset not in done and m.offset not in busy]
+        messages = [
+            m
+            for m in self.parked(key)
+            if m.offset not in done and m.offset not in busy and (only is None or m.offset in only)
+        ]
         if not messages:
             return
         # kept until :meth:`drop_released`: a crash before the states they made are durable
@@ -814,13 +829,24 @@ class Processor:
             else:
                 del self.pending[key]
 
-    def expire_pending(self, partition: int, batch: Batch) -> None:
-        """Release every parked key of ``partition`` (its writes are caught up): the writes that
-        were awaited are applied, so what is still unknown goes to dead-letter.
+    def parked_in(self, partition: int) -> dict[bytes, frozenset[int]]:
+        """The accesses parked in ``partition`` now: each key's offsets (a snapshot)."""
+        return {
+            key: frozenset(m.offset for m in self.parked(key))
+            for key, raw in self.pending.items()
+            if orjson.loads(raw)[0]["partition"] == partition
+        }
+
+    def expire_pending(
+        self, partition: int, batch: Batch, parked: Mapping[bytes, frozenset[int]] | None = None
+    ) -> None:
+        """Release the parked accesses of ``partition`` (its writes are caught up): the writes
+        that were awaited are applied, so what is still unknown goes to dead-letter. ``parked``:
+        those parked when the end offset was asked for (:meth:`parked_in`); an access parked
+        since may await a write produced after it, and stays parked. None: every one.
         """
-        keys = [k for k, v in self.pending.items() if orjson.loads(v)[0]["partition"] == partition]
-        for key in keys:
-            self.release(key, batch)
+        for key, offsets in (parked if parked is not None else self.parked_in(partition)).items():
+            self.release(key, batch, offsets)
 
     # -- shared --------------------------------------------------------------------------------
 

@@ -18,8 +18,9 @@ import orjson
 import pytest
 from aiokafka.errors import KafkaTimeoutError
 
+from memcore import Lifecycle, Purge, Retire
 from storage import Filters, Hit, MemoryRow, StorageError
-from storage.records import Limits, encode_access, encode_write
+from storage.records import Limits, decision_value, encode_access, encode_write
 from storage.tenant_log import TenantLog
 from storage.tenants import TenantRegistry
 from streams import topics
@@ -250,6 +251,31 @@ async def test_a_batch_that_rewrites_a_memory_and_back_keeps_the_vector_of_its_l
     assert (found[1].content, found[1].vector) == ("Xcontent", X)
     assert (w.store.rows["acme/m1"].content, w.store.rows["acme/m1"].vector) == ("Xcontent", X)
     assert embedder.texts == ["Xcontent", "Ycontent", "Xcontent"]  # each text once a batch
+
+
+async def test_a_batch_that_purges_a_memory_then_writes_its_words_again_embeds_them(
+    tmp_path: Path,
+) -> None:
+    """The write was dead-lettered (no vector): it was judged before the batch applied, when the
+    stored document of the same words was still there, and the purge dropped it first.
+    """
+    w = Worker(tmp_path, Embedder({"Alice drinks tea": X}))
+    await w.writes(("acme/m1", write("Alice drinks tea")))
+    then = datetime(2026, 3, 1, 12, 30, tzinfo=UTC)
+    sent = await w.writes(
+        decided("m1", Retire(then, Lifecycle.DELETED, "deleted through the API")),
+        decided("m1", Purge(then, "purged through the API")),
+        ("acme/m1", write("Alice drinks tea", at="2026-03-01T12:31:00+00:00")),
+    )
+    assert letters(sent) == []
+    found = w.worker.processor.load("acme/m1")
+    assert found is not None
+    assert (found[0].state, found[0].purged, found[1].vector) == (Lifecycle.ACTIVE, False, X)
+    assert w.store.rows["acme/m1"].content == "Alice drinks tea"
+
+
+def decided(memory_id: str, event: Retire | Purge) -> tuple[str, bytes]:
+    return f"acme/{memory_id}", orjson.dumps(decision_value("acme", memory_id, event))
 
 
 @pytest.fixture(autouse=True)
@@ -648,6 +674,48 @@ async def test_a_parked_access_dead_lettered_by_one_agent_is_not_again_by_the_ot
     assert [v["offset"] for role, _, v in w.sent if role == "dead-letter"] == [3]
     assert w.worker.processor.pending == {}
     assert w.worker.processor.in_flight == {}
+
+
+async def test_an_access_parked_while_the_end_offset_is_asked_for_waits_for_its_write(
+    tmp_path: Path,
+) -> None:
+    """The writes agent dead-lettered every access parked in the partition once the broker's
+    answer came, one parked while it was on its way too (its write lies past that end offset).
+    """
+
+    class Broker:
+        """Answers with the end offset as it was when asked, after ``meanwhile`` ran."""
+
+        def __init__(self) -> None:
+            self._committed_offset: dict[Any, int] = {}
+            self.end = 1_000
+            self.meanwhile: Any = None
+
+        async def highwaters(self, *tps: Any) -> dict[Any, int]:
+            end, job, self.meanwhile = self.end, self.meanwhile, None
+            if job is not None:
+                await job()
+            return dict.fromkeys(tps, end)
+
+    w = Worker(tmp_path, Embedder({"Alice drinks tea": X, "Bob drinks coffee": Y}))
+    w.worker.app.consumer = broker = Broker()  # type: ignore[assignment]
+    await w.worker.on_access(
+        [Event(Message("memory-access", 0, 1, b"acme/ghost", access("ghost")))]
+    )
+    broker.end = 2  # one write on the topic (offset 1): m1's
+
+    async def the_app_writes_m2_and_reads_it() -> None:
+        broker.end = 3
+        read = [Event(Message("memory-access", 0, 2, b"acme/m2", access("m2")))]
+        await w.worker.on_access(read)
+
+    broker.meanwhile = the_app_writes_m2_and_reads_it
+    sent = await w.writes(("acme/m1", write("Alice drinks tea")))
+    assert [key for key, _, _ in letters(sent)] == [b"acme/ghost"]
+    await w.writes(("acme/m2", write("Bob drinks coffee", "m2")))
+    m2 = w.worker.processor.state("acme/m2")
+    assert m2 is not None
+    assert m2.access_count == 1
 
 
 async def test_accesses_parked_in_one_batch_write_the_pending_table_once_each_memory(
