@@ -143,6 +143,8 @@ def build(
         admin_key=settings.admin_key.get_secret_value() if settings.admin_key else None,
         log_every_request=settings.access_log == "all",
         tenants_read=tenants_read.done,
+        max_body_bytes=settings.max_body_bytes,
+        body_timeout_s=settings.body_timeout_s,
     )
     api.router.lifespan_context = lifespan
     api.state.hot_cache = cache  # a worker in this process looks up neighbours there too

@@ -2,20 +2,28 @@
 
 An ASGI middleware in front of the whole app: a request to the API (``/v1/...``) beyond
 ``max_in_flight`` being served is answered 429 with ``Retry-After`` at once, before its body is
-read, embedded or searched, so overload costs microseconds and memory stays bounded. Once its key
-names the tenant, a request beyond the tenant's share (:class:`TenantSlots`) is answered 429 too,
-so one tenant's requests (reads waiting out their tokens, say) never take every slot. Every
+read, embedded or searched, so overload costs microseconds. Once its key names the tenant, a
+request beyond the tenant's share (:class:`TenantSlots`) is answered 429 too, so one tenant's
+requests (reads waiting out their tokens, say) never take every slot. A slot is held for a
+bounded time and memory: a request presenting no key at all is answered 401 before it takes one,
+a body over ``max_body_bytes`` is answered 413 (from its ``Content-Length`` before reading it, else
+once that much arrived), and a body not all arrived ``body_timeout_s`` after the request is
+answered 408 (a client that sends headers and then nothing would hold its slot for ever). Every
 response is counted in ``mnemostream_http_responses_total{route,status}`` (``route`` is the
 path template, ``other`` for no route).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 
+from fastapi import HTTPException
+from starlette.datastructures import Headers
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ranker.logs import ROUTE_KEY
 from ranker.metrics import Metrics
 from ranker.problems import problem_body
 
@@ -85,13 +93,20 @@ class Admission:
         metrics: Metrics,
         routes: Callable[[], Sequence[BaseRoute]],
         tenant_slots: TenantSlots | None = None,
+        max_body_bytes: int = 64 * 2**20,
+        body_timeout_s: float = 30.0,
     ) -> None:
-        """``tenant_slots``: the per-tenant shares its requests take once authenticated."""
+        """``tenant_slots``: the per-tenant shares its requests take once authenticated;
+        ``max_body_bytes``: the largest request body (bytes); ``body_timeout_s``: how long after
+        a request arrives its whole body must have arrived (seconds).
+        """
         if max_in_flight < 1:
             msg = f"max_in_flight={max_in_flight}: must be at least 1"
             raise ValueError(msg)
         self.app = app
         self.max_in_flight = max_in_flight
+        self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
         self.metrics = metrics
         self.routes = routes
         self.tenant_slots = tenant_slots
@@ -103,6 +118,7 @@ class Admission:
             await self.app(scope, receive, send)
             return
         route = self._route(scope)
+        scope[ROUTE_KEY] = route  # the request's log line names it, not the path
         status = 500  # an exception escaping the app is answered 500 by the server
 
         async def counted(message: Message) -> None:
@@ -114,9 +130,17 @@ class Admission:
         admitted = str(scope.get("path", "")).startswith("/v1/")
         try:
             if admitted and self.in_flight >= self.max_in_flight:
-                await self._refuse(counted)
+                detail = f"{self.in_flight} requests in flight; retry after {RETRY_AFTER_S} s"
+                await _answer(counted, 429, detail, retry_after_s=RETRY_AFTER_S)
                 return
             if admitted:
+                # the admin routes say themselves whether they are open (403 when closed)
+                tenant_route = route != "other" and not route.startswith("/v1/admin/")
+                refused = self._refused(Headers(scope=scope), needs_key=tenant_route)
+                if refused is not None:
+                    await _answer(counted, *refused)
+                    return
+                receive = _bounded(receive, self.max_body_bytes, self.body_timeout_s)
                 self.in_flight += 1
                 self.metrics.in_flight.set(self.in_flight)
                 if self.tenant_slots is not None:
@@ -132,13 +156,17 @@ class Admission:
         finally:
             self.metrics.http_responses.labels(route, str(status)).inc()
 
-    async def _refuse(self, send: Send) -> None:
-        detail = f"{self.in_flight} requests in flight; retry after {RETRY_AFTER_S} s"
-        body, own = problem_body(429, detail, retry_after_s=RETRY_AFTER_S)
-        headers = [(k.encode(), v.encode()) for k, v in own.items()]
-        headers.append((b"content-length", str(len(body)).encode()))
-        await send({"type": "http.response.start", "status": 429, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+    def _refused(self, headers: Headers, *, needs_key: bool) -> tuple[int, str] | None:
+        """The status and detail of an API request refused from its headers alone, or None.
+        ``needs_key``: a tenant's route serves the request (else the app answers 404 or 405,
+        reading nothing, or an admin route answers 401 or 403).
+        """
+        if needs_key and not (headers.get("authorization") or headers.get("x-api-key")):
+            return 401, "missing or unknown API key"
+        length = headers.get("content-length", "")
+        if length.isdigit() and int(length) > self.max_body_bytes:
+            return 413, _too_large(self.max_body_bytes)
+        return None
 
     def _route(self, scope: Scope) -> str:
         """The label of the route serving ``scope``; remembered for paths without parameters
@@ -157,3 +185,49 @@ class Admission:
         if label == key[1]:  # the path is the route's own: no parameter in it
             self._static[key] = label
         return label
+
+
+async def _answer(send: Send, status: int, detail: str, retry_after_s: int | None = None) -> None:
+    """A problem reply sent from here (the app never saw the request)."""
+    body, own = problem_body(status, detail, retry_after_s=retry_after_s)
+    if status == 401:
+        own["www-authenticate"] = "Bearer"
+    headers = [(k.encode(), v.encode()) for k, v in own.items()]
+    headers.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _too_large(limit: int) -> str:
+    return f"the request body is over {limit} bytes (MNEMO_MAX_BODY_BYTES); send less at once"
+
+
+def _bounded(receive: Receive, max_bytes: int, timeout_s: float) -> Receive:
+    """``receive`` for a request whose body must be at most ``max_bytes`` and all arrive within
+    ``timeout_s`` from now; past either, the app's read raises HTTPException 413 or 408, answered
+    as a problem. Once the body is in, waits (for the client's disconnect) are not bounded.
+    """
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    arrived = 0
+    done = False
+
+    async def bounded() -> Message:
+        nonlocal arrived, done
+        if done:
+            return await receive()
+        try:
+            async with asyncio.timeout_at(deadline):
+                message = await receive()
+        except TimeoutError:
+            detail = f"the request body did not arrive within {timeout_s:g} s"
+            raise HTTPException(408, detail) from None
+        if message["type"] == "http.request":
+            arrived += len(message.get("body", b""))
+            if arrived > max_bytes:
+                raise HTTPException(413, _too_large(max_bytes))
+            done = not message.get("more_body", False)
+        else:
+            done = True
+        return message
+
+    return bounded

@@ -206,6 +206,8 @@ def create_api(
     admin_key: str | None = None,
     log_every_request: bool = True,
     tenants_read: asyncio.Event | None = None,
+    max_body_bytes: int = 64 * 2**20,
+    body_timeout_s: float = 30.0,
 ) -> FastAPI:
     """The app; ``service`` must be started (and stopped) by the caller's lifespan. ``limits``:
     what the worker accepts (``SharedSettings.limits()``); default: the embedder's dimension and
@@ -221,6 +223,8 @@ def create_api(
     off: only requests answered 4xx or 5xx are logged (:class:`~ranker.logs.RequestLog`).
     ``tenants_read``: set once the tenants topic was read to its end (until then a request's key
     is answered 503: a key the topic revoked would still act); None: the registry is complete.
+    ``max_body_bytes``, ``body_timeout_s``: a request body's largest size (bytes; larger: 413)
+    and how long after the request it must have arrived (seconds; else 408).
     """
     api = FastAPI(
         title="Mnemostream",
@@ -241,6 +245,8 @@ def create_api(
         metrics=service.metrics,
         routes=lambda: api.routes,
         tenant_slots=api.state.tenant_slots,
+        max_body_bytes=max_body_bytes,
+        body_timeout_s=body_timeout_s,
     )
     api.add_middleware(RequestLog, every_request=log_every_request)
     checks = dict(ready or {})

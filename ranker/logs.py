@@ -111,7 +111,8 @@ def configure(log_format: LogFormat, level: int | str = logging.INFO) -> None:
 
 class RequestLog:
     """ASGI middleware: a request id per request, echoed as ``X-Request-ID``, and one log line
-    when the response starts (method, route path, status, duration): for every request, or with
+    when the response starts (method, route template, status, duration; ids in the path, a user's
+    or a memory's, are not logged): for every request, or with
     ``every_request`` off only for those answered 4xx or 5xx. An exception no handler answered
     is logged here, with the request's ids, and answered 500 (a problem naming its type only);
     Starlette's own last handler sits outside this middleware, so that answer had no request id,
@@ -166,15 +167,24 @@ class RequestLog:
             _context.reset(token)
 
 
+ROUTE_KEY = "mnemostream.route"
+"""The scope key of the path template of the route serving a request (set by the admission
+middleware; ``other`` for none)."""
+
+
 def _log_line(scope: Scope, status: int, started: float) -> None:
+    route = scope.get(ROUTE_KEY)
+    if not route or route == "other":
+        # the path of no route, escaped: a %0A in it would write a line of the caller's making
+        route = str(scope.get("path", "")).encode("unicode_escape").decode("ascii")
     access_log.info(
         "%s %s %d",
         scope.get("method"),
-        scope.get("path"),
+        route,
         status,
         extra={
             "method": scope.get("method"),
-            "route": scope.get("path"),
+            "route": route,
             "status": status,
             "duration_ms": round((time.perf_counter() - started) * 1000, 3),
         },

@@ -65,6 +65,7 @@ class UpdateBody(Body):
     tags: list[str] | None = None
     metadata: dict[str, Any] | None = None
     session_id: str | None = None
+    run_id: str | None = Field(None, description="mem0's name for session_id")
     agent_id: str | None = None
     user_id: str | None = None
     after: str | list[str] | None = Field(None, description="read-your-writes tokens")
@@ -195,7 +196,10 @@ def new_version(
     integer over 64 bits), or ``at`` when it is before ``old`` was created (the worker would not
     let the new version supersede it).
     """
-    given = body.model_dump(exclude_none=True, exclude={"after"})
+    given = body.model_dump(exclude_none=True, exclude={"after", "run_id"})
+    session = session_of(body.session_id, body.run_id, "run_id")
+    if session is not None:
+        given["session_id"] = session
     at = given.pop("at", None) or now.isoformat()
     if not given:
         raise InvalidField("$", {}, "an update needs at least one field to change")

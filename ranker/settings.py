@@ -51,6 +51,18 @@ class RankerSettings(SharedSettings):
         " whose reads wait out their tokens cannot take every slot); unset: half of"
         " MNEMO_MAX_IN_FLIGHT",
     )
+    max_body_bytes: int = Field(
+        64 * 2**20,
+        ge=1024,
+        description="the largest API request body, bytes; a larger one gets HTTP 413 (a batch of"
+        " 1,000 memories with 384-d vectors and a few KB of text each is ~10 MB)",
+    )
+    body_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="an API request's body must have arrived this long after the request, or"
+        " HTTP 408 (a client that sends headers and then nothing holds no slot for ever)",
+    )
     produce_timeout_s: float = Field(
         5.0,
         gt=0,

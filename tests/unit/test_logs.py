@@ -115,3 +115,33 @@ async def test_an_unexpected_error_is_answered_and_logged_with_the_request_s_ids
     assert (line["status"], line["request_id"]) == (500, "r-7")
     (error,) = (orjson.loads(x) for x in errors.getvalue().splitlines())
     assert (error["request_id"], error["tenant_id"], error["level"]) == ("r-7", "acme", "error")
+
+
+@pytest.mark.anyio
+async def test_a_line_names_the_route_not_the_path_and_no_path_writes_a_line_of_its_own(
+    lines: io.StringIO,
+) -> None:
+    """The path was logged as decoded: a %0A in it wrote a second, forged line in the text log,
+    and the ids in a path (a user's, erased since) stayed in it.
+    """
+    registry = TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}})
+    store = MilvusStore(MilvusConfig("unused.db", dim=4))
+    app = create_api(RecallService(store, Hashing(4), _no_send), registry)
+    text = io.StringIO()
+    handler = logging.StreamHandler(text)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    access_log.addHandler(handler)
+    transport = httpx.ASGITransport(app=app)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://mnemostream") as http:
+            await http.delete("/v1/users/alice@example.com")
+            forged = "/v1/x%0A2026-01-05 INFO mnemostream.http: POST /v1/admin/tenants 201"
+            await http.get(forged)
+    finally:
+        access_log.removeHandler(handler)
+    assert text.getvalue().splitlines() == [
+        "DELETE /v1/users/{user_id:path} 401",
+        "GET /v1/x\\n2026-01-05 INFO mnemostream.http: POST /v1/admin/tenants 201 404",
+    ]
+    routes = [orjson.loads(line)["route"] for line in lines.getvalue().splitlines()]
+    assert routes[0] == "/v1/users/{user_id:path}"

@@ -17,7 +17,7 @@ from ranker.history import _event, partition_of
 from ranker.listing import CHUNK, SCAN_MAX, decode_cursor, encode_cursor, page
 from ranker.routes import UpdateBody, new_version
 from storage import Filters, MemoryRow, MilvusStore, to_us
-from storage.records import Limits
+from storage.records import Limits, RecordError
 from storage.tenants import TenantRegistry
 from tests.rows import make_row
 from tests.unit.test_user_scope import AUTH, Produced, service_and_client
@@ -123,6 +123,17 @@ def test_a_new_version_keeps_what_the_update_leaves_out() -> None:
     changed = version(old, UpdateBody(content="Carol works at Globex"))
     assert changed["content"] == "Carol works at Globex"
     assert "embedding" not in changed  # new text: the worker embeds it
+
+
+def test_an_update_takes_run_id_as_its_session_as_a_write_does() -> None:
+    """README says run_id is session_id's alias on writes; PATCH answered 422 for it."""
+    old = make_row("a", "m1", (0.6, 0.8), session_id="")
+    assert version(old, UpdateBody(run_id="r-9"))["session_id"] == "r-9"
+    assert "run_id" not in version(old, UpdateBody(run_id="r-9"))
+    assert version(old, UpdateBody(run_id="r-9", session_id="r-9"))["session_id"] == "r-9"
+    with pytest.raises(RecordError) as err:
+        version(old, UpdateBody(run_id="r-9", session_id="s-1"))
+    assert err.value.field == "run_id"
 
 
 async def _patched(monkeypatch: pytest.MonkeyPatch, old: MemoryRow, body: bytes) -> httpx.Response:

@@ -1,0 +1,147 @@
+"""A request holds its in-flight slot for a bounded time and memory: a client that sends headers
+and then nothing, a body of any size, or a request with no key at all cannot lock every tenant
+out or grow the process (each held a slot until its socket closed, or read the whole body first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+from starlette.types import Message
+
+from ranker.api import create_api
+from ranker.service import RecallService
+from storage import Filters, MilvusConfig
+from storage.embedding import Hashing
+from storage.milvus import Hit
+from storage.tenants import TenantRegistry
+from tests.rows import make_row
+
+pytestmark = pytest.mark.anyio
+KEY = "key-acme-0123456789"
+ROW = make_row("acme", "m1", (1.0, 0.0, 0.0, 0.0))
+
+
+class Store:
+    config = MilvusConfig("unused.db", dim=4, full_text=False)
+
+    def search(self, tenant_id: str, vectors: object, k: int, f: Filters | None = None) -> object:
+        return [[Hit(ROW, 0.5)]]
+
+    def relations(self, tenant_id: str, ids: object) -> dict[str, list[str]]:
+        return {}
+
+
+async def no_send(*_: object) -> None:
+    raise AssertionError("untracked recalls send nothing")
+
+
+def scope(headers: dict[str, str]) -> dict[str, object]:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/recall",
+        "raw_path": b"/v1/recall",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 8080),
+    }
+
+
+class Client:
+    """One request to the app: ``chunks`` are its body's pieces (then it sends nothing more,
+    without ending the body, when ``stall``); what the app read and answered is kept.
+    """
+
+    def __init__(self, chunks: list[bytes], *, stall: bool = False) -> None:
+        self.chunks = list(chunks)
+        self.stall = stall
+        self.reads = 0
+        self.sent: list[Message] = []
+
+    async def receive(self) -> Message:
+        self.reads += 1
+        if self.chunks:
+            chunk = self.chunks.pop(0)
+            return {
+                "type": "http.request",
+                "body": chunk,
+                "more_body": bool(self.chunks) or self.stall,
+            }
+        await asyncio.Event().wait()  # headers sent, then nothing (or the client's disconnect)
+        raise AssertionError
+
+    async def send(self, message: Message) -> None:
+        self.sent.append(message)
+
+    @property
+    def status(self) -> int:
+        return int(next(m["status"] for m in self.sent if m["type"] == "http.response.start"))
+
+    @property
+    def problem(self) -> dict[str, object]:
+        body = b"".join(m.get("body", b"") for m in self.sent if m["type"] == "http.response.body")
+        return dict(orjson.loads(body))
+
+
+async def started(**limits: object) -> tuple[RecallService, object]:
+    service = RecallService(Store(), Hashing(4), no_send, kernel_thread=False)  # type: ignore[arg-type]
+    registry = TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}})
+    api = create_api(service, registry, **limits)  # type: ignore[arg-type]
+    await service.start()
+    return service, api
+
+
+RECALL = orjson.dumps({"query": "x", "track": False})
+
+
+async def test_a_body_that_never_arrives_gives_its_slot_back_after_the_body_timeout() -> None:
+    service, api = await started(max_in_flight=1, body_timeout_s=0.2)
+    try:
+        stalled = Client([b'{"query": '], stall=True)
+        headers = {"X-API-Key": KEY, "Content-Type": "application/json", "Content-Length": "100"}
+        await asyncio.wait_for(api(scope(headers), stalled.receive, stalled.send), 5)  # type: ignore[operator]
+        assert stalled.status == 408
+        assert "0.2 s" in str(stalled.problem["detail"])
+        after = Client([RECALL])
+        headers["Content-Length"] = str(len(RECALL))
+        await api(scope(headers), after.receive, after.send)  # type: ignore[operator]
+        assert after.status == 200  # the one slot was given back
+    finally:
+        await service.stop()
+
+
+async def test_a_body_over_the_limit_is_refused_unread_or_as_soon_as_it_is_over() -> None:
+    service, api = await started(max_body_bytes=1024)
+    try:
+        declared = Client([b"x" * 2048])
+        headers = {"X-API-Key": KEY, "Content-Type": "application/json", "Content-Length": "2048"}
+        await api(scope(headers), declared.receive, declared.send)  # type: ignore[operator]
+        assert (declared.status, declared.reads) == (413, 0)
+        assert "MNEMO_MAX_BODY_BYTES" in str(declared.problem["detail"])
+        streamed = Client([b"x" * 600, b"x" * 600], stall=True)  # no length said: chunked
+        headers.pop("Content-Length")
+        await asyncio.wait_for(api(scope(headers), streamed.receive, streamed.send), 5)  # type: ignore[operator]
+        assert (streamed.status, streamed.reads) == (413, 2)
+    finally:
+        await service.stop()
+
+
+async def test_a_request_without_a_key_is_answered_401_before_its_body_is_read() -> None:
+    service, api = await started(max_in_flight=1)
+    try:
+        keyless = Client([RECALL])
+        headers = {"Content-Type": "application/json", "Content-Length": str(len(RECALL))}
+        await api(scope(headers), keyless.receive, keyless.send)  # type: ignore[operator]
+        assert (keyless.status, keyless.reads) == (401, 0)
+        start = next(m for m in keyless.sent if m["type"] == "http.response.start")
+        assert (b"www-authenticate", b"Bearer") in start["headers"]
+    finally:
+        await service.stop()
