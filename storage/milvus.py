@@ -13,6 +13,8 @@ from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import orjson
+
 from memcore import MAX_RELATIONS, MAX_SUMMARY_SOURCES, MAX_TAGS
 from memcore.ids import check_id
 from memcore.keyword import keyword_text
@@ -275,22 +277,35 @@ class MilvusStore:
     # -- writes --------------------------------------------------------------------------------
 
     def upsert(self, rows: Sequence[MemoryRow]) -> int:
-        """Insert or replace whole rows; returns how many. Idempotent."""
+        """Insert or replace whole rows; returns how many. Idempotent. Sent in requests of at
+        most about :data:`UPSERT_BYTES` (a server refuses a message over its gRPC limit, 64 MiB
+        by default, and no retry of it can pass); a request that fails raises, the rows of those
+        before it are upserted.
+        """
         if not rows:
             return 0
         entities = [self._checked(row) for row in rows]
-        try:
-            result = self._call(
-                "upsert",
-                lambda: self.client.upsert(
-                    self.config.collection, entities, timeout=self.config.timeout_s
-                ),
-            )
-        except StorageError:
-            _tell(self.upsert_failed, rows)  # Milvus may hold the rows all the same
-            raise
+        count = done = 0
+        for end in _request_ends(entities, UPSERT_BYTES):
+            part = entities[done:end]
+            try:
+                result = self._call(
+                    "upsert",
+                    functools.partial(
+                        self.client.upsert,
+                        self.config.collection,
+                        part,
+                        timeout=self.config.timeout_s,
+                    ),
+                )
+            except StorageError:
+                _tell(self.upserted, rows[:done])
+                _tell(self.upsert_failed, rows[done:])  # Milvus may hold the rows all the same
+                raise
+            count += int(result.get("upsert_count", len(part)))
+            done = end
         _tell(self.upserted, rows)
-        return int(result.get("upsert_count", len(entities)))
+        return count
 
     def delete(self, tenant_id: str, memory_ids: Sequence[str]) -> int:
         """Delete rows of one tenant by memory id; returns how many ids were asked."""
@@ -646,6 +661,34 @@ class MilvusStore:
             raise translate(operation, exc) from exc
 
 
+UPSERT_BYTES = 16 * 2**20
+"""The size an upsert request stays under, about (bytes; :func:`_request_ends`)."""
+
+
+def _request_ends(entities: Sequence[Mapping[str, Any]], limit: int) -> list[int]:
+    """Where each request ends (exclusive indexes) so that each carries about ``limit`` bytes at
+    most (at least one entity): texts as UTF-8, the vector as float32, metadata as JSON.
+    """
+    ends: list[int] = []
+    size = 0
+    for i, entity in enumerate(entities):
+        weight = _entity_bytes(entity)
+        if size and size + weight > limit:
+            ends.append(i)
+            size = 0
+        size += weight
+    ends.append(len(entities))
+    return ends
+
+
+def _entity_bytes(entity: Mapping[str, Any]) -> int:
+    texts = sum(
+        len(v.encode("utf-8", "surrogatepass")) for v in entity.values() if isinstance(v, str)
+    )
+    lists = sum(len(v) for v in entity.values() if isinstance(v, list))
+    return 256 + texts + 4 * lists + 64 * len(entity) + len(orjson.dumps(entity.get("metadata")))
+
+
 # Milvus status codes that say "try again": 2 connect failed / server unavailable (pymilvus raises it
 # when no server answers) and 8 rate limited. Not 1100-1102: the 2.3 server answers 1100 for an
 # invalid parameter (a field over its length), which no retry can fix.
@@ -664,7 +707,7 @@ def translate(operation: str, exc: BaseException) -> StorageError:
             code in _RETRIABLE_CODES
             or _retriable_grpc(code)  # pymilvus's "Retry timeout" carries the gRPC status
             or bool(getattr(exc, "retriable", False))
-        ) and not getattr(exc, "is_input_error", False)
+        ) and not (getattr(exc, "is_input_error", False) or _too_large(exc))
         return StorageError(operation, f"{type(exc).__name__}: {exc}", retriable=retriable)
     import grpc  # noqa: PLC0415 - pymilvus's dependency, loaded with it
 
@@ -672,13 +715,22 @@ def translate(operation: str, exc: BaseException) -> StorageError:
     if isinstance(exc, grpc.RpcError) or name.startswith("grpc"):
         status = getattr(exc, "code", None)
         code = status() if callable(status) else None
-        retriable = code is None or _retriable_grpc(code)  # a denied or invalid call: never
+        # a denied or invalid call, or one over the size limit: never
+        retriable = (code is None or _retriable_grpc(code)) and not _too_large(exc)
         return StorageError(operation, f"{name}: {exc}", retriable=retriable)
     return StorageError(operation, f"{name}: {exc}", retriable=False)
 
 
 _RETRIABLE_GRPC = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED"})
-"""gRPC statuses that say "try again" (not a permission, authentication or argument error)."""
+"""gRPC statuses that say "try again" (not a permission, authentication or argument error; nor a
+message over the server's size limit, :func:`_too_large`, which is RESOURCE_EXHAUSTED too)."""
+
+
+def _too_large(exc: BaseException) -> bool:
+    """The server refused a message over its gRPC size limit: the same call fails again."""
+    details = getattr(exc, "details", None)
+    text = f"{exc} {details() if callable(details) else ''}"
+    return "larger than max" in text or "message too large" in text.lower()
 
 
 def _retriable_grpc(code: object) -> bool:

@@ -12,7 +12,7 @@ import pytest
 from memcore import InvalidField
 from storage import Document, Filters, MemoryRow, StorageError, filter_expression, from_us, to_us
 from storage.compacted import CompactedLog, CompactedLogError
-from storage.milvus import keys_expression, translate
+from storage.milvus import MilvusConfig, MilvusStore, keys_expression, translate
 from storage.records import Limits, RecordError, checked_vector, checked_write
 from storage.rows import LIVE_FIELDS, with_live
 from storage.tenants import TenantRegistry
@@ -441,3 +441,61 @@ def test_a_text_whose_lower_case_passes_the_index_limit_is_refused() -> None:
     assert refused.value.field == "content"
     fine = {**doc, "content": "Ⱥ" * 20_000}  # 60,000 bytes indexed once lower-cased
     assert checked_write(fine, limits, datetime(2026, 1, 1, tzinfo=UTC))
+
+
+def test_an_upsert_goes_in_requests_the_server_takes_and_one_over_its_limit_is_not_retried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A start-up resync's chunk of 1,000 rows of 16 KB words and 32 KB metadata is a 75 MiB
+    request, over a Milvus server's 64 MiB: the server refused it as RESOURCE_EXHAUSTED, taken
+    as retriable, so each start failed again (and no row alone was tried).
+    """
+    import grpc
+    from pymilvus.client.prepare import Prepare
+    from pymilvus.milvus_client.base import BaseMilvusClient
+
+    import storage.milvus
+
+    class TooLarge(grpc.RpcError):  # type: ignore[misc]
+        def code(self) -> grpc.StatusCode:
+            return grpc.StatusCode.RESOURCE_EXHAUSTED
+
+        def details(self) -> str:
+            return "grpc: received message larger than max (78750000 vs. 67108864)"
+
+    assert not translate("upsert", TooLarge()).retriable
+
+    class Client:
+        def __init__(self) -> None:
+            self.sizes: list[float] = []
+
+        def create_schema(self, **kw: object) -> object:
+            return BaseMilvusClient.create_schema(**kw)
+
+        def prepare_index_params(self) -> object:
+            return BaseMilvusClient.prepare_index_params()
+
+        def create_collection(self, name: str, schema: object, **kw: object) -> None:
+            self.fields = [f.to_dict() for f in schema.fields]  # type: ignore[attr-defined]
+
+        def upsert(
+            self, collection: str, entities: list[dict[str, object]], **kw: object
+        ) -> object:
+            request = Prepare.row_upsert_param(collection, entities, "", self.fields)
+            self.sizes.append(request.ByteSize() / limit)
+            return {"upsert_count": len(entities)}
+
+    limit = 2**20
+    monkeypatch.setattr(storage.milvus, "UPSERT_BYTES", limit)
+    store = MilvusStore(MilvusConfig("unused.db", dim=384))
+    client = Client()
+    store._client = client
+    store._create()
+    words = "é" * 8_000  # 16,000 bytes
+    rows = [
+        make_row("acme", f"m{i}", [0.05] * 384, content=words, metadata={"n": "x" * 30_000})
+        for i in range(100)
+    ]
+    assert store.upsert(rows) == 100
+    assert len(client.sizes) > 1
+    assert max(client.sizes) <= 1.0  # each request under the limit, as the server measures it
