@@ -17,7 +17,7 @@ UV_BOOTSTRAP := $(UV) --version >/dev/null 2>&1 || $(PYTHON) -m pip install --qu
 .PHONY: help install lock up down kafka test lint format typecheck imports unit integration bench bench-gpu
 
 help: ## List every target with its one-line help
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(STAMP): $(LOCK) pyproject.toml sdk/pyproject.toml
 	@$(UV_BOOTSTRAP)

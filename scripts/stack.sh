@@ -95,7 +95,7 @@ up() {
   esac
   echo "tenants: $MNEMO_TENANTS_FILE"
   echo "ranker:  http://${MNEMO_HOST:-127.0.0.1}:${MNEMO_PORT:-8080}  (OpenAPI at /docs; HTTP processes: $((edges + 1)))"
-  echo "api key: $("$py" -c 'import json,sys; print(next(iter(json.load(open(sys.argv[1]))["tenants"].values()))["api_keys"][0])' "$MNEMO_TENANTS_FILE")  (tenant demo)"
+  echo "api key: $("$py" -c 'import json,sys; t=json.load(open(sys.argv[1]))["tenants"]; i=next(iter(t)); print(t[i]["api_keys"][0], " (tenant", i + ")")' "$MNEMO_TENANTS_FILE")"
 }
 
 # stop NAME: stop the process of var/NAME.pid (TERM, then KILL after 60 s: the server lets requests in

@@ -113,3 +113,29 @@ class WorkerSettings(SharedSettings):
             )
             raise ValueError(msg)
         return self
+
+    @model_validator(mode="after")
+    def _replay_apart(self) -> WorkerSettings:
+        """A replay with the live worker's app id joins its consumer group (it takes partitions
+        and commits offsets for events it produces nothing for), and with its collection or data
+        directory writes over the live rows and tables.
+        """
+        if not self.replay:
+            return self
+        shared = [
+            name
+            for name, field in (
+                ("MNEMO_APP_ID", "app_id"),
+                ("MNEMO_MILVUS_COLLECTION", "milvus_collection"),
+                ("MNEMO_DATA_DIR", "data_dir"),
+            )
+            if field not in self.model_fields_set
+        ]
+        if shared:
+            msg = (
+                f"MNEMO_REPLAY=true needs its own {', '.join(shared)} (left at the live"
+                " worker's default: the replay would join its consumer group or write over its"
+                " rows and tables)"
+            )
+            raise ValueError(msg)
+        return self

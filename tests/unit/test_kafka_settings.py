@@ -77,6 +77,23 @@ def test_min_insync_above_the_replication_is_refused_at_start_up() -> None:
     assert settings(kafka_replication=3, kafka_min_insync=2).kafka_min_insync == 2
 
 
+def test_a_replay_must_name_its_own_app_id_collection_and_data_directory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """README's MNEMO_REPLAY=true alone joined the live worker's consumer group and wrote into
+    its collection and tables.
+    """
+    with pytest.raises(ValidationError, match="MNEMO_APP_ID, MNEMO_MILVUS_COLLECTION, MNEMO_DATA"):
+        settings(replay=True)
+    with pytest.raises(ValidationError, match="needs its own MNEMO_DATA_DIR "):
+        settings(replay=True, app_id="replay-1", milvus_collection="replay_1")
+    monkeypatch.setenv("MNEMO_REPLAY", "true")
+    monkeypatch.setenv("MNEMO_APP_ID", "replay-1")
+    monkeypatch.setenv("MNEMO_MILVUS_COLLECTION", "replay_1")
+    monkeypatch.setenv("MNEMO_DATA_DIR", "var/replay")
+    assert WorkerSettings().replay  # read from the environment, as python -m streams does
+
+
 def test_every_topic_is_compressed_with_its_retention_and_min_insync() -> None:
     s = settings(kafka_replication=3, kafka_min_insync=2, log_retention_ms=-1)
     configs = {role: topic_config(s, role) for role in ROLES}
