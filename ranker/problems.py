@@ -93,6 +93,8 @@ def _described(description: str) -> dict[str, Any]:
 RESPONSES: dict[int | str, dict[str, Any]] = {
     400: _described("the body is not JSON (or not UTF-8)"),
     401: _described("no API key, or one this service does not know"),
+    408: _described("the request's body did not all arrive within MNEMO_BODY_TIMEOUT_S"),
+    413: _described("the request's body is over MNEMO_MAX_BODY_BYTES: send less at once"),
     422: _described("a field is invalid: ``field`` names it; nothing was written"),
     429: _described(
         "too many requests in flight, or the tenant is over its request rate: retry after"
