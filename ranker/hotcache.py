@@ -9,10 +9,13 @@ index, and with no I/O.
 
 Freshness: the state view (:class:`ranker.view.StateView`, fed from the worker's changelog) tells
 the cache about every change of a memory's state. A change of what a search filters by (state,
-tier, validity) is applied in place; a new memory, a new version (``write_count``) or a
-tombstone marks the id dirty, and the next search of that tenant first re-reads the dirty rows
-from Milvus (the worker writes the row before it commits or marks the offsets a read-your-writes
-token waits for). With the worker in this process (``python -m server``) its rows come straight in
+tier, validity) is applied in place; a new memory, a new version (``write_count``), a deletion
+or a tombstone marks the id dirty (stamped with its latest such change), and the next search of
+that tenant first re-reads the dirty rows from Milvus (the worker writes the row before it
+commits or marks the offsets a read-your-writes token waits for). A deleted memory's row is read
+back until Milvus holds it deleted, or holds none: a purged or erased memory's slot is then
+emptied (its words and vector leave the block) and taken again by a new memory. With the
+worker in this process (``python -m server``) its rows come straight in
 (:meth:`HotCache.upserted`) and a dirty id is left ``writer_grace_s`` for them before a search
 reads it back. When that worker is the collection's only writer (Milvus Lite embedded in the
 process: ``sole_writer``) and the preload read the whole collection, a tenant the cache does not
@@ -259,11 +262,17 @@ class HotHits:
 
 
 class _Block:
-    """One tenant's rows: parallel columns of capacity ``len(vectors)``, the first ``n`` used."""
+    """One tenant's rows: parallel columns of capacity ``len(vectors)``, the first ``n`` used,
+    of which the ``free`` slots (memories removed: purged, erased, dropped) hold nothing and are
+    taken again by the next new memories.
+    """
 
     def __init__(self, dim: int) -> None:
         self.lock = threading.Lock()
         self.n = 0
+        self.free: list[int] = []
+        """Used slots whose memory was removed: emptied (no row, a zero vector, state
+        :data:`ABSENT`), no longer counted (:attr:`held`), taken again by :meth:`put`."""
         self.rows: list[MemoryRow | None] = []
         self.ids: list[str] = []
         self.index: dict[str, int] = {}
@@ -280,7 +289,13 @@ class _Block:
         self.session = np.empty(16, dtype=object)
         self.agent = np.empty(16, dtype=object)
         self.user = np.empty(16, dtype=object)
-        self.dirty: dict[str, float] = {}  # memory id -> monotonic time first marked
+        self.dirty: dict[str, float] = {}  # memory id -> monotonic time of its latest change
+        self.marked: dict[str, tuple[int, str]] = {}
+        """Memory id -> (write count, state) the view told when the id was last marked dirty
+        ((-1, ""): a removal), so a mere access to an awaited memory does not restamp it."""
+        self.gone: set[str] = set()
+        """Ids told deleted again while held deleted (a purge, which the view tells as a state
+        change): re-read until Milvus no longer has their row (or :data:`DIRTY_GIVE_UP_S`)."""
         self.late: dict[str, float] = {}
         """Memory id -> when to look for its row again (:data:`LATE_RETRY_S`)."""
         self.mirror: torch.Tensor | None = None
@@ -293,13 +308,17 @@ class _Block:
         """Insert or replace ``row`` (its vector is copied, normalised, into the block)."""
         slot = self.index.get(row.memory_id)
         if slot is None:
-            slot = self.n
-            if slot == len(self.state):
-                self._grow()
-            self.n += 1
+            if self.free:
+                slot = self.free.pop()
+                self.ids[slot] = row.memory_id
+            else:
+                slot = self.n
+                if slot == len(self.state):
+                    self._grow()
+                self.n += 1
+                self.rows.append(None)
+                self.ids.append(row.memory_id)
             self.index[row.memory_id] = slot
-            self.rows.append(None)
-            self.ids.append(row.memory_id)
         vector = np.asarray(row.vector, dtype=np.float32)
         norm = float(np.linalg.norm(vector))
         self.vectors[slot] = vector / norm if norm > 0 else vector
@@ -339,11 +358,30 @@ class _Block:
         slot = self.index.get(memory_id)
         return slot is not None and self.state[slot] != ABSENT
 
+    def clean(self, memory_id: str) -> None:
+        """Nothing is awaited of the memory any more: no longer dirty, late or gone."""
+        self.dirty.pop(memory_id, None)
+        self.marked.pop(memory_id, None)
+        self.late.pop(memory_id, None)
+        self.gone.discard(memory_id)
+
+    @property
+    def held(self) -> int:
+        """Memories held (used slots less the free ones): what the row limits count."""
+        return self.n - len(self.free)
+
     def remove(self, memory_id: str) -> None:
-        slot = self.index.get(memory_id)
-        if slot is not None:
-            self.state[slot] = ABSENT
-            self.rows[slot] = None
+        """Empty the memory's slot (its row, words and vector leave the block) and free it."""
+        slot = self.index.pop(memory_id, None)
+        if slot is None:
+            return
+        self.state[slot] = ABSENT
+        self.rows[slot] = None
+        self.ids[slot] = ""
+        self.vectors[slot] = 0.0
+        self.moved.add(slot)
+        self.session[slot] = self.agent[slot] = self.user[slot] = None
+        self.free.append(slot)
 
     def live(self, memory_id: str, values: Sequence[Any]) -> bool:
         """Apply a memory's live values in place (an access's counters, importance and clock; a
@@ -534,7 +572,7 @@ class HotCache:
     @property
     def rows(self) -> int:
         """Rows held over all tenants."""
-        return sum(b.n for b in list(self._blocks.values()))
+        return sum(b.held for b in list(self._blocks.values()))
 
     def held(self) -> tuple[int, int]:
         """(rows, tenants) held."""
@@ -566,10 +604,36 @@ class HotCache:
         with block.lock:
             if values is None:  # the worker deletes the row too; re-read in case it did not
                 block.remove(memory_id)
-            elif whole and values[_STATE] == DELETED and not block.holds(memory_id):
+                block.gone.discard(memory_id)
+                self._mark(block, memory_id, (-1, ""))
+                return
+            slot = block.index.get(memory_id)
+            was = ABSENT if slot is None else int(block.state[slot])
+            deleted = str(values[_STATE]) == DELETED
+            if deleted and was == ABSENT and whole:
                 return  # purged or erased: no row to read back (the view's replay meets many)
-            if values is None or block.live(memory_id, values):
-                block.dirty.setdefault(memory_id, self.clock())
+            if not deleted:
+                block.gone.discard(memory_id)
+            elif was == _DELETED and memory_id not in block.gone:
+                # a deleted memory changes again only to be purged (which the view tells as a
+                # state change): its row is to leave Milvus, and its slot the block
+                block.gone.add(memory_id)
+                block.dirty.pop(memory_id, None)  # the 30 s count from this change
+            # a deleted memory the block holds is read back too: when Milvus no longer has its
+            # row (purged, erased), its slot is emptied
+            if block.live(memory_id, values) or (deleted and was != ABSENT):
+                self._mark(block, memory_id, (int(values[_WRITES]), str(values[_STATE])))
+
+    def _mark(self, block: _Block, memory_id: str, told: tuple[int, str]) -> None:
+        """Mark a memory dirty for what the view ``told`` of it (its write count and state;
+        block lock held), stamped with the time of the latest change that told something new:
+        the give-up (:data:`DIRTY_GIVE_UP_S`) counts from it, not from an older change whose row
+        may have come long since, unread. An access (the same version and state) keeps the
+        stamp, so the writer's grace and the give-up still run out while it is accessed.
+        """
+        if memory_id not in block.dirty or block.marked.get(memory_id) != told:
+            block.dirty[memory_id] = self.clock()
+        block.marked[memory_id] = told
 
     def await_rows(self, memories: Iterable[tuple[str, str]]) -> int:
         """(tenant, memory id) of memories whose rows the cache may lack or hold older than
@@ -635,30 +699,50 @@ class HotCache:
             ]
 
     def search(
-        self, tenant_id: str, vector: Sequence[float], n: int, filters: Filters
+        self,
+        tenant_id: str,
+        vector: Sequence[float],
+        n: int,
+        filters: Filters,
+        *,
+        io: bool = True,
     ) -> HotHits | None:
         """The ``n`` nearest rows of one tenant that pass ``filters``, best first, or None when
         the cache cannot answer exactly (the caller searches Milvus). Blocking: Milvus is read
         when the tenant is not loaded yet or has dirty rows; may raise ``StorageError`` then.
+        With ``io`` False nothing is read: None also when the tenant is not held or a read is
+        owed (the event loop's search after :meth:`ready`: the tenant may have been evicted, or
+        an id marked, since; the caller then searches in a thread).
         """
-        found = self.search_many(tenant_id, [vector], n, filters)
+        found = self.search_many(tenant_id, [vector], n, filters, io=io)
         return None if found is None else found[0]
 
     def search_many(
-        self, tenant_id: str, vectors: Sequence[Sequence[float]], n: int, filters: Filters
+        self,
+        tenant_id: str,
+        vectors: Sequence[Sequence[float]],
+        n: int,
+        filters: Filters,
+        *,
+        io: bool = True,
     ) -> list[HotHits] | None:
         """:meth:`search` for several query vectors of one tenant (one answer each, in order) by
         one matrix product over the tenant's rows: with numpy on the CPU, or on :attr:`device`
         (the block's vectors copied there once and kept up to date; the product and the top
         ``n`` computed there, the columns of the ``n`` gathered on the CPU). Exact in float32
-        either way. Blocking and failing as :meth:`search`.
+        either way. Blocking and failing as :meth:`search` (``io`` as there).
         """
         if not self.evaluates(filters):
             return None
-        block = self._block(tenant_id)
-        if block is None:
-            return None
-        self._refresh(tenant_id, block)
+        if not io:
+            block = self._resident(tenant_id)
+            if block is None or self._due(block):
+                return None
+        else:
+            block = self._block(tenant_id)
+            if block is None:
+                return None
+            self._refresh(tenant_id, block)
         if not vectors:
             return []
         queries = _unit_rows(np.asarray(vectors, dtype=np.float32).reshape(len(vectors), -1))
@@ -805,7 +889,7 @@ class HotCache:
                         block.dirty.pop(row.memory_id, None)
                 else:
                     block.dirty.setdefault(row.memory_id, self.clock())
-            if block.n > self.tenant_max:
+            if block.held > self.tenant_max:
                 too_big.add(tenant_id)
                 with self._guard:
                     total -= self._go_cold(tenant_id)
@@ -833,6 +917,17 @@ class HotCache:
                 with self._guard:
                     self._loading.pop(tenant_id, None)
 
+    def _resident(self, tenant_id: str) -> _Block | None:
+        """The tenant's block when it is held and no load or preload is under way (no load is
+        begun here: None then), as the most recently searched.
+        """
+        with self._guard:
+            block = self._blocks.get(tenant_id)
+            if self._preloading or block is None or tenant_id in self._loading:
+                return None
+            self._blocks.move_to_end(tenant_id)
+            return block
+
     def _pending(self, tenant_id: str) -> _Block:
         """The block a load in flight fills (created empty here so changes can mark it dirty)."""
         with self._guard:
@@ -843,28 +938,34 @@ class HotCache:
             return block
 
     def _load(self, tenant_id: str) -> _Block | None:
-        count = self.store.count(tenant_id, ANY_STATE)
-        if count > self.tenant_max:
-            with self._guard:
-                self._go_cold(tenant_id)
-            return None
-        block = self._pending(tenant_id)
+        """Count and read one tenant into a block (its load gate held). Whatever fails (a count,
+        the read, laying a row), the block the load began (:meth:`_pending`, or on_change's for
+        a change told meanwhile) leaves: an almost empty block must not pass for the tenant.
+        """
+        block: _Block | None = None
         try:
+            count = self.store.count(tenant_id, ANY_STATE)
+            if count > self.tenant_max:
+                with self._guard:
+                    self._go_cold(tenant_id)
+                return None
+            block = self._pending(tenant_id)
             rows = self.store.query(tenant_id, ANY_STATE, limit=self.tenant_max)
-        except StorageError:
-            with self._guard:  # an empty block must not pass for the tenant
-                if self._blocks.get(tenant_id) is block:
+            if len(rows) >= self.tenant_max and self._grown(tenant_id):
+                return None
+            now = self.clock()
+            with block.lock:
+                for row in rows:
+                    if not self._put(tenant_id, block, row):
+                        block.dirty.setdefault(row.memory_id, now)
+                self._await_unmet(tenant_id, block, now)
+        except BaseException:
+            with self._guard:  # this load's block, or (its count failed) one a change began
+                begun = self._blocks.get(tenant_id)
+                if begun is not None and (block is None or begun is block):
                     del self._blocks[tenant_id]
                 self._partial.add(tenant_id)  # rows written meanwhile went with the block
             raise
-        if len(rows) >= self.tenant_max and self._grown(tenant_id):
-            return None
-        now = self.clock()
-        with block.lock:
-            for row in rows:
-                if not self._put(tenant_id, block, row):
-                    block.dirty.setdefault(row.memory_id, now)
-            self._await_unmet(tenant_id, block, now)
         self.loads += 1
         with self._guard:
             self._cold.pop(tenant_id, None)
@@ -894,7 +995,9 @@ class HotCache:
 
     def _refresh(self, tenant_id: str, block: _Block) -> None:
         """Re-read the block's dirty ids from Milvus (rows there now replace the block's; ids
-        Milvus no longer has are removed once the state view has dropped them too).
+        Milvus no longer has are removed once the state view has dropped them too, at once when
+        it holds them deleted: purged or erased). An id given up with a row found while the view
+        holds a newer version is looked for again every :data:`LATE_RETRY_S`, as one with no row.
         """
         with block.lock:
             wanted = self._due(block)
@@ -914,15 +1017,19 @@ class HotCache:
                     continue
                 if block.dirty.get(memory_id) != since:
                     continue  # changed again meanwhile: the next search re-reads it
-                if row is not None and self._put(tenant_id, block, row):
-                    del block.dirty[memory_id]
-                    block.late.pop(memory_id, None)
+                if row is None and self._dropped(tenant_id, memory_id):
+                    block.remove(memory_id)  # purged or erased: its words leave the block
+                    block.clean(memory_id)
+                elif row is not None and self._taken(tenant_id, block, row):
+                    block.clean(memory_id)
                 elif now - since > DIRTY_GIVE_UP_S:
                     if row is None:
                         block.remove(memory_id)
-                        if self._awaited(tenant_id, memory_id):
-                            block.late[memory_id] = now + LATE_RETRY_S
-                    del block.dirty[memory_id]
+                    block.clean(memory_id)
+                    if self._awaited(tenant_id, memory_id):
+                        # no row yet, or one older than the version the view knows (a rewrite's
+                        # upsert still to come): looked for again, never given up for good
+                        block.late[memory_id] = now + LATE_RETRY_S
         if found:
             with self._guard:
                 if not self._preloading:  # as in upserted
@@ -943,6 +1050,22 @@ class HotCache:
             block.late.pop(memory_id, None)
         else:
             block.late[memory_id] = now + LATE_RETRY_S
+
+    def _taken(self, tenant_id: str, block: _Block, row: MemoryRow) -> bool:
+        """Put ``row`` (:meth:`_put`; block lock held); True when nothing more is awaited of its
+        memory: the row is as new as the view's version and, for a memory the view holds
+        deleted, Milvus holds it deleted too and no purge of it is pending (:attr:`_Block.gone`).
+        """
+        if not self._put(tenant_id, block, row):
+            return False
+        if not self._dropped(tenant_id, row.memory_id):
+            return True
+        return row.state == DELETED and row.memory_id not in block.gone
+
+    def _dropped(self, tenant_id: str, memory_id: str) -> bool:
+        """The state view holds the memory deleted: Milvus keeps its row only until a purge."""
+        values = self.live_of(tenant_id, memory_id)
+        return values is not None and str(values[_STATE]) == DELETED
 
     def _awaited(self, tenant_id: str, memory_id: str) -> bool:
         """The state view holds the memory, not deleted: Milvus is to have a row of it."""
@@ -972,9 +1095,8 @@ class HotCache:
             grown.add(row.tenant_id)
             try:
                 with block.lock:
-                    if self._put(row.tenant_id, block, row):
-                        block.dirty.pop(row.memory_id, None)
-                        block.late.pop(row.memory_id, None)
+                    if self._taken(row.tenant_id, block, row):
+                        block.clean(row.memory_id)
                     elif row.tenant_id in started:  # the view knows a newer version: await it
                         block.dirty.setdefault(row.memory_id, self.clock())
             except Exception:
@@ -1059,7 +1181,7 @@ class HotCache:
             if tenant_id in self._loading:
                 continue  # the load's own count decides
             block = self._blocks.get(tenant_id)
-            if block is not None and block.n > self.tenant_max:
+            if block is not None and block.held > self.tenant_max:
                 self._go_cold(tenant_id)
         self._evict(keep=keep)
 
@@ -1069,16 +1191,16 @@ class HotCache:
         """
         self._cold[tenant_id] = self.clock()
         block = self._blocks.pop(tenant_id, None)
-        return block.n if block is not None else 0
+        return block.held if block is not None else 0
 
     def _evict(self, keep: Collection[str]) -> None:
         """Drop least recently searched tenants but ``keep`` while over ``total_max`` rows
         (guard held).
         """
-        total = sum(b.n for b in self._blocks.values())
+        total = sum(b.held for b in self._blocks.values())
         for tenant_id in list(self._blocks):
             if total <= self.total_max:
                 break
             if tenant_id not in keep and tenant_id not in self._loading:
-                total -= self._blocks.pop(tenant_id).n
+                total -= self._blocks.pop(tenant_id).held
                 self._partial.add(tenant_id)  # its rows stay in Milvus only

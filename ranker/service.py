@@ -237,8 +237,12 @@ class RecallService:
             (vector,) = await asyncio.to_thread(self.embedder.embed, [query.text or ""])
         hits = None
         if self.cache is not None and self._in_memory(tenant_id, query):
-            # ~1 ms of numpy with no per-candidate Python: not worth a thread hop
-            hits = self.cache.search(tenant_id, vector, self._wanted(query), query.filters)
+            # ~1 ms of numpy with no per-candidate Python: not worth a thread hop. Reading
+            # nothing (io=False): a worker thread may have evicted the tenant (or marked an id)
+            # since ready(), and its load must not run on the loop; None: searched in a thread
+            hits = self.cache.search(
+                tenant_id, vector, self._wanted(query), query.filters, io=False
+            )
         request: RankRequest | None = None
         # BM25 over the candidates' contents (no full-text index gives their scores) is Python
         # per word of each: 100 candidates of 16 KB held the event loop, every tenant's

@@ -866,3 +866,201 @@ def test_a_memory_the_view_dropped_during_the_pass_stays_marked() -> None:
     cache.fill(pages())
     clock.now += DIRTY_GIVE_UP_S + 1
     assert ids(cache) == ["a"]  # read back: Milvus no longer has it (given up: removed)
+
+
+def test_a_rewrite_whose_row_lands_after_the_give_up_is_taken_when_it_lands() -> None:
+    """A rewrite's upsert later than DIRTY_GIVE_UP_S (a worker stopped between its table write
+    and its upsert): Milvus meanwhile answers the older version, which the view knows is not the
+    newest. Before, the id was given up for good and the old words and vector served forever.
+    """
+    a, b = row("a", 1.0), row("b", 0.8, 0.6)
+    store, view, cache, clock = setup(a, b)
+    view["a"], view["b"] = live(a), live(b)
+    assert ids(cache) == ["a", "b"]
+    new = row("a", 0.0, 0.0, 1.0, write_count=2, content="new words")
+    view["a"] = live(new)
+    cache.on_change("acme", "a", view["a"])
+    clock.now += DIRTY_GIVE_UP_S + 1
+    assert ids(cache) == ["a", "b"]  # the old version, all Milvus has: given up for now
+    store.put(new)
+    clock.now += LATE_RETRY_S
+    hits = cache.search("acme", [1.0, 0.0, 0.0, 0.0], 10, RECALL)
+    assert hits is not None
+    assert [(r.memory_id, r.content) for r in hits.rows] == [("b", b.content), ("a", "new words")]
+    assert abs(hits.similarity[1]) < 1e-6
+    assert cache.ready("acme", RECALL)
+
+
+def test_the_give_up_counts_from_the_latest_change_of_a_memory() -> None:
+    """An id marked by a rewrite whose row landed unread (nobody searched) kept that mark's
+    time: its next rewrite, met by one search in the worker's ordinary lag, was given up at once
+    and the older version served for good, also after the write's token.
+    """
+    q = [1.0, 0.0, 0.0, 0.0]
+    v1, b = row("a", 0.0, 1.0), row("b", 0.6, 0.8)
+    store, view, cache, clock = setup(v1, b)
+    view["a"], view["b"] = live(v1), live(b)
+    assert ids(cache) == ["b", "a"]
+    v2 = row("a", 0.0, 0.0, 1.0, write_count=2, content="v2")
+    view["a"] = live(v2)
+    cache.on_change("acme", "a", view["a"])
+    store.put(v2)  # landed; no search reads it back
+    clock.now += 60
+    v3 = row("a", 1.0, write_count=3, content="v3")
+    view["a"] = live(v3)
+    cache.on_change("acme", "a", view["a"])
+    clock.now += 0.05
+    assert ids(cache) == ["b", "a"]  # in the worker's lag: Milvus has v2
+    store.put(v3)
+    hits = cache.search("acme", q, 10, RECALL)
+    assert hits is not None
+    assert [(r.memory_id, r.content) for r in hits.rows] == [("a", "v3"), ("b", b.content)]
+
+
+def test_a_memory_written_again_long_after_its_delete_is_served_once_its_row_lands() -> None:
+    """Written (its id marked while nobody searched), deleted, written again 40 s later: the
+    deleted row Milvus still answers in the worker's lag must not give the new memory up."""
+    b = row("b", 0.6, 0.8)
+    store, view, cache, clock = setup(b)
+    view["b"] = live(b)
+    assert ids(cache) == ["b"]
+    x1 = row("x", 0.9, 0.1)
+    view["x"] = live(x1)
+    cache.on_change("acme", "x", view["x"])
+    store.put(x1)
+    clock.now += 5
+    deleted = dataclasses.replace(x1, state="deleted")
+    view["x"] = live(deleted)
+    cache.on_change("acme", "x", view["x"])
+    store.put(deleted)
+    clock.now += 40
+    x2 = row("x", 1.0, write_count=2, created_at_us=2_000_000, content="x again")
+    view["x"] = live(x2)
+    cache.on_change("acme", "x", view["x"])
+    clock.now += 0.05
+    assert ids(cache) == ["b"]  # Milvus still has the deleted row
+    store.put(x2)
+    assert ids(cache) == ["x", "b"]
+    assert cache.ready("acme", RECALL)
+
+
+def test_an_access_to_an_awaited_version_keeps_its_mark_and_its_give_up() -> None:
+    """Only a change that tells something new restamps a mark: accesses to a memory whose new
+    version is awaited do not postpone the give-up (nor a local writer's grace) for ever."""
+    a = row("a", 1.0)
+    store, view, cache, clock = setup(a)
+    view["a"] = live(a)
+    assert ids(cache) == ["a"]
+    view["a"] = live(a, write_count=2)
+    cache.on_change("acme", "a", view["a"])
+    for _ in range(4):
+        clock.now += DIRTY_GIVE_UP_S / 3
+        view["a"] = live(a, write_count=2, access_count=int(clock.now))
+        cache.on_change("acme", "a", view["a"])
+    ids(cache)  # given up: looked for every LATE_RETRY_S from now
+    reads = store.reads
+    ids(cache)
+    assert store.reads == reads
+
+
+@pytest.mark.parametrize("failing", ["count", "count again"])
+def test_a_load_whose_count_fails_leaves_no_block_a_change_began_meanwhile(failing: str) -> None:
+    """A change told while the load's count is in flight makes a pending block; when a count
+    raises (the first, or the second one of a read that met the limit), that block held the
+    tenant with only the changed memory: every other row missing, served as if complete.
+    """
+    rows = [row(f"m{i}", 1.0, i / 10) for i in range(5)]
+    store = FakeStore()
+    store.put(*rows)
+    view = {r.memory_id: live(r) for r in rows}
+    cache = HotCache(store, lambda _t, m: view.get(m), ids_of=lambda _t: view.keys(), tenant_max=7)  # type: ignore[arg-type]
+    new = row("new", 0.0, 1.0)
+    counts = []
+
+    def count(tenant_id: str, filters: Filters = ANY_STATE) -> int:
+        counts.append(tenant_id)
+        if failing == "count" or len(counts) == 2:
+            view["new"] = live(new)
+            store.put(new)
+            cache.on_change("acme", "new", view["new"])
+            raise StorageError("count", "deadline exceeded", retriable=True)
+        for extra in (row("m5", 1.0, 0.5), row("m6", 1.0, 0.6)):  # the read meets the limit
+            store.put(extra)
+            view[extra.memory_id] = live(extra)
+        return len(rows)
+
+    store.count = count  # type: ignore[method-assign]
+    with pytest.raises(StorageError):
+        cache.search("acme", [1.0, 0.0, 0.0, 0.0], 10, RECALL)
+    assert "acme" not in cache._blocks
+    assert not cache.ready("acme", RECALL)
+    del store.count  # Milvus answers again
+    hits = cache.search("acme", [1.0, 0.0, 0.0, 0.0], 10, RECALL)
+    if failing == "count":
+        assert hits is not None
+        assert sorted(r.memory_id for r in hits.rows) == sorted(store.rows["acme"])
+    else:
+        assert hits is None  # 8 rows: over the limit, Milvus answers
+
+
+def test_a_purged_memory_leaves_its_block_and_frees_its_slot() -> None:
+    """A purged or erased memory (the view tells it deleted; the worker deletes its row) kept
+    its words and vector in the block, its slot counted toward the limits: a tenant of 3 live
+    memories and 6 purged ones went to Milvus as too large for a tenant_max of 9.
+    """
+    keep = [row("keep0", 1.0), row("keep1", 0.9, 0.1), row("keep2", 0.8, 0.2)]
+    store = FakeStore()
+    store.put(*keep)
+    view = {r.memory_id: live(r) for r in keep}
+    cache = HotCache(store, lambda _t, m: view.get(m), ids_of=lambda _t: view.keys(), tenant_max=6)  # type: ignore[arg-type]
+    assert ids(cache) == ["keep0", "keep1", "keep2"]
+    for i in range(6):
+        r = row(f"tmp{i}", 0.5, 0.5, content=f"secret words {i}")
+        view[r.memory_id] = live(r)
+        cache.on_change("acme", r.memory_id, view[r.memory_id])
+        store.put(r)
+        assert r.memory_id in ids(cache)
+        view[r.memory_id] = live(r, state="deleted")  # delete and purge, in one batch
+        cache.on_change("acme", r.memory_id, view[r.memory_id])
+        del store.rows["acme"][r.memory_id]
+        assert ids(cache) == ["keep0", "keep1", "keep2"]
+    block = cache._blocks["acme"]
+    assert not [r for r in block.rows if r is not None and r.content.startswith("secret")]
+    assert [r.memory_id for r in cache.tenant_rows("acme") or []] == [r.memory_id for r in keep]
+    assert cache.rows == 3
+    assert block.n == 4  # one slot, taken again by each new memory
+    assert not np.any(block.vectors[block.free])  # and emptied
+    new = row("new", 0.7, 0.7)
+    view["new"] = live(new)
+    cache.on_change("acme", "new", view["new"])
+    store.put(new)
+    assert ids(cache) == ["keep0", "keep1", "keep2", "new"]
+    assert cache.rows == 4
+
+
+def test_a_purge_after_a_delete_frees_the_slot_once_milvus_deletes_the_row() -> None:
+    """A memory deleted (its row rewritten deleted, and kept: a consolidation may purge it),
+    then purged in a later change: the view tells only a state change; the slot stays until
+    Milvus no longer has the row, then leaves."""
+    a, b = row("a", 1.0, content="words"), row("b", 0.9, 0.1)
+    store, view, cache, clock = setup(a, b)
+    view["a"], view["b"] = live(a), live(b)
+    assert ids(cache) == ["a", "b"]
+    deleted = dataclasses.replace(a, state="deleted", state_changed_at_us=2_000_000)
+    view["a"] = live(deleted)
+    cache.on_change("acme", "a", view["a"])
+    assert ids(cache) == ["b"]  # Milvus still holds it active: read again until rewritten
+    store.put(deleted)
+    assert ids(cache) == ["b"]
+    assert cache.ready("acme", RECALL)
+    assert [r.memory_id for r in cache.tenant_rows("acme") or []] == ["a", "b"]  # kept
+    view["a"] = live(deleted, state_changed_at_us=3_000_000)  # purged
+    cache.on_change("acme", "a", view["a"])
+    assert ids(cache) == ["b"]  # the worker has not deleted the row yet
+    assert cache.tenant_rows("acme") is None
+    del store.rows["acme"]["a"]
+    clock.now += 1
+    assert ids(cache) == ["b"]
+    assert [r.memory_id for r in cache.tenant_rows("acme") or []] == ["b"]
+    assert cache.rows == 1
+    assert "words" not in [r.content for r in cache._blocks["acme"].rows if r is not None]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -206,3 +207,35 @@ def test_a_listing_leaves_out_what_the_view_retired_and_fills_its_page() -> None
     current, everything = asyncio.run(main())
     assert current == (["a", "d"], None)
     assert everything[0] == ["a", "b"]
+
+
+def test_a_tenant_evicted_after_ready_is_not_loaded_on_the_event_loop() -> None:
+    """The recall searches its hot cache on the event loop when ``ready`` says nothing is to be
+    read; a worker thread may evict the tenant between the two calls (another tenant's load over
+    ``total_max``): the search then loaded it, a Milvus count and query, on the loop.
+    """
+    a, b = row("a", 1.0), row("b", 0.9, 0.1)
+    store, view = FakeMilvus(a, b), FakeView()
+    _, hot = services(store, view)
+    cache = hot.cache
+    assert cache is not None
+    assert cache.search("acme", [1.0, 0.0, 0.0, 0.0], 10, RECALL) is not None  # held
+    ready = cache.ready
+
+    def evicted_after(tenant_id: str, filters: Filters) -> bool:
+        answer = ready(tenant_id, filters)
+        cache._blocks.pop(tenant_id, None)  # what another thread's _evict does meanwhile
+        return answer
+
+    cache.ready = evicted_after  # type: ignore[method-assign]
+    readers: list[str] = []
+    query = store.query
+
+    def recorded(*args: Any, **kw: Any) -> list[MemoryRow]:
+        readers.append(threading.current_thread().name)
+        return query(*args, **kw)
+
+    store.query = recorded  # type: ignore[method-assign]
+    assert recalled(hot) == [("a", "active"), ("b", "active")]
+    assert readers  # loaded again, for this recall
+    assert threading.main_thread().name not in readers  # in a thread, not on the loop
