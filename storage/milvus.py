@@ -299,7 +299,8 @@ class MilvusStore:
                     ),
                 )
             except StorageError:
-                _tell(self.upserted, rows[:done])
+                if done:
+                    _tell(self.upserted, rows[:done])
                 _tell(self.upsert_failed, rows[done:])  # Milvus may hold the rows all the same
                 raise
             count += int(result.get("upsert_count", len(part)))
