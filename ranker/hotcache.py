@@ -92,6 +92,13 @@ LOCAL_WRITER_GRACE_S = 5.0
 worker's row before a search re-reads it from Milvus (seconds): re-reading a row the worker has
 not written yet finds nothing, and on Milvus Lite each read scans the whole collection."""
 
+GONE_CHECK_S = 1.0
+"""How long after a deleted memory is told changed again (a purge, which the state view tells as a
+change of a deleted memory; or an event the reducer ignored) its row is first looked for: gone
+from Milvus, its slot is emptied."""
+GONE_GIVE_UP_S = 300.0
+"""How long such a memory is looked for again (every :data:`LATE_RETRY_S`) while Milvus still
+has its row (a worker stopped before its delete; or nothing was purged): then its slot is kept."""
 _LATE = -math.inf
 """What :meth:`HotCache._due` gives a late id (a dirty id's value is when it was marked)."""
 _STATE = LIVE_FIELDS.index("state")
@@ -293,9 +300,11 @@ class _Block:
         self.marked: dict[str, tuple[int, str]] = {}
         """Memory id -> (write count, state) the view told when the id was last marked dirty
         ((-1, ""): a removal), so a mere access to an awaited memory does not restamp it."""
-        self.gone: set[str] = set()
+        self.gone: dict[str, float] = {}
         """Ids told deleted again while held deleted (a purge, which the view tells as a state
-        change): re-read until Milvus no longer has their row (or :data:`DIRTY_GIVE_UP_S`)."""
+        change; or an event the reducer ignored: the view's values are the same) -> when first
+        told: looked for on the late cadence (:data:`GONE_CHECK_S`, then every
+        :data:`LATE_RETRY_S`) until Milvus no longer has their row, or :data:`GONE_GIVE_UP_S`."""
         self.late: dict[str, float] = {}
         """Memory id -> when to look for its row again (:data:`LATE_RETRY_S`)."""
         self.mirror: torch.Tensor | None = None
@@ -363,7 +372,7 @@ class _Block:
         self.dirty.pop(memory_id, None)
         self.marked.pop(memory_id, None)
         self.late.pop(memory_id, None)
-        self.gone.discard(memory_id)
+        self.gone.pop(memory_id, None)
 
     @property
     def held(self) -> int:
@@ -604,7 +613,7 @@ class HotCache:
         with block.lock:
             if values is None:  # the worker deletes the row too; re-read in case it did not
                 block.remove(memory_id)
-                block.gone.discard(memory_id)
+                block.gone.pop(memory_id, None)
                 self._mark(block, memory_id, (-1, ""))
                 return
             slot = block.index.get(memory_id)
@@ -613,16 +622,24 @@ class HotCache:
             if deleted and was == ABSENT and whole:
                 return  # purged or erased: no row to read back (the view's replay meets many)
             if not deleted:
-                block.gone.discard(memory_id)
-            elif was == _DELETED and memory_id not in block.gone:
-                # a deleted memory changes again only to be purged (which the view tells as a
-                # state change): its row is to leave Milvus, and its slot the block
-                block.gone.add(memory_id)
-                block.dirty.pop(memory_id, None)  # the 30 s count from this change
-            # a deleted memory the block holds is read back too: when Milvus no longer has its
-            # row (purged, erased), its slot is emptied
-            if block.live(memory_id, values) or (deleted and was != ABSENT):
+                block.gone.pop(memory_id, None)
+            elif was == _DELETED:
+                # purged, likely (or an event the reducer ignored: a repeated delete, an access):
+                # looked for a few times, not at every search, until its row leaves Milvus
+                self._gone(block, memory_id)
+            # a memory deleted now is read back too: when Milvus no longer has its row (purged
+            # or erased with it), its slot is emptied
+            if block.live(memory_id, values) or (deleted and was not in (ABSENT, _DELETED)):
                 self._mark(block, memory_id, (int(values[_WRITES]), str(values[_STATE])))
+
+    def _gone(self, block: _Block, memory_id: str) -> None:
+        """Look for a deleted memory's row on the late cadence (block lock held): when Milvus no
+        longer has it (purged, erased), its slot is emptied (:meth:`_late`).
+        """
+        if memory_id not in block.gone:
+            now = self.clock()
+            block.gone[memory_id] = now
+            block.late[memory_id] = now + GONE_CHECK_S
 
     def _mark(self, block: _Block, memory_id: str, told: tuple[int, str]) -> None:
         """Mark a memory dirty for what the view ``told`` of it (its write count and state;
@@ -1015,33 +1032,60 @@ class HotCache:
                 if since == _LATE:
                     self._late(tenant_id, block, memory_id, row, now)
                     continue
-                if block.dirty.get(memory_id) != since:
-                    continue  # changed again meanwhile: the next search re-reads it
-                if row is None and self._dropped(tenant_id, memory_id):
-                    block.remove(memory_id)  # purged or erased: its words leave the block
-                    block.clean(memory_id)
-                elif row is not None and self._taken(tenant_id, block, row):
-                    block.clean(memory_id)
-                elif now - since > DIRTY_GIVE_UP_S:
-                    if row is None:
-                        block.remove(memory_id)
-                    block.clean(memory_id)
-                    if self._awaited(tenant_id, memory_id):
-                        # no row yet, or one older than the version the view knows (a rewrite's
-                        # upsert still to come): looked for again, never given up for good
-                        block.late[memory_id] = now + LATE_RETRY_S
+                if block.dirty.get(memory_id) == since:  # else changed again: read next time
+                    self._reread(tenant_id, block, memory_id, row, now - since)
         if found:
             with self._guard:
                 if not self._preloading:  # as in upserted
                     self._bound({tenant_id}, keep={tenant_id})
+
+    def _reread(
+        self, tenant_id: str, block: _Block, memory_id: str, row: MemoryRow | None, age: float
+    ) -> None:
+        """A dirty id read back (``row``: what Milvus has; ``age``: seconds since it was marked;
+        block lock held): taken, emptied when purged or erased, else re-read at the next search
+        until :data:`DIRTY_GIVE_UP_S`.
+        """
+        if row is None and self._dropped(tenant_id, memory_id):
+            block.remove(memory_id)  # purged or erased: its words leave the block
+            block.clean(memory_id)
+        elif row is not None and self._taken(tenant_id, block, row):
+            block.clean(memory_id)
+        elif age > DIRTY_GIVE_UP_S:
+            if row is None:
+                block.remove(memory_id)
+            block.clean(memory_id)
+            if self._awaited(tenant_id, memory_id):
+                # no row yet, or one older than the version the view knows (a rewrite's upsert
+                # still to come): looked for again, never given up for good
+                block.late[memory_id] = self.clock() + LATE_RETRY_S
+            elif row is not None and self._dropped(tenant_id, memory_id):
+                self._gone(block, memory_id)  # a purge whose delete is still to come
 
     def _late(
         self, tenant_id: str, block: _Block, memory_id: str, row: MemoryRow | None, now: float
     ) -> None:
         """A late id looked for again (block lock held): taken when its row is in (or a change
         made it dirty again), dropped when the view no longer holds it live, else due again in
-        :data:`LATE_RETRY_S`.
+        :data:`LATE_RETRY_S`. A gone one (:attr:`_Block.gone`) is emptied once Milvus has no
+        row of it, and no longer looked for when the view holds it live again or after
+        :data:`GONE_GIVE_UP_S`.
         """
+        since = block.gone.get(memory_id)
+        if since is not None:
+            if row is not None:
+                self._put(tenant_id, block, row)
+            if memory_id in block.dirty:
+                block.late.pop(memory_id, None)  # a change since: the dirty re-read decides
+            elif row is None and self._dropped(tenant_id, memory_id):
+                block.remove(memory_id)  # purged or erased: its words leave the block
+                block.clean(memory_id)
+            elif not self._dropped(tenant_id, memory_id) or now - since > GONE_GIVE_UP_S:
+                block.late.pop(memory_id, None)
+                block.gone.pop(memory_id, None)
+            else:
+                block.late[memory_id] = now + LATE_RETRY_S
+            return
         if (
             memory_id in block.dirty
             or (row is not None and self._put(tenant_id, block, row))
