@@ -683,11 +683,16 @@ def _request_ends(entities: Sequence[Mapping[str, Any]], limit: int) -> list[int
 
 
 def _entity_bytes(entity: Mapping[str, Any]) -> int:
-    texts = sum(
-        len(v.encode("utf-8", "surrogatepass")) for v in entity.values() if isinstance(v, str)
-    )
-    lists = sum(len(v) for v in entity.values() if isinstance(v, list))
-    return 256 + texts + 4 * lists + 64 * len(entity) + len(orjson.dumps(entity.get("metadata")))
+    size = 256 + 64 * len(entity) + len(orjson.dumps(entity.get("metadata")))
+    for value in entity.values():
+        if isinstance(value, str):
+            size += len(value.encode("utf-8", "surrogatepass"))
+        elif isinstance(value, list):  # the vector's floats; tags, relations, sources as strings
+            size += sum(
+                len(x.encode("utf-8", "surrogatepass")) + 16 if isinstance(x, str) else 4
+                for x in value
+            )
+    return size
 
 
 # Milvus status codes that say "try again": 2 connect failed / server unavailable (pymilvus raises it

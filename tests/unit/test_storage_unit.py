@@ -496,6 +496,10 @@ def test_an_upsert_goes_in_requests_the_server_takes_and_one_over_its_limit_is_n
         make_row("acme", f"m{i}", [0.05] * 384, content=words, metadata={"n": "x" * 30_000})
         for i in range(100)
     ]
-    assert store.upsert(rows) == 100
-    assert len(client.sizes) > 1
+    sources = tuple(f"s{j:04d}" + "y" * 120 for j in range(1_000))  # a summary's: strings
+    summaries = [
+        make_row("acme", f"s{i}", [0.05] * 384, summary_of=sources, metadata={}) for i in range(30)
+    ]
+    assert store.upsert(rows + summaries) == 130
+    assert len(client.sizes) > 2
     assert max(client.sizes) <= 1.0  # each request under the limit, as the server measures it
