@@ -9,6 +9,13 @@ from pydantic import Field, field_validator, model_validator
 
 from storage.settings import SharedSettings
 
+LIVE_APP_IDS = frozenset({"mnemostream"})
+"""The live worker's app id as shipped (the default; k8s's config): a replay must not use it."""
+LIVE_COLLECTIONS = frozenset({"memories"})
+"""The live worker's Milvus collection as shipped (the default; k8s's config)."""
+LIVE_DATA_DIRS = frozenset({"var/worker", "/data/worker"})
+"""The live worker's data directory as shipped (the default; the Dockerfile's)."""
+
 
 class WorkerSettings(SharedSettings):
     """Everything the stream worker needs to know. Units are in the names."""
@@ -123,19 +130,19 @@ class WorkerSettings(SharedSettings):
         if not self.replay:
             return self
         shared = [
-            name
-            for name, field in (
-                ("MNEMO_APP_ID", "app_id"),
-                ("MNEMO_MILVUS_COLLECTION", "milvus_collection"),
-                ("MNEMO_DATA_DIR", "data_dir"),
+            f"{name} (not {value!r})"
+            for name, value, live in (
+                ("MNEMO_APP_ID", self.app_id, LIVE_APP_IDS),
+                ("MNEMO_MILVUS_COLLECTION", self.milvus_collection, LIVE_COLLECTIONS),
+                ("MNEMO_DATA_DIR", str(self.data_dir), LIVE_DATA_DIRS),
             )
-            if field not in self.model_fields_set
+            if value in live
         ]
         if shared:
             msg = (
-                f"MNEMO_REPLAY=true needs its own {', '.join(shared)} (left at the live"
-                " worker's default: the replay would join its consumer group or write over its"
-                " rows and tables)"
+                f"MNEMO_REPLAY=true needs its own {', '.join(shared)}: with the live worker's"
+                " (the defaults, or what the Dockerfile and k8s set) the replay would join its"
+                " consumer group or write over its rows and tables"
             )
             raise ValueError(msg)
         return self

@@ -83,10 +83,13 @@ def test_a_replay_must_name_its_own_app_id_collection_and_data_directory(
     """README's MNEMO_REPLAY=true alone joined the live worker's consumer group and wrote into
     its collection and tables.
     """
-    with pytest.raises(ValidationError, match="MNEMO_APP_ID, MNEMO_MILVUS_COLLECTION, MNEMO_DATA"):
+    with pytest.raises(ValidationError, match=r"APP_ID \(not 'mnemostream'\), MNEMO_MILVUS_COLL"):
         settings(replay=True)
-    with pytest.raises(ValidationError, match="needs its own MNEMO_DATA_DIR "):
-        settings(replay=True, app_id="replay-1", milvus_collection="replay_1")
+    with pytest.raises(ValidationError, match=r"own MNEMO_DATA_DIR \(not '/data/worker'\):"):
+        # a worker pod's or image's own settings (k8s's config, the Dockerfile's) are the live's
+        settings(
+            replay=True, app_id="replay-1", milvus_collection="replay_1", data_dir="/data/worker"
+        )
     monkeypatch.setenv("MNEMO_REPLAY", "true")
     monkeypatch.setenv("MNEMO_APP_ID", "replay-1")
     monkeypatch.setenv("MNEMO_MILVUS_COLLECTION", "replay_1")
