@@ -10,6 +10,7 @@ import contextlib
 import email.utils
 import json
 import math
+import re
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ class MnemostreamError(Exception):
     Attributes:
         status: the HTTP status; 0 when no reply came (:class:`Unreachable`).
         detail: the reply's ``detail`` (its whole body when it has none; its text when not JSON).
-        retriable: the same call may succeed later (no reply, 429, 5xx).
+        retriable: the same call may succeed later (no reply, 408, 429, 5xx).
         retry_after_s: seconds the server asked to wait (its ``Retry-After``: 429, 503), or None.
         field: for a 422, the path of the field at fault (``memories[0].importance``), or None.
     """
@@ -44,7 +45,8 @@ class MnemostreamError(Exception):
     ) -> None:
         self.status = status
         self.detail = detail
-        self.retriable = status in {0, 429} or status >= 500
+        # 408: the body did not reach the server in time; nothing of it was read or applied
+        self.retriable = status in {0, 408, 429} or status >= 500
         self.retry_after_s = retry_after_s
         self.field = field
         super().__init__(f"HTTP {status}: {detail}" if status else f"no reply: {detail}")
@@ -76,6 +78,9 @@ def _reached() -> Iterator[None]:
     """Raise the transport failures of httpx (no reply) as :class:`Unreachable`."""
     try:
         yield
+    except httpx.UnsupportedProtocol as exc:  # a URL without http(s)://: no retry can help
+        msg = f"the service's URL needs http:// or https://: {exc}"
+        raise ValueError(msg) from exc
     except httpx.TransportError as exc:
         raise Unreachable(exc) from exc
 
@@ -184,22 +189,43 @@ class _Session:
 
     def answered(self, call: _Call, reply: httpx.Response) -> Any:  # noqa: ANN401
         """What ``reply`` means (:meth:`_Api.check`), noted. A 422 naming ``after`` drops the
-        session's tokens sent with it: the server will never see them applied (the topics were
-        made anew since), and every later read carrying them would be refused too.
+        session's tokens it names: the server will never see them applied (the topics were made
+        anew since), and every later read carrying them would be refused too. ``after[i]`` names
+        one of those sent (a caller's own bad token drops none of the session's); ``after``, the
+        one sent or all of them together.
         """
         try:
             result = _Api.check(reply, call)
         except MnemostreamError as exc:
-            if exc.status == 422 and (exc.field or "").startswith("after"):
-                with self.lock:
-                    self._drop(call)
+            if exc.status == 422 and exc.field is not None:
+                refused = _refused_tokens(call, exc.field)
+                if refused:
+                    with self.lock:
+                        self.pending = [t for t in self.pending if t not in refused]
             raise
         return self.noted(call, result)
 
     def _drop(self, call: _Call) -> None:
-        sent = set(call.params) | set((call.json or {}).get("after") or ())
+        sent = set(_sent(call))
         if sent:
             self.pending = [t for t in self.pending if t not in sent]
+
+
+def _sent(call: _Call) -> list[str]:
+    """The read-your-writes tokens ``call`` sends, in order (the session's first)."""
+    return list(call.params) or list((call.json or {}).get("after") or ())
+
+
+def _refused_tokens(call: _Call, field: str) -> set[str]:
+    """The tokens sent that a 422's ``field`` names: ``after[i]`` the i-th, ``after`` all."""
+    sent = _sent(call)
+    named = re.fullmatch(r"after(?:\[(\d+)\])?", field)
+    if named is None:
+        return set()
+    if named.group(1) is None:
+        return set(sent)
+    index = int(named.group(1))
+    return {sent[index]} if index < len(sent) else set()
 
 
 LIST_FILTERS = frozenset(

@@ -150,6 +150,17 @@ def test_no_reply_is_unreachable_and_retriable() -> None:
     assert DEFAULT_TIMEOUT_S > 10.0  # above the server's read-your-writes wait
 
 
+def test_a_408_is_retriable_and_a_url_without_its_scheme_is_not_unreachable() -> None:
+    """The server's 408 (the body did not arrive in time: nothing was read) was not retriable,
+    and "localhost:8080" was Unreachable, retriable: a retry loop spun on a setting."""
+    body = b'{"detail": "the request body did not arrive within 30 s"}'
+    for error in both(reply(408, body), lambda c: c.remember("a")):
+        assert isinstance(error, MnemostreamError)
+        assert (error.status, error.retriable) == (408, True)
+    with Client("localhost:8080", "k" * 16) as client, pytest.raises(ValueError, match="http"):
+        client.recall("q")
+
+
 def test_the_export_stream_cut_by_the_network_is_unreachable() -> None:
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("connection refused", request=request)

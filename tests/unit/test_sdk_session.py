@@ -152,3 +152,38 @@ def test_tokens_the_server_refuses_are_dropped_so_later_reads_are_not_refused_to
         assert client.recall("q") == []
     asyncio.run(run())
     assert seen == [["v1.stale"], [], ["v1.stale"], []]
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_callers_own_bad_token_drops_none_of_the_sessions(kind: str) -> None:
+    """The server names the bad one of several (``after[1]``): the session dropped its own token
+    too, so its next read no longer waited for its write.
+    """
+    seen: list[list[str]] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/memories":
+            return httpx.Response(200, json={"ids": ["m1"], "token": "v1.mine"})
+        after = json.loads(request.content).get("after") or []
+        seen.append(after)
+        if "typo" in after:
+            field = f"after[{after.index('typo')}]"
+            return httpx.Response(422, json={"detail": "not a token", "field": field})
+        return httpx.Response(200, json={"results": [], "token": "v1.recall"})
+
+    async def run() -> None:
+        async with AsyncClient("http://x", "k" * 16, transport=httpx.MockTransport(server)) as c:
+            await c.remember("a")
+            with pytest.raises(MnemostreamError):
+                await c.recall("q", after="typo")
+            await c.recall("q")
+
+    if kind == "async":
+        asyncio.run(run())
+    else:
+        with Client("http://x", "k" * 16, transport=httpx.MockTransport(server)) as client:
+            client.remember("a")
+            with pytest.raises(MnemostreamError):
+                client.recall("q", after="typo")
+            client.recall("q")
+    assert seen == [["v1.mine", "typo"], ["v1.mine"]]
