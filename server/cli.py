@@ -12,6 +12,7 @@ mnemo tenants list | get | put | add-key | revoke-key | delete ...   tenants, po
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 import time
@@ -24,44 +25,106 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _batches(path: Path, size: int) -> Iterator[list[dict[str, Any]]]:
-    batch: list[dict[str, Any]] = []
-    with path.open("rb") as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                doc = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                msg = f"{path}:{number}: not JSON: {exc}"
-                raise SystemExit(msg) from exc
-            if not isinstance(doc, dict) or not isinstance(doc.get("content"), str):
-                msg = f"{path}:{number}: expected an object with a string 'content'"
-                raise SystemExit(msg)
-            batch.append(doc)
-            if len(batch) == size:
-                yield batch
-                batch = []
+LOAD_TRIES = 6
+"""Sends of one batch at most while the service answers retriably (429, 503, no reply)."""
+
+
+def _memories(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each memory of a JSONL file with its line number (blank lines skipped, a UTF-8 BOM
+    ignored); SystemExit naming the line when one is not an object with a string ``content``,
+    and naming the file when it cannot be read.
+    """
+    try:
+        with path.open("rb") as lines:
+            for number, line in enumerate(lines, 1):
+                text = line.removeprefix(b"\xef\xbb\xbf") if number == 1 else line
+                if not text.strip():
+                    continue
+                try:
+                    doc = orjson.loads(text)
+                except orjson.JSONDecodeError as exc:
+                    msg = f"{path}:{number}: not JSON: {exc}"
+                    raise SystemExit(msg) from exc
+                if not isinstance(doc, dict) or not isinstance(doc.get("content"), str):
+                    msg = f"{path}:{number}: expected an object with a string 'content'"
+                    raise SystemExit(msg)
+                yield number, doc
+    except OSError as exc:
+        msg = f"{path}: cannot read: {exc.strerror or exc}"
+        raise SystemExit(msg) from exc
+
+
+def _batches(path: Path, size: int) -> Iterator[list[tuple[int, dict[str, Any]]]]:
+    batch: list[tuple[int, dict[str, Any]]] = []
+    for numbered in _memories(path):
+        batch.append(numbered)
+        if len(batch) == size:
+            yield batch
+            batch = []
     if batch:
         yield batch
 
 
-def load(args: argparse.Namespace) -> int:
-    """Write every line of a JSONL file; a progress line on stderr; ids to stdout with --ids."""
-    from mnemostream import Client  # noqa: PLC0415
+def _sent(client: Any, batch: list[dict[str, Any]]) -> list[str]:  # noqa: ANN401
+    """``client.remember_many(batch)``, sent again while the service answers retriably, after
+    its ``Retry-After`` (else 1, 2, 4, ... s): ids derive from the content, so a batch sent
+    twice is written once.
+    """
+    from mnemostream import MnemostreamError  # noqa: PLC0415
 
-    total = sum(1 for line in args.file.open("rb") if line.strip())
+    for attempt in range(LOAD_TRIES):
+        try:
+            ids: list[str] = client.remember_many(batch)
+            return ids
+        except MnemostreamError as exc:
+            if not exc.retriable or attempt == LOAD_TRIES - 1:
+                raise
+            time.sleep(exc.retry_after_s or 2**attempt)
+    raise AssertionError  # the loop returns or raises
+
+
+def _refusal(path: Path, batch: list[tuple[int, dict[str, Any]]], exc: Exception) -> str:
+    """One line for a batch the service refused: the file's line when a 422 names a memory."""
+    field = getattr(exc, "field", None) or ""
+    named = re.match(r"memories\[(\d+)\]\.?(.*)", field)
+    if named is not None and int(named.group(1)) < len(batch):
+        number = batch[int(named.group(1))][0]
+        return f"{path}:{number}: {named.group(2) or 'memory'}: {getattr(exc, 'detail', exc)}"
+    return f"mnemo load: {exc}"
+
+
+def load(args: argparse.Namespace) -> int:
+    """Write every line of a JSONL file; a progress line on stderr; ids to stdout with --ids.
+    Every line is checked before anything is sent. A batch the service answers retriably (429,
+    503, no reply) is sent again; one it refuses ends the load with one line naming the file's
+    line when it can (exit 1; 130 on Ctrl-C), the memories before it written.
+    """
+    from mnemostream import Client, MnemostreamError  # noqa: PLC0415
+
+    total = sum(1 for _ in _memories(args.file))  # every line checked before any is sent
     done, started = 0, time.monotonic()
-    with Client(args.url, args.api_key) as client:
-        for batch in _batches(args.file, args.batch):
-            ids = client.remember_many(batch)
-            done += len(ids)
-            if args.ids:
-                print("\n".join(ids))
-            filled = int(30 * done / max(total, 1))
-            rate = done / max(time.monotonic() - started, 1e-9)
-            bar = "#" * filled + "." * (30 - filled)
-            print(f"\r[{bar}] {done}/{total} ({rate:,.0f}/s)", end="", file=sys.stderr, flush=True)
+    try:
+        with Client(args.url, args.api_key) as client:
+            for batch in _batches(args.file, args.batch):
+                try:
+                    ids = _sent(client, [doc for _, doc in batch])
+                except (MnemostreamError, ValueError) as exc:
+                    print(file=sys.stderr)
+                    print(_refusal(args.file, batch, exc), file=sys.stderr)
+                    print(f"{done} of {total} written", file=sys.stderr)
+                    return 1
+                done += len(ids)
+                if args.ids:
+                    print("\n".join(ids))
+                filled = int(30 * done / max(total, 1))
+                rate = done / max(time.monotonic() - started, 1e-9)
+                bar = "#" * filled + "." * (30 - filled)
+                print(
+                    f"\r[{bar}] {done}/{total} ({rate:,.0f}/s)", end="", file=sys.stderr, flush=True
+                )
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: {done} of {total} written", file=sys.stderr)
+        return 130
     print(file=sys.stderr)
     return 0
 

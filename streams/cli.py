@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import KafkaError
 
 from memcore import InvalidField, Strategy
 from memcore.timecheck import check_event_time
@@ -43,10 +44,12 @@ async def consolidate(settings: WorkerSettings, args: argparse.Namespace) -> lis
         auto_offset_reset="latest",
         enable_auto_commit=False,
     )
-    await consumer.start()
     producer = AIOKafkaProducer(**settings.kafka().client(), acks="all")
-    await producer.start()
+    started: list[AIOKafkaConsumer | AIOKafkaProducer] = []
     try:
+        for client in (consumer, producer):  # each stopped below once started, not before
+            await client.start()
+            started.append(client)
         await consumer.seek_to_end()
         value = orjson.dumps(request)
         await producer.send_and_wait(
@@ -72,8 +75,8 @@ async def consolidate(settings: WorkerSettings, args: argparse.Namespace) -> lis
                         last = loop.time()
         return found
     finally:
-        await producer.stop()
-        await consumer.stop()
+        for client in reversed(started):
+            await client.stop()
 
 
 def complete(found: int, expected: int, every: bool, last: float | None, now: float) -> bool:
@@ -157,7 +160,11 @@ def main(argv: list[str]) -> int:
             check_event_time("at", args.at, datetime.now(UTC), skew)
         except InvalidField as exc:
             parser.error(f"argument --at: {exc.reason}")
-    reports = asyncio.run(consolidate(settings, args))
+    try:
+        reports = asyncio.run(consolidate(settings, args))
+    except (KafkaError, OSError) as exc:
+        print(f"cannot reach the broker at {settings.kafka_bootstrap}: {exc}", file=sys.stderr)
+        return 2
     for report in reports:
         mode = "dry run" if report["dry_run"] else "applied"
         total = report.get("decisions_total", len(report["decisions"]))

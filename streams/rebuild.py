@@ -26,9 +26,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from aiokafka.errors import KafkaError
+
 from storage import MemoryRow, MilvusStore, StorageError, codec
 from storage.changelogs import Tables, Unreadable, chunks
 from storage.key_log import ROLE as KEYS_ROLE
+from storage.usage import load_settings
 from streams.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -325,14 +328,21 @@ def main(command: str, argv: list[str]) -> int:
         overrides["app_id"] = args.app_id
     if command == "rebuild" and args.collection:
         overrides["milvus_collection"] = args.collection
-    settings = WorkerSettings(**overrides)  # type: ignore[arg-type]
+    settings = load_settings(WorkerSettings).model_copy(update=overrides)
     started = time.perf_counter()
-    tables = asyncio.run(read_tables(settings))
+    try:
+        tables = asyncio.run(read_tables(settings))
+    except (KafkaError, OSError) as exc:
+        print(f"cannot read the tables from {settings.kafka_bootstrap}: {exc}", file=sys.stderr)
+        return 2
     if command == "rebuild":
         try:
             upserted, deleted = rebuild(settings, tables, drop=args.drop)
         except Unreadable as exc:
             print(f"not rebuilt (nothing dropped): {exc}", file=sys.stderr)
+            return 2
+        except StorageError as exc:
+            print(f"not rebuilt: Milvus: {exc}", file=sys.stderr)
             return 2
         print(
             f"rebuilt {settings.milvus_collection}: {upserted} rows, {deleted} purged deleted "
