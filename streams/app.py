@@ -505,31 +505,58 @@ class StreamWorker:
         by_tenant: dict[str, dict[str, Statement]] = {}
         for key, statement in batch.stated.items():
             by_tenant.setdefault(key.partition("/")[0], {})[key] = statement
+        checks: list[tuple[str, Mapping[str, Statement], SupersessionPolicy, list[Compared]]] = []
         for tenant_id, stated in by_tenant.items():
+            try:
+                found = await self.compared(tenant_id, stated)
+            except Exception as exc:
+                self._unchecked(tenant_id, stated, batch, exc)
+                continue
+            if found is not None:
+                checks.append((tenant_id, stated, *found))
+        # every tenant's questions at once: an LLM that is slow or hangs costs the batch one
+        # timeout, not one a tenant in turn
+        answers = await asyncio.gather(
+            *(_llm_answers(self.services.llm, compared, rules) for _, _, rules, compared in checks),
+            return_exceptions=True,
+        )
+        for (tenant_id, statements, rules, compared), said in zip(checks, answers, strict=True):
             mark = len(batch.out)
             try:
-                await self.supersede_tenant(tenant_id, stated, batch)
+                if isinstance(said, BaseException):
+                    raise said
+                for (new, neighbours), answer in zip(compared, said, strict=True):
+                    for supersession in decide(new, neighbours, rules, answer):
+                        batch.supersede(tenant_id, supersession.older, superseding(supersession))
             except Exception as exc:
-                log.exception(
-                    "supersession check of %d memories of %s failed; sent to dead-letter",
-                    len(stated),
-                    tenant_id,
-                )
                 del batch.out[mark:]
-                batch.out.extend(unchecked(s.message, exc) for s in stated.values())
+                self._unchecked(tenant_id, statements, batch, exc)
 
-    async def supersede_tenant(
-        self, tenant_id: str, statements: Mapping[str, Statement], batch: Batch
+    @staticmethod
+    def _unchecked(
+        tenant_id: str, stated: Mapping[str, Statement], batch: Batch, exc: Exception
     ) -> None:
-        """:meth:`supersede` for the stated memories of one tenant (by key). The new version is
-        dated by its statement (a rewrite that reasserts a superseded memory is newer than the
-        memory that superseded it); a neighbour by its creation (a neighbour reasserted since is
-        dated too early: the tables keep no statement time).
+        log.error(
+            "supersession check of %d memories of %s failed; sent to dead-letter",
+            len(stated),
+            tenant_id,
+            exc_info=exc,
+        )
+        batch.out.extend(unchecked(s.message, exc) for s in stated.values())
+
+    async def compared(
+        self, tenant_id: str, statements: Mapping[str, Statement]
+    ) -> tuple[SupersessionPolicy, list[Compared]] | None:
+        """The tenant's rules and each stated memory (by key) with its older neighbours, for
+        :meth:`supersede`; None when its rules are off or none of them is to be compared. The new
+        version is dated by its statement (a rewrite that reasserts a superseded memory is newer
+        than the memory that superseded it); a neighbour by its creation (a neighbour reasserted
+        since is dated too early: the tables keep no statement time).
         """
         llm = self.services.llm
         rules = self.processor.policy(tenant_id).supersession
         if not rules.enabled:
-            return
+            return None
         stated: list[tuple[MemoryState, Document, datetime]] = []
         for key, said in statements.items():
             found = self.processor.load(key)
@@ -539,7 +566,7 @@ class StreamWorker:
             if statement is not None or llm is not None:
                 stated.append((*found, said.at))
         if not stated:
-            return
+            return None
         search = functools.partial(
             nearest,
             self.services,
@@ -549,7 +576,7 @@ class StreamWorker:
             # versions superseded before every statement here are no neighbours to compare
             Filters(states=SUPERSEDABLE, current_at_us=to_us(min(at for _, _, at in stated))),
         )
-        compared = [
+        compared: list[Compared] = [
             (
                 Version(state.memory_id, doc.content, at),
                 [
@@ -566,10 +593,7 @@ class StreamWorker:
                 stated, await _retrying("search", search), strict=True
             )
         ]
-        answers = await _llm_answers(llm, compared, rules)
-        for (new, neighbours), answer in zip(compared, answers, strict=True):
-            for supersession in decide(new, neighbours, rules, answer):
-                batch.supersede(tenant_id, supersession.older, superseding(supersession))
+        return rules, compared
 
     async def on_access(self, events: Sequence[Any]) -> None:
         """Reduce each access; one that overtook its write is parked until the write is applied."""
@@ -981,9 +1005,13 @@ async def _importances(
     return decided
 
 
+Compared = tuple[Version, Sequence[Version]]
+"""A stated memory's new version and its older neighbours (:meth:`StreamWorker.compared`)."""
+
+
 async def _llm_answers(
     llm: LlmImportance | None,
-    compared: Sequence[tuple[Version, Sequence[Version]]],
+    compared: Sequence[Compared],
     rules: SupersessionPolicy,
 ) -> list[str | None]:
     """The LLM's answer for each new memory that has older close neighbours (concurrently, each

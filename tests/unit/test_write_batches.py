@@ -376,6 +376,33 @@ async def test_an_llm_reply_nested_deeper_than_the_parser_goes_leaves_the_rule_t
     assert not decisions[0][2].startswith("llm:")  # the rule's reason
 
 
+async def test_every_tenant_s_llm_questions_of_a_batch_are_asked_at_once(tmp_path: Path) -> None:
+    """A slow or hanging LLM held the batch one timeout per tenant, one tenant after another:
+    here the LLM answers only once both tenants' questions are in (else the batch never ends).
+    """
+
+    class Together(Llm):
+        def __init__(self) -> None:
+            super().__init__('{"replaces": [1]}')
+            self.asked = 0
+            self.both = asyncio.Event()
+
+        async def ask(self, prompt: str) -> str | None:
+            self.asked += 1
+            if self.asked == 2:
+                self.both.set()
+            await self.both.wait()
+            return self.reply
+
+    w = Worker(tmp_path, Embedder({}))
+    await stated_after_osaka(w, "acme")
+    await stated_after_osaka(w, "globex")
+    w.worker.services.llm = Together()  # type: ignore[assignment]
+    sent = await asyncio.wait_for(w.writes(newer("acme"), newer("globex")), 10)
+    decisions = [(key, v["decision"], v["by"]) for role, key, v in sent if role == "memory-writes"]
+    assert decisions == [(b"acme/A", "supersede", "B"), (b"globex/A", "supersede", "B")]
+
+
 # -- a reasserted memory is dated by its statement --------------------------------------------------
 
 
