@@ -25,6 +25,12 @@ PROMPT = (
 )
 
 
+CONCURRENCY = 100
+"""Questions in flight to the LLM at once (its connection pool's size); more wait their turn,
+and each one's timeout starts when it is sent (it ran while it waited for a connection: past 100
+at once, the rest timed out unasked and the rules decided)."""
+
+
 class LlmImportance:
     """Asks the endpoint's ``/chat/completions``. ``start`` opens the HTTP client; ``close`` ends it."""
 
@@ -34,10 +40,12 @@ class LlmImportance:
         self.api_key = api_key
         self.timeout_s = timeout_s
         self._client: httpx.AsyncClient | None = None
+        self._turns = asyncio.Semaphore(CONCURRENCY)
 
     async def start(self) -> None:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        self._client = httpx.AsyncClient(headers=headers, timeout=self.timeout_s)
+        limits = httpx.Limits(max_connections=CONCURRENCY, max_keepalive_connections=CONCURRENCY)
+        self._client = httpx.AsyncClient(headers=headers, timeout=self.timeout_s, limits=limits)
 
     async def close(self) -> None:
         if self._client is not None:
@@ -58,7 +66,7 @@ class LlmImportance:
             "messages": [{"role": "user", "content": prompt}],
         }
         try:
-            async with asyncio.timeout(self.timeout_s):
+            async with self._turns, asyncio.timeout(self.timeout_s):
                 reply = await self._client.post(f"{self.base_url}/chat/completions", json=body)
             reply.raise_for_status()
             text = reply.json()["choices"][0]["message"]["content"]

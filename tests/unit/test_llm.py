@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from memcore import ImportanceSource, resolve_importance
-from streams.llm import LlmImportance
+from streams.llm import CONCURRENCY, LlmImportance
 from tests.infra import free_port
 
 
@@ -24,6 +24,8 @@ class Handler(BaseHTTPRequestHandler):
         if "slow" in prompt:
             time.sleep(1.0)
             return  # the client gave up; answering would hit a closed socket
+        if "steady" in prompt:
+            time.sleep(0.6)  # within the timeout of 1 s, but not twice
         if "broken" in prompt:
             self.send_response(500)
             self.end_headers()
@@ -42,9 +44,14 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
+class Server(ThreadingHTTPServer):
+    request_queue_size = 512  # the listen backlog: 5 kept a batch's questions waiting to connect
+    daemon_threads = True
+
+
 @pytest.fixture
 def llm_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+    server = Server(("127.0.0.1", free_port()), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}/v1"
@@ -98,3 +105,13 @@ def test_a_reply_nested_deeper_than_the_json_parser_goes_is_no_answer() -> None:
             await llm.close()
 
     assert asyncio.run(run()) == [None]
+
+
+def test_questions_past_the_connection_pool_wait_their_turn_without_spending_their_timeout(
+    llm_url: str,
+) -> None:
+    """The timeout ran while a question waited for one of the pool's 100 connections: in a batch
+    of more, those past 100 timed out unasked (0.6 s waited + 0.6 s answering > 1 s) and the
+    rules decided."""
+    replies = answers(llm_url, [f"steady {i}" for i in range(CONCURRENCY + 20)], timeout_s=1.0)
+    assert replies.count(None) == 0
