@@ -52,6 +52,13 @@ class KafkaConnection:
         if self.sasl and not (self.sasl_mechanism and self.sasl_username and self.sasl_password):
             why = "needs kafka_sasl_mechanism, kafka_sasl_username and kafka_sasl_password"
             raise InvalidField("kafka_security_protocol", self.security_protocol, why)
+        given_tls = [n for n in ("cafile", "certfile", "keyfile") if getattr(self, f"ssl_{n}")]
+        if given_tls and not self.tls:  # the files would be dropped: no TLS, a password in clear
+            why = f"kafka_ssl_{given_tls[0]} is given: TLS needs SSL or SASL_SSL"
+            raise InvalidField("kafka_security_protocol", self.security_protocol, why)
+        if (self.sasl_username or self.sasl_password) and not self.sasl:
+            why = "kafka_sasl_username or kafka_sasl_password is given: SASL needs SASL_SSL or SASL_PLAINTEXT"
+            raise InvalidField("kafka_security_protocol", self.security_protocol, why)
         if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
             why = "kafka_ssl_certfile and kafka_ssl_keyfile go together (mutual TLS)"
             raise InvalidField("kafka_ssl_certfile", self.ssl_certfile, why)

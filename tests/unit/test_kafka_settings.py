@@ -63,7 +63,19 @@ def test_tls_alone_verifies_the_brokers() -> None:
     ("env", "named"),
     [
         ({"kafka_security_protocol": "SASL_PLAINTEXT"}, "kafka_sasl_mechanism"),
-        ({"kafka_ssl_certfile": "/c.pem"}, "kafka_ssl_keyfile"),
+        ({"kafka_security_protocol": "SSL", "kafka_ssl_certfile": "/c.pem"}, "kafka_ssl_keyfile"),
+        # given and dropped before: TLS files under SASL_PLAINTEXT sent the password in clear
+        (
+            {
+                "kafka_security_protocol": "SASL_PLAINTEXT",
+                "kafka_sasl_mechanism": "PLAIN",
+                "kafka_sasl_username": "svc",
+                "kafka_sasl_password": "pw",
+                "kafka_ssl_cafile": "/ca.pem",
+            },
+            "kafka_ssl_cafile is given: TLS needs SSL or SASL_SSL",
+        ),
+        ({"kafka_sasl_username": "svc", "kafka_sasl_password": "pw"}, "SASL needs SASL_SSL"),
     ],
 )
 def test_incomplete_security_settings_name_what_is_missing(env: dict[str, str], named: str) -> None:
