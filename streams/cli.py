@@ -45,11 +45,9 @@ async def consolidate(settings: WorkerSettings, args: argparse.Namespace) -> lis
         enable_auto_commit=False,
     )
     producer = AIOKafkaProducer(**settings.kafka().client(), acks="all")
-    started: list[AIOKafkaConsumer | AIOKafkaProducer] = []
     try:
-        for client in (consumer, producer):  # each stopped below once started, not before
-            await client.start()
-            started.append(client)
+        await consumer.start()
+        await producer.start()
         await consumer.seek_to_end()
         value = orjson.dumps(request)
         await producer.send_and_wait(
@@ -74,9 +72,9 @@ async def consolidate(settings: WorkerSettings, args: argparse.Namespace) -> lis
                         found.append(audit)
                         last = loop.time()
         return found
-    finally:
-        for client in reversed(started):
-            await client.stop()
+    finally:  # a client that did not start stops as well (else it warns that it is unclosed)
+        await producer.stop()
+        await consumer.stop()
 
 
 def complete(found: int, expected: int, every: bool, last: float | None, now: float) -> bool:

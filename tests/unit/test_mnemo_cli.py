@@ -84,3 +84,18 @@ def test_settings_faust_or_logging_would_refuse_late_are_refused_at_once(
 
 def test_the_log_level_is_read_in_any_case() -> None:
     assert WorkerSettings(log_level="WARNING").log_level == "warning"
+
+
+def test_the_kafka_commands_answer_a_broker_they_cannot_reach_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """consolidate and state-hash ended in a KafkaConnectionError traceback (and consolidate
+    left its clients unclosed)."""
+    from streams import cli as consolidate_cli
+    from streams import rebuild
+
+    monkeypatch.setenv("MNEMO_KAFKA_BOOTSTRAP", "127.0.0.1:1")  # nothing listens there
+    assert consolidate_cli.main(["--tenant", "demo", "--wait", "1"]) == 2
+    assert "cannot reach the broker at 127.0.0.1:1" in capsys.readouterr().err
+    assert rebuild.main("state-hash", []) == 2
+    assert "cannot read the tables from 127.0.0.1:1" in capsys.readouterr().err
