@@ -101,7 +101,13 @@ class CompactedLog:
             if self._consumer is not None:
                 return
             consumer = AIOKafkaConsumer(
-                **self.kafka.client(), enable_auto_commit=False, group_id=None
+                **self.kafka.client(),
+                enable_auto_commit=False,
+                group_id=None,
+                # an offset out of range (the topic made anew, a log truncated) reads again from
+                # the beginning, which a last-value view may always do; aiokafka's default went
+                # to the end and skipped what was already there for good, while caught up
+                auto_offset_reset="earliest",
             )
             ends = AIOKafkaConsumer(**self.kafka.client(), enable_auto_commit=False, group_id=None)
             try:

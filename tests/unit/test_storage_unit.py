@@ -503,3 +503,30 @@ def test_an_upsert_goes_in_requests_the_server_takes_and_one_over_its_limit_is_n
     assert store.upsert(rows + summaries) == 130
     assert len(client.sizes) > 2
     assert max(client.sizes) <= 1.0  # each request under the limit, as the server measures it
+
+
+def test_a_follower_whose_offset_is_out_of_range_reads_again_from_the_beginning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """aiokafka's default went to the end: a topic made anew while a ranker ran (or a truncated
+    log) had its records skipped for good, a tenant's new key unknown, while caught up."""
+    import aiokafka
+
+    made: list[dict[str, object]] = []
+
+    class Consumer:
+        def __init__(self, **kwargs: object) -> None:
+            made.append(kwargs)
+
+        async def start(self) -> None:
+            raise aiokafka.errors.KafkaConnectionError("no broker here")
+
+        async def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr(aiokafka, "AIOKafkaConsumer", Consumer)
+    log = CompactedLog("127.0.0.1:1", "keys", timeout_s=0.2)
+    with pytest.raises(aiokafka.errors.KafkaConnectionError):
+        asyncio.run(log.start())
+    follower = made[0]
+    assert (follower["group_id"], follower["auto_offset_reset"]) == (None, "earliest")
