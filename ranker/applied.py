@@ -18,7 +18,7 @@ import base64
 import binascii
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import orjson
@@ -40,9 +40,13 @@ MAX_OFFSET = 2**63 - 1
 
 @dataclass(frozen=True)
 class Token:
-    """Offsets a response produced: ``{role: {partition: highest offset}}``."""
+    """Offsets a response produced: ``{role: {partition: highest offset}}``. ``parts``: the
+    tokens a request gave, when it gave several (:meth:`merged`), so that a refusal names the
+    one at fault (``after[i]``).
+    """
 
     offsets: Mapping[str, Mapping[int, int]]
+    parts: tuple[Token, ...] = field(default=(), compare=False, repr=False)
 
     def encode(self) -> str:
         """The opaque string clients pass back as ``after``."""
@@ -73,15 +77,30 @@ class Token:
 
     @classmethod
     def merged(cls, texts: Sequence[str], field: str = "after") -> Token | None:
-        """One token covering every given one (None for none)."""
+        """One token covering every given one (None for none), keeping them as its parts."""
+        if not texts:
+            return None
+        given = [
+            cls.decode(text, field if len(texts) == 1 else f"{field}[{i}]")
+            for i, text in enumerate(texts)
+        ]
         offsets: dict[str, dict[int, int]] = {}
-        for i, text in enumerate(texts):
-            name = field if len(texts) == 1 else f"{field}[{i}]"
-            for role, parts in cls.decode(text, name).offsets.items():
+        for token in given:
+            for role, parts in token.offsets.items():
                 mine = offsets.setdefault(role, {})
                 for p, o in parts.items():
                     mine[p] = max(mine.get(p, -1), o)
-        return cls(offsets) if texts else None
+        return cls(offsets, tuple(given) if len(given) > 1 else ())
+
+    def named(self, role: str, partition: int, field: str = "after") -> tuple[str, str]:
+        """The field and value of the given token that holds this token's offset on ``role``'s
+        ``partition``: ``after[i]`` among several given (:attr:`parts`), else ``after``.
+        """
+        offset = self.offsets[role][partition]
+        for i, part in enumerate(self.parts):
+            if part.offsets.get(role, {}).get(partition) == offset:
+                return f"{field}[{i}]", part.encode()
+        return field, self.encode()
 
     @classmethod
     def of(cls, deliveries: list[tuple[str, Any]]) -> Token:
@@ -268,7 +287,8 @@ class AppliedOffsets:
                         if end is None
                         else f"{role} partition {partition} ends at offset {end}, before {offset}"
                     )
-                    raise InvalidField("after", token.encode(), f"{_REFUSED} ({where})")
+                    name, given = token.named(role, partition)
+                    raise InvalidField(name, given, f"{_REFUSED} ({where})")
 
 
 def _past(done: Mapping[tuple[str, int], int], wanted: Mapping[str, Mapping[int, int]]) -> bool:

@@ -159,6 +159,15 @@ async def test_a_token_no_worker_will_ever_apply_is_refused_once_the_wait_runs_l
         await applied.wait(Token({"memory-writes": offsets}), derived_role="none")
     assert refused.value.field == "after"
     assert why in str(refused.value)
+    # among several given, the one at fault is named: a client's session drops only that one
+    # (it dropped its own write's token with a caller's stale one, and stopped waiting for it)
+    issued = Token({"memory-writes": {0: 50}}).encode()
+    stale = Token({"memory-writes": offsets}).encode()
+    merged = Token.merged([issued, stale])
+    assert merged is not None
+    with pytest.raises(InvalidField) as among:
+        await applied.wait(merged, derived_role="none")
+    assert (among.value.field, among.value.value) == ("after[1]", stale)
     lagging = AppliedOffsets(committed, end_offsets, poll_s=0.01, timeout_s=0.2)
     with pytest.raises(NotAppliedError):  # issued, not applied yet: retry later, as before
         await lagging.wait(Token({"memory-writes": {0: 99}}), derived_role="none")
