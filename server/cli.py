@@ -67,8 +67,9 @@ def _batches(path: Path, size: int) -> Iterator[list[tuple[int, dict[str, Any]]]
 
 def _sent(client: Any, batch: list[dict[str, Any]]) -> list[str]:  # noqa: ANN401
     """``client.remember_many(batch)``, sent again while the service answers retriably, after
-    its ``Retry-After`` (else 1, 2, 4, ... s): ids derive from the content, so a batch sent
-    twice is written once.
+    its ``Retry-After`` (else 1, 2, 4, ... s): ids derive from the content, so a batch sent again
+    folds into the same memories (one the service had applied before it answered counts one
+    more write, in its history too).
     """
     from mnemostream import MnemostreamError  # noqa: PLC0415
 
@@ -101,9 +102,9 @@ def load(args: argparse.Namespace) -> int:
     """
     from mnemostream import Client, MnemostreamError  # noqa: PLC0415
 
-    total = sum(1 for _ in _memories(args.file))  # every line checked before any is sent
-    done, started = 0, time.monotonic()
+    done, total, started = 0, 0, time.monotonic()
     try:
+        total = sum(1 for _ in _memories(args.file))  # every line checked before any is sent
         with Client(args.url, args.api_key) as client:
             for batch in _batches(args.file, args.batch):
                 try:

@@ -40,10 +40,11 @@ class LlmImportance:
         self.api_key = api_key
         self.timeout_s = timeout_s
         self._client: httpx.AsyncClient | None = None
-        self._turns = asyncio.Semaphore(CONCURRENCY)
+        self._turns = asyncio.Semaphore(CONCURRENCY)  # made again by start(), on its loop
 
     async def start(self) -> None:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        self._turns = asyncio.Semaphore(CONCURRENCY)
         limits = httpx.Limits(max_connections=CONCURRENCY, max_keepalive_connections=CONCURRENCY)
         self._client = httpx.AsyncClient(headers=headers, timeout=self.timeout_s, limits=limits)
 

@@ -99,3 +99,8 @@ def test_the_kafka_commands_answer_a_broker_they_cannot_reach_with_one_line(
     assert "cannot reach the broker at 127.0.0.1:1" in capsys.readouterr().err
     assert rebuild.main("state-hash", []) == 2
     assert "cannot read the tables from 127.0.0.1:1" in capsys.readouterr().err
+    monkeypatch.setenv("MNEMO_KAFKA_SSL_CAFILE", "/etc/ca.pem")  # TLS asked, PLAINTEXT kept
+    assert consolidate_cli.main(["--tenant", "demo", "--wait", "1"]) == 2
+    assert rebuild.main("state-hash", []) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["invalid Kafka settings"] * 2
