@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from storage.embedding import Embedder, Hashing, MiniLm
@@ -77,6 +77,15 @@ class SharedSettings(BaseSettings):
         description="a full garbage collection slower than this (ms) freezes its survivors, so"
         " the next ones skip them (storage.heap; 0: every full collection freezes)",
     )
+
+    @model_validator(mode="after")
+    def _kafka_connection(self) -> Self:
+        """The connection's own checks (SASL fields, TLS files under a protocol without TLS) at
+        start-up, with the other settings: every process and command reports them as it reports
+        a bad value (:func:`storage.usage.load_settings`), none after it started.
+        """
+        self.kafka()
+        return self
 
     def kafka(self) -> KafkaConnection:
         """How to reach the brokers; ValueError naming the settings when SASL lacks a field."""

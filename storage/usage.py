@@ -34,7 +34,7 @@ def load_settings(settings: type[S]) -> S:
 @contextlib.contextmanager
 def refusing_start() -> Iterator[None]:
     """Around a process's start-up checks: a value they refuse (a tenants file that is not there,
-    Kafka credentials missing, a CUDA device this machine lacks) ends the process with its
+    a CUDA device this machine lacks) ends the process with its
     message naming the setting (exit status 1), not a traceback.
     """
     try:

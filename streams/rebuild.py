@@ -28,7 +28,6 @@ from pathlib import Path
 
 from aiokafka.errors import KafkaError
 
-from memcore import InvalidField
 from storage import MemoryRow, MilvusStore, StorageError, codec
 from storage.changelogs import Tables, Unreadable, chunks
 from storage.key_log import ROLE as KEYS_ROLE
@@ -332,11 +331,7 @@ def main(command: str, argv: list[str]) -> int:
     settings = load_settings(WorkerSettings).model_copy(update=overrides)
     started = time.perf_counter()
     try:
-        settings.kafka()  # its own checks (a TLS file without TLS, say): one line, not a traceback
         tables = asyncio.run(read_tables(settings))
-    except InvalidField as exc:
-        print(f"invalid Kafka settings: {exc}", file=sys.stderr)
-        return 2
     except (KafkaError, OSError) as exc:
         print(f"cannot read the tables from {settings.kafka_bootstrap}: {exc}", file=sys.stderr)
         return 2

@@ -56,6 +56,20 @@ def test_listeners_hear_of_the_rows_milvus_took_and_of_nothing_the_store_refused
     store.connect()  # the collection again, for the fixture to drop
 
 
+def test_an_upsert_split_into_requests_by_size_lands_whole(
+    store: MilvusStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows over :data:`storage.milvus.UPSERT_BYTES` go in several requests: every row lands,
+    the count is of them all, and the listeners hear of them once."""
+    monkeypatch.setattr("storage.milvus.UPSERT_BYTES", 6_000)  # about one row a request
+    heard: list[list[str]] = []
+    store.upserted.append(lambda rows: heard.append([r.memory_id for r in rows]))
+    rows = [row("acme", f"m{i}", vec(1.0, i / 10), content="x" * 3_000) for i in range(5)]
+    assert store.upsert(rows) == 5
+    assert heard == [[f"m{i}" for i in range(5)]]
+    assert sorted(store.get("acme", [f"m{i}" for i in range(5)])) == [f"m{i}" for i in range(5)]
+
+
 def test_reads_by_id_come_in_chunks_and_stay_in_their_tenant(
     store: MilvusStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

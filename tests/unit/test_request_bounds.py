@@ -9,6 +9,7 @@ import asyncio
 
 import orjson
 import pytest
+from fastapi import FastAPI
 from starlette.types import Message
 
 from ranker.api import create_api
@@ -91,7 +92,7 @@ class Client:
         return dict(orjson.loads(body))
 
 
-async def started(**limits: object) -> tuple[RecallService, object]:
+async def started(**limits: object) -> tuple[RecallService, FastAPI]:
     service = RecallService(Store(), Hashing(4), no_send, kernel_thread=False)  # type: ignore[arg-type]
     registry = TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}})
     api = create_api(service, registry, **limits)  # type: ignore[arg-type]
@@ -107,12 +108,12 @@ async def test_a_body_that_never_arrives_gives_its_slot_back_after_the_body_time
     try:
         stalled = Client([b'{"query": '], stall=True)
         headers = {"X-API-Key": KEY, "Content-Type": "application/json", "Content-Length": "100"}
-        await asyncio.wait_for(api(scope(headers), stalled.receive, stalled.send), 5)  # type: ignore[operator]
+        await asyncio.wait_for(api(scope(headers), stalled.receive, stalled.send), 5)
         assert stalled.status == 408
         assert "0.2 s" in str(stalled.problem["detail"])
         after = Client([RECALL])
         headers["Content-Length"] = str(len(RECALL))
-        await api(scope(headers), after.receive, after.send)  # type: ignore[operator]
+        await api(scope(headers), after.receive, after.send)
         assert after.status == 200  # the one slot was given back
     finally:
         await service.stop()
@@ -123,12 +124,12 @@ async def test_a_body_over_the_limit_is_refused_unread_or_as_soon_as_it_is_over(
     try:
         declared = Client([b"x" * 2048])
         headers = {"X-API-Key": KEY, "Content-Type": "application/json", "Content-Length": "2048"}
-        await api(scope(headers), declared.receive, declared.send)  # type: ignore[operator]
+        await api(scope(headers), declared.receive, declared.send)
         assert (declared.status, declared.reads) == (413, 0)
         assert "MNEMO_MAX_BODY_BYTES" in str(declared.problem["detail"])
         streamed = Client([b"x" * 600, b"x" * 600], stall=True)  # no length said: chunked
         headers.pop("Content-Length")
-        await asyncio.wait_for(api(scope(headers), streamed.receive, streamed.send), 5)  # type: ignore[operator]
+        await asyncio.wait_for(api(scope(headers), streamed.receive, streamed.send), 5)
         assert (streamed.status, streamed.reads) == (413, 2)
     finally:
         await service.stop()
@@ -139,9 +140,47 @@ async def test_a_request_without_a_key_is_answered_401_before_its_body_is_read()
     try:
         keyless = Client([RECALL])
         headers = {"Content-Type": "application/json", "Content-Length": str(len(RECALL))}
-        await api(scope(headers), keyless.receive, keyless.send)  # type: ignore[operator]
+        await api(scope(headers), keyless.receive, keyless.send)
         assert (keyless.status, keyless.reads) == (401, 0)
         start = next(m for m in keyless.sent if m["type"] == "http.response.start")
         assert (b"www-authenticate", b"Bearer") in start["headers"]
     finally:
+        await service.stop()
+
+
+async def test_a_stalled_body_through_uvicorn_is_answered_408_and_frees_its_slot() -> None:
+    """The same through the server that runs the API: its connection gets the problem reply."""
+    import uvicorn
+
+    from tests.infra import free_port
+
+    service, api = await started(max_in_flight=1, body_timeout_s=0.3)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(api, host="127.0.0.1", port=port, log_level="error"))
+    serving = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            await asyncio.sleep(0.01)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        head = f"POST /v1/recall HTTP/1.1\r\nHost: m\r\nX-API-Key: {KEY}\r\n"
+        writer.write(
+            f"{head}Content-Type: application/json\r\nContent-Length: 100\r\n\r\n".encode()
+        )
+        await writer.drain()  # and then nothing
+        answer = await asyncio.wait_for(reader.read(4096), 10)
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 408 ")
+        assert b"did not arrive within 0.3 s" in answer
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            f"{head}Content-Type: application/json\r\nContent-Length: {len(RECALL)}\r\n\r\n".encode()
+            + RECALL
+        )
+        await writer.drain()
+        again = await asyncio.wait_for(reader.read(4096), 10)
+        writer.close()
+        assert again.startswith(b"HTTP/1.1 200 ")  # the one slot was given back
+    finally:
+        server.should_exit = True
+        await serving
         await service.stop()

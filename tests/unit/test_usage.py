@@ -104,6 +104,9 @@ def test_a_check_of_several_settings_shows_no_value_read(monkeypatch: pytest.Mon
     """Its input is every value read: the Kafka password and the Milvus token were printed."""
     monkeypatch.setenv("MNEMO_KAFKA_MIN_INSYNC", "3")
     monkeypatch.setenv("MNEMO_KAFKA_REPLICATION", "1")
+    monkeypatch.setenv("MNEMO_KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("MNEMO_KAFKA_SASL_MECHANISM", "PLAIN")
+    monkeypatch.setenv("MNEMO_KAFKA_SASL_USERNAME", "mnemo")
     monkeypatch.setenv("MNEMO_KAFKA_SASL_PASSWORD", "s3cr3t-kafka-pw")
     monkeypatch.setenv("MNEMO_MILVUS_TOKEN", "root:Milvus-pw")
     with pytest.raises(SystemExit) as done:
