@@ -37,7 +37,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -388,17 +388,24 @@ def top_k(scores: Matrix, k: int = K) -> IntMatrix:
     return np.asarray(order[:, :k], dtype=np.int64)
 
 
-def candidate_mask(signals: Signals, n: int = CANDIDATES) -> npt.NDArray[np.bool_]:
+def candidate_mask(
+    signals: Signals, n: int = CANDIDATES, *, keywords: bool = True
+) -> npt.NDArray[np.bool_]:
+    """The top ``n`` by cosine and, with ``keywords``, the top ``n`` by BM25 (a full-text index)."""
     mask = np.zeros(signals.cosine.shape, dtype=bool)
     rows = np.arange(len(mask))[:, None]
     mask[rows, top_k(signals.cosine, n)] = True
-    mask[rows, top_k(signals.bm25, n)] = True
+    if keywords:
+        mask[rows, top_k(signals.bm25, n)] = True
     return mask
 
 
-def relevance(signals: Signals, w_sim: float) -> Matrix:
-    """The service's blend over the union of candidates; -inf outside it."""
-    mask = candidate_mask(signals)
+def relevance(signals: Signals, w_sim: float, *, keywords: bool = True) -> Matrix:
+    """The service's blend over the union of candidates; -inf outside it. ``keywords`` False:
+    the vector candidates alone, as without a full-text index (a Milvus 2.3/2.4 server; BM25's
+    IDF is still the conversation's, not the candidates' as there).
+    """
+    mask = candidate_mask(signals, keywords=keywords)
     top = np.where(mask, signals.bm25, 0.0).max(axis=1, keepdims=True)
     keyword = np.divide(signals.bm25, top, out=np.zeros_like(signals.bm25), where=top > 0)
     blend = w_sim * np.clip(signals.cosine, 0.0, None) + (1 - w_sim) * keyword
@@ -436,6 +443,7 @@ RANKERS: dict[str, Ranker] = {
     "blend .7": blend(0.7),
     "blend .8": blend(0.8),
     "rrf": rrf,
+    "blend .5, no index": lambda s: top_k(relevance(s, 0.5, keywords=False)),
 }
 
 
@@ -567,6 +575,7 @@ class Study:
 
 BY_NAME = {v.name: v for v in VARIANTS}
 MAIN_RANKERS = ("cosine", "bm25", "blend .5", "blend+prior", "rrf")
+NO_INDEX = "blend .5, no index"
 
 
 def run(study: Study, variants: Sequence[Variant]) -> list[tuple[str, str, dict[str, float]]]:
@@ -598,8 +607,18 @@ def run(study: Study, variants: Sequence[Variant]) -> list[tuple[str, str, dict[
     stemmed = study.signals(best, best, stemmed=True)
     rows += [
         (f"{best.name}, stemmed", name, study.evaluate(stemmed, RANKERS[name]))
-        for name in ("bm25", "blend .5", "blend+prior")
+        for name in ("bm25", "blend .5", "blend+prior", NO_INDEX)
     ]
+    if best.split:  # without a full-text index, BM25 over the content alone (before 2026-12-05)
+        content = replace(best, name="content", date=False, prev=False, split=False)
+        signals = study.signals(best, content, stemmed=True)
+        rows.append(
+            (
+                f"{best.name} / content, stemmed",
+                NO_INDEX,
+                study.evaluate(signals, RANKERS[NO_INDEX]),
+            )
+        )
     return rows
 
 

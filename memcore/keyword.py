@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 
@@ -12,24 +13,27 @@ _TOKEN_RE = re.compile(r"\w+", re.UNICODE)
 
 _KEEP_DOUBLE = frozenset("lsz")
 
+# four-letter words whose final ``s`` is no plural's
+_KEEP_S = frozenset({"news", "does", "goes", "lens", "yes", "this", "thus", "plus"})
+
 
 def stem(token: str) -> str:
-    """A light, deterministic English suffix stemmer for keyword matching (lower-case input).
+    """A light, deterministic English suffix stemmer for keyword matching (case-folded input).
 
     Plural and verb endings, then a final ``e``: lives, lived, living, live -> ``liv``; works,
-    worked, working -> ``work``; running -> ``run``; studies -> ``study``. Tokens of three
-    characters or fewer and tokens with digits are kept as they are. Conflating two different
-    words now and then costs a keyword score a little; missing ``live`` for ``lives`` costs the
-    answer (measured in docs/quality.md).
+    worked, working -> ``work``; running -> ``run``; studies, studied, studying -> ``study``;
+    pets -> ``pet``. Tokens of three characters or fewer and tokens with digits are kept as they
+    are. Conflating two different words now and then costs a keyword score a little; missing
+    ``live`` for ``lives`` costs the answer (measured in docs/quality.md).
     """
     if len(token) <= 3 or not token.isalpha():
         return token
     word = token
-    if word.endswith("ies") and len(word) > 5:
-        word = word[:-3] + "y"
-    elif word.endswith(("sses", "xes", "zes", "ches", "shes")):
+    if word.endswith(("ies", "ied")) and len(word) > 5:
+        return word[:-3] + "y"
+    if word.endswith(("sses", "xes", "zes", "ches", "shes")):
         word = word[:-2]
-    elif word.endswith("s") and len(word) > 4 and not word.endswith(("ss", "us", "is")):
+    elif word.endswith("s") and word not in _KEEP_S and not word.endswith(("ss", "us", "is")):
         word = word[:-1]
     for suffix in ("ing", "ed"):
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
@@ -43,8 +47,11 @@ def stem(token: str) -> str:
 
 
 def tokenize(text: str, *, stemmed: bool = False) -> list[str]:
-    """Lower-cased word tokens, each :func:`stem`-med when ``stemmed``."""
-    tokens = _TOKEN_RE.findall(text.lower())
+    """Word tokens of ``text`` normalised (NFKC: a decomposed ``é``, a ligature and full-width
+    digits read as their plain forms) and case-folded (``ß`` as ``ss``), each :func:`stem`-med
+    when ``stemmed``.
+    """
+    tokens = _TOKEN_RE.findall(unicodedata.normalize("NFKC", text).casefold())
     return [stem(t) for t in tokens] if stemmed else tokens
 
 
@@ -63,13 +70,16 @@ def bm25_scores(
     k1: float = 1.2,
     b: float = 0.75,
     stemmed: bool = False,
+    indexed: bool = False,
 ) -> list[float]:
     """BM25 of ``query`` against each document, with IDF taken over ``documents`` themselves
     (tokens :func:`stem`-med when ``stemmed``, as the default policy's full-text index has them).
+    ``indexed``: the documents are :func:`keyword_text` already (a row's ``search_text``), so
+    their tokens are taken as they are and only the query is stemmed.
 
     Scores are >= 0; a batch of candidates is its own corpus, so scores compare within a batch only.
     """
-    docs = [tokenize(d, stemmed=stemmed) for d in documents]
+    docs = [d.split() if indexed else tokenize(d, stemmed=stemmed) for d in documents]
     if not docs:
         return []
     n = len(docs)
@@ -77,7 +87,7 @@ def bm25_scores(
     df: Counter[str] = Counter()
     for d in docs:
         df.update(set(d))
-    terms = set(tokenize(query, stemmed=stemmed))
+    terms = set(tokenize(query, stemmed=stemmed or indexed))
     scores = []
     for d in docs:
         tf = Counter(d)

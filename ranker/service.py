@@ -30,7 +30,7 @@ import orjson
 
 from memcore import Lifecycle, Purge, RankParams, Retire, Scored, Supersede, derive_memory_id
 from memcore.graph import MAX_HOPS, recall_hops
-from memcore.keyword import bm25_scores
+from memcore.keyword import bm25_scores, keyword_text
 from memcore.policy import DecayPolicy, RecallPolicy
 from ranker.applied import AppliedOffsets, Token
 from ranker.batcher import Batcher, BatchStats, Overloaded
@@ -244,7 +244,7 @@ class RecallService:
                 tenant_id, vector, self._wanted(query), query.filters, io=False
             )
         request: RankRequest | None = None
-        # BM25 over the candidates' contents (no full-text index gives their scores) is Python
+        # BM25 over the candidates' texts (no full-text index gives their scores) is Python
         # per word of each: 100 candidates of 16 KB held the event loop, every tenant's
         # requests and the probes, for most of a second
         off_loop = self._keywords_here(query)
@@ -336,7 +336,7 @@ class RecallService:
         return max(self.candidates, query.k)
 
     def _keywords_here(self, query: RecallQuery) -> bool:
-        """The request's keyword scores are computed here, over its candidates' contents."""
+        """The request's keyword scores are computed here, over its candidates (:func:`_assemble`)."""
         return bool(query.text) and query.policy.scores_keywords and not self.store.config.full_text
 
     def _keyword_search(self, query: RecallQuery) -> bool:
@@ -773,15 +773,19 @@ def _assemble(
     keywords: npt.NDArray[np.float64] | None,
     graph_hops: npt.NDArray[np.int64],
 ) -> RankRequest:
-    """One request of the kernel; ``keywords`` None: BM25 over the candidates' content when the
-    query has text and the policy scores keywords, else zeros.
+    """One request of the kernel; ``keywords`` None: BM25 over the candidates when the query has
+    text and the policy scores keywords, else zeros. The default policy scores what a full-text
+    index reads, each row's ``search_text`` (context and content, stemmed); the named presets
+    their sources' plain content.
     """
     policy = query.policy
     if keywords is None:
         if query.text and policy.scores_keywords:
-            scores = bm25_scores(
-                query.text, [r.content for r in rows], stemmed=policy.stems_keywords
-            )
+            if policy.stems_keywords:
+                indexed = [r.search_text or keyword_text(r.content) for r in rows]
+                scores = bm25_scores(query.text, indexed, indexed=True)
+            else:
+                scores = bm25_scores(query.text, [r.content for r in rows])
             keywords = np.asarray(scores, dtype=np.float64)
         else:
             keywords = np.zeros(len(rows), dtype=np.float64)

@@ -5,11 +5,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from memcore.keyword import keyword_text
 from storage import MemoryRow
 
 
 def make_row(tenant: str, memory_id: str, vector: Sequence[float], **kw: object) -> MemoryRow:
-    """An active episodic row of ``tenant`` with plain values; ``kw`` replaces any field."""
+    """An active episodic row of ``tenant`` with plain values; ``kw`` replaces any field (a
+    ``content`` given without a ``search_text`` is indexed as the worker indexes it).
+    """
     base = MemoryRow(
         key=f"{tenant}/{memory_id}",
         tenant_id=tenant,
@@ -39,6 +42,8 @@ def make_row(tenant: str, memory_id: str, vector: Sequence[float], **kw: object)
         metadata={"priority": "high", "n": 1},
         valid_to_us=0,
         superseded_by="",
-        search_text=f"content of {memory_id} ✓",
+        search_text=keyword_text(f"content of {memory_id} ✓"),
     )
+    if "content" in kw and "search_text" not in kw:
+        kw = {**kw, "search_text": keyword_text(str(kw["content"]))}
     return dataclasses.replace(base, **kw)  # type: ignore[arg-type]

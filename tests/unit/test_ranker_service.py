@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from memcore import Scored
+from memcore.keyword import keyword_text
 from memcore.policy import (
     DECAY_PRESETS,
     DecayPolicy,
@@ -68,6 +69,23 @@ def test_the_store_bm25_is_used_when_the_candidates_carry_it() -> None:
     hits = [cand("a", "gardening", 3.5), cand("b", "python tips", 0.0), cand("c", "x", None)]
     request = _request(hits, (1.0, 0.0), query(policy=RecallPolicy()), {})
     assert request.keyword.tolist() == [3.5, 0.0, 0.0]
+
+
+def test_the_default_policy_scores_the_candidates_context_as_a_full_text_index_would() -> None:
+    # no full-text index (a 2.3/2.4 server): the candidates' own BM25 reads what the index
+    # would, the context's words too, stemmed alike
+    dated = cand(
+        "dated", "We went hiking.", search_text=keyword_text("[8 May 2023]\nWe went hiking.")
+    )
+    other = cand("other", "We went swimming last May.")
+    request = _request(
+        [dated, other], (1.0, 0.0), query(text="a trip in 2023", policy=RecallPolicy()), {}
+    )
+    assert request.keyword[0] > request.keyword[1] == 0.0
+    # a named preset scores its source's plain content
+    zeph = RecallPolicy(preset=RecallPreset.ZEPH)
+    plain = _request([dated, other], (1.0, 0.0), query(text="2023", policy=zeph), {})
+    assert plain.keyword.tolist() == [0.0, 0.0]
 
 
 def test_access_and_archive_columns_follow_the_rows() -> None:

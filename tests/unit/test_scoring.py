@@ -55,15 +55,21 @@ def test_bm25_prefers_matching_documents() -> None:
         (("live", "lives", "lived", "living"), "liv"),
         (("work", "works", "worked", "working"), "work"),
         (("run", "running"), "run"),
-        (("study", "studies"), "study"),
+        (("study", "studies", "studied", "studying"), "study"),
+        (("marry", "married", "marries", "marrying"), "marry"),
         (("drive", "drives"), "driv"),
+        (("pet", "pets"), "pet"),
+        (("dog", "dogs"), "dog"),
+        (("day", "days"), "day"),
     ],
 )
 def test_stem_conflates_inflections(words: tuple[str, ...], root: str) -> None:
     assert {stem(w) for w in words} == {root}
 
 
-@pytest.mark.parametrize("word", ["is", "bus", "tennis", "glass", "9087", "b5441", "news"])
+@pytest.mark.parametrize(
+    "word", ["is", "bus", "tennis", "glass", "9087", "b5441", "news", "does", "this", "plus"]
+)
 def test_stem_keeps_short_words_digits_and_non_plurals(word: str) -> None:
     assert stem(word) == word
     assert stem("glasses") == "glass"
@@ -73,6 +79,14 @@ def test_keyword_text_is_what_the_index_and_the_queries_share() -> None:
     assert keyword_text("Where does Carol LIVE?") == "wher does carol liv"
     assert keyword_text("Carol lives in Dublin now.") == "carol liv in dublin now"
     assert keyword_text("?!") == ""
+
+
+def test_keyword_text_reads_unicode_variants_as_one_word() -> None:
+    # NFC and NFD é, a ligature, full-width digits, ß and its capital spelling
+    assert keyword_text("caf\u00e9") == keyword_text("cafe\u0301") == "café"
+    assert keyword_text("\ufb01nal") == keyword_text("FINAL") == "final"
+    assert keyword_text("\uff12\uff10\uff12\uff13") == "2023"
+    assert keyword_text("Stra\u00dfe") == keyword_text("STRASSE")
 
 
 def test_stemmed_bm25_matches_an_inflected_question() -> None:
