@@ -13,6 +13,18 @@ _TOKEN_RE = re.compile(r"\w+", re.UNICODE)
 
 _KEEP_DOUBLE = frozenset("lsz")
 
+_STOP_WORDS = """i me my myself we our ours ourselves you your yours yourself yourselves he him his himself
+    she her hers herself it its itself they them their theirs themselves what which who whom this
+    that these those am is are was were be been being have has had having do does did doing a an
+    the and but if or because as until while of at by for with about against between into through
+    during before after above below to from up down in out on off over under again further then
+    once here there when where why how all any both each few more most other some such no nor not
+    only own same so than too very s t just don should now"""
+STOP_WORDS = frozenset(_STOP_WORDS.split())
+"""Words a stemmed keyword match drops from texts and queries alike: NLTK's English stop words
+less ``can`` and ``will`` (nouns and names too). Offline LoCoMo, default blend: R@10 .687 -> .708
+(docs/quality-study.md); a question of stop words only matches by its vector alone."""
+
 # four-letter words whose final ``s`` is no plural's
 _KEEP_S = frozenset({"news", "does", "goes", "lens", "yes", "this", "thus", "plus"})
 
@@ -49,10 +61,10 @@ def stem(token: str) -> str:
 def tokenize(text: str, *, stemmed: bool = False) -> list[str]:
     """Word tokens of ``text`` normalised (NFKC: a decomposed ``é``, a ligature and full-width
     digits read as their plain forms) and case-folded (``ß`` as ``ss``), each :func:`stem`-med
-    when ``stemmed``.
+    when ``stemmed`` (:data:`STOP_WORDS` dropped then).
     """
     tokens = _TOKEN_RE.findall(unicodedata.normalize("NFKC", text).casefold())
-    return [stem(t) for t in tokens] if stemmed else tokens
+    return [stem(t) for t in tokens if t not in STOP_WORDS] if stemmed else tokens
 
 
 def keyword_text(text: str) -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from memcore.keyword import keyword_text
 from storage import Filters, MemoryRow, MilvusConfig, MilvusStore, StorageError
 from storage.milvus import ANY_STATE
 from storage.rows import ROW_FIELDS
@@ -317,6 +318,8 @@ def test_keyword_search_ranks_by_bm25_within_the_tenant(tmp_path: Path) -> None:
             row("acme", "m2", vec(1.0), search_text="the weather was fine"),
             row("acme", "m3", vec(1.0), search_text="Miso the cat, Miso again", state="archived"),
             row("globex", "g1", vec(1.0), search_text="Miso Miso Miso cat"),
+            # words that are all stop words index as nothing: stored, found by vector only
+            row("acme", "m4", vec(1.0), search_text=keyword_text("It is what it is!")),
         ]
     )
     (hits,) = store.keyword_search("acme", ["cat Miso"], 10, Filters(states=("active", "archived")))
@@ -324,6 +327,9 @@ def test_keyword_search_ranks_by_bm25_within_the_tenant(tmp_path: Path) -> None:
     assert hits[0].score > hits[1].score > 0
     (active,) = store.keyword_search("acme", ["cat Miso"], 10)
     assert [h.row.memory_id for h in active] == ["m1"]
+    assert store.keyword_search("acme", ["is it?"], 10) == [[]]
+    (near,) = store.search("acme", [vec(1.0)], 10)
+    assert "m4" in {h.row.memory_id for h in near}
     store.close()
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from memcore import Candidate, InvalidField, RankParams, Tier, mmr, rank
 from memcore.graph import hops_from, proximity, recall_hops
-from memcore.keyword import bm25_scores, keyword_text, normalise_by_max, stem
+from memcore.keyword import bm25_scores, keyword_text, normalise_by_max, stem, tokenize
 from memcore.policy import DECAY_PRESETS, DecayPreset, RecallPolicy, RecallPreset, RecallWeights
 
 from .helpers import T0, hours
@@ -76,9 +76,18 @@ def test_stem_keeps_short_words_digits_and_non_plurals(word: str) -> None:
 
 
 def test_keyword_text_is_what_the_index_and_the_queries_share() -> None:
-    assert keyword_text("Where does Carol LIVE?") == "wher does carol liv"
-    assert keyword_text("Carol lives in Dublin now.") == "carol liv in dublin now"
+    assert keyword_text("Where does Carol LIVE?") == "carol liv"  # stop words dropped
+    assert keyword_text("Carol lives in Dublin now.") == "carol liv dublin"
     assert keyword_text("?!") == ""
+
+
+def test_stop_words_neither_index_nor_query_but_unstemmed_tokens_keep_them() -> None:
+    assert keyword_text("What did she do after the move to Lisbon?") == "mov lisbon"
+    assert keyword_text("It is what it is!") == ""
+    assert tokenize("What did she do?") == ["what", "did", "she", "do"]  # the named presets'
+    # a question's stop words no longer outweigh the one word that matters
+    docs = ["What did you do there? Where was it?", "Lisbon was lovely"]
+    assert bm25_scores("What was Lisbon like?", docs, stemmed=True)[0] == 0.0
 
 
 def test_keyword_text_reads_unicode_variants_as_one_word() -> None:
