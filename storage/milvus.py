@@ -19,13 +19,12 @@ from memcore import MAX_RELATIONS, MAX_SUMMARY_SOURCES, MAX_TAGS
 from memcore.ids import check_id
 from memcore.keyword import keyword_text
 from storage.errors import StorageError
-from storage.rows import CURRENT, ROW_FIELDS, MemoryRow
+from storage.rows import CURRENT, MAX_CONTENT_BYTES, ROW_FIELDS, MemoryRow
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-MAX_CONTENT_BYTES = 65_535
 MAX_TAG_CHARS = 128
 # the capacity of the array fields: memcore's (MAX_TAGS, MAX_RELATIONS, MAX_SUMMARY_SOURCES),
 # within which the reducer and consolidation keep a memory however often it is rewritten

@@ -38,9 +38,10 @@ from memcore import (
 )
 from memcore.consolidation import ALL_STRATEGIES, Strategy
 from memcore.ids import check_id, indexed_text
-from memcore.keyword import keyword_text
+from memcore.keyword import MAX_GROWTH, keyword_text
 from memcore.timecheck import check_event_time
-from storage.milvus import MAX_CONTENT_BYTES, MAX_TAG_CHARS
+from storage.milvus import MAX_TAG_CHARS
+from storage.rows import MAX_CONTENT_BYTES
 from storage.sealing import PRIVATE_FIELDS, Opener, SealError
 from storage.tenants import Tenants
 
@@ -300,11 +301,6 @@ def _id(field: str, value: str) -> str:
         raise RecordError(exc.field, exc.value, exc.reason) from exc
 
 
-_MAX_FOLD_GROWTH = 3
-"""A bound on how many times longer in UTF-8 lower-casing makes a text (``Ⱥ``: 2 bytes, 3
-lower-cased): only a text over ``MAX_CONTENT_BYTES`` / 3 is tokenized to check its indexed size."""
-
-
 def _check_text_sizes(m: MemoryWriteV1, limits: Limits) -> None:
     for name in ("content", "context"):
         size = len((getattr(m, name) or "").encode("utf-8"))
@@ -314,11 +310,11 @@ def _check_text_sizes(m: MemoryWriteV1, limits: Limits) -> None:
     indexed = len(text.encode("utf-8"))
     if indexed > MAX_CONTENT_BYTES:
         raise RecordError("context", f"<{indexed} bytes>", f"with content over {MAX_CONTENT_BYTES}")
-    if indexed * _MAX_FOLD_GROWTH > MAX_CONTENT_BYTES:  # only a long text can grow past it
+    if indexed * MAX_GROWTH > MAX_CONTENT_BYTES:  # only a long text can grow past it
         searched = len(keyword_text(text).encode("utf-8"))
         if searched > MAX_CONTENT_BYTES:
             name = "context" if m.context else "content"
-            why = f"its indexed words (lower-cased) take {searched} bytes, over {MAX_CONTENT_BYTES}"
+            why = f"its indexed words (normalised) take {searched} bytes, over {MAX_CONTENT_BYTES}"
             raise RecordError(name, f"<{indexed} bytes>", why)
 
 

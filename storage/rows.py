@@ -54,6 +54,24 @@ CURRENT = 0
 """``valid_to_us`` of a memory no newer memory has superseded."""
 
 
+MAX_CONTENT_BYTES = 65_535
+"""The collection's ``content`` and ``search_text`` capacity, in UTF-8 bytes."""
+
+
+def search_text_of(content: str, context: str | None) -> str:
+    """A memory's ``search_text``: its indexed text as :func:`memcore.keyword.keyword_text`,
+    its words past :data:`MAX_CONTENT_BYTES` left out. Writes are refused before that
+    (``storage.records``); a memory accepted under an older analysis whose words now normalise
+    longer (a rebuild after an upgrade) is still stored, its last words not keyword-indexed.
+    """
+    text = keyword_text(indexed_text(content, context))
+    data = text.encode("utf-8")
+    if len(data) <= MAX_CONTENT_BYTES:
+        return text
+    kept = data[: MAX_CONTENT_BYTES + 1].decode("utf-8", errors="ignore")
+    return kept[: kept.rfind(" ")] if " " in kept else ""
+
+
 @dataclass(frozen=True)
 class MemoryRow:
     """One row of the collection; ``key`` is ``tenant_id/memory_id``.
@@ -113,7 +131,7 @@ class MemoryRow:
             merged_into=state.merged_into or "",
             summary_of=state.summary_of,
             metadata=dict(doc.metadata),
-            search_text=keyword_text(indexed_text(doc.content, doc.context)),
+            search_text=search_text_of(doc.content, doc.context),
             **dict(zip(LIVE_FIELDS, live_values(state), strict=True)),
         )
 

@@ -84,6 +84,7 @@ def test_keyword_text_is_what_the_index_and_the_queries_share() -> None:
 def test_stop_words_neither_index_nor_query_but_unstemmed_tokens_keep_them() -> None:
     assert keyword_text("What did she do after the move to Lisbon?") == "mov lisbon"
     assert keyword_text("It is what it is!") == ""
+    assert keyword_text("Where does Don live?") == "don liv"  # a name, not "don't"
     assert tokenize("What did she do?") == ["what", "did", "she", "do"]  # the named presets'
     # a question's stop words no longer outweigh the one word that matters
     docs = ["What did you do there? Where was it?", "Lisbon was lovely"]
@@ -96,6 +97,9 @@ def test_keyword_text_reads_unicode_variants_as_one_word() -> None:
     assert keyword_text("\ufb01nal") == keyword_text("FINAL") == "final"
     assert keyword_text("\uff12\uff10\uff12\uff13") == "2023"
     assert keyword_text("Stra\u00dfe") == keyword_text("STRASSE")
+    # case folding decomposes ΐ: normalised again, the word stays one word
+    lower, upper = "\u03b1\u0390\u03b2", "\u0391\u03aa\u0301\u0392"  # alpha, iota, beta
+    assert keyword_text(lower) == keyword_text(upper) == lower
 
 
 def test_stemmed_bm25_matches_an_inflected_question() -> None:

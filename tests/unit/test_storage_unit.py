@@ -10,11 +10,13 @@ from types import SimpleNamespace
 import pytest
 
 from memcore import InvalidField
+from memcore.ids import indexed_text
+from memcore.keyword import keyword_text
 from storage import Document, Filters, MemoryRow, StorageError, filter_expression, from_us, to_us
 from storage.compacted import CompactedLog, CompactedLogError
 from storage.milvus import MilvusConfig, MilvusStore, keys_expression, translate
 from storage.records import Limits, RecordError, checked_vector, checked_write
-from storage.rows import LIVE_FIELDS, with_live
+from storage.rows import LIVE_FIELDS, MAX_CONTENT_BYTES, search_text_of, with_live
 from storage.tenants import TenantRegistry
 from tests.rows import make_row
 
@@ -441,6 +443,27 @@ def test_a_text_whose_lower_case_passes_the_index_limit_is_refused() -> None:
     assert refused.value.field == "content"
     fine = {**doc, "content": "Ⱥ" * 20_000}  # 60,000 bytes indexed once lower-cased
     assert checked_write(fine, limits, datetime(2026, 1, 1, tzinfo=UTC))
+
+
+def test_a_text_whose_normalised_words_pass_the_index_limit_is_refused() -> None:
+    """U+FDFA takes 3 bytes and normalises (NFKC) to 33: 15,000 bytes of it were accepted (under
+    three times the limit, so never measured) and the row was refused by Milvus for good."""
+    limits = Limits(4, 16_384, TenantRegistry.open_to(["acme"]))
+    doc = {"tenant_id": "acme", "content": "\ufdfa" * 5_000, "at": "2026-01-01T00:00:00+00:00"}
+    with pytest.raises(RecordError) as refused:
+        checked_write(doc, limits, datetime(2026, 1, 1, tzinfo=UTC))
+    assert refused.value.field == "content"
+    assert "normalised" in refused.value.reason
+
+
+def test_a_row_keeps_the_indexed_words_that_fit_the_collection() -> None:
+    """A memory accepted under an older analysis (rebuilt after an upgrade) is still stored."""
+    content = "\ufdfa " * 3_000  # 6,000 words of 33 normalised bytes
+    text = search_text_of(content, "a note")
+    whole = keyword_text(indexed_text(content, "a note"))
+    assert len(whole.encode("utf-8")) > MAX_CONTENT_BYTES >= len(text.encode("utf-8"))
+    assert whole.startswith(text + " ")  # cut between two words
+    assert search_text_of("Carol lives here", "8 May") == keyword_text("8 May\nCarol lives here")
 
 
 def test_an_upsert_goes_in_requests_the_server_takes_and_one_over_its_limit_is_not_retried(
