@@ -129,7 +129,6 @@ _RELATIONS: dict[str, tuple[str, ...]] = {
         "is employed by",
         "started working at",
         "got a job at",
-        "joined",
     ),
     "drives": ("drives", "is driving"),
     "is married to": ("is married to",),
@@ -137,6 +136,15 @@ _RELATIONS: dict[str, tuple[str, ...]] = {
     "studies": ("studies", "is studying"),
     "prefers": ("prefers",),
 }
+_MANY_VALUED = frozenset({"drives", "studies", "prefers"})
+"""Relations someone may hold several values of at once ("drives a Tesla" and "drives a van",
+"prefers tea" and "prefers Python"): a newer value supersedes only when its statement says it is
+an update (:func:`states_an_update`: "Alice drives a van now"); a purpose ("prefers Python for
+backend work") names one value's attribute, which is single again."""
+_NOT_A_VALUE = re.compile(
+    r"(to|from|into|through|around|across|back|home|for|with|by|on|in|at|out|off|up|down|over)\b"
+)
+"""A value that opens with these is where or how, not what ("drives to work", "works at home")."""
 _COPULAS = ("is", "are")
 _OWNED = re.compile(r"^(the|my|his|her|their|our|your)\b|'s\b")
 _FILLER = re.compile(
@@ -202,6 +210,8 @@ def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact
         return None
     if _NEGATION.match(value):  # "Alice's car is not a Prius": a copula's denial
         return None
+    if relation in _RELATIONS and _NOT_A_VALUE.match(value):
+        return None
     if relation == "prefers":
         value, _, purpose = value.partition(_PURPOSE)
         relation = f"{relation}{_PURPOSE}{purpose}" if purpose else relation
@@ -252,6 +262,8 @@ def detect(
             continue
         if old_fact.value == new_fact.value:
             continue
+        if new_fact.relation in _MANY_VALUED and not generic:
+            continue  # a second value held beside the first, unless said to replace it
         reason = f"{_named(new_fact.relation)} (cosine {other.similarity:.3f})"
         out.append(Supersession(older.memory_id, newer.memory_id, newer.at, reason))
     return out
@@ -341,13 +353,17 @@ def decide(
     llm_answer: str | None = None,
 ) -> list[Supersession]:
     """The supersessions of ``new``: what the LLM answered about :func:`llm_candidates` when it
-    answered as asked, else the deterministic rule (:func:`detect`): an LLM that times out, fails
-    or answers out of format never blocks or loses a write's supersession.
+    answered as asked (with the rule's for neighbours newer than ``new``, which the LLM is not
+    asked about), else the deterministic rule (:func:`detect`): an LLM that times out, fails or
+    answers out of format never blocks or loses a write's supersession.
     """
     if not policy.enabled:
         return []
     if llm_answer is not None:
         parsed = parse_llm_answer(llm_answer, new, llm_candidates(new, neighbours, policy))
         if parsed is not None:
-            return parsed
+            # the LLM is asked of older neighbours only: a newer version already written
+            # (a back-dated import) still supersedes ``new`` by the rule
+            later = [n for n in neighbours if n.at > new.at]
+            return parsed + detect(new, later, policy)
     return detect(new, neighbours, policy)

@@ -380,6 +380,45 @@ def test_the_llm_answer_decides_when_it_parses() -> None:
     assert decide(LISBON, [OSAKA], RULE, '{"replaces": []}') == []
 
 
+def test_with_an_llm_a_write_older_than_a_version_already_written_is_still_superseded() -> None:
+    """The LLM is asked of older neighbours only: a back-dated write ("Alice lives in Osaka",
+    dated before the current "Alice now lives in Lisbon") stayed current beside it."""
+    osaka = Version("osaka", "Alice lives in Osaka.", T0)
+    lisbon = Version("lisbon", "Alice now lives in Lisbon.", T0 + hours(24), 0.709)
+    assert llm_candidates(osaka, [lisbon], RULE) == []
+    (found,) = decide(osaka, [lisbon], RULE, '{"replaces": []}')
+    assert (found.older, found.newer, found.at) == ("osaka", "lisbon", lisbon.at)
+
+
+@pytest.mark.parametrize(
+    ("older", "newer"),
+    [
+        ("Alice works at Acme.", "Alice joined a book club."),  # no job
+        ("Alice prefers Python.", "Alice prefers tea."),  # both hold
+        ("Alice drives a Tesla.", "Alice drives to work."),  # where, not what
+        ("Alice studies math.", "Alice studies French."),
+        ("Alice works at Acme.", "Alice works at home."),
+    ],
+)
+def test_statements_that_hold_beside_the_older_one_supersede_nothing(
+    older: str, newer: str
+) -> None:
+    """Each of these hid a true memory at MiniLM's cosines (0.58-0.78, over the 0.5 default)."""
+    assert detect(Version("n", newer, T0 + hours(24)), [Version("o", older, T0, 0.78)], RULE) == []
+
+
+def test_a_value_of_a_many_valued_relation_supersedes_when_said_to_be_an_update() -> None:
+    tesla = Version("tesla", "Alice drives a Tesla.", T0, 0.8)
+    (found,) = detect(Version("van", "Alice drives a van now.", T0 + hours(24)), [tesla], RULE)
+    assert (found.older, found.newer) == ("tesla", "van")
+    (moved,) = detect(
+        Version("globex", "Alice works at Globex.", T0 + hours(24)),
+        [Version("acme", "Alice works at Acme.", T0, 0.8)],
+        RULE,
+    )
+    assert moved.older == "acme"  # one employer at a time: no marker needed
+
+
 @pytest.mark.parametrize(
     "answer",
     [
