@@ -309,11 +309,15 @@ def plan(
     """All decisions for one tenant, in strategy order. A memory consumed by one step (merged away,
     compressed, archived) is not offered to later steps; survivors are, as the earlier decisions
     leave them (a merge target with the merged counters, a promoted memory in its new tier).
-    Superseded memories are never merged or summarised. ``neighbours`` finds the pairs over a
-    threshold (a FAISS range search in production, pairs here by default).
+    Superseded memories are never merged or summarised. Only memories created at or before
+    ``at`` are offered (SPEC section 6: a memory written after ``at`` does not exist then; a
+    request read with lag, or one for a past ``at``, would else fold a later memory into a
+    summary older than it). ``neighbours`` finds the pairs over a threshold (a FAISS range
+    search in production, pairs here by default).
     """
     chosen = set(strategies)
     rules = policy.consolidation
+    items = [i for i in items if i.created_at <= at]
     live = [i for i in items if i.state is Lifecycle.ACTIVE]
     decisions: list[Decision] = []
 
@@ -379,10 +383,11 @@ def merged_away(survivor: MemoryState, event: Absorb, effect: Effect) -> tuple[s
     redelivery or a retried batch (the first try may have died before sending it; the source
     ignores a copy) when the survivor holds the source and is not deleted or forgotten. None
     when the survivor refused it: it was deleted or forgotten since the plan (the duplicate was
-    deleted with it, though the user deleted one memory), or it absorbed that id before (a
-    memory written again under a merged id lost the counters it gathered since); the source is
-    then kept, active. None too for an absorb planned before it carried the source's content
-    hash: its plan sent the source's retire itself, which is in the log.
+    deleted with it, though the user deleted one memory), rewritten with other words since
+    (``target_hash``: the duplicate's words would be in no active memory), or it absorbed that
+    id before (a memory written again under a merged id lost the counters it gathered since);
+    the source is then kept, active. None too for an absorb planned before it carried the
+    source's content hash: its plan sent the source's retire itself, which is in the log.
 
     A refused absorb met again is skipped like a taken one; when its survivor had absorbed
     that id before, the retire is sent then (a memory written again under a merged id, merged
@@ -428,6 +433,7 @@ def to_events(
                     tier=items[s].tier,
                     content_hash=items[s].content_hash,
                     relations=tuple(r for r in items[s].relations if r not in group),
+                    target_hash=items[decision.target].content_hash,
                 ),
             )
             for s in decision.sources
@@ -444,7 +450,8 @@ def to_events(
         return [(decision.target, Promote(at, decision.to_tier, decision.reason))]
     if decision.kind is DecisionKind.ARCHIVE:
         return [(decision.target, Fade(at, "archive sweep"))]
-    return [(decision.target, Purge(at, decision.reason))]
+    purged = items[decision.target].state_changed_at  # the window was judged from it
+    return [(decision.target, Purge(at, decision.reason, state_changed_at=purged))]
 
 
 @dataclass(frozen=True)

@@ -316,6 +316,10 @@ def _absorb(state: MemoryState, event: Absorb, policy: Policy) -> Result:
     if state.state in (Lifecycle.FORGOTTEN, Lifecycle.DELETED):  # since the plan
         why = f"a {state.state} memory absorbs nothing ({event.source} is kept)"
         return state, (Effect(EffectKind.IGNORED, why),)
+    if event.target_hash is not None and event.target_hash != state.content_hash:
+        # its words are no longer the duplicate's: retired, the source's would be in no memory
+        why = f"rewritten with other words since the merge was planned ({event.source} is kept)"
+        return state, (Effect(EffectKind.IGNORED, why),)
     new = dataclasses.replace(
         state,
         access_count=state.access_count + event.access_count,
@@ -496,11 +500,21 @@ def _promote(state: MemoryState, event: Promote, policy: Policy) -> Result:
 
 
 def _purge(state: MemoryState, event: Purge) -> Result:
-    """Purged memories stay as a tombstone (deleted, ``purged``) so redelivered events stay skipped."""
+    """Purged memories stay as a tombstone (deleted, ``purged``) so redelivered events stay skipped.
+    A purge planned for a state that changed since (``state_changed_at``) is ignored: the
+    retention window was judged from the earlier change.
+    """
     if state.purged:
         return state, (Effect(EffectKind.IGNORED, "already purged"),)
     if state.state not in (Lifecycle.FORGOTTEN, Lifecycle.DELETED):
         return state, (Effect(EffectKind.IGNORED, f"cannot purge a {state.state} memory"),)
+    planned = event.state_changed_at
+    if planned is not None and planned != state.state_changed_at:
+        why = (
+            f"{state.state} at {state.state_changed_at.isoformat()}, not at"
+            f" {planned.isoformat()} as planned: its retention window starts again"
+        )
+        return state, (Effect(EffectKind.IGNORED, why),)
     new = dataclasses.replace(
         state, state=Lifecycle.DELETED, purged=True, state_changed_at=event.at
     )

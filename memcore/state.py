@@ -213,6 +213,10 @@ class Absorb:
         relations: its relations (memory ids); the survivor adds them after its own, up to
             ``MAX_RELATIONS``, but for itself and the source (graph proximity lost the
             duplicate's links once it was purged).
+        target_hash: the survivor's content hash as planned: a survivor rewritten with other
+            words since absorbs nothing, and the source is kept (retired, its words would be in
+            no active memory). None: not known (an absorb planned before it carried it), taken
+            whatever the survivor says.
     """
 
     at: datetime
@@ -228,6 +232,7 @@ class Absorb:
     tier: Tier | None = None
     content_hash: str | None = None
     relations: tuple[str, ...] = ()
+    target_hash: str | None = None
 
 
 @dataclass(frozen=True)
@@ -298,11 +303,18 @@ class Promote:
 
 @dataclass(frozen=True)
 class Purge:
-    """Remove a forgotten or deleted memory from the serving store (the log keeps its history)."""
+    """Remove a forgotten or deleted memory from the serving store (the log keeps its history).
+
+    ``state_changed_at``: when the memory was forgotten or deleted as the plan saw it (the
+    retention window was judged from it); a memory whose state changed since (written again,
+    then deleted again inside the window) is left as it is. None: purge it whatever its state's
+    time (a purge through the API, one planned before it carried the time).
+    """
 
     at: datetime
     reason: str
     position: Position | None = None
+    state_changed_at: datetime | None = None
 
 
 Event = Write | Access | Absorb | Retire | Fade | Supersede | Promote | Purge

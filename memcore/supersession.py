@@ -1,5 +1,9 @@
 """Supersession (SPEC section 6): a newer memory stating a newer value of the same fact.
 
+Only memories of one scope are compared: the same ``user_id`` and ``agent_id`` (an unscoped
+memory with unscoped ones only), whatever their sessions: a fact restated in a later session
+supersedes, one said of another end user or by another agent never does.
+
 The deterministic rule: both memories are short single statements that parse as
 ``subject · relation · value`` (``Alice lives in Osaka`` / ``Alice now lives in Lisbon``), with the
 same subject and relation, different values, and cosine similarity at least
@@ -40,8 +44,9 @@ class SupersessionPolicy:
         enabled: run the rule on writes.
         min_cosine: the two memories' cosine must be at least this.
         max_words: only statements of at most this many words are parsed.
-        neighbours: how many of the tenant's nearest memories a new write is compared with
-            (at most :data:`MAX_NEIGHBOURS` are).
+        neighbours: how many of the nearest memories of the tenant, of the new write's user and
+            agent (:attr:`Version.scope`), a new write is compared with (at most
+            :data:`MAX_NEIGHBOURS` are).
     """
 
     enabled: bool = True
@@ -84,12 +89,23 @@ class Version:
         content: its text.
         at: event time of its write (creation).
         similarity: cosine to the new memory (1 for the new memory itself).
+        scope: its ``(agent_id, user_id)``, "" for none: only memories of one scope supersede
+            each other (the session is no part of it: a fact restated in a later session
+            supersedes).
     """
 
     memory_id: str
     content: str
     at: datetime
     similarity: float = 1.0
+    scope: tuple[str, str] = ("", "")
+
+
+def comparable(new: Version, other: Version) -> bool:
+    """``other`` is another memory of ``new``'s scope: one of another user or agent (or scoped,
+    where ``new`` is not) is never superseded by it, nor supersedes it.
+    """
+    return other.memory_id != new.memory_id and other.scope == new.scope
 
 
 @dataclass(frozen=True)
@@ -241,14 +257,15 @@ def detect(
     new: Version, neighbours: Sequence[Version], policy: SupersessionPolicy
 ) -> list[Supersession]:
     """The supersessions between ``new`` and its ``neighbours`` (either may be the older one: a
-    write can arrive after a newer version of its fact). Neighbours with the same id, the same
-    event time, the same value, a different fact or a cosine under the policy's are left alone.
+    write can arrive after a newer version of its fact). Neighbours with the same id, another
+    scope (:func:`comparable`), the same event time, the same value, a different fact or a
+    cosine under the policy's are left alone.
     """
     if not policy.enabled:
         return []
     out = []
     for other in neighbours:
-        if other.memory_id == new.memory_id or other.at == new.at:
+        if not comparable(new, other) or other.at == new.at:
             continue
         if other.similarity < policy.min_cosine:
             continue
@@ -294,13 +311,15 @@ LLM_PROMPT = (
 def llm_candidates(
     new: Version, neighbours: Sequence[Version], policy: SupersessionPolicy
 ) -> list[Version]:
-    """The neighbours an LLM is asked about: other memories written before ``new``, at least
-    the policy's cosine apart (a write that arrives after a newer version is left to the rule).
+    """The neighbours an LLM is asked about: other memories of ``new``'s scope
+    (:func:`comparable`: another user's or agent's content never reaches the prompt) written
+    before ``new``, at least the policy's cosine apart (a write that arrives after a newer
+    version is left to the rule).
     """
     return [
         n
         for n in neighbours
-        if n.memory_id != new.memory_id and n.at < new.at and n.similarity >= policy.min_cosine
+        if comparable(new, n) and n.at < new.at and n.similarity >= policy.min_cosine
     ]
 
 

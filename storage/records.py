@@ -115,13 +115,16 @@ class DecisionV1(_Strict):
 
     ``absorb``: take over the counters of ``source`` (and move up ``to`` its tier, when
     given; ``content_hash``: the source's, for the retire the survivor then sends;
+    ``target_hash``: the survivor's as planned, which a survivor rewritten since refuses;
     ``relations``: the source's, added to the survivor's); ``retire``:
     move ``to`` archived, forgotten or deleted (``merged_into`` names the survivor or summary);
     ``fade``: archive it if it has faded by ``at`` (decided again on the state it meets);
     ``supersede``: the memory ``by`` states a newer value of the same fact from ``at`` on
     (``hops``, ``chains``, ``replaces``: see :class:`memcore.Supersede`); ``promote``: move ``to``
     a tier;
-    ``purge``: remove a forgotten or deleted memory from the serving store.
+    ``purge``: remove a forgotten or deleted memory from the serving store (``state_changed_at``:
+    when it was forgotten or deleted as planned; a memory whose state changed since is kept).
+    Optional fields left out decode as before they existed.
     """
 
     v: Literal[1]
@@ -143,6 +146,8 @@ class DecisionV1(_Strict):
     to: str | None = None
     merged_into: str | None = None
     content_hash: str | None = Field(None, pattern="^[0-9a-f]{64}$")
+    target_hash: str | None = Field(None, pattern="^[0-9a-f]{64}$")
+    state_changed_at: AwareDatetime | None = None
     hops: int = Field(0, ge=0, le=MAX_RELINKS)
     chains: bool = True
     replaces: str | None = None
@@ -536,6 +541,8 @@ def decision_value(
         value |= {"decision": "promote", "to": event.to.value}
     else:
         value["decision"] = "purge"
+        if event.state_changed_at is not None:  # left out when not known: older records alike
+            value["state_changed_at"] = event.state_changed_at.isoformat()
     return value
 
 
@@ -559,6 +566,8 @@ def _absorb_fields(event: Absorb) -> dict[str, Any]:
         value["content_hash"] = event.content_hash  # carried on to the source's retire
     if event.relations:
         value["relations"] = list(event.relations)
+    if event.target_hash is not None:
+        value["target_hash"] = event.target_hash  # the survivor's words as planned
     return value
 
 
@@ -597,6 +606,7 @@ def decode_decision(raw: bytes, limits: Limits, document: object = None) -> Deci
                 tier=Tier.parse(m.to, "to") if m.to is not None else None,
                 content_hash=m.content_hash,
                 relations=tuple(_id(f"relations[{i}]", r) for i, r in enumerate(m.relations)),
+                target_hash=m.target_hash,
             )
         elif m.decision == "retire":
             to = Lifecycle(m.to) if m.to in ("archived", "forgotten", "deleted") else None
@@ -612,7 +622,8 @@ def decode_decision(raw: bytes, limits: Limits, document: object = None) -> Deci
         elif m.decision == "promote":
             event = Promote(m.at, Tier.parse(m.to, "to"), m.reason)
         else:
-            event = Purge(m.at, m.reason)
+            changed = _checked_time("state_changed_at", m.state_changed_at, limits)
+            event = Purge(m.at, m.reason, state_changed_at=changed)
     except InvalidField as exc:
         raise RecordError(exc.field, exc.value, exc.reason) from exc
     return DecisionRecord(tenant_id, memory_id, event, m.request_id)

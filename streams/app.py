@@ -175,6 +175,13 @@ def consolidatable(
     return rows
 
 
+def scope_of(state: MemoryState) -> tuple[str, str]:
+    """A memory's scope for supersession (:attr:`memcore.Version.scope`): its ``(agent_id,
+    user_id)``, "" for none, as its row holds them; the session is no part of it.
+    """
+    return (state.agent_id or "", state.user_id or "")
+
+
 def supersedable(
     hits: Sequence[Hit], state_of: Callable[[str], MemoryState | None], at: datetime
 ) -> list[Hit]:
@@ -487,13 +494,14 @@ class StreamWorker:
             self.applied.note(role, ranges, produced, derived)
 
     async def supersede(self, batch: Batch) -> None:
-        """Compare each stated memory with its tenant's nearest memories (now synced, this
-        batch's included) and add a ``supersede`` decision for every older version (SPEC section
-        6): the LLM decides when the worker has one and it answers, else the rule (which only
-        looks at memories that state a fact). Decisions go through ``memory-writes`` keyed by the
-        older memory, so they apply on its partition. A redelivered write (skipped by offset)
-        whose memory is current with its content is checked again: its first delivery may have
-        died before its decisions were sent, and a decision already applied is ignored.
+        """Compare each stated memory with the nearest memories of its tenant, user and agent (in
+        any session; now synced, this batch's included) and add a ``supersede`` decision for
+        every older version (SPEC section 6): the LLM decides when the worker has one and it
+        answers, else the rule (which only looks at memories that state a fact). Decisions go
+        through ``memory-writes`` keyed by the older memory, so they apply on its partition. A
+        redelivered write (skipped by offset) whose memory is current with its content is
+        checked again: its first delivery may have died before its decisions were sent, and a
+        decision already applied is ignored.
 
         Each tenant is checked in isolation: an exception (a bug, a search Milvus refuses) is
         logged with its traceback, what the tenant's check had added is dropped and each of its
@@ -547,7 +555,8 @@ class StreamWorker:
     async def compared(
         self, tenant_id: str, statements: Mapping[str, Statement]
     ) -> tuple[SupersessionPolicy, list[Compared]] | None:
-        """The tenant's rules and each stated memory (by key) with its older neighbours, for
+        """The tenant's rules and each stated memory (by key) with its older neighbours (of its
+        scope: the same ``user_id`` and ``agent_id``, searched once per scope), for
         :meth:`supersede`; None when its rules are off or none of them is to be compared. The new
         version is dated by its statement (a rewrite that reasserts a superseded memory is newer
         than the memory that superseded it); a neighbour by its creation (a neighbour reasserted
@@ -567,24 +576,43 @@ class StreamWorker:
                 stated.append((*found, said.at))
         if not stated:
             return None
-        search = functools.partial(
-            nearest,
-            self.services,
-            tenant_id,
-            [doc.vector for _, doc, _ in stated],
-            rules.searched,
-            # versions superseded before every statement here are no neighbours to compare
-            Filters(states=SUPERSEDABLE, current_at_us=to_us(min(at for _, _, at in stated))),
-        )
+        # one search per scope: a statement supersedes memories of its own user and agent only
+        # (any session), and the nearest of the tenant's other users would crowd those out
+        by_scope: dict[tuple[str, str], list[int]] = {}
+        for i, (state, _, _) in enumerate(stated):
+            by_scope.setdefault(scope_of(state), []).append(i)
+
+        def search() -> list[list[Hit]]:
+            each_hits: list[list[Hit]] = [[] for _ in stated]
+            for (agent_id, user_id), members in by_scope.items():
+                hits = nearest(
+                    self.services,
+                    tenant_id,
+                    [stated[i][1].vector for i in members],
+                    rules.searched,
+                    # "" matches the unscoped rows only (a row holds "" for no user or agent);
+                    # versions superseded before every statement here are no neighbours
+                    Filters(
+                        states=SUPERSEDABLE,
+                        current_at_us=to_us(min(stated[i][2] for i in members)),
+                        agent_id=agent_id,
+                        user_id=user_id,
+                    ),
+                )
+                for i, of_one in zip(members, hits, strict=True):
+                    each_hits[i] = of_one
+            return each_hits
+
         compared: list[Compared] = [
             (
-                Version(state.memory_id, doc.content, at),
+                Version(state.memory_id, doc.content, at, scope=scope_of(state)),
                 [
                     Version(
                         h.row.memory_id,
                         h.row.content,
                         from_us(h.row.created_at_us),
                         h.similarity,
+                        (h.row.agent_id or "", h.row.user_id or ""),
                     )
                     for h in supersedable(hits, self.processor.state, at)
                 ],

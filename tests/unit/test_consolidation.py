@@ -18,6 +18,8 @@ from memcore import (
     Lifecycle,
     MemoryState,
     Policy,
+    Purge,
+    Retire,
     Strategy,
     Tier,
     apply,
@@ -33,7 +35,7 @@ from memcore.consolidation import (
 )
 from memcore.ids import content_hash
 
-from .helpers import T0, created, hours
+from .helpers import T0, created, hours, write
 
 POLICY = Policy()
 
@@ -98,7 +100,7 @@ def test_exact_dedup_keeps_the_oldest() -> None:
 def test_semantic_dedup_threshold() -> None:
     items = [item("old", (1.0, 0.0)), item("near", (1.0, 0.3), 1), item("far", (1.0, 0.4), 2)]
     # cos(near) = 0.958, cos(far) = 0.928
-    (decision,) = plan("t", items, T0, POLICY, [Strategy.SEMANTIC_DEDUP])
+    (decision,) = plan("t", items, T0 + hours(5), POLICY, [Strategy.SEMANTIC_DEDUP])
     assert (decision.target, decision.sources) == ("old", ("near",))
     assert "0.95" in decision.reason
 
@@ -111,8 +113,8 @@ def test_greedy_groups_are_not_transitive() -> None:
 
 def test_compression_clusters_and_stable_summary_ids() -> None:
     items = [item("a", (1.0, 0.0)), item("b", (1.0, 0.5), 1), item("z", (0.0, 1.0), 2)]
-    first = plan("t", items, T0, POLICY, [Strategy.COMPRESS])
-    again = plan("t", list(reversed(items)), T0, POLICY, [Strategy.COMPRESS])
+    first = plan("t", items, T0 + hours(5), POLICY, [Strategy.COMPRESS])
+    again = plan("t", list(reversed(items)), T0 + hours(5), POLICY, [Strategy.COMPRESS])
     assert first == again
     (decision,) = first
     assert decision.kind is DecisionKind.SUMMARISE
@@ -122,7 +124,9 @@ def test_compression_clusters_and_stable_summary_ids() -> None:
 
 def test_dedup_consumes_before_compression() -> None:
     items = [item("a", (1.0, 0.0)), item("a2", (1.0, 0.01), 1), item("b", (1.0, 0.5), 2)]
-    decisions = plan("t", items, T0, POLICY, [Strategy.SEMANTIC_DEDUP, Strategy.COMPRESS])
+    decisions = plan(
+        "t", items, T0 + hours(5), POLICY, [Strategy.SEMANTIC_DEDUP, Strategy.COMPRESS]
+    )
     assert kinds(decisions) == [DecisionKind.MERGE, DecisionKind.SUMMARISE]
     assert decisions[1].sources == ("a", "b")
 
@@ -185,7 +189,7 @@ def test_merge_events_conserve_counters_through_the_reducer() -> None:
         )
         for i, (m, s) in enumerate(states.items())
     }
-    (decision,) = plan("t", list(items.values()), T0, POLICY, [Strategy.EXACT_DEDUP])
+    (decision,) = plan("t", list(items.values()), T0 + hours(5), POLICY, [Strategy.EXACT_DEDUP])
     at = T0 + hours(1)
     effects = carry_out(states, to_events(decision, items, at))
     # a (working, 0.3) takes b's tier (episodic, 0.6), then b leaves
@@ -203,7 +207,7 @@ def test_merge_events_conserve_counters_through_the_reducer() -> None:
 
 def test_summary_sources_are_archived_not_deleted() -> None:
     items = {m: item(m, v, i) for i, (m, v) in enumerate([("a", (1.0, 0.0)), ("b", (1.0, 0.5))])}
-    (decision,) = plan("t", list(items.values()), T0, POLICY, [Strategy.COMPRESS])
+    (decision,) = plan("t", list(items.values()), T0 + hours(5), POLICY, [Strategy.COMPRESS])
     events = to_events(decision, items, T0)
     assert [(m, e.to) for m, e in events] == [  # type: ignore[union-attr]
         ("a", Lifecycle.ARCHIVED),
@@ -294,7 +298,7 @@ def test_memories_of_different_users_are_never_merged_or_summarised_together() -
         item("q", (1.0, 0.5), 2, "q", scope=bob),
         item("r", (1.0, 0.4), 3, "r", scope=ann),
     ]
-    (summary,) = plan("t", similar, T0, POLICY, [Strategy.COMPRESS])
+    (summary,) = plan("t", similar, T0 + hours(5), POLICY, [Strategy.COMPRESS])
     assert (summary.kind, summary.sources) == (DecisionKind.SUMMARISE, ("p", "r"))  # not bob's q
 
 
@@ -326,7 +330,7 @@ def test_a_memory_stating_a_fact_is_never_compressed_so_a_later_statement_supers
         item("b", (1.0, 0.3), 1),  # "Alice loves the ramen shops there."
         item("c", (1.0, 0.4), 2),
     ]
-    (decision,) = plan("t", items, T0, POLICY, [Strategy.COMPRESS])
+    (decision,) = plan("t", items, T0 + hours(5), POLICY, [Strategy.COMPRESS])
     assert (decision.kind, decision.sources) == (DecisionKind.SUMMARISE, ("b", "c"))
 
 
@@ -334,16 +338,16 @@ def test_a_merge_moves_the_survivor_up_to_a_duplicates_tier_and_never_down() -> 
     """The survivor kept its own tier: a fact written as semantic merged into an older episodic
     copy decayed as episodic (τ 240 h, not 1,200) and the sweep archived it after 100 idle days.
     """
+    same = content_hash("same")
     states = {
-        "a": created(0.4, Tier.EPISODIC, memory_id="a"),
-        "b": created(0.4, Tier.SEMANTIC, memory_id="b"),
-        "c": created(0.4, Tier.WORKING, memory_id="c"),
+        m: dataclasses.replace(created(0.4, tier, memory_id=m), content_hash=same)
+        for m, tier in (("a", Tier.EPISODIC), ("b", Tier.SEMANTIC), ("c", Tier.WORKING))
     }
     items = {
-        m: item(m, (1.0, 0.0), i, "same", tier=s.tier, tau_hours=s.tau_hours, importance=0.4)
+        m: item(m, (1.0, 0.0), i, same, tier=s.tier, tau_hours=s.tau_hours, importance=0.4)
         for i, (m, s) in enumerate(states.items())
     }
-    (decision,) = plan("t", list(items.values()), T0, POLICY, [Strategy.EXACT_DEDUP])
+    (decision,) = plan("t", list(items.values()), T0 + hours(5), POLICY, [Strategy.EXACT_DEDUP])
     assert (decision.target, decision.sources) == ("a", ("b", "c"))
     carry_out(states, to_events(decision, items, T0 + hours(1)))
     survivor = states["a"]
@@ -351,8 +355,61 @@ def test_a_merge_moves_the_survivor_up_to_a_duplicates_tier_and_never_down() -> 
         Tier.SEMANTIC,
         POLICY.decay.tau_hours(Tier.SEMANTIC),
     )
-    planned = plan("t", list(items.values()), T0, POLICY, [Strategy.EXACT_DEDUP, Strategy.ARCHIVE])
+    planned = plan(
+        "t", list(items.values()), T0 + hours(5), POLICY, [Strategy.EXACT_DEDUP, Strategy.ARCHIVE]
+    )
     assert kinds(planned) == [DecisionKind.MERGE]  # the plan sees the survivor semantic too
     later = T0 + timedelta(days=100)
     swept = plan("t", list(items.values()), later, POLICY, [Strategy.EXACT_DEDUP, Strategy.ARCHIVE])
     assert kinds(swept) == [DecisionKind.MERGE]
+
+
+def test_a_plan_takes_no_memory_created_after_its_time() -> None:
+    """A request read with lag, or ``mnemo consolidate --at`` a past time, merged and summarised
+    memories written after its ``at``: a summary dated before its sources, which as-of recall at
+    ``at`` returned though its words were not written yet (SPEC section 6).
+    """
+    items = [
+        item("a", (1.0, 0.0), 0),
+        item("b", (1.0, 0.3), 1),
+        item("c", (1.0, 0.4), 3),  # cos 0.928 to a: in the cluster, once it exists
+        item("a2", (1.0, 0.0), 4, "a"),  # a's words again
+    ]
+    strategies = [Strategy.EXACT_DEDUP, Strategy.COMPRESS]
+    then = plan("t", items, T0 + hours(2), POLICY, strategies)
+    assert [(d.kind, d.target, d.sources) for d in then] == [
+        (DecisionKind.SUMMARISE, then[0].target, ("a", "b"))
+    ]
+    now = plan("t", items, T0 + hours(4), POLICY, strategies)  # created at ``at``: offered
+    assert [(d.kind, d.sources) for d in now] == [
+        (DecisionKind.MERGE, ("a2",)),
+        (DecisionKind.SUMMARISE, ("a", "b", "c")),
+    ]
+
+
+def test_a_purge_leaves_a_memory_deleted_again_since_the_plan_inside_its_window() -> None:
+    """The plan judged the window from a deletion 31 days old; the memory was written again and
+    deleted a minute before the purge applied, and its document and row were dropped inside
+    the window that keeps them (SPEC section 7).
+    """
+    window = hours(POLICY.consolidation.retention_window_hours)
+    first, _ = apply(
+        created(memory_id="m"), Retire(T0 + hours(1), Lifecycle.DELETED, "api"), POLICY
+    )
+    assert first is not None
+    at = T0 + hours(1) + window + timedelta(days=1)
+    items = {"m": item("m", (1.0, 0.0), state=Lifecycle.DELETED, state_changed_at=T0 + hours(1))}
+    (decision,) = plan("t", list(items.values()), at, POLICY, [Strategy.PURGE])
+    ((_, purge),) = to_events(decision, items, at)
+    assert isinstance(purge, Purge)
+    assert purge.state_changed_at == T0 + hours(1)
+    states = {"m": first}
+    assert [e.kind for e in carry_out(states, [("m", write("m", at=at))])] == [EffectKind.CREATED]
+    again = Retire(at + timedelta(minutes=1), Lifecycle.DELETED, "api")
+    carry_out(states, [("m", again)])
+    assert [e.kind for e in carry_out(states, [("m", purge)])] == [EffectKind.IGNORED]
+    assert (states["m"].state, states["m"].purged) == (Lifecycle.DELETED, False)
+    legacy = dataclasses.replace(purge, state_changed_at=None)  # recorded before it carried it
+    assert [e.kind for e in carry_out(dict(states), [("m", legacy)])] == [EffectKind.PURGED]
+    untouched = {"m": first}
+    assert [e.kind for e in carry_out(untouched, [("m", purge)])] == [EffectKind.PURGED]

@@ -22,6 +22,7 @@ from memcore import (
     Retire,
     Tier,
     apply,
+    content_hash,
 )
 from memcore.card import review_intervals_hours
 
@@ -277,6 +278,18 @@ class TestDecisions:
         again, effects = apply(after, Absorb(T0, "m2", 5, 4, 2, 0.9, "again"), DEFAULT)
         assert again == after
         assert effects[0].kind is EffectKind.IGNORED
+
+    def test_an_absorb_planned_for_other_words_of_its_survivor_is_ignored(self) -> None:
+        state = created(0.3)  # its words: content_hash("m1")
+        planned = Absorb(T0, "m2", 5, 4, 2, 0.9, "dup", target_hash=content_hash("other words"))
+        after, effects = apply(state, planned, DEFAULT)
+        assert after == state
+        assert [e.kind for e in effects] == [EffectKind.IGNORED]
+        assert "rewritten" in effects[0].reason
+        for hashed in (content_hash("m1"), None):  # as planned; planned before it was carried
+            taken, effects = apply(state, dataclasses.replace(planned, target_hash=hashed), DEFAULT)
+            assert taken is not None
+            assert (taken.merged_from, effects[0].kind) == (("m2",), EffectKind.ABSORBED)
 
     def test_retire_and_purge(self) -> None:
         state = created(0.3)

@@ -769,12 +769,14 @@ def test_scheduled_consolidation_spreads_one_request_per_tenant() -> None:
         Absorb(T, "m2", 3, 1, 2, 0.7, "merged", T - timedelta(days=1), ("tea", "ann")),
         Absorb(T, "m2", 3, 1, 2, 0.7, "merged", tier=Tier.SEMANTIC),
         Absorb(T, "m2", 3, 1, 2, 0.7, "merged", content_hash="0" * 64, relations=("m7", "m8")),
+        Absorb(T, "m2", 3, 1, 2, 0.7, "merged", content_hash="0" * 64, target_hash="1" * 64),
         Retire(T, Lifecycle.DELETED, "deleted through the API", "m3"),
         Retire(T, Lifecycle.ARCHIVED, "compressed into s", "s", content_hash("Ann likes tea.")),
         Fade(T, "swept"),
         Supersede(T, "m9", "newer value"),
         Promote(T, Tier.SEMANTIC, "accessed often"),
         Purge(T, "purged"),
+        Purge(T, "window", state_changed_at=T - timedelta(days=31, microseconds=7)),
     ],
 )
 def test_decision_values_decode_to_the_same_event(event: DecisionEvent) -> None:
@@ -913,6 +915,42 @@ def test_a_source_rewritten_since_the_plan_is_not_merged_away() -> None:
     merged = t.processor.state("acme/c")
     assert merged is not None
     assert (merged.state, merged.merged_into) == (Lifecycle.DELETED, "a")  # merged as planned
+
+
+def test_a_survivor_rewritten_since_the_plan_absorbs_nothing_and_its_duplicate_stays() -> None:
+    """The survivor took the duplicate whatever it said by then, and the duplicate was retired
+    as merged into it: its words ("Ann likes tea.") were in no active memory. An absorb recorded
+    before it carried the survivor's hash decodes and applies as it did.
+    """
+    t = Tables()
+    for m in ("a", "b"):
+        t.write(write_bytes(memory_id=m, content="Ann likes tea."), key=f"acme/{m}".encode())
+    rows = [
+        make_row("acme", m, (1.0, 0.0, 0.0, 0.0), content="Ann likes tea.", created_at_us=us)
+        for m, us in (("a", 1_000_000), ("b", 2_000_000))
+    ]
+    request = ConsolidationRequest(("acme",), T, (Strategy.EXACT_DEDUP,), {}, False, None)
+    (merge,) = plan_tenant("acme", rows, request, Policy())
+    assert (merge.target, merge.sources) == ("a", ("b",))
+    records = decision_records("acme", [merge], rows, T, None)
+    t.write(write_bytes(memory_id="a", content="Ann likes coffee now."), key=b"acme/a")
+    t.carry_out(records)
+    survivor, kept = t.processor.state("acme/a"), t.processor.state("acme/b")
+    assert survivor is not None
+    assert kept is not None
+    assert (survivor.merged_from, survivor.access_count) == ((), 0)
+    assert (kept.state, kept.merged_into) == (Lifecycle.ACTIVE, None)
+    assert kept.content_hash == content_hash("Ann likes tea.")
+    (absorb,) = records
+    legacy = orjson.loads(absorb.value)
+    assert legacy.pop("target_hash") == content_hash("Ann likes tea.")
+    old = dataclasses.replace(absorb, value=orjson.dumps(legacy))
+    t.carry_out([old])  # at a later offset (no redelivery): taken, as before
+    survivor, merged = t.processor.state("acme/a"), t.processor.state("acme/b")
+    assert survivor is not None
+    assert merged is not None
+    assert survivor.merged_from == ("b",)
+    assert (merged.state, merged.merged_into) == (Lifecycle.DELETED, "a")
 
 
 def test_a_duplicate_leaves_only_once_its_survivor_took_it() -> None:

@@ -126,6 +126,29 @@ def test_same_value_other_subject_weak_similarity_or_disabled_supersede_nothing(
     assert detect(new, [Version("o", "Alice lives in Osaka", T0, 0.9)], off) == []
 
 
+def test_only_a_memory_of_the_same_user_and_agent_is_superseded() -> None:
+    """End user u2's "My sister now lives in Lisbon" superseded u1's "My sister lives in Osaka",
+    and u1's recall (by user_id) then found neither; another session of the same user is the
+    same scope (a fact restated later supersedes).
+    """
+    new = Version("lisbon", "My sister now lives in Lisbon", T0 + hours(24), scope=("bot", "u2"))
+    others = [
+        Version("u1", "My sister lives in Osaka", T0, 0.9, ("bot", "u1")),
+        Version("agent", "My sister lives in Osaka", T0, 0.9, ("x", "u2")),
+        Version("unscoped", "My sister lives in Osaka", T0, 0.9),
+        Version("later", "My sister lives in Kyoto now", T0 + hours(48), 0.9, ("bot", "u1")),
+    ]
+    assert detect(new, others, RULE) == []
+    assert llm_candidates(new, others, RULE) == []  # another user's words never reach a prompt
+    assert decide(new, others, RULE, '{"replaces": [1, 2, 3]}') == []
+    assert decide(new, others, RULE) == []
+    mine = Version("mine", "My sister lives in Osaka", T0, 0.9, ("bot", "u2"))
+    assert [(s.older, s.newer) for s in detect(new, [*others, mine], RULE)] == [("mine", "lisbon")]
+    assert [s.older for s in decide(new, [*others, mine], RULE, '{"replaces": [1]}')] == ["mine"]
+    unscoped = Version("n", "My sister now lives in Lisbon", T0 + hours(24))
+    assert [s.older for s in detect(unscoped, others, RULE)] == ["unscoped"]
+
+
 def test_the_reducer_records_the_earliest_supersession() -> None:
     policy = Policy()
     state = created(0.5, memory_id="osaka")

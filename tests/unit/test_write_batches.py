@@ -72,13 +72,15 @@ class Topic:
 
 
 class Store:
-    """Keeps the rows upserted; a search finds every row of the tenant at cosine 0.9, and
+    """Keeps the rows upserted; a search finds every row of the tenant at cosine 0.9 (of the
+    filters' ``agent_id`` and ``user_id`` where given, as Milvus: "" is a row with none), and
     raises (not retriably) for the tenants in ``refuse``.
     """
 
     def __init__(self, refuse: Sequence[str] = ()) -> None:
         self.rows: dict[str, MemoryRow] = {}
         self.refuse = set(refuse)
+        self.searched: list[Filters] = []
 
     def upsert(self, rows: Sequence[MemoryRow]) -> int:
         self.rows.update((row.key, row) for row in rows)
@@ -92,7 +94,14 @@ class Store:
     ) -> list[list[Hit]]:
         if tenant_id in self.refuse:
             raise StorageError("search", "refused", retriable=False)
-        rows = [r for r in self.rows.values() if r.tenant_id == tenant_id]
+        self.searched.append(filters)
+        rows = [
+            r
+            for r in self.rows.values()
+            if r.tenant_id == tenant_id
+            and filters.agent_id in (None, r.agent_id)
+            and filters.user_id in (None, r.user_id)
+        ]
         return [[Hit(r, 0.9) for r in rows] for _ in vectors]
 
 
@@ -401,6 +410,61 @@ async def test_every_tenant_s_llm_questions_of_a_batch_are_asked_at_once(tmp_pat
     sent = await asyncio.wait_for(w.writes(newer("acme"), newer("globex")), 10)
     decisions = [(key, v["decision"], v["by"]) for role, key, v in sent if role == "memory-writes"]
     assert decisions == [(b"acme/A", "supersede", "B"), (b"globex/A", "supersede", "B")]
+
+
+# -- a statement supersedes memories of its own user and agent only --------------------------------
+
+
+def sister(memory_id: str, city: str, hour: int, **scope: str) -> tuple[str, bytes]:
+    at = f"2026-03-01T{hour:02d}:00:00+00:00"
+    content = f"My sister now lives in {city}" if hour > 10 else f"My sister lives in {city}"
+    value = write(content, memory_id, at=at, embedding=[1.0, 0.1, 0, 0], **scope)
+    return f"acme/{memory_id}", value
+
+
+def superseded(sent: list[tuple[str, bytes, dict[str, Any]]]) -> list[tuple[bytes, str]]:
+    return [(key, v["by"]) for role, key, v in sent if role == "memory-writes"]
+
+
+async def test_a_statement_of_another_user_or_agent_supersedes_nothing(tmp_path: Path) -> None:
+    """End user u2's "My sister now lives in Lisbon" superseded u1's "My sister lives in Osaka":
+    u1's memory got valid_to and superseded_by, and u1's recall (by user_id) found neither.
+    """
+    w = Worker(tmp_path, Embedder({}))
+    await w.writes(sister("osaka", "Osaka", 10, user_id="u1", agent_id="bot", session_id="s1"))
+    assert superseded(await w.writes(sister("lisbon", "Lisbon", 11, user_id="u2"))) == []
+    other_agent = sister("lisbon2", "Lisbon", 11, user_id="u2", agent_id="bot")
+    assert superseded(await w.writes(other_agent)) == []
+    assert superseded(await w.writes(sister("rome", "Rome", 12, agent_id="bot"))) == []  # no user
+    assert superseded(await w.writes(sister("oslo", "Oslo", 12, user_id="u1", agent_id="x"))) == []
+    assert superseded(await w.writes(sister("kyiv", "Kyiv", 12))) == []  # unscoped
+    state = w.worker.processor.state("acme/osaka")
+    assert state is not None
+    assert (state.valid_to, state.superseded_by) == (None, None)
+    # each search named its statement's scope ("" for none: the unscoped rows only)
+    scopes = [(f.agent_id, f.user_id) for f in w.store.searched]
+    assert scopes[1:] == [("", "u2"), ("bot", "u2"), ("bot", ""), ("x", "u1"), ("", "")]
+    # the same user and agent restating the fact in a later session still supersede it
+    later = sister("kyoto", "Kyoto", 13, user_id="u1", agent_id="bot", session_id="s2")
+    assert superseded(await w.writes(later)) == [(b"acme/osaka", "kyoto")]
+
+
+async def test_a_batch_of_two_users_statements_supersedes_within_each_user_only(
+    tmp_path: Path,
+) -> None:
+    w = Worker(tmp_path, Embedder({}))
+    sent = await w.writes(
+        sister("osaka", "Osaka", 10, user_id="u1"),
+        sister("lisbon", "Lisbon", 11, user_id="u2"),
+        sister("kyoto", "Kyoto", 12, user_id="u1", session_id="later"),
+        sister("paris", "Paris", 13, user_id="u3"),
+    )
+    assert superseded(sent) == [(b"acme/osaka", "kyoto")]
+    assert sorted((f.agent_id, f.user_id) for f in w.store.searched) == [
+        ("", "u1"),
+        ("", "u2"),
+        ("", "u3"),
+    ]  # one search per scope
 
 
 # -- a reasserted memory is dated by its statement --------------------------------------------------
