@@ -157,10 +157,15 @@ _MANY_VALUED = frozenset({"drives", "studies", "prefers"})
 "prefers tea" and "prefers Python"): a newer value supersedes only when its statement says it is
 an update (:func:`states_an_update`: "Alice drives a van now"); a purpose ("prefers Python for
 backend work") names one value's attribute, which is single again."""
-_NOT_A_VALUE = re.compile(
-    r"(to|from|into|through|around|across|back|home|for|with|by|on|in|at|out|off|up|down|over)\b"
-)
-"""A value that opens with these is where or how, not what ("drives to work", "works at home")."""
+_NOT_A_VALUE: dict[str, re.Pattern[str]] = {
+    "drives": re.compile(
+        r"(to|from|into|through|around|across|back|home|for|with|by|on|in|at|out|off|up|down|over)"
+        r"(\s|$)"
+    ),
+    "works at": re.compile(r"(home|from home|remotely)$"),
+}
+"""Per relation, values that say where or how, not what ("drives to work", "works at home"):
+no value. Only whole words ("Home Depot", "AT&T" and "prefers to cycle" are values)."""
 _COPULAS = ("is", "are")
 _OWNED = re.compile(r"^(the|my|his|her|their|our|your)\b|'s\b")
 _FILLER = re.compile(
@@ -226,7 +231,8 @@ def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact
         return None
     if _NEGATION.match(value):  # "Alice's car is not a Prius": a copula's denial
         return None
-    if relation in _RELATIONS and _NOT_A_VALUE.match(value):
+    not_a_value = _NOT_A_VALUE.get(relation)
+    if not_a_value is not None and not_a_value.match(value):
         return None
     if relation == "prefers":
         value, _, purpose = value.partition(_PURPOSE)

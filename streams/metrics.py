@@ -145,7 +145,8 @@ class WorkerMetrics:
         )
         self.supersession_searches = Counter(
             "mnemostream_worker_supersession_searches",
-            "searches for the memories a batch's stated facts may supersede, per tenant, by where"
+            "searches for the memories a batch's stated facts may supersede, one per tenant, user"
+            " and agent in the batch, by where"
             " they were answered: hot (the ranker's cache in this process) or milvus",
             ["source"],
             registry=self.registry,

@@ -430,6 +430,25 @@ def test_statements_that_hold_beside_the_older_one_supersede_nothing(
     assert detect(Version("n", newer, T0 + hours(24)), [Version("o", older, T0, 0.78)], RULE) == []
 
 
+@pytest.mark.parametrize(
+    ("older", "newer"),
+    [
+        ("Alice prefers to work remotely.", "Alice now prefers to work from the office."),
+        ("Bob works at Home Depot.", "Bob now works at Target."),
+        ("Bob works at AT&T.", "Bob now works at Verizon."),
+        ("Carol works at In-N-Out.", "Carol now works at Chipotle."),
+        ("Dan works for ON Semiconductor.", "Dan now works for Intel."),
+        ("Erin lives in Back Bay.", "Erin now lives in Cambridge."),
+    ],
+)
+def test_a_value_that_opens_with_a_preposition_s_letters_is_still_a_value(
+    older: str, newer: str
+) -> None:
+    new = Version("n", newer, T0 + hours(24))
+    (found,) = detect(new, [Version("o", older, T0, 0.7)], RULE)
+    assert (found.older, found.newer) == ("o", "n")
+
+
 def test_a_value_of_a_many_valued_relation_supersedes_when_said_to_be_an_update() -> None:
     tesla = Version("tesla", "Alice drives a Tesla.", T0, 0.8)
     (found,) = detect(Version("van", "Alice drives a van now.", T0 + hours(24)), [tesla], RULE)
