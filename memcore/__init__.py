@@ -24,9 +24,21 @@ from memcore.importance import (
     rule_importance,
 )
 from memcore.policy import DecayPreset, LifecyclePreset, Policy, RecallPreset, RecallWeights
-from memcore.reducer import Relink, apply, create, reassertion, relink, superseding
+from memcore.reducer import (
+    GONE,
+    Notice,
+    Relink,
+    apply,
+    create,
+    reassertion,
+    reinstatements,
+    relink,
+    succession,
+    superseding,
+)
 from memcore.scoring import Candidate, RankParams, Scored, blend, mmr, rank
 from memcore.state import (
+    MAX_PREDECESSORS,
     MAX_RELATIONS,
     MAX_RELINKS,
     MAX_SUMMARY_SOURCES,
@@ -41,7 +53,9 @@ from memcore.state import (
     Position,
     Promote,
     Purge,
+    Reinstate,
     Retire,
+    Succeeds,
     Supersede,
     Write,
 )
@@ -59,6 +73,8 @@ from memcore.supersession import (
 from memcore.types import AccessKind, ImportanceSource, Lifecycle, Tier
 
 __all__ = [
+    "GONE",
+    "MAX_PREDECESSORS",
     "MAX_RELATIONS",
     "MAX_RELINKS",
     "MAX_SUMMARY_SOURCES",
@@ -82,6 +98,7 @@ __all__ = [
     "Lifecycle",
     "LifecyclePreset",
     "MemoryState",
+    "Notice",
     "Policy",
     "Position",
     "Promote",
@@ -89,11 +106,13 @@ __all__ = [
     "RankParams",
     "RecallPreset",
     "RecallWeights",
+    "Reinstate",
     "Relink",
     "Retire",
     "ReviewCard",
     "Scored",
     "Strategy",
+    "Succeeds",
     "Supersede",
     "Supersession",
     "SupersessionPolicy",
@@ -123,12 +142,14 @@ __all__ = [
     "reassertion",
     "recency",
     "recency_at",
+    "reinstatements",
     "relink",
     "resolve_importance",
     "review_intervals_hours",
     "rule_importance",
     "split_key",
     "state_key",
+    "succession",
     "superseding",
     "to_events",
 ]

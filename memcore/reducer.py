@@ -15,6 +15,7 @@ from memcore import card as cards
 from memcore.decay import classify_tier, recency_at, sweep_archive_reason
 from memcore.policy import LifecyclePreset, Policy
 from memcore.state import (
+    MAX_PREDECESSORS,
     MAX_RELATIONS,
     MAX_RELINKS,
     MAX_TAGS,
@@ -27,7 +28,9 @@ from memcore.state import (
     MemoryState,
     Promote,
     Purge,
+    Reinstate,
     Retire,
+    Succeeds,
     Supersede,
     Write,
     absorbed_relations,
@@ -82,6 +85,10 @@ def _dispatch(state: MemoryState | None, event: Event, policy: Policy) -> Result
         return _supersede(state, event)
     if isinstance(event, Promote):
         return _promote(state, event, policy)
+    if isinstance(event, Succeeds):
+        return _succeeds(state, event)
+    if isinstance(event, Reinstate):
+        return _reinstate(state, event)
     return _purge(state, event)
 
 
@@ -480,6 +487,114 @@ def reassertion(state: MemoryState, at: datetime) -> Relink | None:
         return None
     why = f"{state.memory_id} was written again after it superseded it"
     return Relink(state.reasserted_over, Supersede(at, state.memory_id, why))
+
+
+GONE = (Lifecycle.FORGOTTEN, Lifecycle.DELETED)
+"""The lifecycle states out of recall for good: a successor in one of them reinstates the
+versions it superseded."""
+
+
+def _succeeds(state: MemoryState, event: Succeeds) -> Result:
+    if event.predecessor == state.memory_id:
+        return state, (Effect(EffectKind.IGNORED, "a memory cannot supersede itself"),)
+    if state.state in GONE:  # :func:`reinstatements` sends the predecessor a reinstate
+        why = f"a {state.state} memory supersedes nothing: {event.predecessor} is reinstated"
+        return state, (Effect(EffectKind.IGNORED, why),)
+    if event.predecessor in state.predecessors:
+        return state, (Effect(EffectKind.IGNORED, f"{event.predecessor} already recorded"),)
+    kept = (*state.predecessors, event.predecessor)[-MAX_PREDECESSORS:]
+    new = dataclasses.replace(state, predecessors=kept)
+    return new, (Effect(EffectKind.SUCCEEDS, f"supersedes {event.predecessor}: {event.reason}"),)
+
+
+def _reinstate(state: MemoryState, event: Reinstate) -> Result:
+    if state.state in GONE:
+        why = f"a {state.state} memory is not reinstated ({event.by} left recall)"
+        return state, (Effect(EffectKind.IGNORED, why),)
+    if state.superseded_by != event.by:  # relinked, rewritten or reinstated since: a copy
+        now = f"superseded by {state.superseded_by}" if state.superseded_by else "current"
+        return state, (Effect(EffectKind.IGNORED, f"{now}, not by {event.by}"),)
+    successor = event.successor
+    if successor is not None and successor != state.memory_id and event.hops < MAX_RELINKS:
+        valid_to = state.valid_to
+        if event.successor_at is not None and (valid_to is None or event.successor_at > valid_to):
+            valid_to = event.successor_at  # as if the version that left had never been
+        new = dataclasses.replace(state, valid_to=valid_to, superseded_by=successor)
+        why = f"by {successor}: passed on from {event.by}, which left recall ({event.reason})"
+        return new, (Effect(EffectKind.SUPERSEDED, why),)
+    new = dataclasses.replace(state, valid_to=None, superseded_by=None)
+    why = f"current again: {event.by}, which superseded it, left recall ({event.reason})"
+    return new, (Effect(EffectKind.REINSTATED, why),)
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A decision a memory's change sends another memory of its tenant (:func:`succession`,
+    :func:`reinstatements`).
+
+    Attributes:
+        target: id of the memory the decision is for.
+        event: the decision.
+    """
+
+    target: str
+    event: Succeeds | Reinstate
+
+
+def succession(state: MemoryState, event: Event, effect: Effect) -> Notice | None:
+    """The ``succeeds`` decision for the successor that ``event`` (a ``supersede``, or a
+    ``reinstate`` passed on) gave ``state`` (the memory after it, ``effect`` its first effect):
+    the successor records this memory among its ``predecessors``. Sent when the supersession
+    was applied, and again when the event is met again by offset (its first delivery may have
+    died before its decisions were sent; the successor ignores a copy); None otherwise.
+    """
+    if isinstance(event, Supersede):
+        successor, hops = event.by, 0
+    elif isinstance(event, Reinstate) and event.successor is not None:
+        successor, hops = event.successor, event.hops + 1
+    else:
+        return None
+    if (
+        effect.kind not in (EffectKind.SUPERSEDED, EffectKind.SKIPPED)
+        or state.superseded_by != successor
+        or state.valid_to is None
+    ):
+        return None
+    why = f"{state.memory_id} superseded by it"
+    return Notice(successor, Succeeds(state.valid_to, state.memory_id, why, hops))
+
+
+def reinstatements(
+    before: MemoryState, after: MemoryState, event: Event, effect: Effect
+) -> tuple[Notice, ...]:
+    """The ``reinstate`` decisions a memory sends the versions it superseded once it leaves
+    recall: ``after`` (its state after ``event``; ``before``, the one the event met; ``effect``,
+    the first effect) is deleted or forgotten, and was not before, or the event was met again
+    by offset (its first delivery may have died before its decisions were sent; a reinstated
+    predecessor ignores a copy). A ``succeeds`` reaching a memory deleted or forgotten already
+    answers its predecessor alone. Each names what stands in for the memory: the survivor it
+    was merged into (which holds its words), else the version that superseded it, from when.
+    """
+    if after.state not in GONE:
+        return ()
+    hops = 0
+    if isinstance(event, Succeeds):
+        targets: tuple[str, ...] = (event.predecessor,)
+        hops = event.hops
+    elif before.state not in GONE or effect.kind is EffectKind.SKIPPED:
+        targets = after.predecessors
+    else:
+        return ()
+    successor: str | None = after.merged_into
+    since: datetime | None = None
+    if successor is None:
+        successor, since = after.superseded_by, after.valid_to
+    why = f"{after.memory_id} is {after.state}"
+    return tuple(
+        Notice(target, Reinstate(event.at, after.memory_id, why, successor, since, hops))
+        for target in targets
+        if target != after.memory_id
+    )
 
 
 def _promote(state: MemoryState, event: Promote, policy: Policy) -> Result:

@@ -26,6 +26,9 @@ splits a larger cluster into summaries of at most this many."""
 MAX_RELINKS = 16
 """How many times one supersession is passed along a chain of versions (a bound against versions
 that supersede each other in a cycle, which a memory rewritten back to an older value can make)."""
+MAX_PREDECESSORS = 64
+"""The versions a memory records as superseded by it (``predecessors``), at most: past this, the
+oldest are dropped (one whose successor leaves recall then stays superseded)."""
 
 
 def _kept_then_added(kept: Iterable[str], added: Iterable[str], cap: int) -> tuple[str, ...]:
@@ -106,6 +109,10 @@ class MemoryState:
         reasserted_over: the successor a write made this memory current again over (it is to
             be superseded by this memory from ``stated_at``), kept so that a redelivered or
             retried write sends that decision again; None: no such write.
+        predecessors: the memories this one superseded (their ``succeeds`` decisions), oldest
+            first, at most :data:`MAX_PREDECESSORS`: when this memory leaves recall (deleted,
+            forgotten), each is sent a ``reinstate`` (:func:`memcore.reducer.reinstatements`).
+            Kept as recorded: one superseded by another since ignores the reinstate.
     """
 
     tenant_id: str
@@ -137,6 +144,7 @@ class MemoryState:
     superseded_by: str | None = None
     stated_at: datetime | None = None
     reasserted_over: str | None = None
+    predecessors: tuple[str, ...] = ()
 
     def last_offset(self, source: str) -> int | None:
         """The last applied offset from ``source``, or None when nothing from it was applied."""
@@ -317,7 +325,53 @@ class Purge:
     state_changed_at: datetime | None = None
 
 
-Event = Write | Access | Absorb | Retire | Fade | Supersede | Promote | Purge
+@dataclass(frozen=True)
+class Succeeds:
+    """This memory superseded ``predecessor`` (from ``at``, the predecessor's ``valid_to``): it
+    records it in ``predecessors``, so that it can reinstate it when it leaves recall. Sent by the
+    predecessor once a supersession (or a reinstate's pass-on) made this memory its successor
+    (:func:`memcore.reducer.succession`). A memory deleted or forgotten records nothing: the
+    predecessor is sent a ``reinstate`` at once.
+
+    Attributes:
+        hops: how many reinstates passed this supersession on before it (bounded by
+            :data:`MAX_RELINKS`, against versions deleted in a cycle).
+    """
+
+    at: datetime
+    predecessor: str
+    reason: str
+    hops: int = 0
+    position: Position | None = None
+
+
+@dataclass(frozen=True)
+class Reinstate:
+    """The successor ``by`` that superseded this memory left recall (deleted, forgotten, purged,
+    erased): forgetting never costs recall (SPEC section 6, rule zero), so this memory is current
+    again, or, when ``by`` had a successor of its own, superseded by that one instead. Ignored
+    by a memory superseded by another than ``by`` (relinked, rewritten since) and by one deleted
+    or forgotten itself.
+
+    Attributes:
+        successor: what stands in for ``by``: the version that superseded it, or the survivor it
+            was merged into (which holds its words). None: nothing; this memory is current again.
+        successor_at: when ``successor`` superseded ``by`` (this memory's ``valid_to`` moves to
+            it, as if ``by`` had never been); None: ``valid_to`` is kept (a merge's survivor).
+        hops: how many reinstates were passed on before this one; at :data:`MAX_RELINKS`, this
+            memory is made current instead of passed on again.
+    """
+
+    at: datetime
+    by: str
+    reason: str
+    successor: str | None = None
+    successor_at: datetime | None = None
+    hops: int = 0
+    position: Position | None = None
+
+
+Event = Write | Access | Absorb | Retire | Fade | Supersede | Promote | Purge | Succeeds | Reinstate
 
 
 class EffectKind(StrEnum):
@@ -338,6 +392,8 @@ class EffectKind(StrEnum):
     PURGED = "purged"
     SUPERSEDED = "superseded"
     REASSERTED = "reasserted"
+    SUCCEEDS = "succeeds"
+    REINSTATED = "reinstated"
     SKIPPED = "skipped"
     IGNORED = "ignored"
 

@@ -117,6 +117,8 @@ def encode(state: MemoryState) -> bytes:
         value["stated_at"] = to_us(state.stated_at)
     if state.reasserted_over is not None:
         value["reasserted_over"] = state.reasserted_over
+    if state.predecessors:  # likewise: a memory that superseded none encodes as before
+        value["predecessors"] = state.predecessors
     return orjson.dumps(value)
 
 
@@ -186,4 +188,5 @@ def decode(raw: bytes) -> MemoryState:
         superseded_by=v.get("superseded_by"),
         stated_at=from_us(v["stated_at"]) if v.get("stated_at") is not None else None,
         reasserted_over=v.get("reasserted_over"),
+        predecessors=tuple(v.get("predecessors", ())),  # absent: it superseded none
     )

@@ -32,7 +32,9 @@ from memcore import (
     Lifecycle,
     Promote,
     Purge,
+    Reinstate,
     Retire,
+    Succeeds,
     Supersede,
     Tier,
 )
@@ -123,7 +125,11 @@ class DecisionV1(_Strict):
     (``hops``, ``chains``, ``replaces``: see :class:`memcore.Supersede`); ``promote``: move ``to``
     a tier;
     ``purge``: remove a forgotten or deleted memory from the serving store (``state_changed_at``:
-    when it was forgotten or deleted as planned; a memory whose state changed since is kept).
+    when it was forgotten or deleted as planned; a memory whose state changed since is kept);
+    ``succeeds``: this memory superseded ``predecessor`` (from ``at``), which it records;
+    ``reinstate``: ``by``, which superseded this memory, left recall: current again, or
+    superseded by ``successor`` (from ``successor_at``, when given) instead (``hops``: see
+    :class:`memcore.Reinstate`).
     Optional fields left out decode as before they existed.
     """
 
@@ -132,7 +138,9 @@ class DecisionV1(_Strict):
     tenant_id: str
     memory_id: str
     at: AwareDatetime
-    decision: Literal["absorb", "retire", "fade", "supersede", "promote", "purge"]
+    decision: Literal[
+        "absorb", "retire", "fade", "supersede", "promote", "purge", "succeeds", "reinstate"
+    ]
     reason: str = Field(min_length=1, max_length=1000)
     source: str | None = None
     by: str | None = None
@@ -151,6 +159,9 @@ class DecisionV1(_Strict):
     hops: int = Field(0, ge=0, le=MAX_RELINKS)
     chains: bool = True
     replaces: str | None = None
+    predecessor: str | None = None
+    successor: str | None = None
+    successor_at: AwareDatetime | None = None
     request_id: str | None = Field(None, max_length=128)
 
 
@@ -474,13 +485,16 @@ def opened(document: Mapping[str, Any], limits: Limits) -> tuple[dict[str, Any],
     return {**clear, **payload}, sealed["key_id"]
 
 
+DecisionEvent = Absorb | Retire | Fade | Supersede | Promote | Purge | Succeeds | Reinstate
+
+
 @dataclass(frozen=True)
 class DecisionRecord:
     """A validated decision: the memcore event to apply to one memory (its position comes later)."""
 
     tenant_id: str
     memory_id: str
-    event: Absorb | Retire | Fade | Supersede | Promote | Purge
+    event: DecisionEvent
     request_id: str | None
 
     @property
@@ -506,9 +520,6 @@ def decode_memory_event(raw: bytes, limits: Limits) -> WriteRecord | DecisionRec
     if isinstance(document, dict) and document.get("kind") == "decision":
         return decode_decision(raw, limits, document)
     return decode_write(raw, limits, document)
-
-
-DecisionEvent = Absorb | Retire | Fade | Supersede | Promote | Purge
 
 
 def decision_value(
@@ -539,6 +550,12 @@ def decision_value(
         value |= _supersede_fields(event)
     elif isinstance(event, Promote):
         value |= {"decision": "promote", "to": event.to.value}
+    elif isinstance(event, Succeeds):
+        value |= {"decision": "succeeds", "predecessor": event.predecessor}
+        if event.hops:
+            value["hops"] = event.hops
+    elif isinstance(event, Reinstate):
+        value |= _reinstate_fields(event)
     else:
         value["decision"] = "purge"
         if event.state_changed_at is not None:  # left out when not known: older records alike
@@ -583,6 +600,18 @@ def _supersede_fields(event: Supersede) -> dict[str, Any]:
     return value
 
 
+def _reinstate_fields(event: Reinstate) -> dict[str, Any]:
+    """A reinstate's own fields; the optional ones only when set."""
+    value: dict[str, Any] = {"decision": "reinstate", "by": event.by}
+    if event.successor is not None:
+        value["successor"] = event.successor
+    if event.successor_at is not None:
+        value["successor_at"] = event.successor_at.isoformat()
+    if event.hops:
+        value["hops"] = event.hops
+    return value
+
+
 def decode_decision(raw: bytes, limits: Limits, document: object = None) -> DecisionRecord:
     """Validate a decision record; raises RecordError naming the first bad field (``document``:
     ``raw`` parsed, when the caller has it).
@@ -621,6 +650,12 @@ def decode_decision(raw: bytes, limits: Limits, document: object = None) -> Deci
             event = Supersede(m.at, _id("by", m.by or ""), m.reason, m.hops, m.chains, replaces)
         elif m.decision == "promote":
             event = Promote(m.at, Tier.parse(m.to, "to"), m.reason)
+        elif m.decision == "succeeds":
+            event = Succeeds(m.at, _id("predecessor", m.predecessor or ""), m.reason, m.hops)
+        elif m.decision == "reinstate":
+            successor = _id("successor", m.successor) if m.successor is not None else None
+            since = _checked_time("successor_at", m.successor_at, limits)
+            event = Reinstate(m.at, _id("by", m.by or ""), m.reason, successor, since, m.hops)
         else:
             changed = _checked_time("state_changed_at", m.state_changed_at, limits)
             event = Purge(m.at, m.reason, state_changed_at=changed)

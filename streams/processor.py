@@ -23,6 +23,7 @@ from memcore import (
     Access,
     Effect,
     EffectKind,
+    Event,
     ImportanceDecision,
     MemoryState,
     Policy,
@@ -34,7 +35,9 @@ from memcore import (
     content_hash,
     merged_away,
     reassertion,
+    reinstatements,
     relink,
+    succession,
 )
 from storage import Document, MemoryRow, codec
 from storage.records import (
@@ -634,7 +637,10 @@ class Processor:
         """Apply a consolidation decision; one for an unknown memory changes nothing. A
         ``supersede`` that meets a memory superseded by another version also sends what
         :func:`memcore.relink` passes on, and an ``absorb`` its source's ``retire``
-        (:func:`memcore.merged_away`); again on a redelivery (the target ignores a copy).
+        (:func:`memcore.merged_away`); a memory superseded sends its successor a ``succeeds``
+        (:func:`memcore.succession`), and one that leaves recall the versions it superseded a
+        ``reinstate`` (:func:`memcore.reinstatements`); again on a redelivery (the target
+        ignores a copy).
         """
         state = self.state(record.key)
         if state is None:
@@ -652,6 +658,18 @@ class Processor:
         away = merged_away(new, event, effects[0]) if isinstance(event, Absorb) else None
         if away is not None:  # the source leaves once its survivor holds what it had
             batch.out.append(decision_record(record.tenant_id, *away))
+        successor = succession(new, event, effects[0])
+        if successor is not None:  # it records this memory, to reinstate it when it leaves
+            batch.out.append(decision_record(record.tenant_id, successor.target, successor.event))
+        self._reinstate(state, new, event, effects[0], batch)
+
+    @staticmethod
+    def _reinstate(
+        before: MemoryState, after: MemoryState, event: Event, effect: Effect, batch: Batch
+    ) -> None:
+        """Send what :func:`memcore.reinstatements` decides for a memory ``event`` changed."""
+        for notice in reinstatements(before, after, event, effect):
+            batch.out.append(decision_record(after.tenant_id, notice.target, notice.event))
 
     # -- access --------------------------------------------------------------------------------
 
@@ -698,10 +716,12 @@ class Processor:
         self, message: Inbound, record: AccessRecord, state: MemoryState, batch: Batch
     ) -> None:
         policy = self.policy(record.tenant_id)
-        new, effects = apply(state, Access(record.at, record.kind, message.position), policy)
+        event = Access(record.at, record.kind, message.position)
+        new, effects = apply(state, event, policy)
         assert new is not None
         if new != state:
             self.put_state(record.key, new)
+        self._reinstate(state, new, event, effects[0], batch)  # forgotten (powermem)
         # a redelivered access (skipped) rewrites the row too: its first delivery may have
         # changed the state in the table and died before the row (streams.rebuild.catch_up)
         redelivered = effects[0].kind is EffectKind.SKIPPED

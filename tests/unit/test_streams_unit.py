@@ -29,8 +29,10 @@ from memcore import (
     Policy,
     Promote,
     Purge,
+    Reinstate,
     Retire,
     Strategy,
+    Succeeds,
     Supersede,
     SupersessionPolicy,
     Tier,
@@ -58,7 +60,7 @@ from storage.records import (
     encode_access,
     encode_write,
 )
-from storage.rows import from_us, live_values
+from storage.rows import from_us, live_values, to_us
 from storage.tenants import TenantRegistry
 from streams.app import (
     Services,
@@ -153,6 +155,15 @@ def test_codec_round_trip() -> None:
     assert b"stated_at" not in codec.encode(state)  # a state never restated encodes as before
     assert b"reasserted_over" not in codec.encode(state)
     assert codec.decode_document(codec.encode_document(doc)) == doc
+    successor = dataclasses.replace(state, predecessors=("m7", "m8"))
+    assert codec.decode(codec.encode(successor)) == successor
+    assert b"predecessors" not in codec.encode(state)  # one that superseded none: as before
+
+
+def test_a_state_written_before_predecessors_were_kept_decodes_with_none() -> None:
+    older = orjson.loads(codec.encode(created(0.7)))
+    assert "predecessors" not in older
+    assert codec.decode(orjson.dumps(older)).predecessors == ()
 
 
 @given(
@@ -735,6 +746,77 @@ def test_a_reassertion_is_sent_again_on_redelivery_and_a_write_after_a_delete_se
     assert [o for o in fresh.out if o.role == "memory-writes"] == []
 
 
+def test_deleting_the_newer_version_makes_the_older_current_and_updatable_again() -> None:
+    from ranker.hotcache import live_passes  # as the hot cache and the filters judge it
+
+    t = Tables()
+    t2, t3 = "2026-06-01T12:00:00+00:00", "2026-07-01T12:00:00+00:00"
+    t.write(write_bytes(content="Alice lives in Osaka"))
+    t.write(write_bytes(memory_id="m2", content="Alice now lives in Lisbon", at=t2), key=b"acme/m2")
+    batch = t.write(decision_bytes(decision="supersede", to=None, by="m2", at=t2))
+    sent = [orjson.loads(o.value) for o in batch.out if o.role == "memory-writes"]
+    assert [(v["memory_id"], v["decision"], v["predecessor"], v["at"]) for v in sent] == [
+        ("m2", "succeeds", "m1", t2)
+    ]
+    t.carry_out(batch.out)
+    m2 = t.processor.state("acme/m2")
+    assert m2 is not None
+    assert m2.predecessors == ("m1",)
+    now = datetime(2026, 8, 1, tzinfo=UTC)  # after both versions, and the deletion
+    recall = Filters(states=("active", "archived"), current_at_us=to_us(now))
+    m1 = t.processor.state("acme/m1")
+    assert m1 is not None
+    assert not live_passes(live_values(m1), recall)
+    # the API's DELETE with purge: a retire, then a purge
+    deleted = t.write(decision_bytes(memory_id="m2", to="deleted", at=t3), key=b"acme/m2")
+    (reinstate,) = [orjson.loads(o.value) for o in deleted.out if o.role == "memory-writes"]
+    assert (reinstate["memory_id"], reinstate["decision"], reinstate["by"]) == (
+        "m1",
+        "reinstate",
+        "m2",
+    )
+    purged = t.write(
+        decision_bytes(memory_id="m2", decision="purge", to=None, at=t3), key=b"acme/m2"
+    )
+    assert [o for o in purged.out if o.role == "memory-writes"] == []
+    back = t.write(orjson.dumps(reinstate), key=b"acme/m1")
+    assert [orjson.loads(o.value)["kind"] for o in back.out if o.role == "audit"] == ["reinstated"]
+    assert "acme/m1" in back.touched  # its row is written again: valid_to and superseded_by
+    m1 = t.processor.state("acme/m1")
+    assert m1 is not None
+    assert (m1.valid_to, m1.superseded_by) == (None, None)
+    assert live_passes(live_values(m1), recall)
+    again = t.write(orjson.dumps(reinstate), key=b"acme/m1")  # a copy: nothing changes
+    assert [orjson.loads(o.value)["kind"] for o in again.out if o.role == "audit"] == ["ignored"]
+
+
+def test_a_deleted_middle_version_hands_its_predecessor_to_its_successor() -> None:
+    t = Tables()
+    t2, t3, t4 = (f"2026-06-0{d}T12:00:00+00:00" for d in (2, 3, 4))
+    t.write(write_bytes(content="Alice lives in Osaka"))
+    for m, at in (("m2", t2), ("m3", t3)):
+        t.write(
+            write_bytes(memory_id=m, content=f"Alice lives in {m}", at=at), key=f"acme/{m}".encode()
+        )
+    t.carry_out(t.write(decision_bytes(decision="supersede", to=None, by="m2", at=t2)).out)
+    t.carry_out(
+        t.write(
+            decision_bytes(memory_id="m2", decision="supersede", to=None, by="m3", at=t3),
+            key=b"acme/m2",
+        ).out
+    )
+    t.carry_out(t.write(decision_bytes(memory_id="m2", to="deleted", at=t4), key=b"acme/m2").out)
+    m1, m3 = t.processor.state("acme/m1"), t.processor.state("acme/m3")
+    assert m1 is not None
+    assert m3 is not None
+    assert (m1.superseded_by, m1.valid_to) == ("m3", datetime.fromisoformat(t3))
+    assert m3.predecessors == ("m2", "m1")
+    t.carry_out(t.write(decision_bytes(memory_id="m3", to="deleted", at=t4), key=b"acme/m3").out)
+    m1 = t.processor.state("acme/m1")
+    assert m1 is not None
+    assert (m1.superseded_by, m1.valid_to) == (None, None)
+
+
 def test_consolidation_plans_on_the_tables_live_state_not_a_stale_row() -> None:
     t = Tables()
     t.write(write_bytes(importance=0.5))
@@ -777,6 +859,11 @@ def test_scheduled_consolidation_spreads_one_request_per_tenant() -> None:
         Promote(T, Tier.SEMANTIC, "accessed often"),
         Purge(T, "purged"),
         Purge(T, "window", state_changed_at=T - timedelta(days=31, microseconds=7)),
+        Succeeds(T, "m0", "m0 superseded by it"),
+        Succeeds(T, "m0", "passed on", hops=3),
+        Reinstate(T, "m9", "m9 is deleted"),
+        Reinstate(T, "m9", "m9 is deleted", "m8", T - timedelta(hours=2), hops=2),
+        Reinstate(T, "m9", "m9 is deleted", "s1"),  # merged into s1: valid_to kept
     ],
 )
 def test_decision_values_decode_to_the_same_event(event: DecisionEvent) -> None:

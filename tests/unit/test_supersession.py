@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from collections import deque
@@ -12,17 +13,27 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memcore import (
+    MAX_PREDECESSORS,
     MAX_RELINKS,
+    Access,
     EffectKind,
+    Event,
     Lifecycle,
     MemoryState,
+    Notice,
     Policy,
+    Position,
+    Purge,
+    Reinstate,
     Retire,
+    Succeeds,
     Supersede,
     Write,
     apply,
     reassertion,
+    reinstatements,
     relink,
+    succession,
 )
 from memcore.supersession import (
     Fact,
@@ -478,3 +489,188 @@ def test_no_usable_llm_answer_falls_back_to_the_rule(answer: str | None) -> None
     assert [s.older for s in decide(LISBON, [OSAKA], RULE, answer)] == ["osaka"]
     assert decide(PHONE_NEW, [PHONE_OLD], RULE, answer) == []  # the rule cannot read this one
     assert decide(LISBON, [OSAKA], SupersessionPolicy(enabled=False), '{"replaces": [1]}') == []
+
+
+# -- a version whose successor leaves recall (SPEC section 6, rule zero) ----------------------------
+
+
+def carry(states: dict[str, MemoryState], steps: list[tuple[str, Event]]) -> list[Notice]:
+    """Apply ``steps`` (memory id, event) in order as the worker does, each followed by the
+    decisions it sends (relink, succession, reinstatements), until none is left; returns every
+    notice sent.
+    """
+    queue: deque[tuple[str, Event]] = deque(steps)
+    sent: list[Notice] = []
+    while queue:
+        target, event = queue.popleft()
+        before = states[target]
+        new, effects = apply(before, event, Policy())
+        assert new is not None
+        states[target] = new
+        if isinstance(event, Supersede):
+            queue.extend((p.target, p.event) for p in relink(before, event))
+        notices = [*reinstatements(before, new, event, effects[0])]
+        successor = succession(new, event, effects[0])
+        notices += [successor] if successor is not None else []
+        sent += notices
+        queue.extend((n.target, n.event) for n in notices)
+    return sent
+
+
+def versions(*names_at: tuple[str, float]) -> dict[str, MemoryState]:
+    return {m: created(0.5, memory_id=m, at=T0 + hours(h)) for m, h in names_at}
+
+
+def current(states: dict[str, MemoryState]) -> dict[str, str | None]:
+    return {m: s.superseded_by for m, s in states.items()}
+
+
+DELETE = Retire(T0 + hours(50), Lifecycle.DELETED, "deleted through the API")
+
+
+def test_deleting_the_newer_version_makes_the_older_current_again() -> None:
+    states = versions(("osaka", 0), ("lisbon", 10))
+    sent = carry(states, [("osaka", Supersede(T0 + hours(10), "lisbon", "rule"))])
+    assert [(n.target, type(n.event)) for n in sent] == [("lisbon", Succeeds)]
+    assert states["lisbon"].predecessors == ("osaka",)
+    assert states["osaka"].valid_to == T0 + hours(10)
+    sent = carry(states, [("lisbon", DELETE), ("lisbon", Purge(T0 + hours(51), "purged"))])
+    (reinstate,) = sent  # the purge of a memory deleted already sends nothing again
+    assert reinstate.target == "osaka"
+    assert isinstance(reinstate.event, Reinstate)
+    assert (reinstate.event.by, reinstate.event.successor) == ("lisbon", None)
+    osaka = states["osaka"]
+    assert (osaka.valid_to, osaka.superseded_by, osaka.state) == (None, None, Lifecycle.ACTIVE)
+    again, effects = apply(osaka, reinstate.event, Policy())  # a copy, delivered again
+    assert (again, effects[0].kind) == (osaka, EffectKind.IGNORED)
+
+
+def test_a_reinstated_version_is_audited_and_a_redelivered_reinstate_is_skipped() -> None:
+    states = versions(("osaka", 0), ("lisbon", 10))
+    carry(states, [("osaka", Supersede(T0 + hours(10), "lisbon", "rule"))])
+    event = Reinstate(T0 + hours(50), "lisbon", "lisbon is deleted", position=Position("w/0", 7))
+    osaka, effects = apply(states["osaka"], event, Policy())
+    assert osaka is not None
+    assert osaka.valid_to is None
+    assert [e.kind for e in effects] == [EffectKind.REINSTATED]
+    assert "lisbon" in effects[0].reason
+    again, effects = apply(osaka, event, Policy())
+    assert (again, effects[0].kind) == (osaka, EffectKind.SKIPPED)
+
+
+def test_deleting_the_end_of_a_chain_reinstates_only_the_version_before_it() -> None:
+    states = versions(("a", 0), ("n", 10), ("p", 20))
+    carry(
+        states,
+        [("a", Supersede(T0 + hours(10), "n", "rule")), ("n", Supersede(T0 + hours(20), "p", "r"))],
+    )
+    assert (states["n"].predecessors, states["p"].predecessors) == (("a",), ("n",))
+    carry(states, [("p", DELETE)])
+    assert current(states) == {"a": "n", "n": None, "p": None}
+    assert (states["a"].valid_to, states["n"].valid_to) == (T0 + hours(10), None)
+
+
+def test_deleting_the_middle_of_a_chain_passes_its_predecessor_to_its_successor() -> None:
+    states = versions(("a", 0), ("n", 10), ("p", 20))
+    carry(
+        states,
+        [("a", Supersede(T0 + hours(10), "n", "rule")), ("n", Supersede(T0 + hours(20), "p", "r"))],
+    )
+    carry(states, [("n", DELETE)])
+    # as if n had never been: a is valid until p, which now records it
+    assert current(states) == {"a": "p", "n": "p", "p": None}
+    assert states["a"].valid_to == T0 + hours(20)
+    assert states["p"].predecessors == ("n", "a")
+    carry(states, [("p", DELETE)])  # then the last one: a is current again
+    a = states["a"]
+    assert (a.superseded_by, a.valid_to) == (None, None)
+    assert states["n"].state is Lifecycle.DELETED  # a deleted version is not touched
+
+
+def test_a_version_relinked_or_rewritten_since_is_left_as_it_is() -> None:
+    states = versions(("osaka", 0), ("porto", 5), ("lisbon", 10))
+    carry(states, [("osaka", Supersede(T0 + hours(10), "lisbon", "rule"))])
+    # porto, earlier than lisbon, arrives late: the chain puts it between osaka and lisbon
+    carry(states, [("osaka", Supersede(T0 + hours(5), "porto", "rule"))])
+    assert current(states) == {"osaka": "porto", "porto": "lisbon", "lisbon": None}
+    assert states["lisbon"].predecessors == ("osaka", "porto")  # osaka's is stale now
+    carry(states, [("lisbon", DELETE)])
+    assert current(states) == {"osaka": "porto", "porto": None, "lisbon": None}
+    assert states["osaka"].valid_to == T0 + hours(5)
+    # a version written again after its successor is current already: a reinstate is a copy
+    rewritten, _ = apply(states["osaka"], write("osaka", at=T0 + hours(30)), Policy())
+    assert rewritten is not None
+    kept, effects = apply(rewritten, Reinstate(T0 + hours(50), "porto", "gone"), Policy())
+    assert (kept, effects[0].kind) == (rewritten, EffectKind.IGNORED)
+
+
+@pytest.mark.parametrize("to", [Lifecycle.DELETED, Lifecycle.FORGOTTEN])
+def test_a_deleted_or_forgotten_predecessor_is_not_reinstated(to: Lifecycle) -> None:
+    states = versions(("osaka", 0), ("lisbon", 10))
+    carry(states, [("osaka", Supersede(T0 + hours(10), "lisbon", "rule"))])
+    carry(states, [("osaka", Retire(T0 + hours(20), to, "asked"))])
+    gone = states["osaka"]
+    carry(states, [("lisbon", DELETE)])
+    assert states["osaka"] == gone
+
+
+def test_a_successor_gone_before_it_learns_its_predecessor_reinstates_it_at_once() -> None:
+    states = versions(("osaka", 0), ("lisbon", 10))
+    carry(states, [("lisbon", Retire(T0 + hours(10), Lifecycle.DELETED, "deleted"))])
+    # the rule's decision reaches osaka after lisbon was deleted
+    sent = carry(states, [("osaka", Supersede(T0 + hours(10), "lisbon", "rule"))])
+    assert [type(n.event) for n in sent] == [Succeeds, Reinstate]
+    assert states["lisbon"].predecessors == ()
+    assert (states["osaka"].valid_to, states["osaka"].superseded_by) == (None, None)
+
+
+def test_a_successor_merged_away_passes_its_predecessor_to_the_survivor() -> None:
+    states = versions(("osaka", 0), ("lisbon", 10), ("lisbon-copy", 12))
+    carry(states, [("osaka", Supersede(T0 + hours(10), "lisbon", "rule"))])
+    merged = Retire(T0 + hours(40), Lifecycle.DELETED, "merged", "lisbon-copy")
+    carry(states, [("lisbon", merged)])
+    # the survivor holds the newer value's words: the older stays superseded, by it
+    assert current(states) == {"osaka": "lisbon-copy", "lisbon": None, "lisbon-copy": None}
+    assert states["osaka"].valid_to == T0 + hours(10)
+    assert states["lisbon-copy"].predecessors == ("osaka",)
+
+
+def test_versions_deleted_in_a_cycle_leave_their_predecessor_current() -> None:
+    states = versions(("osaka", 0), ("a", 10), ("b", 20))
+    carry(states, [("osaka", Supersede(T0 + hours(10), "a", "rule"))])
+    # two deleted versions that supersede each other (one rewritten back): no end to pass to
+    states["a"] = dataclasses.replace(
+        states["a"], state=Lifecycle.DELETED, superseded_by="b", valid_to=T0 + hours(20)
+    )
+    states["b"] = dataclasses.replace(
+        states["b"], state=Lifecycle.DELETED, superseded_by="a", valid_to=T0 + hours(30)
+    )
+    sent = carry(states, [("a", Succeeds(T0 + hours(10), "osaka", "again"))])
+    assert len(sent) <= 2 * (MAX_RELINKS + 1)
+    assert (states["osaka"].superseded_by, states["osaka"].valid_to) == (None, None)
+
+
+def test_a_memory_forgotten_by_an_access_reinstates_what_it_superseded() -> None:
+    policy = Policy.build(decay="powermem", lifecycle="powermem")
+    lisbon = dataclasses.replace(created(0.2, memory_id="lisbon"), predecessors=("osaka",))
+    forgotten, effects = apply(lisbon, Access(T0 + hours(24 * 30)), policy)
+    assert forgotten is not None
+    assert forgotten.state is Lifecycle.FORGOTTEN
+    (notice,) = reinstatements(lisbon, forgotten, Access(T0 + hours(720)), effects[0])
+    assert (notice.target, notice.event) == (
+        "osaka",
+        Reinstate(T0 + hours(720), "lisbon", "lisbon is forgotten"),
+    )
+
+
+def test_a_successor_keeps_its_newest_predecessors_each_once() -> None:
+    state = created(0.5, memory_id="new")
+    for i in range(MAX_PREDECESSORS + 2):
+        new, effects = apply(state, Succeeds(T0 + hours(1), f"v{i}", "rule"), Policy())
+        assert new is not None
+        state = new
+        assert effects[0].kind is EffectKind.SUCCEEDS
+    assert len(state.predecessors) == MAX_PREDECESSORS
+    assert state.predecessors[-1] == f"v{MAX_PREDECESSORS + 1}"
+    again, effects = apply(state, Succeeds(T0 + hours(2), "v9", "rule"), Policy())
+    assert (again, effects[0].kind) == (state, EffectKind.IGNORED)
