@@ -31,7 +31,7 @@ normalised; every code point checked): the stemmer and the single spaces between
 shorten it."""
 
 # four-letter words whose final ``s`` is no plural's
-_KEEP_S = frozenset({"news", "does", "goes", "lens", "yes", "this", "thus", "plus"})
+_KEEP_S = frozenset({"news", "does", "goes", "lens"})
 
 
 def stem(token: str) -> str:

@@ -317,10 +317,15 @@ def _retired(state: MemoryState, to: Lifecycle, event: Access | Retire | Fade) -
     return dataclasses.replace(state, state=to, state_changed_at=event.at)
 
 
+GONE = (Lifecycle.FORGOTTEN, Lifecycle.DELETED)
+"""The lifecycle states out of recall for good: a successor in one of them reinstates the
+versions it superseded."""
+
+
 def _absorb(state: MemoryState, event: Absorb, policy: Policy) -> Result:
     if event.source in state.merged_from:
         return state, (Effect(EffectKind.IGNORED, f"{event.source} already absorbed"),)
-    if state.state in (Lifecycle.FORGOTTEN, Lifecycle.DELETED):  # since the plan
+    if state.state in GONE:  # since the plan
         why = f"a {state.state} memory absorbs nothing ({event.source} is kept)"
         return state, (Effect(EffectKind.IGNORED, why),)
     if event.target_hash is not None and event.target_hash != state.content_hash:
@@ -489,11 +494,6 @@ def reassertion(state: MemoryState, at: datetime) -> Relink | None:
     return Relink(state.reasserted_over, Supersede(at, state.memory_id, why))
 
 
-GONE = (Lifecycle.FORGOTTEN, Lifecycle.DELETED)
-"""The lifecycle states out of recall for good: a successor in one of them reinstates the
-versions it superseded."""
-
-
 def _succeeds(state: MemoryState, event: Succeeds) -> Result:
     if event.predecessor == state.memory_id:
         return state, (Effect(EffectKind.IGNORED, "a memory cannot supersede itself"),)
@@ -621,7 +621,7 @@ def _purge(state: MemoryState, event: Purge) -> Result:
     """
     if state.purged:
         return state, (Effect(EffectKind.IGNORED, "already purged"),)
-    if state.state not in (Lifecycle.FORGOTTEN, Lifecycle.DELETED):
+    if state.state not in GONE:
         return state, (Effect(EffectKind.IGNORED, f"cannot purge a {state.state} memory"),)
     planned = event.state_changed_at
     if planned is not None and planned != state.state_changed_at:

@@ -30,7 +30,7 @@ import orjson
 
 from memcore import Lifecycle, Purge, RankParams, Retire, Scored, Supersede, derive_memory_id
 from memcore.graph import MAX_HOPS, recall_hops
-from memcore.keyword import bm25_scores, keyword_text
+from memcore.keyword import bm25_scores
 from memcore.policy import DecayPolicy, RecallPolicy
 from ranker.applied import AppliedOffsets, Token
 from ranker.batcher import Batcher, BatchStats, Overloaded
@@ -782,8 +782,8 @@ def _assemble(
     if keywords is None:
         if query.text and policy.scores_keywords:
             if policy.stems_keywords:
-                indexed = [r.search_text or keyword_text(r.content) for r in rows]
-                scores = bm25_scores(query.text, indexed, indexed=True)
+                texts = [r.search_text for r in rows]
+                scores = bm25_scores(query.text, texts, indexed=True)
             else:
                 scores = bm25_scores(query.text, [r.content for r in rows])
             keywords = np.asarray(scores, dtype=np.float64)

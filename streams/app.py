@@ -612,7 +612,7 @@ class StreamWorker:
                         h.row.content,
                         from_us(h.row.created_at_us),
                         h.similarity,
-                        (h.row.agent_id or "", h.row.user_id or ""),
+                        (h.row.agent_id, h.row.user_id),  # a row holds "" for none
                     )
                     for h in supersedable(hits, self.processor.state, at)
                 ],

@@ -309,6 +309,25 @@ def test_validity_and_as_of_filters(store: MilvusStore) -> None:
     assert ids(Filters(created_to_inclusive_us=250)) == ["lisbon", "osaka"]  # history
 
 
+def test_an_empty_scope_filters_the_unscoped_rows_only(store: MilvusStore) -> None:
+    """Supersession searches a statement's own user and agent; "" names none (a row holds ""
+    where its memory has no user or agent)."""
+    store.upsert(
+        [
+            row("acme", "none", vec(1.0), user_id="", agent_id=""),
+            row("acme", "u1", vec(1.0), user_id="u1", agent_id=""),
+            row("acme", "bot", vec(1.0), user_id="", agent_id="bot"),
+        ]
+    )
+
+    def ids(filters: Filters) -> list[str]:
+        return sorted(h.row.memory_id for h in store.search("acme", [vec(1.0)], 10, filters)[0])
+
+    assert ids(Filters(user_id="", agent_id="")) == ["none"]
+    assert ids(Filters(user_id="u1", agent_id="")) == ["u1"]
+    assert ids(Filters()) == ["bot", "none", "u1"]
+
+
 def test_keyword_search_ranks_by_bm25_within_the_tenant(tmp_path: Path) -> None:
     store = MilvusStore(MilvusConfig(uri=str(tmp_path / "fts.db"), dim=DIM))
     store.connect()

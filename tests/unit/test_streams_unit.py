@@ -975,13 +975,11 @@ def test_a_summary_keeps_the_highest_tier_of_its_sources() -> None:
     assert decode_write(written.value, LIMITS).memory_type is Tier.SEMANTIC
 
 
-def test_a_source_rewritten_since_the_plan_is_not_merged_away() -> None:
-    """The plan reads rows that may lag the tables (Milvus, the hot cache): a duplicate
-    rewritten with new words meanwhile was deleted "as a duplicate", its new words in no memory.
-    """
+def two_duplicates_planned() -> tuple[Tables, list[MemoryRow], ConsolidationRequest, Decision]:
+    """Memories a and b both saying "Ann likes tea.", and the plan merging b into a."""
     t = Tables()
-    t.write(write_bytes(memory_id="a", content="Ann likes tea."), key=b"acme/a")
-    t.write(write_bytes(memory_id="b", content="Ann likes tea."), key=b"acme/b")
+    for m in ("a", "b"):
+        t.write(write_bytes(memory_id=m, content="Ann likes tea."), key=f"acme/{m}".encode())
     rows = [
         make_row("acme", m, (1.0, 0.0, 0.0, 0.0), content="Ann likes tea.", created_at_us=us)
         for m, us in (("a", 1_000_000), ("b", 2_000_000))
@@ -989,6 +987,14 @@ def test_a_source_rewritten_since_the_plan_is_not_merged_away() -> None:
     request = ConsolidationRequest(("acme",), T, (Strategy.EXACT_DEDUP,), {}, False, None)
     (merge,) = plan_tenant("acme", rows, request, Policy())
     assert (merge.target, merge.sources) == ("a", ("b",))
+    return t, rows, request, merge
+
+
+def test_a_source_rewritten_since_the_plan_is_not_merged_away() -> None:
+    """The plan reads rows that may lag the tables (Milvus, the hot cache): a duplicate
+    rewritten with new words meanwhile was deleted "as a duplicate", its new words in no memory.
+    """
+    t, rows, request, merge = two_duplicates_planned()
     t.write(write_bytes(memory_id="b", content="Ann likes coffee now."), key=b"acme/b")
     t.carry_out(decision_records("acme", [merge], rows, T, None))
     rewritten = t.processor.state("acme/b")
@@ -1009,16 +1015,7 @@ def test_a_survivor_rewritten_since_the_plan_absorbs_nothing_and_its_duplicate_s
     as merged into it: its words ("Ann likes tea.") were in no active memory. An absorb recorded
     before it carried the survivor's hash decodes and applies as it did.
     """
-    t = Tables()
-    for m in ("a", "b"):
-        t.write(write_bytes(memory_id=m, content="Ann likes tea."), key=f"acme/{m}".encode())
-    rows = [
-        make_row("acme", m, (1.0, 0.0, 0.0, 0.0), content="Ann likes tea.", created_at_us=us)
-        for m, us in (("a", 1_000_000), ("b", 2_000_000))
-    ]
-    request = ConsolidationRequest(("acme",), T, (Strategy.EXACT_DEDUP,), {}, False, None)
-    (merge,) = plan_tenant("acme", rows, request, Policy())
-    assert (merge.target, merge.sources) == ("a", ("b",))
+    t, rows, _, merge = two_duplicates_planned()
     records = decision_records("acme", [merge], rows, T, None)
     t.write(write_bytes(memory_id="a", content="Ann likes coffee now."), key=b"acme/a")
     t.carry_out(records)
