@@ -823,6 +823,15 @@ class StreamWorker:
         once it holds the turn: the last to land is built from the tables' newest state (an
         access batch's row built before a rewrite or a purge, and retried while Milvus was down,
         landed after it: the old words back in Milvus, or an erased memory's).
+
+        The rows are written only once the broker has acknowledged every changelog record put
+        before they were built (the states they are built from): a worker starting beside this
+        one rewrites the rows of a snapshot of the changelogs and then the rows of memories
+        whose changelog moved on since (:func:`streams.rebuild.settle`), which relies on a
+        change's row landing after its changelog record. A row written first could be
+        overwritten by the snapshot's older version (a purged or erased memory back in Milvus)
+        with no changelog record yet for the catch-up to see. Raises StorageError (retriable)
+        when a record failed (the batch is then applied again, nothing of it in Milvus).
         """
         async with self.syncing:
             await self._sync(batch)
@@ -831,6 +840,8 @@ class StreamWorker:
         upserts, deletes = self.processor.rows(batch.touched)
         if not upserts and not deletes:
             return
+        if self.deliveries is not None:
+            await self.deliveries.flush()
         store = self.services.store
         with self.services.metrics.milvus_sync(len(upserts), len(deletes)):
             if upserts:

@@ -160,14 +160,16 @@ class WorkerMetrics:
         )
         self.flush_seconds = Histogram(
             "mnemostream_worker_commit_flush_seconds",
-            "time a flush before an offset commit waited for the broker to acknowledge the records"
-            " buffered or emitted before it",
+            "time a flush before an offset commit (or a Milvus sync, or dropping released parked"
+            " accesses) waited for the broker to acknowledge the records buffered or emitted"
+            " before it",
             buckets=SECONDS_BUCKETS,
             registry=self.registry,
         )
         self.flush_records = Histogram(
             "mnemostream_worker_commit_flush_records",
-            "records a flush before an offset commit waited for (not yet acknowledged when it began)",
+            "records a flush before an offset commit (or a Milvus sync, or dropping released parked"
+            " accesses) waited for (not yet acknowledged when it began)",
             buckets=SIZE_BUCKETS,
             registry=self.registry,
         )
@@ -175,7 +177,7 @@ class WorkerMetrics:
         self.registry.register(self._lag)
 
     def flushed(self, seconds: float, records: int) -> None:
-        """Record one commit flush that took ``seconds`` waiting for ``records``."""
+        """Record one flush that took ``seconds`` waiting for ``records``."""
         self.flush_seconds.observe(seconds)
         self.flush_records.observe(records)
 

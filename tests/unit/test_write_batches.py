@@ -287,6 +287,54 @@ def decided(memory_id: str, event: Retire | Purge) -> tuple[str, bytes]:
     return f"acme/{memory_id}", orjson.dumps(decision_value("acme", memory_id, event))
 
 
+async def test_a_batch_writes_its_rows_only_once_its_changelog_records_are_acknowledged(
+    tmp_path: Path,
+) -> None:
+    """A worker upserted (or deleted) a batch's rows before the broker had its changelog
+    records: a worker starting beside it could overwrite the row with its snapshot's older
+    version, and its catch-up (``streams.rebuild.settle``) then found no changed record to
+    write again, so a purged memory's row came back for good.
+    """
+
+    class Deletes(Store):
+        def __init__(self) -> None:
+            super().__init__()
+            self.deleted: list[str] = []
+
+        def delete(self, tenant_id: str, memory_ids: Sequence[str]) -> int:
+            self.deleted += memory_ids
+            return len(memory_ids)
+
+    store = Deletes()
+    w = Worker(tmp_path, Embedder({"Alice drinks tea": X}), store)
+    deliveries = Acknowledgements(acknowledged=False)
+    w.worker.deliveries = deliveries  # type: ignore[assignment]
+    written = asyncio.create_task(w.writes(("acme/m1", write("Alice drinks tea"))))
+    await asyncio.sleep(0.05)
+    assert w.worker.processor.state("acme/m1") is not None  # in the tables
+    assert store.rows == {}  # not in Milvus before its record is acknowledged
+    deliveries.acknowledged.set()
+    await asyncio.wait_for(written, 5)
+    assert list(store.rows) == ["acme/m1"]
+
+    deliveries.acknowledged.clear()
+    then = datetime(2026, 3, 1, 12, 30, tzinfo=UTC)
+    purged = asyncio.create_task(
+        w.writes(
+            decided("m1", Retire(then, Lifecycle.DELETED, "deleted through the API")),
+            decided("m1", Purge(then, "purged through the API")),
+        )
+    )
+    await asyncio.sleep(0.05)
+    state = w.worker.processor.state("acme/m1")
+    assert state is not None
+    assert state.purged
+    assert store.deleted == []
+    deliveries.acknowledged.set()
+    await asyncio.wait_for(purged, 5)
+    assert store.deleted == ["m1"]
+
+
 @pytest.fixture(autouse=True)
 def no_embedding_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("streams.app.EMBED_RETRIES_S", (0.0, 0.0, 0.0))
