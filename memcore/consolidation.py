@@ -28,9 +28,11 @@ from memcore.state import (
     Promote,
     Purge,
     Retire,
+    Succeeds,
     absorbed_relations,
     absorbed_tags,
 )
+from memcore.supersession import SUPERSEDABLE
 from memcore.types import Lifecycle, Tier, hours_span
 from memcore.vectors import cosine
 
@@ -44,6 +46,7 @@ class Strategy(StrEnum):
     TIERS = "tiers"
     ARCHIVE = "archive"
     PURGE = "purge"
+    SUCCESSORS = "successors"
 
 
 ALL_STRATEGIES: tuple[Strategy, ...] = tuple(Strategy)
@@ -57,6 +60,7 @@ class DecisionKind(StrEnum):
     PROMOTE = "promote"
     ARCHIVE = "archive"
     PURGE = "purge"
+    RECHECK = "recheck"
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,8 @@ class Item:
             different scopes are never merged or summarised together.
         superseded: a newer memory has superseded it (``valid_to`` set, SPEC section 6): it is
             kept as it is for history and audit, never merged or summarised.
+        superseded_by: id of that newer memory ("" while current or unknown).
+        valid_to: when it was superseded (None while current).
         tags: the writer's tags (a merge's survivor takes its sources').
         fact: the content states one fact the supersession rule reads
             (:func:`memcore.supersession.states_fact`): compression leaves it as it is, so that a
@@ -103,6 +109,8 @@ class Item:
     tags: tuple[str, ...] = ()
     fact: bool = False
     relations: tuple[str, ...] = ()
+    superseded_by: str = ""
+    valid_to: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -111,7 +119,8 @@ class Decision:
 
     Attributes:
         kind: what it does.
-        target: the survivor (merge), the new summary's id (summarise), else the memory itself.
+        target: the survivor (merge), the new summary's id (summarise), else the memory itself
+            (for a recheck, the superseded memory; its ``succeeds`` goes to its successor).
         sources: the memories folded into or compressed by the target; empty otherwise.
         reason: why, in words, with the numbers that decided it.
         to_tier: the new tier of a promotion.
@@ -271,6 +280,33 @@ def purge_due(items: Sequence[Item], at: datetime, policy: Policy) -> list[Decis
     ]
 
 
+def orphaned_versions(items: Sequence[Item]) -> list[Decision]:
+    """Superseded memories whose successor left recall (deleted, forgotten) or is not in the
+    store at all (purged, or its row missing): each is a ``recheck``, which sends the successor
+    a ``succeeds`` (:func:`to_events`). A successor gone answers it with a ``reinstate``
+    (:func:`memcore.reducer.reinstatements`), so the older version is current again; one still
+    in recall records the memory among its ``predecessors`` (a copy is ignored). This catches
+    what the decisions at the time missed (rule zero, SPEC section 6): supersessions recorded
+    before successors kept their predecessors, a ``succeeds`` or ``reinstate`` dead-lettered by
+    an older worker. A memory deleted or forgotten itself is left as it is.
+    """
+    by_id = {i.memory_id: i for i in items}
+    decisions = []
+    for item in age_order(items):
+        if not item.superseded_by or item.state not in SUPERSEDABLE:
+            continue
+        successor = by_id.get(item.superseded_by)
+        if successor is not None and successor.state not in (
+            Lifecycle.FORGOTTEN,
+            Lifecycle.DELETED,
+        ):
+            continue
+        where = "not in the store" if successor is None else str(successor.state)
+        why = f"superseded by {item.superseded_by}, which is {where}: asked to confirm"
+        decisions.append(Decision(DecisionKind.RECHECK, item.memory_id, (), why))
+    return decisions
+
+
 def _absorbed(target: Item, sources: Sequence[Item]) -> Item:
     """``target`` after it absorbed ``sources`` (as :func:`memcore.reducer.apply` does an Absorb):
     in the highest tier of them all, with the τ of the one in it (the target's on a tie).
@@ -312,11 +348,13 @@ def plan(
     Superseded memories are never merged or summarised. Only memories created at or before
     ``at`` are offered (SPEC section 6: a memory written after ``at`` does not exist then; a
     request read with lag, or one for a past ``at``, would else fold a later memory into a
-    summary older than it). ``neighbours`` finds the pairs over a threshold (a FAISS range
-    search in production, pairs here by default).
+    summary older than it); the successors :func:`orphaned_versions` looks for are all of
+    ``items``. ``neighbours`` finds the pairs over a threshold (a FAISS range search in
+    production, pairs here by default).
     """
     chosen = set(strategies)
     rules = policy.consolidation
+    stored = items
     items = [i for i in items if i.created_at <= at]
     live = [i for i in items if i.state is Lifecycle.ACTIVE]
     decisions: list[Decision] = []
@@ -362,6 +400,9 @@ def plan(
         consume(archive_sweep(live, at, policy))
     if Strategy.PURGE in chosen:
         consume(purge_due(items, at, policy))
+    if Strategy.SUCCESSORS in chosen:
+        every = {i.memory_id for i in items}
+        consume([d for d in orphaned_versions(stored) if d.target in every])
     return decisions
 
 
@@ -450,6 +491,10 @@ def to_events(
         return [(decision.target, Promote(at, decision.to_tier, decision.reason))]
     if decision.kind is DecisionKind.ARCHIVE:
         return [(decision.target, Fade(at, "archive sweep"))]
+    if decision.kind is DecisionKind.RECHECK:
+        item = items[decision.target]
+        confirm = Succeeds(item.valid_to or at, item.memory_id, decision.reason)
+        return [(item.superseded_by, confirm)]
     purged = items[decision.target].state_changed_at  # the window was judged from it
     return [(decision.target, Purge(at, decision.reason, state_changed_at=purged))]
 

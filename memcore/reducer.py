@@ -448,7 +448,8 @@ def relink(state: MemoryState, event: Supersede) -> tuple[Relink, ...]:
     Nothing is passed on when the memory is not superseded, ``N`` is ``P``, the event is the
     chain's own move or an LLM's decision (``chains`` false), ``N`` is older than the memory,
     or the decision was passed on :data:`MAX_RELINKS` times already. The memory's own state
-    does not matter: a deleted version's successor is still the chain's next.
+    does not matter: a deleted version's successor is still the chain's next (what is passed
+    past a deleted or forgotten memory to the versions it superseded is :func:`bypass`'s).
     """
     if (
         not event.chains
@@ -475,6 +476,40 @@ def relink(state: MemoryState, event: Supersede) -> tuple[Relink, ...]:
     )
 
 
+def bypass(state: MemoryState, event: Supersede) -> tuple[Relink, ...]:
+    """What a supersession passes on when it meets a memory ``P`` out of recall (:data:`GONE`),
+    which ignores it: the versions ``P`` superseded (``predecessors``), reinstated or about to be
+    (:func:`reinstatements`), are superseded by ``N`` (``event.by``) in ``P``'s place
+    (``replaces``). Without it a new version ``N`` compared with ``P`` while ``P`` was being
+    deleted or forgotten stayed current beside the version ``P``'s reinstate made current again.
+    The outcome does not depend on which of the two reaches a predecessor first: reinstated, it is
+    then superseded by ``N``; still superseded by ``P``, ``N`` takes ``P``'s place and ``P``'s
+    reinstate, no longer its successor's, is ignored. Decided on the state the event met, so a
+    redelivery passes the same decisions again and their targets ignore the copies; each
+    predecessor ignores what it would ignore from ``N`` directly (older than it, stated again
+    since, deleted or forgotten), and :func:`relink` walks on from it.
+
+    Nothing is passed on when ``P`` is in recall, ``N`` is ``P``, the decision was passed on
+    :data:`MAX_RELINKS` times already, ``P`` was merged into a survivor (which holds its words:
+    the check that found ``P`` found it too, and its predecessors are passed to it), or ``P`` was
+    superseded itself no later than ``N`` (:func:`relink` passes ``N`` to that successor, which
+    its predecessors are passed to). Unlike :func:`relink`, an LLM's decision is passed on too
+    (``chains`` as it came): it replaced the words ``P`` stood in for.
+    """
+    if (
+        state.state not in GONE
+        or event.by == state.memory_id
+        or event.hops >= MAX_RELINKS
+        or state.merged_into is not None
+        or (state.valid_to is not None and state.valid_to <= event.at)
+    ):
+        return ()
+    gone = state.memory_id
+    why = f"{gone}, which it superseded, is {state.state}: passed on from it ({event.reason})"
+    passed = Supersede(event.at, event.by, why, event.hops + 1, event.chains, replaces=gone)
+    return tuple(Relink(p, passed) for p in state.predecessors if p not in (gone, event.by))
+
+
 def superseding(found: Supersession) -> Supersede:
     """The ``supersede`` decision for ``found.older`` (the rule's or the LLM's finding)."""
     return Supersede(found.at, found.newer, found.reason, chains=found.chains)
@@ -492,6 +527,32 @@ def reassertion(state: MemoryState, at: datetime) -> Relink | None:
         return None
     why = f"{state.memory_id} was written again after it superseded it"
     return Relink(state.reasserted_over, Supersede(at, state.memory_id, why))
+
+
+def revival(state: MemoryState, at: datetime) -> tuple[Relink, ...]:
+    """The supersessions a write at ``at`` sends when it brought ``state`` back from forgotten
+    (or archived) and left it current: each of its ``predecessors``, reinstated when it was
+    forgotten (:func:`reinstatements`), is superseded by it again from the write's time, and
+    :func:`relink` walks on from a predecessor superseded by another version since (for any
+    memory: a rewrite with the same words is not checked for supersession). A deleted memory
+    written again starts afresh, with no predecessors. Decided on the state the write left (it
+    changed the lifecycle state at ``at`` and stated the memory at ``at``), so a redelivered or
+    retried write sends them again; a predecessor ignores a copy, and one still superseded by
+    this memory (revived from archived, which reinstates nothing) ignores it too. Empty for any
+    other write, and for a summary's source (``merged_into``): its predecessors were passed to
+    the summary, which holds its sentence, and stay with it.
+    """
+    if (
+        state.state is not Lifecycle.ACTIVE
+        or state.merged_into is not None
+        or state.valid_to is not None
+        or state.state_changed_at != at
+        or state.stated_at != at
+    ):
+        return ()
+    why = f"{state.memory_id}, which superseded it, was written again after it left recall"
+    passed = Supersede(at, state.memory_id, why)
+    return tuple(Relink(p, passed) for p in state.predecessors if p != state.memory_id)
 
 
 def _succeeds(state: MemoryState, event: Succeeds) -> Result:
@@ -574,6 +635,9 @@ def reinstatements(
     predecessor ignores a copy). A ``succeeds`` reaching a memory deleted or forgotten already
     answers its predecessor alone. Each names what stands in for the memory: the survivor it
     was merged into (which holds its words), else the version that superseded it, from when.
+    A ``supersede`` that reaches the memory after it left recall is passed to the same versions
+    (:func:`bypass`), and a write that brings it back from forgotten supersedes them again
+    (:func:`revival`).
     """
     if after.state not in GONE:
         return ()

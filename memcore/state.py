@@ -278,14 +278,16 @@ class Supersede:
     """A newer memory (``by``, written at ``at``) states a newer value of the same fact: this one
     is valid until ``at``. Kept for history and audit; current recall no longer returns it.
     A memory superseded already keeps its successor; what the new version is passed on to
-    chain the versions in time order is :func:`memcore.reducer.relink`'s.
+    chain the versions in time order is :func:`memcore.reducer.relink`'s, and what a deleted or
+    forgotten memory passes on to the versions it superseded :func:`memcore.reducer.bypass`'s.
 
     Attributes:
         chains: the versions state one fact each and are chained (False: the LLM's decision,
             for which the earliest supersession wins and nothing is passed on).
-        replaces: set by :func:`memcore.reducer.relink` only: the successor this memory had
-            when the decision was passed on; while it still has it, ``by`` (an earlier version)
-            takes its place.
+        replaces: set by :func:`memcore.reducer.relink` and :func:`memcore.reducer.bypass`
+            only: the successor this memory had when the decision was passed on (an earlier
+            version than ``by``, or one deleted or forgotten since); while it still has it,
+            ``by`` takes its place.
         hops: how many times this decision was passed along a chain of versions; a chain is
             followed at most :data:`MAX_RELINKS` times.
     """

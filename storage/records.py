@@ -172,7 +172,17 @@ class ConsolidationRequestV1(_Strict):
     tenant_id: str
     at: AwareDatetime
     strategies: (
-        list[Literal["exact_dedup", "semantic_dedup", "compress", "tiers", "archive", "purge"]]
+        list[
+            Literal[
+                "exact_dedup",
+                "semantic_dedup",
+                "compress",
+                "tiers",
+                "archive",
+                "purge",
+                "successors",
+            ]
+        ]
         | None
     ) = Field(None, min_length=1)  # left out: every strategy; none at all is no request
     semantic_dedup_min_cosine: float | None = Field(None, ge=0.0, le=1.0)

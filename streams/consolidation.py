@@ -55,6 +55,8 @@ def item_of(row: MemoryRow, rules: SupersessionPolicy | None = None) -> Item:
         write_count=row.write_count,
         scope=(row.agent_id or "", row.session_id or "", row.user_id or ""),
         superseded=row.valid_to_us != CURRENT or bool(row.superseded_by),
+        superseded_by=row.superseded_by or "",
+        valid_to=from_us(row.valid_to_us) if row.valid_to_us != CURRENT else None,
         tags=tuple(row.tags),
         relations=tuple(row.relations),
         fact=rules is not None and states_fact(row.content, rules),

@@ -29,14 +29,18 @@ from memcore import (
     Policy,
     Position,
     Purge,
+    Reinstate,
+    Succeeds,
     Supersede,
     Write,
     apply,
+    bypass,
     content_hash,
     merged_away,
     reassertion,
     reinstatements,
     relink,
+    revival,
     succession,
 )
 from storage import Document, MemoryRow, codec
@@ -617,8 +621,8 @@ class Processor:
     ) -> None:
         """A write applied before (skipped by offset) whose document is the state's: its first
         delivery may have died after the tables and before its decisions were sent, so they are
-        made again (the supersession check, the reassertion's decision; copies are ignored) and
-        its row is rewritten.
+        made again (the supersession check, the reassertion's and the revival's decisions;
+        copies are ignored) and its row is rewritten.
         """
         if state.valid_to is None and state.content_hash == content_hash(record.content):
             batch.stated[record.key] = Statement(message, record.at)
@@ -628,15 +632,21 @@ class Processor:
 
     @staticmethod
     def _reasserted(record: WriteRecord, state: MemoryState, batch: Batch) -> None:
-        """Send what :func:`memcore.reassertion` decides for the state ``record`` left."""
+        """Send what :func:`memcore.reassertion` and :func:`memcore.revival` decide for the
+        state ``record`` left.
+        """
         passed = reassertion(state, record.at)
         if passed is not None:
             batch.supersede(record.tenant_id, passed.target, passed.event)
+        for again in revival(state, record.at):
+            batch.supersede(record.tenant_id, again.target, again.event)
 
     def decision(self, message: Inbound, record: DecisionRecord, batch: Batch) -> None:
-        """Apply a consolidation decision; one for an unknown memory changes nothing. A
+        """Apply a consolidation decision; one for an unknown memory changes nothing (but a
+        ``succeeds``, whose predecessor is reinstated: :meth:`_unknown_successor`). A
         ``supersede`` that meets a memory superseded by another version also sends what
-        :func:`memcore.relink` passes on, and an ``absorb`` its source's ``retire``
+        :func:`memcore.relink` passes on, one that meets a memory deleted or forgotten what
+        :func:`memcore.bypass` passes on, and an ``absorb`` its source's ``retire``
         (:func:`memcore.merged_away`); a memory superseded sends its successor a ``succeeds``
         (:func:`memcore.succession`), and one that leaves recall the versions it superseded a
         ``reinstate`` (:func:`memcore.reinstatements`); again on a redelivery (the target
@@ -644,6 +654,7 @@ class Processor:
         """
         state = self.state(record.key)
         if state is None:
+            self._unknown_successor(record, batch)
             return
         event = dataclasses.replace(record.event, position=message.position)
         new, effects = apply(state, event, self.policy(record.tenant_id))
@@ -653,8 +664,9 @@ class Processor:
         if new.purged and record.key.encode() in self.documents:
             self.drop_document(record.key)  # its words leave the table
         self._after(message, event.at, new, effects, batch)
-        for passed in relink(state, event) if isinstance(event, Supersede) else ():
-            batch.out.append(decision_record(record.tenant_id, passed.target, passed.event))
+        if isinstance(event, Supersede):  # along the chain, and past a version that left recall
+            for passed in (*relink(state, event), *bypass(state, event)):
+                batch.out.append(decision_record(record.tenant_id, passed.target, passed.event))
         away = merged_away(new, event, effects[0]) if isinstance(event, Absorb) else None
         if away is not None:  # the source leaves once its survivor holds what it had
             batch.out.append(decision_record(record.tenant_id, *away))
@@ -662,6 +674,19 @@ class Processor:
         if successor is not None:  # it records this memory, to reinstate it when it leaves
             batch.out.append(decision_record(record.tenant_id, successor.target, successor.event))
         self._reinstate(state, new, event, effects[0], batch)
+
+    @staticmethod
+    def _unknown_successor(record: DecisionRecord, batch: Batch) -> None:
+        """A ``succeeds`` for a memory the tables do not hold (a consolidation's recheck of a
+        version superseded by it): nothing stands in for it, so its predecessor is current
+        again, as when a successor left recall (:func:`memcore.reinstatements`).
+        """
+        event = record.event
+        if not isinstance(event, Succeeds) or event.predecessor == record.memory_id:
+            return
+        why = f"{record.memory_id} is not in the tables"
+        reinstate = Reinstate(event.at, record.memory_id, why, hops=event.hops)
+        batch.out.append(decision_record(record.tenant_id, event.predecessor, reinstate))
 
     @staticmethod
     def _reinstate(

@@ -3,6 +3,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -21,10 +22,13 @@ from memcore import (
     Purge,
     Retire,
     Strategy,
+    Succeeds,
+    Supersede,
     Tier,
     apply,
     merged_away,
     plan,
+    reinstatements,
     to_events,
 )
 from memcore.consolidation import (
@@ -413,3 +417,60 @@ def test_a_purge_leaves_a_memory_deleted_again_since_the_plan_inside_its_window(
     assert [e.kind for e in carry_out(dict(states), [("m", legacy)])] == [EffectKind.PURGED]
     untouched = {"m": first}
     assert [e.kind for e in carry_out(untouched, [("m", purge)])] == [EffectKind.PURGED]
+
+
+# -- successors gone: the superseded version asks its successor to confirm --------------------
+
+
+def test_a_version_whose_successor_left_recall_unrecorded_is_current_again_after_a_plan() -> None:
+    """A supersession recorded before successors kept their predecessors (or whose ``succeeds``
+    an older worker dead-lettered) sent no ``reinstate`` when the successor was deleted: the
+    older version stayed superseded by a deleted memory, hidden from current recall for good.
+    """
+    n, _ = apply(created(memory_id="n"), Supersede(T0 + hours(1), "p", "newer value"), POLICY)
+    p, _ = apply(
+        created(memory_id="p", at=T0 + hours(1)),
+        Retire(T0 + hours(2), Lifecycle.DELETED, "api"),
+        POLICY,
+    )
+    assert n is not None
+    assert p is not None
+    assert p.predecessors == ()  # nothing recorded: its deletion reinstated nothing
+    items = [
+        item("n", (1.0, 0.0), superseded=True, superseded_by="p", valid_to=n.valid_to),
+        item("p", (1.0, 0.0), 1.0, state=Lifecycle.DELETED),
+    ]
+    (decision,) = plan("t", items, T0 + hours(3), POLICY, [Strategy.SUCCESSORS])
+    assert (decision.kind, decision.target) == (DecisionKind.RECHECK, "n")
+    assert "deleted" in decision.reason
+    ((target, event),) = to_events(decision, {i.memory_id: i for i in items}, T0 + hours(3))
+    assert target == "p"
+    assert isinstance(event, Succeeds)
+    assert (event.predecessor, event.at) == ("n", n.valid_to)
+    after, effects = apply(p, event, POLICY)
+    assert after is not None
+    (notice,) = reinstatements(p, after, event, effects[0])
+    assert notice.target == "n"
+    current, effects = apply(n, notice.event, POLICY)
+    assert current is not None
+    assert effects[0].kind is EffectKind.REINSTATED
+    assert (current.valid_to, current.superseded_by) == (None, None)
+
+
+def test_a_recheck_asks_only_for_successors_gone_or_missing_from_the_store() -> None:
+    superseded: dict[str, Any] = {"superseded": True, "valid_to": T0 + hours(1)}
+    items = [
+        item("kept", (1.0, 0.0), superseded_by="live", **superseded),
+        item("live", (0.0, 1.0), 1.0),
+        item("missing", (1.0, 0.0), superseded_by="purged", **superseded),
+        item("forgot", (1.0, 0.0), superseded_by="faded", **superseded),
+        item("faded", (0.0, 1.0), 1.0, state=Lifecycle.FORGOTTEN),
+        item("gone-too", (1.0, 0.0), superseded_by="purged", state=Lifecycle.DELETED, **superseded),
+        item("archived", (1.0, 0.0), superseded_by="faded", state=Lifecycle.ARCHIVED, **superseded),
+        item("current", (1.0, 0.0)),
+    ]
+    decisions = plan("t", items, T0 + hours(3), POLICY, [Strategy.SUCCESSORS])
+    assert kinds(decisions) == [DecisionKind.RECHECK] * 3
+    assert sorted(d.target for d in decisions) == ["archived", "forgot", "missing"]
+    assert "not in the store" in next(d.reason for d in decisions if d.target == "missing")
+    assert plan("t", items, T0 + hours(3), POLICY, [Strategy.PURGE]) == []

@@ -817,6 +817,78 @@ def test_a_deleted_middle_version_hands_its_predecessor_to_its_successor() -> No
     assert (m1.superseded_by, m1.valid_to) == (None, None)
 
 
+def superseded_pair(t: Tables, t2: str) -> None:
+    """m1 (Osaka, at ``AT``) superseded by m2 (Lisbon, at ``t2``), which records it."""
+    t.write(write_bytes(content="Alice lives in Osaka"))
+    t.write(write_bytes(memory_id="m2", content="Alice now lives in Lisbon", at=t2), key=b"acme/m2")
+    t.carry_out(t.write(decision_bytes(decision="supersede", to=None, by="m2", at=t2)).out)
+    m2 = t.processor.state("acme/m2")
+    assert m2 is not None
+    assert m2.predecessors == ("m1",)
+
+
+@pytest.mark.parametrize("reinstate_first", [True, False])
+def test_a_version_checked_against_one_being_deleted_supersedes_the_one_reinstated(
+    reinstate_first: bool,
+) -> None:
+    t = Tables()
+    t2, t3, t4 = (f"2026-06-0{d}T12:00:00+00:00" for d in (2, 3, 4))
+    superseded_pair(t, t2)
+    t.write(write_bytes(memory_id="m3", content="Alice now lives in Tokyo", at=t3), key=b"acme/m3")
+    # m3's check found m2 current; m2 is deleted before its supersede reaches it
+    deleted = t.write(decision_bytes(memory_id="m2", to="deleted", at=t4), key=b"acme/m2")
+    late = decision_bytes(memory_id="m2", decision="supersede", to=None, by="m3", at=t3)
+    passed = t.write(late, key=b"acme/m2")
+    again = t.write(late, key=b"acme/m2")  # met again (by a later offset): the same again
+    assert [o.value for o in again.out if o.role == "memory-writes"] == [
+        o.value for o in passed.out if o.role == "memory-writes"
+    ]
+    first, then = (deleted, passed) if reinstate_first else (passed, deleted)
+    t.carry_out([*first.out, *then.out, *again.out])
+    m1, m3 = t.processor.state("acme/m1"), t.processor.state("acme/m3")
+    assert m1 is not None
+    assert m3 is not None
+    assert (m1.superseded_by, m1.valid_to, m3.superseded_by) == (
+        "m3",
+        datetime.fromisoformat(t3),
+        None,
+    )
+    assert m3.predecessors == ("m1",)
+    sent = [orjson.loads(o.value) for o in passed.out if o.role == "memory-writes"]
+    assert [(v["memory_id"], v["by"], v["at"], v.get("replaces")) for v in sent] == [
+        ("m1", "m3", t3, "m2")
+    ]
+
+
+def test_a_forgotten_version_written_again_supersedes_the_one_it_reinstated() -> None:
+    t = Tables()
+    t2, t3, t4 = (f"2026-06-0{d}T12:00:00+00:00" for d in (2, 3, 4))
+    superseded_pair(t, t2)
+    t.carry_out(t.write(decision_bytes(memory_id="m2", to="forgotten", at=t3), key=b"acme/m2").out)
+    m1 = t.processor.state("acme/m1")
+    assert m1 is not None
+    assert m1.superseded_by is None
+    # the same words again: folded, so the write-time check does not run
+    raw = write_bytes(memory_id="m2", content="Alice now lives in Lisbon", at=t4)
+    message = t.message("w", raw, b"acme/m2")
+    record = decode_write(raw, LIMITS)
+    importance = resolve_importance(record.content)
+    for delivery in ("first", "redelivered"):  # the first died before its records were sent
+        batch = Batch()
+        t.processor.write(message, record, (1.0, 0.0, 0.0, 0.0), importance, batch)
+        assert ("acme/m2" in batch.stated) is (delivery == "redelivered")  # checked again
+        sent = [orjson.loads(o.value) for o in batch.out if o.role == "memory-writes"]
+        assert [(v["memory_id"], v["decision"], v["by"], v["at"]) for v in sent] == [
+            ("m1", "supersede", "m2", t4)
+        ], delivery
+        t.carry_out(batch.out)
+        m1, m2 = t.processor.state("acme/m1"), t.processor.state("acme/m2")
+        assert m1 is not None
+        assert m2 is not None
+        assert (m1.superseded_by, m1.valid_to) == ("m2", datetime.fromisoformat(t4))
+        assert (m2.state, m2.superseded_by, m2.predecessors) == ("active", None, ("m1",))
+
+
 def test_consolidation_plans_on_the_tables_live_state_not_a_stale_row() -> None:
     t = Tables()
     t.write(write_bytes(importance=0.5))

@@ -25,14 +25,17 @@ from memcore import (
     Position,
     Purge,
     Reinstate,
+    Relink,
     Retire,
     Succeeds,
     Supersede,
     Write,
     apply,
+    bypass,
     reassertion,
     reinstatements,
     relink,
+    revival,
     succession,
 )
 from memcore.supersession import (
@@ -494,24 +497,38 @@ def test_no_usable_llm_answer_falls_back_to_the_rule(answer: str | None) -> None
 # -- a version whose successor leaves recall (SPEC section 6, rule zero) ----------------------------
 
 
+def step(
+    states: dict[str, MemoryState], target: str, event: Event
+) -> tuple[list[tuple[str, Event]], list[Notice]]:
+    """Apply ``event`` to ``target`` as the worker does; returns the decisions it sends, not yet
+    delivered: the supersessions passed on (relink, bypass; a write's reassertion and revival),
+    then the notices (reinstatements, succession).
+    """
+    before = states[target]
+    new, effects = apply(before, event, Policy())
+    assert new is not None
+    states[target] = new
+    passed: list[Relink] = []
+    if isinstance(event, Supersede):
+        passed += [*relink(before, event), *bypass(before, event)]
+    if isinstance(event, Write):
+        reasserted = reassertion(new, event.at)
+        passed += [*([reasserted] if reasserted is not None else []), *revival(new, event.at)]
+    notices = [*reinstatements(before, new, event, effects[0])]
+    successor = succession(new, event, effects[0])
+    notices += [successor] if successor is not None else []
+    return [(p.target, p.event) for p in passed], notices
+
+
 def carry(states: dict[str, MemoryState], steps: list[tuple[str, Event]]) -> list[Notice]:
     """Apply ``steps`` (memory id, event) in order as the worker does, each followed by the
-    decisions it sends (relink, succession, reinstatements), until none is left; returns every
-    notice sent.
+    decisions it sends (:func:`step`), until none is left; returns every notice sent.
     """
     queue: deque[tuple[str, Event]] = deque(steps)
     sent: list[Notice] = []
     while queue:
-        target, event = queue.popleft()
-        before = states[target]
-        new, effects = apply(before, event, Policy())
-        assert new is not None
-        states[target] = new
-        if isinstance(event, Supersede):
-            queue.extend((p.target, p.event) for p in relink(before, event))
-        notices = [*reinstatements(before, new, event, effects[0])]
-        successor = succession(new, event, effects[0])
-        notices += [successor] if successor is not None else []
+        passed, notices = step(states, *queue.popleft())
+        queue.extend(passed)
         sent += notices
         queue.extend((n.target, n.event) for n in notices)
     return sent
@@ -674,3 +691,128 @@ def test_a_successor_keeps_its_newest_predecessors_each_once() -> None:
     assert state.predecessors[-1] == f"v{MAX_PREDECESSORS + 1}"
     again, effects = apply(state, Succeeds(T0 + hours(2), "v9", "rule"), Policy())
     assert (again, effects[0].kind) == (state, EffectKind.IGNORED)
+
+
+# -- a supersession that races its target's deletion, and a forgotten version written again -------
+
+
+@pytest.mark.parametrize("reinstate_first", [True, False])
+@pytest.mark.parametrize("to", [Lifecycle.DELETED, Lifecycle.FORGOTTEN])
+def test_a_version_checked_against_one_being_deleted_supersedes_the_one_reinstated(
+    to: Lifecycle, reinstate_first: bool
+) -> None:
+    """n superseded by p; q's check found p current and sent p a supersede, which reached it after
+    p left recall. p's reinstate made n current and the supersede was ignored: n and q were both
+    current. It is passed on to n in p's place, with the same outcome in either order.
+    """
+    states = versions(("n", 0), ("p", 10), ("q", 20))
+    carry(states, [("n", Supersede(T0 + hours(10), "p", "rule"))])
+    _, (reinstate,) = step(states, "p", Retire(T0 + hours(30), to, "asked"))
+    late = Supersede(T0 + hours(20), "q", "rule")
+    passed, _ = step(states, "p", late)
+    held = (reinstate.target, reinstate.event)
+    carry(states, [held, *passed] if reinstate_first else [*passed, held])
+    assert current(states) == {"n": "q", "p": None, "q": None}
+    assert states["n"].valid_to == late.at
+    assert states["q"].predecessors == ("n",)
+    assert states["p"].state is to
+    assert [(m, e.by, e.at, e.replaces, e.hops) for m, e in passed if isinstance(e, Supersede)] == [
+        ("n", "q", late.at, "p", 1)
+    ]
+
+
+@pytest.mark.parametrize("reinstate_first", [True, False])
+def test_a_supersession_that_meets_a_deleted_middle_version_keeps_one_chain(
+    reinstate_first: bool,
+) -> None:
+    """a -> n -> p, n deleted (a is passed to p) while q, between n and p in time, is passed to n
+    by its check: whichever reaches a first, the chain is a -> q -> p.
+    """
+    states = versions(("a", 0), ("n", 10), ("q", 15), ("p", 20))
+    carry(
+        states,
+        [("a", Supersede(T0 + hours(10), "n", "rule")), ("n", Supersede(T0 + hours(20), "p", "r"))],
+    )
+    _, (reinstate,) = step(states, "n", DELETE)
+    passed, _ = step(states, "n", Supersede(T0 + hours(15), "q", "rule"))
+    held = (reinstate.target, reinstate.event)
+    carry(states, [held, *passed] if reinstate_first else [*passed, held])
+    assert current(states) == {"a": "q", "n": "p", "q": "p", "p": None}
+    assert (states["a"].valid_to, states["q"].valid_to) == (T0 + hours(15), T0 + hours(20))
+    assert states["q"].predecessors == ("a",)
+    # the end of the chain deleted while a later version's decision reaches it: a -> q -> r
+    states["r"] = created(0.5, memory_id="r", at=T0 + hours(30))
+    carry(states, [("p", DELETE), ("p", Supersede(T0 + hours(30), "r", "rule"))])
+    assert current(states) == {"a": "q", "n": "p", "q": "r", "p": None, "r": None}
+
+
+def test_a_supersession_met_again_past_a_deleted_version_passes_the_same_on() -> None:
+    states = versions(("n", 0), ("p", 10), ("q", 20))
+    carry(states, [("n", Supersede(T0 + hours(10), "p", "rule"))])
+    carry(states, [("p", DELETE)])
+    assert current(states) == {"n": None, "p": None, "q": None}
+    late = Supersede(T0 + hours(20), "q", "rule", position=Position("w/0", 7))
+    first, _ = step(states, "p", late)
+    again, _ = step(states, "p", late)  # its first delivery died before its decisions were sent
+    assert again == first
+    assert [m for m, _ in first] == ["n"]
+    carry(states, first)
+    n = states["n"]
+    assert (n.superseded_by, n.valid_to) == ("q", late.at)
+    carry(states, again)  # a copy
+    assert states["n"] == n
+    # nothing passed past a memory in recall, by itself, too often passed, or merged away
+    gone = states["p"]
+    assert bypass(states["q"], Supersede(T0 + hours(30), "r", "rule")) == ()
+    assert bypass(gone, Supersede(T0 + hours(30), "p", "rule")) == ()
+    assert bypass(gone, Supersede(T0 + hours(30), "r", "rule", hops=MAX_RELINKS)) == ()
+    merged = dataclasses.replace(gone, merged_into="p-copy")
+    assert bypass(merged, Supersede(T0 + hours(30), "r", "rule")) == ()
+    # an LLM's decision is passed on as it came (not chained)
+    (llm,) = bypass(gone, Supersede(T0 + hours(30), "r", "llm", chains=False))
+    assert (llm.target, llm.event.chains, llm.event.replaces) == ("n", False, "p")
+
+
+@pytest.mark.parametrize("words", ["p", "p, in other words"])
+def test_a_forgotten_version_written_again_supersedes_the_one_it_reinstated(words: str) -> None:
+    """n superseded by p, p forgotten (n current again), then p written again: p is current, and
+    n was left current beside it (same words are not checked for supersession again).
+    """
+    states = versions(("n", 0), ("p", 10))
+    carry(states, [("n", Supersede(T0 + hours(10), "p", "rule"))])
+    carry(states, [("p", Retire(T0 + hours(30), Lifecycle.FORGOTTEN, "faded"))])
+    assert current(states) == {"n": None, "p": None}
+    carry(states, [("p", write("p", at=T0 + hours(40), content=words))])
+    assert states["p"].state is Lifecycle.ACTIVE
+    assert current(states) == {"n": "p", "p": None}
+    assert states["n"].valid_to == T0 + hours(40)
+    assert states["p"].predecessors == ("n",)
+
+
+def test_a_revival_is_sent_again_on_redelivery_and_not_for_other_writes() -> None:
+    states = versions(("n", 0), ("p", 10), ("r", 20))
+    carry(states, [("n", Supersede(T0 + hours(10), "p", "rule"))])
+    assert revival(states["p"], T0 + hours(10)) == ()  # created: nothing to supersede again
+    carry(states, [("p", write("p", at=T0 + hours(12)))])  # written again while current
+    assert revival(states["p"], T0 + hours(12)) == ()
+    n = states["n"]
+    # brought back from archived (which reinstates nothing): a copy, which n ignores
+    carry(states, [("p", Retire(T0 + hours(14), Lifecycle.ARCHIVED, "faded"))])
+    carry(states, [("p", write("p", at=T0 + hours(16)))])
+    assert [(r.target, r.event.at) for r in revival(states["p"], T0 + hours(16))] == [
+        ("n", T0 + hours(16))
+    ]
+    assert states["n"] == n
+    carry(states, [("p", Retire(T0 + hours(30), Lifecycle.FORGOTTEN, "faded"))])
+    # n reinstated, then superseded by r: p written again after r supersedes r in turn
+    carry(states, [("n", Supersede(T0 + hours(20), "r", "rule"))])
+    rewrite = dataclasses.replace(write("p", at=T0 + hours(40)), position=Position("w/0", 9))
+    first, _ = step(states, "p", rewrite)
+    again, _ = step(states, "p", rewrite)  # skipped by offset, decided on the state it left
+    assert again == first
+    assert [(m, e.at) for m, e in first] == [("n", rewrite.at)]
+    carry(states, first)
+    assert current(states) == {"n": "r", "p": None, "r": "p"}
+    kept = dict(states)
+    carry(states, again)  # copies
+    assert states == kept

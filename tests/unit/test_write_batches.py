@@ -18,7 +18,7 @@ import orjson
 import pytest
 from aiokafka.errors import KafkaTimeoutError
 
-from memcore import Lifecycle, Purge, Retire
+from memcore import Lifecycle, Purge, Retire, Supersede
 from storage import Filters, Hit, MemoryRow, StorageError
 from storage.records import Limits, decision_value, encode_access, encode_write
 from storage.tenant_log import TenantLog
@@ -989,3 +989,46 @@ async def test_the_first_batch_waits_until_the_tenants_topic_is_read_to_its_end(
     assert [(key, field) for key, field, _ in letters(sent)] == [(b"globex/m1", "tenant_id")]
     await w.writes(("acme/m1", write("hello")))
     assert reads == [1]  # once, before the first batch
+
+
+async def test_a_version_superseded_by_a_memory_no_longer_held_is_current_after_a_consolidation(
+    tmp_path: Path,
+) -> None:
+    """A version superseded by a memory that left without reinstating it (deleted before
+    successors recorded their predecessors, then purged; or gone from the tables) stayed
+    superseded for good: nothing asked its successor again.
+    """
+
+    class RowStore(Store):
+        def every_row(self, tenant_id: str, states: object) -> list[MemoryRow]:
+            return [r for r in self.rows.values() if r.tenant_id == tenant_id]
+
+    store = RowStore()
+    w = Worker(tmp_path, Embedder({"Alice lives in Osaka": X}), store)
+    await w.writes(("acme/n", write("Alice lives in Osaka", memory_id="n")))
+    then = datetime(2026, 3, 1, 12, 30, tzinfo=UTC)
+    superseded = Supersede(then, "p", "a newer value")
+    await w.writes(("acme/n", orjson.dumps(decision_value("acme", "n", superseded))))
+    assert store.rows["acme/n"].superseded_by == "p"
+    for row in (  # a version whose successor is live is left alone
+        make_row(
+            "acme", "q", Y, content="Bob likes tea.", valid_to_us=2_000_000, superseded_by="r"
+        ),
+        make_row("acme", "r", Y, content="Bob likes coffee now."),
+    ):
+        store.rows[row.key] = row
+    w.sent.clear()
+    request = {"v": 1, "tenant_id": "acme", "at": "2026-03-01T12:45:00+00:00"}
+    await w.worker.on_consolidation(
+        _inbound(Event(Message("memory-consolidation", 0, 1, b"acme", orjson.dumps(request))))
+    )
+    asked = [(k.decode(), v) for role, k, v in w.sent if role == "memory-writes"]
+    assert [(k, v["decision"], v["predecessor"]) for k, v in asked] == [("acme/p", "succeeds", "n")]
+    sent = await w.writes(*((k, orjson.dumps(v)) for k, v in asked))  # p is not in the tables
+    answered = [(k.decode(), v) for role, k, v in sent if role == "memory-writes"]
+    assert [(k, v["decision"], v["by"]) for k, v in answered] == [("acme/n", "reinstate", "p")]
+    await w.writes(*((k, orjson.dumps(v)) for k, v in answered))
+    state = w.worker.processor.state("acme/n")
+    assert state is not None
+    assert (state.valid_to, state.superseded_by) == (None, None)
+    assert store.rows["acme/n"].superseded_by == ""
