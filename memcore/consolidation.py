@@ -493,7 +493,7 @@ def to_events(
         return [(decision.target, Fade(at, "archive sweep"))]
     if decision.kind is DecisionKind.RECHECK:
         item = items[decision.target]
-        confirm = Succeeds(item.valid_to or at, item.memory_id, decision.reason)
+        confirm = Succeeds(item.valid_to or at, item.memory_id, decision.reason, recheck=True)
         return [(item.superseded_by, confirm)]
     purged = items[decision.target].state_changed_at  # the window was judged from it
     return [(decision.target, Purge(at, decision.reason, state_changed_at=purged))]

@@ -493,21 +493,28 @@ def bypass(state: MemoryState, event: Supersede) -> tuple[Relink, ...]:
     :data:`MAX_RELINKS` times already, ``P`` was merged into a survivor (which holds its words:
     the check that found ``P`` found it too, and its predecessors are passed to it), or ``P`` was
     superseded itself no later than ``N`` (:func:`relink` passes ``N`` to that successor, which
-    its predecessors are passed to). Unlike :func:`relink`, an LLM's decision is passed on too
-    (``chains`` as it came): it replaced the words ``P`` stood in for.
+    its predecessors are passed to; unless the decision was passed on from that successor, gone
+    too), or the decision was passed on from one of ``P``'s own predecessors (versions that
+    superseded each other in turn, all gone: passing on again would multiply the decisions at
+    every hop). The memory it was passed on from is never passed to again. Unlike
+    :func:`relink`, an LLM's decision is passed on too (``chains`` as it came): it replaced the
+    words ``P`` stood in for.
     """
+    came_from_successor = event.replaces is not None and event.replaces == state.superseded_by
     if (
         state.state not in GONE
         or event.by == state.memory_id
         or event.hops >= MAX_RELINKS
         or state.merged_into is not None
-        or (state.valid_to is not None and state.valid_to <= event.at)
+        or (state.valid_to is not None and state.valid_to <= event.at and not came_from_successor)
+        or event.replaces in state.predecessors  # versions that superseded each other: a cycle
     ):
         return ()
     gone = state.memory_id
     why = f"{gone}, which it superseded, is {state.state}: passed on from it ({event.reason})"
     passed = Supersede(event.at, event.by, why, event.hops + 1, event.chains, replaces=gone)
-    return tuple(Relink(p, passed) for p in state.predecessors if p not in (gone, event.by))
+    skipped = (gone, event.by, event.replaces)
+    return tuple(Relink(p, passed) for p in state.predecessors if p not in skipped)
 
 
 def superseding(found: Supersession) -> Supersede:

@@ -338,12 +338,17 @@ class Succeeds:
     Attributes:
         hops: how many reinstates passed this supersession on before it (bounded by
             :data:`MAX_RELINKS`, against versions deleted in a cycle).
+        recheck: asked by a consolidation's recheck (:func:`memcore.orphaned_versions`) of a
+            version the store shows superseded by this memory: the worker answers one for a
+            memory its tables do not hold with a ``reinstate`` too. Any other ``succeeds`` for
+            an unknown memory may have overtaken its write, and changes nothing.
     """
 
     at: datetime
     predecessor: str
     reason: str
     hops: int = 0
+    recheck: bool = False
     position: Position | None = None
 
 

@@ -126,7 +126,8 @@ class DecisionV1(_Strict):
     a tier;
     ``purge``: remove a forgotten or deleted memory from the serving store (``state_changed_at``:
     when it was forgotten or deleted as planned; a memory whose state changed since is kept);
-    ``succeeds``: this memory superseded ``predecessor`` (from ``at``), which it records;
+    ``succeeds``: this memory superseded ``predecessor`` (from ``at``), which it records
+    (``recheck``: asked by a consolidation, see :class:`memcore.Succeeds`);
     ``reinstate``: ``by``, which superseded this memory, left recall: current again, or
     superseded by ``successor`` (from ``successor_at``, when given) instead (``hops``: see
     :class:`memcore.Reinstate`).
@@ -160,6 +161,7 @@ class DecisionV1(_Strict):
     chains: bool = True
     replaces: str | None = None
     predecessor: str | None = None
+    recheck: bool = False
     successor: str | None = None
     successor_at: AwareDatetime | None = None
     request_id: str | None = Field(None, max_length=128)
@@ -561,9 +563,7 @@ def decision_value(
     elif isinstance(event, Promote):
         value |= {"decision": "promote", "to": event.to.value}
     elif isinstance(event, Succeeds):
-        value |= {"decision": "succeeds", "predecessor": event.predecessor}
-        if event.hops:
-            value["hops"] = event.hops
+        value |= _succeeds_fields(event)
     elif isinstance(event, Reinstate):
         value |= _reinstate_fields(event)
     else:
@@ -607,6 +607,16 @@ def _supersede_fields(event: Supersede) -> dict[str, Any]:
         value["chains"] = False
     if event.replaces is not None:
         value["replaces"] = event.replaces
+    return value
+
+
+def _succeeds_fields(event: Succeeds) -> dict[str, Any]:
+    """A succeeds' own fields; the optional ones only when set."""
+    value: dict[str, Any] = {"decision": "succeeds", "predecessor": event.predecessor}
+    if event.hops:
+        value["hops"] = event.hops
+    if event.recheck:
+        value["recheck"] = True
     return value
 
 
@@ -661,7 +671,8 @@ def decode_decision(raw: bytes, limits: Limits, document: object = None) -> Deci
         elif m.decision == "promote":
             event = Promote(m.at, Tier.parse(m.to, "to"), m.reason)
         elif m.decision == "succeeds":
-            event = Succeeds(m.at, _id("predecessor", m.predecessor or ""), m.reason, m.hops)
+            predecessor = _id("predecessor", m.predecessor or "")
+            event = Succeeds(m.at, predecessor, m.reason, m.hops, m.recheck)
         elif m.decision == "reinstate":
             successor = _id("successor", m.successor) if m.successor is not None else None
             since = _checked_time("successor_at", m.successor_at, limits)

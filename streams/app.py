@@ -831,7 +831,8 @@ class StreamWorker:
         change's row landing after its changelog record. A row written first could be
         overwritten by the snapshot's older version (a purged or erased memory back in Milvus)
         with no changelog record yet for the catch-up to see. Raises StorageError (retriable)
-        when a record failed (the batch is then applied again, nothing of it in Milvus).
+        when a record failed, with nothing of the batch in Milvus: the commit flush fails too,
+        and the events are redelivered to a worker that starts again.
         """
         async with self.syncing:
             await self._sync(batch)

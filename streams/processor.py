@@ -643,7 +643,7 @@ class Processor:
 
     def decision(self, message: Inbound, record: DecisionRecord, batch: Batch) -> None:
         """Apply a consolidation decision; one for an unknown memory changes nothing (but a
-        ``succeeds``, whose predecessor is reinstated: :meth:`_unknown_successor`). A
+        recheck's ``succeeds``, whose predecessor is reinstated: :meth:`_unknown_successor`). A
         ``supersede`` that meets a memory superseded by another version also sends what
         :func:`memcore.relink` passes on, one that meets a memory deleted or forgotten what
         :func:`memcore.bypass` passes on, and an ``absorb`` its source's ``retire``
@@ -677,12 +677,19 @@ class Processor:
 
     @staticmethod
     def _unknown_successor(record: DecisionRecord, batch: Batch) -> None:
-        """A ``succeeds`` for a memory the tables do not hold (a consolidation's recheck of a
-        version superseded by it): nothing stands in for it, so its predecessor is current
-        again, as when a successor left recall (:func:`memcore.reinstatements`).
+        """A consolidation's recheck (``succeeds`` with ``recheck``) for a memory the tables do
+        not hold: nothing stands in for it, so its predecessor is current again, as when a
+        successor left recall (:func:`memcore.reinstatements`). Any other decision for an
+        unknown memory changes nothing: a ``succeeds`` sent when a supersession was applied can
+        overtake its successor's write (the API produces the write and the ``supersede`` to two
+        partitions), and reinstating then would leave two versions current.
         """
         event = record.event
-        if not isinstance(event, Succeeds) or event.predecessor == record.memory_id:
+        if (
+            not isinstance(event, Succeeds)
+            or not event.recheck
+            or event.predecessor == record.memory_id
+        ):
             return
         why = f"{record.memory_id} is not in the tables"
         reinstate = Reinstate(event.at, record.memory_id, why, hops=event.hops)

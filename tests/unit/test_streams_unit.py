@@ -933,6 +933,7 @@ def test_scheduled_consolidation_spreads_one_request_per_tenant() -> None:
         Purge(T, "window", state_changed_at=T - timedelta(days=31, microseconds=7)),
         Succeeds(T, "m0", "m0 superseded by it"),
         Succeeds(T, "m0", "passed on", hops=3),
+        Succeeds(T, "m0", "asked by a recheck", recheck=True),
         Reinstate(T, "m9", "m9 is deleted"),
         Reinstate(T, "m9", "m9 is deleted", "m8", T - timedelta(hours=2), hops=2),
         Reinstate(T, "m9", "m9 is deleted", "s1"),  # merged into s1: valid_to kept

@@ -816,3 +816,51 @@ def test_a_revival_is_sent_again_on_redelivery_and_not_for_other_writes() -> Non
     kept = dict(states)
     carry(states, again)  # copies
     assert states == kept
+
+
+def test_a_supersession_meeting_versions_gone_in_a_cycle_is_passed_on_a_bounded_number_of_times() -> (
+    None
+):
+    """Versions written back and forth list each other as predecessors; all forgotten (each
+    reinstated before it left), a supersede reaching one was passed to the others, which passed
+    it back, multiplying the decisions at every hop: 131,071 for three versions.
+    """
+    gone = {"state": Lifecycle.FORGOTTEN}
+    states = versions(("m1", 0), ("m2", 1), ("m3", 2), ("m4", 30))
+    for m in ("m1", "m2", "m3"):
+        others = tuple(o for o in ("m1", "m2", "m3") if o != m)
+        states[m] = dataclasses.replace(states[m], predecessors=others, **gone)  # type: ignore[arg-type]
+    queue: deque[tuple[str, Event]] = deque([("m1", Supersede(T0 + hours(30), "m4", "rule"))])
+    applied = 0
+    while queue and applied < 1_000:
+        passed, notices = step(states, *queue.popleft())
+        applied += 1
+        queue.extend([*passed, *((n.target, n.event) for n in notices)])
+    assert applied == 3  # m1, then m2 and m3 once each
+    assert all(states[m].superseded_by is None for m in ("m1", "m2", "m3"))
+
+
+FORGET = Retire(T0 + hours(50), Lifecycle.FORGOTTEN, "forgotten")
+
+
+@pytest.mark.parametrize("deleted_first", [False, True])
+def test_a_supersession_passed_on_from_a_gone_successor_goes_past_a_gone_middle_version(
+    deleted_first: bool,
+) -> None:
+    """m1 < m2 < m3 chained, m4 checked against m3 while m3 was being forgotten and m2 deleted:
+    the supersede passed from m3 to m2 stopped there (m2 superseded by m3 before m4), since
+    relink would hand it to m2's successor, which was m3 itself: m1 and m4 both current.
+    """
+    states = versions(("m1", 0), ("m2", 10), ("m3", 20), ("m4", 30))
+    carry(
+        states,
+        [
+            ("m1", Supersede(T0 + hours(10), "m2", "rule")),
+            ("m2", Supersede(T0 + hours(20), "m3", "rule")),
+        ],
+    )
+    newer = Supersede(T0 + hours(30), "m4", "rule")
+    steps: list[tuple[str, Event]] = [("m3", FORGET), ("m3", newer), ("m2", DELETE)]
+    carry(states, [steps[2], *steps[:2]] if deleted_first else steps)
+    assert current(states) == {"m1": "m4", "m2": "m3", "m3": None, "m4": None}
+    assert states["m3"].state is Lifecycle.FORGOTTEN

@@ -18,7 +18,7 @@ import orjson
 import pytest
 from aiokafka.errors import KafkaTimeoutError
 
-from memcore import Lifecycle, Purge, Retire, Supersede
+from memcore import Lifecycle, Purge, Retire, Succeeds, Supersede
 from storage import Filters, Hit, MemoryRow, StorageError
 from storage.records import Limits, decision_value, encode_access, encode_write
 from storage.tenant_log import TenantLog
@@ -1032,3 +1032,19 @@ async def test_a_version_superseded_by_a_memory_no_longer_held_is_current_after_
     assert state is not None
     assert (state.valid_to, state.superseded_by) == (None, None)
     assert store.rows["acme/n"].superseded_by == ""
+
+
+async def test_a_succeeds_for_a_memory_not_yet_written_reinstates_nothing(tmp_path: Path) -> None:
+    """A ``succeeds`` can overtake its successor's write (the API produces the write and the
+    ``supersede`` to two partitions): only a consolidation's recheck, asked because the store
+    shows the version superseded by a memory it does not hold, is answered with a reinstate.
+    """
+    w = Worker(tmp_path, Embedder({}))
+    at = datetime(2026, 3, 1, 12, 30, tzinfo=UTC)
+    overtaking = Succeeds(at, "n", "n superseded by it")
+    sent = await w.writes(("acme/p", orjson.dumps(decision_value("acme", "p", overtaking))))
+    assert [v for role, _, v in sent if role == "memory-writes"] == []
+    asked = Succeeds(at, "n", "asked by a recheck", recheck=True)
+    sent = await w.writes(("acme/p", orjson.dumps(decision_value("acme", "p", asked))))
+    answered = [(k, v["decision"], v["by"]) for role, k, v in sent if role == "memory-writes"]
+    assert answered == [(b"acme/n", "reinstate", "p")]
