@@ -12,8 +12,10 @@ from typing import Any
 import orjson
 import pytest
 
-from storage import Filters, MemoryRow, MilvusStore
+from memcore import Supersede
+from storage import Filters, MemoryRow, MilvusStore, to_us
 from storage.milvus import ANY_STATE
+from storage.records import decision_value
 from storage.rows import live_values, with_live
 from tests.infra import ROOT
 from tests.integration.harness import (
@@ -195,3 +197,38 @@ def test_consolidation_end_to_end(
     (letter,) = dead_letters(stack)
     assert letter["field"].startswith("strategies")
     assert letter["topic"] == stack.topic("consolidation")
+
+
+def test_a_version_left_superseded_by_a_memory_never_stored_is_current_after_a_recheck(
+    make_stack: Callable[..., Stack], workers: list[WorkerProcess]
+) -> None:
+    """A supersession whose successor left without reinstating it (recorded before successors
+    kept their predecessors, then purged; here: never written) hid the older version for good.
+    The `successors` step asks the successor, and the worker, which does not hold it, answers.
+    """
+    stack = make_stack(("acme",))
+    workers.append(worker := WorkerProcess(stack).start())
+    vec, text = basis(1), "Alice lives in Osaka"
+    produce(
+        stack.bootstrap,
+        stack.topic("memory-writes"),
+        [write_msg("acme", "n", vec, content=text, at=at(0))],
+    )
+    hidden = decision_value("acme", "n", Supersede(T0 + timedelta(minutes=5), "p", "newer value"))
+    produce(stack.bootstrap, stack.topic("memory-writes"), [(b"acme/n", orjson.dumps(hidden))])
+    store = stack.store()
+
+    def superseded_by() -> str | None:
+        found = rows(stack, store, "acme")
+        return found["n"].superseded_by if "n" in found else None
+
+    eventually(lambda: superseded_by() == "p", 120, "n superseded by p", worker)
+    current = Filters(current_at_us=to_us(T0 + timedelta(hours=1)))
+    assert store.search("acme", [vec], k=5, filters=current)[0] == []
+
+    request(stack, "recheck", strategies=["successors"])
+    eventually(lambda: superseded_by() == "", 60, "n current again", worker, show=superseded_by)
+    (report,) = reports(stack, "recheck")
+    assert [(d["kind"], d["target"]) for d in report["decisions"]] == [("recheck", "n")]
+    (hit,) = store.search("acme", [vec], k=5, filters=current)[0]
+    assert (hit.row.memory_id, hit.row.content) == ("n", text)
