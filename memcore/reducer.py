@@ -400,9 +400,11 @@ def _supersede(state: MemoryState, event: Supersede) -> Result:
     if event.at < state.created_at:
         why = f"{event.by} is older than this memory: it cannot supersede it"
         return state, (Effect(EffectKind.IGNORED, why),)
-    if state.stated_at is not None and event.at < state.stated_at:
-        # written again after the newer version: the restatement is newer still (relink has
-        # that version superseded by this one); a move of the chain's included
+    if state.stated_at is not None and event.at <= state.stated_at:
+        # written again after the newer version (or at the same instant: the restatement wins
+        # a tie, as relink decides it too; else the two would supersede each other): the
+        # restatement is newer still (relink has that version superseded by this one); a move
+        # of the chain's included
         why = f"stated again at {state.stated_at.isoformat()}, after {event.by}"
         return state, (Effect(EffectKind.IGNORED, why),)
     displaces = event.replaces is not None and event.replaces == state.superseded_by
@@ -442,8 +444,9 @@ def relink(state: MemoryState, event: Supersede) -> tuple[Relink, ...]:
     superseded by ``N`` in ``P``'s place (``replaces``). Each is decided on the state it meets,
     so a redelivery passes the same decisions again and their targets ignore the copies.
 
-    A memory stated again after ``N`` (``stated_at``): ``N`` is superseded by it from that
-    statement, whatever its successor (:func:`apply` ignores the older supersession).
+    A memory stated again after ``N`` or at ``N``'s time (``stated_at``): ``N`` is superseded by
+    it from that statement, whatever its successor (:func:`apply` ignores the older
+    supersession).
 
     Nothing is passed on when the memory is not superseded, ``N`` is ``P``, the event is the
     chain's own move or an LLM's decision (``chains`` false), ``N`` is older than the memory,
@@ -459,7 +462,7 @@ def relink(state: MemoryState, event: Supersede) -> tuple[Relink, ...]:
     ):
         return ()
     hops = event.hops + 1
-    if state.stated_at is not None and event.at < state.stated_at:
+    if state.stated_at is not None and event.at <= state.stated_at:  # a tie: as _supersede
         why = f"{state.memory_id} was stated again after it: chained after it"
         return (Relink(event.by, Supersede(state.stated_at, state.memory_id, why, hops)),)
     chained = state.superseded_by

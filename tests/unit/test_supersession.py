@@ -864,3 +864,23 @@ def test_a_supersession_passed_on_from_a_gone_successor_goes_past_a_gone_middle_
     carry(states, [steps[2], *steps[:2]] if deleted_first else steps)
     assert current(states) == {"m1": "m4", "m2": "m3", "m3": None, "m4": None}
     assert states["m3"].state is Lifecycle.FORGOTTEN
+
+
+def test_a_restatement_at_the_instant_of_a_newer_version_wins_the_tie_with_no_cycle() -> None:
+    """m4 written again at the instant m5 was written (client times in whole seconds): m5's
+    supersede of m4 applied (not before the restatement), and m3's chain passed m4's to m5,
+    so m4 and m5 superseded each other and no version of the fact was current.
+    """
+    t = T0 + hours(5)
+    states = versions(("m3", 3), ("m4", 4), ("m5", 5))
+    states["m4"], _ = apply(states["m4"], write("m4", at=t), Policy())  # type: ignore[assignment]
+    assert states["m4"].stated_at == t
+    carry(
+        states,
+        [
+            ("m3", Supersede(t, "m5", "m5's check")),
+            ("m3", Supersede(t, "m4", "m4's restatement's check")),
+            ("m4", Supersede(t, "m5", "m5's check")),
+        ],
+    )
+    assert current(states) == {"m3": "m5", "m4": None, "m5": "m4"}
