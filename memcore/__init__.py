@@ -25,7 +25,6 @@ from memcore.importance import (
 )
 from memcore.policy import DecayPreset, LifecyclePreset, Policy, RecallPreset, RecallWeights
 from memcore.reducer import (
-    GONE,
     Notice,
     Relink,
     apply,
@@ -37,6 +36,7 @@ from memcore.reducer import (
     revival,
     succession,
     superseding,
+    unknown_successor,
 )
 from memcore.scoring import Candidate, RankParams, Scored, blend, mmr, rank
 from memcore.state import (
@@ -62,6 +62,7 @@ from memcore.state import (
     Write,
 )
 from memcore.supersession import (
+    GONE,
     SUPERSEDABLE,
     Supersession,
     SupersessionPolicy,
@@ -156,4 +157,5 @@ __all__ = [
     "succession",
     "superseding",
     "to_events",
+    "unknown_successor",
 ]

@@ -32,7 +32,7 @@ from memcore.state import (
     absorbed_relations,
     absorbed_tags,
 )
-from memcore.supersession import SUPERSEDABLE
+from memcore.supersession import GONE, SUPERSEDABLE
 from memcore.types import Lifecycle, Tier, hours_span
 from memcore.vectors import cosine
 
@@ -275,8 +275,7 @@ def purge_due(items: Sequence[Item], at: datetime, policy: Policy) -> list[Decis
             f"{item.state} for more than {window / timedelta(hours=1):g} h",
         )
         for item in age_order(items)
-        if item.state in (Lifecycle.FORGOTTEN, Lifecycle.DELETED)
-        and at - item.state_changed_at > window
+        if item.state in GONE and at - item.state_changed_at > window
     ]
 
 
@@ -296,10 +295,7 @@ def orphaned_versions(items: Sequence[Item]) -> list[Decision]:
         if not item.superseded_by or item.state not in SUPERSEDABLE:
             continue
         successor = by_id.get(item.superseded_by)
-        if successor is not None and successor.state not in (
-            Lifecycle.FORGOTTEN,
-            Lifecycle.DELETED,
-        ):
+        if successor is not None and successor.state not in GONE:
             continue
         where = "not in the store" if successor is None else str(successor.state)
         why = f"superseded by {item.superseded_by}, which is {where}: asked to confirm"
@@ -437,7 +433,7 @@ def merged_away(survivor: MemoryState, event: Absorb, effect: Effect) -> tuple[s
     if event.content_hash is None:
         return None
     if effect.kind is EffectKind.SKIPPED:
-        gone = survivor.state in (Lifecycle.FORGOTTEN, Lifecycle.DELETED)
+        gone = survivor.state in GONE
         if gone or event.source not in survivor.merged_from:
             return None
     elif effect.kind is not EffectKind.ABSORBED:

@@ -36,7 +36,7 @@ from memcore.state import (
     absorbed_relations,
     absorbed_tags,
 )
-from memcore.supersession import SUPERSEDABLE, Supersession
+from memcore.supersession import GONE, SUPERSEDABLE, Supersession
 from memcore.types import AccessKind, Lifecycle, Tier, hours_span
 
 Result = tuple[MemoryState | None, tuple[Effect, ...]]
@@ -315,11 +315,6 @@ def _maybe_recompute(
 def _retired(state: MemoryState, to: Lifecycle, event: Access | Retire | Fade) -> MemoryState:
     """``state`` moved to ``to`` at the event's time."""
     return dataclasses.replace(state, state=to, state_changed_at=event.at)
-
-
-GONE = (Lifecycle.FORGOTTEN, Lifecycle.DELETED)
-"""The lifecycle states out of recall for good: a successor in one of them reinstates the
-versions it superseded."""
 
 
 def _absorb(state: MemoryState, event: Absorb, policy: Policy) -> Result:
@@ -669,6 +664,20 @@ def reinstatements(
         for target in targets
         if target != after.memory_id
     )
+
+
+def unknown_successor(memory_id: str, event: Event) -> Notice | None:
+    """The ``reinstate`` a consolidation's recheck (a ``succeeds`` with ``recheck``) gets back from
+    ``memory_id`` when no state of it is held: nothing stands in for it, so its predecessor is
+    current again, as when a successor left recall (:func:`reinstatements`). None for any other
+    event: a ``succeeds`` sent when a supersession was applied can overtake its successor's write
+    (an update's write and its ``supersede`` go to two partitions), and reinstating then would
+    leave two versions current.
+    """
+    if not isinstance(event, Succeeds) or not event.recheck or event.predecessor == memory_id:
+        return None
+    why = f"{memory_id} is not in the tables"
+    return Notice(event.predecessor, Reinstate(event.at, memory_id, why, hops=event.hops))
 
 
 def _promote(state: MemoryState, event: Promote, policy: Policy) -> Result:

@@ -30,6 +30,9 @@ from memcore.types import Lifecycle, require_unit
 SUPERSEDABLE = (Lifecycle.ACTIVE, Lifecycle.ARCHIVED)
 """The lifecycle states in which an older memory can be superseded: a forgotten or deleted one is
 no candidate (it is out of recall, and its content must not reach an LLM's prompt)."""
+GONE = (Lifecycle.FORGOTTEN, Lifecycle.DELETED)
+"""The lifecycle states out of recall for good: a successor in one of them reinstates the
+versions it superseded."""
 MAX_NEIGHBOURS = 1024
 """The most neighbours a write is compared with (:attr:`SupersessionPolicy.searched`): a search
 returns at most 16,384 hits, and each neighbour is parsed and compared. The admin API and CLI

@@ -29,8 +29,6 @@ from memcore import (
     Policy,
     Position,
     Purge,
-    Reinstate,
-    Succeeds,
     Supersede,
     Write,
     apply,
@@ -42,6 +40,7 @@ from memcore import (
     relink,
     revival,
     succession,
+    unknown_successor,
 )
 from storage import Document, MemoryRow, codec
 from storage.records import (
@@ -643,7 +642,7 @@ class Processor:
 
     def decision(self, message: Inbound, record: DecisionRecord, batch: Batch) -> None:
         """Apply a consolidation decision; one for an unknown memory changes nothing (but a
-        recheck's ``succeeds``, whose predecessor is reinstated: :meth:`_unknown_successor`). A
+        recheck's ``succeeds``, whose predecessor is reinstated: :func:`memcore.unknown_successor`). A
         ``supersede`` that meets a memory superseded by another version also sends what
         :func:`memcore.relink` passes on, one that meets a memory deleted or forgotten what
         :func:`memcore.bypass` passes on, and an ``absorb`` its source's ``retire``
@@ -654,7 +653,9 @@ class Processor:
         """
         state = self.state(record.key)
         if state is None:
-            self._unknown_successor(record, batch)
+            answer = unknown_successor(record.memory_id, record.event)
+            if answer is not None:
+                batch.out.append(decision_record(record.tenant_id, answer.target, answer.event))
             return
         event = dataclasses.replace(record.event, position=message.position)
         new, effects = apply(state, event, self.policy(record.tenant_id))
@@ -674,26 +675,6 @@ class Processor:
         if successor is not None:  # it records this memory, to reinstate it when it leaves
             batch.out.append(decision_record(record.tenant_id, successor.target, successor.event))
         self._reinstate(state, new, event, effects[0], batch)
-
-    @staticmethod
-    def _unknown_successor(record: DecisionRecord, batch: Batch) -> None:
-        """A consolidation's recheck (``succeeds`` with ``recheck``) for a memory the tables do
-        not hold: nothing stands in for it, so its predecessor is current again, as when a
-        successor left recall (:func:`memcore.reinstatements`). Any other decision for an
-        unknown memory changes nothing: a ``succeeds`` sent when a supersession was applied can
-        overtake its successor's write (the API produces the write and the ``supersede`` to two
-        partitions), and reinstating then would leave two versions current.
-        """
-        event = record.event
-        if (
-            not isinstance(event, Succeeds)
-            or not event.recheck
-            or event.predecessor == record.memory_id
-        ):
-            return
-        why = f"{record.memory_id} is not in the tables"
-        reinstate = Reinstate(event.at, record.memory_id, why, hops=event.hops)
-        batch.out.append(decision_record(record.tenant_id, event.predecessor, reinstate))
 
     @staticmethod
     def _reinstate(

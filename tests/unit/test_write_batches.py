@@ -105,6 +105,15 @@ class Store:
         return [[Hit(r, 0.9) for r in rows] for _ in vectors]
 
 
+class RowStore(Store):
+    """A Store that also lists a tenant's rows (what consolidation reads), refusing as a search."""
+
+    def every_row(self, tenant_id: str, states: object) -> list[MemoryRow]:
+        if tenant_id in self.refuse:
+            raise StorageError("query", "refused", retriable=False)
+        return [r for r in self.rows.values() if r.tenant_id == tenant_id]
+
+
 class Embedder:
     """Vectors from a table; a text in ``fail`` makes the call that holds it raise."""
 
@@ -764,12 +773,6 @@ async def test_a_consolidation_of_every_tenant_loses_only_the_decisions_of_a_ten
     the decisions and reports of every tenant, behind one dead letter naming none.
     """
 
-    class RowStore(Store):
-        def every_row(self, tenant_id: str, states: object) -> list[MemoryRow]:
-            if tenant_id in self.refuse:
-                raise StorageError("query", "refused", retriable=False)
-            return [r for r in self.rows.values() if r.tenant_id == tenant_id]
-
     store = RowStore(refuse=["acme"])
     w = Worker(tmp_path, Embedder({}), store)
     for tenant_id in ("acme", "globex"):
@@ -998,10 +1001,6 @@ async def test_a_version_superseded_by_a_memory_no_longer_held_is_current_after_
     successors recorded their predecessors, then purged; or gone from the tables) stayed
     superseded for good: nothing asked its successor again.
     """
-
-    class RowStore(Store):
-        def every_row(self, tenant_id: str, states: object) -> list[MemoryRow]:
-            return [r for r in self.rows.values() if r.tenant_id == tenant_id]
 
     store = RowStore()
     w = Worker(tmp_path, Embedder({"Alice lives in Osaka": X}), store)
