@@ -162,7 +162,8 @@ def admin_routes(api: FastAPI) -> None:
             service: RecallService = request.app.state.service
             await service.barrier()
             ids = await service.tenant_memories(tenant_id)
-            token, keys = await service.erase(tenant_id, ids, datetime.now(UTC))
+            erasure = await service.erase(tenant_id, ids, datetime.now(UTC), summaries=False)
+            token, keys = erasure.token, erasure.keys
             await service.wait(token)  # before the tenant closes: the worker would refuse them
             erased = len(ids)
         await _changing(log.update(tenant_id, delete, erased=erase))

@@ -110,7 +110,8 @@ def _get_and_delete(api: FastAPI, service: RecallService) -> None:
         ``purge`` its row leaves the serving store too (get answers 404); with ``erase`` its
         data keys are destroyed, so the content, context, embedding and metadata it was written
         with through this API become unreadable everywhere, the log included (README, "Erasure";
-        ``keys_erased`` 0: it was written in the clear, and its words stay in the log). Audited;
+        ``keys_erased`` 0: it was written in the clear, and its words stay in the log), and the
+        consolidation summaries made from it are erased with it (``summaries_erased``). Audited;
         404 when this tenant has no such memory (after ``after`` is applied) and, for ``erase``,
         no key of it either.
         """
@@ -118,9 +119,10 @@ def _get_and_delete(api: FastAPI, service: RecallService) -> None:
         found = await service.get(who.tenant_id, memory_id, tokens(after))
         if found is None and not (erase and await service.has_keys(who.tenant_id, memory_id)):
             raise HTTPException(404, "no such memory")
-        now, keys = datetime.now(UTC), 0
+        now, keys, summaries = datetime.now(UTC), 0, tuple[str, ...]()
         if erase:
-            token, keys = await service.erase(who.tenant_id, [memory_id], now)
+            erasure = await service.erase(who.tenant_id, [memory_id], now)
+            token, keys, summaries = erasure.token, erasure.keys, erasure.summaries
         else:
             token = await service.forget(who.tenant_id, memory_id, now, purge=purge)
         return {
@@ -128,6 +130,7 @@ def _get_and_delete(api: FastAPI, service: RecallService) -> None:
             "purge": purge or erase,
             "erase": erase,
             "keys_erased": keys,  # 0: written in the clear by another producer, still in the log
+            "summaries_erased": list(summaries),
             "token": token.encode(),
         }
 
@@ -140,7 +143,8 @@ def _get_and_delete(api: FastAPI, service: RecallService) -> None:
     ) -> dict[str, Any]:
         """Erase every memory of one user of this tenant (``user_id`` scope), in any state,
         summaries of them included, as ``DELETE /v1/memories/{id}?erase=true`` does for one
-        (after ``after`` is applied). Idempotent: a user with nothing left erases 0. A
+        (after ``after`` is applied; ``summaries_erased``: summaries made from them that are
+        not under the user). Idempotent: a user with nothing left erases 0. A
         ``user_id`` whose percent-escapes are not UTF-8 is a 422 (the server's decoding would
         have made it U+FFFD, another user's id).
         """
@@ -150,13 +154,14 @@ def _get_and_delete(api: FastAPI, service: RecallService) -> None:
         checked_scope("user_id", user_id)
         await service.wait(tokens(after))
         ids = await service.user_memories(who.tenant_id, user_id)
-        token, keys = await service.erase(who.tenant_id, ids, datetime.now(UTC))
+        erasure = await service.erase(who.tenant_id, ids, datetime.now(UTC))
         return {
             "user_id": user_id,
             "erased": len(ids),
             "memory_ids": ids,
-            "keys_erased": keys,
-            "token": token.encode(),
+            "summaries_erased": list(erasure.summaries),
+            "keys_erased": erasure.keys,
+            "token": erasure.token.encode(),
         }
 
 

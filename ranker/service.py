@@ -51,10 +51,32 @@ from storage.sealing import seal_write
 GRAPH_FETCH_MAX = 1_000
 """Memories beyond the candidates whose relations one recall reads, per hop, at most."""
 
+SUMMARY_GENERATIONS = 8
+"""Summaries of summaries an erasure follows, at most (consolidation may summarise a summary)."""
+
+SOURCES_PER_QUERY = 1_000
+"""Erased ids one query for the summaries made from them names, at most."""
+
 log = logging.getLogger(__name__)
 Send = Callable[[str, bytes, bytes], Awaitable[Awaitable[object]]]
 """Enqueue one message (topic role, key, value), in call order; returns its delivery to await
 (its result has the ``partition`` and ``offset`` the message got)."""
+
+
+@dataclass(frozen=True)
+class Erasure:
+    """What an erasure did.
+
+    Attributes:
+        token: what a read can wait for (the deletes and purges applied).
+        keys: data keys destroyed (0 for memories written in the clear by another producer:
+            their words stay in the log).
+        summaries: ids of the summaries made from the erased memories, erased with them.
+    """
+
+    token: Token
+    keys: int
+    summaries: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -438,20 +460,48 @@ class RecallService:
         erased first (:meth:`erase`). Audited; the token a read can wait for.
         """
         if erase:
-            token, _ = await self.erase(tenant_id, [memory_id], at)
-            return token
+            return (await self.erase(tenant_id, [memory_id], at)).token
         return await self._produce_all(_forget(tenant_id, memory_id, at, purge=purge))
 
     async def erase(
-        self, tenant_id: str, memory_ids: Sequence[str], at: datetime
-    ) -> tuple[Token, int]:
+        self,
+        tenant_id: str,
+        memory_ids: Sequence[str],
+        at: datetime,
+        *,
+        summaries: bool = True,
+    ) -> Erasure:
         """Erase memories for good: their data keys are tombstoned on the keys topic (from then
         on no process can open their words in any topic, table or replay; the broker drops the
         keys at its next compaction), then each is deleted and purged (its row leaves Milvus, its
-        document leaves the worker's table). Returns the token and how many data keys were
-        destroyed (0 for a memory written in the clear by another producer: its words stay in
-        the log). Raises KeyLogError (503) when the keys topic does not answer; nothing is
-        deleted then, and the call can be repeated.
+        document leaves the worker's table). The summaries made from them (``summary_of``, as
+        Milvus holds it then; summaries of those too, up to :data:`SUMMARY_GENERATIONS`) quote
+        their words and are erased the same way, after them: a summary the worker writes later
+        is refused there (``streams.processor``). Raises KeyLogError (503) when the keys topic
+        does not answer (nothing is deleted then) and StorageError when Milvus does not answer
+        the summaries' query (the memories are erased, the summaries not yet): the call can be
+        repeated. ``summaries`` False: ``memory_ids`` are every memory of the tenant (its
+        erasure), and no summary is looked for.
+        """
+        token, keys = await self._erase(tenant_id, memory_ids, at)
+        done, sources, made_from = set(memory_ids), list(memory_ids), []
+        for _ in range(SUMMARY_GENERATIONS if summaries else 0):
+            made = sorted(await self._summaries_of(tenant_id, sources) - done)
+            if not made:
+                break
+            more, more_keys = await self._erase(tenant_id, made, at)
+            token = Token.merged([token.encode(), more.encode()]) or token
+            keys += more_keys
+            done.update(made)
+            made_from.extend(made)
+            sources = made
+        return Erasure(token, keys, tuple(made_from))
+
+    async def _erase(
+        self, tenant_id: str, memory_ids: Sequence[str], at: datetime
+    ) -> tuple[Token, int]:
+        """:meth:`erase` of ``memory_ids`` alone: the token and the data keys destroyed (0 for a
+        memory written in the clear by another producer: its words stay in the log).
         """
         if self.keys is None:
             raise Unavailable("kafka", "erase", "this ranker holds no keys topic")
@@ -470,6 +520,17 @@ class RecallService:
             )
             token = Token.merged([token.encode(), more.encode()]) or token
         return token, sum(keys.values()) + sum(late.values())
+
+    async def _summaries_of(self, tenant_id: str, memory_ids: Sequence[str]) -> set[str]:
+        """Ids of the tenant's summaries (any state) made from any of ``memory_ids``."""
+        found: set[str] = set()
+        ids = list(dict.fromkeys(memory_ids))
+        for start in range(0, len(ids), SOURCES_PER_QUERY):
+            part = tuple(ids[start : start + SOURCES_PER_QUERY])
+            filters = Filters(states=(), summary_of_any=part)
+            rows = await asyncio.to_thread(self.store.every_row, tenant_id, filters)
+            found |= {r.memory_id for r in rows if r.tenant_id == tenant_id}
+        return found
 
     async def erased(self, tenant_id: str, memory_id: str) -> bool:
         """True when this memory was erased and not written again since (after catching up with
@@ -502,10 +563,7 @@ class RecallService:
         """:meth:`erased` as this process knows it now (no catch-up)."""
         if self.keys is None:
             return False
-        ring = self.keys.ring
-        return bool(ring.erased.get((tenant_id, memory_id))) and not ring.of_memory(
-            tenant_id, memory_id
-        )
+        return self.keys.erased_memory(tenant_id, memory_id)
 
     async def has_keys(self, tenant_id: str, memory_id: str) -> bool:
         """True when the keys topic holds a data key of this memory (after catching up)."""

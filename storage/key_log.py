@@ -62,6 +62,10 @@ class KeyLog(CompactedLog):
     def data_key(self, tenant_id: str, memory_id: str, key_id: str) -> DataKey | None:
         return self.ring.data_key(tenant_id, memory_id, key_id)
 
+    def erased_memory(self, tenant_id: str, memory_id: str) -> bool:
+        """See :meth:`storage.sealing.Opener.erased_memory` (as read so far: no catch-up)."""
+        return self.ring.erased_memory(tenant_id, memory_id)
+
     async def mint(self, memories: Sequence[tuple[str, str, str | None]]) -> list[DataKey]:
         """A fresh key for each ``(tenant, memory, user)``, acknowledged on the topic by every
         in-sync replica before this returns (a sealed write is produced only after its key).

@@ -76,6 +76,7 @@ class Filters:
         created_from_us, created_to_us: creation time range, microseconds since the epoch,
             inclusive start, exclusive end.
         memory_ids: restrict to these ids.
+        summary_of_any: keep only summaries made from at least one of these ids (``summary_of``).
     """
 
     states: tuple[str, ...] = ("active",)
@@ -89,6 +90,7 @@ class Filters:
     created_from_us: int | None = None
     created_to_us: int | None = None
     memory_ids: tuple[str, ...] = ()
+    summary_of_any: tuple[str, ...] = ()
 
 
 ANY_STATE = Filters(states=())
@@ -167,6 +169,9 @@ def filter_expression(tenant_id: str, filters: Filters) -> str:
         parts.append(f"created_at_us < {int(filters.created_to_us)}")
     if filters.memory_ids:
         parts.append(_in("memory_id", filters.memory_ids))
+    if filters.summary_of_any:
+        sources = ", ".join(map(_literal, filters.summary_of_any))
+        parts.append(f"array_contains_any(summary_of, [{sources}])")
     return " and ".join(parts)
 
 

@@ -48,6 +48,12 @@ class Opener(Protocol):
         """The key itself (to seal more under it); None when unknown or erased."""
         ...
 
+    def erased_memory(self, tenant_id: str, memory_id: str) -> bool:
+        """True when the memory was erased and no key was minted for it since (a write after the
+        erasure): its words as they were before are gone for good.
+        """
+        ...
+
 
 class SealError(ValueError):
     """A sealed value that cannot be opened: ``field`` names the part, ``reason`` says why."""
@@ -223,6 +229,12 @@ class KeyRing:
 
     def is_erased(self, tenant_id: str, memory_id: str, key_id: str) -> bool:
         return key_id in self.erased.get((tenant_id, memory_id), frozenset())
+
+    def erased_memory(self, tenant_id: str, memory_id: str) -> bool:
+        """See :meth:`Opener.erased_memory`."""
+        return bool(self.erased.get((tenant_id, memory_id))) and not self.keys.get(
+            (tenant_id, memory_id)
+        )
 
     def of_memory(self, tenant_id: str, memory_id: str) -> list[DataKey]:
         return list(self.keys.get((tenant_id, memory_id), {}).values())

@@ -454,6 +454,9 @@ class StreamWorker:
         event_for = {id(message): event for message, event in pairs}
         accepted = self.processor.decode_writes([message for message, _ in pairs], batch)
         writes = [r for _, r in accepted if isinstance(r, WriteRecord)]
+        if any(r.summary_of for r in writes):
+            # a summary quoting a memory erased since its plan is refused: read the erasures
+            await self.keys.read_through()
         todo = self.processor.to_embed([r for _, r in accepted])
         vectors = await self.embed(todo)  # a write it could not embed goes to dead-letter
         importance = dict(
@@ -472,6 +475,7 @@ class StreamWorker:
         ranges = offset_ranges(message for message, _ in pairs)
         for partition, (_, after) in ranges.items():
             self.write_done[partition] = max(self.write_done.get(partition, 0), after)
+        await self.erase_unwritten(batch)
         if batch.erased:
             log.info("%d writes of memories erased since were skipped", batch.erased)
         await self.expire_parked(batch, events)
@@ -786,6 +790,8 @@ class StreamWorker:
         stored = await _retrying("query", functools.partial(stored_rows, self.services, tenant_id))
         with processing(None):  # the tenant's keys live in every partition
             rows = consolidatable(stored, self.processor.state)
+        await self.keys.read_through()  # an erased row may still await its purge: never planned
+        rows = [r for r in rows if not self.keys.erased_memory(tenant_id, r.memory_id)]
         decisions = await asyncio.to_thread(plan_tenant, tenant_id, rows, request, tenant.policy)
         if not request.dry_run:
             out = decision_records(tenant_id, decisions, rows, request.at, request.request_id)
@@ -797,6 +803,19 @@ class StreamWorker:
             len(decisions),
             " (dry run)" if request.dry_run else "",
         )
+
+    async def erase_unwritten(self, batch: Batch) -> None:
+        """Erase the keys of the summaries this batch refused for quoting an erased memory
+        (:meth:`streams.processor.Processor.quotes_erased`): their sealed writes stay in the log,
+        and no process or replay may open them. Raises KeyLogError (retriable) when the keys
+        topic does not answer: the batch is redelivered and refuses them again.
+        """
+        by_tenant: dict[str, list[str]] = {}
+        for tenant_id, memory_id in batch.unwritten:
+            by_tenant.setdefault(tenant_id, []).append(memory_id)
+        for tenant_id, memory_ids in by_tenant.items():
+            await self.keys.erase(tenant_id, memory_ids)
+            log.info("summaries %s of %s quote erased memories: not written", memory_ids, tenant_id)
 
     async def sealed(self, out: Sequence[Outbound]) -> list[Outbound]:
         """``out`` with every write among it (a summary) sealed under a key minted for it: a

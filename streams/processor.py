@@ -205,6 +205,8 @@ class Batch:
     # dead-lettered: dropped from the pending table once the batch's records are acknowledged
     released: dict[bytes, tuple[int, frozenset[int]]] = field(default_factory=dict)
     erased: int = 0  # sealed writes skipped because their memory was erased since
+    # (tenant, summary id) of summaries refused for quoting an erased memory: their keys to erase
+    unwritten: list[tuple[str, str]] = field(default_factory=list)
     superseding: set[tuple[str, str]] = field(default_factory=set)  # (older key, newer id) sent
 
     def supersede(self, tenant_id: str, older: str, event: Supersede) -> None:
@@ -545,6 +547,11 @@ class Processor:
         """
         key = record.key.encode()
         state = self.state(record.key)
+        if state is None and self.quotes_erased(record):
+            batch.erased += 1
+            batch.unwritten.append((record.tenant_id, record.memory_id))
+            self.release(key, batch)
+            return
         doc = self.document(record.key)
         event = Write(
             tenant_id=record.tenant_id,
@@ -609,6 +616,18 @@ class Processor:
         self._after(message, record.at, new, effects, batch)
         self._reasserted(record, new, batch)
         self.release(key, batch)
+
+    def quotes_erased(self, record: WriteRecord) -> bool:
+        """True for a summary (``summary_of``) of a memory erased since it was planned: its words
+        quote the erased memory's. The erasure erased the summaries Milvus held then
+        (``ranker.service.RecallService.erase``); one written after is never made, and its key
+        is erased (:attr:`Batch.unwritten`), so no replay opens it either. Read the keys topic
+        through before asking. A summary already made is left to that erasure.
+        """
+        keys = self.limits.keys
+        return keys is not None and any(
+            keys.erased_memory(record.tenant_id, source) for source in record.summary_of
+        )
 
     def _redelivered(
         self,

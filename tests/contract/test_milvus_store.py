@@ -102,6 +102,29 @@ def test_every_row_reads_past_what_one_query_returns(store: MilvusStore) -> None
     assert sorted(r.memory_id for r in anns) == [r.memory_id for r in mine if r.user_id == "ann"]
 
 
+def test_the_summaries_made_from_given_memories_are_found_in_their_tenant(
+    store: MilvusStore,
+) -> None:
+    """What an erasure asks for (it erases the summaries that quote an erased memory)."""
+    store.upsert(
+        [
+            row("acme", "s1", vec(1.0), summary_of=("m1", "m2")),
+            row("acme", "s2", vec(1.0, 0.1), summary_of=("m3",), state="archived"),
+            row("acme", "m1", vec(0.5, 1.0)),
+            row("globex", "s1", vec(1.0), summary_of=("m1",)),
+        ]
+    )
+
+    def made_from(*ids: str) -> list[str]:
+        found = store.every_row("acme", Filters(states=(), summary_of_any=ids))
+        assert {r.tenant_id for r in found} <= {"acme"}
+        return sorted(r.memory_id for r in found)
+
+    assert made_from("m1") == ["s1"]
+    assert made_from("m2", "m3") == ["s1", "s2"]
+    assert made_from("s1", 'm"1') == []
+
+
 def test_a_read_sees_the_write_just_made(store: MilvusStore) -> None:
     store.upsert([row("acme", "m1", vec(1.0))])
     for n in range(1, 4):

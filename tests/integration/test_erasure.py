@@ -17,8 +17,10 @@ import base64
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
+import httpx
 import orjson
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
@@ -26,9 +28,16 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from mnemostream import Client, MnemostreamError
 from storage.changelogs import read_changelog
-from storage.sealing import SealError, unseal
+from storage.sealing import KeyRing, SealError, unseal
 from tests.infra import ROOT
-from tests.integration.harness import Stack, WorkerProcess, eventually, read_all, table_states
+from tests.integration.harness import (
+    Stack,
+    WorkerProcess,
+    eventually,
+    produce,
+    read_all,
+    table_states,
+)
 from tests.integration.test_end_to_end import DIM, KEY, e, serve
 from tests.integration.test_streams import T0
 
@@ -232,3 +241,66 @@ def documents_now(bootstrap: str, app_id: str) -> set[str]:
     """The keys the worker's documents table holds now (its changelog, tombstones applied)."""
     latest = asyncio.run(read_changelog(bootstrap, f"{app_id}-documents-changelog"))
     return {k.decode() for k in latest}
+
+
+SUMMARISED = {  # three similar semantic memories: consolidation summarises them
+    "c1": ([0, 0, 0, 0, 1.0], "Standup is at nine (PIN 4711)."),
+    "c2": ([0, 0, 0, 0, 1.0, 0.5], "Standup ran long today."),
+    "c3": ([0, 0, 0, 0, 1.0, 0, 0.5], "We talked about standup notes."),
+}
+
+
+def test_erasing_a_memory_erases_the_summaries_made_from_it(stack: Stack, tmp_path: Path) -> None:
+    """A summary quotes its sources' sentences: erasing one source left them served, and
+    readable from the log under the summary's own key.
+    """
+    serving = serve(stack, tmp_path)
+    server = next(serving)
+    try:
+        with Client(server, KEY) as client:
+            for i, (memory_id, (head, text)) in enumerate(SUMMARISED.items()):
+                at = T0 + timedelta(seconds=i)
+                client.remember(
+                    text, memory_id=memory_id, embedding=e(*head), memory_type="semantic", at=at
+                )
+            assert all(client.get(m) is not None for m in SUMMARISED)  # applied: planned from
+            request = {"v": 1, "tenant_id": "acme", "at": (T0 + timedelta(hours=1)).isoformat()}
+            request["request_id"] = "summarise"
+            produce(
+                stack.bootstrap, stack.topic("consolidation"), [(b"acme", orjson.dumps(request))]
+            )
+
+            def summary_id() -> str | None:
+                for _, value in read_all(stack.bootstrap, stack.topic("audit")):
+                    report = orjson.loads(value)
+                    if report.get("request_id") == "summarise" and report.get("decisions"):
+                        made = [d for d in report["decisions"] if d["kind"] == "summarise"]
+                        return str(made[0]["target"])
+                return None
+
+            eventually(lambda: summary_id() is not None, 60, "the summary planned")
+            summary = summary_id()
+            assert summary is not None
+            eventually(lambda: client.get(summary) is not None, 60, "the summary written")
+            assert "PIN 4711" in client.get(summary).content  # type: ignore[union-attr]
+            assert sealed_copies(stack, {summary})  # sealed under a key of its own
+            later = T0 + timedelta(hours=2)
+            found = client.recall(vector=e(0, 0, 0, 0, 1.0), k=10, at=later, track=False)
+            assert {m.memory_id for m in found} == {summary, *SUMMARISED}
+
+            with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {KEY}"}) as http:
+                reply = http.delete("/v1/memories/c1", params={"erase": "true"})
+                assert reply.status_code == 200, reply.text
+                assert reply.json()["summaries_erased"] == [summary]
+                after = {"after": reply.json()["token"]}
+                assert http.get(f"/v1/memories/{summary}", params=after).status_code == 404
+            found = client.recall(vector=e(0, 0, 0, 0, 1.0), k=10, at=later, track=False)
+            assert {m.memory_id for m in found} == {"c2", "c3"}
+            ring = KeyRing()
+            for key, value in read_all(stack.bootstrap, stack.topic("memory-keys")):
+                ring.apply(key, value)
+            assert ring.erased_memory("acme", summary)
+            for memory_id, sealed in sealed_copies(stack, {summary}):
+                assert ring.is_erased("acme", memory_id, sealed["key_id"])
+    finally:
+        next(serving, None)

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from ranker.api import create_api
-from ranker.service import RecallService
+from ranker.service import Erasure, RecallService
 from storage import MemoryRow, MilvusConfig, MilvusStore
 from storage.embedding import Hashing
 from storage.tenants import TenantRegistry
@@ -48,8 +48,8 @@ class Erasing(RecallService):
 
     async def erase(  # type: ignore[override]
         self, tenant_id: str, ids: Sequence[str], now: datetime
-    ) -> tuple[Token, int]:
-        return Token(), len(ids)
+    ) -> Erasure:
+        return Erasure(Token(), len(ids))  # type: ignore[arg-type]
 
 
 async def delete(service: Erasing, raw: str) -> httpx.Response:
@@ -115,9 +115,13 @@ async def test_a_key_minted_elsewhere_during_an_erase_has_its_memory_purged_agai
         done.set_result(Meta(len(produced)))
         return done
 
-    store = MilvusStore(MilvusConfig("unused.db", dim=4))
-    service = RecallService(store, Hashing(4), send, keys=Keys())  # type: ignore[arg-type]
-    token, erased = await service.erase("acme", ["m1", "m2"], datetime(2026, 3, 1, tzinfo=UTC))
+    class NoSummaries:
+        def every_row(self, tenant_id: str, filters: object) -> list[MemoryRow]:
+            return []
+
+    service = RecallService(NoSummaries(), Hashing(4), send, keys=Keys())  # type: ignore[arg-type]
+    erasure = await service.erase("acme", ["m1", "m2"], datetime(2026, 3, 1, tzinfo=UTC))
+    token, erased = erasure.token, erasure.keys
     assert erased == 3
     assert produced == [
         (b"acme/m1", "retire"),

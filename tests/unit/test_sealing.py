@@ -332,7 +332,7 @@ def test_the_ranker_seals_writes_and_erases_keys_before_it_purges() -> None:
 
     mine = asyncio.run(service.user_memories("acme", "ann"))
     assert mine == sorted([ids[0], "summary-1"])  # the user's keys and the user's Milvus rows
-    _, destroyed = asyncio.run(service.erase("acme", mine, at))
+    destroyed = asyncio.run(service.erase("acme", mine, at)).keys
     assert destroyed == 1  # the summary was written without a key here
     assert keys.published[1] == (minted[0], None)  # the key's tombstone, then the marker
     assert keys.ring.of_memory("acme", ids[0]) == []
@@ -472,6 +472,11 @@ class RowsNotPurgedYet:
     def query(self, tenant_id: str, filters: Filters, limit: int) -> list[MemoryRow]:
         return [self.rows[m] for m in filters.memory_ids if m in self.rows][:limit]
 
+    def every_row(self, tenant_id: str, filters: Filters) -> list[MemoryRow]:
+        """The summaries made from ``summary_of_any`` (the only filter an erasure asks)."""
+        wanted = set(filters.summary_of_any)
+        return [r for r in self.rows.values() if wanted & set(r.summary_of)]
+
 
 def test_an_erased_memory_is_not_read_back_while_its_row_awaits_the_purge() -> None:
     """GET, get-many, the listing and export showed an erased memory's words (state active)
@@ -518,3 +523,30 @@ def test_an_erased_memory_is_not_read_back_while_its_row_awaits_the_purge() -> N
 
     keys.catch_up = reads_the_other_rankers_key  # type: ignore[method-assign]
     assert asyncio.run(service.get("acme", ids[0])) is not None
+
+
+def test_erasing_a_memory_erases_the_summaries_made_from_it() -> None:
+    """A consolidation summary quotes its sources' sentences: erasing a source left them
+    readable (served, and opened from the log by the summary's own live key).
+    """
+    keys, sent = LocalKeys(), Sent()
+    service = RecallService(UserRows(), Hashing(4), sent, keys=keys)  # type: ignore[arg-type]
+    docs = [{"content": w, "at": AT} for w in (SECRET_WORDS, "kept words", "other words")]
+    m1, m2, m3 = asyncio.run(service.write("acme", docs))[0]
+    asyncio.run(keys.mint([("acme", s, None) for s in ("s1", "s2", "s3")]))  # sealed summaries
+    v = (1.0, 0.0, 0.0, 0.0)
+    service.store = RowsNotPurgedYet(  # type: ignore[assignment]
+        [
+            make_row("acme", m1, v),
+            make_row("acme", "s1", v, summary_of=(m1, m2), state="archived"),
+            make_row("acme", "s2", v, summary_of=("s1", m3)),  # a summary of a summary
+            make_row("acme", "s3", v, summary_of=(m2, m3)),  # quotes nothing erased
+        ]
+    )
+    erasure = asyncio.run(service.erase("acme", [m1], datetime(2026, 3, 1, 13, tzinfo=UTC)))
+    assert (erasure.summaries, erasure.keys) == (("s1", "s2"), 3)
+    purged = [v["memory_id"] for v in sent.values if v.get("decision") == "purge"]
+    assert purged == [m1, "s1", "s2"]
+    assert all(keys.ring.erased_memory("acme", m) for m in (m1, "s1", "s2"))
+    assert not keys.ring.erased_memory("acme", "s3")
+    assert erasure.token.offsets == {"memory-writes": {0: len(sent.values)}}  # the last purge

@@ -17,7 +17,7 @@ from memcore.supersession import MAX_NEIGHBOURS
 from ranker.api import create_api
 from ranker.applied import Token
 from ranker.ratelimit import RateLimited, RateLimiter, TokenBucket
-from ranker.service import RecallService
+from ranker.service import Erasure, RecallService
 from storage import MilvusConfig, MilvusStore
 from storage import tenant_log as tenant_log_module
 from storage.embedding import Hashing
@@ -468,10 +468,11 @@ class Erasing(RecallService):
         self.barriers.append(found.api_key_hashes if found is not None else None)
 
     async def erase(
-        self, tenant_id: str, memory_ids: Sequence[str], at: datetime
-    ) -> tuple[Token, int]:
+        self, tenant_id: str, memory_ids: Sequence[str], at: datetime, *, summaries: bool = True
+    ) -> Erasure:
+        assert not summaries  # every memory of the tenant: no summary to look for
         self.erasures.append((tenant_id, list(memory_ids)))
-        return Token({"memory-writes": {0: 7}}), len(memory_ids)
+        return Erasure(Token({"memory-writes": {0: 7}}), len(memory_ids))
 
     async def wait(self, after: Token | None) -> None:
         self.waited.append(after)

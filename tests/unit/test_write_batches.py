@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from aiokafka.errors import KafkaTimeoutError
 from memcore import Lifecycle, Purge, Retire, Succeeds, Supersede
 from storage import Filters, Hit, MemoryRow, StorageError
 from storage.records import Limits, decision_value, encode_access, encode_write
+from storage.sealing import KeyRing, erasure_record, new_key
 from storage.tenant_log import TenantLog
 from storage.tenants import TenantRegistry
 from streams import topics
@@ -52,11 +54,27 @@ class Event:
 
 
 class Keys:
+    """The worker's keys topic: erasure markers in ``ring``; ``erased``: what it was asked to
+    erase, as (tenant, memory ids); ``read``: how often it was read through.
+    """
+
+    def __init__(self, ring: KeyRing | None = None) -> None:
+        self.ring = ring or KeyRing()
+        self.erased: list[tuple[str, list[str]]] = []
+        self.read = 0
+
     async def read_through(self) -> None:
-        pass
+        self.read += 1
 
     async def know(self, values: object) -> None:
         pass
+
+    def erased_memory(self, tenant_id: str, memory_id: str) -> bool:
+        return self.ring.erased_memory(tenant_id, memory_id)
+
+    async def erase(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, int]:
+        self.erased.append((tenant_id, list(memory_ids)))
+        return dict.fromkeys(memory_ids, 0)
 
 
 class Topic:
@@ -1047,3 +1065,73 @@ async def test_a_succeeds_for_a_memory_not_yet_written_reinstates_nothing(tmp_pa
     sent = await w.writes(("acme/p", orjson.dumps(decision_value("acme", "p", asked))))
     answered = [(k, v["decision"], v["by"]) for role, k, v in sent if role == "memory-writes"]
     assert answered == [(b"acme/n", "reinstate", "p")]
+
+
+def erased_ring(*erased: str, written_again: Sequence[str] = ()) -> KeyRing:
+    """Keys of acme with the erasure markers of ``erased`` (a key each, destroyed), and a new
+    key for those ``written_again`` since their erasure.
+    """
+    ring = KeyRing()
+    for memory_id in erased:
+        gone = new_key("acme", memory_id)
+        ring.apply(*erasure_record("acme", memory_id, [gone.key_id]))
+    for memory_id in written_again:
+        ring.add(new_key("acme", memory_id))
+    return ring
+
+
+def with_keys(w: Worker, ring: KeyRing) -> Keys:
+    keys = Keys(ring)
+    w.worker.keys = keys  # type: ignore[assignment]
+    w.worker.processor = Processor({}, {}, {}, {}, dataclasses.replace(LIMITS, keys=ring))
+    return keys
+
+
+async def test_a_summary_of_a_memory_erased_since_its_plan_is_never_written(
+    tmp_path: Path,
+) -> None:
+    """A consolidation planned from rows read before an erasure wrote, after it, a summary
+    quoting the erased memory's sentences: served, and readable from the log under its key.
+    """
+    text = "Standup is at nine. Standup ran long."
+    w = Worker(tmp_path, Embedder({text: X}))
+    keys = with_keys(w, erased_ring("c1", "c3", written_again=["c3"]))
+    sent = await w.writes(
+        ("acme/s1", write(text, "s1", summary_of=["c1", "c2"])),  # c1 erased since
+        ("acme/s2", write(text, "s2", summary_of=["c2", "c4"])),
+        ("acme/s3", write(text, "s3", summary_of=["c3", "c4"])),  # c3 written again since
+    )
+    assert letters(sent) == []
+    assert w.worker.processor.state("acme/s1") is None
+    assert sorted(w.store.rows) == ["acme/s2", "acme/s3"]
+    assert keys.erased == [("acme", ["s1"])]  # its sealed write never opens again
+    assert keys.read == 1  # the erasures read before the summaries were judged
+    await w.writes(("acme/m9", write(text, "m9")))
+    assert keys.read == 1  # no summary: not read
+    assert not [v for role, _, v in sent if role == "audit" and v.get("memory_id") == "s1"]
+
+
+async def test_a_consolidation_never_plans_a_memory_erased_and_awaiting_its_purge(
+    tmp_path: Path,
+) -> None:
+    """Its row is still in Milvus until the worker applies the purge: merged or summarised, its
+    words would have lived on in the plan's survivor or summary.
+    """
+    store = RowStore()
+    for memory_id in ("d1", "d2"):
+        row = make_row("acme", memory_id, X, content="the same words")
+        store.rows[row.key] = row
+
+    async def planned(ring: KeyRing) -> list[dict[str, Any]]:
+        w = Worker(tmp_path, Embedder({}), store)
+        with_keys(w, ring)
+        request = {"v": 1, "tenant_id": "acme", "at": "2026-03-01T12:45:00+00:00"}
+        message = Message("memory-consolidation", 0, 1, b"acme", orjson.dumps(request))
+        await w.worker.on_consolidation(_inbound(Event(message)))
+        (report,) = [v for role, _, v in w.sent if v.get("kind") == "consolidation"]
+        return list(report["decisions"])
+
+    assert [(d["kind"], d["target"], d["sources"]) for d in await planned(KeyRing())] == [
+        ("merge", "d1", ["d2"])
+    ]
+    assert await planned(erased_ring("d1")) == []
