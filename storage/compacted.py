@@ -168,6 +168,36 @@ class CompactedLog:
             self._assigned = assigned
             return True
 
+    async def _grow(self, *, refresh: bool = False) -> None:
+        """Follow the partitions added to the topic since it was assigned (an operator raised
+        its partition count), from the beginning; the others keep their positions. Reads the
+        topic's partitions from the client's metadata (refreshed every few minutes), or with
+        ``refresh`` from the broker first. Without it a key minted, or a tenant changed, on an
+        added partition was never read until a restart (a write sealed under it went to
+        dead-letter; publishing one failed).
+        """
+        from aiokafka import TopicPartition  # noqa: PLC0415
+
+        consumer = self._consumer
+        if consumer is None or not self._assigned:
+            return
+        if refresh:
+            await consumer._client.force_metadata_update()
+        partitions = consumer.partitions_for_topic(self.topic) or set()
+        async with self._lock:
+            known = [tp.partition for tp in self._assigned]
+            added = [TopicPartition(self.topic, p) for p in sorted(partitions - set(known))]
+            if not added:
+                return
+            positions = {tp: await consumer.position(tp) for tp in self._assigned}
+            assigned = [*self._assigned, *added]
+            consumer.assign(assigned)
+            for tp, offset in positions.items():
+                consumer.seek(tp, offset)
+            await consumer.seek_to_beginning(*added)
+            self._assigned = assigned
+            log.info("%s has %d partitions now: following the new ones", self.topic, len(assigned))
+
     async def _follow(self) -> None:
         """Apply the topic's records as they come, for the life of the process: a broker error
         is logged and retried after a second, never ending the follow (which would freeze the
@@ -208,9 +238,11 @@ class CompactedLog:
         except (KafkaError, OSError) as exc:
             raise self.error(f"cannot reach the broker: {type(exc).__name__}: {exc}") from exc
 
-    async def catch_up(self, timeout_s: float | None = None) -> None:
+    async def catch_up(self, timeout_s: float | None = None, *, refresh: bool = False) -> None:
         """Return once every record on the topic now is applied (at once when the topic does
-        not exist: there is nothing to read). Raises ``error`` after ``timeout_s``.
+        not exist: there is nothing to read). Raises ``error`` after ``timeout_s``. Partitions
+        added to the topic are followed once the client's metadata shows them (``refresh``:
+        asked of the broker first; :meth:`_grow`).
         """
         from aiokafka.errors import KafkaError  # noqa: PLC0415
 
@@ -219,6 +251,7 @@ class CompactedLog:
         try:
             if not await asyncio.wait_for(self._assign(), _left(deadline)):
                 return
+            await asyncio.wait_for(self._grow(refresh=refresh), _left(deadline))
             fresh = self._fresh_ends
             if fresh is None:
                 raise self.error("stopped")
@@ -230,20 +263,28 @@ class CompactedLog:
         await self._reach({tp.partition: end for tp, end in ends.items()}, deadline)
 
     async def read_through(self) -> None:
-        """:meth:`catch_up`, retried every second while the topic cannot be read (logged): for a
-        caller that must not go on without the topic's records (a batch then waits, unacked).
+        """:meth:`catch_up` (partitions added to the topic asked of the broker), retried every
+        second while the topic cannot be read (logged): for a caller that must not go on without
+        the topic's records (a batch then waits, unacked).
         """
         while True:
             try:
-                await self.catch_up()
+                await self.catch_up(refresh=True)
                 return
             except CompactedLogError as exc:
                 log.warning("waiting for %s: %s", self.topic, exc)
                 await asyncio.sleep(1.0)
 
     async def _reach(self, wanted: Mapping[int, int], deadline: float) -> None:
-        """Wait until this log's position on each partition is at least ``wanted`` there."""
+        """Wait until this log's position on each partition is at least ``wanted`` there (a
+        partition added to the topic since it was assigned is followed first).
+        """
+        if not set(wanted) <= {tp.partition for tp in self._assigned}:
+            await asyncio.wait_for(self._grow(refresh=True), _left(deadline))
         by_partition = {tp.partition: tp for tp in self._assigned}
+        unknown = sorted(set(wanted) - set(by_partition))
+        if unknown:
+            raise self.error(f"partitions {unknown} of {self.topic} are unknown here")
         while True:
             advanced = self._advanced.next()  # before looking: a batch applied meanwhile ends it
             behind = [

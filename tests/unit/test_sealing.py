@@ -286,7 +286,7 @@ class LocalKeys(KeyLog):
         super().__init__("127.0.0.1:1", "t.memory-keys")
         self.published: list[tuple[bytes, bytes | None]] = []
 
-    async def catch_up(self, timeout_s: float | None = None) -> None:
+    async def catch_up(self, timeout_s: float | None = None, *, refresh: bool = False) -> None:
         return None
 
     async def publish(
@@ -517,7 +517,9 @@ def test_an_erased_memory_is_not_read_back_while_its_row_awaits_the_purge() -> N
     assert many == listed == recalled == [ids[1]]
 
     # written again through another ranker since: this one reads the new key, and shows it
-    async def reads_the_other_rankers_key(timeout_s: float | None = None) -> None:
+    async def reads_the_other_rankers_key(
+        timeout_s: float | None = None, *, refresh: bool = False
+    ) -> None:
         del keys.catch_up
         await keys.mint([("acme", ids[0], "ann")])
 

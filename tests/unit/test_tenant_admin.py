@@ -249,7 +249,7 @@ def test_the_worker_finds_the_tenants_it_does_not_know() -> None:
 class LocalLog(TenantLog):
     """A tenants log that applies what it publishes itself (no broker)."""
 
-    async def catch_up(self, timeout_s: float | None = None) -> None:
+    async def catch_up(self, timeout_s: float | None = None, *, refresh: bool = False) -> None:
         return None
 
     async def publish_tenant(
@@ -583,7 +583,7 @@ class Racing(TenantLog):
             self.read += 1
         self.refresh()
 
-    async def catch_up(self, timeout_s: float | None = None) -> None:
+    async def catch_up(self, timeout_s: float | None = None, *, refresh: bool = False) -> None:
         self._read_shared()
 
     async def publish(

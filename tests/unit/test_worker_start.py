@@ -89,7 +89,7 @@ async def test_a_ranker_answers_503_until_the_tenants_topic_is_read_then_serves(
         async def start(self) -> None:
             return None
 
-        async def catch_up(self, timeout_s: float | None = None) -> None:
+        async def catch_up(self, timeout_s: float | None = None, *, refresh: bool = False) -> None:
             attempts.append(1)
             if len(attempts) == 1:
                 raise TenantLogError("partitions [0] not read within 10 s")

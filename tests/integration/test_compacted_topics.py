@@ -1,0 +1,68 @@
+"""Following the compacted topics on a real broker while an operator adds partitions to them."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
+from aiokafka.partitioner import DefaultPartitioner
+
+from storage.key_log import ROLE, KeyLog
+from tests.integration.harness import Stack
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+
+async def partitions_of(bootstrap: str, topic: str) -> int:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        (described,) = await admin.describe_topics([topic])
+        return len(described["partitions"])
+    finally:
+        await admin.close()
+
+
+async def add_partitions(bootstrap: str, topic: str, total: int) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_partitions({topic: NewPartitions(total_count=total)})
+    finally:
+        await admin.close()
+
+
+async def test_keys_on_partitions_added_to_the_keys_topic_are_read_and_erased(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A follower assigned the partitions the topic had at its start never read a key minted
+    on one added later (the worker dead-lettered the write sealed under it), and publishing to
+    one failed (an erase answered 500).
+    """
+    stack = Stack(kafka_bootstrap, str(tmp_path / "m.db"), tmp_path, ("acme",))
+    await asyncio.to_thread(stack.create_topics)
+    topic = stack.topic(ROLE)
+    before = await partitions_of(kafka_bootstrap, topic)
+    worker, ranker = KeyLog(kafka_bootstrap, topic), KeyLog(kafka_bootstrap, topic)
+    try:
+        await worker.catch_up()
+        await ranker.catch_up()
+        await add_partitions(kafka_bootstrap, topic, before + 2)
+        memories = [("acme", f"m{i}", None) for i in range(40)]
+        keys = await ranker.mint(memories)  # a producer made now: it writes to every partition
+        every, added = list(range(before + 2)), set(range(before, before + 2))
+        choose = DefaultPartitioner()
+        assert {choose(k.record_key, every, every) for k in keys} & added  # some landed there
+
+        await worker.read_through()  # what the worker does for a write naming an unknown key
+        for key in keys:
+            assert worker.data_key("acme", key.memory_id, key.key_id) == key
+        erased = await ranker.erase("acme", [m for _, m, _ in memories])  # publishes, applied
+        assert sum(erased.values()) == len(keys)
+        await worker.read_through()
+        assert all(worker.erased_memory("acme", m) for _, m, _ in memories)
+    finally:
+        await worker.stop()
+        await ranker.stop()
