@@ -40,6 +40,10 @@ from storage.tenants import (
 if TYPE_CHECKING:
     from ranker.service import RecallService
 
+ERASE_ROUNDS = 5
+"""Rounds a tenant's erasure makes, at most: every memory, then those given a key meanwhile
+(a consolidation's summaries), until none is left."""
+
 _BEARER = HTTPBearer(auto_error=False, scheme_name="AdminBearer", description="MNEMO_ADMIN_KEY")
 _API_KEY = APIKeyHeader(
     name="X-API-Key", auto_error=False, scheme_name="AdminKey", description="MNEMO_ADMIN_KEY"
@@ -148,26 +152,35 @@ def admin_routes(api: FastAPI) -> None:
         records written before are applied, its memories erased, and the tenant removed once
         the worker has applied the erasures (503 when it has not within
         ``MNEMO_AFTER_TIMEOUT_S``: the tenant stays, without keys, and the call can be repeated).
-        A write another ranker authenticated just before it saw the revocation may land after.
+        A write another ranker authenticated just before it saw the revocation may land after;
+        keys minted meanwhile (a consolidation's summaries) are erased too, until none is left.
         """
 
         def delete(current: Tenant | None) -> None:
             _found(current, tenant_id)
 
-        erased, keys = 0, 0
+        erased, keys = set[str](), 0
         if erase:
             # its keys go first (the worker still takes its records, the erasures): a write
             # made meanwhile would outlive the erasure; then what was written before is applied
             await _changing(log.update(tenant_id, lambda t: without_keys(_found(t, tenant_id))))
             service: RecallService = request.app.state.service
             await service.barrier()
-            ids = await service.tenant_memories(tenant_id)
-            erasure = await service.erase(tenant_id, ids, datetime.now(UTC), summaries=False)
-            token, keys = erasure.token, erasure.keys
-            await service.wait(token)  # before the tenant closes: the worker would refuse them
-            erased = len(ids)
+            ids, at = await service.tenant_memories(tenant_id), datetime.now(UTC)
+            for _ in range(ERASE_ROUNDS):
+                erasure = await service.erase(tenant_id, ids, at, summaries=False)
+                keys += erasure.keys
+                erased.update(ids)
+                await service.wait(erasure.token)  # before the tenant closes: else refused
+                # a key minted meanwhile (a consolidation's summary of the tenant's memories)
+                # is erased too: its write, refused once the tenant is gone, would stay sealed
+                # under a live key in the log
+                ids = await service.keyed_memories(tenant_id)
+                if not ids:
+                    break
         await _changing(log.update(tenant_id, delete, erased=erase))
-        return {"tenant_id": tenant_id, "deleted": True, "erased": erased, "keys_erased": keys}
+        found = len(erased)
+        return {"tenant_id": tenant_id, "deleted": True, "erased": found, "keys_erased": keys}
 
     @api.post(
         "/v1/admin/tenants/{tenant_id}/keys", status_code=201, responses=ADMIN, tags=["admin"]

@@ -51,9 +51,6 @@ from storage.sealing import seal_write
 GRAPH_FETCH_MAX = 1_000
 """Memories beyond the candidates whose relations one recall reads, per hop, at most."""
 
-SUMMARY_GENERATIONS = 8
-"""Summaries of summaries an erasure follows, at most (consolidation may summarise a summary)."""
-
 SOURCES_PER_QUERY = 1_000
 """Erased ids one query for the summaries made from them names, at most."""
 
@@ -475,17 +472,17 @@ class RecallService:
         on no process can open their words in any topic, table or replay; the broker drops the
         keys at its next compaction), then each is deleted and purged (its row leaves Milvus, its
         document leaves the worker's table). The summaries made from them (``summary_of``, as
-        Milvus holds it then; summaries of those too, up to :data:`SUMMARY_GENERATIONS`) quote
-        their words and are erased the same way, after them: a summary the worker writes later
-        is refused there (``streams.processor``). Raises KeyLogError (503) when the keys topic
-        does not answer (nothing is deleted then) and StorageError when Milvus does not answer
-        the summaries' query (the memories are erased, the summaries not yet): the call can be
-        repeated. ``summaries`` False: ``memory_ids`` are every memory of the tenant (its
-        erasure), and no summary is looked for.
+        Milvus holds it then; summaries of those too, however many generations) quote their
+        words and are erased the same way, after them: a summary the worker makes later is
+        refused or erased there (``streams.processor.Processor.quotes_erased``). Raises
+        KeyLogError (503) when the keys topic does not answer (nothing is deleted then) and
+        StorageError when Milvus does not answer the summaries' query (the memories are erased,
+        the summaries not yet): the call can be repeated. ``summaries`` False: ``memory_ids``
+        are every memory of the tenant (its erasure), and no summary is looked for.
         """
         token, keys = await self._erase(tenant_id, memory_ids, at)
         done, sources, made_from = set(memory_ids), list(memory_ids), []
-        for _ in range(SUMMARY_GENERATIONS if summaries else 0):
+        while summaries and sources:  # each round erases new ids only: it ends
             made = sorted(await self._summaries_of(tenant_id, sources) - done)
             if not made:
                 break
@@ -654,6 +651,15 @@ class RecallService:
             await self.keys.catch_up()
             ids |= self.keys.ring.memories(tenant_id)
         return sorted(ids)
+
+    async def keyed_memories(self, tenant_id: str) -> list[str]:
+        """Ids of this tenant's memories with a live data key (after catching up with the keys
+        topic), sorted; none without one.
+        """
+        if self.keys is None:
+            return []
+        await self.keys.catch_up()
+        return sorted(self.keys.ring.memories(tenant_id))
 
     async def memory_ids(self, tenant_id: str) -> list[str]:
         """Every memory id of this tenant, sorted: the state view's (the table's), or without a

@@ -38,7 +38,10 @@ from faust.types import TP
 from memcore import (
     SUPERSEDABLE,
     ImportanceDecision,
+    Lifecycle,
     MemoryState,
+    Purge,
+    Retire,
     SupersessionPolicy,
     Version,
     decide,
@@ -51,6 +54,7 @@ from memcore import (
 from storage import Document, Filters, Hit, MemoryRow, MilvusStore, StorageError, from_us
 from storage.embedding import Embedder
 from storage.kafka import PRODUCER_BATCH_BYTES, KafkaConnection
+from storage.key_log import KeyLogError
 from storage.milvus import ANY_STATE
 from storage.records import (
     ConsolidationRequest,
@@ -77,12 +81,16 @@ from streams.processor import (
     Statement,
     contained,
     dead_letter,
+    decision_record,
     unchecked,
 )
 from streams.rebuild import ResyncMarker, resync_on_failure
 from streams.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
+
+KEYS_RETRY_S = 1.0
+"""Seconds between tries of a key erasure the worker must not give up (:meth:`erase_keys`)."""
 T = TypeVar("T")
 
 
@@ -480,6 +488,7 @@ class StreamWorker:
             log.info("%d writes of memories erased since were skipped", batch.erased)
         await self.expire_parked(batch, events)
         await self.sync(batch)
+        await self.recheck_summaries(batch)
         await self.supersede(batch)
         derived = await self.emit(batch)
         await self.drop_released(batch, events)
@@ -807,15 +816,46 @@ class StreamWorker:
     async def erase_unwritten(self, batch: Batch) -> None:
         """Erase the keys of the summaries this batch refused for quoting an erased memory
         (:meth:`streams.processor.Processor.quotes_erased`): their sealed writes stay in the log,
-        and no process or replay may open them. Raises KeyLogError (retriable) when the keys
-        topic does not answer: the batch is redelivered and refuses them again.
+        and no process may open them. Not in a replay (it produces nothing: the live worker's
+        erasures are on the keys topic already).
+        """
+        if not self.replay:
+            await self.erase_keys(batch.unwritten)
+
+    async def recheck_summaries(self, batch: Batch) -> None:
+        """The summaries this batch made, checked again once their rows are in Milvus: a source
+        erased meanwhile (its erasure looked for the summaries Milvus held before this row was
+        there; it wrote its markers before it looked, and this reads them after the row) has
+        the summary erased here: its keys, then a delete and a purge, emitted with the batch.
+        Not in a replay (the live worker's decisions are in the log).
+        """
+        if not batch.made or self.replay:
+            return
+        await self.keys.read_through()
+        quoting = [r for r in batch.made if self.processor.quotes_erased(r)]
+        await self.erase_keys([(r.tenant_id, r.memory_id) for r in quoting])
+        for record in quoting:
+            why = "a summary of a memory erased as it was written"
+            for event in (Retire(record.at, Lifecycle.DELETED, why), Purge(record.at, why)):
+                batch.out.append(decision_record(record.tenant_id, record.memory_id, event))
+
+    async def erase_keys(self, memories: Sequence[tuple[str, str]]) -> None:
+        """Erase the keys of ``(tenant, memory)`` pairs, retried every second while the keys
+        topic cannot be written (logged; the batch waits, unacknowledged): a batch applied again
+        skips what its first try applied, so a failure here would leave the keys live for good.
         """
         by_tenant: dict[str, list[str]] = {}
-        for tenant_id, memory_id in batch.unwritten:
+        for tenant_id, memory_id in memories:
             by_tenant.setdefault(tenant_id, []).append(memory_id)
         for tenant_id, memory_ids in by_tenant.items():
-            await self.keys.erase(tenant_id, memory_ids)
-            log.info("summaries %s of %s quote erased memories: not written", memory_ids, tenant_id)
+            while True:
+                try:
+                    await self.keys.erase(tenant_id, memory_ids)
+                    break
+                except KeyLogError as exc:
+                    log.warning("erasing the keys of summaries %s: %s", memory_ids, exc)
+                    await asyncio.sleep(KEYS_RETRY_S)
+            log.info("summaries %s of %s quote erased memories: erased", memory_ids, tenant_id)
 
     async def sealed(self, out: Sequence[Outbound]) -> list[Outbound]:
         """``out`` with every write among it (a summary) sealed under a key minted for it: a

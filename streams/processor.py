@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import orjson
 
 from memcore import (
+    GONE,
     Absorb,
     Access,
     Effect,
@@ -207,6 +208,7 @@ class Batch:
     erased: int = 0  # sealed writes skipped because their memory was erased since
     # (tenant, summary id) of summaries refused for quoting an erased memory: their keys to erase
     unwritten: list[tuple[str, str]] = field(default_factory=list)
+    made: list[WriteRecord] = field(default_factory=list)  # summaries this batch made (anew)
     superseding: set[tuple[str, str]] = field(default_factory=set)  # (older key, newer id) sent
 
     def supersede(self, tenant_id: str, older: str, event: Supersede) -> None:
@@ -547,7 +549,8 @@ class Processor:
         """
         key = record.key.encode()
         state = self.state(record.key)
-        if state is None and self.quotes_erased(record):
+        anew = state is None or state.state in GONE  # a write makes a gone memory anew
+        if anew and self.quotes_erased(record):
             batch.erased += 1
             batch.unwritten.append((record.tenant_id, record.memory_id))
             self.release(key, batch)
@@ -615,14 +618,18 @@ class Processor:
             batch.stated[record.key] = Statement(message, record.at)
         self._after(message, record.at, new, effects, batch)
         self._reasserted(record, new, batch)
+        if anew and record.summary_of and new.state not in GONE:
+            batch.made.append(record)
         self.release(key, batch)
 
     def quotes_erased(self, record: WriteRecord) -> bool:
         """True for a summary (``summary_of``) of a memory erased since it was planned: its words
-        quote the erased memory's. The erasure erased the summaries Milvus held then
-        (``ranker.service.RecallService.erase``); one written after is never made, and its key
-        is erased (:attr:`Batch.unwritten`), so no replay opens it either. Read the keys topic
-        through before asking. A summary already made is left to that erasure.
+        quote the erased memory's. An erasure erases the summaries Milvus holds then
+        (``ranker.service.RecallService.erase``); one this worker would make after is never
+        made, and its key is erased (:attr:`Batch.unwritten`), so no replay opens it either;
+        one made while the erasure ran is erased by the worker once its row is in Milvus
+        (``streams.app.StreamWorker.recheck_summaries``). Read the keys topic through before
+        asking.
         """
         keys = self.limits.keys
         return keys is not None and any(

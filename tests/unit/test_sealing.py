@@ -535,20 +535,27 @@ def test_erasing_a_memory_erases_the_summaries_made_from_it() -> None:
     service = RecallService(UserRows(), Hashing(4), sent, keys=keys)  # type: ignore[arg-type]
     docs = [{"content": w, "at": AT} for w in (SECRET_WORDS, "kept words", "other words")]
     m1, m2, m3 = asyncio.run(service.write("acme", docs))[0]
-    asyncio.run(keys.mint([("acme", s, None) for s in ("s1", "s2", "s3")]))  # sealed summaries
+    # a summary of a summary, and so on: each run may summarise the last one with new notes
+    chain = [f"g{i:02d}" for i in range(12)]
+    made = ["s1", "s2", *chain]
+    asyncio.run(keys.mint([("acme", s, None) for s in (*made, "s3")]))  # sealed summaries
     v = (1.0, 0.0, 0.0, 0.0)
     service.store = RowsNotPurgedYet(  # type: ignore[assignment]
         [
             make_row("acme", m1, v),
             make_row("acme", "s1", v, summary_of=(m1, m2), state="archived"),
-            make_row("acme", "s2", v, summary_of=("s1", m3)),  # a summary of a summary
+            make_row("acme", "s2", v, summary_of=("s1", m3)),
+            *(
+                make_row("acme", g, v, summary_of=(f, m3))
+                for f, g in zip(made[1:-1], chain, strict=True)
+            ),
             make_row("acme", "s3", v, summary_of=(m2, m3)),  # quotes nothing erased
         ]
     )
     erasure = asyncio.run(service.erase("acme", [m1], datetime(2026, 3, 1, 13, tzinfo=UTC)))
-    assert (erasure.summaries, erasure.keys) == (("s1", "s2"), 3)
+    assert (erasure.summaries, erasure.keys) == (tuple(made), 1 + len(made))
     purged = [v["memory_id"] for v in sent.values if v.get("decision") == "purge"]
-    assert purged == [m1, "s1", "s2"]
-    assert all(keys.ring.erased_memory("acme", m) for m in (m1, "s1", "s2"))
+    assert purged == [m1, *made]
+    assert all(keys.ring.erased_memory("acme", m) for m in (m1, *made))
     assert not keys.ring.erased_memory("acme", "s3")
     assert erasure.token.offsets == {"memory-writes": {0: len(sent.values)}}  # the last purge

@@ -458,6 +458,10 @@ class Erasing(RecallService):
         self.waited: list[object] = []
         self.barriers: list[object] = []  # the tenant's keys when each barrier was asked
         self.log: TenantLog | None = None
+        self.keyed: list[list[str]] = []  # what each look for memories keyed meanwhile finds
+
+    async def keyed_memories(self, tenant_id: str) -> list[str]:
+        return self.keyed.pop(0) if self.keyed else []
 
     async def tenant_memories(self, tenant_id: str) -> list[str]:
         self.waited.append("barrier" if self.barriers else "no barrier")
@@ -528,6 +532,16 @@ async def test_an_id_deleted_with_its_memories_kept_is_not_given_to_a_new_tenant
         )
         assert missing.status_code == 404
         assert service.erasures == [("acme", ["m1", "m2"])]  # nothing erased for a missing tenant
+
+        # a summary keyed while the tenant was erased (a consolidation ran): erased as well
+        service.erasures.clear()
+        service.keyed = [["s1"]]
+        erased = await http.delete(
+            "/v1/admin/tenants/acme", params={"erase": "true"}, headers=bearer(ADMIN)
+        )
+        assert erased.status_code == 200, erased.text
+        assert erased.json()["erased"] == 3
+        assert service.erasures == [("acme", ["m1", "m2"]), ("acme", ["s1"])]
 
 
 @pytest.mark.anyio

@@ -21,11 +21,12 @@ from aiokafka.errors import KafkaTimeoutError
 
 from memcore import Lifecycle, Purge, Retire, Succeeds, Supersede
 from storage import Filters, Hit, MemoryRow, StorageError
+from storage.key_log import KeyLogError
 from storage.records import Limits, decision_value, encode_access, encode_write
 from storage.sealing import KeyRing, erasure_record, new_key
 from storage.tenant_log import TenantLog
 from storage.tenants import TenantRegistry
-from streams import topics
+from streams import app, topics
 from streams.app import Services, StreamWorker, _inbound, applied_again
 from streams.processor import MAX_PARKED_BYTES, Processor
 from streams.rebuild import ResyncMarker
@@ -54,17 +55,22 @@ class Event:
 
 
 class Keys:
-    """The worker's keys topic: erasure markers in ``ring``; ``erased``: what it was asked to
-    erase, as (tenant, memory ids); ``read``: how often it was read through.
+    """The worker's keys topic: keys and erasure markers in ``ring``; ``arriving``: records
+    each read-through applies in turn (the follower meeting what others published since);
+    ``erased``: what it was asked to erase, as (tenant, memory ids); the first ``failures``
+    erasures raise as an unwritable topic does.
     """
 
     def __init__(self, ring: KeyRing | None = None) -> None:
         self.ring = ring or KeyRing()
+        self.arriving: list[list[tuple[bytes, bytes]]] = []
         self.erased: list[tuple[str, list[str]]] = []
-        self.read = 0
+        self.failures = 0
 
     async def read_through(self) -> None:
-        self.read += 1
+        if self.arriving:
+            for key, value in self.arriving.pop(0):
+                self.ring.apply(key, value)
 
     async def know(self, values: object) -> None:
         pass
@@ -73,6 +79,9 @@ class Keys:
         return self.ring.erased_memory(tenant_id, memory_id)
 
     async def erase(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, int]:
+        if self.failures:
+            self.failures -= 1
+            raise KeyLogError("NotEnoughReplicas")
         self.erased.append((tenant_id, list(memory_ids)))
         return dict.fromkeys(memory_ids, 0)
 
@@ -105,6 +114,8 @@ class Store:
         return len(rows)
 
     def delete(self, tenant_id: str, memory_ids: Sequence[str]) -> int:
+        for memory_id in memory_ids:
+            self.rows.pop(f"{tenant_id}/{memory_id}", None)
         return len(memory_ids)
 
     def search(
@@ -1067,14 +1078,18 @@ async def test_a_succeeds_for_a_memory_not_yet_written_reinstates_nothing(tmp_pa
     assert answered == [(b"acme/n", "reinstate", "p")]
 
 
+def marker(memory_id: str) -> tuple[bytes, bytes]:
+    """The erasure marker of acme's ``memory_id`` (one key of it, destroyed)."""
+    return erasure_record("acme", memory_id, [new_key("acme", memory_id).key_id])
+
+
 def erased_ring(*erased: str, written_again: Sequence[str] = ()) -> KeyRing:
-    """Keys of acme with the erasure markers of ``erased`` (a key each, destroyed), and a new
-    key for those ``written_again`` since their erasure.
+    """Keys of acme with the erasure markers of ``erased``, and a new key for those
+    ``written_again`` since their erasure.
     """
     ring = KeyRing()
     for memory_id in erased:
-        gone = new_key("acme", memory_id)
-        ring.apply(*erasure_record("acme", memory_id, [gone.key_id]))
+        ring.apply(*marker(memory_id))
     for memory_id in written_again:
         ring.add(new_key("acme", memory_id))
     return ring
@@ -1087,28 +1102,105 @@ def with_keys(w: Worker, ring: KeyRing) -> Keys:
     return keys
 
 
+SUMMARY = "Standup is at nine. Standup ran long."
+
+
 async def test_a_summary_of_a_memory_erased_since_its_plan_is_never_written(
     tmp_path: Path,
 ) -> None:
     """A consolidation planned from rows read before an erasure wrote, after it, a summary
     quoting the erased memory's sentences: served, and readable from the log under its key.
     """
-    text = "Standup is at nine. Standup ran long."
-    w = Worker(tmp_path, Embedder({text: X}))
-    keys = with_keys(w, erased_ring("c1", "c3", written_again=["c3"]))
+    w = Worker(tmp_path, Embedder({SUMMARY: X}))
+    keys = with_keys(w, erased_ring("c3", written_again=["c3"]))
+    keys.arriving = [[marker("c1")]]  # on the topic, not read yet: read before judging
     sent = await w.writes(
-        ("acme/s1", write(text, "s1", summary_of=["c1", "c2"])),  # c1 erased since
-        ("acme/s2", write(text, "s2", summary_of=["c2", "c4"])),
-        ("acme/s3", write(text, "s3", summary_of=["c3", "c4"])),  # c3 written again since
+        ("acme/s1", write(SUMMARY, "s1", summary_of=["c1", "c2"])),  # c1 erased since
+        ("acme/s2", write(SUMMARY, "s2", summary_of=["c2", "c4"])),
+        ("acme/s3", write(SUMMARY, "s3", summary_of=["c3", "c4"])),  # c3 written again since
     )
     assert letters(sent) == []
     assert w.worker.processor.state("acme/s1") is None
     assert sorted(w.store.rows) == ["acme/s2", "acme/s3"]
     assert keys.erased == [("acme", ["s1"])]  # its sealed write never opens again
-    assert keys.read == 1  # the erasures read before the summaries were judged
-    await w.writes(("acme/m9", write(text, "m9")))
-    assert keys.read == 1  # no summary: not read
     assert not [v for role, _, v in sent if role == "audit" and v.get("memory_id") == "s1"]
+
+
+async def test_a_summary_made_as_its_source_is_erased_is_erased_once_its_row_is_in(
+    tmp_path: Path,
+) -> None:
+    """The erasure looks for summaries in Milvus after it wrote its markers; a summary the
+    worker had judged before reading them, whose row landed after that search, was served on.
+    """
+    w = Worker(tmp_path, Embedder({SUMMARY: X}))
+    keys = with_keys(w, KeyRing())
+    keys.arriving = [[], [marker("c1")]]  # the erasure's markers come after the first read
+    sent = await w.writes(("acme/s1", write(SUMMARY, "s1", summary_of=["c1", "c2"])))
+    assert "acme/s1" in w.store.rows  # made: its sources were not erased when it was judged
+    assert keys.erased == [("acme", ["s1"])]
+    decisions = [(k.decode(), v) for role, k, v in sent if role == "memory-writes"]
+    assert [(k, v["decision"]) for k, v in decisions] == [
+        ("acme/s1", "retire"),
+        ("acme/s1", "purge"),
+    ]
+    await w.writes(*((k, orjson.dumps(v)) for k, v in decisions))
+    assert "acme/s1" not in w.store.rows
+    state = w.worker.processor.state("acme/s1")
+    assert state is not None
+    assert state.purged
+
+
+async def test_a_summary_erased_before_is_not_made_anew_from_an_erased_source(
+    tmp_path: Path,
+) -> None:
+    """A summary's id derives from its sources: a second plan of the same cluster, read before
+    an erasure, wrote it again over the tombstone the erasure had left."""
+    w = Worker(tmp_path, Embedder({SUMMARY: X}))
+    keys = with_keys(w, KeyRing())
+    await w.writes(("acme/s1", write(SUMMARY, "s1", summary_of=["c1", "c2"])))
+    for decision in ("retire", "purge"):
+        value = {
+            "v": 1,
+            "kind": "decision",
+            "tenant_id": "acme",
+            "memory_id": "s1",
+            "at": "2026-03-01T12:30:00+00:00",
+            "decision": decision,
+            "reason": "erased through the API",
+            **({"to": "deleted"} if decision == "retire" else {}),
+        }
+        await w.writes(("acme/s1", orjson.dumps(value)))
+    keys.ring.apply(*marker("c1"))
+    await w.writes(("acme/s1", write(SUMMARY, "s1", summary_of=["c1", "c2"])))
+    state = w.worker.processor.state("acme/s1")
+    assert state is not None
+    assert state.purged
+    assert "acme/s1" not in w.store.rows
+    assert keys.erased == [("acme", ["s1"])]
+
+
+async def test_a_replay_refuses_such_a_summary_and_erases_nothing(tmp_path: Path) -> None:
+    """A replay produces nothing: its erasures would reach the live deployment's keys topic."""
+    w = Worker(tmp_path, Embedder({SUMMARY: X}))
+    w.worker.replay = True
+    keys = with_keys(w, erased_ring("c1"))
+    assert await w.writes(("acme/s1", write(SUMMARY, "s1", summary_of=["c1", "c2"]))) == []
+    assert w.worker.processor.state("acme/s1") is None
+    assert keys.erased == []
+
+
+async def test_the_keys_of_a_refused_summary_are_erased_however_long_the_topic_refuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch applied again skips what its first try applied: a failure that ended the batch
+    left the summary's key live for good, its sealed write opening on the log.
+    """
+    monkeypatch.setattr(app, "KEYS_RETRY_S", 0.01)
+    w = Worker(tmp_path, Embedder({SUMMARY: X}))
+    keys = with_keys(w, erased_ring("c1"))
+    keys.failures = 3
+    await w.writes(("acme/s1", write(SUMMARY, "s1", summary_of=["c1", "c2"])))
+    assert (keys.failures, keys.erased) == (0, [("acme", ["s1"])])
 
 
 async def test_a_consolidation_never_plans_a_memory_erased_and_awaiting_its_purge(
