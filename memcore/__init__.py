@@ -36,6 +36,7 @@ from memcore.reducer import (
     revival,
     succession,
     superseding,
+    unkept_summary,
     unknown_successor,
 )
 from memcore.scoring import Candidate, RankParams, Scored, blend, mmr, rank
@@ -56,6 +57,7 @@ from memcore.state import (
     Promote,
     Purge,
     Reinstate,
+    Restore,
     Retire,
     Succeeds,
     Supersede,
@@ -111,6 +113,7 @@ __all__ = [
     "RecallWeights",
     "Reinstate",
     "Relink",
+    "Restore",
     "Retire",
     "ReviewCard",
     "Scored",
@@ -157,5 +160,6 @@ __all__ = [
     "succession",
     "superseding",
     "to_events",
+    "unkept_summary",
     "unknown_successor",
 ]

@@ -8,6 +8,7 @@ applied from its source changes nothing (at-least-once delivery is safe).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -29,6 +30,7 @@ from memcore.state import (
     Promote,
     Purge,
     Reinstate,
+    Restore,
     Retire,
     Succeeds,
     Supersede,
@@ -89,6 +91,8 @@ def _dispatch(state: MemoryState | None, event: Event, policy: Policy) -> Result
         return _succeeds(state, event)
     if isinstance(event, Reinstate):
         return _reinstate(state, event)
+    if isinstance(event, Restore):
+        return _restore(state, event)
     return _purge(state, event)
 
 
@@ -604,7 +608,7 @@ class Notice:
     """
 
     target: str
-    event: Succeeds | Reinstate
+    event: Succeeds | Reinstate | Restore
 
 
 def succession(state: MemoryState, event: Event, effect: Effect) -> Notice | None:
@@ -678,6 +682,28 @@ def unknown_successor(memory_id: str, event: Event) -> Notice | None:
         return None
     why = f"{memory_id} is not in the tables"
     return Notice(event.predecessor, Reinstate(event.at, memory_id, why, hops=event.hops))
+
+
+def _restore(state: MemoryState, event: Restore) -> Result:
+    if state.state is not Lifecycle.ARCHIVED or state.merged_into != event.by:
+        why = f"a {state.state} memory, not archived into {event.by}, stays as it is"
+        return state, (Effect(EffectKind.IGNORED, why),)
+    since = max(state.state_changed_at, event.at)
+    new = dataclasses.replace(
+        state, state=Lifecycle.ACTIVE, state_changed_at=since, merged_into=None
+    )
+    return new, (Effect(EffectKind.REVIVED, f"active again: {event.reason}"),)
+
+
+def unkept_summary(
+    summary_id: str, sources: Sequence[str], at: datetime, why: str
+) -> tuple[Notice, ...]:
+    """The ``restore`` each of ``sources`` gets when the summary ``summary_id`` made of them is
+    not kept (refused before it was made, or erased since): consolidation archived them into it,
+    and without it their sentences would be recalled only at the archive penalty. A source
+    archived into another summary since, or deleted, ignores it.
+    """
+    return tuple(Notice(s, Restore(at, summary_id, why)) for s in dict.fromkeys(sources))
 
 
 def _promote(state: MemoryState, event: Promote, policy: Policy) -> Result:

@@ -378,7 +378,33 @@ class Reinstate:
     position: Position | None = None
 
 
-Event = Write | Access | Absorb | Retire | Fade | Supersede | Promote | Purge | Succeeds | Reinstate
+@dataclass(frozen=True)
+class Restore:
+    """The summary ``by`` this memory was compressed into (archived, ``merged_into``) was not
+    kept: refused, or erased with a memory it quoted. Forgetting never costs recall (SPEC section
+    6, rule zero): the memory is active again. Ignored by a memory archived into another summary,
+    or not archived (restored by an access since, or deleted).
+    """
+
+    at: datetime
+    by: str
+    reason: str
+    position: Position | None = None
+
+
+Event = (
+    Write
+    | Access
+    | Absorb
+    | Retire
+    | Fade
+    | Supersede
+    | Promote
+    | Purge
+    | Succeeds
+    | Reinstate
+    | Restore
+)
 
 
 class EffectKind(StrEnum):

@@ -33,6 +33,7 @@ from memcore import (
     Promote,
     Purge,
     Reinstate,
+    Restore,
     Retire,
     Succeeds,
     Supersede,
@@ -130,7 +131,8 @@ class DecisionV1(_Strict):
     (``recheck``: asked by a consolidation, see :class:`memcore.Succeeds`);
     ``reinstate``: ``by``, which superseded this memory, left recall: current again, or
     superseded by ``successor`` (from ``successor_at``, when given) instead (``hops``: see
-    :class:`memcore.Reinstate`).
+    :class:`memcore.Reinstate`); ``restore``: the summary ``by`` this memory was archived into
+    was not kept: active again (:class:`memcore.Restore`).
     Optional fields left out decode as before they existed.
     """
 
@@ -140,7 +142,15 @@ class DecisionV1(_Strict):
     memory_id: str
     at: AwareDatetime
     decision: Literal[
-        "absorb", "retire", "fade", "supersede", "promote", "purge", "succeeds", "reinstate"
+        "absorb",
+        "retire",
+        "fade",
+        "supersede",
+        "promote",
+        "purge",
+        "succeeds",
+        "reinstate",
+        "restore",
     ]
     reason: str = Field(min_length=1, max_length=1000)
     source: str | None = None
@@ -497,7 +507,9 @@ def opened(document: Mapping[str, Any], limits: Limits) -> tuple[dict[str, Any],
     return {**clear, **payload}, sealed["key_id"]
 
 
-DecisionEvent = Absorb | Retire | Fade | Supersede | Promote | Purge | Succeeds | Reinstate
+DecisionEvent = (
+    Absorb | Retire | Fade | Supersede | Promote | Purge | Succeeds | Reinstate | Restore
+)
 
 
 @dataclass(frozen=True)
@@ -566,6 +578,8 @@ def decision_value(
         value |= _succeeds_fields(event)
     elif isinstance(event, Reinstate):
         value |= _reinstate_fields(event)
+    elif isinstance(event, Restore):
+        value |= {"decision": "restore", "by": event.by}
     else:
         value["decision"] = "purge"
         if event.state_changed_at is not None:  # left out when not known: older records alike
@@ -677,6 +691,8 @@ def decode_decision(raw: bytes, limits: Limits, document: object = None) -> Deci
             successor = _id("successor", m.successor) if m.successor is not None else None
             since = _checked_time("successor_at", m.successor_at, limits)
             event = Reinstate(m.at, _id("by", m.by or ""), m.reason, successor, since, m.hops)
+        elif m.decision == "restore":
+            event = Restore(m.at, _id("by", m.by or ""), m.reason)
         else:
             changed = _checked_time("state_changed_at", m.state_changed_at, limits)
             event = Purge(m.at, m.reason, state_changed_at=changed)

@@ -838,6 +838,7 @@ class StreamWorker:
             why = "a summary of a memory erased as it was written"
             for event in (Retire(record.at, Lifecycle.DELETED, why), Purge(record.at, why)):
                 batch.out.append(decision_record(record.tenant_id, record.memory_id, event))
+            self.processor.unkept(record, "erased with a memory it quoted", batch)
 
     async def erase_keys(self, memories: Sequence[tuple[str, str]]) -> None:
         """Erase the keys of ``(tenant, memory)`` pairs, retried every second while the keys

@@ -41,6 +41,7 @@ from memcore import (
     relink,
     revival,
     succession,
+    unkept_summary,
     unknown_successor,
 )
 from storage import Document, MemoryRow, codec
@@ -550,10 +551,7 @@ class Processor:
         key = record.key.encode()
         state = self.state(record.key)
         anew = state is None or state.state in GONE  # a write makes a gone memory anew
-        if anew and self.quotes_erased(record):
-            batch.erased += 1
-            batch.unwritten.append((record.tenant_id, record.memory_id))
-            self.release(key, batch)
+        if anew and self._refused(record, batch):
             return
         doc = self.document(record.key)
         event = Write(
@@ -621,6 +619,32 @@ class Processor:
         if anew and record.summary_of and new.state not in GONE:
             batch.made.append(record)
         self.release(key, batch)
+
+    def _refused(self, record: WriteRecord, batch: Batch) -> bool:
+        """True when ``record`` would make a summary quoting an erased memory: not applied, its
+        keys to erase, its sources told (:meth:`quotes_erased`, :meth:`unkept`).
+        """
+        if not self.quotes_erased(record):
+            return False
+        batch.erased += 1
+        batch.unwritten.append((record.tenant_id, record.memory_id))
+        self.unkept(record, "it quoted a memory erased since it was planned", batch)
+        self.release(record.key.encode(), batch)
+        return True
+
+    def unkept(self, record: WriteRecord, why: str, batch: Batch) -> None:
+        """Send the sources of the summary ``record`` what :func:`memcore.unkept_summary`
+        decides (those not erased themselves): consolidation archived them into it.
+        """
+        keys = self.limits.keys
+        kept = [
+            s
+            for s in record.summary_of
+            if keys is None or not keys.erased_memory(record.tenant_id, s)
+        ]
+        why = f"summary {record.memory_id} not kept: {why}"
+        for notice in unkept_summary(record.memory_id, kept, record.at, why):
+            batch.out.append(decision_record(record.tenant_id, notice.target, notice.event))
 
     def quotes_erased(self, record: WriteRecord) -> bool:
         """True for a summary (``summary_of``) of a memory erased since it was planned: its words

@@ -288,14 +288,26 @@ def test_erasing_a_memory_erases_the_summaries_made_from_it(stack: Stack, tmp_pa
             found = client.recall(vector=e(0, 0, 0, 0, 1.0), k=10, at=later, track=False)
             assert {m.memory_id for m in found} == {summary, *SUMMARISED}
 
+            def states() -> dict[str, tuple[str, str | None]]:
+                got = {m: client.get(m) for m in ("c2", "c3")}
+                return {m: (g.state, g.merged_into) for m, g in got.items() if g is not None}
+
+            archived = ("archived", summary)
+            eventually(lambda: states() == {"c2": archived, "c3": archived}, 60, "compressed")
+
             with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {KEY}"}) as http:
                 reply = http.delete("/v1/memories/c1", params={"erase": "true"})
                 assert reply.status_code == 200, reply.text
-                assert reply.json()["summaries_erased"] == [summary]
+                # found by the erasure in Milvus, or erased by the worker first: when the erasure
+                # comes while the summary's batch still runs, the worker meets its markers there
+                assert reply.json()["summaries_erased"] in ([summary], [])
                 after = {"after": reply.json()["token"]}
                 assert http.get(f"/v1/memories/{summary}", params=after).status_code == 404
             found = client.recall(vector=e(0, 0, 0, 0, 1.0), k=10, at=later, track=False)
             assert {m.memory_id for m in found} == {"c2", "c3"}
+            # archived into the summary, which is no more: active again
+            active = ("active", None)
+            eventually(lambda: states() == {"c2": active, "c3": active}, 60, "sources restored")
             ring = KeyRing()
             for key, value in read_all(stack.bootstrap, stack.topic("memory-keys")):
                 ring.apply(key, value)

@@ -30,6 +30,7 @@ from memcore import (
     plan,
     reinstatements,
     to_events,
+    unkept_summary,
 )
 from memcore.consolidation import (
     compression_clusters,
@@ -217,6 +218,30 @@ def test_summary_sources_are_archived_not_deleted() -> None:
         ("a", Lifecycle.ARCHIVED),
         ("b", Lifecycle.ARCHIVED),
     ]
+
+
+def test_sources_of_a_summary_not_kept_are_active_again_and_only_they() -> None:
+    """A summary refused (it quoted a memory erased since the plan) or erased with a source:
+    the other sources stayed archived into a memory that was no more, recalled at the archive
+    penalty, and no later plan took them up again.
+    """
+
+    def archived(memory_id: str, into: str) -> MemoryState:
+        why = Retire(T0 + hours(5), Lifecycle.ARCHIVED, f"compressed into summary {into}", into)
+        state, (effect,) = apply(created(0.5, memory_id=memory_id), why, POLICY)
+        assert state is not None
+        assert effect.kind is EffectKind.ARCHIVED
+        return state
+
+    states = {m: archived(m, "S") for m in ("a", "b", "c")} | {"d": archived("d", "other")}
+    carry_out(states, [("c", Retire(T0 + hours(6), Lifecycle.DELETED, "deleted"))])
+    notices = unkept_summary("S", ["b", "c", "d"], T0 + hours(7), "erased")
+    effects = carry_out(states, [(n.target, n.event) for n in notices])
+    assert [e.kind for e in effects] == [EffectKind.REVIVED, EffectKind.IGNORED, EffectKind.IGNORED]
+    assert (states["b"].state, states["b"].merged_into) == (Lifecycle.ACTIVE, None)
+    assert states["b"].state_changed_at == T0 + hours(7)
+    assert (states["c"].state, states["d"].state) == (Lifecycle.DELETED, Lifecycle.ARCHIVED)
+    assert (states["a"].state, states["a"].merged_into) == (Lifecycle.ARCHIVED, "S")  # not told
 
 
 def test_consolidating_twice_changes_nothing_the_second_time() -> None:

@@ -30,6 +30,7 @@ from memcore import (
     Promote,
     Purge,
     Reinstate,
+    Restore,
     Retire,
     Strategy,
     Succeeds,
@@ -937,6 +938,7 @@ def test_scheduled_consolidation_spreads_one_request_per_tenant() -> None:
         Reinstate(T, "m9", "m9 is deleted"),
         Reinstate(T, "m9", "m9 is deleted", "m8", T - timedelta(hours=2), hops=2),
         Reinstate(T, "m9", "m9 is deleted", "s1"),  # merged into s1: valid_to kept
+        Restore(T, "s1", "summary s1 not kept: erased with a memory it quoted"),
     ],
 )
 def test_decision_values_decode_to_the_same_event(event: DecisionEvent) -> None:

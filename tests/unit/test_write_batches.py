@@ -1124,6 +1124,8 @@ async def test_a_summary_of_a_memory_erased_since_its_plan_is_never_written(
     assert sorted(w.store.rows) == ["acme/s2", "acme/s3"]
     assert keys.erased == [("acme", ["s1"])]  # its sealed write never opens again
     assert not [v for role, _, v in sent if role == "audit" and v.get("memory_id") == "s1"]
+    told = [(k, v["decision"], v["by"]) for role, k, v in sent if role == "memory-writes"]
+    assert told == [(b"acme/c2", "restore", "s1")]  # archived into it by the plan: active again
 
 
 async def test_a_summary_made_as_its_source_is_erased_is_erased_once_its_row_is_in(
@@ -1132,8 +1134,11 @@ async def test_a_summary_made_as_its_source_is_erased_is_erased_once_its_row_is_
     """The erasure looks for summaries in Milvus after it wrote its markers; a summary the
     worker had judged before reading them, whose row landed after that search, was served on.
     """
-    w = Worker(tmp_path, Embedder({SUMMARY: X}))
+    w = Worker(tmp_path, Embedder({SUMMARY: X, "Standup ran long.": Y}))
     keys = with_keys(w, KeyRing())
+    await w.writes(("acme/c2", write("Standup ran long.", "c2")))
+    archived = Retire(RECEIVED, Lifecycle.ARCHIVED, "compressed into summary s1", "s1")
+    await w.writes(("acme/c2", orjson.dumps(decision_value("acme", "c2", archived))))
     keys.arriving = [[], [marker("c1")]]  # the erasure's markers come after the first read
     sent = await w.writes(("acme/s1", write(SUMMARY, "s1", summary_of=["c1", "c2"])))
     assert "acme/s1" in w.store.rows  # made: its sources were not erased when it was judged
@@ -1142,12 +1147,17 @@ async def test_a_summary_made_as_its_source_is_erased_is_erased_once_its_row_is_
     assert [(k, v["decision"]) for k, v in decisions] == [
         ("acme/s1", "retire"),
         ("acme/s1", "purge"),
+        ("acme/c2", "restore"),
     ]
     await w.writes(*((k, orjson.dumps(v)) for k, v in decisions))
     assert "acme/s1" not in w.store.rows
     state = w.worker.processor.state("acme/s1")
     assert state is not None
     assert state.purged
+    source = w.worker.processor.state("acme/c2")
+    assert source is not None
+    assert (source.state, source.merged_into) == (Lifecycle.ACTIVE, None)
+    assert w.store.rows["acme/c2"].state == "active"
 
 
 async def test_a_summary_erased_before_is_not_made_anew_from_an_erased_source(
