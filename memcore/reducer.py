@@ -317,7 +317,11 @@ def _maybe_recompute(
 
 
 def _retired(state: MemoryState, to: Lifecycle, event: Access | Retire | Fade) -> MemoryState:
-    """``state`` moved to ``to`` at the event's time."""
+    """``state`` moved to ``to`` at the event's time; back to active, it is in no summary (an
+    access brought it back: a restore for the summary it was archived into changes nothing).
+    """
+    if to is Lifecycle.ACTIVE:
+        return dataclasses.replace(state, state=to, state_changed_at=event.at, merged_into=None)
     return dataclasses.replace(state, state=to, state_changed_at=event.at)
 
 
@@ -699,11 +703,27 @@ def unkept_summary(
     summary_id: str, sources: Sequence[str], at: datetime, why: str
 ) -> tuple[Notice, ...]:
     """The ``restore`` each of ``sources`` gets when the summary ``summary_id`` made of them is
-    not kept (refused before it was made, or erased since): consolidation archived them into it,
+    not kept (refused before it was made, or gone since): consolidation archived them into it,
     and without it their sentences would be recalled only at the archive penalty. A source
-    archived into another summary since, or deleted, ignores it.
+    archived into another summary since, brought back by an access, or deleted, ignores it.
     """
     return tuple(Notice(s, Restore(at, summary_id, why)) for s in dict.fromkeys(sources))
+
+
+def summary_gone(
+    before: MemoryState, after: MemoryState, event: Event, effect: Effect
+) -> tuple[Notice, ...]:
+    """What a summary sends its sources (:func:`unkept_summary`) once it leaves recall
+    (deleted, forgotten, purged, erased; ``before``/``after``: its state around ``event``;
+    ``effect``: the first effect): again when the event was met again by offset (its first
+    delivery may have died before these were sent; a restored source ignores a copy).
+    """
+    if not after.summary_of or after.state not in GONE:
+        return ()
+    if before.state in GONE and effect.kind is not EffectKind.SKIPPED:
+        return ()
+    why = f"summary {after.memory_id} is {after.state}"
+    return unkept_summary(after.memory_id, after.summary_of, event.at, why)
 
 
 def _promote(state: MemoryState, event: Promote, policy: Policy) -> Result:

@@ -113,11 +113,12 @@ def _get_and_delete(api: FastAPI, service: RecallService) -> None:
         ``keys_erased`` 0: it was written in the clear, and its words stay in the log), and the
         consolidation summaries made from it are erased with it (``summaries_erased``). Audited;
         404 when this tenant has no such memory (after ``after`` is applied) and, for ``erase``,
-        no key of it either.
+        no key of it either and no erasure of it (an erase that failed after the memory, on its
+        summaries, can be repeated).
         """
         check_id("memory_id", memory_id)
         found = await service.get(who.tenant_id, memory_id, tokens(after))
-        if found is None and not (erase and await service.has_keys(who.tenant_id, memory_id)):
+        if found is None and not (erase and await _erasable(service, who.tenant_id, memory_id)):
             raise HTTPException(404, "no such memory")
         now, keys, summaries = datetime.now(UTC), 0, tuple[str, ...]()
         if erase:
@@ -133,6 +134,14 @@ def _get_and_delete(api: FastAPI, service: RecallService) -> None:
             "summaries_erased": list(summaries),
             "token": token.encode(),
         }
+
+    async def _erasable(service: RecallService, tenant_id: str, memory_id: str) -> bool:
+        """An erase of a memory with no row goes on when it has keys, or was erased already
+        (an erase repeated after it failed past the memory, looking for its summaries).
+        """
+        return await service.has_keys(tenant_id, memory_id) or await service.erased(
+            tenant_id, memory_id
+        )
 
     @api.delete("/v1/users/{user_id:path}")
     async def erase_user(

@@ -36,7 +36,6 @@ from memcore import (
     Scored,
     Supersede,
     derive_memory_id,
-    unkept_summary,
 )
 from memcore.graph import MAX_HOPS, recall_hops
 from memcore.keyword import bm25_scores
@@ -484,35 +483,25 @@ class RecallService:
         Milvus holds it then; summaries of those too, however many generations) quote their
         words and are erased the same way, after them: a summary the worker makes later is
         refused or erased there (``streams.processor.Processor.quotes_erased``); the other
-        sources of each, archived into it, are active again (``restore``). Raises
+        sources of each, archived into it, are active again (the worker sends them a
+        ``restore`` as the summary is deleted: :func:`memcore.summary_gone`). Raises
         KeyLogError (503) when the keys topic does not answer (nothing is deleted then) and
         StorageError when Milvus does not answer the summaries' query (the memories are erased,
         the summaries not yet): the call can be repeated. ``summaries`` False: ``memory_ids``
         are every memory of the tenant (its erasure), and no summary is looked for.
         """
         token, keys = await self._erase(tenant_id, memory_ids, at)
-        done, sources = set(memory_ids), list(memory_ids)
-        made_from: dict[str, tuple[str, ...]] = {}  # summary -> its sources, in erasure order
+        done, sources, made_from = set(memory_ids), list(memory_ids), list[str]()
         while summaries and sources:  # each round erases new ids only: it ends
-            found = await self._summaries_of(tenant_id, sources)
-            made = sorted(found.keys() - done)
+            made = sorted(await self._summaries_of(tenant_id, sources) - done)
             if not made:
                 break
             more, more_keys = await self._erase(tenant_id, made, at)
             token = Token.merged([token.encode(), more.encode()]) or token
             keys += more_keys
             done.update(made)
-            made_from.update((m, found[m]) for m in made)
+            made_from.extend(made)
             sources = made
-        if made_from:  # their other sources were archived into them: active again
-            why = "erased with a memory it quoted"
-            restores = [
-                ("memory-writes", decision_value(tenant_id, n.target, n.event))
-                for summary, of in made_from.items()
-                for n in unkept_summary(summary, [s for s in of if s not in done], at, why)
-            ]
-            more = await self._produce_all(restores)
-            token = Token.merged([token.encode(), more.encode()]) or token
         return Erasure(token, keys, tuple(made_from))
 
     async def _erase(
@@ -539,17 +528,15 @@ class RecallService:
             token = Token.merged([token.encode(), more.encode()]) or token
         return token, sum(keys.values()) + sum(late.values())
 
-    async def _summaries_of(
-        self, tenant_id: str, memory_ids: Sequence[str]
-    ) -> dict[str, tuple[str, ...]]:
-        """The tenant's summaries (any state) made from any of ``memory_ids``: id -> sources."""
-        found: dict[str, tuple[str, ...]] = {}
+    async def _summaries_of(self, tenant_id: str, memory_ids: Sequence[str]) -> set[str]:
+        """Ids of the tenant's summaries (any state) made from any of ``memory_ids``."""
+        found: set[str] = set()
         ids = list(dict.fromkeys(memory_ids))
         for start in range(0, len(ids), SOURCES_PER_QUERY):
             part = tuple(ids[start : start + SOURCES_PER_QUERY])
             filters = Filters(states=(), summary_of_any=part)
             rows = await asyncio.to_thread(self.store.every_row, tenant_id, filters)
-            found |= {r.memory_id: tuple(r.summary_of) for r in rows if r.tenant_id == tenant_id}
+            found |= {r.memory_id for r in rows if r.tenant_id == tenant_id}
         return found
 
     async def erased(self, tenant_id: str, memory_id: str) -> bool:

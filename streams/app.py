@@ -483,7 +483,6 @@ class StreamWorker:
         ranges = offset_ranges(message for message, _ in pairs)
         for partition, (_, after) in ranges.items():
             self.write_done[partition] = max(self.write_done.get(partition, 0), after)
-        await self.erase_unwritten(batch)
         if batch.erased:
             log.info("%d writes of memories erased since were skipped", batch.erased)
         await self.expire_parked(batch, events)
@@ -491,6 +490,7 @@ class StreamWorker:
         await self.recheck_summaries(batch)
         await self.supersede(batch)
         derived = await self.emit(batch)
+        await self.erase_unwritten(batch, derived)
         await self.drop_released(batch, events)
         self.mark(topics.WRITES, ranges, derived)
 
@@ -775,16 +775,24 @@ class StreamWorker:
             batch.out.append(dead_letter(message, error))
             self.mark(topics.CONSOLIDATION, {}, await self.emit(batch))
             return
+        # erasures not read yet (rows awaiting their purge) are left out of every plan; one
+        # read for the request: the worker refuses a summary of a memory erased after it
+        await self.keys.read_through()
         for tenant_id in request.tenant_ids:  # one tenant's failure costs its decisions only
-            mark = len(batch.out)
+            mark, deferred = len(batch.out), len(batch.deferred)
             try:
                 await self.plan(tenant_id, request, batch)
             except Exception as exc:
                 log.exception("consolidation of %s failed; sent to dead-letter", tenant_id)
                 del batch.out[mark:]
+                del batch.deferred[deferred:]
                 why = f"internal error planning its consolidation: {type(exc).__name__}: {exc}"
                 batch.out.append(dead_letter(message, RecordError("tenant_id", tenant_id, why)))
-        self.mark(topics.CONSOLIDATION, {}, await self.emit(batch))  # no token names it
+        derived = await self.emit(batch)
+        if batch.deferred:  # the summaries, once their sources' archiving is on the log
+            await asyncio.gather(*derived)
+            derived = [*derived, *await self.emit(Batch(out=batch.deferred))]
+        self.mark(topics.CONSOLIDATION, {}, derived)  # no token names it
 
     async def plan(self, tenant_id: str, request: ConsolidationRequest, batch: Batch) -> None:
         """Add the decisions (unless a dry run) and the report of one requested tenant.
@@ -799,12 +807,13 @@ class StreamWorker:
         stored = await _retrying("query", functools.partial(stored_rows, self.services, tenant_id))
         with processing(None):  # the tenant's keys live in every partition
             rows = consolidatable(stored, self.processor.state)
-        await self.keys.read_through()  # an erased row may still await its purge: never planned
+        # an erased row may still await its purge: never planned (erasures read by the caller)
         rows = [r for r in rows if not self.keys.erased_memory(tenant_id, r.memory_id)]
         decisions = await asyncio.to_thread(plan_tenant, tenant_id, rows, request, tenant.policy)
         if not request.dry_run:
             out = decision_records(tenant_id, decisions, rows, request.at, request.request_id)
-            batch.out.extend(await self.sealed(out))
+            for record, summary in await self.sealed(out):
+                (batch.deferred if summary else batch.out).append(record)
         batch.out.append(report(tenant_id, request, decisions))
         log.info(
             "consolidation of %s: %d decisions%s",
@@ -813,32 +822,38 @@ class StreamWorker:
             " (dry run)" if request.dry_run else "",
         )
 
-    async def erase_unwritten(self, batch: Batch) -> None:
-        """Erase the keys of the summaries this batch refused for quoting an erased memory
-        (:meth:`streams.processor.Processor.quotes_erased`): their sealed writes stay in the log,
-        and no process may open them. Not in a replay (it produces nothing: the live worker's
+    async def erase_unwritten(self, batch: Batch, decided: Sequence[Awaitable[Any]]) -> None:
+        """Erase the keys of the summaries this batch refused or erased for quoting an erased
+        memory (:meth:`streams.processor.Processor.quotes_erased`, :meth:`recheck_summaries`):
+        their sealed writes stay in the log, and no process may open them. Only once the
+        batch's decisions (``decided``: the restores of their sources, their deletes and purges)
+        are acknowledged: a batch applied again or redelivered finds their writes still open,
+        and decides the same again. Not in a replay (it produces nothing: the live worker's
         erasures are on the keys topic already).
         """
-        if not self.replay:
-            await self.erase_keys(batch.unwritten)
+        if self.replay or not batch.unwritten:
+            return
+        await asyncio.gather(*decided)
+        await self.erase_keys(batch.unwritten)
 
     async def recheck_summaries(self, batch: Batch) -> None:
-        """The summaries this batch made, checked again once their rows are in Milvus: a source
-        erased meanwhile (its erasure looked for the summaries Milvus held before this row was
-        there; it wrote its markers before it looked, and this reads them after the row) has
-        the summary erased here: its keys, then a delete and a purge, emitted with the batch.
-        Not in a replay (the live worker's decisions are in the log).
+        """The summaries this batch made or met again, checked once their rows are in Milvus: a
+        source erased meanwhile (its erasure looked for the summaries Milvus held before this
+        row was there; it wrote its markers before it looked, and this reads them after the
+        row) has the summary erased here: a delete and a purge, emitted with the batch (its
+        sources get their ``restore`` as the delete is applied), then its keys
+        (:meth:`erase_unwritten`). Not in a replay (the live worker's decisions are in the log).
         """
         if not batch.made or self.replay:
             return
         await self.keys.read_through()
-        quoting = [r for r in batch.made if self.processor.quotes_erased(r)]
-        await self.erase_keys([(r.tenant_id, r.memory_id) for r in quoting])
-        for record in quoting:
+        for record in batch.made:
+            if not self.processor.quotes_erased(record):
+                continue
             why = "a summary of a memory erased as it was written"
             for event in (Retire(record.at, Lifecycle.DELETED, why), Purge(record.at, why)):
                 batch.out.append(decision_record(record.tenant_id, record.memory_id, event))
-            self.processor.unkept(record, "erased with a memory it quoted", batch)
+            batch.unwritten.append((record.tenant_id, record.memory_id))
 
     async def erase_keys(self, memories: Sequence[tuple[str, str]]) -> None:
         """Erase the keys of ``(tenant, memory)`` pairs, retried every second while the keys
@@ -858,23 +873,24 @@ class StreamWorker:
                     await asyncio.sleep(KEYS_RETRY_S)
             log.info("summaries %s of %s quote erased memories: erased", memory_ids, tenant_id)
 
-    async def sealed(self, out: Sequence[Outbound]) -> list[Outbound]:
+    async def sealed(self, out: Sequence[Outbound]) -> list[tuple[Outbound, bool]]:
         """``out`` with every write among it (a summary) sealed under a key minted for it: a
-        summary's words are as erasable as its sources'.
+        summary's words are as erasable as its sources'; each with whether it is a summary.
         """
         writes = [
             (i, v)
             for i, v in ((i, orjson.loads(m.value)) for i, m in enumerate(out))
             if out[i].role == topics.WRITES and v.get("kind", "write") == "write"
         ]
+        sealed = [(record, False) for record in out]
         if not writes:
-            return list(out)
+            return sealed
         keys = await self.keys.mint(
             [(v["tenant_id"], v["memory_id"], v.get("user_id")) for _, v in writes]
         )
-        sealed = list(out)
         for (i, value), key in zip(writes, keys, strict=True):
-            sealed[i] = Outbound(out[i].role, out[i].key, orjson.dumps(seal_write(value, key)))
+            record = Outbound(out[i].role, out[i].key, orjson.dumps(seal_write(value, key)))
+            sealed[i] = (record, True)
         return sealed
 
     async def sync(self, batch: Batch) -> None:

@@ -41,6 +41,7 @@ from memcore import (
     relink,
     revival,
     succession,
+    summary_gone,
     unkept_summary,
     unknown_successor,
 )
@@ -209,7 +210,11 @@ class Batch:
     erased: int = 0  # sealed writes skipped because their memory was erased since
     # (tenant, summary id) of summaries refused for quoting an erased memory: their keys to erase
     unwritten: list[tuple[str, str]] = field(default_factory=list)
-    made: list[WriteRecord] = field(default_factory=list)  # summaries this batch made (anew)
+    # summaries this batch made (anew) or met again by offset: rechecked after the Milvus sync
+    made: list[WriteRecord] = field(default_factory=list)
+    # produced once ``out`` is acknowledged: a consolidation's summaries, after the archiving of
+    # their sources (a summary refused sends them a restore, which must come after it)
+    deferred: list[Outbound] = field(default_factory=list)
     superseding: set[tuple[str, str]] = field(default_factory=set)  # (older key, newer id) sent
 
     def supersede(self, tenant_id: str, older: str, event: Supersede) -> None:
@@ -671,11 +676,13 @@ class Processor:
         """A write applied before (skipped by offset) whose document is the state's: its first
         delivery may have died after the tables and before its decisions were sent, so they are
         made again (the supersession check, the reassertion's and the revival's decisions;
-        copies are ignored) and its row is rewritten.
+        copies are ignored; a summary's check against erasures) and its row is rewritten.
         """
         if state.valid_to is None and state.content_hash == content_hash(record.content):
             batch.stated[record.key] = Statement(message, record.at)
             self._reasserted(record, state, batch)
+        if record.summary_of and state.state not in GONE:
+            batch.made.append(record)
         self._after(message, record.at, state, effects, batch)
         self.release(record.key.encode(), batch)
 
@@ -730,8 +737,13 @@ class Processor:
     def _reinstate(
         before: MemoryState, after: MemoryState, event: Event, effect: Effect, batch: Batch
     ) -> None:
-        """Send what :func:`memcore.reinstatements` decides for a memory ``event`` changed."""
-        for notice in reinstatements(before, after, event, effect):
+        """Send what :func:`memcore.reinstatements` and :func:`memcore.summary_gone` decide for a
+        memory ``event`` changed.
+        """
+        for notice in (
+            *reinstatements(before, after, event, effect),
+            *summary_gone(before, after, event, effect),
+        ):
             batch.out.append(decision_record(after.tenant_id, notice.target, notice.event))
 
     # -- access --------------------------------------------------------------------------------

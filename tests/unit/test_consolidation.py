@@ -10,6 +10,8 @@ import pytest
 from memcore import (
     MAX_SUMMARY_SOURCES,
     Absorb,
+    Access,
+    AccessKind,
     Decision,
     DecisionKind,
     Effect,
@@ -20,6 +22,7 @@ from memcore import (
     MemoryState,
     Policy,
     Purge,
+    Restore,
     Retire,
     Strategy,
     Succeeds,
@@ -29,6 +32,7 @@ from memcore import (
     merged_away,
     plan,
     reinstatements,
+    summary_gone,
     to_events,
     unkept_summary,
 )
@@ -242,6 +246,48 @@ def test_sources_of_a_summary_not_kept_are_active_again_and_only_they() -> None:
     assert states["b"].state_changed_at == T0 + hours(7)
     assert (states["c"].state, states["d"].state) == (Lifecycle.DELETED, Lifecycle.ARCHIVED)
     assert (states["a"].state, states["a"].merged_into) == (Lifecycle.ARCHIVED, "S")  # not told
+
+
+def test_a_summary_that_leaves_recall_gives_its_sources_back_their_place() -> None:
+    """Deleted (by its user, or erased with a memory it quoted), forgotten or purged: its
+    sources stayed archived into a memory no longer recalled.
+    """
+    summary = dataclasses.replace(created(0.5, memory_id="S"), summary_of=("a", "b"))
+    deleting = Retire(T0 + hours(2), Lifecycle.DELETED, "deleted through the API")
+    deleted, (effect,) = apply(summary, deleting, POLICY)
+    assert deleted is not None
+    notices = summary_gone(summary, deleted, deleting, effect)
+    assert [(n.target, n.event) for n in notices] == [
+        ("a", Restore(T0 + hours(2), "S", "summary S is deleted")),
+        ("b", Restore(T0 + hours(2), "S", "summary S is deleted")),
+    ]
+    purging = Purge(T0 + hours(3), "purged")
+    purged, (effect,) = apply(deleted, purging, POLICY)
+    assert purged is not None
+    assert summary_gone(deleted, purged, purging, effect) == ()  # told once, as it left
+    plain = created(0.5, memory_id="p")
+    gone, (effect,) = apply(plain, deleting, POLICY)
+    assert gone is not None
+    assert summary_gone(plain, gone, deleting, effect) == ()  # no summary: nobody to tell
+
+
+def test_a_source_an_access_brought_back_is_not_restored_again() -> None:
+    """An access revives an archived memory; it kept ``merged_into``, so a later restore for
+    that summary undid the archive sweep that had faded it since.
+    """
+    archiving = Retire(T0 + hours(1), Lifecycle.ARCHIVED, "compressed into summary S", "S")
+    archived, _ = apply(created(0.5, memory_id="a"), archiving, POLICY)
+    assert archived is not None
+    revived, (effect, *_) = apply(archived, Access(T0 + hours(2), AccessKind.RECALL), POLICY)
+    assert revived is not None
+    assert (effect.kind, revived.state, revived.merged_into) == (
+        EffectKind.REVIVED,
+        Lifecycle.ACTIVE,
+        None,
+    )
+    faded = dataclasses.replace(revived, state=Lifecycle.ARCHIVED)  # as the sweep leaves it
+    kept, (effect,) = apply(faded, Restore(T0 + hours(3), "S", "summary S is deleted"), POLICY)
+    assert (effect.kind, kept) == (EffectKind.IGNORED, faded)
 
 
 def test_consolidating_twice_changes_nothing_the_second_time() -> None:

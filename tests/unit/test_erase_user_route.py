@@ -153,3 +153,37 @@ async def test_a_memory_erased_but_not_purged_yet_is_not_updated() -> None:
             "/v1/memories/m1", json={"tags": ["x"]}, headers={"Authorization": f"Bearer {KEY}"}
         )
     assert reply.status_code == 404
+
+
+async def test_an_erase_that_failed_after_its_memory_can_be_repeated_for_the_summaries() -> None:
+    """The memory erased and purged, its summaries not yet (Milvus did not answer their search):
+    a repeated erase answered 404 (no row, no key), and the summaries stayed served.
+    """
+    erased: list[list[str]] = []
+
+    class Repeated(Erasing):
+        async def get(self, tenant_id: str, memory_id: str, after: object = None) -> None:
+            return None
+
+        async def has_keys(self, tenant_id: str, memory_id: str) -> bool:
+            return False
+
+        async def erased(self, tenant_id: str, memory_id: str) -> bool:
+            return memory_id == "m1"
+
+        async def erase(  # type: ignore[override]
+            self, tenant_id: str, ids: Sequence[str], now: datetime
+        ) -> Erasure:
+            erased.append(list(ids))
+            return Erasure(Token(), 0, ("s1",))  # type: ignore[arg-type]
+
+    api = create_api(Repeated(), TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}}))
+    transport = httpx.ASGITransport(app=api)
+    async with httpx.AsyncClient(transport=transport, base_url="http://m") as http:
+        headers = {"Authorization": f"Bearer {KEY}"}
+        again = await http.delete("/v1/memories/m1", params={"erase": "true"}, headers=headers)
+        never = await http.delete("/v1/memories/m2", params={"erase": "true"}, headers=headers)
+    assert again.status_code == 200, again.text
+    assert again.json()["summaries_erased"] == ["s1"]
+    assert never.status_code == 404
+    assert erased == [["m1"]]

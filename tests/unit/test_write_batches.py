@@ -23,7 +23,7 @@ from memcore import Lifecycle, Purge, Retire, Succeeds, Supersede
 from storage import Filters, Hit, MemoryRow, StorageError
 from storage.key_log import KeyLogError
 from storage.records import Limits, decision_value, encode_access, encode_write
-from storage.sealing import KeyRing, erasure_record, new_key
+from storage.sealing import DataKey, KeyRing, erasure_record, new_key
 from storage.tenant_log import TenantLog
 from storage.tenants import TenantRegistry
 from streams import app, topics
@@ -66,6 +66,8 @@ class Keys:
         self.arriving: list[list[tuple[bytes, bytes]]] = []
         self.erased: list[tuple[str, list[str]]] = []
         self.failures = 0
+        self.seen: list[tuple[str, bytes, dict[str, Any]]] = []  # what the worker sent
+        self.sent_before_erasing: list[list[Any]] = []  # its decisions sent by each erasure
 
     async def read_through(self) -> None:
         if self.arriving:
@@ -78,11 +80,19 @@ class Keys:
     def erased_memory(self, tenant_id: str, memory_id: str) -> bool:
         return self.ring.erased_memory(tenant_id, memory_id)
 
+    async def mint(self, memories: Sequence[tuple[str, str, str | None]]) -> list[DataKey]:
+        keys = [new_key(*memory) for memory in memories]
+        for key in keys:
+            self.ring.add(key)
+        return keys
+
     async def erase(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, int]:
         if self.failures:
             self.failures -= 1
             raise KeyLogError("NotEnoughReplicas")
         self.erased.append((tenant_id, list(memory_ids)))
+        decided = [v.get("decision") for role, _, v in self.seen if role == "memory-writes"]
+        self.sent_before_erasing.append(decided)
         return dict.fromkeys(memory_ids, 0)
 
 
@@ -1114,6 +1124,7 @@ async def test_a_summary_of_a_memory_erased_since_its_plan_is_never_written(
     w = Worker(tmp_path, Embedder({SUMMARY: X}))
     keys = with_keys(w, erased_ring("c3", written_again=["c3"]))
     keys.arriving = [[marker("c1")]]  # on the topic, not read yet: read before judging
+    keys.seen = w.sent  # erased only once the restore is sent: a redelivery decides it again
     sent = await w.writes(
         ("acme/s1", write(SUMMARY, "s1", summary_of=["c1", "c2"])),  # c1 erased since
         ("acme/s2", write(SUMMARY, "s2", summary_of=["c2", "c4"])),
@@ -1126,6 +1137,7 @@ async def test_a_summary_of_a_memory_erased_since_its_plan_is_never_written(
     assert not [v for role, _, v in sent if role == "audit" and v.get("memory_id") == "s1"]
     told = [(k, v["decision"], v["by"]) for role, k, v in sent if role == "memory-writes"]
     assert told == [(b"acme/c2", "restore", "s1")]  # archived into it by the plan: active again
+    assert keys.sent_before_erasing == [["restore"]]
 
 
 async def test_a_summary_made_as_its_source_is_erased_is_erased_once_its_row_is_in(
@@ -1147,10 +1159,15 @@ async def test_a_summary_made_as_its_source_is_erased_is_erased_once_its_row_is_
     assert [(k, v["decision"]) for k, v in decisions] == [
         ("acme/s1", "retire"),
         ("acme/s1", "purge"),
-        ("acme/c2", "restore"),
     ]
-    await w.writes(*((k, orjson.dumps(v)) for k, v in decisions))
+    sent = await w.writes(*((k, orjson.dumps(v)) for k, v in decisions))
     assert "acme/s1" not in w.store.rows
+    restores = [(k.decode(), v) for role, k, v in sent if role == "memory-writes"]
+    assert [(k, v["decision"], v["by"]) for k, v in restores] == [
+        ("acme/c1", "restore", "s1"),  # erased: ignores it
+        ("acme/c2", "restore", "s1"),
+    ]
+    await w.writes(*((k, orjson.dumps(v)) for k, v in restores))
     state = w.worker.processor.state("acme/s1")
     assert state is not None
     assert state.purged
@@ -1158,6 +1175,27 @@ async def test_a_summary_made_as_its_source_is_erased_is_erased_once_its_row_is_
     assert source is not None
     assert (source.state, source.merged_into) == (Lifecycle.ACTIVE, None)
     assert w.store.rows["acme/c2"].state == "active"
+
+
+async def test_a_summary_met_again_by_offset_is_rechecked_against_erasures(
+    tmp_path: Path,
+) -> None:
+    """A batch applied again, or redelivered after a crash, skips by offset what its first try
+    applied: a summary its first try made, and whose source was erased before that try could
+    recheck it, was never rechecked (served on, its key live).
+    """
+    w = Worker(tmp_path, Embedder({SUMMARY: X}))
+    keys = with_keys(w, KeyRing())
+    value = write(SUMMARY, "s1", summary_of=["c1", "c2"])
+    first = Event(Message("memory-writes", 0, 1, b"acme/s1", value))
+    await w.worker.on_writes([first])  # made; its recheck found nothing erased yet
+    assert keys.erased == []
+    keys.ring.apply(*marker("c1"))
+    w.sent.clear()
+    await w.worker.on_writes([Event(Message("memory-writes", 0, 1, b"acme/s1", value))])
+    decided = [(k, v["decision"]) for role, k, v in w.sent if role == "memory-writes"]
+    assert decided == [(b"acme/s1", "retire"), (b"acme/s1", "purge")]
+    assert keys.erased == [("acme", ["s1"])]
 
 
 async def test_a_summary_erased_before_is_not_made_anew_from_an_erased_source(
@@ -1224,16 +1262,62 @@ async def test_a_consolidation_never_plans_a_memory_erased_and_awaiting_its_purg
         row = make_row("acme", memory_id, X, content="the same words")
         store.rows[row.key] = row
 
-    async def planned(ring: KeyRing) -> list[dict[str, Any]]:
+    async def planned(*arriving: tuple[bytes, bytes]) -> list[dict[str, Any]]:
         w = Worker(tmp_path, Embedder({}), store)
-        with_keys(w, ring)
+        with_keys(w, KeyRing()).arriving = [list(arriving)]  # read before the plan
         request = {"v": 1, "tenant_id": "acme", "at": "2026-03-01T12:45:00+00:00"}
         message = Message("memory-consolidation", 0, 1, b"acme", orjson.dumps(request))
         await w.worker.on_consolidation(_inbound(Event(message)))
         (report,) = [v for role, _, v in w.sent if v.get("kind") == "consolidation"]
         return list(report["decisions"])
 
-    assert [(d["kind"], d["target"], d["sources"]) for d in await planned(KeyRing())] == [
+    assert [(d["kind"], d["target"], d["sources"]) for d in await planned()] == [
         ("merge", "d1", ["d2"])
     ]
-    assert await planned(erased_ring("d1")) == []
+    assert await planned(marker("d1")) == []
+
+
+async def test_a_consolidations_summaries_follow_the_archiving_of_their_sources(
+    tmp_path: Path,
+) -> None:
+    """A summary refused (it quoted a memory erased since the plan) sends its sources a restore
+    from the summary's partition; the plan's archiving of them, sent by another producer to
+    theirs, could land after it and archive them into a summary that never was.
+    """
+
+    class Later(Topic):
+        """Acknowledges each record only when the loop next runs; notes, for each summary
+        write, whether every record sent before it was acknowledged by then.
+        """
+
+        def __init__(self, role: str, sent: list[tuple[str, bytes, dict[str, Any]]]) -> None:
+            super().__init__(role, sent)
+            self.pending: list[asyncio.Future[None]] = []
+            self.settled_before_summary: list[bool] = []
+
+        async def send(self, key: bytes, value: bytes) -> asyncio.Future[None]:
+            if b'"summary_of"' in value:
+                self.settled_before_summary.append(all(f.done() for f in self.pending))
+            self.sent.append((self.role, key, orjson.loads(value)))
+            done = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().call_soon(done.set_result, None)
+            self.pending.append(done)
+            return done
+
+    store = RowStore()
+    for memory_id, vector in (("c1", X), ("c2", (1.0, 0.5, 0.0, 0.0))):  # cosine 0.89
+        row = make_row("acme", memory_id, vector, content=f"Standup note {memory_id}.")
+        store.rows[row.key] = row
+    w = Worker(tmp_path, Embedder({}), store)
+    with_keys(w, KeyRing())
+    writes = Later(topics.WRITES, w.sent)
+    w.worker.topics[topics.WRITES] = writes  # type: ignore[assignment]
+    request = {"v": 1, "tenant_id": "acme", "at": "2026-03-01T12:45:00+00:00"}
+    message = Message("memory-consolidation", 0, 1, b"acme", orjson.dumps(request))
+    await w.worker.on_consolidation(_inbound(Event(message)))
+    sent = [
+        (k.decode(), v.get("decision", "write")) for role, k, v in w.sent if role == "memory-writes"
+    ]
+    assert sorted(sent[:2]) == [("acme/c1", "retire"), ("acme/c2", "retire")]
+    assert sent[2][1] == "write"  # the summary, last
+    assert writes.settled_before_summary == [True]
