@@ -705,8 +705,8 @@ class Processor:
         :func:`memcore.bypass` passes on, and an ``absorb`` its source's ``retire``
         (:func:`memcore.merged_away`); a memory superseded sends its successor a ``succeeds``
         (:func:`memcore.succession`), and one that leaves recall the versions it superseded a
-        ``reinstate`` (:func:`memcore.reinstatements`); again on a redelivery (the target
-        ignores a copy).
+        ``reinstate`` (:func:`memcore.reinstatements`) and, a summary, its sources a ``restore``
+        (:func:`memcore.summary_gone`); again on a redelivery (the target ignores a copy).
         """
         state = self.state(record.key)
         if state is None:

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import dataclasses
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -151,6 +151,14 @@ class RowStore(Store):
         if tenant_id in self.refuse:
             raise StorageError("query", "refused", retriable=False)
         return [r for r in self.rows.values() if r.tenant_id == tenant_id]
+
+
+async def until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Wait until ``check`` holds (a bound on a broken run, not a timing assertion)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "not reached"
+        await asyncio.sleep(0.01)
 
 
 class Embedder:
@@ -358,8 +366,8 @@ async def test_a_batch_writes_its_rows_only_once_its_changelog_records_are_ackno
     deliveries = Acknowledgements(acknowledged=False)
     w.worker.deliveries = deliveries  # type: ignore[assignment]
     written = asyncio.create_task(w.writes(("acme/m1", write("Alice drinks tea"))))
-    await asyncio.sleep(0.05)
-    assert w.worker.processor.state("acme/m1") is not None  # in the tables
+    await until(lambda: w.worker.processor.state("acme/m1") is not None)  # in the tables
+    await asyncio.sleep(0.05)  # time enough to write the row, were it not held
     assert store.rows == {}  # not in Milvus before its record is acknowledged
     deliveries.acknowledged.set()
     await asyncio.wait_for(written, 5)
@@ -373,10 +381,8 @@ async def test_a_batch_writes_its_rows_only_once_its_changelog_records_are_ackno
             decided("m1", Purge(then, "purged through the API")),
         )
     )
+    await until(lambda: getattr(w.worker.processor.state("acme/m1"), "purged", False))
     await asyncio.sleep(0.05)
-    state = w.worker.processor.state("acme/m1")
-    assert state is not None
-    assert state.purged
     assert store.deleted == []
     deliveries.acknowledged.set()
     await asyncio.wait_for(purged, 5)
