@@ -27,6 +27,7 @@ from memcore.state import (
     MemoryState,
     Promote,
     Purge,
+    Restore,
     Retire,
     Succeeds,
     absorbed_relations,
@@ -61,6 +62,7 @@ class DecisionKind(StrEnum):
     ARCHIVE = "archive"
     PURGE = "purge"
     RECHECK = "recheck"
+    RESTORE = "restore"
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,8 @@ class Item:
             stay current beside the new one).
         relations: the writer's links to other memories (ids); a merge's survivor and a
             summary take their sources'.
+        merged_into: the summary it was archived into, or the survivor it was merged into
+            ("" for neither).
     """
 
     memory_id: str
@@ -111,6 +115,7 @@ class Item:
     relations: tuple[str, ...] = ()
     superseded_by: str = ""
     valid_to: datetime | None = None
+    merged_into: str = ""
 
 
 @dataclass(frozen=True)
@@ -303,6 +308,27 @@ def orphaned_versions(items: Sequence[Item]) -> list[Decision]:
     return decisions
 
 
+def orphaned_sources(items: Sequence[Item]) -> list[Decision]:
+    """Memories archived into a summary that is not in the store, or left recall without
+    passing its words to a survivor: each is a ``restore`` (:func:`to_events`), active again
+    (rule zero). This catches what the decisions at the time missed: a plan whose summaries
+    were never produced (a failure between its archiving and its summaries), summaries that
+    left recall before they told their sources (:func:`memcore.reducer.summary_gone`).
+    """
+    by_id = {i.memory_id: i for i in items}
+    decisions = []
+    for item in age_order(items):
+        if item.state is not Lifecycle.ARCHIVED or not item.merged_into:
+            continue
+        summary = by_id.get(item.merged_into)
+        if summary is not None and (summary.state not in GONE or summary.merged_into):
+            continue
+        where = "not in the store" if summary is None else str(summary.state)
+        why = f"archived into summary {item.merged_into}, which is {where}"
+        decisions.append(Decision(DecisionKind.RESTORE, item.memory_id, (), why))
+    return decisions
+
+
 def _absorbed(target: Item, sources: Sequence[Item]) -> Item:
     """``target`` after it absorbed ``sources`` (as :func:`memcore.reducer.apply` does an Absorb):
     in the highest tier of them all, with the τ of the one in it (the target's on a tie).
@@ -399,6 +425,7 @@ def plan(
     if Strategy.SUCCESSORS in chosen:
         every = {i.memory_id for i in items}
         consume([d for d in orphaned_versions(stored) if d.target in every])
+        consume([d for d in orphaned_sources(stored) if d.target in every])
     return decisions
 
 
@@ -491,6 +518,9 @@ def to_events(
         item = items[decision.target]
         confirm = Succeeds(item.valid_to or at, item.memory_id, decision.reason, recheck=True)
         return [(item.superseded_by, confirm)]
+    if decision.kind is DecisionKind.RESTORE:
+        item = items[decision.target]
+        return [(item.memory_id, Restore(at, item.merged_into, decision.reason))]
     purged = items[decision.target].state_changed_at  # the window was judged from it
     return [(decision.target, Purge(at, decision.reason, state_changed_at=purged))]
 

@@ -136,7 +136,8 @@ def _write(state: MemoryState | None, event: Write, policy: Policy) -> Result:
         event.summary_of
         and event.summary_of == state.summary_of
         and event.content_hash == state.content_hash
-    ):
+        and state.state is Lifecycle.ACTIVE
+    ):  # one archived or forgotten since is brought back: its sources were archived into it again
         return state, (Effect(EffectKind.IGNORED, "this summary exists already"),)
     stronger = event.importance.score > state.importance
     changed = event.content_hash != state.content_hash
@@ -714,12 +715,13 @@ def summary_gone(
     before: MemoryState, after: MemoryState, event: Event, effect: Effect
 ) -> tuple[Notice, ...]:
     """What a summary sends its sources (:func:`unkept_summary`) once it leaves recall
-    (deleted, forgotten, purged, erased; ``before``/``after``: its state around ``event``;
+    (deleted, forgotten, purged, erased; not merged into a survivor, which holds its words;
+    ``before``/``after``: its state around ``event``;
     ``effect``: the first effect): again when the event was met again by offset (its first
     delivery may have died before these were sent; a restored source ignores a copy).
     """
-    if not after.summary_of or after.state not in GONE:
-        return ()
+    if not after.summary_of or after.state not in GONE or after.merged_into is not None:
+        return ()  # merged into a survivor (a duplicate of it): that one holds the words
     if before.state in GONE and effect.kind is not EffectKind.SKIPPED:
         return ()
     why = f"summary {after.memory_id} is {after.state}"

@@ -271,6 +271,36 @@ def test_a_summary_that_leaves_recall_gives_its_sources_back_their_place() -> No
     assert summary_gone(plain, gone, deleting, effect) == ()  # no summary: nobody to tell
 
 
+def test_a_summary_merged_into_a_survivor_keeps_its_sources_archived() -> None:
+    """Dedup merged a summary into an older one with the same words: its sources came back
+    active (and, planned into the same summary id again, went round at every run).
+    """
+    summary = dataclasses.replace(created(0.5, memory_id="S2"), summary_of=("a", "b"))
+    merging = Retire(T0 + hours(2), Lifecycle.DELETED, "merged into S1", "S1")
+    merged, (effect,) = apply(summary, merging, POLICY)
+    assert merged is not None
+    assert merged.merged_into == "S1"
+    assert summary_gone(summary, merged, merging, effect) == ()
+
+
+def test_a_summary_forgotten_and_planned_again_is_brought_back() -> None:
+    """The same cluster planned again names the same summary: its sources were archived into it
+    again, and the write, met as "this summary exists already", left it forgotten.
+    """
+    written = dataclasses.replace(write(memory_id="S", content="a. b."), summary_of=("a", "b"))
+    summary, _ = apply(None, written, POLICY)
+    assert summary is not None
+    forgotten, _ = apply(summary, Retire(T0 + hours(2), Lifecycle.FORGOTTEN, "forgotten"), POLICY)
+    assert forgotten is not None
+    again = dataclasses.replace(written, at=T0 + hours(3))
+    back, effects = apply(forgotten, again, POLICY)
+    assert back is not None
+    assert back.state is Lifecycle.ACTIVE
+    assert EffectKind.REVIVED in [e.kind for e in effects]
+    kept, (effect,) = apply(back, dataclasses.replace(written, at=T0 + hours(4)), POLICY)
+    assert (kept, effect.kind) == (back, EffectKind.IGNORED)  # active: written once
+
+
 def test_a_source_an_access_brought_back_is_not_restored_again() -> None:
     """An access revives an archived memory; it kept ``merged_into``, so a later restore for
     that summary undid the archive sweep that had faded it since.
@@ -526,6 +556,41 @@ def test_a_version_whose_successor_left_recall_unrecorded_is_current_again_after
     assert current is not None
     assert effects[0].kind is EffectKind.REINSTATED
     assert (current.valid_to, current.superseded_by) == (None, None)
+
+
+def test_sources_archived_into_a_summary_not_stored_or_gone_are_restored_by_a_plan() -> None:
+    """A plan whose summaries were never produced (a failure after its sources' archiving was
+    acknowledged), or a summary gone before it told its sources: they stayed archived into it,
+    recalled at the archive penalty, never planned again.
+    """
+    archived: dict[str, Any] = {"state": Lifecycle.ARCHIVED}
+    items = [
+        item("never", (1.0, 0.0), merged_into="S-missing", **archived),
+        item("kept", (1.0, 0.0), merged_into="S-live", **archived),
+        item("S-live", (0.0, 1.0), 1.0),
+        item("forgot", (1.0, 0.0), merged_into="S-forgotten", **archived),
+        item("S-forgotten", (0.0, 1.0), 1.0, state=Lifecycle.FORGOTTEN),
+        item("duplicate", (1.0, 0.0), merged_into="S-merged", **archived),
+        item("S-merged", (0.0, 1.0), 1.0, state=Lifecycle.DELETED, merged_into="S-live"),
+        item("swept", (1.0, 0.0), **archived),  # archived by the sweep, into nothing
+    ]
+    decisions = plan("t", items, T0 + hours(3), POLICY, [Strategy.SUCCESSORS])
+    assert kinds(decisions) == [DecisionKind.RESTORE] * 2
+    assert sorted(d.target for d in decisions) == ["forgot", "never"]
+    by_id = {i.memory_id: i for i in items}
+    states = {
+        m: dataclasses.replace(
+            created(0.5, memory_id=m), state=Lifecycle.ARCHIVED, merged_into=by_id[m].merged_into
+        )
+        for m in ("forgot", "never")
+    }
+    events = [e for d in decisions for e in to_events(d, by_id, T0 + hours(3))]
+    effects = carry_out(states, events)
+    assert [e.kind for e in effects] == [EffectKind.REVIVED] * 2
+    assert {m: (s.state, s.merged_into) for m, s in states.items()} == {
+        "forgot": (Lifecycle.ACTIVE, None),
+        "never": (Lifecycle.ACTIVE, None),
+    }
 
 
 def test_a_recheck_asks_only_for_successors_gone_or_missing_from_the_store() -> None:
