@@ -16,11 +16,18 @@ pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 
 async def partitions_of(bootstrap: str, topic: str) -> int:
+    """The topic's partition count, once the broker's metadata has it (a topic just created
+    may be described with none for a moment).
+    """
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        (described,) = await admin.describe_topics([topic])
-        return len(described["partitions"])
+        for _ in range(300):
+            (described,) = await admin.describe_topics([topic])
+            if described["partitions"]:
+                return len(described["partitions"])
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"{topic} has no partitions after 30 s")
     finally:
         await admin.close()
 
