@@ -317,9 +317,12 @@ def _maybe_recompute(
     return new, tuple(effects)
 
 
-def _retired(state: MemoryState, to: Lifecycle, event: Access | Retire | Fade) -> MemoryState:
+def _retired(
+    state: MemoryState, to: Lifecycle, event: Access | Retire | Fade | Restore
+) -> MemoryState:
     """``state`` moved to ``to`` at the event's time; back to active, it is in no summary (an
-    access brought it back: a restore for the summary it was archived into changes nothing).
+    access or a restore brought it back: a restore for the summary it was archived into
+    changes nothing).
     """
     if to is Lifecycle.ACTIVE:
         return dataclasses.replace(state, state=to, state_changed_at=event.at, merged_into=None)
@@ -659,7 +662,7 @@ def reinstatements(
     if isinstance(event, Succeeds):
         targets: tuple[str, ...] = (event.predecessor,)
         hops = event.hops
-    elif before.state not in GONE or effect.kind is EffectKind.SKIPPED:
+    elif _left_recall(before, after, effect):
         targets = after.predecessors
     else:
         return ()
@@ -689,14 +692,19 @@ def unknown_successor(memory_id: str, event: Event) -> Notice | None:
     return Notice(event.predecessor, Reinstate(event.at, memory_id, why, hops=event.hops))
 
 
+def _left_recall(before: MemoryState, after: MemoryState, effect: Effect) -> bool:
+    """The event (first effect ``effect``) took the memory out of recall (deleted, forgotten),
+    or was met again by offset once it had: its first delivery may have died before what the
+    memory sends as it leaves was sent (a target ignores a copy).
+    """
+    return after.state in GONE and (before.state not in GONE or effect.kind is EffectKind.SKIPPED)
+
+
 def _restore(state: MemoryState, event: Restore) -> Result:
     if state.state is not Lifecycle.ARCHIVED or state.merged_into != event.by:
         why = f"a {state.state} memory, not archived into {event.by}, stays as it is"
         return state, (Effect(EffectKind.IGNORED, why),)
-    since = max(state.state_changed_at, event.at)
-    new = dataclasses.replace(
-        state, state=Lifecycle.ACTIVE, state_changed_at=since, merged_into=None
-    )
+    new = _retired(state, Lifecycle.ACTIVE, event)
     return new, (Effect(EffectKind.REVIVED, f"active again: {event.reason}"),)
 
 
@@ -715,14 +723,13 @@ def summary_gone(
     before: MemoryState, after: MemoryState, event: Event, effect: Effect
 ) -> tuple[Notice, ...]:
     """What a summary sends its sources (:func:`unkept_summary`) once it leaves recall
-    (deleted, forgotten, purged, erased; not merged into a survivor, which holds its words;
-    ``before``/``after``: its state around ``event``;
-    ``effect``: the first effect): again when the event was met again by offset (its first
-    delivery may have died before these were sent; a restored source ignores a copy).
+    (:func:`_left_recall`: deleted, forgotten, purged, erased; ``before``/``after``: its state
+    around ``event``, ``effect``: the first effect), unless merged into a survivor, which holds
+    its words.
     """
-    if not after.summary_of or after.state not in GONE or after.merged_into is not None:
-        return ()  # merged into a survivor (a duplicate of it): that one holds the words
-    if before.state in GONE and effect.kind is not EffectKind.SKIPPED:
+    if not after.summary_of or after.merged_into is not None:
+        return ()
+    if not _left_recall(before, after, effect):
         return ()
     why = f"summary {after.memory_id} is {after.state}"
     return unkept_summary(after.memory_id, after.summary_of, event.at, why)

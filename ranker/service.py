@@ -28,15 +28,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from memcore import (
-    Lifecycle,
-    Purge,
-    RankParams,
-    Retire,
-    Scored,
-    Supersede,
-    derive_memory_id,
-)
+from memcore import Lifecycle, Purge, RankParams, Retire, Scored, Supersede, derive_memory_id
 from memcore.graph import MAX_HOPS, recall_hops
 from memcore.keyword import bm25_scores
 from memcore.policy import DecayPolicy, RecallPolicy
@@ -656,10 +648,7 @@ class RecallService:
         """Ids of every memory of this tenant, in any state: the worker's table's (the state
         view's; Milvus's without one) and those whose data keys the keys topic holds.
         """
-        ids = set(await self.memory_ids(tenant_id))
-        if self.keys is not None:
-            await self.keys.catch_up()
-            ids |= self.keys.ring.memories(tenant_id)
+        ids = {*await self.memory_ids(tenant_id), *await self.keyed_memories(tenant_id)}
         return sorted(ids)
 
     async def keyed_memories(self, tenant_id: str) -> list[str]:

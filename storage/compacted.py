@@ -184,9 +184,11 @@ class CompactedLog:
         if refresh:
             await consumer._client.force_metadata_update()
         partitions = consumer.partitions_for_topic(self.topic) or set()
+        if partitions <= {tp.partition for tp in self._assigned}:
+            return  # the usual case: no lock taken on a catch-up's path
         async with self._lock:
-            known = [tp.partition for tp in self._assigned]
-            added = [TopicPartition(self.topic, p) for p in sorted(partitions - set(known))]
+            known = {tp.partition for tp in self._assigned}
+            added = [TopicPartition(self.topic, p) for p in sorted(partitions - known)]
             if not added:
                 return
             positions = {tp: await consumer.position(tp) for tp in self._assigned}

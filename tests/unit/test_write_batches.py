@@ -1212,18 +1212,9 @@ async def test_a_summary_erased_before_is_not_made_anew_from_an_erased_source(
     w = Worker(tmp_path, Embedder({SUMMARY: X}))
     keys = with_keys(w, KeyRing())
     await w.writes(("acme/s1", write(SUMMARY, "s1", summary_of=["c1", "c2"])))
-    for decision in ("retire", "purge"):
-        value = {
-            "v": 1,
-            "kind": "decision",
-            "tenant_id": "acme",
-            "memory_id": "s1",
-            "at": "2026-03-01T12:30:00+00:00",
-            "decision": decision,
-            "reason": "erased through the API",
-            **({"to": "deleted"} if decision == "retire" else {}),
-        }
-        await w.writes(("acme/s1", orjson.dumps(value)))
+    then = datetime(2026, 3, 1, 12, 30, tzinfo=UTC)
+    await w.writes(decided("s1", Retire(then, Lifecycle.DELETED, "erased through the API")))
+    await w.writes(decided("s1", Purge(then, "erased through the API")))
     keys.ring.apply(*marker("c1"))
     await w.writes(("acme/s1", write(SUMMARY, "s1", summary_of=["c1", "c2"])))
     state = w.worker.processor.state("acme/s1")
