@@ -22,6 +22,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import Field
 
+from ranker.errors import Unavailable
 from ranker.problems import ADMIN, REUSED
 from ranker.wire import Body, presented_key
 from storage.tenant_log import TenantLog
@@ -42,7 +43,8 @@ if TYPE_CHECKING:
 
 ERASE_ROUNDS = 5
 """Rounds a tenant's erasure makes, at most: every memory, then those given a key meanwhile
-(a consolidation's summaries), until none is left."""
+(a consolidation's summaries), until none is left; keys still minted in the last round answer
+503 (the tenant stays, without keys: the call can be repeated)."""
 
 _BEARER = HTTPBearer(auto_error=False, scheme_name="AdminBearer", description="MNEMO_ADMIN_KEY")
 _API_KEY = APIKeyHeader(
@@ -153,7 +155,8 @@ def admin_routes(api: FastAPI) -> None:
         the worker has applied the erasures (503 when it has not within
         ``MNEMO_AFTER_TIMEOUT_S``: the tenant stays, without keys, and the call can be repeated).
         A write another ranker authenticated just before it saw the revocation may land after;
-        keys minted meanwhile (a consolidation's summaries) are erased too, until none is left.
+        keys minted meanwhile (a consolidation's summaries) are erased too, until none is left
+        (503 when some still were after :data:`ERASE_ROUNDS` rounds: repeat the call).
         """
 
         def delete(current: Tenant | None) -> None:
@@ -178,6 +181,14 @@ def admin_routes(api: FastAPI) -> None:
                 ids = await service.keyed_memories(tenant_id)
                 if not ids:
                     break
+            else:
+                raise Unavailable(
+                    "keys",
+                    "tenant erasure",
+                    f"memories of tenant {tenant_id!r} were still given keys after"
+                    f" {ERASE_ROUNDS} rounds ({len(ids)} in the last: a consolidation running?);"
+                    " the tenant stays, without keys: repeat the call",
+                )
         await _changing(log.update(tenant_id, delete, erased=erase))
         found = len(erased)
         return {"tenant_id": tenant_id, "deleted": True, "erased": found, "keys_erased": keys}

@@ -153,7 +153,9 @@ def _get_and_delete(api: FastAPI, service: RecallService) -> None:
         """Erase every memory of one user of this tenant (``user_id`` scope), in any state,
         summaries of them included, as ``DELETE /v1/memories/{id}?erase=true`` does for one
         (after ``after`` is applied; ``summaries_erased``: summaries made from them that are
-        not under the user). Idempotent: a user with nothing left erases 0. A
+        not under the user). Idempotent: a user with nothing left erases 0, and the summaries of
+        the memories erased before are looked for again (a call that failed on their search is
+        repeated whole). A
         ``user_id`` whose percent-escapes are not UTF-8 is a 422 (the server's decoding would
         have made it U+FFFD, another user's id).
         """
@@ -163,7 +165,10 @@ def _get_and_delete(api: FastAPI, service: RecallService) -> None:
         checked_scope("user_id", user_id)
         await service.wait(tokens(after))
         ids = await service.user_memories(who.tenant_id, user_id)
-        erasure = await service.erase(who.tenant_id, ids, datetime.now(UTC))
+        before = await service.erased_user_memories(who.tenant_id, user_id)
+        listed = set(ids)
+        earlier = [m for m in before if m not in listed]
+        erasure = await service.erase(who.tenant_id, ids, datetime.now(UTC), erased_before=earlier)
         return {
             "user_id": user_id,
             "erased": len(ids),

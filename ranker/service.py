@@ -467,6 +467,7 @@ class RecallService:
         at: datetime,
         *,
         summaries: bool = True,
+        erased_before: Sequence[str] = (),
     ) -> Erasure:
         """Erase memories for good: their data keys are tombstoned on the keys topic (from then
         on no process can open their words in any topic, table or replay; the broker drops the
@@ -481,9 +482,12 @@ class RecallService:
         StorageError when Milvus does not answer the summaries' query (the memories are erased,
         the summaries not yet): the call can be repeated. ``summaries`` False: ``memory_ids``
         are every memory of the tenant (its erasure), and no summary is looked for.
+        ``erased_before``: memories erased by an earlier call whose summaries are looked for
+        again (that call may have failed on their search), not erased again themselves.
         """
         token, keys = await self._erase(tenant_id, memory_ids, at)
-        done, sources, made_from = set(memory_ids), list(memory_ids), list[str]()
+        done = set(memory_ids) | set(erased_before)
+        sources, made_from = [*memory_ids, *erased_before], list[str]()
         while summaries and sources:  # each round erases new ids only: it ends
             made = sorted(await self._summaries_of(tenant_id, sources) - done)
             if not made:
@@ -583,6 +587,15 @@ class RecallService:
         rows = await asyncio.to_thread(self.store.every_row, tenant_id, filters)
         ids |= {r.memory_id for r in rows}
         return sorted(ids)
+
+    async def erased_user_memories(self, tenant_id: str, user_id: str) -> list[str]:
+        """Ids of the memories of ``user_id`` in this tenant erased before (their erasure
+        markers name the user; not written again since), after catching up with the keys topic.
+        """
+        if self.keys is None:
+            return []
+        await self.keys.catch_up()
+        return sorted(self.keys.erased_of_user(tenant_id, user_id))
 
     async def update(
         self, tenant_id: str, memory_id: str, document: Mapping[str, Any], at: datetime

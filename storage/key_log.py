@@ -94,7 +94,9 @@ class KeyLog(CompactedLog):
                 records.extend((k.record_key, None) for k in keys)
                 ids = before | {k.key_id for k in keys}
                 if ids != before:
-                    records.append(erasure_record(tenant_id, memory_id, ids))
+                    users = self.ring.erased_users.get((tenant_id, memory_id), frozenset())
+                    users |= {k.user_id for k in keys if k.user_id is not None}
+                    records.append(erasure_record(tenant_id, memory_id, ids, users))
                 erased[memory_id] = len(keys)
             await self.publish(records)
             return erased
@@ -102,6 +104,10 @@ class KeyLog(CompactedLog):
     def memories(self, tenant_id: str, user_id: str | None = None) -> set[str]:
         """See :meth:`storage.sealing.KeyRing.memories` (call :meth:`catch_up` first)."""
         return self.ring.memories(tenant_id, user_id)
+
+    def erased_of_user(self, tenant_id: str, user_id: str) -> set[str]:
+        """See :meth:`storage.sealing.KeyRing.erased_of_user` (call :meth:`catch_up` first)."""
+        return self.ring.erased_of_user(tenant_id, user_id)
 
     async def know(self, values: Iterable[bytes]) -> None:
         """Read the topic up to its end (once) when a sealed record among ``values`` names a key

@@ -160,9 +160,17 @@ def key_record(key: DataKey) -> tuple[bytes, bytes]:
     return key.record_key, orjson.dumps(value)
 
 
-def erasure_record(tenant_id: str, memory_id: str, key_ids: Iterable[str]) -> tuple[bytes, bytes]:
-    """The erasure marker of a memory: every key id of it erased so far."""
-    value = {"v": 1, "erased": sorted(set(key_ids))}
+def erasure_record(
+    tenant_id: str, memory_id: str, key_ids: Iterable[str], users: Iterable[str] = ()
+) -> tuple[bytes, bytes]:
+    """The erasure marker of a memory: every key id of it erased so far, and the ``user_id`` of
+    each of those keys that named one (so a user's erasure repeated finds the memories erased
+    the first time, and their summaries: ``DELETE /v1/users/{id}``).
+    """
+    value: dict[str, object] = {"v": 1, "erased": sorted(set(key_ids))}
+    named = sorted(set(users))
+    if named:
+        value["users"] = named
     return f"{tenant_id}/{memory_id}".encode(), orjson.dumps(value)
 
 
@@ -171,11 +179,13 @@ class KeyRing:
     """The keys and erasure markers of the ``memory-keys`` topic, in memory (what
     :class:`storage.key_log.KeyLog` follows; tests fill one directly).
 
-    ``keys``: (tenant, memory) -> key id -> key; ``erased``: (tenant, memory) -> erased key ids.
+    ``keys``: (tenant, memory) -> key id -> key; ``erased``: (tenant, memory) -> erased key ids;
+    ``erased_users``: (tenant, memory) -> the users its erased keys named (markers that name any).
     """
 
     keys: dict[tuple[str, str], dict[str, DataKey]] = field(default_factory=dict)
     erased: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+    erased_users: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
 
     def apply(self, key: bytes | None, value: bytes | None) -> bool:
         """Take one topic record (None value: a tombstone); False when it does not decode."""
@@ -200,12 +210,19 @@ class KeyRing:
             memory = (parts[0], parts[1])
             if value is None:
                 self.erased.pop(memory, None)
+                self.erased_users.pop(memory, None)
                 return True
             try:
-                erased = frozenset(map(str, orjson.loads(value)["erased"]))
-            except (orjson.JSONDecodeError, KeyError, TypeError):
+                marker = orjson.loads(value)
+                erased = frozenset(map(str, marker["erased"]))
+                users = frozenset(map(str, marker.get("users", ())))
+            except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
                 return False
             self.erased[memory] = erased
+            if users:
+                self.erased_users[memory] = users
+            else:
+                self.erased_users.pop(memory, None)
             keys = self.keys.get(memory, {})
             for key_id in erased & keys.keys():  # a tombstone this reader never saw
                 del keys[key_id]
@@ -235,6 +252,16 @@ class KeyRing:
         return bool(self.erased.get((tenant_id, memory_id))) and not self.keys.get(
             (tenant_id, memory_id)
         )
+
+    def erased_of_user(self, tenant_id: str, user_id: str) -> set[str]:
+        """Ids of ``tenant_id``'s memories erased (:meth:`erased_memory`) whose erased keys
+        named ``user_id``.
+        """
+        return {
+            memory_id
+            for (tenant, memory_id), users in self.erased_users.items()
+            if tenant == tenant_id and user_id in users and self.erased_memory(tenant, memory_id)
+        }
 
     def of_memory(self, tenant_id: str, memory_id: str) -> list[DataKey]:
         return list(self.keys.get((tenant_id, memory_id), {}).values())

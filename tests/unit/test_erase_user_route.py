@@ -47,7 +47,7 @@ class Erasing(RecallService):
         return [f"m-{len(self.users)}"]
 
     async def erase(  # type: ignore[override]
-        self, tenant_id: str, ids: Sequence[str], now: datetime
+        self, tenant_id: str, ids: Sequence[str], now: datetime, **_: object
     ) -> Erasure:
         return Erasure(Token(), len(ids))  # type: ignore[arg-type]
 

@@ -10,14 +10,16 @@ from collections.abc import Awaitable, Sequence
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
+import httpx
 import orjson
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from memcore import Lifecycle, Purge, Retire, resolve_importance
 from memcore.policy import RecallPolicy
+from ranker.api import create_api
 from ranker.service import RecallQuery, RecallService
-from storage import Document, Filters, MemoryRow, MilvusConfig, codec
+from storage import Document, Filters, MemoryRow, MilvusConfig, StorageError, codec
 from storage.changelogs import DocumentRows, Record, Unreadable
 from storage.changelogs import Tables as RebuildTables
 from storage.embedding import Hashing
@@ -559,3 +561,56 @@ def test_erasing_a_memory_erases_the_summaries_made_from_it() -> None:
     assert all(keys.ring.erased_memory("acme", m) for m in (m1, *made))
     assert not keys.ring.erased_memory("acme", "s3")
     assert erasure.token.offsets == {"memory-writes": {0: len(sent.values)}}  # the last purge
+
+
+class SummariesUnanswered(RowsNotPurgedYet):
+    """Milvus answering every query but the search for summaries, until told to."""
+
+    answers = False
+
+    def every_row(self, tenant_id: str, filters: Filters) -> list[MemoryRow]:
+        if filters.summary_of_any and not self.answers:
+            raise StorageError("search", "milvus did not answer", retriable=True)
+        if filters.user_id is not None:  # the user's rows: its memory until purged
+            return [r for r in self.rows.values() if r.user_id == filters.user_id]
+        return super().every_row(tenant_id, filters)
+
+
+def test_a_user_erasure_that_failed_on_the_summaries_is_repeated_whole() -> None:
+    """The user's memories erased, the search for their summaries unanswered (503): repeating
+    ``DELETE /v1/users/{id}`` found nothing of the user left and never looked for the summaries,
+    which stayed served, quoting the erased words.
+    """
+    keys, sent = LocalKeys(), Sent()
+    service = RecallService(UserRows(), Hashing(4), sent, keys=keys)  # type: ignore[arg-type]
+    docs = [{"content": SECRET_WORDS, "at": AT, "user_id": "ann"}]
+    ((m1,), _) = asyncio.run(service.write("acme", docs))
+    asyncio.run(keys.mint([("acme", "s1", None)]))  # a summary of ann's and others' memories
+    v = (1.0, 0.0, 0.0, 0.0)
+    store = SummariesUnanswered(
+        [make_row("acme", m1, v, user_id="ann"), make_row("acme", "s1", v, summary_of=(m1, "b2"))]
+    )
+    service.store = store  # type: ignore[assignment]
+    api = create_api(
+        service, TenantRegistry.of({"tenants": {"acme": {"api_keys": ["key-acme-0123456789"]}}})
+    )
+
+    async def erase_ann() -> httpx.Response:
+        transport = httpx.ASGITransport(app=api)
+        async with httpx.AsyncClient(transport=transport, base_url="http://m") as http:
+            return await http.delete(
+                "/v1/users/ann", headers={"Authorization": "Bearer key-acme-0123456789"}
+            )
+
+    failed = asyncio.run(erase_ann())
+    assert failed.status_code == 503, failed.text
+    assert keys.ring.erased_memory("acme", m1)  # the memory went, the summary not
+    assert not keys.ring.erased_memory("acme", "s1")
+    del store.rows[m1]  # purged by the worker since
+    store.answers = True
+    again = asyncio.run(erase_ann())
+    assert again.status_code == 200, again.text
+    assert again.json()["erased"] == 0  # nothing of ann's left to erase
+    assert again.json()["summaries_erased"] == ["s1"]
+    assert keys.ring.erased_memory("acme", "s1")
+    assert keys.ring.erased_of_user("acme", "ann") == {m1}  # the summary named no user

@@ -14,6 +14,7 @@ import pytest
 
 from memcore import InvalidField, Policy
 from memcore.supersession import MAX_NEIGHBOURS
+from ranker.admin import ERASE_ROUNDS
 from ranker.api import create_api
 from ranker.applied import Token
 from ranker.ratelimit import RateLimited, RateLimiter, TokenBucket
@@ -472,7 +473,13 @@ class Erasing(RecallService):
         self.barriers.append(found.api_key_hashes if found is not None else None)
 
     async def erase(
-        self, tenant_id: str, memory_ids: Sequence[str], at: datetime, *, summaries: bool = True
+        self,
+        tenant_id: str,
+        memory_ids: Sequence[str],
+        at: datetime,
+        *,
+        summaries: bool = True,
+        erased_before: Sequence[str] = (),
     ) -> Erasure:
         assert not summaries  # every memory of the tenant: no summary to look for
         self.erasures.append((tenant_id, list(memory_ids)))
@@ -542,6 +549,27 @@ async def test_an_id_deleted_with_its_memories_kept_is_not_given_to_a_new_tenant
         assert erased.status_code == 200, erased.text
         assert erased.json()["erased"] == 3
         assert service.erasures == [("acme", ["m1", "m2"]), ("acme", ["s1"])]
+
+        # keys still minted at every round: the tenant is not removed with them live; 503,
+        # and the call repeated once they stop removes it
+        assert (await put("acme", reuse="true")).status_code == 200
+        service.erasures.clear()
+        service.keyed = [[f"s{n}"] for n in range(ERASE_ROUNDS)]
+        busy = await http.delete(
+            "/v1/admin/tenants/acme", params={"erase": "true"}, headers=bearer(ADMIN)
+        )
+        assert busy.status_code == 503, busy.text
+        assert busy.headers["retry-after"] == "1"
+        assert f"after {ERASE_ROUNDS} rounds" in busy.json()["detail"]
+        assert len(service.erasures) == ERASE_ROUNDS
+        held = log.get("acme")
+        assert held is not None  # kept, without keys
+        assert held.api_key_hashes == ()
+        again = await http.delete(
+            "/v1/admin/tenants/acme", params={"erase": "true"}, headers=bearer(ADMIN)
+        )
+        assert again.status_code == 200, again.text
+        assert log.get("acme") is None
 
 
 @pytest.mark.anyio
