@@ -88,7 +88,7 @@ up() {
     if running "$var/edge-$i.pid"; then echo "edge-$i: already running (pid $(cat "$var/edge-$i.pid"))"; continue; fi
     MNEMO_MILVUS_URI=$(cat "$MNEMO_MILVUS_ENDPOINT_FILE") start "edge-$i" "$loaded" -m ranker
   done
-  echo "kafka:   $MNEMO_KAFKA_BOOTSTRAP   topics: memory-writes, access-events, consolidation, audit, dead-letter"
+  echo "kafka:   $MNEMO_KAFKA_BOOTSTRAP   topics: memory-writes, access-events, consolidation, audit, dead-letter, tenants, memory-keys"
   case $MNEMO_MILVUS_URI in
     http://*|https://*|tcp://*) echo "milvus:  $MNEMO_MILVUS_URI (a Milvus server)";;
     *) echo "milvus:  $MNEMO_MILVUS_URI (Milvus Lite, embedded in the worker)";;
