@@ -57,8 +57,12 @@ class LlmImportance:
         """The importance answer for ``content``, or None when the LLM cannot answer in time."""
         return await self.ask(PROMPT + content)
 
-    async def ask(self, prompt: str) -> str | None:
-        """The answer text to ``prompt``, or None when the LLM cannot answer in time."""
+    async def ask(self, prompt: str, hung: asyncio.Event | None = None) -> str | None:
+        """The answer text to ``prompt``, or None when the LLM cannot answer in time. ``hung``:
+        set by a question of the same batch that timed out; one still waiting for its turn then
+        is not sent (None at once: a hanging LLM costs a batch one timeout, not one per
+        :data:`CONCURRENCY` questions).
+        """
         if self._client is None:
             return None
         body = {
@@ -67,8 +71,17 @@ class LlmImportance:
             "messages": [{"role": "user", "content": prompt}],
         }
         try:
-            async with self._turns, asyncio.timeout(self.timeout_s):
-                reply = await self._client.post(f"{self.base_url}/chat/completions", json=body)
+            async with self._turns:
+                if hung is not None and hung.is_set():
+                    return None  # the batch's LLM timed out: the rules decide, unasked
+                try:
+                    async with asyncio.timeout(self.timeout_s):
+                        url = f"{self.base_url}/chat/completions"
+                        reply = await self._client.post(url, json=body)
+                except TimeoutError:
+                    if hung is not None:
+                        hung.set()
+                    raise
             reply.raise_for_status()
             text = reply.json()["choices"][0]["message"]["content"]
         except (
@@ -85,5 +98,8 @@ class LlmImportance:
         return text if isinstance(text, str) else None
 
     async def answers(self, contents: Sequence[str]) -> list[str | None]:
-        """Answers for many texts, concurrently, each within the timeout."""
-        return list(await asyncio.gather(*(self.answer(c) for c in contents)))
+        """Answers for many texts, concurrently, each within the timeout; once one times out,
+        those not sent yet are None (:meth:`ask`'s ``hung``).
+        """
+        hung = asyncio.Event()
+        return list(await asyncio.gather(*(self.ask(PROMPT + c, hung) for c in contents)))

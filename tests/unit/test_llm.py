@@ -115,3 +115,27 @@ def test_questions_past_the_connection_pool_wait_their_turn_without_spending_the
     rules decided. The margin is wide: on two loaded cores 120 answers at once took 0.4 s more."""
     replies = answers(llm_url, [f"steady {i}" for i in range(CONCURRENCY + 20)], timeout_s=1.9)
     assert replies.count(None) == 0
+
+
+def test_a_hanging_llm_costs_a_batch_one_timeout_not_one_per_hundred_questions() -> None:
+    """Questions past the pool's 100 waited their turn, then each spent a whole timeout of its
+    own on an LLM that answers nothing: a batch of 300 took three timeouts."""
+    asked: list[httpx.Request] = []
+
+    async def hang(request: httpx.Request) -> httpx.Response:
+        asked.append(request)
+        await asyncio.sleep(3600)
+        raise AssertionError("never answered")
+
+    async def run() -> list[str | None]:
+        llm = LlmImportance("http://llm.invalid/v1", "test-model", "", 0.2)
+        await llm.start()
+        await llm.close()
+        llm._client = httpx.AsyncClient(transport=httpx.MockTransport(hang))
+        try:
+            return await llm.answers([f"fact {i}" for i in range(3 * CONCURRENCY)])
+        finally:
+            await llm.close()
+
+    assert asyncio.run(run()) == [None] * (3 * CONCURRENCY)
+    assert len(asked) == CONCURRENCY  # the first turns timed out; the rest were never sent
