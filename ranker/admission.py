@@ -17,18 +17,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from urllib.parse import unquote_to_bytes
 
 from fastapi import HTTPException
 from starlette.datastructures import Headers
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from memcore import InvalidField
 from ranker.logs import ROUTE_KEY
 from ranker.metrics import Metrics
 from ranker.problems import problem_body
 
 RETRY_AFTER_S = 1
 """The retry hint of a refused request: the service drains its in-flight requests in about this."""
+_MEMORIES = b"/v1/memories/"
+"""The raw path prefix of the routes that take a memory id in the path."""
 _HELD = "mnemostream.tenant_slots"
 """The scope key of the tenants whose slot a request holds (released when it is answered)."""
 
@@ -136,9 +140,14 @@ class Admission:
             if admitted:
                 # the admin routes say themselves whether they are open (403 when closed)
                 tenant_route = route != "other" and not route.startswith("/v1/admin/")
-                refused = self._refused(Headers(scope=scope), needs_key=tenant_route)
+                slashed = _escaped_slash(scope)  # a memory route's, which no route matched
+                needs_key = tenant_route or slashed is not None
+                refused = self._refused(Headers(scope=scope), needs_key=needs_key)
                 if refused is not None:
                     await _answer(counted, *refused)
+                    return
+                if slashed is not None:
+                    await _answer(counted, 422, str(slashed), field=slashed.field)
                     return
                 receive = _bounded(receive, self.max_body_bytes, self.body_timeout_s)
                 self.in_flight += 1
@@ -187,9 +196,31 @@ class Admission:
         return label
 
 
-async def _answer(send: Send, status: int, detail: str, retry_after_s: int | None = None) -> None:
+def _escaped_slash(scope: Scope) -> InvalidField | None:
+    """The error naming ``memory_id`` when a ``/v1/memories/{id}`` path escapes a ``/`` in the id
+    (``a%2Fb``): the server decodes it before routing, so no route (404 ``Not Found``) or another
+    one (``a%2Fhistory`` is the history of ``a``) would answer it. No id holds a ``/``.
+    """
+    raw = scope.get("raw_path")
+    if not isinstance(raw, bytes) or not raw.startswith(_MEMORIES):
+        return None
+    segment = raw[len(_MEMORIES) :].split(b"/", 1)[0]
+    if b"%2f" not in segment.lower():
+        return None
+    memory_id = unquote_to_bytes(segment).decode("utf-8", "replace")
+    return InvalidField("memory_id", memory_id, "expected an id without '/' (no id holds one)")
+
+
+async def _answer(
+    send: Send,
+    status: int,
+    detail: str,
+    retry_after_s: int | None = None,
+    *,
+    field: str | None = None,
+) -> None:
     """A problem reply sent from here (the app never saw the request)."""
-    body, own = problem_body(status, detail, retry_after_s=retry_after_s)
+    body, own = problem_body(status, detail, field=field, retry_after_s=retry_after_s)
     if status == 401:
         own["www-authenticate"] = "Bearer"
     headers = [(k.encode(), v.encode()) for k, v in own.items()]

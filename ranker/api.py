@@ -26,10 +26,10 @@ from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import AwareDatetime, BeforeValidator, ConfigDict, Field, StrictBool
+from pydantic import AwareDatetime, BeforeValidator, ConfigDict, Field, Strict, StrictBool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from memcore import InvalidField, Tier
+from memcore import MAX_TAGS, InvalidField, Tier
 from memcore.ids import check_id
 from memcore.policy import MAX_WEIGHT, RecallPolicy, RecallPreset, recall_decay
 from ranker.admin import admin_routes
@@ -50,6 +50,7 @@ from ranker.wire import (
     DirectRoute,
     OrjsonRoute,
     TextBody,
+    Tokens,
     json_response,
     memory_json,
     session_of,
@@ -64,6 +65,7 @@ from storage.records import (
     check_time,
     checked_access,
     checked_scope,
+    checked_tags,
     checked_vector,
     checked_write,
     iso_text,
@@ -84,12 +86,25 @@ def _iso_only(value: object) -> object:
     return value
 
 
-IsoTime = Annotated[AwareDatetime, BeforeValidator(_iso_only)]
+IsoTime = Annotated[AwareDatetime, Strict(False), BeforeValidator(_iso_only)]
+"""An ISO 8601 time with its timezone, as text, in strict bodies too (which take no text for a
+datetime otherwise)."""
+
+MAX_FILTER_TIERS = 16
+"""``memory_types`` a filter names at most (there are three tiers, and aliases)."""
+
+_STRICT = ConfigDict(strict=True)
+"""Recall and access bodies take JSON types as they are: ``"2"`` is no ``k``, ``true`` no
+number (as writes and updates)."""
 
 
 class RecallFilters(TextBody):
-    memory_types: list[str] = Field(default_factory=list)
-    tags: list[str] = Field(default_factory=list)
+    model_config = TextBody.model_config | _STRICT
+
+    memory_types: list[str] = Field(default_factory=list, max_length=MAX_FILTER_TIERS)
+    tags: list[str] = Field(
+        default_factory=list, description=f"any of these (at most {MAX_TAGS}, as a memory holds)"
+    )
     session_id: str | None = None
     run_id: str | None = Field(None, description="the same as session_id (mem0's name)")
     agent_id: str | None = None
@@ -101,6 +116,8 @@ class RecallFilters(TextBody):
 class Weights(Body):
     """Weights of the recall score, each in [0, MAX_WEIGHT] (relative: they need not sum to 1)."""
 
+    model_config = Body.model_config | _STRICT
+
     similarity: float | None = Field(None, ge=0, le=MAX_WEIGHT)
     keyword: float | None = Field(None, ge=0, le=MAX_WEIGHT)
     importance: float | None = Field(None, ge=0, le=MAX_WEIGHT)
@@ -109,6 +126,8 @@ class Weights(Body):
 
 
 class RecallBody(TextBody):
+    model_config = TextBody.model_config | _STRICT
+
     query: str | None = Field(None, min_length=1, max_length=16_384)
     vector: list[float] | None = None
     k: int = Field(10, ge=1, le=1000)
@@ -140,7 +159,7 @@ class RecallBody(TextBody):
         False,
         description="also return superseded versions; the top k are then listed in time order",
     )
-    after: str | list[str] | None = Field(
+    after: Tokens | None = Field(
         None,
         description="tokens from write or access responses: wait until the worker applied them"
         " (read-your-writes; 503 with Retry-After when it has not within the server's wait)",
@@ -188,6 +207,8 @@ class WriteBody(Body):
 
 
 class AccessBody(Body):
+    model_config = Body.model_config | _STRICT
+
     memory_ids: list[str] = Field(min_length=1, max_length=1000)
     kind: Literal["recall", "get", "explicit"] = "explicit"
     at: IsoTime | None = None
@@ -474,8 +495,10 @@ def _query(body: RecallBody, who: Tenant, states: tuple[str, ...], limits: Limit
         states=states,
         current_at_us=None if body.include_history else to_us(at),
         created_to_inclusive_us=to_us(body.at) if body.at is not None else None,
-        tiers=tuple(Tier.parse(t, "filters.memory_types").value for t in f.memory_types),
-        tags_any=tuple(f.tags),
+        tiers=tuple(
+            dict.fromkeys(Tier.parse(t, "filters.memory_types").value for t in f.memory_types)
+        ),
+        tags_any=checked_tags("filters.tags", f.tags),
         session_id=checked_scope(
             "filters.session_id", session_of(f.session_id, f.run_id, "filters.run_id")
         ),

@@ -38,6 +38,13 @@ MAX_OFFSET = 2**63 - 1
 """Kafka numbers offsets with signed 64-bit integers."""
 
 
+def _offset(value: object) -> int:
+    """A token's offset as it was written: a JSON integer (not 1.5, ``true`` or ``"7"``)."""
+    if type(value) is not int:
+        raise TypeError(value)
+    return value
+
+
 @dataclass(frozen=True)
 class Token:
     """Offsets a response produced: ``{role: {partition: highest offset}}``. ``parts``: the
@@ -68,7 +75,8 @@ class Token:
         try:
             raw = orjson.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
             offsets = {
-                str(role): {int(p): int(o) for p, o in parts.items()} for role, parts in raw.items()
+                str(role): {int(p): _offset(o) for p, o in parts.items()}
+                for role, parts in raw.items()
             }
         except (ValueError, TypeError, AttributeError, binascii.Error, orjson.JSONDecodeError):
             raise InvalidField(field, text, _REFUSED) from None

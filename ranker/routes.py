@@ -23,9 +23,16 @@ from ranker.history import AuditLog
 from ranker.listing import decode_cursor
 from ranker.problems import CONFLICT, NOT_FOUND
 from ranker.service import RecallService
-from ranker.wire import Auth, Body, memory_json, session_of, tokens
+from ranker.wire import Auth, Body, Tokens, memory_json, session_of, tokens
 from storage import Filters, MemoryRow, from_us, to_us
-from storage.records import MAX_NAME_BYTES, Limits, RecordError, checked_scope, checked_write
+from storage.records import (
+    MAX_NAME_BYTES,
+    Limits,
+    RecordError,
+    checked_scope,
+    checked_tags,
+    checked_write,
+)
 
 States = Literal["active", "archived", "forgotten", "deleted"]
 LIVE_STATES = ("active", "archived")
@@ -34,7 +41,7 @@ EXPORT_PAGE = 1_000
 
 class GetManyBody(Body):
     memory_ids: list[str] = Field(min_length=1, max_length=1000)
-    after: str | list[str] | None = Field(None, description="read-your-writes tokens")
+    after: Tokens | None = Field(None, description="read-your-writes tokens")
 
 
 class UpdateBody(Body):
@@ -68,7 +75,7 @@ class UpdateBody(Body):
     run_id: str | None = Field(None, description="mem0's name for session_id")
     agent_id: str | None = None
     user_id: str | None = None
-    after: str | list[str] | None = Field(None, description="read-your-writes tokens")
+    after: Tokens | None = Field(None, description="read-your-writes tokens")
 
 
 def memory_routes(
@@ -278,8 +285,8 @@ def _list_filters(
     return Filters(
         states=tuple(state) if state else LIVE_STATES,
         current_at_us=None if include_history else to_us(now),
-        tiers=tuple(Tier.parse(t, "memory_type").value for t in memory_type or ()),
-        tags_any=tuple(tag or ()),
+        tiers=tuple(dict.fromkeys(Tier.parse(t, "memory_type").value for t in memory_type or ())),
+        tags_any=checked_tags("tag", tag or ()),
         agent_id=agent_id,
         session_id=session_id,
         user_id=user_id,

@@ -8,6 +8,7 @@ import functools
 import hmac
 import inspect
 import json
+import sys
 import time
 import typing
 from collections.abc import Callable, Coroutine, Sequence
@@ -21,7 +22,14 @@ from fastapi.datastructures import DefaultPlaceholder
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+)
 from pydantic_core import PydanticCustomError
 from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
 
@@ -68,15 +76,17 @@ def _maybe_misread(value: object) -> bool:
 def parse_json(body: bytes) -> Any:  # noqa: ANN401  (any JSON value)
     """``body`` read by orjson, or by the standard library where orjson refuses it or may read
     it differently (:func:`_maybe_misread`): the standard library's values and errors
-    (``json.JSONDecodeError``, ``UnicodeDecodeError``) in every case.
+    (``json.JSONDecodeError``, ``UnicodeDecodeError``, ``ValueError`` for an integer of more
+    digits than it converts) in every case. UTF-8 only, as JSON is sent (RFC 8259): no UTF-16
+    or UTF-32, no byte order mark (the standard library reads those from bytes).
     """
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError:
         # what orjson refuses (NaN, lone surrogates, bad JSON) gets the standard
         # library's reading and errors: pydantic then names the field
-        return json.loads(body)
-    return json.loads(body) if _maybe_misread(parsed) else parsed
+        return json.loads(body.decode("utf-8"))
+    return json.loads(body.decode("utf-8")) if _maybe_misread(parsed) else parsed
 
 
 def body_json(body: bytes) -> Any:  # noqa: ANN401  (any JSON value)
@@ -86,7 +96,7 @@ def body_json(body: bytes) -> Any:  # noqa: ANN401  (any JSON value)
     """
     try:
         return parse_json(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer too long
         raise not_json(body, exc) from exc
     except RecursionError:
         raise HTTPException(
@@ -106,6 +116,11 @@ def not_json(body: bytes, exc: ValueError) -> HTTPException:
     if isinstance(exc, json.JSONDecodeError):
         where = f"line {exc.lineno}, column {exc.colno} (char {exc.pos})"
         return HTTPException(400, f"the body is not JSON: {exc.msg} at {where}")
+    if "digits" in str(exc):  # int() refuses more than sys.get_int_max_str_digits() digits
+        digits = sys.get_int_max_str_digits()
+        return HTTPException(
+            400, f"the body is not JSON this service reads: a number of over {digits} digits"
+        )
     return HTTPException(400, f"the body is not JSON: {exc}")
 
 
@@ -343,6 +358,20 @@ def session_of(session_id: str | None, run_id: str | None, field: str) -> str | 
     if run_id is not None and session_id is not None and run_id != session_id:
         raise RecordError(field, run_id, f"differs from session_id {session_id!r}: give one")
     return session_id if session_id is not None else run_id
+
+
+def _listed(value: object) -> object:
+    """One token given as text is a list of one."""
+    return [value] if isinstance(value, str) else value
+
+
+Tokens = Annotated[
+    list[str],
+    BeforeValidator(_listed),
+    WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}),
+]
+"""A body's ``after``: one token (text) or a list of them; a bad one is named ``after[i]``
+(a union's error named its branch: ``after.str``)."""
 
 
 def tokens(given: str | Sequence[str] | None) -> Token | None:

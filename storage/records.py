@@ -401,12 +401,24 @@ def _no_nul(field: str, value: str) -> None:
         raise RecordError(field, value[max(0, at - 20) : at + 20], "a NUL character (U+0000)")
 
 
-def _tags(tags: Sequence[str]) -> tuple[str, ...]:
-    """``tags`` if each is 1-``MAX_TAG_CHARS`` bytes; else RecordError naming the first bad one."""
+def _tags(tags: Sequence[str], field: str = "tags") -> tuple[str, ...]:
+    """``tags`` if each is 1-``MAX_TAG_CHARS`` bytes; else RecordError naming the first bad one
+    (``field[i]``).
+    """
     for i, tag in enumerate(tags):
         if not tag or len(tag.encode("utf-8")) > MAX_TAG_CHARS:
-            raise RecordError(f"tags[{i}]", tag, f"expected 1-{MAX_TAG_CHARS} bytes (UTF-8)")
+            raise RecordError(f"{field}[{i}]", tag, f"expected 1-{MAX_TAG_CHARS} bytes (UTF-8)")
     return tuple(tags)
+
+
+def checked_tags(field: str, tags: Sequence[str]) -> tuple[str, ...]:
+    """The distinct tags a filter names (any of them), each a tag a write could give (1-
+    ``MAX_TAG_CHARS`` bytes) and at most ``MAX_TAGS`` (a memory holds no more); else RecordError
+    naming ``field`` or ``field[i]``. Each one is pasted into the Milvus expression.
+    """
+    if len(tags) > MAX_TAGS:
+        raise RecordError(field, f"<{len(tags)} tags>", f"at most {MAX_TAGS} tags")
+    return tuple(dict.fromkeys(_tags(tags, field)))
 
 
 def _checked_time(field: str, at: datetime | None, limits: Limits) -> datetime | None:
