@@ -66,6 +66,10 @@ class KeyLog(CompactedLog):
         """See :meth:`storage.sealing.Opener.erased_memory` (as read so far: no catch-up)."""
         return self.ring.erased_memory(tenant_id, memory_id)
 
+    def is_erased(self, tenant_id: str, memory_id: str, key_id: str) -> bool:
+        """See :meth:`storage.sealing.Opener.is_erased` (as read so far: no catch-up)."""
+        return self.ring.is_erased(tenant_id, memory_id, key_id)
+
     async def mint(self, memories: Sequence[tuple[str, str, str | None]]) -> list[DataKey]:
         """A fresh key for each ``(tenant, memory, user)``, acknowledged on the topic by every
         in-sync replica before this returns (a sealed write is produced only after its key).

@@ -10,9 +10,10 @@ the worker applies.
 from __future__ import annotations
 
 import math
+import re
 import reprlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar
 
@@ -111,6 +112,8 @@ class MemoryWriteV1(_Strict):
     user_id: str | None = Field(None, max_length=256)
     relations: list[str] = Field(default_factory=list, max_length=MAX_RELATIONS)
     summary_of: list[str] = Field(default_factory=list, max_length=MAX_SUMMARY_SOURCES)
+    source_keys: dict[str, str] = Field(default_factory=dict, max_length=MAX_SUMMARY_SOURCES)
+    """A summary's source -> a data key id it had when the summary was planned (erased with it)."""
 
 
 class DecisionV1(_Strict):
@@ -245,6 +248,9 @@ class WriteRecord:
     summary_of: tuple[str, ...]
     context: str | None = None
     key_id: str | None = None  # the data key its private fields were sealed under (None: clear)
+    source_keys: Mapping[str, str] = field(default_factory=dict)
+    """A summary's source -> a data key id of it when planned: the source is erased since when
+    that key is (:meth:`streams.processor.Processor.quotes_erased`)."""
 
     @property
     def key(self) -> str:
@@ -401,6 +407,23 @@ def _no_nul(field: str, value: str) -> None:
         raise RecordError(field, value[max(0, at - 20) : at + 20], "a NUL character (U+0000)")
 
 
+_KEY_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""A data key id (:func:`storage.sealing.new_key`: URL-safe base64 without padding)."""
+
+
+def _source_keys(given: Mapping[str, str], sources: Sequence[str]) -> Mapping[str, str]:
+    """A summary's ``source_keys``: each names one of its ``summary_of`` and a key id; else
+    RecordError naming ``source_keys.<id>``.
+    """
+    named = set(sources)
+    for source, key_id in given.items():
+        if source not in named:
+            raise RecordError(f"source_keys.{source}", key_id, "not one of summary_of")
+        if not _KEY_ID_RE.fullmatch(key_id):
+            raise RecordError(f"source_keys.{source}", key_id, "expected a data key id")
+    return dict(given)
+
+
 def _tags(tags: Sequence[str], field: str = "tags") -> tuple[str, ...]:
     """``tags`` if each is 1-``MAX_TAG_CHARS`` bytes; else RecordError naming the first bad one
     (``field[i]``).
@@ -483,6 +506,7 @@ def _write_record(
         relations=tuple(_id(f"relations[{i}]", r) for i, r in enumerate(m.relations)),
         summary_of=tuple(_id(f"summary_of[{i}]", r) for i, r in enumerate(m.summary_of)),
         key_id=key_id,
+        source_keys=_source_keys(m.source_keys, m.summary_of),
     )
 
 

@@ -54,6 +54,10 @@ class Opener(Protocol):
         """
         ...
 
+    def is_erased(self, tenant_id: str, memory_id: str, key_id: str) -> bool:
+        """True when this key of the memory was erased (whatever keys it has since)."""
+        ...
+
 
 class SealError(ValueError):
     """A sealed value that cannot be opened: ``field`` names the part, ``reason`` says why."""

@@ -811,7 +811,9 @@ class StreamWorker:
         rows = [r for r in rows if not self.keys.erased_memory(tenant_id, r.memory_id)]
         decisions = await asyncio.to_thread(plan_tenant, tenant_id, rows, request, tenant.policy)
         if not request.dry_run:
-            out = decision_records(tenant_id, decisions, rows, request.at, request.request_id)
+            out = decision_records(
+                tenant_id, decisions, rows, request.at, request.request_id, self._key_of(tenant_id)
+            )
             for record, summary in await self.sealed(out):
                 (batch.deferred if summary else batch.out).append(record)
         batch.out.append(report(tenant_id, request, decisions))
@@ -821,6 +823,17 @@ class StreamWorker:
             len(decisions),
             " (dry run)" if request.dry_run else "",
         )
+
+    def _key_of(self, tenant_id: str) -> Callable[[str], str | None]:
+        """A live data key id of one of the tenant's memories, as the keys topic was read (the
+        newest: an erasure tombstones every key a memory has), or None for none.
+        """
+
+        def key_of(memory_id: str) -> str | None:
+            keys = self.keys.ring.of_memory(tenant_id, memory_id)
+            return keys[-1].key_id if keys else None
+
+        return key_of
 
     async def erase_unwritten(self, batch: Batch, decided: Sequence[Awaitable[Any]]) -> None:
         """Erase the keys of the summaries this batch refused or erased for quoting an erased

@@ -7,7 +7,7 @@ reducer like any other event, so replaying the topics reproduces every consolida
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -85,8 +85,13 @@ def decision_records(
     rows: Sequence[MemoryRow],
     at: datetime,
     request_id: str | None,
+    key_of: Callable[[str], str | None] = lambda _: None,
 ) -> list[Outbound]:
-    """``memory-writes`` records carrying out ``decisions``: summaries first, then the events."""
+    """``memory-writes`` records carrying out ``decisions``: summaries first, then the events.
+    ``key_of``: a live data key id of a memory now (None: it has none), which each summary
+    names for each source (``source_keys``: erasing the source erases that key, so the worker
+    refuses the summary even if the source is written again under its id before it is applied).
+    """
     by_id = {r.memory_id: r for r in rows}
     items = {r.memory_id: item_of(r) for r in rows}
     out = []
@@ -95,7 +100,8 @@ def decision_records(
         if decision.kind is DecisionKind.MERGE:
             merged.update(decision.sources)
         if decision.kind is DecisionKind.SUMMARISE:
-            out.append(_summary(tenant_id, decision, by_id, items, at, request_id, merged))
+            summary = _summary(tenant_id, decision, by_id, items, at, request_id, merged, key_of)
+            out.append(summary)
         for memory_id, event in to_events(decision, items, at):
             out.append(_decision(tenant_id, memory_id, event, request_id))
         fold(items, decision)
@@ -150,6 +156,7 @@ def _summary(
     at: datetime,
     request_id: str | None,
     merged: set[str],
+    key_of: Callable[[str], str | None],
 ) -> Outbound:
     """The summary's write (:func:`memcore.consolidation.summarise`), of its sources as the plan's
     earlier decisions leave them (``items``; ``merged``: the memories merged away by then).
@@ -162,6 +169,7 @@ def _summary(
     links = absorbed_relations(
         (), (r for i in planned for r in i.relations), *decision.sources, *merged
     )
+    keys = {s: k for s in decision.sources if (k := key_of(s)) is not None}
     value = {
         "v": 1,
         "tenant_id": tenant_id,
@@ -170,6 +178,7 @@ def _summary(
         "at": at.isoformat(),
         "importance": summary.importance,
         "summary_of": list(decision.sources),
+        **({"source_keys": keys} if keys else {}),
         "metadata": {"consolidation": request_id, "reason": decision.reason},
         # the sources share a scope (memcore.consolidation groups within one); tags: all of
         # theirs, those a merge earlier in the plan gave them too

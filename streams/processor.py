@@ -641,12 +641,7 @@ class Processor:
         """Send the sources of the summary ``record`` what :func:`memcore.unkept_summary`
         decides (those not erased themselves): consolidation archived them into it.
         """
-        keys = self.limits.keys
-        kept = [
-            s
-            for s in record.summary_of
-            if keys is None or not keys.erased_memory(record.tenant_id, s)
-        ]
+        kept = [s for s in record.summary_of if not self._erased_source(record, s)]
         why = f"summary {record.memory_id} not kept: {why}"
         for notice in unkept_summary(record.memory_id, kept, record.at, why):
             batch.out.append(decision_record(record.tenant_id, notice.target, notice.event))
@@ -657,12 +652,21 @@ class Processor:
         (``ranker.service.RecallService.erase``); one this worker would make after is never
         made, and its key is erased (:attr:`Batch.unwritten`), so no replay opens it either;
         one made while the erasure ran is erased by the worker once its row is in Milvus
-        (``streams.app.StreamWorker.recheck_summaries``). Read the keys topic through before
-        asking.
+        (``streams.app.StreamWorker.recheck_summaries``). A source counts as erased too when the
+        key the summary names for it (``source_keys``, a key it had when planned) is: written
+        again under its id since, it has a live key, but the summary quotes the erased words.
+        Read the keys topic through before asking.
         """
+        return any(self._erased_source(record, s) for s in record.summary_of)
+
+    def _erased_source(self, record: WriteRecord, source: str) -> bool:
+        """The summary ``record``'s ``source`` was erased since it was planned (as read so far)."""
         keys = self.limits.keys
-        return keys is not None and any(
-            keys.erased_memory(record.tenant_id, source) for source in record.summary_of
+        if keys is None:
+            return False
+        key_id = record.source_keys.get(source)
+        return keys.erased_memory(record.tenant_id, source) or (
+            key_id is not None and keys.is_erased(record.tenant_id, source, key_id)
         )
 
     def _redelivered(

@@ -1146,6 +1146,70 @@ async def test_a_summary_of_a_memory_erased_since_its_plan_is_never_written(
     assert keys.sent_before_erasing == [["restore"]]
 
 
+async def test_a_summary_of_a_memory_erased_and_written_again_since_its_plan_is_refused(
+    tmp_path: Path,
+) -> None:
+    """A source erased after the plan and written again under its id before the summary was
+    applied had a live key again: the summary was made, quoting the erased words. The plan
+    names a key each source had (``source_keys``); the erasure destroyed that one.
+    """
+    w = Worker(tmp_path, Embedder({SUMMARY: X}))
+    planned, kept = new_key("acme", "c3"), new_key("acme", "c4")
+    ring = KeyRing()
+    ring.add(kept)
+    ring.apply(*erasure_record("acme", "c3", [planned.key_id]))  # erased since the plan
+    ring.add(new_key("acme", "c3"))  # and written again under its id
+    keys = with_keys(w, ring)
+    sent = await w.writes(
+        (
+            "acme/s3",
+            write(
+                SUMMARY,
+                "s3",
+                summary_of=["c3", "c4"],
+                source_keys={
+                    "c3": planned.key_id,
+                    "c4": kept.key_id,
+                },
+            ),
+        ),
+        (
+            "acme/s4",
+            write(
+                SUMMARY,
+                "s4",
+                summary_of=["c4", "c5"],
+                source_keys={
+                    "c4": kept.key_id,
+                },
+            ),
+        ),
+    )
+    assert letters(sent) == []
+    assert sorted(w.store.rows) == ["acme/s4"]  # s4's sources keep the keys it names
+    assert w.worker.processor.state("acme/s3") is None
+    assert keys.erased == [("acme", ["s3"])]
+    told = [(k, v["decision"], v["by"]) for role, k, v in sent if role == "memory-writes"]
+    assert told == [(b"acme/c4", "restore", "s3")]  # the written-again c3 is not restored
+
+
+@pytest.mark.parametrize(
+    ("source_keys", "field"),
+    [
+        ({"c9": "k1"}, "source_keys.c9"),  # not a source
+        ({"c1": "not a key/id"}, "source_keys.c1"),
+        ({"c1": 5}, "source_keys.c1"),
+    ],
+)
+async def test_a_summarys_source_keys_name_its_sources_and_key_ids(
+    tmp_path: Path, source_keys: dict[str, object], field: str
+) -> None:
+    w = Worker(tmp_path, Embedder({SUMMARY: X}))
+    record = write(SUMMARY, "s1", summary_of=["c1", "c2"], source_keys=source_keys)
+    sent = await w.writes(("acme/s1", record))
+    assert [(k, f) for k, f, _ in letters(sent)] == [(b"acme/s1", field)]
+
+
 async def test_a_summary_made_as_its_source_is_erased_is_erased_once_its_row_is_in(
     tmp_path: Path,
 ) -> None:
@@ -1306,7 +1370,11 @@ async def test_a_consolidations_summaries_follow_the_archiving_of_their_sources(
         row = make_row("acme", memory_id, vector, content=f"Standup note {memory_id}.")
         store.rows[row.key] = row
     w = Worker(tmp_path, Embedder({}), store)
-    with_keys(w, KeyRing())
+    ring = KeyRing()
+    older, newest = new_key("acme", "c1"), new_key("acme", "c1")
+    for key in (older, newest):
+        ring.add(key)
+    with_keys(w, ring)
     writes = Later(topics.WRITES, w.sent)
     w.worker.topics[topics.WRITES] = writes  # type: ignore[assignment]
     request = {"v": 1, "tenant_id": "acme", "at": "2026-03-01T12:45:00+00:00"}
@@ -1318,3 +1386,6 @@ async def test_a_consolidations_summaries_follow_the_archiving_of_their_sources(
     assert sorted(sent[:2]) == [("acme/c1", "retire"), ("acme/c2", "retire")]
     assert sent[2][1] == "write"  # the summary, last
     assert writes.settled_before_summary == [True]
+    # it names a key of each source that has one: their erasure erases it, written again or not
+    (summary,) = [v for role, _, v in w.sent if role == "memory-writes" and "summary_of" in v]
+    assert summary["source_keys"] == {"c1": newest.key_id}
