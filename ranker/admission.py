@@ -24,7 +24,6 @@ from starlette.datastructures import Headers
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from memcore import InvalidField
 from ranker.logs import ROUTE_KEY
 from ranker.metrics import Metrics
 from ranker.problems import problem_body
@@ -121,6 +120,7 @@ class Admission:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        _keep_escaped_slash(scope)
         route = self._route(scope)
         scope[ROUTE_KEY] = route  # the request's log line names it, not the path
         status = 500  # an exception escaping the app is answered 500 by the server
@@ -140,14 +140,9 @@ class Admission:
             if admitted:
                 # the admin routes say themselves whether they are open (403 when closed)
                 tenant_route = route != "other" and not route.startswith("/v1/admin/")
-                slashed = _escaped_slash(scope)  # a memory route's, which no route matched
-                needs_key = tenant_route or slashed is not None
-                refused = self._refused(Headers(scope=scope), needs_key=needs_key)
+                refused = self._refused(Headers(scope=scope), needs_key=tenant_route)
                 if refused is not None:
                     await _answer(counted, *refused)
-                    return
-                if slashed is not None:
-                    await _answer(counted, 422, str(slashed), field=slashed.field)
                     return
                 receive = _bounded(receive, self.max_body_bytes, self.body_timeout_s)
                 self.in_flight += 1
@@ -196,19 +191,23 @@ class Admission:
         return label
 
 
-def _escaped_slash(scope: Scope) -> InvalidField | None:
-    """The error naming ``memory_id`` when a ``/v1/memories/{id}`` path escapes a ``/`` in the id
-    (``a%2Fb``): the server decodes it before routing, so no route (404 ``Not Found``) or another
-    one (``a%2Fhistory`` is the history of ``a``) would answer it. No id holds a ``/``.
+def _keep_escaped_slash(scope: Scope) -> None:
+    """Route a ``/v1/memories/{id}`` path that escapes a ``/`` in the id (``a%2Fb``) with the id
+    as it was sent: the server decodes the path before routing, so no route answered it (404
+    ``Not Found``) or another one did (``a%2Fhistory``: the history of ``a``). Its route then
+    authenticates it and refuses the id as any other (422 naming ``memory_id``: no id holds a
+    ``/`` or a ``%``).
     """
     raw = scope.get("raw_path")
     if not isinstance(raw, bytes) or not raw.startswith(_MEMORIES):
-        return None
-    segment = raw[len(_MEMORIES) :].split(b"/", 1)[0]
+        return
+    segment, slash, rest = raw[len(_MEMORIES) :].partition(b"/")
     if b"%2f" not in segment.lower():
-        return None
-    memory_id = unquote_to_bytes(segment).decode("utf-8", "replace")
-    return InvalidField("memory_id", memory_id, "expected an id without '/' (no id holds one)")
+        return
+    kept = segment.decode("ascii", "replace")  # percent-escaped: ASCII as sent
+    scope["path"] = (
+        "/v1/memories/" + kept + unquote_to_bytes(slash + rest).decode("utf-8", "replace")
+    )
 
 
 async def _answer(

@@ -175,7 +175,9 @@ def _get_and_delete(api: FastAPI, service: RecallService) -> None:
         before = await service.erased_user_memories(who.tenant_id, user_id)
         listed = set(ids)
         earlier = [m for m in before if m not in listed]
-        erasure = await service.erase(who.tenant_id, ids, datetime.now(UTC), erased_before=earlier)
+        erasure = await service.erase(
+            who.tenant_id, ids, datetime.now(UTC), erased_before=earlier, users=True
+        )
         return {
             "user_id": user_id,
             "erased": len(ids),

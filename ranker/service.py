@@ -468,6 +468,7 @@ class RecallService:
         *,
         summaries: bool = True,
         erased_before: Sequence[str] = (),
+        users: bool = False,
     ) -> Erasure:
         """Erase memories for good: their data keys are tombstoned on the keys topic (from then
         on no process can open their words in any topic, table or replay; the broker drops the
@@ -484,8 +485,11 @@ class RecallService:
         are every memory of the tenant (its erasure), and no summary is looked for.
         ``erased_before``: memories erased by an earlier call whose summaries are looked for
         again (that call may have failed on their search), not erased again themselves.
+        ``users``: the erasure markers of ``memory_ids`` name their users until the summaries
+        are searched (a user's erasure repeated after that search failed finds them:
+        :meth:`erased_user_memories`), then no more.
         """
-        token, keys = await self._erase(tenant_id, memory_ids, at)
+        token, keys = await self._erase(tenant_id, memory_ids, at, users=users)
         done = set(memory_ids) | set(erased_before)
         sources, made_from = [*memory_ids, *erased_before], list[str]()
         while summaries and sources:  # each round erases new ids only: it ends
@@ -498,24 +502,26 @@ class RecallService:
             done.update(made)
             made_from.extend(made)
             sources = made
+        if users and self.keys is not None:
+            await self.keys.forget_users(tenant_id, [*memory_ids, *erased_before])
         return Erasure(token, keys, tuple(made_from))
 
     async def _erase(
-        self, tenant_id: str, memory_ids: Sequence[str], at: datetime
+        self, tenant_id: str, memory_ids: Sequence[str], at: datetime, *, users: bool = False
     ) -> tuple[Token, int]:
         """:meth:`erase` of ``memory_ids`` alone: the token and the data keys destroyed (0 for a
         memory written in the clear by another producer: its words stay in the log).
         """
         if self.keys is None:
             raise Unavailable("kafka", "erase", "this ranker holds no keys topic")
-        keys = await self.keys.erase(tenant_id, memory_ids)
+        keys = await self.keys.erase(tenant_id, memory_ids, users=users)
         messages = [m for i in memory_ids for m in _forget(tenant_id, i, at, purge=True)]
         token = await self._produce_all(messages)
         # a key minted elsewhere before the purge was produced, for a write that may land
         # before it: erased too (a key minted after this catch-up is a write after the purge),
         # and its memory deleted and purged again (its write, landing after the first purge,
         # made the memory anew, whose row no later sync would delete: it no longer opens)
-        late = await self.keys.erase(tenant_id, memory_ids)
+        late = await self.keys.erase(tenant_id, memory_ids, users=users)
         again = [i for i in memory_ids if late.get(i)]
         if again:
             more = await self._produce_all(
@@ -589,8 +595,9 @@ class RecallService:
         return sorted(ids)
 
     async def erased_user_memories(self, tenant_id: str, user_id: str) -> list[str]:
-        """Ids of the memories of ``user_id`` in this tenant erased before (their erasure
-        markers name the user; not written again since), after catching up with the keys topic.
+        """Ids of the memories of ``user_id`` in this tenant erased by a user's erasure whose
+        search for summaries has not succeeded yet (their erasure markers still name the user;
+        not written again since), after catching up with the keys topic.
         """
         if self.keys is None:
             return []

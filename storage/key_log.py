@@ -83,10 +83,13 @@ class KeyLog(CompactedLog):
             self.ring.add(key)
         return keys
 
-    async def erase(self, tenant_id: str, memory_ids: Iterable[str]) -> dict[str, int]:
+    async def erase(
+        self, tenant_id: str, memory_ids: Iterable[str], *, users: bool = False
+    ) -> dict[str, int]:
         """Erase the keys of ``tenant_id``'s ``memory_ids``: tombstones for each key and the
-        memory's erasure marker (every key id erased so far), applied here before this returns.
-        Returns how many keys each memory had. Raises KeyLogError as :meth:`publish` does.
+        memory's erasure marker (every key id erased so far; with ``users``, the users its keys
+        named too, until :meth:`forget_users`), applied here before this returns. Returns how
+        many keys each memory had. Raises KeyLogError as :meth:`publish` does.
         """
         async with self._erasing:
             await self.catch_up()
@@ -98,9 +101,10 @@ class KeyLog(CompactedLog):
                 records.extend((k.record_key, None) for k in keys)
                 ids = before | {k.key_id for k in keys}
                 if ids != before:
-                    users = self.ring.erased_users.get((tenant_id, memory_id), frozenset())
-                    users |= {k.user_id for k in keys if k.user_id is not None}
-                    records.append(erasure_record(tenant_id, memory_id, ids, users))
+                    named = self.ring.erased_users.get((tenant_id, memory_id), frozenset())
+                    if users:
+                        named |= {k.user_id for k in keys if k.user_id is not None}
+                    records.append(erasure_record(tenant_id, memory_id, ids, named))
                 erased[memory_id] = len(keys)
             await self.publish(records)
             return erased
@@ -108,6 +112,20 @@ class KeyLog(CompactedLog):
     def memories(self, tenant_id: str, user_id: str | None = None) -> set[str]:
         """See :meth:`storage.sealing.KeyRing.memories` (call :meth:`catch_up` first)."""
         return self.ring.memories(tenant_id, user_id)
+
+    async def forget_users(self, tenant_id: str, memory_ids: Iterable[str]) -> None:
+        """Write the erasure markers of ``memory_ids`` again without the users they name (an
+        erasure marker is never compacted away: a user's id is kept only until the erasure that
+        needed it is done). Raises KeyLogError as :meth:`publish` does.
+        """
+        async with self._erasing:
+            records = [
+                erasure_record(tenant_id, m, self.ring.erased.get((tenant_id, m), ()))
+                for m in dict.fromkeys(memory_ids)
+                if self.ring.erased_users.get((tenant_id, m))
+            ]
+            if records:
+                await self.publish(records)
 
     def erased_of_user(self, tenant_id: str, user_id: str) -> set[str]:
         """See :meth:`storage.sealing.KeyRing.erased_of_user` (call :meth:`catch_up` first)."""

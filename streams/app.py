@@ -536,9 +536,13 @@ class StreamWorker:
             if found is not None:
                 checks.append((tenant_id, stated, *found))
         # every tenant's questions at once: an LLM that is slow or hangs costs the batch one
-        # timeout, not one a tenant in turn
+        # timeout, not one a tenant in turn, nor one per 100 questions (``hung``)
+        hung = asyncio.Event()
         answers = await asyncio.gather(
-            *(_llm_answers(self.services.llm, compared, rules) for _, _, rules, compared in checks),
+            *(
+                _llm_answers(self.services.llm, compared, rules, hung)
+                for _, _, rules, compared in checks
+            ),
             return_exceptions=True,
         )
         for (tenant_id, statements, rules, compared), said in zip(checks, answers, strict=True):
@@ -1142,16 +1146,19 @@ async def _llm_answers(
     llm: LlmImportance | None,
     compared: Sequence[Compared],
     rules: SupersessionPolicy,
+    hung: asyncio.Event | None = None,
 ) -> list[str | None]:
     """The LLM's answer for each new memory that has older close neighbours (concurrently, each
     within the LLM timeout); None where there is no LLM, nothing to ask, or no answer in time.
+    ``hung``: shared by the questions of one batch (:meth:`LlmImportance.ask`): once one timed
+    out, those still waiting for a turn are not asked (the rule decides them).
     """
     if llm is None:
         return [None] * len(compared)
 
     async def one(new: Version, neighbours: Sequence[Version]) -> str | None:
         candidates = llm_candidates(new, neighbours, rules)
-        return await llm.ask(llm_prompt(new, candidates)) if candidates else None
+        return await llm.ask(llm_prompt(new, candidates), hung) if candidates else None
 
     return list(await asyncio.gather(*(one(new, ns) for new, ns in compared)))
 

@@ -159,7 +159,11 @@ async def test_a_slash_escaped_into_a_memory_id_is_named(path: str) -> None:
     async with client(Asked()) as http:
         got = await http.get(path, headers=AUTH)
         patched = await http.patch(path, json={"tags": ["x"]}, headers=AUTH)
+        deleted = await http.delete(path, headers=AUTH)
+        history = await http.get(f"{path}/history", headers=AUTH)
         nobody = await http.get(path)
-    for reply in (got, patched):
+        stranger = await http.get(path, headers={"Authorization": "Bearer key-nobody-0123456789"})
+    for reply in (got, patched, deleted, history):
         assert refused(reply) == (422, "memory_id"), reply.text
-    assert nobody.status_code == 401  # the key is asked for first
+    for reply in (nobody, stranger):  # the key is checked first, as on every route
+        assert reply.status_code == 401, reply.text

@@ -104,7 +104,9 @@ async def test_a_key_minted_elsewhere_during_an_erase_has_its_memory_purged_agai
         def __init__(self) -> None:
             self.rounds = [{"m1": 1, "m2": 1}, {"m1": 1, "m2": 0}]  # m1 got a key meanwhile
 
-        async def erase(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, int]:
+        async def erase(
+            self, tenant_id: str, memory_ids: Sequence[str], *, users: bool = False
+        ) -> dict[str, int]:
             return self.rounds.pop(0)
 
     produced: list[tuple[bytes, str]] = []

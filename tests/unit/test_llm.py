@@ -7,12 +7,15 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
 
 from memcore import ImportanceSource, resolve_importance
+from memcore.supersession import SupersessionPolicy, Version
+from streams.app import _llm_answers
 from streams.llm import CONCURRENCY, LlmImportance
 from tests.infra import free_port
 
@@ -139,3 +142,33 @@ def test_a_hanging_llm_costs_a_batch_one_timeout_not_one_per_hundred_questions()
 
     assert asyncio.run(run()) == [None] * (3 * CONCURRENCY)
     assert len(asked) == CONCURRENCY  # the first turns timed out; the rest were never sent
+
+
+def test_a_hanging_llm_costs_a_batchs_supersession_questions_one_timeout() -> None:
+    """The supersession check asks through the same pool: 250 questions took three timeouts."""
+    asked: list[httpx.Request] = []
+
+    async def hang(request: httpx.Request) -> httpx.Response:
+        asked.append(request)
+        await asyncio.sleep(3600)
+        raise AssertionError("never answered")
+
+    at = datetime(2026, 3, 1, 12, tzinfo=UTC)
+    older = Version("old", "Alice lives in Osaka", at, similarity=0.9)
+    compared = [
+        (Version(f"n{i}", f"Alice lives in city {i}", at + timedelta(hours=1)), [older])
+        for i in range(CONCURRENCY + 150)
+    ]
+
+    async def run() -> list[str | None]:
+        llm = LlmImportance("http://llm.invalid/v1", "test-model", "", 0.2)
+        await llm.start()
+        await llm.close()
+        llm._client = httpx.AsyncClient(transport=httpx.MockTransport(hang))
+        try:
+            return await _llm_answers(llm, compared, SupersessionPolicy(), asyncio.Event())
+        finally:
+            await llm.close()
+
+    assert asyncio.run(run()) == [None] * len(compared)  # the rule decides each
+    assert len(asked) == CONCURRENCY

@@ -480,6 +480,7 @@ class Erasing(RecallService):
         *,
         summaries: bool = True,
         erased_before: Sequence[str] = (),
+        users: bool = False,
     ) -> Erasure:
         assert not summaries  # every memory of the tenant: no summary to look for
         self.erasures.append((tenant_id, list(memory_ids)))

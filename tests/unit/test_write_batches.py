@@ -86,7 +86,9 @@ class Keys:
             self.ring.add(key)
         return keys
 
-    async def erase(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, int]:
+    async def erase(
+        self, tenant_id: str, memory_ids: Sequence[str], *, users: bool = False
+    ) -> dict[str, int]:
         if self.failures:
             self.failures -= 1
             raise KeyLogError("NotEnoughReplicas")
@@ -186,7 +188,7 @@ class Llm:
     async def answers(self, contents: Sequence[str]) -> list[str | None]:
         return [None] * len(contents)
 
-    async def ask(self, prompt: str) -> str | None:
+    async def ask(self, prompt: str, hung: object = None) -> str | None:
         return self.reply
 
 
@@ -498,7 +500,7 @@ async def test_every_tenant_s_llm_questions_of_a_batch_are_asked_at_once(tmp_pat
             self.asked = 0
             self.both = asyncio.Event()
 
-        async def ask(self, prompt: str) -> str | None:
+        async def ask(self, prompt: str, hung: object = None) -> str | None:
             self.asked += 1
             if self.asked == 2:
                 self.both.set()
