@@ -183,6 +183,14 @@ def erase_through_the_api(server: str, stack: Stack) -> tuple[set[str], str, set
         assert client.get_many([*erased, bob]).keys() == {bob}
         assert {m["memory_id"] for m in client.export()} == {bob}
         assert client.erase_user("ann") == []  # idempotent
+        # the erasure markers (never compacted away) keep no user's id once the erasure is done
+        markers = {
+            key: value
+            for key, value in read_all(stack.bootstrap, stack.topic("memory-keys"))
+            if key is not None and key.count(b"/") == 1
+        }  # the latest value of each, as compaction keeps it
+        assert markers.keys() >= {f"acme/{m}".encode() for m in erased}
+        assert [v for v in markers.values() if v is None or "users" in orjson.loads(v)] == []
 
         # the broker compacts the tombstoned keys away (each new write appends a key record,
         # which rolls the keys topic's one-second segments)
