@@ -10,7 +10,8 @@ a body over ``max_body_bytes`` is answered 413 (from its ``Content-Length`` befo
 once that much arrived), and a body not all arrived ``body_timeout_s`` after the request is
 answered 408 (a client that sends headers and then nothing would hold its slot for ever). Every
 response is counted in ``mnemostream_http_responses_total{route,status}`` (``route`` is the
-path template, ``other`` for no route).
+path template, ``other`` for no route). A memory id that escapes a ``/`` (``a%2Fb``) is routed
+as sent, so its route authenticates it and refuses the id (:func:`_keep_escaped_slash`).
 """
 
 from __future__ import annotations

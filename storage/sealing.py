@@ -167,9 +167,11 @@ def key_record(key: DataKey) -> tuple[bytes, bytes]:
 def erasure_record(
     tenant_id: str, memory_id: str, key_ids: Iterable[str], users: Iterable[str] = ()
 ) -> tuple[bytes, bytes]:
-    """The erasure marker of a memory: every key id of it erased so far, and the ``user_id`` of
-    each of those keys that named one (so a user's erasure repeated finds the memories erased
-    the first time, and their summaries: ``DELETE /v1/users/{id}``).
+    """The erasure marker of a memory: every key id of it erased so far, and ``users``: the
+    users those keys named while a user's erasure still needs them (one that failed on the
+    summaries' search finds the memories it erased by them when repeated: ``DELETE
+    /v1/users/{id}``; :meth:`storage.key_log.KeyLog.forget_users` writes the marker again
+    without them once it succeeded: a marker is never compacted away).
     """
     value: dict[str, object] = {"v": 1, "erased": sorted(set(key_ids))}
     named = sorted(set(users))
