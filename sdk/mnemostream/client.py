@@ -23,6 +23,9 @@ import httpx
 DEFAULT_TIMEOUT_S = 30.0
 """Longer than the server's read-your-writes wait (``MNEMO_AFTER_TIMEOUT_S``, 10 s by default), so
 a read that waits for its tokens gets the server's retriable 503, not a client time-out first."""
+MISSING = "no such memory"
+"""The ``detail`` of the service's 404 for a memory it does not hold (``get`` answers None for
+it); a 404 with another detail (no such route: a wrong base URL, a proxy) is an error."""
 
 
 class MnemostreamError(Exception):
@@ -50,6 +53,20 @@ class MnemostreamError(Exception):
         self.retry_after_s = retry_after_s
         self.field = field
         super().__init__(f"HTTP {status}: {detail}" if status else f"no reply: {detail}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled and copied as it is (an error raised in a process pool reaches the caller)."""
+        return (_rebuilt, (type(self), self.__dict__, self.args))
+
+
+def _rebuilt(
+    kind: type[MnemostreamError], state: dict[str, Any], args: tuple[Any, ...]
+) -> MnemostreamError:
+    """An error :meth:`MnemostreamError.__reduce__` took apart, whole again (no ``__init__``)."""
+    error = kind.__new__(kind)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class Overloaded(MnemostreamError):  # noqa: N818 - reads as "except Overloaded"
@@ -80,6 +97,9 @@ def _reached() -> Iterator[None]:
         yield
     except httpx.UnsupportedProtocol as exc:  # a URL without http(s)://: no retry can help
         msg = f"the service's URL needs http:// or https://: {exc}"
+        raise ValueError(msg) from exc
+    except httpx.LocalProtocolError as exc:  # a request httpx will not send: nor will a retry
+        msg = f"not a request HTTP can carry: {exc}"
         raise ValueError(msg) from exc
     except httpx.TransportError as exc:
         raise Unreachable(exc) from exc
@@ -347,6 +367,8 @@ def _wire(value: Any) -> Any:  # noqa: ANN401  (any JSON body)
         return value.isoformat()
     if isinstance(value, dict):
         return {k: _wire(v) for k, v in value.items()}
+    if isinstance(value, set | frozenset):  # tags given as a set: sent in one order
+        return [_wire(v) for v in sorted(value, key=str)]
     if isinstance(value, list | tuple) and not all(type(v) is float for v in value):
         return [_wire(v) for v in value]
     if hasattr(value, "tolist") and not isinstance(value, str | bytes | int | float):
@@ -354,8 +376,25 @@ def _wire(value: Any) -> Any:  # noqa: ANN401  (any JSON body)
     return value  # a vector too: a pass of type checks, not a call per value
 
 
+def _ids(memory_ids: Sequence[str]) -> list[str]:
+    """Memory ids as a list; TypeError for one id given as a str (its characters were sent as
+    ids: an access counted against other memories).
+    """
+    if isinstance(memory_ids, str):
+        msg = f"memory_ids: a list of ids, not one str ({memory_ids!r}: pass [{memory_ids!r}])"
+        raise TypeError(msg)
+    return list(memory_ids)
+
+
 def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if v is not None}
+
+
+def _listed(value: Any) -> list[Any]:  # noqa: ANN401  (a filter's value)
+    """A list filter's values: a list, tuple or set (sorted) as its items, anything else as one."""
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=str)
+    return list(value) if isinstance(value, list | tuple) else [value]
 
 
 class _Api:
@@ -392,7 +431,7 @@ class _Api:
 
     @staticmethod
     def access(memory_ids: Sequence[str], kind: str, at: datetime | str | None) -> _Call:
-        body = {"memory_ids": list(memory_ids), "kind": kind, "at": at}
+        body = {"memory_ids": _ids(memory_ids), "kind": kind, "at": at}
         return _Call("POST", "/v1/access", _drop_none(body))
 
     @staticmethod
@@ -402,7 +441,7 @@ class _Api:
 
     @staticmethod
     def get_many(memory_ids: Sequence[str], after: Sequence[str]) -> _Call:
-        body = {"memory_ids": list(memory_ids), "after": list(after) or None}
+        body = {"memory_ids": _ids(memory_ids), "after": list(after) or None}
         return _Call("POST", "/v1/memories/get", _drop_none(body))
 
     @staticmethod
@@ -435,7 +474,7 @@ class _Api:
             (name, str(v).lower() if isinstance(v, bool) else str(v))
             for name, value in filters.items()
             if value is not None
-            for v in (value if isinstance(value, list | tuple) else [value])
+            for v in _listed(value)
         ]
         if cursor is not None:
             flags.append(("cursor", cursor))
@@ -452,8 +491,8 @@ class _Api:
 
     @staticmethod
     def check(reply: httpx.Response, call: _Call) -> Any:  # noqa: ANN401
-        if reply.status_code == 404 and call.missing_ok:
-            return None
+        if reply.status_code == 404 and call.missing_ok and _detail(reply) == MISSING:
+            return None  # the route's answer; a 404 of no route (a wrong base URL) is an error
         if not reply.is_success:  # a 3xx too: a proxy's redirect is no answer of the API
             wait = _retry_after(reply.headers.get("Retry-After"))
             if reply.status_code == 429:
@@ -514,7 +553,15 @@ def _keys_erased(reply: Any) -> int:  # noqa: ANN401 - a JSON reply
 
 
 def _headers(api_key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {api_key}"}
+    """The key's header; the key without the whitespace around it (a key read from a file or a
+    Secret ends with a newline, which no header may hold: httpx refused every call). ValueError
+    for a key that still holds a control character.
+    """
+    key = api_key.strip()
+    if not key or any(ord(c) < 0x20 or ord(c) == 0x7F for c in key):
+        msg = "api_key: expected the tenant's key (printable, without control characters)"
+        raise ValueError(msg)
+    return {"Authorization": f"Bearer {key}"}
 
 
 class Client:
