@@ -670,8 +670,15 @@ class HotCache:
 
     @staticmethod
     def evaluates(filters: Filters) -> bool:
-        """The cache can apply ``filters`` (not ``tags_any``, ``memory_ids``, ``summary_of_any``)."""
-        return not (filters.tags_any or filters.memory_ids or filters.summary_of_any)
+        """The cache can apply ``filters`` (not ``tags_any``, ``memory_ids``, ``summary_of_any``,
+        ``derived_from_any``).
+        """
+        return not (
+            filters.tags_any
+            or filters.memory_ids
+            or filters.summary_of_any
+            or filters.derived_from_any
+        )
 
     def ready(self, tenant_id: str, filters: Filters) -> bool:
         """True when a search of this tenant under ``filters`` would read nothing from Milvus

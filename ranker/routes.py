@@ -118,7 +118,9 @@ def _get_and_delete(api: FastAPI, service: RecallService) -> None:
         data keys are destroyed, so the content, context, embedding and metadata it was written
         with through this API become unreadable everywhere, the log included (README, "Erasure";
         ``keys_erased`` 0: it was written in the clear, and its words stay in the log), and the
-        consolidation summaries made from it are erased with it (``summaries_erased``). Audited;
+        consolidation summaries made from it are erased with it (``summaries_erased``), and so
+        are the memories holding its words (``copies_erased``: duplicates consolidation merged
+        into it, its versions by ``PATCH`` with the same content). Audited;
         404 when this tenant has no such memory (after ``after`` is applied) and, for ``erase``,
         no key of it either and no erasure of it (an erase that failed after the memory, on its
         summaries, can be repeated).
@@ -127,10 +129,11 @@ def _get_and_delete(api: FastAPI, service: RecallService) -> None:
         found = await service.get(who.tenant_id, memory_id, tokens(after))
         if found is None and not (erase and await _erasable(service, who.tenant_id, memory_id)):
             raise HTTPException(404, "no such memory")
-        now, keys, summaries = datetime.now(UTC), 0, tuple[str, ...]()
+        now, keys, summaries, copies = datetime.now(UTC), 0, tuple[str, ...](), tuple[str, ...]()
         if erase:
             erasure = await service.erase(who.tenant_id, [memory_id], now)
-            token, keys, summaries = erasure.token, erasure.keys, erasure.summaries
+            token, keys = erasure.token, erasure.keys
+            summaries, copies = erasure.summaries, erasure.copies
         else:
             token = await service.forget(who.tenant_id, memory_id, now, purge=purge)
         return {
@@ -139,6 +142,7 @@ def _get_and_delete(api: FastAPI, service: RecallService) -> None:
             "erase": erase,
             "keys_erased": keys,  # 0: written in the clear by another producer, still in the log
             "summaries_erased": list(summaries),
+            "copies_erased": list(copies),
             "token": token.encode(),
         }
 
@@ -183,6 +187,7 @@ def _get_and_delete(api: FastAPI, service: RecallService) -> None:
             "erased": len(ids),
             "memory_ids": ids,
             "summaries_erased": list(erasure.summaries),
+            "copies_erased": list(erasure.copies),
             "keys_erased": erasure.keys,
             "token": erasure.token.encode(),
         }

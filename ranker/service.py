@@ -69,11 +69,15 @@ class Erasure:
         keys: data keys destroyed (0 for memories written in the clear by another producer:
             their words stay in the log).
         summaries: ids of the summaries made from the erased memories, erased with them.
+        copies: ids of the memories holding an erased memory's words, erased with it: the
+            duplicates consolidation merged into it, and its versions (older or newer, by
+            ``PATCH``) with the same content.
     """
 
     token: Token
     keys: int
     summaries: tuple[str, ...] = ()
+    copies: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -489,22 +493,25 @@ class RecallService:
         are searched (a user's erasure repeated after that search failed finds them:
         :meth:`erased_user_memories`), then no more.
         """
+        known = await self._rows(tenant_id, memory_ids) if summaries else {}  # their words
         token, keys = await self._erase(tenant_id, memory_ids, at, users=users)
         done = set(memory_ids) | set(erased_before)
-        sources, made_from = [*memory_ids, *erased_before], list[str]()
+        sources, made_from, copies = [*memory_ids, *erased_before], list[str](), list[str]()
         while summaries and sources:  # each round erases new ids only: it ends
-            made = sorted(await self._summaries_of(tenant_id, sources) - done)
-            if not made:
+            made = sorted(await self._summaries_of(tenant_id, sources, known) - done)
+            same = sorted(await self._copies_of(tenant_id, sources, known) - done - set(made))
+            if not made and not same:
                 break
-            more, more_keys = await self._erase(tenant_id, made, at)
+            more, more_keys = await self._erase(tenant_id, [*made, *same], at)
             token = Token.merged([token.encode(), more.encode()]) or token
             keys += more_keys
-            done.update(made)
+            done.update(made, same)
             made_from.extend(made)
-            sources = made
+            copies.extend(same)
+            sources = [*made, *same]
         if users and self.keys is not None:
             await self.keys.forget_users(tenant_id, [*memory_ids, *erased_before])
-        return Erasure(token, keys, tuple(made_from))
+        return Erasure(token, keys, tuple(made_from), tuple(copies))
 
     async def _erase(
         self, tenant_id: str, memory_ids: Sequence[str], at: datetime, *, users: bool = False
@@ -530,15 +537,70 @@ class RecallService:
             token = Token.merged([token.encode(), more.encode()]) or token
         return token, sum(keys.values()) + sum(late.values())
 
-    async def _summaries_of(self, tenant_id: str, memory_ids: Sequence[str]) -> set[str]:
-        """Ids of the tenant's summaries (any state) made from any of ``memory_ids``."""
+    async def _rows(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, MemoryRow]:
+        """The rows Milvus holds of ``memory_ids`` now (any state), by id."""
+        found: dict[str, MemoryRow] = {}
+        ids = list(dict.fromkeys(memory_ids))
+        for start in range(0, len(ids), SOURCES_PER_QUERY):
+            part = ids[start : start + SOURCES_PER_QUERY]
+            rows = await asyncio.to_thread(self.store.get, tenant_id, part)
+            found.update((m, r) for m, r in rows.items() if r.tenant_id == tenant_id)
+        return found
+
+    async def _copies_of(
+        self, tenant_id: str, memory_ids: Sequence[str], known: dict[str, MemoryRow]
+    ) -> set[str]:
+        """Ids of the tenant's memories (any state) holding the words of one of ``memory_ids``:
+        merged into it (a duplicate consolidation deleted into it; not a summary's source, which
+        is archived into it), or a version of it (superseded by it, or superseding it) with the
+        same content, as Milvus holds them; ``known``: the rows read so far, by id (those of
+        ``memory_ids`` before their erasure, and the summaries found), to which the rows found
+        are added.
+        """
+        found: set[str] = set()
+        ids = list(dict.fromkeys(memory_ids))
+        for start in range(0, len(ids), SOURCES_PER_QUERY):
+            part = tuple(ids[start : start + SOURCES_PER_QUERY])
+            filters = Filters(states=(), derived_from_any=part)
+            rows = await asyncio.to_thread(self.store.every_row, tenant_id, filters)
+            for row in rows:
+                if row.tenant_id != tenant_id:
+                    continue
+                newer = known.get(row.superseded_by)
+                same = newer is not None and newer.content == row.content
+                if same or _duplicate_of(row, part, known):
+                    found.add(row.memory_id)
+                    known[row.memory_id] = row
+        successors = {
+            known[m].superseded_by: known[m] for m in ids if m in known and known[m].superseded_by
+        }
+        if successors:
+            newer_rows = await self._rows(tenant_id, list(successors))
+            for memory_id, row in newer_rows.items():
+                if row.content == successors[memory_id].content:
+                    found.add(memory_id)
+                    known[memory_id] = row
+        return found
+
+    async def _summaries_of(
+        self,
+        tenant_id: str,
+        memory_ids: Sequence[str],
+        known: dict[str, MemoryRow] | None = None,
+    ) -> set[str]:
+        """Ids of the tenant's summaries (any state) made from any of ``memory_ids``; their rows
+        added to ``known``.
+        """
         found: set[str] = set()
         ids = list(dict.fromkeys(memory_ids))
         for start in range(0, len(ids), SOURCES_PER_QUERY):
             part = tuple(ids[start : start + SOURCES_PER_QUERY])
             filters = Filters(states=(), summary_of_any=part)
             rows = await asyncio.to_thread(self.store.every_row, tenant_id, filters)
-            found |= {r.memory_id for r in rows if r.tenant_id == tenant_id}
+            mine = [r for r in rows if r.tenant_id == tenant_id]
+            found |= {r.memory_id for r in mine}
+            if known is not None:
+                known.update((r.memory_id, r) for r in mine)
         return found
 
     async def erased(self, tenant_id: str, memory_id: str) -> bool:
@@ -752,6 +814,16 @@ class RecallService:
     async def _score_heavy(self, requests: Sequence[RankRequest]) -> list[list[Scored]]:
         assert self._heavy is not None, "RecallService.start() first"
         return await asyncio.get_running_loop().run_in_executor(self._heavy, rank_many, requests)
+
+
+def _duplicate_of(row: MemoryRow, survivors: Sequence[str], known: Mapping[str, MemoryRow]) -> bool:
+    """``row`` is a duplicate consolidation merged into one of ``survivors`` (deleted into it),
+    not a source of a summary among them (archived into it, listed in its ``summary_of``).
+    """
+    if row.merged_into not in survivors or row.state != "deleted":
+        return False
+    survivor = known.get(row.merged_into)
+    return survivor is None or row.memory_id not in survivor.summary_of
 
 
 def _forget(

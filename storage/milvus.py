@@ -77,6 +77,8 @@ class Filters:
             inclusive start, exclusive end.
         memory_ids: restrict to these ids.
         summary_of_any: keep only summaries made from at least one of these ids (``summary_of``).
+        derived_from_any: keep only memories merged into, or superseded by, one of these ids
+            (``merged_into``, ``superseded_by``): what an erasure checks for the same words.
     """
 
     states: tuple[str, ...] = ("active",)
@@ -91,6 +93,7 @@ class Filters:
     created_to_us: int | None = None
     memory_ids: tuple[str, ...] = ()
     summary_of_any: tuple[str, ...] = ()
+    derived_from_any: tuple[str, ...] = ()
 
 
 ANY_STATE = Filters(states=())
@@ -169,10 +172,23 @@ def filter_expression(tenant_id: str, filters: Filters) -> str:
         parts.append(f"created_at_us < {int(filters.created_to_us)}")
     if filters.memory_ids:
         parts.append(_in("memory_id", filters.memory_ids))
+    return " and ".join(parts + _linked(filters))
+
+
+def _linked(filters: Filters) -> list[str]:
+    """The parts of :func:`filter_expression` that follow links between memories."""
+    parts = []
     if filters.summary_of_any:
         sources = ", ".join(map(_literal, filters.summary_of_any))
         parts.append(f"array_contains_any(summary_of, [{sources}])")
-    return " and ".join(parts)
+    if filters.derived_from_any:
+        # "" is no link ("not merged", "current"): never looked for, or it would find them all
+        ids = [i for i in filters.derived_from_any if i]
+        if not ids:
+            parts.append('memory_id == ""')  # no memory has an empty id: nothing
+        else:
+            parts.append(f"({_in('merged_into', ids)} or {_in('superseded_by', ids)})")
+    return parts
 
 
 def _tell(

@@ -125,6 +125,30 @@ def test_the_summaries_made_from_given_memories_are_found_in_their_tenant(
     assert made_from("s1", 'm"1') == []
 
 
+def test_the_memories_merged_into_or_superseded_by_given_ones_are_found(
+    store: MilvusStore,
+) -> None:
+    """What an erasure asks for (it erases the memories that hold an erased memory's words)."""
+    store.upsert(
+        [
+            row("acme", "a1", vec(1.0), superseded_by="n1"),
+            row("acme", "a2", vec(1.0, 0.1), merged_into="a1", state="deleted"),
+            row("acme", "p1", vec(0.5, 1.0), superseded_by="a1"),
+            row("acme", "x", vec(0.2, 1.0)),
+            row("globex", "b", vec(1.0), merged_into="a1", state="deleted"),
+        ]
+    )
+
+    def linked(*ids: str) -> list[str]:
+        found = store.every_row("acme", Filters(states=(), derived_from_any=ids))
+        assert {r.tenant_id for r in found} <= {"acme"}
+        return sorted(r.memory_id for r in found)
+
+    assert linked("a1") == ["a2", "p1"]
+    assert linked("n1", "x", "") == ["a1"]
+    assert linked('a"1') == linked("") == []  # "" links nothing (not merged, current)
+
+
 def test_a_read_sees_the_write_just_made(store: MilvusStore) -> None:
     store.upsert([row("acme", "m1", vec(1.0))])
     for n in range(1, 4):

@@ -173,9 +173,14 @@ def erase_through_the_api(server: str, stack: Stack) -> tuple[set[str], str, set
         assert sealed_copies(stack, erased)
 
         assert sorted(client.erase_user("ann")) == sorted(ann)
-        assert client.forget(shared, erase=True) >= 1  # sealed: its keys were destroyed
+        # a PATCH of its tags copies its words into a new version, which its erasure erases too
+        # (else the old version, reinstated, or the new one would still hold them)
+        copied = client.update(shared, tags=["noted"])
+        erased.add(copied)
+        assert client.forget(copied, erase=True) >= 2  # sealed: the keys of both destroyed
         with pytest.raises(MnemostreamError) as gone:  # no new version carries its words on
             client.update(shared, tags=["kept"])
+        assert client.get(shared) is None  # not reinstated
         assert gone.value.status == 404
         found = client.recall(vector=e(1.0, 0.1), k=10, at=T0, track=False)
         assert [m.memory_id for m in found] == [bob]

@@ -315,6 +315,9 @@ class Sent:
 
 
 class UserRows:
+    def get(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, MemoryRow]:
+        return {}
+
     def every_row(self, tenant_id: str, filters: Filters) -> list[MemoryRow]:
         return [make_row(tenant_id, "summary-1", (1.0, 0.0, 0.0, 0.0))] if filters.user_id else []
 
@@ -475,7 +478,11 @@ class RowsNotPurgedYet:
         return [self.rows[m] for m in filters.memory_ids if m in self.rows][:limit]
 
     def every_row(self, tenant_id: str, filters: Filters) -> list[MemoryRow]:
-        """The summaries made from ``summary_of_any`` (the only filter an erasure asks)."""
+        """The summaries made from ``summary_of_any``, or the memories merged into or superseded
+        by ``derived_from_any`` (the filters an erasure asks)."""
+        linked = set(filters.derived_from_any)
+        if linked:
+            return [r for r in self.rows.values() if linked & {r.merged_into, r.superseded_by}]
         wanted = set(filters.summary_of_any)
         return [r for r in self.rows.values() if wanted & set(r.summary_of)]
 
@@ -619,3 +626,42 @@ def test_a_user_erasure_that_failed_on_the_summaries_is_repeated_whole() -> None
     last = dict(keys.published)  # what compaction keeps
     assert not [v for v in last.values() if v is not None and b"ann" in v]
     assert keys.ring.erased_memory("acme", m1)
+
+
+def test_erasing_a_memory_erases_the_memories_holding_its_words() -> None:
+    """Erasing a merge survivor left the duplicates merged into it readable (their own keys
+    live, their rows and documents there), and erasing the newest version of a ``PATCH`` that
+    changed only tags reinstated the older one, with the same words, into recall.
+    """
+    keys, sent = LocalKeys(), Sent()
+    service = RecallService(UserRows(), Hashing(4), sent, keys=keys)  # type: ignore[arg-type]
+    every = ("a1", "a2", "a3", "p0", "p1", "q", "n1", "n2", "s1", "c1", "c2")
+    asyncio.run(keys.mint([("acme", m, None) for m in every]))
+    v = (1.0, 0.0, 0.0, 0.0)
+
+    def row(memory_id: str, content: str = SECRET_WORDS, **kw: object) -> MemoryRow:
+        return make_row("acme", memory_id, v, content=content, **kw)
+
+    service.store = RowsNotPurgedYet(  # type: ignore[assignment]
+        [
+            row("a1", superseded_by="n1"),
+            row("a2", merged_into="a1", state="deleted"),  # an exact duplicate
+            row("a3", "Ann's PIN: 4711", merged_into="a1", state="deleted"),  # a near one
+            row("p1", superseded_by="a1"),  # a1 is its PATCH (tags only): the same words
+            row("p0", superseded_by="p1"),  # and p1 of p0
+            row("q", "Ann had no PIN yet", superseded_by="a1"),  # other words: kept
+            row("n1", superseded_by="n2"),  # a1's PATCH: the same words
+            row("n2", "Ann changed her PIN"),  # other words: kept
+            row("s1", "A summary", summary_of=("a1", "c1", "c2")),  # quotes a1: erased
+            row("c1", "Other notes", merged_into="s1", state="archived"),  # its source: kept
+            row("c2", "More notes", merged_into="s1", state="deleted"),  # deleted since: kept
+        ]
+    )
+    erasure = asyncio.run(service.erase("acme", ["a1"], datetime(2026, 3, 1, 13, tzinfo=UTC)))
+    assert erasure.copies == ("a2", "a3", "n1", "p1", "p0")
+    assert erasure.summaries == ("s1",)
+    assert erasure.keys == 7
+    erased = {m for m in every if keys.ring.erased_memory("acme", m)}
+    assert erased == {"a1", "a2", "a3", "n1", "p1", "s1", "p0"}
+    purged = [v["memory_id"] for v in sent.values if v.get("decision") == "purge"]
+    assert purged == ["a1", "s1", "a2", "a3", "n1", "p1", "p0"]
