@@ -18,7 +18,7 @@ import asyncio
 import dataclasses
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -494,9 +494,15 @@ class RecallService:
         :meth:`erased_user_memories`), then no more.
         """
         known = await self._rows(tenant_id, memory_ids) if summaries else {}  # their words
-        token, keys = await self._erase(tenant_id, memory_ids, at, users=users)
-        done = set(memory_ids) | set(erased_before)
-        sources, made_from, copies = [*memory_ids, *erased_before], list[str](), list[str]()
+        first = (
+            await self._copies_before(tenant_id, [*memory_ids, *erased_before], known)
+            if summaries
+            else []
+        )
+        erased = [*memory_ids, *first]
+        token, keys = await self._erase(tenant_id, erased, at, users=users)
+        done = set(erased) | set(erased_before)
+        sources, made_from, copies = [*erased, *erased_before], list[str](), list(first)
         while summaries and sources:  # each round erases new ids only: it ends
             made = sorted(await self._summaries_of(tenant_id, sources, known) - done)
             same = sorted(await self._copies_of(tenant_id, sources, known) - done - set(made))
@@ -510,8 +516,23 @@ class RecallService:
             copies.extend(same)
             sources = [*made, *same]
         if users and self.keys is not None:
-            await self.keys.forget_users(tenant_id, [*memory_ids, *erased_before])
+            await self.keys.forget_users(tenant_id, [*erased, *erased_before])
         return Erasure(token, keys, tuple(made_from), tuple(copies))
+
+    async def _copies_before(
+        self, tenant_id: str, memory_ids: Sequence[str], known: dict[str, MemoryRow]
+    ) -> list[str]:
+        """Every copy of ``memory_ids`` (:meth:`_copies_of`, and copies of those), read before
+        anything is erased: a failed read erases nothing, and a repeated call finds them as the
+        first did (an erased memory's row and links leave Milvus with its purge).
+        """
+        seen, found, frontier = set(memory_ids), list[str](), list(memory_ids)
+        while frontier:
+            more = sorted(await self._copies_of(tenant_id, frontier, known) - seen)
+            seen.update(more)
+            found.extend(more)
+            frontier = more
+        return found
 
     async def _erase(
         self, tenant_id: str, memory_ids: Sequence[str], at: datetime, *, users: bool = False
@@ -559,25 +580,33 @@ class RecallService:
         """
         found: set[str] = set()
         ids = list(dict.fromkeys(memory_ids))
+        linked: list[MemoryRow] = []
         for start in range(0, len(ids), SOURCES_PER_QUERY):
             part = tuple(ids[start : start + SOURCES_PER_QUERY])
             filters = Filters(states=(), derived_from_any=part)
             rows = await asyncio.to_thread(self.store.every_row, tenant_id, filters)
-            for row in rows:
-                if row.tenant_id != tenant_id:
-                    continue
-                newer = known.get(row.superseded_by)
-                same = newer is not None and newer.content == row.content
-                if same or _duplicate_of(row, part, known):
-                    found.add(row.memory_id)
-                    known[row.memory_id] = row
-        successors = {
-            known[m].superseded_by: known[m] for m in ids if m in known and known[m].superseded_by
-        }
+            linked.extend(r for r in rows if r.tenant_id == tenant_id)
+        wanted = set(ids)
+        # a merged row's survivor read when not known (its summary_of tells a source from a
+        # duplicate); one Milvus no longer holds leaves the row alone
+        unknown = {r.merged_into for r in linked if r.merged_into in wanted} - known.keys()
+        if unknown:
+            known.update(await self._rows(tenant_id, sorted(unknown)))
+        for row in linked:
+            newer = known.get(row.superseded_by) if row.superseded_by in wanted else None
+            same = newer is not None and newer.content == row.content
+            if same or _duplicate_of(row, wanted, known):
+                found.add(row.memory_id)
+                known[row.memory_id] = row
+        successors: dict[str, list[MemoryRow]] = {}
+        for m in ids:
+            older = known.get(m)
+            if older is not None and older.superseded_by:
+                successors.setdefault(older.superseded_by, []).append(older)
         if successors:
             newer_rows = await self._rows(tenant_id, list(successors))
             for memory_id, row in newer_rows.items():
-                if row.content == successors[memory_id].content:
+                if any(row.content == older.content for older in successors[memory_id]):
                     found.add(memory_id)
                     known[memory_id] = row
         return found
@@ -816,14 +845,17 @@ class RecallService:
         return await asyncio.get_running_loop().run_in_executor(self._heavy, rank_many, requests)
 
 
-def _duplicate_of(row: MemoryRow, survivors: Sequence[str], known: Mapping[str, MemoryRow]) -> bool:
+def _duplicate_of(
+    row: MemoryRow, survivors: Collection[str], known: Mapping[str, MemoryRow]
+) -> bool:
     """``row`` is a duplicate consolidation merged into one of ``survivors`` (deleted into it),
-    not a source of a summary among them (archived into it, listed in its ``summary_of``).
+    not a source of a summary among them (archived into it, listed in its ``summary_of``; a
+    survivor whose row is unknown tells neither: the row is left alone).
     """
     if row.merged_into not in survivors or row.state != "deleted":
         return False
     survivor = known.get(row.merged_into)
-    return survivor is None or row.memory_id not in survivor.summary_of
+    return survivor is not None and row.memory_id not in survivor.summary_of
 
 
 def _forget(

@@ -105,7 +105,12 @@ def load(args: argparse.Namespace) -> int:
     done, total, started = 0, 0, time.monotonic()
     try:
         total = sum(1 for _ in _memories(args.file))  # every line checked before any is sent
-        with Client(args.url, args.api_key) as client:
+        try:
+            client = Client(args.url, args.api_key)
+        except ValueError as exc:  # no key, or one no header can carry
+            print(f"--api-key: {exc}", file=sys.stderr)
+            return 1
+        with client:
             for batch in _batches(args.file, args.batch):
                 try:
                     ids = _sent(client, [doc for _, doc in batch])

@@ -129,3 +129,16 @@ def test_a_service_never_reached_ends_the_load_with_one_line(
     assert waits == [1, 2, 4, 8, 16]
     with pytest.raises(SystemExit, match="cannot read"):
         cli.main(["load", str(tmp_path / "missing.jsonl"), "--api-key", "k" * 16])
+
+
+@pytest.mark.parametrize("key", ["", " \n", "k\x01" * 8])
+def test_a_key_no_header_can_carry_ends_the_load_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str
+) -> None:
+    """``--api-key "$UNSET"`` ended in a traceback once the SDK checked keys."""
+    path = tmp_path / "m.jsonl"
+    path.write_text(LINES, encoding="utf-8")
+    assert cli.main(["load", str(path), "--api-key", key]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("--api-key: api_key: expected the tenant's key")
+    assert "Traceback" not in err

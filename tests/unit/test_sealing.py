@@ -664,4 +664,31 @@ def test_erasing_a_memory_erases_the_memories_holding_its_words() -> None:
     erased = {m for m in every if keys.ring.erased_memory("acme", m)}
     assert erased == {"a1", "a2", "a3", "n1", "p1", "s1", "p0"}
     purged = [v["memory_id"] for v in sent.values if v.get("decision") == "purge"]
-    assert purged == ["a1", "s1", "a2", "a3", "n1", "p1", "p0"]
+    assert purged == ["a1", "a2", "a3", "n1", "p1", "p0", "s1"]  # the copies read first
+
+
+def test_an_erasure_finds_copies_whatever_the_order_of_its_ids_and_leaves_unknown_merges() -> None:
+    """Two erased versions superseded by one memory with the words of the first: found or not
+    by the order of the ids. A deleted row merged into a summary whose row is gone (purged)
+    was taken for a duplicate and erased, where it may be a source the user deleted.
+    """
+    v = (1.0, 0.0, 0.0, 0.0)
+
+    def erased(ids: list[str]) -> set[str]:
+        keys, sent = LocalKeys(), Sent()
+        service = RecallService(UserRows(), Hashing(4), sent, keys=keys)  # type: ignore[arg-type]
+        every = ("A", "B", "C", "c9")
+        asyncio.run(keys.mint([("acme", m, None) for m in every]))
+        service.store = RowsNotPurgedYet(  # type: ignore[assignment]
+            [
+                make_row("acme", "A", v, content=SECRET_WORDS, superseded_by="C"),
+                make_row("acme", "B", v, content="other words", superseded_by="C"),
+                make_row("acme", "C", v, content=SECRET_WORDS),
+                make_row("acme", "c9", v, merged_into="s9", state="deleted"),  # s9: no row
+            ]
+        )
+        asyncio.run(service.erase("acme", ids, datetime(2026, 3, 1, 13, tzinfo=UTC)))
+        return {m for m in every if keys.ring.erased_memory("acme", m)}
+
+    assert erased(["A", "B"]) == erased(["B", "A"]) == {"A", "B", "C"}
+    assert erased(["s9"]) == set()
