@@ -368,7 +368,7 @@ def _wire(value: Any) -> Any:  # noqa: ANN401  (any JSON body)
     if isinstance(value, dict):
         return {k: _wire(v) for k, v in value.items()}
     if isinstance(value, set | frozenset):  # tags given as a set: sent in one order
-        return [_wire(v) for v in sorted(value, key=str)]
+        return [_wire(v) for v in _listed(value)]
     if isinstance(value, list | tuple) and not all(type(v) is float for v in value):
         return [_wire(v) for v in value]
     if hasattr(value, "tolist") and not isinstance(value, str | bytes | int | float):
@@ -552,11 +552,15 @@ def _keys_erased(reply: Any) -> int:  # noqa: ANN401 - a JSON reply
     return found if isinstance(found, int) else 0
 
 
-def _headers(api_key: str) -> dict[str, str]:
+def _headers(api_key: object) -> dict[str, str]:
     """The key's header; the key without the whitespace around it (a key read from a file or a
     Secret ends with a newline, which no header may hold: httpx refused every call). ValueError
-    for a key that still holds a control character.
+    for a key that still holds a control character, TypeError for one that is no str (an unset
+    setting's None).
     """
+    if not isinstance(api_key, str):
+        msg = f"api_key: expected the tenant's key as a str, not {type(api_key).__name__}"
+        raise TypeError(msg)
     key = api_key.strip()
     if not key or any(ord(c) < 0x20 or ord(c) == 0x7F for c in key):
         msg = "api_key: expected the tenant's key (printable, without control characters)"

@@ -38,6 +38,8 @@ def test_a_key_read_with_its_newline_is_sent_without_it() -> None:
         Client("http://x", "mk-a\x01b")
     with pytest.raises(ValueError, match="api_key"):
         AsyncClient("http://x", " \n")
+    with pytest.raises(TypeError, match="api_key"):
+        Client("http://x", None)  # type: ignore[arg-type]
 
 
 def test_get_answers_none_only_for_a_memory_the_service_does_not_hold() -> None:
