@@ -6,7 +6,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -120,9 +120,12 @@ def test_questions_past_the_connection_pool_wait_their_turn_without_spending_the
     assert replies.count(None) == 0
 
 
-def test_a_hanging_llm_costs_a_batch_one_timeout_not_one_per_hundred_questions() -> None:
-    """Questions past the pool's 100 waited their turn, then each spent a whole timeout of its
-    own on an LLM that answers nothing: a batch of 300 took three timeouts."""
+def hanging(
+    ask: Callable[[LlmImportance], Awaitable[list[str | None]]],
+) -> tuple[list[str | None], int]:
+    """What ``ask`` gets from an LLM that answers nothing (0.2 s timeout), and how many
+    questions were sent to it.
+    """
     asked: list[httpx.Request] = []
 
     async def hang(request: httpx.Request) -> httpx.Response:
@@ -136,39 +139,32 @@ def test_a_hanging_llm_costs_a_batch_one_timeout_not_one_per_hundred_questions()
         await llm.close()
         llm._client = httpx.AsyncClient(transport=httpx.MockTransport(hang))
         try:
-            return await llm.answers([f"fact {i}" for i in range(3 * CONCURRENCY)])
+            return await ask(llm)
         finally:
             await llm.close()
 
-    assert asyncio.run(run()) == [None] * (3 * CONCURRENCY)
-    assert len(asked) == CONCURRENCY  # the first turns timed out; the rest were never sent
+    return asyncio.run(run()), len(asked)
+
+
+def test_a_hanging_llm_costs_a_batch_one_timeout_not_one_per_hundred_questions() -> None:
+    """Questions past the pool's 100 waited their turn, then each spent a whole timeout of its
+    own on an LLM that answers nothing: a batch of 300 took three timeouts."""
+    facts = [f"fact {i}" for i in range(3 * CONCURRENCY)]
+    answered, asked = hanging(lambda llm: llm.answers(facts))
+    assert answered == [None] * len(facts)
+    assert asked == CONCURRENCY  # the first turns timed out; the rest were never sent
 
 
 def test_a_hanging_llm_costs_a_batchs_supersession_questions_one_timeout() -> None:
     """The supersession check asks through the same pool: 250 questions took three timeouts."""
-    asked: list[httpx.Request] = []
-
-    async def hang(request: httpx.Request) -> httpx.Response:
-        asked.append(request)
-        await asyncio.sleep(3600)
-        raise AssertionError("never answered")
-
     at = datetime(2026, 3, 1, 12, tzinfo=UTC)
     older = Version("old", "Alice lives in Osaka", at, similarity=0.9)
     compared = [
         (Version(f"n{i}", f"Alice lives in city {i}", at + timedelta(hours=1)), [older])
         for i in range(CONCURRENCY + 150)
     ]
-
-    async def run() -> list[str | None]:
-        llm = LlmImportance("http://llm.invalid/v1", "test-model", "", 0.2)
-        await llm.start()
-        await llm.close()
-        llm._client = httpx.AsyncClient(transport=httpx.MockTransport(hang))
-        try:
-            return await _llm_answers(llm, compared, SupersessionPolicy(), asyncio.Event())
-        finally:
-            await llm.close()
-
-    assert asyncio.run(run()) == [None] * len(compared)  # the rule decides each
-    assert len(asked) == CONCURRENCY
+    answered, asked = hanging(
+        lambda llm: _llm_answers(llm, compared, SupersessionPolicy(), asyncio.Event())
+    )
+    assert answered == [None] * len(compared)  # the rule decides each
+    assert asked == CONCURRENCY
