@@ -329,6 +329,19 @@ def orphaned_sources(items: Sequence[Item]) -> list[Decision]:
     return decisions
 
 
+def merged_duplicate(
+    memory_id: str, state: str, merged_into: str, survivor_summary_of: Iterable[str] | None
+) -> bool:
+    """The memory is a duplicate a merge deleted into ``merged_into`` (its words are the
+    survivor's: erasing the survivor erases it), not a summary's source, which is archived into
+    the summary and listed in its ``summary_of`` (``survivor_summary_of``; None: the survivor is
+    not known, so neither can be told and the memory is not taken for a duplicate).
+    """
+    if not merged_into or state != Lifecycle.DELETED.value or survivor_summary_of is None:
+        return False
+    return memory_id not in set(survivor_summary_of)
+
+
 def _absorbed(target: Item, sources: Sequence[Item]) -> Item:
     """``target`` after it absorbed ``sources`` (as :func:`memcore.reducer.apply` does an Absorb):
     in the highest tier of them all, with the τ of the one in it (the target's on a tie).

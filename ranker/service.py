@@ -29,6 +29,7 @@ import numpy.typing as npt
 import orjson
 
 from memcore import Lifecycle, Purge, RankParams, Retire, Scored, Supersede, derive_memory_id
+from memcore.consolidation import merged_duplicate
 from memcore.graph import MAX_HOPS, recall_hops
 from memcore.keyword import bm25_scores
 from memcore.policy import DecayPolicy, RecallPolicy
@@ -502,10 +503,12 @@ class RecallService:
         erased = [*memory_ids, *first]
         token, keys = await self._erase(tenant_id, erased, at, users=users)
         done = set(erased) | set(erased_before)
+        closed = set(done)  # their copies are all in ``first`` already: not searched again
         sources, made_from, copies = [*erased, *erased_before], list[str](), list(first)
         while summaries and sources:  # each round erases new ids only: it ends
             made = sorted(await self._summaries_of(tenant_id, sources, known) - done)
-            same = sorted(await self._copies_of(tenant_id, sources, known) - done - set(made))
+            unsearched = [s for s in sources if s not in closed]
+            same = sorted(await self._copies_of(tenant_id, unsearched, known) - done - set(made))
             if not made and not same:
                 break
             more, more_keys = await self._erase(tenant_id, [*made, *same], at)
@@ -580,6 +583,8 @@ class RecallService:
         """
         found: set[str] = set()
         ids = list(dict.fromkeys(memory_ids))
+        if not ids:
+            return found
         linked: list[MemoryRow] = []
         for start in range(0, len(ids), SOURCES_PER_QUERY):
             part = tuple(ids[start : start + SOURCES_PER_QUERY])
@@ -848,14 +853,14 @@ class RecallService:
 def _duplicate_of(
     row: MemoryRow, survivors: Collection[str], known: Mapping[str, MemoryRow]
 ) -> bool:
-    """``row`` is a duplicate consolidation merged into one of ``survivors`` (deleted into it),
-    not a source of a summary among them (archived into it, listed in its ``summary_of``; a
-    survivor whose row is unknown tells neither: the row is left alone).
+    """``row`` is merged into one of ``survivors`` as a duplicate
+    (:func:`memcore.consolidation.merged_duplicate`, judged on the survivor's row if read).
     """
-    if row.merged_into not in survivors or row.state != "deleted":
+    if row.merged_into not in survivors:
         return False
     survivor = known.get(row.merged_into)
-    return survivor is not None and row.memory_id not in survivor.summary_of
+    summary_of = survivor.summary_of if survivor is not None else None
+    return merged_duplicate(row.memory_id, row.state, row.merged_into, summary_of)
 
 
 def _forget(

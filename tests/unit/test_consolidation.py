@@ -40,6 +40,7 @@ from memcore.consolidation import (
     compression_clusters,
     extractive_summary,
     greedy_groups,
+    merged_duplicate,
     pairwise_neighbours,
 )
 from memcore.ids import content_hash
@@ -610,3 +611,11 @@ def test_a_recheck_asks_only_for_successors_gone_or_missing_from_the_store() -> 
     assert sorted(d.target for d in decisions) == ["archived", "forgot", "missing"]
     assert "not in the store" in next(d.reason for d in decisions if d.target == "missing")
     assert plan("t", items, T0 + hours(3), POLICY, [Strategy.PURGE]) == []
+
+
+def test_a_merged_duplicate_is_told_from_a_summarys_source() -> None:
+    assert merged_duplicate("a2", "deleted", "a1", ())  # deleted into a survivor
+    assert not merged_duplicate("c1", "archived", "s1", ("c1",))  # a summary's source
+    assert not merged_duplicate("c2", "deleted", "s1", ("c1", "c2"))  # one the user deleted
+    assert not merged_duplicate("c3", "deleted", "s9", None)  # survivor unknown: left alone
+    assert not merged_duplicate("m1", "deleted", "", ())  # not merged at all
