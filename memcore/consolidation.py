@@ -92,6 +92,8 @@ class Item:
             summary take their sources'.
         merged_into: the summary it was archived into, or the survivor it was merged into
             ("" for neither).
+        summary_of: for a summary, the ids of the memories it compresses (a memory merged into
+            it and not among them is a duplicate, :func:`merged_duplicate`).
     """
 
     memory_id: str
@@ -116,6 +118,7 @@ class Item:
     superseded_by: str = ""
     valid_to: datetime | None = None
     merged_into: str = ""
+    summary_of: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -270,18 +273,36 @@ def archive_sweep(items: Sequence[Item], at: datetime, policy: Policy) -> list[D
 
 
 def purge_due(items: Sequence[Item], at: datetime, policy: Policy) -> list[Decision]:
-    """Forgotten and deleted memories past the retention window."""
+    """Forgotten and deleted memories past the retention window; the reason says when a purge
+    also erases the memory's key (:func:`purge_erases`).
+    """
     window = hours_span(policy.consolidation.retention_window_hours)
+    by_id = {i.memory_id: i for i in items}
     return [
         Decision(
             DecisionKind.PURGE,
             item.memory_id,
             (),
-            f"{item.state} for more than {window / timedelta(hours=1):g} h",
+            f"{item.state} for more than {window / timedelta(hours=1):g} h"
+            + (
+                f"; merged into {item.merged_into}: key erased" if purge_erases(item, by_id) else ""
+            ),
         )
         for item in age_order(items)
         if item.state in GONE and at - item.state_changed_at > window
     ]
+
+
+def purge_erases(item: Item, items: Mapping[str, Item]) -> bool:
+    """The purge of ``item`` also erases its data key: it is a duplicate merged into a survivor
+    (:func:`merged_duplicate`, judged on the survivor in ``items``; one not there leaves the key
+    as it is), whose words it repeats. Once its row is purged, no link leads an erasure of the
+    survivor to it, and its sealed write would stay readable in the log for good. A summary's
+    source deleted since is kept: the summary's replay needs its key.
+    """
+    survivor = items.get(item.merged_into)
+    summary_of = survivor.summary_of if survivor is not None else None
+    return merged_duplicate(item.memory_id, item.state.value, item.merged_into, summary_of)
 
 
 def orphaned_versions(items: Sequence[Item]) -> list[Decision]:
@@ -534,8 +555,14 @@ def to_events(
     if decision.kind is DecisionKind.RESTORE:
         item = items[decision.target]
         return [(item.memory_id, Restore(at, item.merged_into, decision.reason))]
-    purged = items[decision.target].state_changed_at  # the window was judged from it
-    return [(decision.target, Purge(at, decision.reason, state_changed_at=purged))]
+    item = items[decision.target]  # the window was judged from its state_changed_at
+    erase = purge_erases(item, items)
+    return [
+        (
+            item.memory_id,
+            Purge(at, decision.reason, state_changed_at=item.state_changed_at, erase=erase),
+        )
+    ]
 
 
 @dataclass(frozen=True)

@@ -319,12 +319,18 @@ class Purge:
     retention window was judged from it); a memory whose state changed since (written again,
     then deleted again inside the window) is left as it is. None: purge it whatever its state's
     time (a purge through the API, one planned before it carried the time).
+
+    ``erase``: the memory is a duplicate a merge deleted into a survivor, which holds its words
+    (:func:`memcore.consolidation.purge_erases`): the worker that purges it also erases the
+    data key of its stored document, so that its sealed write in the log opens no more (once
+    its row is gone, erasing the survivor could not find it). The reducer's decision is the same.
     """
 
     at: datetime
     reason: str
     position: Position | None = None
     state_changed_at: datetime | None = None
+    erase: bool = False
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -84,12 +84,18 @@ class KeyLog(CompactedLog):
         return keys
 
     async def erase(
-        self, tenant_id: str, memory_ids: Iterable[str], *, users: bool = False
+        self,
+        tenant_id: str,
+        memory_ids: Iterable[str],
+        *,
+        users: bool = False,
+        only: Mapping[str, Collection[str]] | None = None,
     ) -> dict[str, int]:
         """Erase the keys of ``tenant_id``'s ``memory_ids``: tombstones for each key and the
         memory's erasure marker (every key id erased so far; with ``users``, the users its keys
-        named too, until :meth:`forget_users`), applied here before this returns. Returns how
-        many keys each memory had. Raises KeyLogError as :meth:`publish` does.
+        named too, until :meth:`forget_users`), applied here before this returns. ``only``: per
+        memory, the key ids to erase (its other keys stay live); None: every key it has.
+        Returns how many keys each memory had erased. Raises KeyLogError as :meth:`publish` does.
         """
         async with self._erasing:
             await self.catch_up()
@@ -97,6 +103,8 @@ class KeyLog(CompactedLog):
             erased: dict[str, int] = {}
             for memory_id in dict.fromkeys(memory_ids):
                 keys = self.ring.of_memory(tenant_id, memory_id)
+                if only is not None:
+                    keys = [k for k in keys if k.key_id in only.get(memory_id, ())]
                 before = self.ring.erased.get((tenant_id, memory_id), frozenset())
                 records.extend((k.record_key, None) for k in keys)
                 ids = before | {k.key_id for k in keys}

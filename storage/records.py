@@ -129,7 +129,9 @@ class DecisionV1(_Strict):
     (``hops``, ``chains``, ``replaces``: see :class:`memcore.Supersede`); ``promote``: move ``to``
     a tier;
     ``purge``: remove a forgotten or deleted memory from the serving store (``state_changed_at``:
-    when it was forgotten or deleted as planned; a memory whose state changed since is kept);
+    when it was forgotten or deleted as planned; a memory whose state changed since is kept;
+    ``erase``: a merged duplicate, whose document's key the worker erases too, see
+    :class:`memcore.Purge`);
     ``succeeds``: this memory superseded ``predecessor`` (from ``at``), which it records
     (``recheck``: asked by a consolidation, see :class:`memcore.Succeeds`);
     ``reinstate``: ``by``, which superseded this memory, left recall: current again, or
@@ -170,6 +172,7 @@ class DecisionV1(_Strict):
     content_hash: str | None = Field(None, pattern="^[0-9a-f]{64}$")
     target_hash: str | None = Field(None, pattern="^[0-9a-f]{64}$")
     state_changed_at: AwareDatetime | None = None
+    erase: bool = False
     hops: int = Field(0, ge=0, le=MAX_RELINKS)
     chains: bool = True
     replaces: str | None = None
@@ -617,9 +620,17 @@ def decision_value(
     elif isinstance(event, Restore):
         value |= {"decision": "restore", "by": event.by}
     else:
-        value["decision"] = "purge"
-        if event.state_changed_at is not None:  # left out when not known: older records alike
-            value["state_changed_at"] = event.state_changed_at.isoformat()
+        value |= _purge_fields(event)
+    return value
+
+
+def _purge_fields(event: Purge) -> dict[str, Any]:
+    """A purge's own fields; the optional ones only when set (older records decode alike)."""
+    value: dict[str, Any] = {"decision": "purge"}
+    if event.state_changed_at is not None:
+        value["state_changed_at"] = event.state_changed_at.isoformat()
+    if event.erase:
+        value["erase"] = True
     return value
 
 
@@ -731,7 +742,7 @@ def decode_decision(raw: bytes, limits: Limits, document: object = None) -> Deci
             event = Restore(m.at, _id("by", m.by or ""), m.reason)
         else:
             changed = _checked_time("state_changed_at", m.state_changed_at, limits)
-            event = Purge(m.at, m.reason, state_changed_at=changed)
+            event = Purge(m.at, m.reason, state_changed_at=changed, erase=m.erase)
     except InvalidField as exc:
         raise RecordError(exc.field, exc.value, exc.reason) from exc
     return DecisionRecord(tenant_id, memory_id, event, m.request_id)

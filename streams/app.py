@@ -19,6 +19,7 @@ from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
+    Collection,
     Iterable,
     Iterator,
     Mapping,
@@ -841,17 +842,19 @@ class StreamWorker:
 
     async def erase_unwritten(self, batch: Batch, decided: Sequence[Awaitable[Any]]) -> None:
         """Erase the keys of the summaries this batch refused or erased for quoting an erased
-        memory (:meth:`streams.processor.Processor.quotes_erased`, :meth:`recheck_summaries`):
-        their sealed writes stay in the log, and no process may open them. Only once the
-        batch's decisions (``decided``: the restores of their sources, their deletes and purges)
-        are acknowledged: a batch applied again or redelivered finds their writes still open,
-        and decides the same again. Not in a replay (it produces nothing: the live worker's
-        erasures are on the keys topic already).
+        memory (:meth:`streams.processor.Processor.quotes_erased`, :meth:`recheck_summaries`),
+        and the document keys of the merged duplicates it purged (:class:`memcore.Purge`'s
+        ``erase``): their sealed writes stay in the log, and no process may open them. Only
+        once the batch's decisions (``decided``: the restores of their sources, their deletes
+        and purges) are acknowledged: a batch applied again or redelivered finds their writes
+        still open, and decides the same again. Not in a replay (it produces nothing: the live
+        worker's erasures are on the keys topic already).
         """
-        if self.replay or not batch.unwritten:
+        if self.replay or not (batch.unwritten or batch.dropped_keys):
             return
         await asyncio.gather(*decided)
         await self.erase_keys(batch.unwritten)
+        await self.erase_keys(list(batch.dropped_keys), only=batch.dropped_keys)
 
     async def recheck_summaries(self, batch: Batch) -> None:
         """The summaries this batch made or met again, checked once their rows are in Milvus: a
@@ -872,23 +875,29 @@ class StreamWorker:
                 batch.out.append(decision_record(record.tenant_id, record.memory_id, event))
             batch.unwritten.append((record.tenant_id, record.memory_id))
 
-    async def erase_keys(self, memories: Sequence[tuple[str, str]]) -> None:
-        """Erase the keys of ``(tenant, memory)`` pairs, retried every second while the keys
-        topic cannot be written (logged; the batch waits, unacknowledged): a batch applied again
-        skips what its first try applied, so a failure here would leave the keys live for good.
+    async def erase_keys(
+        self,
+        memories: Sequence[tuple[str, str]],
+        only: Mapping[tuple[str, str], Collection[str]] | None = None,
+    ) -> None:
+        """Erase the keys of ``(tenant, memory)`` pairs (``only``: just these key ids of each),
+        retried every second while the keys topic cannot be written (logged; the
+        batch waits, unacknowledged): a batch applied again skips what its first try applied,
+        so a failure here would leave the keys live for good.
         """
         by_tenant: dict[str, list[str]] = {}
         for tenant_id, memory_id in memories:
             by_tenant.setdefault(tenant_id, []).append(memory_id)
         for tenant_id, memory_ids in by_tenant.items():
+            picked = None if only is None else {m: only[tenant_id, m] for m in memory_ids}
             while True:
                 try:
-                    await self.keys.erase(tenant_id, memory_ids)
+                    await self.keys.erase(tenant_id, memory_ids, only=picked)
                     break
                 except KeyLogError as exc:
-                    log.warning("erasing the keys of summaries %s: %s", memory_ids, exc)
+                    log.warning("erasing the keys of %s: %s", memory_ids, exc)
                     await asyncio.sleep(KEYS_RETRY_S)
-            log.info("summaries %s of %s quote erased memories: erased", memory_ids, tenant_id)
+            log.info("keys of %s of %s erased", memory_ids, tenant_id)
 
     async def sealed(self, out: Sequence[Outbound]) -> list[tuple[Outbound, bool]]:
         """``out`` with every write among it (a summary) sealed under a key minted for it: a

@@ -57,6 +57,7 @@ def item_of(row: MemoryRow, rules: SupersessionPolicy | None = None) -> Item:
         superseded=row.valid_to_us != CURRENT or bool(row.superseded_by),
         superseded_by=row.superseded_by or "",
         merged_into=row.merged_into or "",
+        summary_of=tuple(row.summary_of),
         valid_to=from_us(row.valid_to_us) if row.valid_to_us != CURRENT else None,
         tags=tuple(row.tags),
         relations=tuple(row.relations),

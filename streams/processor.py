@@ -210,6 +210,8 @@ class Batch:
     erased: int = 0  # sealed writes skipped because their memory was erased since
     # (tenant, summary id) of summaries refused for quoting an erased memory: their keys to erase
     unwritten: list[tuple[str, str]] = field(default_factory=list)
+    # (tenant, memory id) -> key ids of merged duplicates purged: their documents' keys to erase
+    dropped_keys: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     # summaries this batch made (anew) or met again by offset: rechecked after the Milvus sync
     made: list[WriteRecord] = field(default_factory=list)
     # produced once ``out`` is acknowledged: a consolidation's summaries, after the archiving of
@@ -646,6 +648,17 @@ class Processor:
         for notice in unkept_summary(record.memory_id, kept, record.at, why):
             batch.out.append(decision_record(record.tenant_id, notice.target, notice.event))
 
+    def _drop_key(self, record: DecisionRecord, batch: Batch) -> None:
+        """Queue the erasure of the key sealing ``record``'s memory's document (a merged
+        duplicate's purge, :class:`memcore.Purge`): the words it was merged with. Only that key:
+        one minted since, for a write of the same id racing the purge, seals other words.
+        """
+        doc = self.document(record.key)
+        if doc is not None and doc.key_id is not None:
+            batch.dropped_keys.setdefault((record.tenant_id, record.memory_id), set()).add(
+                doc.key_id
+            )
+
     def quotes_erased(self, record: WriteRecord) -> bool:
         """True for a summary (``summary_of``) of a memory erased since it was planned: its words
         quote the erased memory's. An erasure erases the summaries Milvus holds then
@@ -724,6 +737,8 @@ class Processor:
         if new != state:
             self.put_state(record.key, new)
         if new.purged and record.key.encode() in self.documents:
+            if isinstance(event, Purge) and event.erase:  # a merged duplicate: its words too
+                self._drop_key(record, batch)
             self.drop_document(record.key)  # its words leave the table
         self._after(message, event.at, new, effects, batch)
         if isinstance(event, Supersede):  # along the chain, and past a version that left recall

@@ -17,8 +17,9 @@ import base64
 import subprocess
 import sys
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -327,5 +328,69 @@ def test_erasing_a_memory_erases_the_summaries_made_from_it(stack: Stack, tmp_pa
             assert ring.erased_memory("acme", summary)
             for memory_id, sealed in sealed_copies(stack, {summary}):
                 assert ring.is_erased("acme", memory_id, sealed["key_id"])
+    finally:
+        next(serving, None)
+
+
+def test_a_purged_duplicate_leaves_no_key_to_its_words_once_its_survivor_is_erased(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """A duplicate consolidation merged into a survivor is purged 30 days later; its key stayed
+    live, and erasing the survivor then (no row left to link them) left the duplicate's
+    sealed write readable in the log for good.
+    """
+    words = "the vault code is 8812"
+    serving = serve(stack, tmp_path)
+    server = next(serving)
+
+    def consolidate(request_id: str, at: datetime, strategies: list[str]) -> dict[str, Any]:
+        body = {"v": 1, "tenant_id": "acme", "at": at.isoformat(), "request_id": request_id}
+        body["strategies"] = strategies
+        produce(stack.bootstrap, stack.topic("consolidation"), [(b"acme", orjson.dumps(body))])
+
+        def report() -> dict[str, Any] | None:
+            for _, value in read_all(stack.bootstrap, stack.topic("audit")):
+                found = orjson.loads(value)
+                if found.get("request_id") == request_id and "decisions" in found:
+                    return dict(found)
+            return None
+
+        eventually(lambda: report() is not None, 60, f"consolidation {request_id}")
+        found = report()
+        assert found is not None
+        return found
+
+    def ring() -> KeyRing:
+        keys = KeyRing()
+        for key, value in read_all(stack.bootstrap, stack.topic("memory-keys")):
+            keys.apply(key, value)
+        return keys
+
+    try:
+        with Client(server, KEY) as client:
+            for i, memory_id in enumerate(("d1", "d2")):
+                at = T0 + timedelta(seconds=i)
+                client.remember(words, memory_id=memory_id, embedding=e(1.0), at=at)
+            assert all(client.get(m) is not None for m in ("d1", "d2"))
+            merge = consolidate("dedup", T0 + timedelta(hours=1), ["exact_dedup"])
+            ((survivor, duplicate),) = [
+                (d["target"], d["sources"][0]) for d in merge["decisions"] if d["kind"] == "merge"
+            ]
+            sealed = dict(sealed_copies(stack, {"d1", "d2"}))
+            purge_at = T0 + timedelta(days=31, hours=2)
+            purge = consolidate("purge", purge_at, ["purge"])
+            assert [(d["kind"], d["target"]) for d in purge["decisions"]] == [("purge", duplicate)]
+            dup_key = sealed[duplicate]["key_id"]
+            eventually(lambda: ring().is_erased("acme", duplicate, dup_key), 60, "its key erased")
+            assert not ring().is_erased("acme", survivor, sealed[survivor]["key_id"])
+            assert client.get(survivor) is not None  # the survivor is served, words and all
+            with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {KEY}"}) as http:
+                reply = http.delete(f"/v1/memories/{survivor}", params={"erase": "true"})
+                assert reply.status_code == 200, reply.text
+        keys = ring()
+        copies = sealed_copies(stack, {"d1", "d2"})
+        assert {m for m, _ in copies} == {"d1", "d2"}
+        for memory_id, copy in copies:  # no key left on the topic opens the words
+            assert keys.data_key("acme", memory_id, copy["key_id"]) is None
     finally:
         next(serving, None)

@@ -177,6 +177,55 @@ def test_archive_sweep_and_purge() -> None:
     ]
 
 
+def test_a_merged_duplicates_purge_erases_its_key_and_no_other_purge_does() -> None:
+    """Once a merged duplicate's row is purged, no link leads an erasure of its survivor to it:
+    its purge erases its key (:func:`memcore.consolidation.purge_erases`). A summary's source
+    deleted since keeps its key (the summary's replay opens it), and so does a memory merged
+    into a survivor no longer stored, and one the user deleted.
+    """
+    at = T0 + timedelta(days=100)
+
+    def gone(memory_id: str, merged_into: str = "") -> Item:
+        changed = T0 + hours(1)
+        deleted = item(memory_id, (1.0, 0.0), state=Lifecycle.DELETED, state_changed_at=changed)
+        return dataclasses.replace(deleted, merged_into=merged_into)
+
+    items = {
+        i.memory_id: i
+        for i in (
+            item("s1", (1.0, 0.0)),
+            gone("dup", "s1"),
+            item("sum", (0.0, 1.0), summary_of=("src", "other")),
+            gone("src", "sum"),
+            gone("dup-of-sum", "sum"),
+            gone("orphan", "purged-long-ago"),
+            gone("mine"),
+        )
+    }
+    decisions = plan("t", list(items.values()), at, POLICY, [Strategy.PURGE])
+    erases = {}
+    for decision in decisions:
+        ((target, purge),) = to_events(decision, items, at)
+        assert isinstance(purge, Purge)
+        erases[target] = purge.erase
+        assert ("key erased" in decision.reason) is purge.erase
+    assert erases == {
+        "dup": True,
+        "src": False,
+        "dup-of-sum": True,
+        "orphan": False,
+        "mine": False,
+    }
+    state, effects = apply(
+        dataclasses.replace(created(memory_id="dup"), state=Lifecycle.DELETED),
+        Purge(at, "p", erase=True),
+        POLICY,
+    )
+    assert state is not None
+    assert state.purged
+    assert [e.kind for e in effects] == [EffectKind.PURGED]  # the reducer decides as before
+
+
 def test_merge_events_conserve_counters_through_the_reducer() -> None:
     same = content_hash("same")
     survivor = dataclasses.replace(

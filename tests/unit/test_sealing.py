@@ -300,6 +300,25 @@ class LocalKeys(KeyLog):
         return []
 
 
+def test_an_erasure_of_some_keys_leaves_the_memorys_other_keys_live() -> None:
+    """A merged duplicate's purge erases the key of its words alone (``only``): a key minted
+    since, for a write of the same id, seals other words and stays live.
+    """
+    keys = LocalKeys()
+    old, new = new_key("acme", "d1"), new_key("acme", "d1")
+    other = new_key("acme", "m2")
+    for key in (old, new, other):
+        keys.ring.add(key)
+    erased = asyncio.run(keys.erase("acme", ["d1", "m2"], only={"d1": {old.key_id}}))
+    assert erased == {"d1": 1, "m2": 0}
+    assert keys.ring.is_erased("acme", "d1", old.key_id)
+    assert not keys.ring.is_erased("acme", "d1", new.key_id)
+    assert [k.key_id for k in keys.ring.of_memory("acme", "d1")] == [new.key_id]
+    assert not keys.ring.erased_memory("acme", "d1")  # written again: a live key
+    assert keys.ring.of_memory("acme", "m2") == [other]  # no key of it named: none erased
+    assert (old.record_key, None) in keys.published
+
+
 class Sent:
     def __init__(self) -> None:
         self.values: list[dict[str, object]] = []

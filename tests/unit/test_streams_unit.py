@@ -574,6 +574,7 @@ def decision_bytes(**kw: object) -> bytes:
         ({"v": True}, "v"),
         ({"v": 1.0}, "v"),
         ({"reason": ""}, "reason"),
+        ({"decision": "purge", "erase": "yes"}, "erase"),
     ],
 )
 def test_bad_decisions_name_their_field(kw: dict[str, object], field: str) -> None:
@@ -932,6 +933,7 @@ def test_scheduled_consolidation_spreads_one_request_per_tenant() -> None:
         Promote(T, Tier.SEMANTIC, "accessed often"),
         Purge(T, "purged"),
         Purge(T, "window", state_changed_at=T - timedelta(days=31, microseconds=7)),
+        Purge(T, "window; merged into m2: key erased", state_changed_at=T, erase=True),
         Succeeds(T, "m0", "m0 superseded by it"),
         Succeeds(T, "m0", "passed on", hops=3),
         Succeeds(T, "m0", "asked by a recheck", recheck=True),

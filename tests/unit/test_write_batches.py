@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import dataclasses
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,7 +23,7 @@ from memcore import Lifecycle, Purge, Retire, Succeeds, Supersede
 from storage import Filters, Hit, MemoryRow, StorageError
 from storage.key_log import KeyLogError
 from storage.records import Limits, decision_value, encode_access, encode_write
-from storage.sealing import DataKey, KeyRing, erasure_record, new_key
+from storage.sealing import DataKey, KeyRing, erasure_record, new_key, seal_write
 from storage.tenant_log import TenantLog
 from storage.tenants import TenantRegistry
 from streams import app, topics
@@ -57,14 +57,16 @@ class Event:
 class Keys:
     """The worker's keys topic: keys and erasure markers in ``ring``; ``arriving``: records
     each read-through applies in turn (the follower meeting what others published since);
-    ``erased``: what it was asked to erase, as (tenant, memory ids); the first ``failures``
-    erasures raise as an unwritable topic does.
+    ``erased``: what it was asked to erase, as (tenant, memory ids), and ``only`` the key ids
+    of each call (None: every key); the first ``failures`` erasures raise as an unwritable
+    topic does.
     """
 
     def __init__(self, ring: KeyRing | None = None) -> None:
         self.ring = ring or KeyRing()
         self.arriving: list[list[tuple[bytes, bytes]]] = []
         self.erased: list[tuple[str, list[str]]] = []
+        self.only: list[dict[str, set[str]] | None] = []
         self.failures = 0
         self.seen: list[tuple[str, bytes, dict[str, Any]]] = []  # what the worker sent
         self.sent_before_erasing: list[list[Any]] = []  # its decisions sent by each erasure
@@ -87,12 +89,18 @@ class Keys:
         return keys
 
     async def erase(
-        self, tenant_id: str, memory_ids: Sequence[str], *, users: bool = False
+        self,
+        tenant_id: str,
+        memory_ids: Sequence[str],
+        *,
+        users: bool = False,
+        only: Mapping[str, Collection[str]] | None = None,
     ) -> dict[str, int]:
         if self.failures:
             self.failures -= 1
             raise KeyLogError("NotEnoughReplicas")
         self.erased.append((tenant_id, list(memory_ids)))
+        self.only.append(None if only is None else {m: set(k) for m, k in only.items()})
         decided = [v.get("decision") for role, _, v in self.seen if role == "memory-writes"]
         self.sent_before_erasing.append(decided)
         return dict.fromkeys(memory_ids, 0)
@@ -1121,6 +1129,7 @@ def with_keys(w: Worker, ring: KeyRing) -> Keys:
 
 
 SUMMARY = "Standup is at nine. Standup ran long."
+AT_MERGE = datetime(2026, 1, 1, 12, 30, tzinfo=UTC)
 
 
 async def test_a_summary_of_a_memory_erased_since_its_plan_is_never_written(
@@ -1391,3 +1400,48 @@ async def test_a_consolidations_summaries_follow_the_archiving_of_their_sources(
     # it names a key of each source that has one: their erasure erases it, written again or not
     (summary,) = [v for role, _, v in w.sent if role == "memory-writes" and "summary_of" in v]
     assert summary["source_keys"] == {"c1": newest.key_id}
+
+
+async def test_a_merged_duplicates_purge_erases_the_key_of_its_words_alone(
+    tmp_path: Path,
+) -> None:
+    """A duplicate merged into a survivor kept its key after its purge (30 days after the
+    merge): erasing the survivor then found no row linking to it, so its sealed write stayed
+    readable in the log for good. A purge planned for a merged duplicate erases the key of its
+    stored document; not a key minted since (a write of the same id racing the purge, whose
+    words are other), and not on any other purge.
+    """
+    words = "Ann's PIN is 4711"
+    w = Worker(tmp_path, Embedder({words: X}))
+    ring = KeyRing()
+    keys = with_keys(w, ring)
+    sealed_by = {m: new_key("acme", m) for m in ("d1", "m2")}
+    for memory_id, key in sealed_by.items():
+        ring.add(key)
+        value = seal_write(orjson.loads(write(words, memory_id, at="2026-01-01T12:00:00Z")), key)
+        await w.writes((f"acme/{memory_id}", orjson.dumps(value)))
+    merged = Retire(AT_MERGE, Lifecycle.DELETED, "merged into s1", "s1")
+    deleted = Retire(AT_MERGE, Lifecycle.DELETED, "deleted through the API")
+    await w.writes(
+        ("acme/d1", orjson.dumps(decision_value("acme", "d1", merged))),
+        ("acme/m2", orjson.dumps(decision_value("acme", "m2", deleted))),
+    )
+    racing = new_key("acme", "d1")  # minted for a rewrite of d1 not applied yet
+    ring.add(racing)
+    later = RECEIVED - timedelta(minutes=5)  # 59 days after the merge
+    purges = {
+        "d1": Purge(later, "deleted for more than 720 h", state_changed_at=AT_MERGE, erase=True),
+        "m2": Purge(later, "deleted for more than 720 h", state_changed_at=AT_MERGE),
+    }
+    sent = await w.writes(
+        *((f"acme/{m}", orjson.dumps(decision_value("acme", m, p))) for m, p in purges.items())
+    )
+    assert letters(sent) == []
+    assert all(w.worker.processor.state(f"acme/{m}").purged for m in purges)  # type: ignore[union-attr]
+    assert keys.erased == [("acme", ["d1"])]
+    assert keys.only == [{"d1": {sealed_by["d1"].key_id}}]  # not the racing write's key
+    assert racing.key_id not in keys.only[0]["d1"]  # type: ignore[index]
+    await w.writes(
+        *((f"acme/{m}", orjson.dumps(decision_value("acme", m, p))) for m, p in purges.items())
+    )
+    assert keys.erased == [("acme", ["d1"])]  # again: its document is gone, nothing to erase
