@@ -22,6 +22,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import Field
 
+from memcore.errors import InvalidField
 from ranker.errors import Unavailable
 from ranker.problems import ADMIN, REUSED
 from ranker.wire import Body, presented_key
@@ -69,6 +70,19 @@ class TenantBody(Body):
         strict=True,  # as the tenants file and topic read it: "5" and true are no rate
         description="requests per second (null: the server's default; 0: unlimited)",
     )
+
+
+def body_field(field: str) -> str:
+    """A tenant's policy field (``policy.<section>...``, :func:`storage.tenants.tenant_of`) as
+    :class:`TenantBody` names it: ``policy.decay.preset`` is ``decay``,
+    ``policy.recall.weights.recency`` is ``overrides.recall.weights.recency``; others as given.
+    """
+    if field != "policy" and not field.startswith("policy."):
+        return field
+    section, _, rest = field.removeprefix("policy").lstrip(".").partition(".")
+    if section in ("decay", "lifecycle", "recall") and rest == "preset":
+        return section
+    return ".".join(p for p in ("overrides", section, rest) if p)
 
 
 async def admin(
@@ -120,6 +134,8 @@ def admin_routes(api: FastAPI) -> None:
             )
         except ReusedTenant as exc:
             raise HTTPException(409, str(exc)) from exc
+        except InvalidField as exc:
+            raise InvalidField(body_field(exc.field), exc.value, exc.reason) from exc
         assert changed is not None
         return changed.public()
 

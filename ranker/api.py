@@ -56,6 +56,7 @@ from ranker.wire import (
     session_of,
     tokens,
     under,
+    unencodable,
 )
 from storage import Filters, StorageError, to_us
 from storage.compacted import CompactedLogError
@@ -413,7 +414,10 @@ def _errors(api: FastAPI) -> None:
             loc = loc[1:]
         below = str((err.get("ctx") or {}).get("at", ""))  # a path inside the field (wire.Body)
         field = (_path(loc) + below).lstrip(".") or "$"
-        return _invalid(RecordError(field, err.get("input"), str(err.get("msg"))))
+        value = err.get("input")
+        if err.get("type") == "utf8":  # the text at that path, not the whole field
+            value = unencodable(value)[1]
+        return _invalid(RecordError(field, value, str(err.get("msg"))))
 
 
 def _writes(body: WriteBody, tenant_id: str, limits: Limits, now: datetime) -> list[dict[str, Any]]:

@@ -167,7 +167,7 @@ class TextBody(Body):
             raise PydanticCustomError(
                 "utf8",
                 "text that UTF-8 cannot carry (a lone surrogate)",
-                {"at": printable(_unencodable(value))},  # the path below the field: [0], .key
+                {"at": printable(unencodable(value)[0])},  # the path below the field: [0], .key
             )
         return value
 
@@ -221,17 +221,23 @@ def presented_key(bearer: HTTPAuthorizationCredentials | None, x_api_key: str | 
     return key.strip() if key else None
 
 
-def _unencodable(value: object) -> str:
-    """The path, below ``value``, of the first text UTF-8 cannot carry ("" for ``value``)."""
+def unencodable(value: object) -> tuple[str, object]:
+    """The path, below ``value``, of the first text UTF-8 cannot carry ("" for ``value``), and
+    that text (a key of an object, or the value at the path): what a ``utf8`` error names.
+    """
     if isinstance(value, dict):
         for k, v in value.items():
-            if _bad(k) or _bad(v):
-                return f".{k}" + ("" if _bad(k) else _unencodable(v))
+            if _bad(k):
+                return f".{k}", k
+            if _bad(v):
+                at, bad = unencodable(v)
+                return f".{k}{at}", bad
     if isinstance(value, list):
         for i, v in enumerate(value):
             if _bad(v):
-                return f"[{i}]" + _unencodable(v)
-    return ""
+                at, bad = unencodable(v)
+                return f"[{i}]{at}", bad
+    return "", value
 
 
 def _bad(value: object) -> bool:

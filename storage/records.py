@@ -292,7 +292,7 @@ def _first_error(exc: ValidationError) -> RecordError:
     return RecordError(path or "$", err.get("input"), err["msg"])
 
 
-_TIMES = ("at", "last_access")
+_TIMES = ("at", "last_access", "state_changed_at", "successor_at")
 """The fields of records that hold an event time."""
 
 
@@ -377,8 +377,9 @@ def decode_write(raw: bytes, limits: Limits, document: object = None) -> WriteRe
             document = _parse(raw)
         if isinstance(document, dict) and "sealed" in document:
             document, key_id = opened(document, limits)
-            raw = orjson.dumps(document)  # validated in JSON mode, as a clear write is
     try:
+        if key_id is not None:
+            raw = _reencoded(document)  # validated in JSON mode, as a clear write is
         return _write_record(raw, limits, key_id, document)
     except RecordError as exc:
         root = exc.field.split(".")[0].split("[")[0]
@@ -386,6 +387,17 @@ def decode_write(raw: bytes, limits: Limits, document: object = None) -> WriteRe
             raise
         # the reason goes to dead-letter: nothing of a sealed field in the clear, not its path
         raise RecordError(root, "<sealed>", exc.reason) from None
+
+
+def _reencoded(document: object) -> bytes:
+    """An opened sealed write as JSON bytes; RecordError naming a field nested over
+    :data:`MAX_METADATA_DEPTH` deep (orjson writes no more than 254 levels, though it reads
+    1,024: one plain field nested past that raised a TypeError that failed the whole batch).
+    """
+    if isinstance(document, dict):
+        for name, value in document.items():
+            _check_depth(str(name), value, MAX_METADATA_DEPTH)
+    return orjson.dumps(document)
 
 
 def checked_scope(field: str, value: str | None) -> str | None:

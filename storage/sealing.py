@@ -220,8 +220,7 @@ class KeyRing:
                 return True
             try:
                 marker = orjson.loads(value)
-                erased = frozenset(map(str, marker["erased"]))
-                users = frozenset(map(str, marker.get("users", ())))
+                erased, users = _texts(marker["erased"]), _texts(marker.get("users", []))
             except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
                 return False
             self.erased[memory] = erased
@@ -293,3 +292,12 @@ class KeyRing:
         if secret is None:
             raise SealError("sealed.key_id", f"unknown key {key_id!r} for {memory_id}")
         return unseal(sealed, secret, tenant_id, memory_id)
+
+
+def _texts(value: object) -> frozenset[str]:
+    """An erasure marker's list of texts; TypeError for anything else (a string is no list of
+    key ids: its characters are none).
+    """
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TypeError(f"expected a list of texts, not {value!r:.80}")
+    return frozenset(value)

@@ -491,6 +491,11 @@ class Processor:
         except Erased:
             batch.erased += 1  # erased since it was written: nothing of it is to be applied
             return None
+        except Exception as exc:  # a decoder's bug, not input: this record's alone, not the batch's
+            where = (message.topic, message.partition, message.offset)
+            log.exception("internal error decoding %s/%d@%d; sent to dead-letter", *where)
+            batch.out.append(internal_error(message, exc))
+            return None
         if message.key != record.key.encode():
             given = None if message.key is None else message.key.decode("utf-8", "replace")
             why = f"expected {record.key!r}: a memory's events are keyed tenant_id/memory_id"

@@ -5,6 +5,7 @@ that are not UTF-8 JSON, and ``/`` escaped into a memory id. Each is a 4xx namin
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 import httpx
@@ -95,6 +96,29 @@ async def test_filters_name_each_tag_and_tier_once() -> None:
 async def test_recall_takes_json_types_as_they_are(body: dict[str, Any], field: str) -> None:
     """Recall coerced "2" to a k and true to a number, where writes are strict."""
     assert refused(await recall(body)) == (422, field)
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "value"),
+    [
+        (
+            {"query": "tea", "filters": {"tags": ["work", "\ud800", "x"]}},
+            "filters.tags[1]",
+            "'\\ud800'",
+        ),
+        ({"query": "a\udc00b"}, "query", "'a\\udc00b'"),
+        ({"query": "tea", "filters": {"user_id": "ann\ud800"}}, "filters.user_id", "'ann\\ud800'"),
+    ],
+)
+async def test_text_utf8_cannot_carry_is_shown_where_it_is_named(
+    body: dict[str, Any], field: str, value: str
+) -> None:
+    """A lone surrogate in a recall list was named by its place but shown as the whole list."""
+    headers = AUTH | {"content-type": "application/json"}
+    async with client(Asked()) as http:  # escaped as \\ud800: UTF-8 cannot carry it raw
+        reply = await http.post("/v1/recall", content=json.dumps(body), headers=headers)
+    assert refused(reply) == (422, field), reply.text
+    assert reply.json()["detail"].startswith(f"{field}={value}: "), reply.text
 
 
 async def test_times_are_still_text_in_strict_bodies() -> None:

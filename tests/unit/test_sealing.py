@@ -133,6 +133,38 @@ def test_bad_sealed_writes_name_their_field(
     assert err.value.field == field
 
 
+@pytest.mark.parametrize(("name", "field"), [("tags", "tags"), ("extra", "extra")])
+def test_a_sealed_write_nested_past_what_json_writes_names_its_field(name: str, field: str) -> None:
+    """An opened sealed write is encoded again to be validated; orjson writes at most 254
+    levels (it reads 1,024): one plain field nested 300 deep raised a TypeError, which failed
+    the worker's whole batch, good records and all.
+    """
+    key = new_key("acme", "m1")
+    raw = orjson.dumps(seal_write(clear_write(), key))[:-1]
+    raw += f',"{name}":'.encode() + b"[" * 300 + b"]" * 300 + b"}"
+    with pytest.raises(RecordError) as err:
+        decode_write(raw, limits(ring_with(key)))
+    assert err.value.field == field
+
+
+@pytest.mark.parametrize(
+    "marker",
+    [
+        {"erased": "abcdef"},  # a string's characters are no key ids
+        {"erased": ["k1", 7]},
+        {"erased": ["k1"], "users": "ann"},
+        {"erased": {"k1": 1}},
+    ],
+)
+def test_an_erasure_marker_of_other_types_is_not_applied(marker: dict[str, object]) -> None:
+    key = new_key("acme", "m1")
+    ring = ring_with(key)
+    assert not ring.apply(b"acme/m1", orjson.dumps(marker))
+    assert ring.of_memory("acme", "m1") == [key]  # the key stays live, nothing marked
+    assert not ring.erased
+    assert not ring.erased_users
+
+
 def test_an_unknown_key_is_an_error_and_an_erased_one_is_not() -> None:
     key = new_key("acme", "m1")
     raw = orjson.dumps(seal_write(clear_write(), key))

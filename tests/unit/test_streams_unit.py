@@ -575,6 +575,9 @@ def decision_bytes(**kw: object) -> bytes:
         ({"v": 1.0}, "v"),
         ({"reason": ""}, "reason"),
         ({"decision": "purge", "erase": "yes"}, "erase"),
+        # pydantic reads number text as Unix seconds: a time the producer never meant
+        ({"decision": "purge", "state_changed_at": "1700000000"}, "state_changed_at"),
+        ({"decision": "reinstate", "by": "m2", "successor_at": "1.7e9"}, "successor_at"),
     ],
 )
 def test_bad_decisions_name_their_field(kw: dict[str, object], field: str) -> None:

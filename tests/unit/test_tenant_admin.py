@@ -302,10 +302,17 @@ async def test_admin_routes_create_a_tenant_whose_new_key_works_at_once() -> Non
         again = await http.put("/v1/admin/tenants/initech", json={}, headers=bearer(ADMIN))
         assert again.json()["key_ids"] == [key_hash(api_key)[:12]]
         assert again.json()["recall"] == "mnemostream"
-        bad = await http.put(
-            "/v1/admin/tenants/initech", json={"decay": "nope"}, headers=bearer(ADMIN)
-        )
-        assert (bad.status_code, bad.json()["field"]) == (422, "policy.decay.preset")
+        for body, field in (  # named as the body has them, not as the policy's path
+            ({"decay": "nope"}, "decay"),
+            (
+                {"overrides": {"recall": {"weights": {"recency": -1}}}},
+                "overrides.recall.weights.recency",
+            ),
+            ({"overrides": {"recall": {"weightz": 1}}}, "overrides.recall.weightz"),
+            ({"rate_limit_per_s": -1}, "rate_limit_per_s"),
+        ):
+            bad = await http.put("/v1/admin/tenants/initech", json=body, headers=bearer(ADMIN))
+            assert (bad.status_code, bad.json()["field"]) == (422, field), bad.text
         revoked = await http.delete(
             f"/v1/admin/tenants/initech/keys/{key_hash(api_key)[:12]}", headers=bearer(ADMIN)
         )

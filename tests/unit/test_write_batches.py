@@ -22,11 +22,18 @@ from aiokafka.errors import KafkaTimeoutError
 from memcore import Lifecycle, Purge, Retire, Succeeds, Supersede
 from storage import Filters, Hit, MemoryRow, StorageError
 from storage.key_log import KeyLogError
-from storage.records import Limits, decision_value, encode_access, encode_write
+from storage.records import (
+    Limits,
+    decision_value,
+    decode_memory_event,
+    encode_access,
+    encode_write,
+)
 from storage.sealing import DataKey, KeyRing, erasure_record, new_key, seal_write
 from storage.tenant_log import TenantLog
 from storage.tenants import TenantRegistry
 from streams import app, topics
+from streams import processor as processor_module
 from streams.app import Services, StreamWorker, _inbound, applied_again
 from streams.processor import MAX_PARKED_BYTES, Processor
 from streams.rebuild import ResyncMarker
@@ -1445,3 +1452,29 @@ async def test_a_merged_duplicates_purge_erases_the_key_of_its_words_alone(
         *((f"acme/{m}", orjson.dumps(decision_value("acme", m, p))) for m, p in purges.items())
     )
     assert keys.erased == [("acme", ["d1"])]  # again: its document is gone, nothing to erase
+
+
+async def test_a_decoders_bug_dead_letters_its_record_and_the_batch_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decoder raising anything but RecordError (a sealed write nested past what orjson
+    writes raised TypeError) failed the whole batch: its good records were never applied,
+    retried until the agent gave up.
+    """
+    real = decode_memory_event
+
+    def buggy(raw: bytes, limits: Limits) -> Any:
+        if b"poison" in raw:
+            raise TypeError("Recursion limit reached")
+        return real(raw, limits)
+
+    monkeypatch.setattr(processor_module, "decode_memory_event", buggy)
+    w = Worker(tmp_path, Embedder({"alpha": X, "gamma": Y, "poison": X}))
+    sent = await w.writes(
+        ("acme/m1", write("alpha", "m1")),
+        ("acme/m2", write("poison", "m2")),
+        ("acme/m3", write("gamma", "m3")),
+    )
+    assert [(k, f) for k, f, _ in letters(sent)] == [(b"acme/m2", "$")]
+    assert "internal error: TypeError" in letters(sent)[0][2]
+    assert sorted(w.store.rows) == ["acme/m1", "acme/m3"]
