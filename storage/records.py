@@ -390,14 +390,21 @@ def decode_write(raw: bytes, limits: Limits, document: object = None) -> WriteRe
 
 
 def _reencoded(document: object) -> bytes:
-    """An opened sealed write as JSON bytes; RecordError naming a field nested over
-    :data:`MAX_METADATA_DEPTH` deep (orjson writes no more than 254 levels, though it reads
-    1,024: one plain field nested past that raised a TypeError that failed the whole batch).
+    """An opened sealed write as JSON bytes; RecordError naming the field that JSON cannot carry
+    again (orjson writes at most 254 levels, though it reads 1,024: one plain field nested past
+    that raised a TypeError that failed the whole batch). Checked only when encoding fails: a
+    write's embedding is no list to walk on every write.
     """
-    if isinstance(document, dict):
-        for name, value in document.items():
+    try:
+        return orjson.dumps(document)
+    except orjson.JSONEncodeError as exc:
+        for name, value in document.items() if isinstance(document, dict) else ():
             _check_depth(str(name), value, MAX_METADATA_DEPTH)
-    return orjson.dumps(document)
+            try:
+                orjson.dumps(value)
+            except orjson.JSONEncodeError:
+                raise RecordError(str(name), "<value>", f"not encodable as JSON: {exc}") from exc
+        raise RecordError("$", "<sealed write>", f"not encodable as JSON: {exc}") from exc
 
 
 def checked_scope(field: str, value: str | None) -> str | None:
