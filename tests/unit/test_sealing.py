@@ -23,7 +23,7 @@ from storage import Document, Filters, MemoryRow, MilvusConfig, StorageError, co
 from storage.changelogs import DocumentRows, Record, Unreadable
 from storage.changelogs import Tables as RebuildTables
 from storage.embedding import Hashing
-from storage.key_log import KeyLog
+from storage.key_log import KeyLog, KeyLogError
 from storage.milvus import Hit
 from storage.records import DecisionRecord, Limits, RecordError, decision_value, decode_write
 from storage.sealing import (
@@ -743,3 +743,156 @@ def test_an_erasure_finds_copies_whatever_the_order_of_its_ids_and_leaves_unknow
 
     assert erased(["A", "B"]) == erased(["B", "A"]) == {"A", "B", "C"}
     assert erased(["s9"]) == set()
+
+
+# -- what a mutation review found no test pinned: erasure's order and its reads of the keys topic --
+
+ERASED_AT = datetime(2026, 3, 1, 13, tzinfo=UTC)
+V4 = (1.0, 0.0, 0.0, 0.0)
+
+
+def service_on(keys: KeyLog) -> tuple[RecallService, Sent]:
+    sent = Sent()
+    return RecallService(UserRows(), Hashing(4), sent, keys=keys), sent  # type: ignore[arg-type]
+
+
+def test_erasing_a_source_erases_the_copies_of_its_summaries_too() -> None:
+    """A summary's copies (a duplicate merged into it, a tags-only PATCH version) hold the
+    source's words as much as the summary does: erasing the source erases them as well.
+    """
+    keys = LocalKeys()
+    service, _ = service_on(keys)
+    asyncio.run(keys.mint([("acme", m, None) for m in ("m1", "s1", "d1", "s1v2")]))
+    summary = "Summary. " + SECRET_WORDS
+    service.store = RowsNotPurgedYet(  # type: ignore[assignment]
+        [
+            make_row("acme", "m1", V4, content=SECRET_WORDS),
+            make_row(
+                "acme", "s1", V4, content=summary, summary_of=("m1", "c1"), superseded_by="s1v2"
+            ),
+            make_row("acme", "s1v2", V4, content=summary),
+            make_row("acme", "d1", V4, content=summary, merged_into="s1", state="deleted"),
+        ]
+    )
+    erasure = asyncio.run(service.erase("acme", ["m1"], ERASED_AT))
+    assert erasure.summaries == ("s1",)
+    assert set(erasure.copies) == {"d1", "s1v2"}
+    assert keys.ring.erased_memory("acme", "d1")
+    assert keys.ring.erased_memory("acme", "s1v2")
+
+
+def test_an_erasure_the_keys_topic_refuses_deletes_nothing() -> None:
+    """Keys first, then the delete and purge: a keys topic that refuses the tombstones leaves the
+    memory as it was (the call can be repeated), never deleted with its words readable in the log.
+    """
+
+    class Refusing(LocalKeys):
+        refuse = False
+
+        async def publish(
+            self, records: Sequence[tuple[bytes, bytes | None]], *, applied: bool = True
+        ) -> list[int]:
+            if self.refuse:
+                raise KeyLogError("NotEnoughReplicas")
+            return await super().publish(records, applied=applied)
+
+    keys = Refusing()
+    service, sent = service_on(keys)
+    write = {"content": SECRET_WORDS, "at": "2026-03-01T12:00:00+00:00"}
+    (m1,), _ = asyncio.run(service.write("acme", [write]))
+    service.store = RowsNotPurgedYet([make_row("acme", m1, V4, content=SECRET_WORDS)])  # type: ignore[assignment]
+    keys.refuse = True
+    with pytest.raises(KeyLogError):
+        asyncio.run(service.erase("acme", [m1], ERASED_AT))
+    assert [v["decision"] for v in sent.values if "decision" in v] == []
+
+
+def test_an_erasure_reads_the_keys_minted_elsewhere_first() -> None:
+    """A key another ranker minted and this one has not read yet is erased too: the erasure
+    reads the topic to its end before it tombstones.
+    """
+    elsewhere = new_key("acme", "m1", "ann")
+
+    class Behind(LocalKeys):
+        async def catch_up(self, timeout_s: float | None = None, *, refresh: bool = False) -> None:
+            self.apply(*key_record(elsewhere))
+
+    keys = Behind()
+    assert asyncio.run(keys.erase("acme", ["m1"])) == {"m1": 1}
+    assert (elsewhere.record_key, None) in keys.published
+    assert keys.ring.is_erased("acme", "m1", elsewhere.key_id)
+
+
+def test_a_sealed_write_under_a_key_not_read_yet_reads_the_keys_topic_once() -> None:
+    """A worker meeting a write sealed under a key it has not read reads the topic through
+    (else the write were dead-lettered for want of it); a known key costs no read.
+    """
+    keys = KeyLog("127.0.0.1:1", "t.memory-keys")
+    reads: list[int] = []
+
+    async def read_through(*_: object, **__: object) -> None:
+        reads.append(1)
+
+    keys.read_through = read_through  # type: ignore[method-assign]
+    key = new_key("acme", "m1")
+    value = orjson.dumps(seal_write(clear_write(), key))
+    asyncio.run(keys.know([value]))
+    assert reads == [1]
+    keys.ring.add(key)
+    asyncio.run(keys.know([value]))
+    assert reads == [1]
+
+
+def test_an_erased_memory_counts_as_keyed_no_more() -> None:
+    """A tenant's erasure erases until no memory has a key; an erased one left counted (its
+    keys' dict empty) made every such erasure answer 503 after its rounds.
+    """
+    keys = LocalKeys()
+    service, _ = service_on(keys)
+    asyncio.run(keys.mint([("acme", "m1", None)]))
+    asyncio.run(keys.erase("acme", ["m1"]))
+    assert keys.ring.memories("acme") == set()
+    assert asyncio.run(service.keyed_memories("acme")) == []
+
+
+def test_a_repeated_user_erasure_reads_the_markers_of_other_rankers() -> None:
+    """A user's erasure that failed on another ranker is found by the repeat on this one: it
+    reads the keys topic before it looks for the user's erased memories.
+    """
+
+    class Behind(LocalKeys):
+        async def catch_up(self, timeout_s: float | None = None, *, refresh: bool = False) -> None:
+            self.apply(*erasure_record("acme", "m1", ["k1"], ["ann"]))
+
+    service, _ = service_on(Behind())
+    assert asyncio.run(service.erased_user_memories("acme", "ann")) == ["m1"]
+
+
+def test_a_memory_written_again_after_a_failed_user_erasure_is_not_that_users() -> None:
+    """Its new version (another user's, or the same user's new words) has a live key: the
+    repeat of the failed erasure must not take it for erased and erase its summaries.
+    """
+    ring = KeyRing()
+    ring.apply(*erasure_record("acme", "m1", ["k1"], ["ann"]))
+    ring.add(new_key("acme", "m1", "bob"))
+    assert ring.erased_of_user("acme", "ann") == set()
+
+
+def test_an_erased_memory_stays_hidden_while_the_keys_topic_cannot_be_read() -> None:
+    """Its row awaits the worker's purge; while the keys topic does not answer, the markers read
+    so far still hide it from reads (it was shown again, words and all).
+    """
+    keys = LocalKeys()
+    service, _ = service_on(keys)
+    writes = [{"content": c, "at": "2026-03-01T12:00:00+00:00"} for c in (SECRET_WORDS, "kept")]
+    (m1, m2), _ = asyncio.run(service.write("acme", writes))
+    rows = [make_row("acme", m1, V4, content=SECRET_WORDS), make_row("acme", m2, V4)]
+    service.store = RowsNotPurgedYet(rows)  # type: ignore[assignment]
+    asyncio.run(service.erase("acme", [m1], ERASED_AT))
+
+    async def down(timeout_s: float | None = None, *, refresh: bool = False) -> None:
+        raise KeyLogError("the keys topic does not answer")
+
+    keys.catch_up = down  # type: ignore[method-assign]
+    assert asyncio.run(service.get("acme", m1)) is None
+    assert sorted(asyncio.run(service.get_many("acme", [m1, m2]))) == [m2]

@@ -35,7 +35,7 @@ from storage.tenants import TenantRegistry
 from streams import app, topics
 from streams import processor as processor_module
 from streams.app import Services, StreamWorker, _inbound, applied_again
-from streams.processor import MAX_PARKED_BYTES, Processor
+from streams.processor import MAX_PARKED_BYTES, Batch, Inbound, Processor
 from streams.rebuild import ResyncMarker
 from tests.rows import make_row
 
@@ -1478,3 +1478,78 @@ async def test_a_decoders_bug_dead_letters_its_record_and_the_batch_goes_on(
     assert [(k, f) for k, f, _ in letters(sent)] == [(b"acme/m2", "$")]
     assert "internal error: TypeError" in letters(sent)[0][2]
     assert sorted(w.store.rows) == ["acme/m1", "acme/m3"]
+
+
+async def test_a_refused_summarys_keys_are_erased_only_once_its_decisions_are_acknowledged(
+    tmp_path: Path,
+) -> None:
+    """The restore of its sources goes first: keys erased before the broker acknowledged it,
+    a batch that then failed met the summary again unopenable, skipped it, and its sources
+    stayed archived into a summary that never was (out of recall for good).
+    """
+    w = Worker(tmp_path, Embedder({SUMMARY: X}))
+    keys = with_keys(w, erased_ring("c1"))
+    unacknowledged: list[asyncio.Future[None]] = []
+
+    async def send(key: bytes, value: bytes) -> asyncio.Future[None]:
+        w.sent.append(("memory-writes", key, orjson.loads(value)))
+        unacknowledged.append(asyncio.get_running_loop().create_future())
+        return unacknowledged[-1]
+
+    w.worker.topics["memory-writes"].send = send  # type: ignore[method-assign, assignment]
+    batch = asyncio.create_task(
+        w.writes(("acme/s1", write(SUMMARY, "s1", summary_of=["c1", "c2"])))
+    )
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert unacknowledged  # the restore of c2, sent
+    assert keys.erased == []
+    for future in unacknowledged:
+        future.set_result(None)
+    await batch
+    assert keys.erased == [("acme", ["s1"])]
+
+
+async def test_a_summary_is_rechecked_against_the_erasures_read_after_its_row_landed(
+    tmp_path: Path,
+) -> None:
+    """An erasure writes its markers, then searches Milvus for the summaries: one whose row
+    lands between the two is found by neither unless the worker reads the markers after its
+    row is in Milvus (the recheck after the sync): then it is deleted, purged, its key erased.
+    """
+    w = Worker(tmp_path, Embedder({SUMMARY: X}))
+    keys = with_keys(w, KeyRing())
+    upsert = w.store.upsert
+
+    def racing(rows: Sequence[MemoryRow]) -> int:
+        keys.arriving.append([marker("c1")])  # c1's erasure: its search ran just before
+        return upsert(rows)
+
+    w.store.upsert = racing  # type: ignore[method-assign]
+    sent = await w.writes(("acme/s1", write(SUMMARY, "s1", summary_of=["c1", "c2"])))
+    decided = [(k, v["decision"]) for role, k, v in sent if role == "memory-writes"]
+    assert (b"acme/s1", "retire") in decided
+    assert (b"acme/s1", "purge") in decided
+    assert keys.erased == [("acme", ["s1"])]
+
+
+async def test_a_parked_access_of_a_known_memory_is_applied_before_a_later_one(
+    tmp_path: Path,
+) -> None:
+    """A later access of a memory that still has an access parked releases the parked one
+    first: applied after it, the parked one was skipped by its offset (an access lost).
+    """
+    w = Worker(tmp_path, Embedder({"hello": X}))
+    await w.writes(("acme/m1", write("hello")))
+    processor, batch = w.worker.processor, Batch()
+
+    def message(offset: int, at: str) -> Inbound:
+        return Inbound("access-events", 0, offset, b"acme/m1", access("m1", at))
+
+    processor._park(b"acme/m1", "m1", message(5, "2026-03-01T12:05:00+00:00"), batch)
+    processor.access(message(6, "2026-03-01T12:06:00+00:00"), batch, writes_caught_up=True)
+    processor.expire_pending(0, batch)
+    state = processor.state("acme/m1")
+    assert state is not None
+    assert state.access_count == 2
+    assert [o for o in batch.out if o.role == "dead-letter"] == []
