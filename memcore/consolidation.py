@@ -272,12 +272,15 @@ def archive_sweep(items: Sequence[Item], at: datetime, policy: Policy) -> list[D
     return out
 
 
-def purge_due(items: Sequence[Item], at: datetime, policy: Policy) -> list[Decision]:
+def purge_due(
+    items: Sequence[Item], at: datetime, policy: Policy, stored: Sequence[Item] = ()
+) -> list[Decision]:
     """Forgotten and deleted memories past the retention window; the reason says when a purge
-    also erases the memory's key (:func:`purge_erases`).
+    also erases the memory's key (:func:`purge_erases`, judged on ``stored``, every memory of
+    the tenant, as :func:`to_events` judges it; default: ``items``).
     """
     window = hours_span(policy.consolidation.retention_window_hours)
-    by_id = {i.memory_id: i for i in items}
+    by_id = {i.memory_id: i for i in stored or items}
     return [
         Decision(
             DecisionKind.PURGE,
@@ -455,7 +458,7 @@ def plan(
     if Strategy.ARCHIVE in chosen:
         consume(archive_sweep(live, at, policy))
     if Strategy.PURGE in chosen:
-        consume(purge_due(items, at, policy))
+        consume(purge_due(items, at, policy, stored))
     if Strategy.SUCCESSORS in chosen:
         every = {i.memory_id for i in items}
         consume([d for d in orphaned_versions(stored) if d.target in every])

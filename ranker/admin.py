@@ -14,7 +14,7 @@ is named by the first 12 hex digits of its digest (``key_id``).
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -72,15 +72,17 @@ class TenantBody(Body):
     )
 
 
-def body_field(field: str) -> str:
+def body_field(field: str, overrides: Mapping[str, Any]) -> str:
     """A tenant's policy field (``policy.<section>...``, :func:`storage.tenants.tenant_of`) as
-    :class:`TenantBody` names it: ``policy.decay.preset`` is ``decay``,
-    ``policy.recall.weights.recency`` is ``overrides.recall.weights.recency``; others as given.
+    :class:`TenantBody` names it: ``policy.decay.preset`` is ``decay`` (``overrides.decay.preset``
+    when the body's ``overrides`` give the preset), ``policy.recall.weights.recency`` is
+    ``overrides.recall.weights.recency``; others as given.
     """
     if field != "policy" and not field.startswith("policy."):
         return field
     section, _, rest = field.removeprefix("policy").lstrip(".").partition(".")
-    if section in ("decay", "lifecycle", "recall") and rest == "preset":
+    overridden = rest in (overrides.get(section) or {})
+    if section in ("decay", "lifecycle", "recall") and rest == "preset" and not overridden:
         return section
     return ".".join(p for p in ("overrides", section, rest) if p)
 
@@ -135,7 +137,8 @@ def admin_routes(api: FastAPI) -> None:
         except ReusedTenant as exc:
             raise HTTPException(409, str(exc)) from exc
         except InvalidField as exc:
-            raise InvalidField(body_field(exc.field), exc.value, exc.reason) from exc
+            field = body_field(exc.field, settings["overrides"])
+            raise InvalidField(field, exc.value, exc.reason) from exc
         assert changed is not None
         return changed.public()
 

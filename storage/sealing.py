@@ -220,9 +220,13 @@ class KeyRing:
                 return True
             try:
                 marker = orjson.loads(value)
-                erased, users = _texts(marker["erased"]), _texts(marker.get("users", []))
+                erased = _texts(marker["erased"])
             except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
                 return False
+            try:  # a bad list of users costs the repeat of a user's erasure, not the erasure
+                users = _texts(marker.get("users", []))
+            except TypeError:
+                users = frozenset()
             self.erased[memory] = erased
             if users:
                 self.erased_users[memory] = users

@@ -486,6 +486,7 @@ class StreamWorker:
             self.write_done[partition] = max(self.write_done.get(partition, 0), after)
         if batch.erased:
             log.info("%d writes of memories erased since were skipped", batch.erased)
+        await self.erase_dropped(batch)
         await self.expire_parked(batch, events)
         await self.sync(batch)
         await self.recheck_summaries(batch)
@@ -840,21 +841,32 @@ class StreamWorker:
 
         return key_of
 
+    async def erase_dropped(self, batch: Batch) -> None:
+        """Erase the keys of the documents of the merged duplicates this batch purged
+        (:class:`memcore.Purge`'s ``erase``, :meth:`streams.processor.Processor.decision`)
+        right after its records are applied, before any later step of the batch can fail: a
+        batch applied again, or redelivered, meets the purge as done, its document gone, and
+        would erase nothing (only a crash between the two leaves the key live). Retried while
+        the keys topic cannot be written (:meth:`erase_keys`). Not in a replay (the live
+        worker's erasures are on the keys topic already).
+        """
+        if self.replay or not batch.dropped_keys:
+            return
+        await self.erase_keys(list(batch.dropped_keys), only=batch.dropped_keys)
+
     async def erase_unwritten(self, batch: Batch, decided: Sequence[Awaitable[Any]]) -> None:
         """Erase the keys of the summaries this batch refused or erased for quoting an erased
-        memory (:meth:`streams.processor.Processor.quotes_erased`, :meth:`recheck_summaries`),
-        and the document keys of the merged duplicates it purged (:class:`memcore.Purge`'s
-        ``erase``): their sealed writes stay in the log, and no process may open them. Only
-        once the batch's decisions (``decided``: the restores of their sources, their deletes
-        and purges) are acknowledged: a batch applied again or redelivered finds their writes
+        memory (:meth:`streams.processor.Processor.quotes_erased`, :meth:`recheck_summaries`):
+        their sealed writes stay in the log, and no process may open them. Only once the
+        batch's decisions (``decided``: the restores of their sources, their deletes and
+        purges) are acknowledged: a batch applied again or redelivered finds their writes
         still open, and decides the same again. Not in a replay (it produces nothing: the live
         worker's erasures are on the keys topic already).
         """
-        if self.replay or not (batch.unwritten or batch.dropped_keys):
+        if self.replay or not batch.unwritten:
             return
         await asyncio.gather(*decided)
         await self.erase_keys(batch.unwritten)
-        await self.erase_keys(list(batch.dropped_keys), only=batch.dropped_keys)
 
     async def recheck_summaries(self, batch: Batch) -> None:
         """The summaries this batch made or met again, checked once their rows are in Milvus: a

@@ -655,8 +655,10 @@ class Processor:
 
     def _drop_key(self, record: DecisionRecord, batch: Batch) -> None:
         """Queue the erasure of the key sealing ``record``'s memory's document (a merged
-        duplicate's purge, :class:`memcore.Purge`): the words it was merged with. Only that key:
-        one minted since, for a write of the same id racing the purge, seals other words.
+        duplicate's purge, :class:`memcore.Purge`): the words it was merged with, erased right
+        after the batch's records are applied (``streams.app.StreamWorker.erase_dropped``). Only that
+        key: one minted since, for a write of the same id racing the purge, seals a write not
+        applied yet; keys of earlier writes of the same id stay too (erase those by id).
         """
         doc = self.document(record.key)
         if doc is not None and doc.key_id is not None:

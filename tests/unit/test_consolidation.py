@@ -200,6 +200,8 @@ def test_a_merged_duplicates_purge_erases_its_key_and_no_other_purge_does() -> N
             gone("dup-of-sum", "sum"),
             gone("orphan", "purged-long-ago"),
             gone("mine"),
+            dataclasses.replace(item("late", (1.0, 0.0)), created_at=at + hours(1)),
+            gone("dup-of-late", "late"),  # its survivor written after the plan's time
         )
     }
     decisions = plan("t", list(items.values()), at, POLICY, [Strategy.PURGE])
@@ -215,6 +217,7 @@ def test_a_merged_duplicates_purge_erases_its_key_and_no_other_purge_does() -> N
         "dup-of-sum": True,
         "orphan": False,
         "mine": False,
+        "dup-of-late": True,
     }
     state, effects = apply(
         dataclasses.replace(created(memory_id="dup"), state=Lifecycle.DELETED),

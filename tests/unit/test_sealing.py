@@ -147,12 +147,23 @@ def test_a_sealed_write_nested_past_what_json_writes_names_its_field(name: str, 
     assert err.value.field == field
 
 
+def test_an_erasure_marker_with_a_bad_list_of_users_still_erases() -> None:
+    """Its users only let a failed user erasure be repeated; its key ids are what a reader
+    that missed the tombstones must not open.
+    """
+    key = new_key("acme", "m1")
+    ring = ring_with(key)
+    assert ring.apply(b"acme/m1", orjson.dumps({"erased": [key.key_id], "users": [None]}))
+    assert ring.is_erased("acme", "m1", key.key_id)
+    assert ring.of_memory("acme", "m1") == []
+    assert not ring.erased_users
+
+
 @pytest.mark.parametrize(
     "marker",
     [
         {"erased": "abcdef"},  # a string's characters are no key ids
         {"erased": ["k1", 7]},
-        {"erased": ["k1"], "users": "ann"},
         {"erased": {"k1": 1}},
     ],
 )

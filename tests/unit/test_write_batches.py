@@ -1451,7 +1451,7 @@ async def test_a_merged_duplicates_purge_erases_the_key_of_its_words_alone(
     await w.writes(
         *((f"acme/{m}", orjson.dumps(decision_value("acme", m, p))) for m, p in purges.items())
     )
-    assert keys.erased == [("acme", ["d1"])]  # again: its document is gone, nothing to erase
+    assert keys.erased == [("acme", ["d1"])]  # redelivered: erased on its first delivery
 
 
 async def test_a_decoders_bug_dead_letters_its_record_and_the_batch_goes_on(
@@ -1553,3 +1553,46 @@ async def test_a_parked_access_of_a_known_memory_is_applied_before_a_later_one(
     assert state is not None
     assert state.access_count == 2
     assert [o for o in batch.out if o.role == "dead-letter"] == []
+
+
+async def test_a_merged_duplicates_key_is_erased_though_its_purges_batch_is_applied_again(
+    tmp_path: Path,
+) -> None:
+    """A batch that failed after the purge was applied (a decision not acknowledged, Milvus
+    down) is applied again and meets the purge as done, its document gone: the key was to be
+    erased only at the batch's end, and never was. It is erased right after the records.
+    """
+    words = "Ann's PIN is 4711"
+    w = Worker(tmp_path, Embedder({words: X}))
+    ring = KeyRing()
+    keys = with_keys(w, ring)
+    key = new_key("acme", "d1")
+    ring.add(key)
+    value = seal_write(orjson.loads(write(words, "d1", at="2026-01-01T12:00:00Z")), key)
+    await w.writes(("acme/d1", orjson.dumps(value)))
+    merged = Retire(AT_MERGE, Lifecycle.DELETED, "merged into s1", "s1")
+    await w.writes(("acme/d1", orjson.dumps(decision_value("acme", "d1", merged))))
+    purge = Purge(RECEIVED - timedelta(minutes=5), "p", state_changed_at=AT_MERGE, erase=True)
+    w.offset += 1
+    raw = orjson.dumps(decision_value("acme", "d1", purge))
+    events = [Event(Message("memory-writes", 0, w.offset, b"acme/d1", raw))]
+    supersede, failed = w.worker.supersede, list[bool]()
+
+    async def failing_once(batch: Any) -> None:
+        if not failed:
+            failed.append(True)
+            raise StorageError("search", "Milvus did not answer", retriable=True)
+        await supersede(batch)
+
+    w.worker.supersede = failing_once  # type: ignore[method-assign]
+
+    async def no_wait(_: float) -> None:
+        return None
+
+    await applied_again(lambda: w.worker.on_writes(events), "writes", sleep=no_wait)
+    assert failed
+    state = w.worker.processor.state("acme/d1")
+    assert state is not None
+    assert state.purged
+    assert keys.erased == [("acme", ["d1"])]
+    assert keys.only == [{"d1": {key.key_id}}]
