@@ -300,12 +300,15 @@ def purge_erases(item: Item, items: Mapping[str, Item]) -> bool:
     """The purge of ``item`` also erases its data key: it is a duplicate merged into a survivor
     (:func:`merged_duplicate`, judged on the survivor in ``items``; one not there leaves the key
     as it is), whose words it repeats. Once its row is purged, no link leads an erasure of the
-    survivor to it, and its sealed write would stay readable in the log for good. A summary's
-    source deleted since is kept: the summary's replay needs its key.
+    survivor to it, and its sealed write would stay readable in the log for good. A memory any
+    summary in ``items`` lists among its sources is kept (archived into it once, brought back
+    by an access, merged since): the summary's replay opens it by that key.
     """
     survivor = items.get(item.merged_into)
     summary_of = survivor.summary_of if survivor is not None else None
-    return merged_duplicate(item.memory_id, item.state.value, item.merged_into, summary_of)
+    if not merged_duplicate(item.memory_id, item.state.value, item.merged_into, summary_of):
+        return False
+    return not any(item.memory_id in other.summary_of for other in items.values())
 
 
 def orphaned_versions(items: Sequence[Item]) -> list[Decision]:

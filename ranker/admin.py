@@ -72,17 +72,21 @@ class TenantBody(Body):
     )
 
 
-def body_field(field: str, overrides: Mapping[str, Any]) -> str:
+def body_field(field: str, value: object, body: Mapping[str, Any]) -> str:
     """A tenant's policy field (``policy.<section>...``, :func:`storage.tenants.tenant_of`) as
-    :class:`TenantBody` names it: ``policy.decay.preset`` is ``decay`` (``overrides.decay.preset``
-    when the body's ``overrides`` give the preset), ``policy.recall.weights.recency`` is
-    ``overrides.recall.weights.recency``; others as given.
+    :class:`TenantBody` ``body`` names it: ``policy.decay.preset`` is ``decay`` when the bad
+    ``value`` is the body's ``decay`` (else ``overrides.decay.preset``, the one its overrides
+    gave), ``policy.recall.weights.recency`` is ``overrides.recall.weights.recency``; others as
+    given.
     """
     if field != "policy" and not field.startswith("policy."):
         return field
     section, _, rest = field.removeprefix("policy").lstrip(".").partition(".")
-    overridden = rest in (overrides.get(section) or {})
-    if section in ("decay", "lifecycle", "recall") and rest == "preset" and not overridden:
+    if (
+        section in ("decay", "lifecycle", "recall")
+        and rest == "preset"
+        and body.get(section) == value
+    ):
         return section
     return ".".join(p for p in ("overrides", section, rest) if p)
 
@@ -137,7 +141,7 @@ def admin_routes(api: FastAPI) -> None:
         except ReusedTenant as exc:
             raise HTTPException(409, str(exc)) from exc
         except InvalidField as exc:
-            field = body_field(exc.field, settings["overrides"])
+            field = body_field(exc.field, exc.value, settings)
             raise InvalidField(field, exc.value, exc.reason) from exc
         assert changed is not None
         return changed.public()

@@ -70,6 +70,10 @@ class KeyLog(CompactedLog):
         """See :meth:`storage.sealing.Opener.is_erased` (as read so far: no catch-up)."""
         return self.ring.is_erased(tenant_id, memory_id, key_id)
 
+    def of_memory(self, tenant_id: str, memory_id: str) -> list[DataKey]:
+        """See :meth:`storage.sealing.Opener.of_memory` (as read so far: no catch-up)."""
+        return self.ring.of_memory(tenant_id, memory_id)
+
     async def mint(self, memories: Sequence[tuple[str, str, str | None]]) -> list[DataKey]:
         """A fresh key for each ``(tenant, memory, user)``, acknowledged on the topic by every
         in-sync replica before this returns (a sealed write is produced only after its key).

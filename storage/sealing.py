@@ -58,6 +58,10 @@ class Opener(Protocol):
         """True when this key of the memory was erased (whatever keys it has since)."""
         ...
 
+    def of_memory(self, tenant_id: str, memory_id: str) -> list[DataKey]:
+        """The memory's live keys, as read so far."""
+        ...
+
 
 class SealError(ValueError):
     """A sealed value that cannot be opened: ``field`` names the part, ``reason`` says why."""

@@ -656,12 +656,18 @@ class Processor:
     def _drop_key(self, record: DecisionRecord, batch: Batch) -> None:
         """Queue the erasure of the key sealing ``record``'s memory's document (a merged
         duplicate's purge, :class:`memcore.Purge`): the words it was merged with, erased right
-        after the batch's records are applied (``streams.app.StreamWorker.erase_dropped``). Only that
-        key: one minted since, for a write of the same id racing the purge, seals a write not
-        applied yet; keys of earlier writes of the same id stay too (erase those by id).
+        after the batch's records are applied (``streams.app.StreamWorker.erase_dropped``).
+        Only when that is the one key the memory has: with another, the memory was written more
+        than once (a replay would apply its other writes, and not the merge, whose words were
+        the erased ones: the memory back, active) or a write of its id is on its way (its key
+        minted, the write not applied yet: erased, an acknowledged write would be lost). Those
+        keep every key; erase them by id.
         """
         doc = self.document(record.key)
-        if doc is not None and doc.key_id is not None:
+        keys = self.limits.keys
+        if doc is None or doc.key_id is None or keys is None:
+            return
+        if [k.key_id for k in keys.of_memory(record.tenant_id, record.memory_id)] == [doc.key_id]:
             batch.dropped_keys.setdefault((record.tenant_id, record.memory_id), set()).add(
                 doc.key_id
             )

@@ -202,6 +202,8 @@ def test_a_merged_duplicates_purge_erases_its_key_and_no_other_purge_does() -> N
             gone("mine"),
             dataclasses.replace(item("late", (1.0, 0.0)), created_at=at + hours(1)),
             gone("dup-of-late", "late"),  # its survivor written after the plan's time
+            item("older-summary", (0.0, 1.0), summary_of=("revived", "x")),
+            gone("revived", "s1"),  # archived into it, back by an access, merged since
         )
     }
     decisions = plan("t", list(items.values()), at, POLICY, [Strategy.PURGE])
@@ -218,6 +220,7 @@ def test_a_merged_duplicates_purge_erases_its_key_and_no_other_purge_does() -> N
         "orphan": False,
         "mine": False,
         "dup-of-late": True,
+        "revived": False,  # the older summary's replay opens it by its key
     }
     state, effects = apply(
         dataclasses.replace(created(memory_id="dup"), state=Lifecycle.DELETED),

@@ -310,6 +310,7 @@ async def test_admin_routes_create_a_tenant_whose_new_key_works_at_once() -> Non
             ),
             ({"overrides": {"recall": {"weightz": 1}}}, "overrides.recall.weightz"),
             ({"overrides": {"decay": {"preset": 3}}}, "overrides.decay.preset"),
+            ({"decay": "bogus", "overrides": {"decay": {"preset": "powermem"}}}, "decay"),
             ({"rate_limit_per_s": -1}, "rate_limit_per_s"),
         ):
             bad = await http.put("/v1/admin/tenants/initech", json=body, headers=bearer(ADMIN))
