@@ -9,7 +9,7 @@ with :func:`to_events`, so consolidation never changes state except through the 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -132,6 +132,7 @@ class Decision:
         sources: the memories folded into or compressed by the target; empty otherwise.
         reason: why, in words, with the numbers that decided it.
         to_tier: the new tier of a promotion.
+        erase: a purge that also erases the memory's data key (:func:`purge_erases`).
     """
 
     kind: DecisionKind
@@ -139,6 +140,7 @@ class Decision:
     sources: tuple[str, ...]
     reason: str
     to_tier: Tier | None = None
+    erase: bool = False
 
 
 Neighbours = Mapping[str, Iterable[str]]
@@ -275,40 +277,38 @@ def archive_sweep(items: Sequence[Item], at: datetime, policy: Policy) -> list[D
 def purge_due(
     items: Sequence[Item], at: datetime, policy: Policy, stored: Sequence[Item] = ()
 ) -> list[Decision]:
-    """Forgotten and deleted memories past the retention window; the reason says when a purge
-    also erases the memory's key (:func:`purge_erases`, judged on ``stored``, every memory of
-    the tenant, as :func:`to_events` judges it; default: ``items``).
+    """Forgotten and deleted memories past the retention window, each purge marked when it also
+    erases the memory's key (:func:`purge_erases`, judged on ``stored``, every memory of the
+    tenant; default: ``items``).
     """
     window = hours_span(policy.consolidation.retention_window_hours)
-    by_id = {i.memory_id: i for i in stored or items}
-    return [
-        Decision(
-            DecisionKind.PURGE,
-            item.memory_id,
-            (),
-            f"{item.state} for more than {window / timedelta(hours=1):g} h"
-            + (
-                f"; merged into {item.merged_into}: key erased" if purge_erases(item, by_id) else ""
-            ),
-        )
-        for item in age_order(items)
-        if item.state in GONE and at - item.state_changed_at > window
-    ]
+    every = stored or items
+    by_id = {i.memory_id: i for i in every}
+    sourced = {s for i in every for s in i.summary_of}  # once, not per purge
+    decisions = []
+    for item in age_order(items):
+        if item.state not in GONE or at - item.state_changed_at <= window:
+            continue
+        erase = purge_erases(item, by_id, sourced)
+        why = f"{item.state} for more than {window / timedelta(hours=1):g} h"
+        if erase:
+            why += f"; merged into {item.merged_into}: key erased"
+        decisions.append(Decision(DecisionKind.PURGE, item.memory_id, (), why, erase=erase))
+    return decisions
 
 
-def purge_erases(item: Item, items: Mapping[str, Item]) -> bool:
+def purge_erases(item: Item, items: Mapping[str, Item], sourced: Collection[str]) -> bool:
     """The purge of ``item`` also erases its data key: it is a duplicate merged into a survivor
     (:func:`merged_duplicate`, judged on the survivor in ``items``; one not there leaves the key
     as it is), whose words it repeats. Once its row is purged, no link leads an erasure of the
-    survivor to it, and its sealed write would stay readable in the log for good. A memory any
-    summary in ``items`` lists among its sources is kept (archived into it once, brought back
-    by an access, merged since): the summary's replay opens it by that key.
+    survivor to it, and its sealed write would stay readable in the log for good. A memory in
+    ``sourced`` (listed among a summary's sources: archived into it once, brought back by an
+    access, merged since) is kept: the summary's replay opens it by that key.
     """
     survivor = items.get(item.merged_into)
     summary_of = survivor.summary_of if survivor is not None else None
-    if not merged_duplicate(item.memory_id, item.state.value, item.merged_into, summary_of):
-        return False
-    return not any(item.memory_id in other.summary_of for other in items.values())
+    merged = merged_duplicate(item.memory_id, item.state.value, item.merged_into, summary_of)
+    return merged and item.memory_id not in sourced
 
 
 def orphaned_versions(items: Sequence[Item]) -> list[Decision]:
@@ -562,13 +562,8 @@ def to_events(
         item = items[decision.target]
         return [(item.memory_id, Restore(at, item.merged_into, decision.reason))]
     item = items[decision.target]  # the window was judged from its state_changed_at
-    erase = purge_erases(item, items)
-    return [
-        (
-            item.memory_id,
-            Purge(at, decision.reason, state_changed_at=item.state_changed_at, erase=erase),
-        )
-    ]
+    purge = Purge(at, decision.reason, state_changed_at=item.state_changed_at, erase=decision.erase)
+    return [(item.memory_id, purge)]
 
 
 @dataclass(frozen=True)

@@ -675,7 +675,7 @@ class RecallService:
         if self.keys is None:
             return False
         await self.keys.catch_up()
-        return bool(self.keys.ring.of_memory(tenant_id, memory_id))
+        return bool(self.keys.of_memory(tenant_id, memory_id))
 
     async def user_memories(self, tenant_id: str, user_id: str) -> list[str]:
         """Ids of every memory of ``user_id`` in this tenant, in any state: those whose keys name

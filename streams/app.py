@@ -836,7 +836,7 @@ class StreamWorker:
         """
 
         def key_of(memory_id: str) -> str | None:
-            keys = self.keys.ring.of_memory(tenant_id, memory_id)
+            keys = self.keys.of_memory(tenant_id, memory_id)
             return keys[-1].key_id if keys else None
 
         return key_of

@@ -89,6 +89,9 @@ class Keys:
     def erased_memory(self, tenant_id: str, memory_id: str) -> bool:
         return self.ring.erased_memory(tenant_id, memory_id)
 
+    def of_memory(self, tenant_id: str, memory_id: str) -> list[DataKey]:
+        return self.ring.of_memory(tenant_id, memory_id)
+
     async def mint(self, memories: Sequence[tuple[str, str, str | None]]) -> list[DataKey]:
         keys = [new_key(*memory) for memory in memories]
         for key in keys:
