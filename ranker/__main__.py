@@ -24,10 +24,12 @@ from ranker.metrics import Metrics
 from ranker.producer import EventProducer
 from ranker.service import RecallService
 from ranker.settings import RankerSettings
+from ranker.tokens import TokenSeal
 from ranker.view import StateView
 from ranker.warmup import Changelogs, Warmup
 from storage import MilvusStore
 from storage.changelogs import changelog_topic
+from storage.compacted import CompactedLogError
 from storage.embedding import Embedder
 from storage.heap import freeze_slow_collections
 from storage.tenant_log import TenantLog, TenantLogError
@@ -66,6 +68,7 @@ def build(
     registry = settings.tenant_log(timeout_s=settings.after_timeout_s)
     tenants_read = TenantsRead(registry)
     keys = settings.key_log(timeout_s=settings.produce_timeout_s)
+    seal = TokenSeal(keys)
     cache = _hot_cache(settings, store, view, local_writer=local is not None)
     offsets = KafkaOffsets(
         kafka,
@@ -112,6 +115,7 @@ def build(
         await offsets.start()
         await view.start()
         await keys.start()
+        await _take_token_key(seal)
         await service.start()
         if warmup is not None:
             warmup.start(sorted(registry.tenants))
@@ -145,10 +149,21 @@ def build(
         tenants_read=tenants_read.done,
         max_body_bytes=settings.max_body_bytes,
         body_timeout_s=settings.body_timeout_s,
+        token_seal=seal,
     )
     api.router.lifespan_context = lifespan
     api.state.hot_cache = cache  # a worker in this process looks up neighbours there too
     return api
+
+
+async def _take_token_key(seal: TokenSeal) -> None:
+    """The read-your-writes tokens' key, taken at start-up when the keys topic answers (else at
+    the first token: a worker not started yet has not made the topic).
+    """
+    try:
+        await seal.take_key()
+    except CompactedLogError as exc:
+        log.warning("read-your-writes tokens: no key yet (%s); taken at the first token", exc)
 
 
 def _readiness(

@@ -17,6 +17,7 @@ validation error is a 422 whose ``field`` names the path (``memories[3].tags[2]`
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -42,7 +43,8 @@ from ranker.logs import RequestLog
 from ranker.problems import NOT_FOUND, RESPONSES, problem
 from ranker.ratelimit import RateLimited, RateLimiter
 from ranker.routes import memory_routes
-from ranker.service import Recall, Recalled, RecallQuery, RecallService
+from ranker.service import Recalled, RecallQuery, RecallService
+from ranker.tokens import TokenSeal
 from ranker.wire import (
     RESULTS,
     Auth,
@@ -54,7 +56,6 @@ from ranker.wire import (
     json_response,
     memory_json,
     session_of,
-    tokens,
     under,
     unencodable,
 )
@@ -230,6 +231,7 @@ def create_api(
     tenants_read: asyncio.Event | None = None,
     max_body_bytes: int = 64 * 2**20,
     body_timeout_s: float = 30.0,
+    token_seal: TokenSeal | None = None,
 ) -> FastAPI:
     """The app; ``service`` must be started (and stopped) by the caller's lifespan. ``limits``:
     what the worker accepts (``SharedSettings.limits()``); default: the embedder's dimension and
@@ -246,7 +248,9 @@ def create_api(
     ``tenants_read``: set once the tenants topic was read to its end (until then a request's key
     is answered 503: a key the topic revoked would still act); None: the registry is complete.
     ``max_body_bytes``, ``body_timeout_s``: a request body's largest size (bytes; larger: 413)
-    and how long after the request it must have arrived (seconds; else 408).
+    and how long after the request it must have arrived (seconds; else 408). ``token_seal``:
+    seals the read-your-writes tokens responses carry and opens those requests send back
+    (:mod:`ranker.tokens`; None: a key of this app alone).
     """
     api = FastAPI(
         title="Mnemostream",
@@ -280,6 +284,7 @@ def create_api(
     # else a request with no key at all would present the blank key
     api.state.admin_key = (admin_key or "").strip() or None
     api.state.tenant_log = registry if isinstance(registry, TenantLog) else None
+    seal = api.state.token_seal = token_seal or TokenSeal()
     limits = limits or Limits(service.embedder.dim, 16_384, registry)
 
     _errors(api)
@@ -314,11 +319,11 @@ def create_api(
     # the recall routes answer with orjson-written bodies; added to the app's own router (an
     # included router's routes are not matched by path for Admission's route label)
     async def recall(body: RecallBody, who: Auth) -> Response:
-        return await _search(service, body, who, ("active", "archived"), limits)
+        return await _search(service, seal, body, who, ("active", "archived"), limits)
 
     async def archive_search(body: RecallBody, who: Auth) -> Response:
         untracked = body.model_copy(update={"track": False})
-        return await _search(service, untracked, who, ARCHIVED_ONLY, limits)
+        return await _search(service, seal, untracked, who, ARCHIVED_ONLY, limits)
 
     for path, endpoint in (("/v1/recall", recall), ("/v1/archive/search", archive_search)):
         api.router.add_api_route(
@@ -334,7 +339,7 @@ def create_api(
     async def write(body: WriteBody, who: Auth) -> dict[str, Any]:
         docs = _writes(body, who.tenant_id, limits, datetime.now(UTC))
         ids, token = await service.write(who.tenant_id, docs)
-        return {"ids": ids, "token": token.encode()}
+        return {"ids": ids, "token": await seal.seal(token, who.tenant_id)}
 
     @api.post("/v1/access")
     async def access(body: AccessBody, who: Auth) -> dict[str, Any]:
@@ -342,19 +347,19 @@ def create_api(
         at = body.at or now
         _check_accesses(body, who.tenant_id, at, limits, now)
         token = await service.access(who.tenant_id, body.memory_ids, at, body.kind)
-        return {"accepted": len(body.memory_ids), "token": token.encode()}
+        return {"accepted": len(body.memory_ids), "token": await seal.seal(token, who.tenant_id)}
 
     @api.get("/v1/memories/{memory_id}", responses=NOT_FOUND)
     async def get(
         memory_id: str, who: Auth, after: Annotated[list[str] | None, Query()] = None
     ) -> dict[str, Any]:
         check_id("memory_id", memory_id)
-        row = await service.get(who.tenant_id, memory_id, tokens(after))
+        row = await service.get(who.tenant_id, memory_id, await seal.read(after, who.tenant_id))
         if row is None:
             raise HTTPException(404, "no such memory")
         return memory_json(row)
 
-    memory_routes(api, service, limits, audit)
+    memory_routes(api, service, seal, limits, audit)
     admin_routes(api)
     return api
 
@@ -467,6 +472,7 @@ def _path(loc: Sequence[object]) -> str:
 
 async def _search(
     service: RecallService,
+    seal: TokenSeal,
     body: RecallBody,
     who: Tenant,
     states: tuple[str, ...],
@@ -475,10 +481,14 @@ async def _search(
     """A recall route's answer: the top ``k`` among memories in ``states``, best first, or in
     time order with ``include_history`` (as :class:`RecallBody` says).
     """
-    answer = await service.recall(who.tenant_id, _query(body, who, states, limits))
+    query = _query(body, who, states, limits)
+    if body.after is not None:  # opened once the rest of the body is valid
+        query = dataclasses.replace(query, after=await seal.read(body.after, who.tenant_id))
+    answer = await service.recall(who.tenant_id, query)
     if body.include_history:
         answer.results.sort(key=lambda r: (r.row.created_at_us, r.row.memory_id))
-    return _answer(answer)
+    token = await seal.seal(answer.token, who.tenant_id) if answer.token is not None else None
+    return json_response({"results": [_recalled(r) for r in answer.results], "token": token})
 
 
 def _query(body: RecallBody, who: Tenant, states: tuple[str, ...], limits: Limits) -> RecallQuery:
@@ -513,10 +523,8 @@ def _query(body: RecallBody, who: Tenant, states: tuple[str, ...], limits: Limit
     )
     dim = limits.embedding_dim
     vector = checked_vector("vector", body.vector, dim) if body.vector is not None else None
-    given = body.after if body.after is not None else []
-    after = tokens(given)
     decay = recall_decay(policy.preset, who.policy.decay)
-    return RecallQuery(body.query, vector, body.k, at, policy, filters, body.track, after, decay)
+    return RecallQuery(body.query, vector, body.k, at, policy, filters, body.track, None, decay)
 
 
 def _policy(body: RecallBody, who: Tenant) -> RecallPolicy:
@@ -551,12 +559,6 @@ ARCHIVED_ONLY = ("archived",)
 """The states archive search serves."""
 _OVERRIDES = "policy.recall."
 """Where the policy names a recall override's field; the body names it without this."""
-
-
-def _answer(answer: Recall) -> Response:
-    """A recall route's body: the results, and the token of the accesses it recorded or null."""
-    token = answer.token.encode() if answer.token is not None else None
-    return json_response({"results": [_recalled(r) for r in answer.results], "token": token})
 
 
 def _recalled(r: Recalled) -> dict[str, Any]:

@@ -1,21 +1,20 @@
 """Read-your-writes: a token naming what a response produced, and a wait until the worker applied it.
 
-A write or access response carries a :class:`Token`: for each topic role, the highest offset the
-request produced per partition. ``recall`` and ``get`` accept it as ``after``; they wait until the
-stream worker's consumer group has committed past every offset in it (the worker commits a batch
-only once it is in the tables and in Milvus), then until it has also caught up with what was on
-``memory-writes`` at that moment: decisions the worker derived from those writes (a supersession)
-are applied too. Under ``python -m server`` the worker in the process also says what it has
-applied and what each batch derived (``local``): the wait then ends without its commit, and the
-second step waits for what the token's batches derived alone. The wait
-is bounded; past it, :class:`NotAppliedError` says to retry later.
+A write or access response carries a :class:`Token` (sealed for its tenant, :mod:`ranker.tokens`):
+for each topic role, the highest offset the request produced per partition. ``recall`` and
+``get`` accept it as ``after``; they wait until the stream worker's consumer group has committed
+past every offset in it (the worker commits a batch only once it is in the tables and in
+Milvus), then until it has also caught up with what was on ``memory-writes`` at that moment:
+decisions the worker derived from those writes (a supersession) are applied too. Under
+``python -m server`` the worker in the process also says what it has applied and what each batch
+derived (``local``): the wait then ends without its commit, and the second step waits for what
+the token's batches derived alone. The wait is bounded; past it, :class:`NotAppliedError` says to
+retry later.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +28,6 @@ from ranker.errors import Unavailable
 from storage.kafka import KafkaConnection
 from storage.pulse import Pulse
 
-_PREFIX = "v1."
 ROLES = frozenset({"memory-writes", "access-events"})
 """The topic roles a token names: those the service produces to (writes and decisions, accesses)."""
 MAX_PARTITION = 2**31 - 1
@@ -47,68 +45,67 @@ def _offset(value: object) -> int:
 
 @dataclass(frozen=True)
 class Token:
-    """Offsets a response produced: ``{role: {partition: highest offset}}``. ``parts``: the
-    tokens a request gave, when it gave several (:meth:`merged`), so that a refusal names the
-    one at fault (``after[i]``).
+    """Offsets a response produced: ``{role: {partition: highest offset}}``. Clients never see
+    it in the clear: :mod:`ranker.tokens` seals it for the tenant it is issued to. ``given``: the
+    text a client sent, when it came from one; ``parts``: the tokens a request gave, when it gave
+    several (:meth:`union`), so that a refusal names the one at fault (``after[i]``) as it was sent.
     """
 
     offsets: Mapping[str, Mapping[int, int]]
     parts: tuple[Token, ...] = field(default=(), compare=False, repr=False)
+    given: str = field(default="", compare=False, repr=False)
 
-    def encode(self) -> str:
-        """The opaque string clients pass back as ``after``."""
-        plain = {
-            role: {str(p): o for p, o in parts.items()} for role, parts in self.offsets.items()
-        }
-        return _PREFIX + base64.urlsafe_b64encode(orjson.dumps(plain)).decode().rstrip("=")
+    def plain(self) -> bytes:
+        """The offsets as JSON: what :mod:`ranker.tokens` seals (never sent as it is)."""
+        return orjson.dumps(
+            {role: {str(p): o for p, o in parts.items()} for role, parts in self.offsets.items()}
+        )
 
     @classmethod
-    def decode(cls, text: str, field: str = "after") -> Token:
-        """Inverse of :meth:`encode`. Anything else raises :class:`InvalidField` naming ``field``:
-        text that is not a token, a role not in :data:`ROLES`, a partition outside
-        [0, :data:`MAX_PARTITION`] or an offset outside [0, :data:`MAX_OFFSET`] (no wait could
-        ever see those applied).
+    def from_plain(cls, plain: bytes, given: str, field: str = "after") -> Token:
+        """Inverse of :meth:`plain`, for the client's text ``given``. Anything else raises
+        :class:`InvalidField` naming ``field``: JSON that is not offsets, a role not in
+        :data:`ROLES`, a partition outside [0, :data:`MAX_PARTITION`] or an offset outside
+        [0, :data:`MAX_OFFSET`] (no wait could ever see those applied).
         """
-        if not text.startswith(_PREFIX):
-            raise InvalidField(field, text, _REFUSED)
-        body = text[len(_PREFIX) :]
         try:
-            raw = orjson.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+            raw = orjson.loads(plain)
             offsets = {
                 str(role): {int(p): _offset(o) for p, o in parts.items()}
                 for role, parts in raw.items()
             }
-        except (ValueError, TypeError, AttributeError, binascii.Error, orjson.JSONDecodeError):
-            raise InvalidField(field, text, _REFUSED) from None
-        _check_offsets(field, text, offsets)
-        return cls(offsets)
+        except (ValueError, TypeError, AttributeError, orjson.JSONDecodeError):
+            raise InvalidField(field, given, REFUSED) from None
+        _check_offsets(field, given, offsets)
+        return cls(offsets, given=given)
 
     @classmethod
-    def merged(cls, texts: Sequence[str], field: str = "after") -> Token | None:
-        """One token covering every given one (None for none), keeping them as its parts."""
-        if not texts:
+    def union(cls, tokens: Sequence[Token]) -> Token | None:
+        """One token covering every given one (None for none): the highest offset per role and
+        partition; keeps them as its parts when there are several.
+        """
+        if not tokens:
             return None
-        given = [
-            cls.decode(text, field if len(texts) == 1 else f"{field}[{i}]")
-            for i, text in enumerate(texts)
-        ]
+        if len(tokens) == 1:
+            return tokens[0]
         offsets: dict[str, dict[int, int]] = {}
-        for token in given:
+        for token in tokens:
             for role, parts in token.offsets.items():
                 mine = offsets.setdefault(role, {})
                 for p, o in parts.items():
                     mine[p] = max(mine.get(p, -1), o)
-        return cls(offsets, tuple(given) if len(given) > 1 else ())
+        flat = tuple(part for token in tokens for part in (token.parts or (token,)))
+        return cls(offsets, flat)
 
     def named(self, role: str, partition: int, field: str = "after") -> tuple[str, str]:
-        """The field and value of the given token that holds this token's offset on ``role``'s
+        """The field and text of the given token that holds this token's offset on ``role``'s
         ``partition``: ``after[i]`` among several given (:attr:`parts`), else ``after``.
         """
         offset = self.offsets[role][partition]
         for i, part in enumerate(self.parts):
             if part.offsets.get(role, {}).get(partition) == offset:
-                return f"{field}[{i}]", part.encode()
-        return field, self.encode()
+                return f"{field}[{i}]", part.given
+        return field, self.given
 
     @classmethod
     def of(cls, deliveries: list[tuple[str, Any]]) -> Token:
@@ -120,7 +117,7 @@ class Token:
         return cls(offsets)
 
 
-_REFUSED = "not a token returned by this service"
+REFUSED = "not a token returned by this service"
 ISSUED_CHECK_S = 1.0
 """Seconds a wait goes on before its token is checked against the topics' end offsets."""
 
@@ -131,11 +128,11 @@ def _check_offsets(field: str, text: str, offsets: Mapping[str, Mapping[int, int
     """
     for role, parts in offsets.items():
         if role not in ROLES:
-            raise InvalidField(field, text, f"{_REFUSED} (no topic role {role!r})")
+            raise InvalidField(field, text, f"{REFUSED} (no topic role {role!r})")
         for partition, offset in parts.items():
             if not 0 <= partition <= MAX_PARTITION or not 0 <= offset <= MAX_OFFSET:
                 where = f"{role} partition {partition} offset {offset}"
-                raise InvalidField(field, text, f"{_REFUSED} ({where} out of range)")
+                raise InvalidField(field, text, f"{REFUSED} ({where} out of range)")
 
 
 class NotAppliedError(Exception):
@@ -280,23 +277,19 @@ class AppliedOffsets:
         """Raise InvalidField (``after``) when an offset of ``token`` is at or past the end of its
         partition, or names a partition its topic lacks: no worker will ever apply it, and every
         read carrying it would wait out ``timeout_s`` and be told to retry, holding an in-flight
-        slot each time (a forged token, or a client's token from before the topics were made
-        anew). Asked of Kafka only for a wait past :data:`ISSUED_CHECK_S`: a token is issued once
-        its records are acknowledged by all in-sync replicas, so its offsets lie below the end
-        by then.
+        slot each time (a client's token from before the topics were made anew). Asked of
+        Kafka only for a wait past :data:`ISSUED_CHECK_S`: a token is issued once its records
+        are acknowledged by all in-sync replicas, so its offsets lie below the end by then. The
+        reason names no offset: where a shared partition ends tells of other tenants' traffic.
         """
         for role, parts in token.offsets.items():
             ends = await self.end_offsets(role)
             for partition, offset in parts.items():
                 end = ends.get(partition)
                 if end is None or offset >= end:
-                    where = (
-                        f"{role} has no partition {partition}"
-                        if end is None
-                        else f"{role} partition {partition} ends at offset {end}, before {offset}"
-                    )
                     name, given = token.named(role, partition)
-                    raise InvalidField(name, given, f"{_REFUSED} ({where})")
+                    why = "its topics were made anew since it was issued"
+                    raise InvalidField(name, given, f"{REFUSED} ({why})")
 
 
 def _past(done: Mapping[tuple[str, int], int], wanted: Mapping[str, Mapping[int, int]]) -> bool:

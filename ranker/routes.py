@@ -23,7 +23,8 @@ from ranker.history import AuditLog
 from ranker.listing import decode_cursor
 from ranker.problems import CONFLICT, NOT_FOUND
 from ranker.service import RecallService
-from ranker.wire import Auth, Body, Tokens, memory_json, session_of, tokens
+from ranker.tokens import TokenSeal
+from ranker.wire import Auth, Body, Tokens, memory_json, session_of
 from storage import Filters, MemoryRow, from_us, to_us
 from storage.records import (
     MAX_NAME_BYTES,
@@ -79,21 +80,28 @@ class UpdateBody(Body):
 
 
 def memory_routes(
-    api: FastAPI, service: RecallService, limits: Limits, audit: AuditLog | None
+    api: FastAPI,
+    service: RecallService,
+    seal: TokenSeal,
+    limits: Limits,
+    audit: AuditLog | None,
 ) -> None:
-    """Add the routes to ``api``."""
-    _get_and_delete(api, service)
-    _update(api, service, limits)
-    _listing(api, service)
-    _history(api, service, audit)
+    """Add the routes to ``api``; ``seal``: seals and opens their read-your-writes tokens."""
+    _get_and_delete(api, service, seal)
+    _update(api, service, seal, limits)
+    _listing(api, service, seal)
+    _history(api, service, seal, audit)
+    _tokens(api, seal)
 
 
-def _get_and_delete(api: FastAPI, service: RecallService) -> None:
+def _get_and_delete(api: FastAPI, service: RecallService, seal: TokenSeal) -> None:
     @api.post("/v1/memories/get")
     async def get_many(body: GetManyBody, who: Auth) -> dict[str, Any]:
         """Many memories by id, any state: those found, and the ids this tenant has none of."""
         ids = [check_id(f"memory_ids[{i}]", m) for i, m in enumerate(body.memory_ids)]
-        found = await service.get_many(who.tenant_id, ids, tokens(body.after))
+        found = await service.get_many(
+            who.tenant_id, ids, await seal.read(body.after, who.tenant_id)
+        )
         return {
             "memories": [memory_json(found[m]) for m in dict.fromkeys(ids) if m in found],
             "missing": [m for m in dict.fromkeys(ids) if m not in found],
@@ -126,7 +134,7 @@ def _get_and_delete(api: FastAPI, service: RecallService) -> None:
         summaries, can be repeated).
         """
         check_id("memory_id", memory_id)
-        found = await service.get(who.tenant_id, memory_id, tokens(after))
+        found = await service.get(who.tenant_id, memory_id, await seal.read(after, who.tenant_id))
         if found is None and not (erase and await _erasable(service, who.tenant_id, memory_id)):
             raise HTTPException(404, "no such memory")
         now, keys, summaries, copies = datetime.now(UTC), 0, tuple[str, ...](), tuple[str, ...]()
@@ -143,7 +151,7 @@ def _get_and_delete(api: FastAPI, service: RecallService) -> None:
             "keys_erased": keys,  # 0: written in the clear by another producer, still in the log
             "summaries_erased": list(summaries),
             "copies_erased": list(copies),
-            "token": token.encode(),
+            "token": await seal.seal(token, who.tenant_id),
         }
 
     async def _erasable(service: RecallService, tenant_id: str, memory_id: str) -> bool:
@@ -174,7 +182,7 @@ def _get_and_delete(api: FastAPI, service: RecallService) -> None:
         if not user_id:
             raise InvalidField("user_id", user_id, f"expected 1-{MAX_NAME_BYTES} bytes (UTF-8)")
         checked_scope("user_id", user_id)
-        await service.wait(tokens(after))
+        await service.wait(await seal.read(after, who.tenant_id))
         ids = await service.user_memories(who.tenant_id, user_id)
         before = await service.erased_user_memories(who.tenant_id, user_id)
         listed = set(ids)
@@ -189,11 +197,11 @@ def _get_and_delete(api: FastAPI, service: RecallService) -> None:
             "summaries_erased": list(erasure.summaries),
             "copies_erased": list(erasure.copies),
             "keys_erased": erasure.keys,
-            "token": erasure.token.encode(),
+            "token": await seal.seal(erasure.token, who.tenant_id),
         }
 
 
-def _update(api: FastAPI, service: RecallService, limits: Limits) -> None:
+def _update(api: FastAPI, service: RecallService, seal: TokenSeal, limits: Limits) -> None:
     @api.patch("/v1/memories/{memory_id}", responses=NOT_FOUND | CONFLICT)
     async def update(memory_id: str, body: UpdateBody, who: Auth) -> dict[str, Any]:
         """Write a new version of a memory and supersede the current one from ``at`` on (both
@@ -203,7 +211,9 @@ def _update(api: FastAPI, service: RecallService, limits: Limits) -> None:
         ``at`` when it is before the memory was created.
         """
         check_id("memory_id", memory_id)
-        old = await service.get(who.tenant_id, memory_id, tokens(body.after))
+        old = await service.get(
+            who.tenant_id, memory_id, await seal.read(body.after, who.tenant_id)
+        )
         if old is None or old.state == "purged" or await service.erased(who.tenant_id, memory_id):
             raise HTTPException(404, "no such memory")  # erased: its row may await its purge
         if old.state in ("deleted", "forgotten") or old.superseded_by:
@@ -215,7 +225,7 @@ def _update(api: FastAPI, service: RecallService, limits: Limits) -> None:
         return {
             "memory_id": document["memory_id"],
             "supersedes": memory_id,
-            "token": token.encode(),
+            "token": await seal.seal(token, who.tenant_id),
         }
 
 
@@ -300,7 +310,7 @@ def _list_filters(
     )
 
 
-def _listing(api: FastAPI, service: RecallService) -> None:
+def _listing(api: FastAPI, service: RecallService, seal: TokenSeal) -> None:
     @api.get("/v1/memories")
     async def list_memories(
         who: Auth,
@@ -342,7 +352,8 @@ def _listing(api: FastAPI, service: RecallService) -> None:
             datetime.now(UTC),
         )
         after_id = decode_cursor(cursor) if cursor is not None else None
-        found = await service.list_page(who.tenant_id, filters, after_id, limit, tokens(after))
+        waits = await seal.read(after, who.tenant_id)
+        found = await service.list_page(who.tenant_id, filters, after_id, limit, waits)
         return {"memories": [memory_json(r) for r in found.rows], "cursor": found.cursor}
 
     @api.get("/v1/export", response_class=StreamingResponse)
@@ -355,7 +366,7 @@ def _listing(api: FastAPI, service: RecallService) -> None:
         A failure after the first line ends the stream early (the last line is then not
         ``{"end": ...}``).
         """
-        await service.wait(tokens(after))
+        await service.wait(await seal.read(after, who.tenant_id))
         everything = Filters(states=())
         ordered = await service.memory_ids(who.tenant_id)  # sorted once for the whole stream
         first = await service.list_page(
@@ -380,7 +391,7 @@ def _listing(api: FastAPI, service: RecallService) -> None:
         return StreamingResponse(lines(), media_type="application/x-ndjson")
 
 
-def _history(api: FastAPI, service: RecallService, audit: AuditLog | None) -> None:
+def _history(api: FastAPI, service: RecallService, seal: TokenSeal, audit: AuditLog | None) -> None:
     @api.get("/v1/memories/{memory_id}/history", responses=NOT_FOUND)
     async def history(
         memory_id: str, who: Auth, after: Annotated[list[str] | None, Query()] = None
@@ -395,7 +406,7 @@ def _history(api: FastAPI, service: RecallService, audit: AuditLog | None) -> No
         check_id("memory_id", memory_id)
         if audit is None:
             raise Unavailable("kafka", "read audit", "this server reads no audit log")
-        await service.wait(tokens(after))
+        await service.wait(await seal.read(after, who.tenant_id))
         found = await audit.history(who.tenant_id, memory_id)
         if not found.events and await service.get(who.tenant_id, memory_id) is None:
             raise HTTPException(404, "no such memory")
@@ -405,6 +416,24 @@ def _history(api: FastAPI, service: RecallService, audit: AuditLog | None) -> No
             "total": found.total,
             "truncated": found.total > len(found.events),
         }
+
+
+class FoldBody(Body):
+    after: Tokens = Field(min_length=1, description="read-your-writes tokens to fold into one")
+
+
+def _tokens(api: FastAPI, seal: TokenSeal) -> None:
+    @api.post("/v1/tokens")
+    async def fold(body: FoldBody, who: Auth) -> dict[str, Any]:
+        """One read-your-writes token covering every token in ``after`` (as a read given them
+        all waits), without waiting for anything: tokens are sealed, so a client cannot merge
+        them itself (the SDK calls this to keep a session's tokens, and its URLs, short). 422
+        naming ``after[i]`` (``after`` for one) when a token is not one issued to this tenant.
+        """
+        token = await seal.read(body.after, who.tenant_id)
+        if token is None:  # the body's min_length refuses it first
+            raise InvalidField("after", body.after, "give at least one token")
+        return {"token": await seal.seal(token, who.tenant_id)}
 
 
 def _check_utf8(request: Request, prefix: bytes, field: str) -> None:

@@ -512,7 +512,7 @@ class RecallService:
             if not made and not same:
                 break
             more, more_keys = await self._erase(tenant_id, [*made, *same], at)
-            token = Token.merged([token.encode(), more.encode()]) or token
+            token = Token.union([token, more]) or token
             keys += more_keys
             done.update(made, same)
             made_from.extend(made)
@@ -558,7 +558,7 @@ class RecallService:
             more = await self._produce_all(
                 [m for i in again for m in _forget(tenant_id, i, at, purge=True)]
             )
-            token = Token.merged([token.encode(), more.encode()]) or token
+            token = Token.union([token, more]) or token
         return token, sum(keys.values()) + sum(late.values())
 
     async def _rows(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, MemoryRow]:

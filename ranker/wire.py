@@ -11,7 +11,7 @@ import json
 import sys
 import time
 import typing
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
 import numpy as np
@@ -34,7 +34,6 @@ from pydantic_core import PydanticCustomError
 from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
 
 from ranker.admission import TenantSlots
-from ranker.applied import Token
 from ranker.errors import Unavailable
 from ranker.logs import set_tenant
 from ranker.problems import printable
@@ -378,13 +377,6 @@ Tokens = Annotated[
 ]
 """A body's ``after``: one token (text) or a list of them; a bad one is named ``after[i]``
 (a union's error named its branch: ``after.str``)."""
-
-
-def tokens(given: str | Sequence[str] | None) -> Token | None:
-    """The read-your-writes token of a request's ``after`` (one token or many)."""
-    if given is None:
-        return None
-    return Token.merged([given] if isinstance(given, str) else given)
 
 
 def under(prefix: str, exc: RecordError) -> RecordError:

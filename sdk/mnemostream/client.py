@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
 import email.utils
 import json
@@ -192,18 +190,27 @@ class _Session:
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
-        self.pending: list[str] = []  # folded (:func:`_folded`): one token however many writes
+        self.pending: list[str] = []  # folded into one by the server (:meth:`folding`)
         self.lock = threading.Lock()  # threads may share a Client (its httpx.Client allows it)
 
     def after(self) -> list[str]:
         with self.lock:
             return list(self.pending)
 
+    def folding(self, over: int) -> _Call | None:
+        """The call that folds the session's tokens into one (``POST /v1/tokens``) when there
+        are more than ``over``, else None. Tokens are sealed: only the server can merge them,
+        and a session of many writes would otherwise hold them all and send them with its next
+        read (:data:`FOLD_BEFORE_READ`, :data:`FOLD_WHILE_WRITING`).
+        """
+        pending = self.after()
+        return _Api.fold(pending) if len(pending) > over else None
+
     def noted(self, call: _Call, result: Any) -> Any:  # noqa: ANN401
         token = result.get("token") if isinstance(result, dict) else None
         with self.lock:
             if self.enabled and call.awaited and isinstance(token, str):
-                self.pending = _folded([*self.pending, token])
+                self.pending = list(dict.fromkeys([*self.pending, token]))
             self._drop(call)  # the server waited for them: this client's later reads need not
         return result
 
@@ -262,45 +269,11 @@ LIST_FILTERS = frozenset(
 )
 """The filters ``list_memories`` takes (the list route's query parameters)."""
 _CUT_SHORT = "the export stream ended before its closing line"
-_TOKEN = "v1."  # noqa: S105 - a format prefix, not a secret
-"""The prefix of the service's tokens: base64url JSON of ``{role: {partition: offset}}``."""
-
-
-def _folded(tokens: Sequence[str]) -> list[str]:
-    """``tokens`` as one that covers them all (the highest offset per role and partition, as the
-    server merges a list of them), plus any text not in the service's format, kept as it is (the
-    server judges it). Keeps a session's tokens, and the URL of a read that sends them, one
-    token long however many writes came before the read.
-    """
-    offsets: dict[str, dict[str, int]] = {}
-    others: list[str] = []
-    for token in tokens:
-        found = _offsets(token)
-        if found is None:
-            others.append(token)
-            continue
-        for role, parts in found.items():
-            mine = offsets.setdefault(role, {})
-            for partition, offset in parts.items():
-                mine[partition] = max(mine.get(partition, -1), offset)
-    plain = json.dumps(offsets, separators=(",", ":")).encode()
-    folded = [_TOKEN + base64.urlsafe_b64encode(plain).decode().rstrip("=")] if offsets else []
-    return folded + list(dict.fromkeys(others))
-
-
-def _offsets(token: str) -> dict[str, dict[str, int]] | None:
-    """A service token's offsets, or None for any other text."""
-    if not token.startswith(_TOKEN):
-        return None
-    body = token[len(_TOKEN) :]
-    try:
-        raw = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
-        return {
-            str(role): {str(int(p)): int(o) for p, o in parts.items()}
-            for role, parts in raw.items()
-        }
-    except (ValueError, TypeError, AttributeError, binascii.Error):
-        return None
+FOLD_BEFORE_READ = 8
+"""A read sends the session's tokens folded into one by the server when it holds more than this."""
+FOLD_WHILE_WRITING = 256
+"""A session folds its tokens once they are more than this, whether a read comes or not (memory,
+and the size of the fold's own body); a fold that fails then is tried again later."""
 
 
 def _tokens(after: str | Sequence[str] | None) -> list[str]:
@@ -404,6 +377,10 @@ class _Api:
     def remember(content: str, **fields: Any) -> _Call:  # noqa: ANN401
         memory = _drop_none({"content": content, **fields})
         return _Call("POST", "/v1/memories", {"memories": [memory]})
+
+    @staticmethod
+    def fold(tokens: Sequence[str]) -> _Call:
+        return _Call("POST", "/v1/tokens", {"after": list(tokens)})
 
     @staticmethod
     def remember_many(memories: Sequence[dict[str, Any]]) -> _Call:
@@ -600,9 +577,24 @@ class Client:
         self._http.close()
 
     def _send(self, call: _Call) -> Any:  # noqa: ANN401
+        result = self._request(call)
+        folding = self._session.folding(FOLD_WHILE_WRITING)
+        if folding is not None:
+            with contextlib.suppress(MnemostreamError):  # the call's own result stands
+                self._request(folding)
+        return result
+
+    def _request(self, call: _Call) -> Any:  # noqa: ANN401
         with _reached():
             reply = self._http.request(call.method, call.path, json=call.json, params=call.query)
         return self._session.answered(call, reply)
+
+    def _after(self) -> list[str]:
+        """The session's tokens for a read, folded first when there are many."""
+        folding = self._session.folding(FOLD_BEFORE_READ)
+        if folding is not None:
+            self._request(folding)
+        return self._session.after()
 
     def remember(self, content: str, **fields: Any) -> str:  # noqa: ANN401
         """Write one memory (importance, memory_type, tags, metadata, at, embedding...); its id."""
@@ -624,7 +616,7 @@ class Client:
         track. With ``track`` (the default) the recall counts as an access of each memory
         returned; this client's next read does not wait for those accesses to be applied.
         """
-        call = _Api.recall(query, vector, k, self._session.after(), **options)
+        call = _Api.recall(query, vector, k, self._after(), **options)
         return [Memory.of(r) for r in self._send(call)["results"]]
 
     def access(
@@ -635,12 +627,12 @@ class Client:
 
     def get(self, memory_id: str) -> Memory | None:
         """One memory, or None when this tenant has none with that id."""
-        found = self._send(_Api.get(memory_id, self._session.after()))
+        found = self._send(_Api.get(memory_id, self._after()))
         return Memory.of(found) if found is not None else None
 
     def get_many(self, memory_ids: Sequence[str]) -> dict[str, Memory]:
         """Memories by id (any state); ids this tenant has none of are absent."""
-        found = self._send(_Api.get_many(memory_ids, self._session.after()))
+        found = self._send(_Api.get_many(memory_ids, self._after()))
         return {m["memory_id"]: Memory.of(m) for m in found["memories"]}
 
     def forget(self, memory_id: str, *, purge: bool = False, erase: bool = False) -> int:
@@ -650,21 +642,18 @@ class Client:
         producer: they stay in the log). Raises MnemostreamError (404) when this tenant has no
         such memory.
         """
-        return _keys_erased(self._send(_Api.forget(memory_id, purge, self._session.after(), erase)))
+        return _keys_erased(self._send(_Api.forget(memory_id, purge, self._after(), erase)))
 
     def erase_user(self, user_id: str) -> list[str]:
         """Erase every memory of ``user_id`` (as ``forget(erase=True)`` does one); their ids."""
-        return [
-            str(m)
-            for m in self._send(_Api.erase_user(user_id, self._session.after()))["memory_ids"]
-        ]
+        return [str(m) for m in self._send(_Api.erase_user(user_id, self._after()))["memory_ids"]]
 
     def update(self, memory_id: str, **changes: Any) -> str:  # noqa: ANN401
         """Write a new version of a memory (content, tags, metadata, importance, at...: the rest
         is kept) that supersedes it from ``at`` on; the new version's id. MnemostreamError 404
         (no such memory) or 409 (deleted or already superseded).
         """
-        call = _Api.update(memory_id, changes, self._session.after())
+        call = _Api.update(memory_id, changes, self._after())
         return str(self._send(call)["memory_id"])
 
     def list_memories(self, *, page_size: int = 100, **filters: Any) -> Iterator[Memory]:  # noqa: ANN401
@@ -674,7 +663,7 @@ class Client:
         """
         cursor: str | None = None
         while True:
-            call = _Api.page({**filters, "limit": page_size}, cursor, self._session.after())
+            call = _Api.page({**filters, "limit": page_size}, cursor, self._after())
             found = self._send(call)
             yield from (Memory.of(m) for m in found["memories"])
             cursor = found["cursor"]
@@ -685,11 +674,11 @@ class Client:
         """Every decision about a memory, oldest first (:class:`History`: the newest 10,000,
         with ``total`` and ``truncated`` saying whether older ones were left out).
         """
-        return History.of(self._send(_Api.history(memory_id, self._session.after())))
+        return History.of(self._send(_Api.history(memory_id, self._after())))
 
     def export(self, *, vectors: bool = False) -> Iterator[dict[str, Any]]:
         """Every memory of the tenant (any state but purged) as dicts, streamed."""
-        call = _Api.export(vectors, self._session.after())
+        call = _Api.export(vectors, self._after())
         with _reached(), self._http.stream(call.method, call.path, params=call.query) as reply:
             if not reply.is_success:
                 reply.read()
@@ -730,11 +719,25 @@ class AsyncClient:
         await self._http.aclose()
 
     async def _send(self, call: _Call) -> Any:  # noqa: ANN401
+        result = await self._request(call)
+        folding = self._session.folding(FOLD_WHILE_WRITING)
+        if folding is not None:
+            with contextlib.suppress(MnemostreamError):
+                await self._request(folding)
+        return result
+
+    async def _request(self, call: _Call) -> Any:  # noqa: ANN401
         with _reached():
             reply = await self._http.request(
                 call.method, call.path, json=call.json, params=call.query
             )
         return self._session.answered(call, reply)
+
+    async def _after(self) -> list[str]:
+        folding = self._session.folding(FOLD_BEFORE_READ)
+        if folding is not None:
+            await self._request(folding)
+        return self._session.after()
 
     async def remember(self, content: str, **fields: Any) -> str:  # noqa: ANN401
         return str((await self._send(_Api.remember(content, **fields)))["ids"][0])
@@ -750,7 +753,7 @@ class AsyncClient:
         k: int = 10,
         **options: Any,  # noqa: ANN401
     ) -> list[Memory]:
-        call = _Api.recall(query, vector, k, self._session.after(), **options)
+        call = _Api.recall(query, vector, k, await self._after(), **options)
         return [Memory.of(r) for r in (await self._send(call))["results"]]
 
     async def access(
@@ -759,29 +762,29 @@ class AsyncClient:
         return int((await self._send(_Api.access(memory_ids, kind, at)))["accepted"])
 
     async def get(self, memory_id: str) -> Memory | None:
-        found = await self._send(_Api.get(memory_id, self._session.after()))
+        found = await self._send(_Api.get(memory_id, await self._after()))
         return Memory.of(found) if found is not None else None
 
     async def get_many(self, memory_ids: Sequence[str]) -> dict[str, Memory]:
-        found = await self._send(_Api.get_many(memory_ids, self._session.after()))
+        found = await self._send(_Api.get_many(memory_ids, await self._after()))
         return {m["memory_id"]: Memory.of(m) for m in found["memories"]}
 
     async def forget(self, memory_id: str, *, purge: bool = False, erase: bool = False) -> int:
-        call = _Api.forget(memory_id, purge, self._session.after(), erase)
+        call = _Api.forget(memory_id, purge, await self._after(), erase)
         return _keys_erased(await self._send(call))
 
     async def erase_user(self, user_id: str) -> list[str]:
-        call = _Api.erase_user(user_id, self._session.after())
+        call = _Api.erase_user(user_id, await self._after())
         return [str(m) for m in (await self._send(call))["memory_ids"]]
 
     async def update(self, memory_id: str, **changes: Any) -> str:  # noqa: ANN401
-        call = _Api.update(memory_id, changes, self._session.after())
+        call = _Api.update(memory_id, changes, await self._after())
         return str((await self._send(call))["memory_id"])
 
     async def list_memories(self, *, page_size: int = 100, **filters: Any) -> AsyncIterator[Memory]:  # noqa: ANN401
         cursor: str | None = None
         while True:
-            call = _Api.page({**filters, "limit": page_size}, cursor, self._session.after())
+            call = _Api.page({**filters, "limit": page_size}, cursor, await self._after())
             found = await self._send(call)
             for m in found["memories"]:
                 yield Memory.of(m)
@@ -790,10 +793,10 @@ class AsyncClient:
                 return
 
     async def history(self, memory_id: str) -> History:
-        return History.of(await self._send(_Api.history(memory_id, self._session.after())))
+        return History.of(await self._send(_Api.history(memory_id, await self._after())))
 
     async def export(self, *, vectors: bool = False) -> AsyncIterator[dict[str, Any]]:
-        call = _Api.export(vectors, self._session.after())
+        call = _Api.export(vectors, await self._after())
         with _reached():
             async with self._http.stream(call.method, call.path, params=call.query) as reply:
                 if not reply.is_success:

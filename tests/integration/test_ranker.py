@@ -274,9 +274,14 @@ async def test_a_write_returns_a_token_and_reads_check_it(
         "/v1/memories", json={"memories": [{"content": "a new memory"}]}, headers=headers
     )
     token = reply.json()["token"]
-    assert token.startswith("v1.")
-    bad = await http.post("/v1/recall", json={**QUERY, "after": "v1.???"}, headers=headers)
+    assert token.startswith("v2.")
+    bad = await http.post("/v1/recall", json={**QUERY, "after": "v2.???"}, headers=headers)
     assert (bad.status_code, bad.json()["field"]) == (422, "after")
+    # sealed for the tenant it was issued to: another tenant can neither read nor use it
+    other = {"X-API-Key": KEY_B}
+    theirs = await http.post("/v1/recall", json={**QUERY, "after": [token]}, headers=other)
+    assert (theirs.status_code, theirs.json()["field"]) == (422, "after")
+    assert theirs.json()["detail"] == bad.json()["detail"].replace("v2.???", token)
     # this service has no worker to wait on: a token is accepted and not waited for
     ok = await http.post("/v1/recall", json={**QUERY, "after": token}, headers=headers)
     assert ok.status_code == 200

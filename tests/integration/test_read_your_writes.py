@@ -6,6 +6,7 @@ get with the token still sees the write and the access.
 
 from __future__ import annotations
 
+import base64
 import re
 import time
 from collections.abc import Iterator
@@ -14,10 +15,10 @@ from pathlib import Path
 from typing import Protocol
 
 import httpx
+import orjson
 import pytest
 
 from mnemostream import Client, MnemostreamError
-from ranker.applied import Token
 from tests.integration.harness import Stack
 from tests.integration.test_durability import DIM, KEY, Server, run_cli
 
@@ -53,17 +54,20 @@ def test_a_write_and_an_access_are_seen_before_the_worker_commits(server: Server
 
 
 @pytest.mark.parametrize("offsets", [{0: 10**9}, {99: 0}])
-def test_a_token_no_worker_will_ever_apply_is_a_422_naming_after(
+def test_a_token_the_service_did_not_seal_is_a_422_naming_after(
     server: Server, offsets: dict[int, int]
 ) -> None:
-    """Past the end of its partition, or in a partition the topic lacks (a forged token, or one
-    kept from before the topics were made anew): every read waited 20 s here, then got a 503.
+    """Offsets in the clear (the format before tokens were sealed, or a forgery): past the end of
+    a partition, or in a partition the topic lacks, every read waited 20 s here, then got a 503,
+    and later the refusal said where the shared partition ended. Refused as not a token.
     """
-    forged = Token({"memory-writes": offsets}).encode()
+    plain = base64.urlsafe_b64encode(orjson.dumps({"memory-writes": offsets})).decode()
     with Client(server.url, KEY) as client:
-        with pytest.raises(MnemostreamError) as refused:
-            client.recall("anything", k=1, after=forged)
-        assert (refused.value.status, refused.value.field) == (422, "after"), server.log()
+        for forged in ("v1." + plain, "v2." + plain):
+            with pytest.raises(MnemostreamError) as refused:
+                client.recall("anything", k=1, after=forged)
+            assert (refused.value.status, refused.value.field) == (422, "after"), server.log()
+            assert "ends at" not in str(refused.value.detail)
         memory_id = client.remember("a fact after the refusal", embedding=axis(0))
         assert client.get(memory_id) is not None  # the real token still waits as it should
 

@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from ranker.api import create_api
+from ranker.applied import Token
 from ranker.service import Erasure, RecallService
 from storage import MemoryRow, MilvusConfig, MilvusStore
 from storage.embedding import Hashing
@@ -20,11 +21,6 @@ from tests.rows import make_row
 
 KEY = "key-acme-0123456789"
 pytestmark = pytest.mark.anyio
-
-
-class Token:
-    def encode(self) -> str:
-        return "v1.e30"
 
 
 class Erasing(RecallService):
@@ -49,7 +45,7 @@ class Erasing(RecallService):
     async def erase(  # type: ignore[override]
         self, tenant_id: str, ids: Sequence[str], now: datetime, **_: object
     ) -> Erasure:
-        return Erasure(Token(), len(ids))  # type: ignore[arg-type]
+        return Erasure(Token({}), len(ids))
 
 
 async def delete(service: Erasing, raw: str) -> httpx.Response:
@@ -180,7 +176,7 @@ async def test_an_erase_that_failed_after_its_memory_can_be_repeated_for_the_sum
             self, tenant_id: str, ids: Sequence[str], now: datetime
         ) -> Erasure:
             erased.append(list(ids))
-            return Erasure(Token(), 0, ("s1",))  # type: ignore[arg-type]
+            return Erasure(Token({}), 0, ("s1",))
 
     api = create_api(Repeated(), TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}}))
     transport = httpx.ASGITransport(app=api)

@@ -12,13 +12,15 @@ from ranker.api import create_api
 from ranker.applied import Token
 from ranker.listing import Page
 from ranker.service import RecallService
+from ranker.tokens import TokenSeal
 from storage import Filters, MilvusConfig, MilvusStore
 from storage.embedding import Hashing
 from storage.tenants import TenantRegistry
 
 KEY = "key-acme-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
-WRITTEN = Token({"memory-writes": {0: 41}}).encode()
+SEAL = TokenSeal()
+WRITTEN = Token({"memory-writes": {0: 41}})
 pytestmark = pytest.mark.anyio
 
 
@@ -45,7 +47,8 @@ class Reads(RecallService):
 
 
 async def call(service: Reads, method: str, url: str, **kw: Any) -> httpx.Response:
-    api = create_api(service, TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}}))
+    registry = TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}})
+    api = create_api(service, registry, token_seal=SEAL)
     transport = httpx.ASGITransport(app=api)
     async with httpx.AsyncClient(transport=transport, base_url="http://m") as http:
         return await http.request(method, url, headers=AUTH, **kw)
@@ -55,9 +58,10 @@ async def test_an_export_waits_for_its_after_token() -> None:
     """An export right after an erase, with the erase's token, streamed the erased memory: the
     route took no ``after``."""
     service = Reads()
-    reply = await call(service, "GET", "/v1/export", params={"after": WRITTEN})
+    written = await SEAL.seal(WRITTEN, "acme")
+    reply = await call(service, "GET", "/v1/export", params={"after": written})
     assert reply.status_code == 200, reply.text
-    assert service.waited == [Token.decode(WRITTEN)]
+    assert service.waited == [WRITTEN]
     refused = await call(service, "GET", "/v1/export", params={"after": "garbage"})
     assert (refused.status_code, refused.json()["field"]) == (422, "after")
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from ranker.applied import Token
 from ranker.service import Candidate, RecallQuery
 from tests.rows import make_row
-from tests.unit.test_user_scope import AUTH, Produced, service_and_client
+from tests.unit.test_user_scope import AUTH, SEAL, Produced, service_and_client
 
 pytestmark = pytest.mark.anyio
 ROWS = [make_row("acme", f"m{i}", (1.0, i / 10, 0.0, 0.0)) for i in range(3)]
@@ -39,6 +38,7 @@ async def test_a_tracked_recall_answers_with_the_token_of_its_access_events(
         ("m0", "recall"),
         ("m1", "recall"),
     ]  # only the tracked recall recorded accesses: the offsets the fake broker gave are 1, 2
-    assert Token.decode(tracked.json()["token"]).offsets == {"access-events": {0: 2}}
+    opened = await SEAL.open(tracked.json()["token"], "acme")
+    assert opened.offsets == {"access-events": {0: 2}}
     assert untracked.json()["token"] is archived.json()["token"] is None
     assert len(untracked.json()["results"]) == 2

@@ -32,9 +32,10 @@ Handler = Callable[[httpx.Request], httpx.Response]
 
 
 def token(offsets: dict[str, dict[str, int]]) -> str:
-    """A token as the service writes it (ranker.applied.Token.encode)."""
+    """A token as these stand-ins write it (the service's are sealed: ranker.tokens); the SDK
+    never reads one."""
     plain = json.dumps(offsets).encode()
-    return "v1." + base64.urlsafe_b64encode(plain).decode().rstrip("=")
+    return "v2." + base64.urlsafe_b64encode(plain).decode().rstrip("=")
 
 
 def offsets(text: str) -> dict[str, dict[str, int]]:
@@ -67,32 +68,74 @@ def both(handler: Handler, call: Callable[[Client | AsyncClient], object]) -> li
     return out
 
 
-class Writes:
-    """Answers writes with tokens over several partitions and records each read's ``after``."""
+def folded(texts: list[str]) -> str:
+    """One token covering ``texts``, as the service's ``POST /v1/tokens`` folds them."""
+    out: dict[str, dict[str, int]] = {}
+    for text in texts:
+        for role, parts in offsets(text).items():
+            for partition, offset in parts.items():
+                mine = out.setdefault(role, {})
+                mine[partition] = max(mine.get(partition, -1), offset)
+    return token(out)
 
-    def __init__(self) -> None:
+
+class Writes:
+    """Answers writes with tokens over several partitions, folds tokens, records each read's
+    ``after`` and the size of each fold; ``fold_fails``: folds answer 503.
+    """
+
+    def __init__(self, fold_fails: bool = False) -> None:
         self.writes = 0
         self.after: list[list[str]] = []
+        self.folds: list[int] = []
+        self.fold_fails = fold_fails
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         if request.url.path == "/v1/memories":
             self.writes += 1
             t = token({"memory-writes": {str(self.writes % 3): self.writes}})
             return httpx.Response(200, json={"ids": ["m1"], "token": t})
+        if request.url.path == "/v1/tokens":
+            given = json.loads(request.content)["after"]
+            self.folds.append(len(given))
+            if self.fold_fails:
+                return httpx.Response(503, json={"detail": "keys topic: down"})
+            return httpx.Response(200, json={"token": folded(given)})
         self.after.append(request.url.params.get_list("after"))
         return httpx.Response(404, json={"detail": "no such memory"})
 
 
-def test_many_writes_before_a_read_send_one_token_covering_them_all() -> None:
+@pytest.mark.parametrize("writes", [3, 9, 2_000])
+def test_many_writes_before_a_read_send_one_token_covering_them_all(writes: int) -> None:
+    """Tokens are sealed: the server folds them (``POST /v1/tokens``), before a read that would
+    send more than FOLD_BEFORE_READ (8) and whenever the session holds more than 256."""
     seen = Writes()
     with Client("http://x", "k" * 16, transport=httpx.MockTransport(seen)) as client:
-        for i in range(2_000):  # each its own token: the read's URL held all 2,000 before
+        for i in range(writes):  # each its own token: the read's URL held all 2,000 once
             client.remember(f"memory {i}")
         assert client.get("m1") is None
         client.get("m1")
-    (sent,), nothing = seen.after
-    assert offsets(sent) == {"memory-writes": {"0": 1_998, "1": 1_999, "2": 2_000}}
+    sent, nothing = seen.after
+    assert folded(sent) == folded(
+        [token({"memory-writes": {str(i % 3): i}}) for i in range(1, writes + 1)]
+    )
+    assert len(sent) == (writes if writes <= 8 else 1)
     assert nothing == []  # the read waited for them: the next one need not
+    # 2,000: folded at 257 (the 256 then held became one), at 513 (1 + 256)... and before the read
+    assert seen.folds == {3: [], 9: [9], 2_000: [257] + [257] * 6 + [208]}[writes]
+
+
+def test_a_fold_that_fails_costs_no_write_and_is_tried_again() -> None:
+    seen = Writes(fold_fails=True)
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(seen)) as client:
+        ids = [client.remember(f"memory {i}") for i in range(258)]
+        assert ids == ["m1"] * 258  # the writes after 256 answered, their fold failed quietly
+        with pytest.raises(MnemostreamError) as failed:
+            client.get("m1")  # a read cannot go on without its tokens
+        assert failed.value.status == 503
+        assert len(client._session.pending) == 258  # kept: nothing waited for them
+    assert seen.folds == [257, 258, 258]
+    assert seen.after == []
 
 
 def test_a_client_without_read_your_writes_keeps_no_token() -> None:

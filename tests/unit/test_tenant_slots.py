@@ -57,7 +57,7 @@ async def test_a_tenant_waiting_on_its_tokens_holds_its_share_of_the_slots_not_a
     api = create_api(service, registry, max_in_flight=4)
     slots: TenantSlots = api.state.tenant_slots
     transport = httpx.ASGITransport(app=api)
-    token = Token({"memory-writes": {0: 50}}).encode()
+    token = await api.state.token_seal.seal(Token({"memory-writes": {0: 50}}), "acme")
 
     def recall(tenant: str, **extra: object) -> dict[str, object]:
         return {

@@ -15,6 +15,7 @@ from memcore.ids import derive_memory_id
 from ranker.api import create_api
 from ranker.listing import Page
 from ranker.service import Recall, RecallQuery, RecallService
+from ranker.tokens import TokenSeal
 from ranker.wire import memory_json
 from storage import Filters, MilvusConfig, MilvusStore
 from storage.embedding import Hashing
@@ -39,11 +40,15 @@ class Produced:
         return delivered
 
 
+SEAL = TokenSeal()
+"""The apps' token seal: a test opens the tokens they answer with."""
+
+
 def service_and_client(produced: Produced) -> tuple[RecallService, httpx.AsyncClient]:
     registry = TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}})
     store = MilvusStore(MilvusConfig("unused.db", dim=4))  # never connected
     service = RecallService(store, Hashing(4), produced)
-    api = create_api(service, registry)
+    api = create_api(service, registry, token_seal=SEAL)
     return service, httpx.AsyncClient(transport=httpx.ASGITransport(app=api), base_url="http://m")
 
 

@@ -1,0 +1,151 @@
+"""Read-your-writes tokens as clients see them: sealed, and bound to the tenant they were issued to.
+
+A :class:`~ranker.applied.Token` names offsets of the shared topics. In the clear, two of one
+tenant's tokens would tell it how many records all other tenants produced between them, and a
+forged one would probe where a partition ends. A client therefore gets
+``v2.<key id>.<base64url(nonce + AES-256-GCM(offsets))>``, the tenant's id as associated data: it
+can neither read nor alter nor forge one, and a token issued to one tenant opens for no other.
+
+The key is the service's own, kept on the ``memory-keys`` topic (which only the worker and the
+ranker may read, :mod:`storage.key_log`) under a tenant id no tenant can have (ids have at least
+one character): every ranker, replicas and restarts included, opens the tokens any of them
+issued, with nothing to configure. A ranker seals with the key the topic already holds (the
+lowest id when several), or mints one; two rankers started together on an empty topic may mint
+one each, and each opens both. The key is taken at the first token sealed or opened; a keys topic
+that cannot be read or written then answers :class:`~storage.key_log.KeyLogError` (retriable, 503).
+Without a keys topic (``TokenSeal()``: tests) the key is this process's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import os
+import re
+from collections.abc import Sequence
+from typing import Protocol
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from memcore import InvalidField
+from ranker.applied import REFUSED, Token
+from storage.sealing import NONCE_BYTES, DataKey, new_key
+
+PREFIX = "v2."
+"""The prefix of a sealed token. ``v1.`` tokens (offsets in the clear) are no longer accepted."""
+KEY_TENANT = ""
+"""The tenant id the service's token keys are kept under on the keys topic: no tenant's id."""
+KEY_MEMORY = "read-your-writes"
+"""The memory id they are kept under."""
+_KEY_ID = re.compile(r"[A-Za-z0-9_-]{16}")
+"""A key id as :func:`storage.sealing.new_key` makes them (12 bytes, base64url)."""
+
+
+class TokenKeys(Protocol):
+    """What the seal needs of the keys topic (:class:`storage.key_log.KeyLog`)."""
+
+    def of_memory(self, tenant_id: str, memory_id: str) -> list[DataKey]: ...
+
+    def data_key(self, tenant_id: str, memory_id: str, key_id: str) -> DataKey | None: ...
+
+    async def mint(self, memories: Sequence[tuple[str, str, str | None]]) -> list[DataKey]: ...
+
+    async def catch_up(self, timeout_s: float | None = None, *, refresh: bool = False) -> None: ...
+
+
+class TokenSeal:
+    """Seals tokens for the tenant they are issued to and opens what clients send back. The
+    constructor does no I/O; ``keys``: the keys topic, None for a key of this process alone.
+    """
+
+    def __init__(self, keys: TokenKeys | None = None) -> None:
+        self.keys = keys
+        self._key: DataKey | None = None
+        self._taking = asyncio.Lock()
+
+    async def take_key(self) -> None:
+        """Take the key now rather than at the first token (start-up); raises
+        :class:`~storage.compacted.CompactedLogError` as a first token would.
+        """
+        await self._take()
+
+    async def seal(self, token: Token, tenant_id: str) -> str:
+        """``token`` as the text a response to ``tenant_id`` carries."""
+        key = self._key or await self._take()
+        nonce = os.urandom(NONCE_BYTES)
+        data = AESGCM(key.secret).encrypt(nonce, token.plain(), _aad(tenant_id, key.key_id))
+        body = base64.urlsafe_b64encode(nonce + data).decode().rstrip("=")
+        return f"{PREFIX}{key.key_id}.{body}"
+
+    async def open(self, text: str, tenant_id: str, field: str = "after") -> Token:
+        """The token ``text`` carries, when this service sealed it for ``tenant_id``; anything
+        else (another tenant's, altered, made up, a ``v1.`` token) raises :class:`InvalidField`
+        naming ``field``, with the same reason whatever it was.
+        """
+        key_id, _, body = text.removeprefix(PREFIX).partition(".")
+        key = await self._find(key_id) if text.startswith(PREFIX) else None
+        if key is None:
+            raise InvalidField(field, text, REFUSED)
+        try:
+            sealed = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+            nonce, data = sealed[:NONCE_BYTES], sealed[NONCE_BYTES:]
+            plain = AESGCM(key.secret).decrypt(nonce, data, _aad(tenant_id, key_id))
+        except (binascii.Error, ValueError, InvalidTag):
+            raise InvalidField(field, text, REFUSED) from None
+        return Token.from_plain(plain, text, field)
+
+    async def read(self, given: str | Sequence[str] | None, tenant_id: str) -> Token | None:
+        """A request's ``after`` (one token, a list of them, or None) as one token covering
+        them all; a bad one is named ``after`` when it came alone, else ``after[i]``.
+        """
+        if given is None:
+            return None
+        texts = [given] if isinstance(given, str) else list(given)
+        names = ["after"] if len(texts) == 1 else [f"after[{i}]" for i in range(len(texts))]
+        return Token.union(
+            [
+                await self.open(text, tenant_id, name)
+                for text, name in zip(texts, names, strict=True)
+            ]
+        )
+
+    async def _take(self) -> DataKey:
+        """The key this process seals with, taken once."""
+        async with self._taking:
+            if self._key is None:
+                self._key = await self._held()
+            return self._key
+
+    async def _held(self) -> DataKey:
+        """The keys topic's key (the lowest id), minted when it holds none; without a topic, a
+        key of this process alone.
+        """
+        if self.keys is None:
+            return new_key(KEY_TENANT, KEY_MEMORY)
+        await self.keys.catch_up()
+        held = self.keys.of_memory(KEY_TENANT, KEY_MEMORY)
+        if held:
+            return min(held, key=lambda k: k.key_id)
+        (minted,) = await self.keys.mint([(KEY_TENANT, KEY_MEMORY, None)])
+        return minted
+
+    async def _find(self, key_id: str) -> DataKey | None:
+        """The key of ``key_id``: read to the keys topic's end first when it is not known here
+        (another ranker's, minted since this one last read), at most once per token.
+        """
+        if self.keys is None:
+            return self._key if self._key is not None and self._key.key_id == key_id else None
+        if not _KEY_ID.fullmatch(key_id):
+            return None
+        found = self.keys.data_key(KEY_TENANT, KEY_MEMORY, key_id)
+        if found is None:
+            await self.keys.catch_up(refresh=True)
+            found = self.keys.data_key(KEY_TENANT, KEY_MEMORY, key_id)
+        return found
+
+
+def _aad(tenant_id: str, key_id: str) -> bytes:
+    """What a token is bound to besides its key: the tenant it was issued to."""
+    return f"mnemostream token\0{tenant_id}\0{key_id}".encode()

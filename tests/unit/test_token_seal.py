@@ -1,0 +1,183 @@
+"""Read-your-writes tokens are sealed for the tenant they are issued to (ranker.tokens): a tenant
+cannot read the offsets of the shared topics in them (the traffic of every other tenant between
+two of its own writes), nor forge or alter one, nor use another tenant's; every ranker sharing
+the keys topic opens what any of them sealed. The real broker: tests/integration/test_shared_port.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Sequence
+
+import httpx
+import pytest
+
+from memcore import InvalidField
+from ranker.api import create_api
+from ranker.applied import Token
+from ranker.tokens import KEY_MEMORY, KEY_TENANT, TokenSeal
+from storage.sealing import DataKey, KeyRing, key_record, new_key
+from storage.tenants import TenantRegistry
+from tests.unit.test_api_input_bounds import Asked
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = Token({"memory-writes": {0: 123_456_789, 5: 7}, "access-events": {2: 31_337}})
+
+
+class Topic:
+    """The ``memory-keys`` topic several rankers share: its records, in order."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[bytes, bytes | None]] = []
+
+
+class Keys:
+    """A ranker's :class:`storage.key_log.KeyLog` over ``topic``: it knows what it read."""
+
+    def __init__(self, topic: Topic) -> None:
+        self.topic = topic
+        self.ring = KeyRing()
+        self.read = 0
+        self.catch_ups = 0
+
+    def of_memory(self, tenant_id: str, memory_id: str) -> list[DataKey]:
+        return self.ring.of_memory(tenant_id, memory_id)
+
+    def data_key(self, tenant_id: str, memory_id: str, key_id: str) -> DataKey | None:
+        return self.ring.data_key(tenant_id, memory_id, key_id)
+
+    async def mint(self, memories: Sequence[tuple[str, str, str | None]]) -> list[DataKey]:
+        keys = [new_key(*m) for m in memories]
+        self.topic.records.extend(key_record(k) for k in keys)
+        for key in keys:
+            self.ring.add(key)
+        return keys
+
+    async def catch_up(self, timeout_s: float | None = None, *, refresh: bool = False) -> None:
+        self.catch_ups += 1
+        for key, value in self.topic.records[self.read :]:
+            self.ring.apply(key, value)
+        self.read = len(self.topic.records)
+        await asyncio.sleep(0)  # the broker's answer: another ranker may go on meanwhile
+
+
+def body(text: str) -> bytes:
+    sealed = text.split(".", 2)[2]
+    return base64.urlsafe_b64decode(sealed + "=" * (-len(sealed) % 4))
+
+
+async def test_a_token_opens_for_its_tenant_and_shows_no_offset() -> None:
+    seal = TokenSeal()
+    text = await seal.seal(TOKEN, "acme")
+    assert text.startswith("v2.")
+    assert await seal.open(text, "acme") == TOKEN
+    assert b"123456789" not in body(text)
+    assert b"memory-writes" not in body(text)
+    again = await seal.seal(TOKEN, "acme")
+    assert again != text  # the same offsets twice: a tenant cannot tell its tokens are equal
+    assert await seal.open(again, "acme") == TOKEN
+
+
+async def test_what_the_service_did_not_seal_for_this_tenant_is_refused_alike() -> None:
+    seal = TokenSeal()
+    text = await seal.seal(TOKEN, "acme")
+    head, key_id, sealed = text.split(".")
+    flipped = sealed[:10] + ("A" if sealed[10] != "A" else "B") + sealed[11:]
+    plain = base64.urlsafe_b64encode(TOKEN.plain()).decode().rstrip("=")
+    refused = {
+        "another tenant's": (text, "globex"),
+        "altered": (f"{head}.{key_id}.{flipped}", "acme"),
+        "in the clear, as before": ("v1." + plain, "acme"),
+        "in the clear, as now": (f"v2.{key_id}.{plain}", "acme"),
+        "another key": (f"v2.{new_key('', 'x').key_id}.{sealed}", "acme"),
+        "cut short": (text[:-6], "acme"),
+        "not base64": (text + "!", "acme"),
+    }
+    for why, (given, tenant) in refused.items():
+        with pytest.raises(InvalidField) as err:
+            await seal.open(given, tenant, "after[2]")
+        assert (err.value.field, err.value.value) == ("after[2]", given), why
+        assert err.value.reason == "not a token returned by this service", why
+
+
+async def test_a_requests_tokens_become_one_and_a_bad_one_is_named_by_its_place() -> None:
+    seal = TokenSeal()
+    first = await seal.seal(Token({"memory-writes": {0: 5, 1: 9}}), "acme")
+    second = await seal.seal(Token({"memory-writes": {0: 7}, "access-events": {0: 2}}), "acme")
+    both = await seal.read([first, second], "acme")
+    assert both == Token({"memory-writes": {0: 7, 1: 9}, "access-events": {0: 2}})
+    assert both is not None
+    assert both.named("memory-writes", 1) == ("after[0]", first)
+    assert await seal.read(first, "acme") == Token({"memory-writes": {0: 5, 1: 9}})
+    assert await seal.read(None, "acme") is None
+    with pytest.raises(InvalidField) as err:
+        await seal.read([first, "v2.x.y"], "acme")
+    assert (err.value.field, err.value.value) == ("after[1]", "v2.x.y")
+    with pytest.raises(InvalidField) as alone:
+        await seal.read(["v2.x.y"], "acme")
+    assert alone.value.field == "after"
+
+
+async def test_rankers_sharing_the_keys_topic_open_each_others_tokens() -> None:
+    topic = Topic()
+    first, second, later = Keys(topic), Keys(topic), Keys(topic)
+    a, b = TokenSeal(first), TokenSeal(second)
+    # started together on an empty topic: each mints a key of its own
+    await asyncio.gather(a.take_key(), b.take_key())
+    assert len(topic.records) == 2
+    from_a, from_b = await a.seal(TOKEN, "acme"), await b.seal(TOKEN, "acme")
+    assert from_a.split(".")[1] != from_b.split(".")[1]
+    assert await b.open(from_a, "acme") == TOKEN  # a key minted since b read: read again
+    assert await a.open(from_b, "acme") == TOKEN
+    # a ranker started later (or restarted) takes a key the topic holds and mints none
+    c = TokenSeal(later)
+    assert await c.open(from_a, "acme") == TOKEN
+    assert await c.open(from_b, "acme") == TOKEN
+    await c.seal(TOKEN, "acme")
+    assert len(topic.records) == 2
+    kept = sorted(k.key_id for k in later.of_memory(KEY_TENANT, KEY_MEMORY))
+    assert (await c.seal(TOKEN, "acme")).split(".")[1] == kept[0]
+
+
+async def test_a_key_id_no_key_can_have_reads_nothing_more_of_the_topic() -> None:
+    keys = Keys(Topic())
+    seal = TokenSeal(keys)
+    text = await seal.seal(TOKEN, "acme")
+    read = keys.catch_ups
+    _, key_id, sealed = text.split(".")
+    for given in (f"v2.{key_id[:-1]}.{sealed}", f"v2.{key_id}!.{sealed}", "v2..", "v2"):
+        with pytest.raises(InvalidField):
+            await seal.open(given, "acme")
+    assert keys.catch_ups == read
+    with pytest.raises(InvalidField):  # a well-formed id not known here: the topic is read
+        await seal.open(f"v2.{new_key('', 'x').key_id}.{sealed}", "acme")
+    assert keys.catch_ups == read + 1
+
+
+KEY, OTHER = "key-acme-0123456789", "key-globex-0123456789"
+
+
+async def test_the_api_folds_a_tenants_tokens_and_refuses_anothers() -> None:
+    """``POST /v1/tokens``: what the SDK calls to keep a session's tokens one token long."""
+
+    registry = TenantRegistry.of(
+        {"tenants": {"acme": {"api_keys": [KEY]}, "globex": {"api_keys": [OTHER]}}}
+    )
+    seal = TokenSeal()
+    api = create_api(Asked(), registry, token_seal=seal)
+    first = await seal.seal(Token({"memory-writes": {0: 5}}), "acme")
+    second = await seal.seal(Token({"memory-writes": {1: 3}}), "acme")
+    transport = httpx.ASGITransport(app=api)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+        mine = {"Authorization": f"Bearer {KEY}"}
+        folded = await http.post("/v1/tokens", json={"after": [first, second]}, headers=mine)
+        assert folded.status_code == 200, folded.text
+        one = folded.json()["token"]
+        assert await seal.open(one, "acme") == Token({"memory-writes": {0: 5, 1: 3}})
+        theirs = {"Authorization": f"Bearer {OTHER}"}
+        refused = await http.post("/v1/tokens", json={"after": [first, second]}, headers=theirs)
+        assert (refused.status_code, refused.json()["field"]) == (422, "after[0]")
+        empty = await http.post("/v1/tokens", json={"after": []}, headers=mine)
+        assert (empty.status_code, empty.json()["field"]) == (422, "after")
