@@ -8,6 +8,7 @@ import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Protocol
 
 import uvicorn
 from fastapi import FastAPI
@@ -29,7 +30,6 @@ from ranker.view import StateView
 from ranker.warmup import Changelogs, Warmup
 from storage import MilvusStore
 from storage.changelogs import changelog_topic
-from storage.compacted import CompactedLogError
 from storage.embedding import Embedder
 from storage.heap import freeze_slow_collections
 from storage.tenant_log import TenantLog, TenantLogError
@@ -102,6 +102,8 @@ def build(
     # python -m server (``local``) fills its cache from its worker's start-up read
     fill = _fill_source(settings, keys.topic) if local is None else None
     warmup = Warmup(cache, fill) if cache is not None else None
+    # Kafka's clients, started in this order and stopped in the reverse
+    followers: tuple[_Started, ...] = (producer, tenants_read, offsets, view, keys, seal)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -110,12 +112,8 @@ def build(
             await asyncio.to_thread(store.connect)
         if owned_embedder:
             await asyncio.to_thread(embedder.start)
-        await producer.start()
-        await tenants_read.start()
-        await offsets.start()
-        await view.start()
-        await keys.start()
-        await _take_token_key(seal)
+        for part in followers:
+            await part.start()
         await service.start()
         if warmup is not None:
             warmup.start(sorted(registry.tenants))
@@ -126,11 +124,8 @@ def build(
             if warmup is not None:
                 await warmup.stop()
             await service.stop()
-            await keys.stop()
-            await view.stop()
-            await offsets.stop()
-            await tenants_read.stop()
-            await producer.stop()
+            for part in reversed(followers):
+                await part.stop()
             if owned:
                 await asyncio.to_thread(store.close)
             log.info("mnemostream ranker stopped")
@@ -141,7 +136,10 @@ def build(
         settings.limits(registry),
         max_in_flight=settings.max_in_flight,
         max_in_flight_per_tenant=settings.max_in_flight_per_tenant,
-        ready=_readiness(store, producer, worker_ready, cache, view, tenants_read.done),
+        ready={
+            **_readiness(store, producer, worker_ready, cache, view, tenants_read.done),
+            "token_key": lambda: asyncio.sleep(0, seal.held),  # tokens are sealed with it
+        },
         audit=AuditLog(kafka, settings.topic("audit")),
         rate_limit_per_s=settings.tenant_rate_limit_per_s,
         admin_key=settings.admin_key.get_secret_value() if settings.admin_key else None,
@@ -156,14 +154,10 @@ def build(
     return api
 
 
-async def _take_token_key(seal: TokenSeal) -> None:
-    """The read-your-writes tokens' key, taken at start-up when the keys topic answers (else at
-    the first token: a worker not started yet has not made the topic).
-    """
-    try:
-        await seal.take_key()
-    except CompactedLogError as exc:
-        log.warning("read-your-writes tokens: no key yet (%s); taken at the first token", exc)
+class _Started(Protocol):
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 def _readiness(

@@ -335,9 +335,19 @@ def create_api(
             route_class_override=DirectRoute,
         )
 
+    _write_routes(api, service, seal, limits)
+    memory_routes(api, service, seal, limits, audit)
+    admin_routes(api)
+    return api
+
+
+def _write_routes(api: FastAPI, service: RecallService, seal: TokenSeal, limits: Limits) -> None:
+    """The write, access and get routes."""
+
     @api.post("/v1/memories")
     async def write(body: WriteBody, who: Auth) -> dict[str, Any]:
         docs = _writes(body, who.tenant_id, limits, datetime.now(UTC))
+        await seal.ready()  # before producing: a token it cannot seal fails nothing written
         ids, token = await service.write(who.tenant_id, docs)
         return {"ids": ids, "token": await seal.seal(token, who.tenant_id)}
 
@@ -346,6 +356,7 @@ def create_api(
         now = datetime.now(UTC)
         at = body.at or now
         _check_accesses(body, who.tenant_id, at, limits, now)
+        await seal.ready()
         token = await service.access(who.tenant_id, body.memory_ids, at, body.kind)
         return {"accepted": len(body.memory_ids), "token": await seal.seal(token, who.tenant_id)}
 
@@ -358,10 +369,6 @@ def create_api(
         if row is None:
             raise HTTPException(404, "no such memory")
         return memory_json(row)
-
-    memory_routes(api, service, seal, limits, audit)
-    admin_routes(api)
-    return api
 
 
 def _retry_later(status: int) -> Callable[[Request, Exception], Awaitable[Response]]:
@@ -484,6 +491,8 @@ async def _search(
     query = _query(body, who, states, limits)
     if body.after is not None:  # opened once the rest of the body is valid
         query = dataclasses.replace(query, after=await seal.read(body.after, who.tenant_id))
+    if body.track:  # its access events' token
+        await seal.ready()
     answer = await service.recall(who.tenant_id, query)
     if body.include_history:
         answer.results.sort(key=lambda r: (r.row.created_at_us, r.row.memory_id))

@@ -138,6 +138,7 @@ def _get_and_delete(api: FastAPI, service: RecallService, seal: TokenSeal) -> No
         if found is None and not (erase and await _erasable(service, who.tenant_id, memory_id)):
             raise HTTPException(404, "no such memory")
         now, keys, summaries, copies = datetime.now(UTC), 0, tuple[str, ...](), tuple[str, ...]()
+        await seal.ready()  # before producing: a token it cannot seal fails nothing done
         if erase:
             erasure = await service.erase(who.tenant_id, [memory_id], now)
             token, keys = erasure.token, erasure.keys
@@ -187,6 +188,7 @@ def _get_and_delete(api: FastAPI, service: RecallService, seal: TokenSeal) -> No
         before = await service.erased_user_memories(who.tenant_id, user_id)
         listed = set(ids)
         earlier = [m for m in before if m not in listed]
+        await seal.ready()
         erasure = await service.erase(
             who.tenant_id, ids, datetime.now(UTC), erased_before=earlier, users=True
         )
@@ -221,6 +223,7 @@ def _update(api: FastAPI, service: RecallService, seal: TokenSeal, limits: Limit
             raise HTTPException(409, f"memory {memory_id} is {reason}: not updatable")
         now = datetime.now(UTC)
         document, at = new_version(old, body, who.tenant_id, now, limits)
+        await seal.ready()
         token = await service.update(who.tenant_id, memory_id, document, at)
         return {
             "memory_id": document["memory_id"],

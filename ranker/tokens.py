@@ -11,9 +11,13 @@ ranker may read, :mod:`storage.key_log`) under a tenant id no tenant can have (i
 one character): every ranker, replicas and restarts included, opens the tokens any of them
 issued, with nothing to configure. A ranker seals with the key the topic already holds (the
 lowest id when several), or mints one; two rankers started together on an empty topic may mint
-one each, and each opens both. The key is taken at the first token sealed or opened; a keys topic
-that cannot be read or written then answers :class:`~storage.key_log.KeyLogError` (retriable, 503).
-Without a keys topic (``TokenSeal()``: tests) the key is this process's own.
+one each, and each opens both. A ranker takes the key in the background from its start-up on
+(:meth:`TokenSeal.start`; ``/readyz`` waits for it: reading a large keys topic takes a while),
+and a route that issues a token makes sure of it before it produces anything (:meth:`ready`:
+:class:`~storage.compacted.CompactedLogError`, a retriable 503, while the topic cannot be read,
+rather than a 503 for a write that was produced). Without a keys topic (``TokenSeal()``: tests)
+the key is this process's own. The sealed offsets are padded to a multiple of
+:data:`PAD_BYTES`: a token's length tells nothing of how large they are.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
+import logging
 import os
 import re
 from collections.abc import Sequence
@@ -31,7 +37,10 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from memcore import InvalidField
 from ranker.applied import REFUSED, Token
+from storage.compacted import CompactedLogError
 from storage.sealing import NONCE_BYTES, DataKey, new_key
+
+log = logging.getLogger(__name__)
 
 PREFIX = "v2."
 """The prefix of a sealed token. ``v1.`` tokens (offsets in the clear) are no longer accepted."""
@@ -39,8 +48,13 @@ KEY_TENANT = ""
 """The tenant id the service's token keys are kept under on the keys topic: no tenant's id."""
 KEY_MEMORY = "read-your-writes"
 """The memory id they are kept under."""
+PAD_BYTES = 128
+"""The sealed JSON is padded with spaces to a multiple of this: one role and partition, or a few,
+make tokens of one length whatever their offsets."""
 _KEY_ID = re.compile(r"[A-Za-z0-9_-]{16}")
 """A key id as :func:`storage.sealing.new_key` makes them (12 bytes, base64url)."""
+_BODY = re.compile(r"[A-Za-z0-9_-]+")
+"""A sealed body: base64url without padding (the decoder would skip any other character)."""
 
 
 class TokenKeys(Protocol):
@@ -63,19 +77,58 @@ class TokenSeal:
     def __init__(self, keys: TokenKeys | None = None) -> None:
         self.keys = keys
         self._key: DataKey | None = None
-        self._taking = asyncio.Lock()
+        self._attempt: asyncio.Future[DataKey] | None = None
+        self._taking: asyncio.Task[None] | None = None
 
-    async def take_key(self) -> None:
-        """Take the key now rather than at the first token (start-up); raises
-        :class:`~storage.compacted.CompactedLogError` as a first token would.
+    async def start(self) -> None:
+        """Start taking the key in the background (returns at once)."""
+        if self._taking is None:
+            self._taking = asyncio.create_task(self._keep_taking(), name="token key")
+
+    async def stop(self) -> None:
+        if self._taking is not None:
+            self._taking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._taking
+            self._taking = None
+
+    @property
+    def held(self) -> bool:
+        """True once this process has the key it seals with (``/readyz``)."""
+        return self._key is not None
+
+    async def ready(self) -> None:
+        """Return once the key is held: at once when it is, else after one attempt to take it,
+        shared by every caller meanwhile; raises :class:`~storage.compacted.CompactedLogError`
+        when that attempt fails (the keys topic cannot be read or written in time). A route calls
+        this before it produces what its token will name.
         """
-        await self._take()
+        if self._key is None:
+            await self._take()
+
+    async def _keep_taking(self, every_s: float = 1.0) -> None:
+        """Take the key, trying again every ``every_s`` seconds while the keys topic cannot give
+        it (logged once).
+        """
+        failed = False
+        while self._key is None:
+            try:
+                await self._take()
+            except CompactedLogError as exc:
+                if not failed:
+                    log.warning("read-your-writes tokens: no key yet (%s); trying again", exc)
+                failed = True
+                await asyncio.sleep(every_s)
+        if failed:
+            log.info("read-your-writes tokens: key taken")
 
     async def seal(self, token: Token, tenant_id: str) -> str:
         """``token`` as the text a response to ``tenant_id`` carries."""
         key = self._key or await self._take()
         nonce = os.urandom(NONCE_BYTES)
-        data = AESGCM(key.secret).encrypt(nonce, token.plain(), _aad(tenant_id, key.key_id))
+        plain = token.plain()
+        plain += b" " * (-len(plain) % PAD_BYTES)  # JSON: trailing spaces read as nothing
+        data = AESGCM(key.secret).encrypt(nonce, plain, _aad(tenant_id, key.key_id))
         body = base64.urlsafe_b64encode(nonce + data).decode().rstrip("=")
         return f"{PREFIX}{key.key_id}.{body}"
 
@@ -85,7 +138,8 @@ class TokenSeal:
         naming ``field``, with the same reason whatever it was.
         """
         key_id, _, body = text.removeprefix(PREFIX).partition(".")
-        key = await self._find(key_id) if text.startswith(PREFIX) else None
+        well_formed = text.startswith(PREFIX) and _BODY.fullmatch(body) is not None
+        key = await self._find(key_id) if well_formed else None
         if key is None:
             raise InvalidField(field, text, REFUSED)
         try:
@@ -112,11 +166,20 @@ class TokenSeal:
         )
 
     async def _take(self) -> DataKey:
-        """The key this process seals with, taken once."""
-        async with self._taking:
-            if self._key is None:
-                self._key = await self._held()
+        """The key this process seals with, taken once; callers that come while an attempt runs
+        share it (and its failure: none waits for a timeout of its own after another's).
+        """
+        if self._key is not None:
             return self._key
+        if self._attempt is None:
+            self._attempt = asyncio.ensure_future(self._held())
+            self._attempt.add_done_callback(self._attempted)
+        return await asyncio.shield(self._attempt)
+
+    def _attempted(self, attempt: asyncio.Future[DataKey]) -> None:
+        self._attempt = None
+        if not attempt.cancelled() and attempt.exception() is None:  # retrieved: never unread
+            self._key = attempt.result()
 
     async def _held(self) -> DataKey:
         """The keys topic's key (the lowest id), minted when it holds none; without a topic, a

@@ -26,6 +26,7 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Field,
     ValidationError,
     WithJsonSchema,
     field_validator,
@@ -370,10 +371,21 @@ def _listed(value: object) -> object:
     return [value] if isinstance(value, str) else value
 
 
+MAX_TOKENS = 1024
+"""The most tokens a body's ``after`` takes (each is opened on the event loop; the SDK folds a
+session's past 8 before a read)."""
 Tokens = Annotated[
     list[str],
     BeforeValidator(_listed),
-    WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}),
+    Field(max_length=MAX_TOKENS),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string"},
+                {"type": "array", "items": {"type": "string"}, "maxItems": MAX_TOKENS},
+            ]
+        }
+    ),
 ]
 """A body's ``after``: one token (text) or a list of them; a bad one is named ``after[i]``
 (a union's error named its branch: ``after.str``)."""

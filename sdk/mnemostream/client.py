@@ -192,19 +192,36 @@ class _Session:
         self.enabled = enabled
         self.pending: list[str] = []  # folded into one by the server (:meth:`folding`)
         self.lock = threading.Lock()  # threads may share a Client (its httpx.Client allows it)
+        self.fold_at = FOLD_WHILE_WRITING  # raised past a failed fold, reset by a good one
+        self.folds = True  # False once the server answered a fold 404 (a ranker before folds)
 
     def after(self) -> list[str]:
         with self.lock:
             return list(self.pending)
 
-    def folding(self, over: int) -> _Call | None:
-        """The call that folds the session's tokens into one (``POST /v1/tokens``) when there
-        are more than ``over``, else None. Tokens are sealed: only the server can merge them,
-        and a session of many writes would otherwise hold them all and send them with its next
-        read (:data:`FOLD_BEFORE_READ`, :data:`FOLD_WHILE_WRITING`).
+    def folding(self, *, read: bool) -> _Call | None:
+        """The call that folds the session's tokens into one (``POST /v1/tokens``), or None:
+        before a read that would send more than :data:`FOLD_BEFORE_READ`, and before any call
+        once the session holds more than :data:`FOLD_WHILE_WRITING` (more after a failed fold).
+        Tokens are sealed: only the server can merge them, and a session of many writes would
+        otherwise hold them all and send them with its next read.
         """
         pending = self.after()
-        return _Api.fold(pending) if len(pending) > over else None
+        over = FOLD_BEFORE_READ if read else self.fold_at
+        return _Api.fold(pending) if self.folds and len(pending) > over else None
+
+    def fold_failed(self, call: _Call, exc: MnemostreamError) -> None:
+        """Note a fold the server refused: a 404 (a ranker that has no fold) ends folding, any
+        other failure defers the next fold before a write by :data:`FOLD_WHILE_WRITING` tokens.
+        """
+        with self.lock:
+            if exc.status == 404:
+                self.folds = False
+            self.fold_at = len(_sent(call)) + FOLD_WHILE_WRITING
+
+    def folded(self) -> None:
+        with self.lock:
+            self.fold_at = FOLD_WHILE_WRITING
 
     def noted(self, call: _Call, result: Any) -> Any:  # noqa: ANN401
         token = result.get("token") if isinstance(result, dict) else None
@@ -269,11 +286,22 @@ LIST_FILTERS = frozenset(
 )
 """The filters ``list_memories`` takes (the list route's query parameters)."""
 _CUT_SHORT = "the export stream ended before its closing line"
+MAX_AFTER = 1024
+"""The most tokens the server takes in one ``after`` (``ranker.wire.MAX_TOKENS``)."""
 FOLD_BEFORE_READ = 8
 """A read sends the session's tokens folded into one by the server when it holds more than this."""
 FOLD_WHILE_WRITING = 256
-"""A session folds its tokens once they are more than this, whether a read comes or not (memory,
-and the size of the fold's own body); a fold that fails then is tried again later."""
+"""A session folds its tokens before its next call once they are more than this, whether a read
+comes or not (memory, and the size of the fold's own body); after a fold that failed, once
+this many more came."""
+
+
+def _fold_binds(folding: _Call, exc: MnemostreamError) -> bool:
+    """True when a read cannot go on after its fold failed: the fold named a token (422: the
+    read would be refused for it too; the session dropped it), or the tokens are more than a
+    request takes (:data:`MAX_AFTER`). Otherwise the read sends them unfolded.
+    """
+    return exc.status == 422 or len(_sent(folding)) > MAX_AFTER
 
 
 def _tokens(after: str | Sequence[str] | None) -> list[str]:
@@ -577,12 +605,8 @@ class Client:
         self._http.close()
 
     def _send(self, call: _Call) -> Any:  # noqa: ANN401
-        result = self._request(call)
-        folding = self._session.folding(FOLD_WHILE_WRITING)
-        if folding is not None:
-            with contextlib.suppress(MnemostreamError):  # the call's own result stands
-                self._request(folding)
-        return result
+        self._fold(read=False)  # before the call: nothing can cost the call's own answer
+        return self._request(call)
 
     def _request(self, call: _Call) -> Any:  # noqa: ANN401
         with _reached():
@@ -591,10 +615,25 @@ class Client:
 
     def _after(self) -> list[str]:
         """The session's tokens for a read, folded first when there are many."""
-        folding = self._session.folding(FOLD_BEFORE_READ)
-        if folding is not None:
-            self._request(folding)
+        self._fold(read=True)
         return self._session.after()
+
+    def _fold(self, *, read: bool) -> None:
+        """Fold the session's tokens when :meth:`_Session.folding` says so. A failed fold is the
+        caller's error only when it names a token (422: dropped, the read would be refused for
+        it); otherwise the tokens go unfolded.
+        """
+        folding = self._session.folding(read=read)
+        if folding is None:
+            return
+        try:
+            self._request(folding)
+        except MnemostreamError as exc:
+            self._session.fold_failed(folding, exc)
+            if read and _fold_binds(folding, exc):
+                raise
+        else:
+            self._session.folded()
 
     def remember(self, content: str, **fields: Any) -> str:  # noqa: ANN401
         """Write one memory (importance, memory_type, tags, metadata, at, embedding...); its id."""
@@ -719,12 +758,8 @@ class AsyncClient:
         await self._http.aclose()
 
     async def _send(self, call: _Call) -> Any:  # noqa: ANN401
-        result = await self._request(call)
-        folding = self._session.folding(FOLD_WHILE_WRITING)
-        if folding is not None:
-            with contextlib.suppress(MnemostreamError):
-                await self._request(folding)
-        return result
+        await self._fold(read=False)
+        return await self._request(call)
 
     async def _request(self, call: _Call) -> Any:  # noqa: ANN401
         with _reached():
@@ -734,10 +769,21 @@ class AsyncClient:
         return self._session.answered(call, reply)
 
     async def _after(self) -> list[str]:
-        folding = self._session.folding(FOLD_BEFORE_READ)
-        if folding is not None:
-            await self._request(folding)
+        await self._fold(read=True)
         return self._session.after()
+
+    async def _fold(self, *, read: bool) -> None:
+        folding = self._session.folding(read=read)
+        if folding is None:
+            return
+        try:
+            await self._request(folding)
+        except MnemostreamError as exc:
+            self._session.fold_failed(folding, exc)
+            if read and _fold_binds(folding, exc):
+                raise
+        else:
+            self._session.folded()
 
     async def remember(self, content: str, **fields: Any) -> str:  # noqa: ANN401
         return str((await self._send(_Api.remember(content, **fields)))["ids"][0])

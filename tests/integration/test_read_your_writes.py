@@ -61,7 +61,8 @@ def test_a_token_the_service_did_not_seal_is_a_422_naming_after(
     a partition, or in a partition the topic lacks, every read waited 20 s here, then got a 503,
     and later the refusal said where the shared partition ended. Refused as not a token.
     """
-    plain = base64.urlsafe_b64encode(orjson.dumps({"memory-writes": offsets})).decode()
+    written = {"memory-writes": {str(p): o for p, o in offsets.items()}}
+    plain = base64.urlsafe_b64encode(orjson.dumps(written)).decode()
     with Client(server.url, KEY) as client:
         for forged in ("v1." + plain, "v2." + plain):
             with pytest.raises(MnemostreamError) as refused:

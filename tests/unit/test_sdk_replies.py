@@ -81,10 +81,11 @@ def folded(texts: list[str]) -> str:
 
 class Writes:
     """Answers writes with tokens over several partitions, folds tokens, records each read's
-    ``after`` and the size of each fold; ``fold_fails``: folds answer 503.
+    ``after`` and the size of each fold; ``fold_fails``: the status folds answer (503: the keys
+    topic is down; 404: a ranker from before folds).
     """
 
-    def __init__(self, fold_fails: bool = False) -> None:
+    def __init__(self, fold_fails: int | None = None) -> None:
         self.writes = 0
         self.after: list[list[str]] = []
         self.folds: list[int] = []
@@ -98,8 +99,8 @@ class Writes:
         if request.url.path == "/v1/tokens":
             given = json.loads(request.content)["after"]
             self.folds.append(len(given))
-            if self.fold_fails:
-                return httpx.Response(503, json={"detail": "keys topic: down"})
+            if self.fold_fails is not None:
+                return httpx.Response(self.fold_fails, json={"detail": "refused"})
             return httpx.Response(200, json={"token": folded(given)})
         self.after.append(request.url.params.get_list("after"))
         return httpx.Response(404, json={"detail": "no such memory"})
@@ -121,21 +122,28 @@ def test_many_writes_before_a_read_send_one_token_covering_them_all(writes: int)
     )
     assert len(sent) == (writes if writes <= 8 else 1)
     assert nothing == []  # the read waited for them: the next one need not
-    # 2,000: folded at 257 (the 256 then held became one), at 513 (1 + 256)... and before the read
-    assert seen.folds == {3: [], 9: [9], 2_000: [257] + [257] * 6 + [208]}[writes]
+    # 2,000: folded before each write that found 257 held (the first fold's one token and 256
+    # more), and before the read
+    assert seen.folds == {3: [], 9: [9], 2_000: [257] * 7 + [208]}[writes]
 
 
-def test_a_fold_that_fails_costs_no_write_and_is_tried_again() -> None:
-    seen = Writes(fold_fails=True)
+@pytest.mark.parametrize("status", [503, 404])
+def test_a_fold_that_fails_costs_no_call_and_the_read_sends_the_tokens_unfolded(
+    status: int,
+) -> None:
+    """503: the fold is tried again 256 tokens later; 404 (a ranker from before folds): never
+    again. Either way every write answers, and a read sends what it holds, unfolded."""
+    seen = Writes(fold_fails=status)
     with Client("http://x", "k" * 16, transport=httpx.MockTransport(seen)) as client:
-        ids = [client.remember(f"memory {i}") for i in range(258)]
-        assert ids == ["m1"] * 258  # the writes after 256 answered, their fold failed quietly
-        with pytest.raises(MnemostreamError) as failed:
-            client.get("m1")  # a read cannot go on without its tokens
-        assert failed.value.status == 503
-        assert len(client._session.pending) == 258  # kept: nothing waited for them
-    assert seen.folds == [257, 258, 258]
-    assert seen.after == []
+        ids = [client.remember(f"memory {i}") for i in range(600)]
+        assert ids == ["m1"] * 600
+        assert client.get("m1") is None
+        client.remember("one more")
+        assert client.get("m1") is None
+    (sent, one) = seen.after
+    assert len(sent) == 600
+    assert len(one) == 1
+    assert seen.folds == {503: [257, 514, 600], 404: [257]}[status]
 
 
 def test_a_client_without_read_your_writes_keeps_no_token() -> None:
@@ -457,3 +465,40 @@ def test_a_history_says_when_its_oldest_records_were_left_out() -> None:
         assert isinstance(history, History)
         assert [e["kind"] for e in history] == ["created", "accessed"]
         assert (history.total, history.truncated) == (25_000, True)
+
+
+def test_a_call_cancelled_during_a_fold_was_not_sent() -> None:
+    """The fold ran after the call: a caller's time-out during it lost the answer of a write the
+    server had taken (retried: a duplicate). It runs before the call now."""
+    seen = Writes()
+    stuck = asyncio.Event()
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/tokens":
+            await stuck.wait()  # never set: the fold outlives the caller's patience
+        return seen(request)
+
+    async def run() -> None:
+        transport = httpx.MockTransport(handler)
+        async with AsyncClient("http://x", "k" * 16, transport=transport) as client:
+            for i in range(257):
+                await client.remember(f"memory {i}")
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(client.remember("the 258th"), 0.05)
+            assert seen.writes == 257  # the 258th was never sent: its retry is no duplicate
+            assert len(client._session.pending) == 257
+
+    asyncio.run(run())
+
+
+def test_a_read_whose_fold_failed_with_more_tokens_than_a_request_takes_is_refused() -> None:
+    """Sent unfolded, 1,025 tokens were a 422 naming ``after``, which dropped them all."""
+    seen = Writes(fold_fails=503)
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(seen)) as client:
+        for i in range(1_025):
+            client.remember(f"memory {i}")
+        with pytest.raises(MnemostreamError) as failed:
+            client.get("m1")
+        assert failed.value.status == 503
+        assert len(client._session.pending) == 1_025  # kept for a read once folds work again
+    assert seen.after == []

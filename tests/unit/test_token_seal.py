@@ -17,6 +17,7 @@ from memcore import InvalidField
 from ranker.api import create_api
 from ranker.applied import Token
 from ranker.tokens import KEY_MEMORY, KEY_TENANT, TokenSeal
+from storage.key_log import KeyLogError
 from storage.sealing import DataKey, KeyRing, key_record, new_key
 from storage.tenants import TenantRegistry
 from tests.unit.test_api_input_bounds import Asked
@@ -61,6 +62,10 @@ class Keys:
             self.ring.apply(key, value)
         self.read = len(self.topic.records)
         await asyncio.sleep(0)  # the broker's answer: another ranker may go on meanwhile
+        self.check()
+
+    def check(self) -> None:
+        """Raise as a topic that cannot be read would."""
 
 
 def body(text: str) -> bytes:
@@ -78,6 +83,13 @@ async def test_a_token_opens_for_its_tenant_and_shows_no_offset() -> None:
     again = await seal.seal(TOKEN, "acme")
     assert again != text  # the same offsets twice: a tenant cannot tell its tokens are equal
     assert await seal.open(again, "acme") == TOKEN
+    # nor how large the offsets are: their number of digits was the token's length
+    lengths = {
+        len(await seal.seal(Token({"memory-writes": {p: o}}), "acme"))
+        for p in (0, 7, 63)
+        for o in (0, 9, 10, 99_999, 10**9, 2**62)
+    }
+    assert lengths == {len(text)}
 
 
 async def test_what_the_service_did_not_seal_for_this_tenant_is_refused_alike() -> None:
@@ -125,7 +137,7 @@ async def test_rankers_sharing_the_keys_topic_open_each_others_tokens() -> None:
     first, second, later = Keys(topic), Keys(topic), Keys(topic)
     a, b = TokenSeal(first), TokenSeal(second)
     # started together on an empty topic: each mints a key of its own
-    await asyncio.gather(a.take_key(), b.take_key())
+    await asyncio.gather(a.ready(), b.ready())
     assert len(topic.records) == 2
     from_a, from_b = await a.seal(TOKEN, "acme"), await b.seal(TOKEN, "acme")
     assert from_a.split(".")[1] != from_b.split(".")[1]
@@ -139,6 +151,58 @@ async def test_rankers_sharing_the_keys_topic_open_each_others_tokens() -> None:
     assert len(topic.records) == 2
     kept = sorted(k.key_id for k in later.of_memory(KEY_TENANT, KEY_MEMORY))
     assert (await c.seal(TOKEN, "acme")).split(".")[1] == kept[0]
+
+
+class Down(Keys):
+    """A keys topic that cannot be read in time (as KeyLog raises it), until ``up``."""
+
+    def __init__(self, topic: Topic) -> None:
+        super().__init__(topic)
+        self.up = False
+
+    def check(self) -> None:
+        if not self.up:
+            raise KeyLogError("not read to its end in time")
+
+
+async def test_callers_share_one_attempt_to_take_the_key_and_its_failure() -> None:
+    """Each waited for the one before it, then ran a timeout of its own: the fifth of five
+    requests on a fresh ranker failed after five timeouts."""
+    keys = Down(Topic())
+    seal = TokenSeal(keys)
+    failed = await asyncio.gather(*(seal.ready() for _ in range(5)), return_exceptions=True)
+    assert [type(f) for f in failed] == [KeyLogError] * 5
+    assert keys.catch_ups == 1
+    assert not seal.held
+    keys.up = True
+    await asyncio.gather(*(seal.ready() for _ in range(5)))
+    assert (keys.catch_ups, seal.held) == (2, True)
+    await seal.ready()
+    assert keys.catch_ups == 2  # held: no more reads
+
+
+async def test_a_ranker_takes_the_key_in_the_background_until_the_topic_gives_it() -> None:
+    keys = Down(Topic())
+    seal = TokenSeal(keys)
+    await seal.start()
+    for _ in range(200):
+        if keys.catch_ups >= 2:
+            break
+        await asyncio.sleep(0.01)
+    assert not seal.held
+    keys.up = True
+    for _ in range(300):
+        if held(seal):
+            break
+        await asyncio.sleep(0.01)
+    await seal.stop()
+    assert held(seal)
+    assert len(keys.topic.records) == 1  # minted once
+
+
+def held(seal: TokenSeal) -> bool:
+    """``seal.held`` read anew (mypy keeps a property's earlier answer)."""
+    return seal.held
 
 
 async def test_a_key_id_no_key_can_have_reads_nothing_more_of_the_topic() -> None:
@@ -181,3 +245,23 @@ async def test_the_api_folds_a_tenants_tokens_and_refuses_anothers() -> None:
         assert (refused.status_code, refused.json()["field"]) == (422, "after[0]")
         empty = await http.post("/v1/tokens", json={"after": []}, headers=mine)
         assert (empty.status_code, empty.json()["field"]) == (422, "after")
+        many = await http.post("/v1/tokens", json={"after": [first] * 1025}, headers=mine)
+        assert (many.status_code, many.json()["field"]) == (422, "after")
+        most = await http.post("/v1/tokens", json={"after": [first] * 1024}, headers=mine)
+        assert most.status_code == 200
+
+
+async def test_a_route_that_cannot_seal_its_token_produces_nothing() -> None:
+    """The token was sealed after the write was produced: a ranker that could not read the
+    keys topic answered 503 for a write it had produced (retried: counted twice, for accesses)."""
+    registry = TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}})
+    api = create_api(Asked(), registry, token_seal=TokenSeal(Down(Topic())))  # produces: a 500
+    mine = {"Authorization": f"Bearer {KEY}"}
+    transport = httpx.ASGITransport(app=api)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+        wrote = await http.post("/v1/memories", json={"memories": [{"content": "x"}]}, headers=mine)
+        accessed = await http.post("/v1/access", json={"memory_ids": ["m1"]}, headers=mine)
+        recalled = await http.post("/v1/recall", json={"query": "x"}, headers=mine)
+        untracked = await http.post("/v1/recall", json={"query": "x", "track": False}, headers=mine)
+    assert [r.status_code for r in (wrote, accessed, recalled)] == [503] * 3, wrote.text
+    assert untracked.status_code == 200  # issues no token
