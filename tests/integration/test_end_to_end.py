@@ -279,6 +279,7 @@ def test_ready_once_the_worker_recovered(server: str) -> None:
         "tenants": True,
         "worker": True,
         "hot_cache": True,
+        "token_key": True,
     }
     assert reply.json() == {"status": "ready", "checks": checks}
     assert httpx.get(f"{server}/healthz", timeout=10).status_code == 200

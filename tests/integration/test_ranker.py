@@ -281,7 +281,7 @@ async def test_a_write_returns_a_token_and_reads_check_it(
     other = {"X-API-Key": KEY_B}
     theirs = await http.post("/v1/recall", json={**QUERY, "after": [token]}, headers=other)
     assert (theirs.status_code, theirs.json()["field"]) == (422, "after")
-    assert theirs.json()["detail"] == bad.json()["detail"].replace("v2.???", token)
+    assert theirs.json()["detail"].endswith(": not a token returned by this service")
     # this service has no worker to wait on: a token is accepted and not waited for
     ok = await http.post("/v1/recall", json={**QUERY, "after": token}, headers=headers)
     assert ok.status_code == 200
