@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -51,6 +51,7 @@ from ranker.wire import (
     Body,
     DirectRoute,
     OrjsonRoute,
+    QueryTokens,
     TextBody,
     Tokens,
     json_response,
@@ -361,9 +362,7 @@ def _write_routes(api: FastAPI, service: RecallService, seal: TokenSeal, limits:
         return {"accepted": len(body.memory_ids), "token": await seal.seal(token, who.tenant_id)}
 
     @api.get("/v1/memories/{memory_id}", responses=NOT_FOUND)
-    async def get(
-        memory_id: str, who: Auth, after: Annotated[list[str] | None, Query()] = None
-    ) -> dict[str, Any]:
+    async def get(memory_id: str, who: Auth, after: QueryTokens = None) -> dict[str, Any]:
         check_id("memory_id", memory_id)
         row = await service.get(who.tenant_id, memory_id, await seal.read(after, who.tenant_id))
         if row is None:

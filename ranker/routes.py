@@ -24,7 +24,7 @@ from ranker.listing import decode_cursor
 from ranker.problems import CONFLICT, NOT_FOUND
 from ranker.service import RecallService
 from ranker.tokens import TokenSeal
-from ranker.wire import Auth, Body, Tokens, memory_json, session_of
+from ranker.wire import Auth, Body, QueryTokens, Tokens, memory_json, session_of
 from storage import Filters, MemoryRow, from_us, to_us
 from storage.records import (
     MAX_NAME_BYTES,
@@ -119,7 +119,7 @@ def _get_and_delete(api: FastAPI, service: RecallService, seal: TokenSeal) -> No
                 " destroyed, so no topic, table or replay can show them again"
             ),
         ] = False,
-        after: Annotated[list[str] | None, Query()] = None,
+        after: QueryTokens = None,
     ) -> dict[str, Any]:
         """Delete a memory: recall never returns it again and get shows it ``deleted``; with
         ``purge`` its row leaves the serving store too (get answers 404); with ``erase`` its
@@ -168,7 +168,7 @@ def _get_and_delete(api: FastAPI, service: RecallService, seal: TokenSeal) -> No
         user_id: str,
         who: Auth,
         request: Request,
-        after: Annotated[list[str] | None, Query()] = None,
+        after: QueryTokens = None,
     ) -> dict[str, Any]:
         """Erase every memory of one user of this tenant (``user_id`` scope), in any state,
         summaries of them included, as ``DELETE /v1/memories/{id}?erase=true`` does for one
@@ -328,7 +328,7 @@ def _listing(api: FastAPI, service: RecallService, seal: TokenSeal) -> None:
         include_history: bool = False,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
         cursor: Annotated[str | None, Query(max_length=512)] = None,
-        after: Annotated[list[str] | None, Query()] = None,
+        after: QueryTokens = None,
     ) -> dict[str, Any]:
         """This tenant's memories in id order, ``limit`` per page: pass the reply's ``cursor``
         for the next page (null on the last). Default: active and archived, current versions
@@ -361,7 +361,7 @@ def _listing(api: FastAPI, service: RecallService, seal: TokenSeal) -> None:
 
     @api.get("/v1/export", response_class=StreamingResponse)
     async def export(
-        who: Auth, vectors: bool = False, after: Annotated[list[str] | None, Query()] = None
+        who: Auth, vectors: bool = False, after: QueryTokens = None
     ) -> StreamingResponse:
         """Every memory of this tenant in any state but purged, superseded versions included, as
         JSON lines (``application/x-ndjson``) in id order, once ``after`` is applied (an erase's
@@ -396,9 +396,7 @@ def _listing(api: FastAPI, service: RecallService, seal: TokenSeal) -> None:
 
 def _history(api: FastAPI, service: RecallService, seal: TokenSeal, audit: AuditLog | None) -> None:
     @api.get("/v1/memories/{memory_id}/history", responses=NOT_FOUND)
-    async def history(
-        memory_id: str, who: Auth, after: Annotated[list[str] | None, Query()] = None
-    ) -> dict[str, Any]:
+    async def history(memory_id: str, who: Auth, after: QueryTokens = None) -> dict[str, Any]:
         """Every decision about a memory, oldest first, from the audit log: ``kind`` (created,
         superseded, archived, revived, deleted...), ``reason``, event time ``at``, the record it
         came from (``source``, ``offset``) and the state after it. At most the newest 10,000

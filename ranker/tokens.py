@@ -37,7 +37,6 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from memcore import InvalidField
 from ranker.applied import REFUSED, Token
-from storage.compacted import CompactedLogError
 from storage.sealing import NONCE_BYTES, DataKey, new_key
 
 log = logging.getLogger(__name__)
@@ -48,9 +47,9 @@ KEY_TENANT = ""
 """The tenant id the service's token keys are kept under on the keys topic: no tenant's id."""
 KEY_MEMORY = "read-your-writes"
 """The memory id they are kept under."""
-PAD_BYTES = 128
-"""The sealed JSON is padded with spaces to a multiple of this: one role and partition, or a few,
-make tokens of one length whatever their offsets."""
+PAD_BYTES = 256
+"""The sealed JSON is padded with spaces to a multiple of this: tokens naming both roles over four
+partitions each (the default) are of one length whatever their offsets, up to 13 digits."""
 _KEY_ID = re.compile(r"[A-Za-z0-9_-]{16}")
 """A key id as :func:`storage.sealing.new_key` makes them (12 bytes, base64url)."""
 _BODY = re.compile(r"[A-Za-z0-9_-]+")
@@ -86,11 +85,15 @@ class TokenSeal:
             self._taking = asyncio.create_task(self._keep_taking(), name="token key")
 
     async def stop(self) -> None:
-        if self._taking is not None:
-            self._taking.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._taking
-            self._taking = None
+        """Stop taking the key: the background task and an attempt under way (before the keys
+        topic it writes to stops).
+        """
+        for running in (self._taking, self._attempt):
+            if running is not None:
+                running.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await running
+        self._taking = None
 
     @property
     def held(self) -> bool:
@@ -111,14 +114,15 @@ class TokenSeal:
         it (logged once).
         """
         failed = False
-        while self._key is None:
+        while True:
             try:
                 await self._take()
-            except CompactedLogError as exc:
+                break
+            except Exception as exc:  # any failure: /readyz waits for the key
                 if not failed:
-                    log.warning("read-your-writes tokens: no key yet (%s); trying again", exc)
+                    log.warning("read-your-writes tokens: no key yet (%r); trying again", exc)
                 failed = True
-                await asyncio.sleep(every_s)
+            await asyncio.sleep(every_s)
         if failed:
             log.info("read-your-writes tokens: key taken")
 
@@ -177,11 +181,19 @@ class TokenSeal:
         return await asyncio.shield(self._attempt)
 
     def _attempted(self, attempt: asyncio.Future[DataKey]) -> None:
-        self._attempt = None
-        if not attempt.cancelled() and attempt.exception() is None:  # retrieved: never unread
-            self._key = attempt.result()
+        if self._attempt is attempt:
+            self._attempt = None
+        if not attempt.cancelled():
+            attempt.exception()  # retrieved: a failure no caller awaited is not reported unread
 
     async def _held(self) -> DataKey:
+        """:meth:`_holding`, kept: held from the moment the attempt ends (not from a callback
+        after it: a caller in between would find it ended and the key not held).
+        """
+        self._key = await self._holding()
+        return self._key
+
+    async def _holding(self) -> DataKey:
         """The keys topic's key (the lowest id), minted when it holds none; without a topic, a
         key of this process alone.
         """

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import numpy as np
 import orjson
 import pydantic_core
-from fastapi import Depends, HTTPException, Request, Response, Security
+from fastapi import Depends, HTTPException, Query, Request, Response, Security
 from fastapi.datastructures import DefaultPlaceholder
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
@@ -389,6 +389,8 @@ Tokens = Annotated[
 ]
 """A body's ``after``: one token (text) or a list of them; a bad one is named ``after[i]``
 (a union's error named its branch: ``after.str``)."""
+QueryTokens = Annotated[list[str] | None, Query(max_length=MAX_TOKENS)]
+"""A query's ``after`` (``?after=t1&after=t2``), as many as a body's."""
 
 
 def under(prefix: str, exc: RecordError) -> RecordError:

@@ -96,8 +96,8 @@ def _reached() -> Iterator[None]:
     except httpx.UnsupportedProtocol as exc:  # a URL without http(s)://: no retry can help
         msg = f"the service's URL needs http:// or https://: {exc}"
         raise ValueError(msg) from exc
-    except httpx.LocalProtocolError as exc:  # a request httpx will not send: nor will a retry
-        msg = f"not a request HTTP can carry: {exc}"
+    except (httpx.LocalProtocolError, httpx.InvalidURL) as exc:  # httpx will not send it
+        msg = f"not a request HTTP can carry: {exc}"  # nor will a retry
         raise ValueError(msg) from exc
     except httpx.TransportError as exc:
         raise Unreachable(exc) from exc
@@ -193,7 +193,6 @@ class _Session:
         self.pending: list[str] = []  # folded into one by the server (:meth:`folding`)
         self.lock = threading.Lock()  # threads may share a Client (its httpx.Client allows it)
         self.fold_at = FOLD_WHILE_WRITING  # raised past a failed fold, reset by a good one
-        self.folds = True  # False once the server answered a fold 404 (a ranker before folds)
 
     def after(self) -> list[str]:
         with self.lock:
@@ -208,16 +207,16 @@ class _Session:
         """
         pending = self.after()
         over = FOLD_BEFORE_READ if read else self.fold_at
-        return _Api.fold(pending) if self.folds and len(pending) > over else None
+        # the oldest MAX_AFTER at most: a request takes no more (a 422 naming them all)
+        return _Api.fold(pending[:MAX_AFTER]) if len(pending) > over else None
 
-    def fold_failed(self, call: _Call, exc: MnemostreamError) -> None:
-        """Note a fold the server refused: a 404 (a ranker that has no fold) ends folding, any
-        other failure defers the next fold before a write by :data:`FOLD_WHILE_WRITING` tokens.
+    def fold_failed(self) -> None:
+        """Note a fold the server refused (a ranker from before folds answers 404, one that
+        cannot read the keys topic 503): the next fold before a call waits for
+        :data:`FOLD_WHILE_WRITING` more tokens.
         """
         with self.lock:
-            if exc.status == 404:
-                self.folds = False
-            self.fold_at = len(_sent(call)) + FOLD_WHILE_WRITING
+            self.fold_at = len(self.pending) + FOLD_WHILE_WRITING
 
     def folded(self) -> None:
         with self.lock:
@@ -287,7 +286,11 @@ LIST_FILTERS = frozenset(
 """The filters ``list_memories`` takes (the list route's query parameters)."""
 _CUT_SHORT = "the export stream ended before its closing line"
 MAX_AFTER = 1024
-"""The most tokens the server takes in one ``after`` (``ranker.wire.MAX_TOKENS``)."""
+"""The most tokens the server takes in one ``after`` (``ranker.wire.MAX_TOKENS``): a fold sends
+the oldest this many."""
+MAX_UNFOLDED = 128
+"""The most tokens a read sends when their fold failed: a URL holds ~160 of the service's
+(~400 characters each; httpx takes 64 KiB of query)."""
 FOLD_BEFORE_READ = 8
 """A read sends the session's tokens folded into one by the server when it holds more than this."""
 FOLD_WHILE_WRITING = 256
@@ -296,12 +299,12 @@ comes or not (memory, and the size of the fold's own body); after a fold that fa
 this many more came."""
 
 
-def _fold_binds(folding: _Call, exc: MnemostreamError) -> bool:
+def _fold_binds(session: _Session, exc: MnemostreamError) -> bool:
     """True when a read cannot go on after its fold failed: the fold named a token (422: the
-    read would be refused for it too; the session dropped it), or the tokens are more than a
-    request takes (:data:`MAX_AFTER`). Otherwise the read sends them unfolded.
+    read would be refused for it too; the session dropped it), or the session holds more tokens
+    than a read sends unfolded (:data:`MAX_UNFOLDED`). Otherwise the read sends them unfolded.
     """
-    return exc.status == 422 or len(_sent(folding)) > MAX_AFTER
+    return exc.status == 422 or len(session.after()) > MAX_UNFOLDED
 
 
 def _tokens(after: str | Sequence[str] | None) -> list[str]:
@@ -619,20 +622,18 @@ class Client:
         return self._session.after()
 
     def _fold(self, *, read: bool) -> None:
-        """Fold the session's tokens when :meth:`_Session.folding` says so. A failed fold is the
-        caller's error only when it names a token (422: dropped, the read would be refused for
-        it); otherwise the tokens go unfolded.
+        """Fold the session's tokens while :meth:`_Session.folding` says so. A failed fold is a
+        read's error only when the read cannot go on without it (:func:`_fold_binds`); otherwise
+        the tokens go unfolded.
         """
-        folding = self._session.folding(read=read)
-        if folding is None:
-            return
-        try:
-            self._request(folding)
-        except MnemostreamError as exc:
-            self._session.fold_failed(folding, exc)
-            if read and _fold_binds(folding, exc):
-                raise
-        else:
+        while (folding := self._session.folding(read=read)) is not None:
+            try:
+                self._request(folding)
+            except MnemostreamError as exc:
+                self._session.fold_failed()
+                if read and _fold_binds(self._session, exc):
+                    raise
+                return
             self._session.folded()
 
     def remember(self, content: str, **fields: Any) -> str:  # noqa: ANN401
@@ -773,16 +774,14 @@ class AsyncClient:
         return self._session.after()
 
     async def _fold(self, *, read: bool) -> None:
-        folding = self._session.folding(read=read)
-        if folding is None:
-            return
-        try:
-            await self._request(folding)
-        except MnemostreamError as exc:
-            self._session.fold_failed(folding, exc)
-            if read and _fold_binds(folding, exc):
-                raise
-        else:
+        while (folding := self._session.folding(read=read)) is not None:
+            try:
+                await self._request(folding)
+            except MnemostreamError as exc:
+                self._session.fold_failed()
+                if read and _fold_binds(self._session, exc):
+                    raise
+                return
             self._session.folded()
 
     async def remember(self, content: str, **fields: Any) -> str:  # noqa: ANN401

@@ -117,8 +117,8 @@ def test_many_writes_before_a_read_send_one_token_covering_them_all(writes: int)
         assert client.get("m1") is None
         client.get("m1")
     sent, nothing = seen.after
-    assert folded(sent) == folded(
-        [token({"memory-writes": {str(i % 3): i}}) for i in range(1, writes + 1)]
+    assert offsets(folded(sent)) == offsets(
+        folded([token({"memory-writes": {str(i % 3): i}}) for i in range(1, writes + 1)])
     )
     assert len(sent) == (writes if writes <= 8 else 1)
     assert nothing == []  # the read waited for them: the next one need not
@@ -128,22 +128,47 @@ def test_many_writes_before_a_read_send_one_token_covering_them_all(writes: int)
 
 
 @pytest.mark.parametrize("status", [503, 404])
-def test_a_fold_that_fails_costs_no_call_and_the_read_sends_the_tokens_unfolded(
+def test_a_fold_that_fails_costs_no_call_and_a_read_sends_a_few_tokens_unfolded(
     status: int,
 ) -> None:
-    """503: the fold is tried again 256 tokens later; 404 (a ranker from before folds): never
-    again. Either way every write answers, and a read sends what it holds, unfolded."""
+    """503 (the keys topic down), 404 (a ranker from before folds): every write answers, the
+    fold is tried again 256 tokens later, and a read sends up to 128 tokens unfolded."""
     seen = Writes(fold_fails=status)
     with Client("http://x", "k" * 16, transport=httpx.MockTransport(seen)) as client:
+        for i in range(100):
+            client.remember(f"memory {i}")
+        assert client.get("m1") is None  # its fold failed: the 100 went unfolded
         ids = [client.remember(f"memory {i}") for i in range(600)]
         assert ids == ["m1"] * 600
+        with pytest.raises(MnemostreamError) as failed:
+            client.get("m1")  # 600 do not fit a URL: a read cannot go on without them
+        assert failed.value.status == status
+        assert len(client._session.pending) == 600  # kept for a read once folds work again
+        seen.fold_fails = None
         assert client.get("m1") is None
-        client.remember("one more")
+    sent, one = seen.after
+    assert len(sent) == 100
+    assert offsets(folded(one)) == offsets(
+        folded([token({"memory-writes": {str(i % 3): i}}) for i in range(101, 701)])
+    )
+    # the read's fold failed at 100 tokens: the next one 256 later (357), then 613 (never)
+    assert seen.folds == [100, 357, 600, 600]
+
+
+def test_a_fold_sends_at_most_what_a_request_takes() -> None:
+    """Past failed folds, a session held more than 1,024 tokens; its fold was a 422 naming
+    ``after``, which dropped them all (read-your-writes lost for 1,100 writes)."""
+    seen = Writes(fold_fails=503)
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(seen)) as client:
+        for i in range(1_100):
+            client.remember(f"memory {i}")
+        seen.fold_fails = None
         assert client.get("m1") is None
-    (sent, one) = seen.after
-    assert len(sent) == 600
-    assert len(one) == 1
-    assert seen.folds == {503: [257, 514, 600], 404: [257]}[status]
+    (sent,) = seen.after
+    assert offsets(folded(sent)) == offsets(
+        folded([token({"memory-writes": {str(i % 3): i}}) for i in range(1, 1_101)])
+    )
+    assert seen.folds[-2:] == [1_024, 77]  # the oldest 1,024, then the one they became and 76
 
 
 def test_a_client_without_read_your_writes_keeps_no_token() -> None:
@@ -489,16 +514,3 @@ def test_a_call_cancelled_during_a_fold_was_not_sent() -> None:
             assert len(client._session.pending) == 257
 
     asyncio.run(run())
-
-
-def test_a_read_whose_fold_failed_with_more_tokens_than_a_request_takes_is_refused() -> None:
-    """Sent unfolded, 1,025 tokens were a 422 naming ``after``, which dropped them all."""
-    seen = Writes(fold_fails=503)
-    with Client("http://x", "k" * 16, transport=httpx.MockTransport(seen)) as client:
-        for i in range(1_025):
-            client.remember(f"memory {i}")
-        with pytest.raises(MnemostreamError) as failed:
-            client.get("m1")
-        assert failed.value.status == 503
-        assert len(client._session.pending) == 1_025  # kept for a read once folds work again
-    assert seen.after == []

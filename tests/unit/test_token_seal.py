@@ -265,3 +265,40 @@ async def test_a_route_that_cannot_seal_its_token_produces_nothing() -> None:
         untracked = await http.post("/v1/recall", json={"query": "x", "track": False}, headers=mine)
     assert [r.status_code for r in (wrote, accessed, recalled)] == [503] * 3, wrote.text
     assert untracked.status_code == 200  # issues no token
+
+
+class Stuck(Keys):
+    """A keys topic whose reads never end (a broker that takes the request and says nothing)."""
+
+    async def catch_up(self, timeout_s: float | None = None, *, refresh: bool = False) -> None:
+        self.catch_ups += 1
+        await asyncio.Event().wait()
+
+
+async def test_stop_ends_an_attempt_under_way() -> None:
+    """stop() ended the background task only: the attempt it shared went on, and minted a key on
+    the keys topic after the process had stopped that topic's client."""
+    keys = Stuck(Topic())
+    seal = TokenSeal(keys)
+    await seal.start()
+    waiting = asyncio.ensure_future(seal.ready())
+    for _ in range(100):
+        if keys.catch_ups:
+            break
+        await asyncio.sleep(0.01)
+    await seal.stop()
+    with pytest.raises(asyncio.CancelledError):  # not a TimeoutError: it ended
+        await asyncio.wait_for(waiting, 5)
+    assert keys.topic.records == []
+    assert not seal.held
+
+
+async def test_a_querys_after_takes_as_many_tokens_as_a_body() -> None:
+    registry = TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}})
+    api = create_api(Asked(), registry)
+    mine = {"Authorization": f"Bearer {KEY}"}
+    transport = httpx.ASGITransport(app=api)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+        for path in ("/v1/memories/m1", "/v1/memories", "/v1/export"):  # counted before opened
+            many = await http.get(path, params={"after": ["v2.x"] * 1025}, headers=mine)
+            assert (many.status_code, many.json()["field"]) == (422, "after"), path
