@@ -21,7 +21,7 @@ from ranker.hotcache import LOCAL_WRITER_GRACE_S, HotCache, search_device
 from ranker.kernel import set_threads
 from ranker.listen import listening_socket
 from ranker.logs import configure
-from ranker.metrics import Metrics
+from ranker.metrics import Metrics, MetricsPort
 from ranker.producer import EventProducer
 from ranker.service import RecallService
 from ranker.settings import RankerSettings
@@ -102,8 +102,10 @@ def build(
     # python -m server (``local``) fills its cache from its worker's start-up read
     fill = _fill_source(settings, keys.topic) if local is None else None
     warmup = Warmup(cache, fill) if cache is not None else None
-    # Kafka's clients, started in this order and stopped in the reverse
+    # started in this order before the service, stopped in the reverse after it
     followers: tuple[_Started, ...] = (producer, tenants_read, offsets, view, keys, seal)
+    if settings.ranker_metrics_port:  # the metrics apart from the API (all tenants' traffic)
+        followers += (MetricsPort(service.metrics, settings.host, settings.ranker_metrics_port),)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -148,6 +150,7 @@ def build(
         max_body_bytes=settings.max_body_bytes,
         body_timeout_s=settings.body_timeout_s,
         token_seal=seal,
+        metrics_route=not settings.ranker_metrics_port,
     )
     api.router.lifespan_context = lifespan
     api.state.hot_cache = cache  # a worker in this process looks up neighbours there too

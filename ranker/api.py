@@ -233,6 +233,7 @@ def create_api(
     max_body_bytes: int = 64 * 2**20,
     body_timeout_s: float = 30.0,
     token_seal: TokenSeal | None = None,
+    metrics_route: bool = True,
 ) -> FastAPI:
     """The app; ``service`` must be started (and stopped) by the caller's lifespan. ``limits``:
     what the worker accepts (``SharedSettings.limits()``); default: the embedder's dimension and
@@ -251,7 +252,8 @@ def create_api(
     ``max_body_bytes``, ``body_timeout_s``: a request body's largest size (bytes; larger: 413)
     and how long after the request it must have arrived (seconds; else 408). ``token_seal``:
     seals the read-your-writes tokens responses carry and opens those requests send back
-    (:mod:`ranker.tokens`; None: a key of this app alone).
+    (:mod:`ranker.tokens`; None: a key of this app alone). ``metrics_route`` off: no
+    ``GET /metrics`` here (they are served on a port of their own: :class:`ranker.metrics.MetricsPort`).
     """
     api = FastAPI(
         title="Mnemostream",
@@ -290,9 +292,11 @@ def create_api(
 
     _errors(api)
 
-    @api.get("/metrics", include_in_schema=False)
-    async def metrics() -> Response:
-        return Response(service.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    if metrics_route:
+
+        @api.get("/metrics", include_in_schema=False)
+        async def metrics() -> Response:
+            return Response(service.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     @api.get("/healthz", include_in_schema=False)
     async def healthz() -> JSONResponse:

@@ -1,8 +1,21 @@
-"""Prometheus metrics of the ranker (served at ``GET /metrics``)."""
+"""Prometheus metrics of the ranker (served at ``GET /metrics``, on the API's port or its own)."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+import asyncio
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    start_http_server,
+)
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from ranker.batcher import BatchStats
@@ -68,3 +81,38 @@ class Metrics:
 
     def render(self) -> bytes:
         return b"".join(generate_latest(registry) for registry in (self.registry, *self.also))
+
+    def collect(self) -> Iterator[Metric]:
+        """Every metric of this registry and of ``also`` (what :meth:`render` writes)."""
+        for registry in (self.registry, *self.also):
+            yield from registry.collect()
+
+
+log = logging.getLogger(__name__)
+
+
+class MetricsPort:
+    """``GET /metrics`` of ``metrics`` on a port of its own (``MNEMO_RANKER_METRICS_PORT``),
+    served from a daemon thread between :meth:`start` and :meth:`stop`; the constructor does no
+    I/O.
+    """
+
+    def __init__(self, metrics: Metrics, host: str, port: int) -> None:
+        self.metrics, self.host, self.port = metrics, host, port
+        self._server: Any = None
+
+    async def start(self) -> None:
+        """Listen; raises OSError when the port is taken."""
+        self._server, _ = start_http_server(self.port, addr=self.host, registry=self.metrics)
+        log.info("ranker metrics on http://%s:%d/metrics", self.host, self.bound_port)
+
+    @property
+    def bound_port(self) -> int:
+        """The port listened on (``port`` 0: the one the system gave); 0 when not started."""
+        return int(self._server.server_port) if self._server is not None else 0
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await asyncio.to_thread(self._server.shutdown)
+            self._server.server_close()
+            self._server = None

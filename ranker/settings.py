@@ -111,6 +111,14 @@ class RankerSettings(SharedSettings):
         description="opens the admin routes (/v1/admin: tenants, policies, keys); unset: they"
         " answer 403. Never a tenant's key",
     )
+    ranker_metrics_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="serve GET /metrics on this port of MNEMO_HOST instead of the API's port"
+        " (0: on the API's port). The metrics count every tenant's traffic together: where"
+        " tenants reach the API's port, serve them apart",
+    )
     tenant_rate_limit_per_s: float = Field(
         0.0,
         ge=0,

@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -134,11 +135,17 @@ def test_a_ranker_started_over_written_memories_fills_its_cache_from_the_changel
 ) -> None:
     """A ``python -m ranker`` that starts while the worker's tables hold memories warms its hot
     cache from their changelogs (no pass over Milvus: no tenant loaded from it), serves them
-    from the cache, and takes a memory written after it started.
+    from the cache, and takes a memory written after it started. Its metrics are served on a
+    port of their own (``MNEMO_RANKER_METRICS_PORT``), not on the API's.
     """
     server, endpoint_file = sharing_server(kafka_bootstrap, tmp_path)
     server.start()
     edge = Edge(server, endpoint_file.read_text().strip(), tmp_path, port=free_port())
+    own = free_port()
+    while f":{own}" in edge.url:
+        own = free_port()
+    edge.env["MNEMO_RANKER_METRICS_PORT"] = str(own)
+    scraped = SimpleNamespace(url=f"http://127.0.0.1:{own}")
     try:
         with Client(server.url, KEY) as client:
             written = write_memories(client)
@@ -152,10 +159,12 @@ def test_a_ranker_started_over_written_memories_fills_its_cache_from_the_changel
             late = client.remember("written after the ranker started", embedding=axis(5))
             found = client.recall(vector=axis(5), k=1, track=False)
             assert [m.memory_id for m in found] == [late], edge.log()[-4000:]
-        assert metric(edge, "mnemostream_hot_cache_loads") == 0, edge.log()[-4000:]
-        searches = httpx.get(f"{edge.url}/metrics", timeout=10).text
+        assert metric(scraped, "mnemostream_hot_cache_loads") == 0, edge.log()[-4000:]
+        searches = httpx.get(f"{scraped.url}/metrics", timeout=10).text
         assert 'mnemostream_vector_searches_total{source="milvus"}' not in searches
-        assert metric(edge, "mnemostream_hot_cache_rows") == N + 1
+        assert metric(scraped, "mnemostream_hot_cache_rows") == N + 1
+        # every tenant's traffic counted together: no longer on the port tenants reach
+        assert httpx.get(f"{edge.url}/metrics", timeout=10).status_code == 404
     finally:
         edge.stop()
         server.stop()

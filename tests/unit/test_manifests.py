@@ -427,6 +427,8 @@ def test_ports_probes_and_scrape_annotations_follow_the_settings(
     assert rs.host == "0.0.0.0"
     assert ws.metrics_port == named_port(worker_container, "metrics") == 9102
     assert rs.port == named_port(ranker_container, "http") == 8080
+    # the metrics apart from the API: they count every tenant's traffic together
+    assert rs.ranker_metrics_port == named_port(ranker_container, "metrics") == 9103
     assert probe_ports(worker_container) == ["metrics"]
     assert worker_container["readinessProbe"]["tcpSocket"]["port"] == "metrics"
     assert set(probe_ports(ranker_container)) == {"http"}
@@ -437,7 +439,7 @@ def test_ports_probes_and_scrape_annotations_follow_the_settings(
         "livenessProbe": "/healthz",
     }
     assert set(paths.values()) <= api_paths()
-    for workload, settings_port in ((worker, ws.metrics_port), (ranker, rs.port)):
+    for workload, settings_port in ((worker, ws.metrics_port), (ranker, rs.ranker_metrics_port)):
         annotations = workload["spec"]["template"]["metadata"]["annotations"]
         assert annotations["prometheus.io/scrape"] == "true"
         assert annotations["prometheus.io/port"] == str(settings_port)

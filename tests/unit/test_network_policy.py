@@ -127,6 +127,7 @@ def test_every_connection_of_the_deployment_is_let_through(
     needed = [
         ("a client -> the ranker's API", ELSEWHERE, ranker, ranker.ports["http"]),
         ("Prometheus -> the worker's metrics", ELSEWHERE, worker, worker.ports["metrics"]),
+        ("Prometheus -> the ranker's metrics", ELSEWHERE, ranker, ranker.ports["metrics"]),
         ("the worker -> Milvus", worker, MILVUS, 19530),
         ("the ranker -> Milvus", ranker, MILVUS, 19530),
         ("Milvus -> etcd", MILVUS, ETCD, 2379),
