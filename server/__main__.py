@@ -38,8 +38,8 @@ HTTP_STOP_S = HTTP_GRACE_S + PRELOAD_STOP_S + 10
 def main() -> None:
     """Start the worker; the HTTP server runs as one of its tasks and stops with it.
 
-    The ranker's ``GET /metrics`` serves the worker's metrics too (``MNEMO_METRICS_PORT`` is for
-    ``python -m streams`` alone).
+    The ranker's ``GET /metrics`` (on the API's port, or on ``MNEMO_RANKER_METRICS_PORT``) serves
+    the worker's metrics too (``MNEMO_METRICS_PORT`` is for ``python -m streams`` alone).
     """
     parse_service_args(
         "python -m server", __doc__ or "", [WorkerSettings, RankerSettings], sys.argv[1:]
