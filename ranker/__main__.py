@@ -104,8 +104,10 @@ def build(
     warmup = Warmup(cache, fill) if cache is not None else None
     # started in this order before the service, stopped in the reverse after it
     followers: tuple[_Started, ...] = (producer, tenants_read, offsets, view, keys, seal)
-    if settings.ranker_metrics_port:  # the metrics apart from the API (all tenants' traffic)
-        followers += (MetricsPort(service.metrics, settings.host, settings.ranker_metrics_port),)
+    if settings.ranker_metrics_port:  # apart from the API (all tenants' traffic); first: a
+        # port taken ends the start before any client connects
+        port = MetricsPort(service.metrics, settings.host, settings.ranker_metrics_port)
+        followers = (port, *followers)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

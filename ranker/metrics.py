@@ -102,8 +102,15 @@ class MetricsPort:
         self._server: Any = None
 
     async def start(self) -> None:
-        """Listen; raises OSError when the port is taken."""
-        self._server, _ = start_http_server(self.port, addr=self.host, registry=self.metrics)
+        """Listen; raises OSError naming the setting when the port is taken."""
+        # a registry over them: the server asks it for a subset (``?name[]=``)
+        served = CollectorRegistry(support_collectors_without_names=True)
+        served.register(self.metrics)
+        try:
+            self._server, _ = start_http_server(self.port, addr=self.host, registry=served)
+        except OSError as exc:
+            where = f"MNEMO_RANKER_METRICS_PORT={self.port} on {self.host}"
+            raise OSError(exc.errno, f"{where}: {exc.strerror}") from exc
         log.info("ranker metrics on http://%s:%d/metrics", self.host, self.bound_port)
 
     @property

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 
 from storage.settings import SharedSettings
 
@@ -116,8 +116,8 @@ class RankerSettings(SharedSettings):
         ge=0,
         le=65535,
         description="serve GET /metrics on this port of MNEMO_HOST instead of the API's port"
-        " (0: on the API's port). The metrics count every tenant's traffic together: where"
-        " tenants reach the API's port, serve them apart",
+        " (0: on the API's port; not MNEMO_PORT; one process per host). The metrics count every"
+        " tenant's traffic together: where tenants reach the API's port, serve them apart",
     )
     tenant_rate_limit_per_s: float = Field(
         0.0,
@@ -125,3 +125,16 @@ class RankerSettings(SharedSettings):
         description="requests per second per tenant when its record sets none (0: unlimited);"
         " over it: HTTP 429 with Retry-After",
     )
+
+    @model_validator(mode="after")
+    def _metrics_apart(self) -> Self:
+        """The metrics' own port is not the API's: the API's socket is bound first and listens
+        only once the app started, after the metrics took the port.
+        """
+        if self.ranker_metrics_port and self.ranker_metrics_port == self.port:
+            msg = (
+                f"MNEMO_RANKER_METRICS_PORT={self.ranker_metrics_port} is MNEMO_PORT: give"
+                " another port, or 0 for /metrics on the API's port"
+            )
+            raise ValueError(msg)
+        return self
