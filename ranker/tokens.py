@@ -47,6 +47,8 @@ KEY_TENANT = ""
 """The tenant id the service's token keys are kept under on the keys topic: no tenant's id."""
 KEY_MEMORY = "read-your-writes"
 """The memory id they are kept under."""
+MAX_TOKENS = 1024
+"""The most tokens one request's ``after`` takes (each is opened on the event loop)."""
 PAD_BYTES = 256
 """The sealed JSON is padded with spaces to a multiple of this: tokens naming both roles over four
 partitions each (the default) are of one length whatever their offsets, up to 13 digits."""
@@ -161,6 +163,8 @@ class TokenSeal:
         if given is None:
             return None
         texts = [given] if isinstance(given, str) else list(given)
+        if len(texts) > MAX_TOKENS:  # a body's schema says so; a query's is counted here
+            raise InvalidField("after", f"{len(texts)} tokens", f"at most {MAX_TOKENS}")
         names = ["after"] if len(texts) == 1 else [f"after[{i}]" for i in range(len(texts))]
         return Token.union(
             [

@@ -39,6 +39,7 @@ from ranker.errors import Unavailable
 from ranker.logs import set_tenant
 from ranker.problems import printable
 from ranker.ratelimit import RateLimiter
+from ranker.tokens import MAX_TOKENS
 from storage import MemoryRow, from_us
 from storage.records import RecordError
 from storage.tenants import Tenant, Tenants
@@ -371,9 +372,6 @@ def _listed(value: object) -> object:
     return [value] if isinstance(value, str) else value
 
 
-MAX_TOKENS = 1024
-"""The most tokens a body's ``after`` takes (each is opened on the event loop; the SDK folds a
-session's past 8 before a read)."""
 Tokens = Annotated[
     list[str],
     BeforeValidator(_listed),
@@ -389,8 +387,11 @@ Tokens = Annotated[
 ]
 """A body's ``after``: one token (text) or a list of them; a bad one is named ``after[i]``
 (a union's error named its branch: ``after.str``)."""
-QueryTokens = Annotated[list[str] | None, Query(max_length=MAX_TOKENS)]
-"""A query's ``after`` (``?after=t1&after=t2``), as many as a body's."""
+QueryTokens = Annotated[list[str] | None, Query()]
+"""A query's ``after`` (``?after=t1&after=t2``): as many as a body's, counted when they are
+opened (:meth:`ranker.tokens.TokenSeal.read`), not in the schema: a URL holds ~160 real tokens,
+and a schema's ``maxItems`` has fuzzers build URLs past what the HTTP server reads (64 KiB: its
+plain-text 400)."""
 
 
 def under(prefix: str, exc: RecordError) -> RecordError:

@@ -286,7 +286,7 @@ LIST_FILTERS = frozenset(
 """The filters ``list_memories`` takes (the list route's query parameters)."""
 _CUT_SHORT = "the export stream ended before its closing line"
 MAX_AFTER = 1024
-"""The most tokens the server takes in one ``after`` (``ranker.wire.MAX_TOKENS``): a fold sends
+"""The most tokens the server takes in one ``after`` (``ranker.tokens.MAX_TOKENS``): a fold sends
 the oldest this many."""
 MAX_UNFOLDED = 128
 """The most tokens a read sends when their fold failed: a URL holds ~160 of the service's
