@@ -15,6 +15,7 @@ import orjson
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import Field
+from starlette.convertors import Convertor, register_url_convertor
 
 from memcore import InvalidField, Tier, derive_memory_id
 from memcore.ids import check_id
@@ -77,6 +78,24 @@ class UpdateBody(Body):
     agent_id: str | None = None
     user_id: str | None = None
     after: Tokens | None = Field(None, description="read-your-writes tokens")
+
+
+class _Text(Convertor[str]):
+    """A path parameter of any characters, ``/`` and line breaks included: Starlette's ``path``
+    (``.*``) matches no line break, so a user id holding one was a 404 no route answered, not
+    the route's 422 naming ``user_id``.
+    """
+
+    regex = r"[\s\S]*"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("text", _Text())
 
 
 def memory_routes(
@@ -163,7 +182,7 @@ def _get_and_delete(api: FastAPI, service: RecallService, seal: TokenSeal) -> No
             tenant_id, memory_id
         )
 
-    @api.delete("/v1/users/{user_id:path}")
+    @api.delete("/v1/users/{user_id:text}")
     async def erase_user(
         user_id: str,
         who: Auth,

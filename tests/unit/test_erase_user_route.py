@@ -66,7 +66,15 @@ async def test_a_user_id_that_is_not_utf8_is_refused_and_nobody_is_erased(raw: s
 
 
 @pytest.mark.parametrize(
-    ("raw", "user"), [("alice", "alice"), ("%C3%A9lise", "élise"), ("%EF%BF%BD", "\ufffd")]
+    ("raw", "user"),
+    [
+        ("alice", "alice"),
+        ("%C3%A9lise", "élise"),
+        ("%EF%BF%BD", "\ufffd"),
+        ("a%0Ab", "a\nb"),  # a write takes it; no route matched it (404): never erased
+        ("%0Aabc", "\nabc"),
+        ("a%2Fb", "a/b"),
+    ],
 )
 async def test_a_utf8_user_id_is_erased_as_written(raw: str, user: str) -> None:
     service = Erasing()
