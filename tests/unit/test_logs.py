@@ -140,8 +140,8 @@ async def test_a_line_names_the_route_not_the_path_and_no_path_writes_a_line_of_
     finally:
         access_log.removeHandler(handler)
     assert text.getvalue().splitlines() == [
-        "DELETE /v1/users/{user_id:path} 401",
+        "DELETE /v1/users/{user_id:text} 401",
         "GET /v1/x\\n2026-01-05 INFO mnemostream.http: POST /v1/admin/tenants 201 404",
     ]
     routes = [orjson.loads(line)["route"] for line in lines.getvalue().splitlines()]
-    assert routes[0] == "/v1/users/{user_id:path}"
+    assert routes[0] == "/v1/users/{user_id:text}"
