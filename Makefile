@@ -68,6 +68,7 @@ bench: install ## Benchmarks (not tests); figures go to docs/benchmarks.md
 	$(BIN)/python -m bench.recall
 	$(BIN)/python -m bench.ranker_kernel
 	$(BIN)/python -m bench.ranker_kernel --mmr 0.7
+	$(BIN)/python -m bench.tokens
 
 bench-gpu: install ## On a GPU machine: kernel, hot-cache search and hot recall on CUDA; figures go to docs/benchmarks.md
 	scripts/bench-gpu.sh $(BIN)/python

@@ -3,8 +3,13 @@
 A :class:`~ranker.applied.Token` names offsets of the shared topics. In the clear, two of one
 tenant's tokens would tell it how many records all other tenants produced between them, and a
 forged one would probe where a partition ends. A client therefore gets
-``v2.<key id>.<base64url(nonce + AES-256-GCM(offsets))>``, the tenant's id as associated data: it
-can neither read nor alter nor forge one, and a token issued to one tenant opens for no other.
+``v2.<key id>.<base64url(salt + nonce + AES-256-GCM(offsets))>``, the tenant's id as associated
+data: it can neither read nor alter nor forge one, and a token issued to one tenant opens for no
+other. Each token is sealed under a key of its own, derived (HKDF-SHA256) from the service's key
+and the token's random 16-byte salt: random 96-bit nonces under one AES-GCM key stay safe for
+2^32 messages only (~50 days at 1,000 writes/s), after which the service's key would need
+rotating; with a key per token nothing wears out (two tokens share a key only if their salts
+collide, ~2^-64 after 2^32 tokens).
 
 The key is the service's own, kept on the ``memory-keys`` topic (which only the worker and the
 ranker may read, :mod:`storage.key_log`) under a tenant id no tenant can have (ids have at least
@@ -34,6 +39,8 @@ from typing import Protocol
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.hashes import SHA256
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from memcore import InvalidField
 from ranker.applied import REFUSED, Token
@@ -52,6 +59,8 @@ MAX_TOKENS = 1024
 PAD_BYTES = 256
 """The sealed JSON is padded with spaces to a multiple of this: tokens naming both roles over four
 partitions each (the default) are of one length whatever their offsets, up to 13 digits."""
+SALT_BYTES = 16
+"""The random salt each token's own key is derived with (:func:`_token_key`)."""
 _KEY_ID = re.compile(r"[A-Za-z0-9_-]{16}")
 """A key id as :func:`storage.sealing.new_key` makes them (12 bytes, base64url)."""
 _BODY = re.compile(r"[A-Za-z0-9_-]+")
@@ -131,11 +140,12 @@ class TokenSeal:
     async def seal(self, token: Token, tenant_id: str) -> str:
         """``token`` as the text a response to ``tenant_id`` carries."""
         key = self._key or await self._take()
-        nonce = os.urandom(NONCE_BYTES)
+        salt, nonce = os.urandom(SALT_BYTES), os.urandom(NONCE_BYTES)
         plain = token.plain()
         plain += b" " * (-len(plain) % PAD_BYTES)  # JSON: trailing spaces read as nothing
-        data = AESGCM(key.secret).encrypt(nonce, plain, _aad(tenant_id, key.key_id))
-        body = base64.urlsafe_b64encode(nonce + data).decode().rstrip("=")
+        sealer = AESGCM(_token_key(key, salt))
+        data = sealer.encrypt(nonce, plain, _aad(tenant_id, key.key_id))
+        body = base64.urlsafe_b64encode(salt + nonce + data).decode().rstrip("=")
         return f"{PREFIX}{key.key_id}.{body}"
 
     async def open(self, text: str, tenant_id: str, field: str = "after") -> Token:
@@ -150,8 +160,9 @@ class TokenSeal:
             raise InvalidField(field, text, REFUSED)
         try:
             sealed = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
-            nonce, data = sealed[:NONCE_BYTES], sealed[NONCE_BYTES:]
-            plain = AESGCM(key.secret).decrypt(nonce, data, _aad(tenant_id, key_id))
+            salt, rest = sealed[:SALT_BYTES], sealed[SALT_BYTES:]
+            nonce, data = rest[:NONCE_BYTES], rest[NONCE_BYTES:]
+            plain = AESGCM(_token_key(key, salt)).decrypt(nonce, data, _aad(tenant_id, key_id))
         except (binascii.Error, ValueError, InvalidTag):
             raise InvalidField(field, text, REFUSED) from None
         return Token.from_plain(plain, text, field)
@@ -223,6 +234,12 @@ class TokenSeal:
             await self.keys.catch_up(refresh=True)
             found = self.keys.data_key(KEY_TENANT, KEY_MEMORY, key_id)
         return found
+
+
+def _token_key(key: DataKey, salt: bytes) -> bytes:
+    """The AES-256 key of the token salted ``salt``, derived from the service's ``key``."""
+    derive = HKDF(algorithm=SHA256(), length=32, salt=salt, info=b"mnemostream token key")
+    return derive.derive(key.secret)
 
 
 def _aad(tenant_id: str, key_id: str) -> bytes:
