@@ -773,7 +773,9 @@ def test_compose_wires_the_containers(settings_for: SettingsFor) -> None:
             )
         else:
             assert settings.host == "0.0.0.0"
-            assert published == {settings.port}
+            # every tenant's traffic counted together: not on the port tenants reach
+            assert settings.ranker_metrics_port not in (0, settings.port)
+            assert published == {settings.port, settings.ranker_metrics_port}
     assert len(images) == 1
     host_listener = advertised["localhost:9092"]
     assert "9092:" + listeners[host_listener].rsplit(":", 1)[1] in services["kafka"]["ports"]
