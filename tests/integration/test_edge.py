@@ -289,6 +289,18 @@ RECALL = {"vector": [1.0, 0.0, 0.0, 0.0], "k": 3}
 WRITE = {"memories": [{"content": "remember: tea at four"}]}
 
 
+async def readiness(http: httpx.AsyncClient, timeout_s: float = 30.0) -> int:
+    """``/readyz``'s status once it is 200, or its last status after ``timeout_s``: a loaded
+    machine can take more than the checks' one second to answer (the checks are not cached), and
+    what is tested is that the part answers, not how fast."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while (status := (await http.get("/readyz")).status_code) != 200:
+        if asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.2)
+    return status
+
+
 def assert_retry(reply: httpx.Response, status: int) -> None:
     assert (reply.status_code, reply.headers.get("Retry-After")) == (status, "1"), reply.text
     assert isinstance(reply.json()["detail"], str)
@@ -315,7 +327,7 @@ async def test_kafka_unreachable_is_a_503_with_retry_after(
     missing = EventProducer(stack.bootstrap, lambda role: f"{stack.name}.missing", timeout_s=1)
     async with api(store, missing) as (http, _):
         assert_retry(await http.post("/v1/memories", json=WRITE, headers=HEADERS), 503)
-        assert (await http.get("/readyz")).status_code == 200  # the broker itself answers
+        assert await readiness(http) == 200  # the broker itself answers
     store.close()
 
 
@@ -339,7 +351,7 @@ async def test_milvus_unreachable_is_a_503_and_other_storage_errors_a_json_500(
     async with api(store, producer) as (http, _):
         ok = await http.post("/v1/recall", json=RECALL, headers=HEADERS)
         assert (ok.status_code, ok.json()["results"]) == (200, [])
-        assert (await http.get("/readyz")).status_code == 200
+        assert await readiness(http) == 200
         proxy.close()
         assert_retry(await http.post("/v1/recall", json=RECALL, headers=HEADERS), 503)
         assert_retry(await http.get("/v1/memories/m1", headers=HEADERS), 503)

@@ -207,10 +207,10 @@ def test_stop_during_a_submit_that_wakes_the_gathering_returns() -> None:
         return list(items)
 
     async def main() -> None:
-        batcher: Batcher[int, int] = Batcher(handler, max_batch=8, max_wait_s=1.0)
+        batcher: Batcher[int, int] = Batcher(handler, max_batch=8, max_wait_s=60.0)
         await batcher.start()
         first = asyncio.ensure_future(batcher.submit(1))
-        await asyncio.sleep(0.05)  # item 1 taken; the batch gathers for up to 1 s
+        await asyncio.sleep(0.05)  # item 1 taken; the batch gathers for up to 60 s (stop ends it)
         second = asyncio.ensure_future(batcher.submit(2))
         await asyncio.wait_for(batcher.stop(), 3.0)
         assert not batcher.running

@@ -1019,17 +1019,15 @@ async def test_deletes_within_the_compaction_interval_are_compacted_when_it_ends
 
     store = Compacting()
     w = Worker(tmp_path, Embedder({}), store)
-    w.worker.settings = Settings(milvus_compact_interval_s=0.05)  # type: ignore[assignment]
+    # an interval far longer than the ask's thread hop (0.05 s was eaten by a loaded machine)
+    w.worker.settings = Settings(milvus_compact_interval_s=1.0)  # type: ignore[assignment]
     await w.worker.compact_soon()  # asked at once: fails
     await w.worker.compact_soon()  # within the interval: asked when it ends (once)
     await w.worker.compact_soon()
     assert store.asked == 1
-    for _ in range(100):
-        if store.asked >= 2:
-            break
-        await asyncio.sleep(0.01)
+    await until(lambda: store.asked >= 2)
     assert store.asked == 2
-    await asyncio.sleep(0.15)  # nothing left to ask for
+    await asyncio.sleep(1.2)  # nothing left to ask for
     assert store.asked == 2
 
 
@@ -1508,9 +1506,7 @@ async def test_a_refused_summarys_keys_are_erased_only_once_its_decisions_are_ac
     batch = asyncio.create_task(
         w.writes(("acme/s1", write(SUMMARY, "s1", summary_of=["c1", "c2"])))
     )
-    for _ in range(50):
-        await asyncio.sleep(0)
-    assert unacknowledged  # the restore of c2, sent
+    await until(lambda: bool(unacknowledged))  # the restore of c2, sent
     assert keys.erased == []
     for future in unacknowledged:
         future.set_result(None)
