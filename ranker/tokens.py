@@ -56,6 +56,10 @@ KEY_MEMORY = "read-your-writes"
 """The memory id they are kept under."""
 MAX_TOKENS = 1024
 """The most tokens one request's ``after`` takes (each is opened on the event loop)."""
+MAX_AFTER_CHARS = 2**20
+"""The most characters of tokens one request's ``after`` takes, all together: 1,024 tokens of
+the default topics are ~430,000; opening a single 48 MiB one (a body may be 64 MiB) held the
+event loop, every tenant's requests with it, for ~0.6 s."""
 PAD_BYTES = 256
 """The sealed JSON is padded with spaces to a multiple of this: tokens naming both roles over four
 partitions each (the default) are of one length whatever their offsets, up to 13 digits."""
@@ -169,13 +173,18 @@ class TokenSeal:
 
     async def read(self, given: str | Sequence[str] | None, tenant_id: str) -> Token | None:
         """A request's ``after`` (one token, a list of them, or None) as one token covering
-        them all; a bad one is named ``after`` when it came alone, else ``after[i]``.
+        them all; a bad one is named ``after`` when it came alone, else ``after[i]``; more than
+        :data:`MAX_TOKENS` tokens or :data:`MAX_AFTER_CHARS` characters is refused whole, naming
+        ``after``.
         """
         if given is None:
             return None
         texts = [given] if isinstance(given, str) else list(given)
         if len(texts) > MAX_TOKENS:  # a body's schema says so; a query's is counted here
             raise InvalidField("after", f"{len(texts)} tokens", f"at most {MAX_TOKENS}")
+        if (chars := sum(map(len, texts))) > MAX_AFTER_CHARS:
+            reason = f"at most {MAX_AFTER_CHARS} characters of tokens"
+            raise InvalidField("after", f"{chars} characters", reason)
         names = ["after"] if len(texts) == 1 else [f"after[{i}]" for i in range(len(texts))]
         return Token.union(
             [

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from memcore import InvalidField
 from ranker.api import create_api
 from ranker.applied import Token
-from ranker.tokens import KEY_MEMORY, KEY_TENANT, TokenSeal
+from ranker.tokens import KEY_MEMORY, KEY_TENANT, MAX_AFTER_CHARS, MAX_TOKENS, TokenSeal
 from storage.key_log import KeyLogError
 from storage.sealing import DataKey, KeyRing, key_record, new_key
 from storage.tenants import TenantRegistry
@@ -329,3 +329,28 @@ async def test_a_querys_after_takes_as_many_tokens_as_a_body() -> None:
         for path in ("/v1/memories/m1", "/v1/memories", "/v1/export"):  # counted before opened
             many = await http.get(path, params={"after": ["v2.x"] * 1025}, headers=mine)
             assert (many.status_code, many.json()["field"]) == (422, "after"), path
+
+
+async def test_a_requests_tokens_take_at_most_a_mebibyte_together() -> None:
+    """One 48 MiB token (a body may be 64 MiB) was decoded and decrypted on the event loop:
+    ~0.6 s during which no tenant's request was served. Real tokens are ~420 characters."""
+    keys = Keys(Topic())
+    seal = TokenSeal(keys)
+    text = await seal.seal(TOKEN, "acme")
+    head, key_id, sealed = text.split(".")
+    huge = f"{head}.{key_id}.{sealed * (MAX_AFTER_CHARS // len(sealed) + 1)}"
+    parts = [f"{head}.{key_id}.{sealed * 4}"] * (MAX_AFTER_CHARS // (4 * len(sealed)) + 1)
+    for given in (huge, [text, huge], parts):
+        with pytest.raises(InvalidField) as err:
+            await seal.read(given, "acme")
+        assert err.value.field == "after"
+        assert err.value.reason == f"at most {MAX_AFTER_CHARS} characters of tokens"
+    assert await seal.read([text] * MAX_TOKENS, "acme") == TOKEN  # the most tokens, full size
+    registry = TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}})
+    api = create_api(Asked(), registry, token_seal=seal)
+    mine = {"Authorization": f"Bearer {KEY}"}
+    transport = httpx.ASGITransport(app=api)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+        reply = await http.post("/v1/recall", json={"query": "x", "after": huge}, headers=mine)
+    assert (reply.status_code, reply.json()["field"]) == (422, "after")
+    assert str(MAX_AFTER_CHARS) in reply.json()["detail"]
