@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import (
@@ -15,10 +14,11 @@ from prometheus_client import (
     generate_latest,
     start_http_server,
 )
-from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from ranker.batcher import BatchStats
+
+log = logging.getLogger(__name__)
 
 
 class Metrics:
@@ -30,7 +30,11 @@ class Metrics:
 
     def __init__(self, *also: Collector) -> None:
         self.registry = CollectorRegistry()
-        self.also = also
+        self.served = CollectorRegistry(support_collectors_without_names=True)
+        """What ``/metrics`` serves: this registry's metrics, then those of ``also`` (a registry
+        of registries: a scrape may ask it for a subset, ``?name[]=``)."""
+        for collector in (self.registry, *also):
+            self.served.register(collector)
         self.batch_size = Histogram(
             "mnemostream_recall_batch_size",
             "requests scored in one torch pass",
@@ -80,15 +84,7 @@ class Metrics:
         self.queue_depth.set(stats.queued)
 
     def render(self) -> bytes:
-        return b"".join(generate_latest(registry) for registry in (self.registry, *self.also))
-
-    def collect(self) -> Iterator[Metric]:
-        """Every metric of this registry and of ``also`` (what :meth:`render` writes)."""
-        for registry in (self.registry, *self.also):
-            yield from registry.collect()
-
-
-log = logging.getLogger(__name__)
+        return generate_latest(self.served)
 
 
 class MetricsPort:
@@ -103,11 +99,10 @@ class MetricsPort:
 
     async def start(self) -> None:
         """Listen; raises OSError naming the setting when the port is taken."""
-        # a registry over them: the server asks it for a subset (``?name[]=``)
-        served = CollectorRegistry(support_collectors_without_names=True)
-        served.register(self.metrics)
         try:
-            self._server, _ = start_http_server(self.port, addr=self.host, registry=served)
+            self._server, _ = start_http_server(
+                self.port, addr=self.host, registry=self.metrics.served
+            )
         except OSError as exc:
             where = f"MNEMO_RANKER_METRICS_PORT={self.port} on {self.host}"
             raise OSError(exc.errno, f"{where}: {exc.strerror}") from exc

@@ -6,7 +6,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -73,6 +73,28 @@ def answers(url: str, texts: list[str], timeout_s: float = 0.3) -> list[str | No
     return asyncio.run(run())
 
 
+def in_loop(
+    reply: Callable[[httpx.Request], Coroutine[None, None, httpx.Response]],
+    timeout_s: float,
+    ask: Callable[[LlmImportance], Awaitable[list[str | None]]],
+) -> list[str | None]:
+    """What ``ask`` gets from an LLM that answers with ``reply`` inside the event loop (no
+    sockets, no threads: only the loop's own work can eat a timeout's margin).
+    """
+
+    async def run() -> list[str | None]:
+        llm = LlmImportance("http://llm.invalid/v1", "test-model", "", timeout_s)
+        await llm.start()  # its turns, on this loop
+        await llm.close()
+        llm._client = httpx.AsyncClient(transport=httpx.MockTransport(reply))
+        try:
+            return await ask(llm)
+        finally:
+            await llm.close()
+
+    return asyncio.run(run())
+
+
 def test_answers_feed_the_importance_chain(llm_url: str) -> None:
     json_answer, prose, slow, broken = answers(
         llm_url, ["a fact", "prose please", "slow one", "broken one"]
@@ -95,25 +117,18 @@ def test_a_reply_nested_deeper_than_the_json_parser_goes_is_no_answer() -> None:
     """A broken or hostile endpoint's body: the rules decide, as for any unreadable reply."""
     nested = b'{"choices": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
 
-    async def run() -> list[str | None]:
-        llm = LlmImportance("http://llm.invalid/v1", "test-model", "", 1.0)
-        llm._client = httpx.AsyncClient(
-            transport=httpx.MockTransport(lambda request: httpx.Response(200, content=nested))
-        )
-        try:
-            return await llm.answers(["a fact"])
-        finally:
-            await llm.close()
+    async def reply(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=nested)
 
-    assert asyncio.run(run()) == [None]
+    assert in_loop(reply, 1.0, lambda llm: llm.answers(["a fact"])) == [None]
 
 
 def test_questions_past_the_pool_wait_their_turn_without_spending_their_timeout() -> None:
     """The timeout ran while a question waited for one of the pool's 100 connections: in a batch
     of more, those past 100 timed out unasked (1.2 s waited + 1.2 s answering > 2 s) and the
-    rules decided. The LLM answers inside the event loop (no sockets, no threads), so nothing but
-    the loop's own work can eat the 0.8 s margin: with a real server and 120 threads on two
-    loaded cores it did (every question timed out in a CI run)."""
+    rules decided. The LLM answers inside the event loop (:func:`in_loop`), so nothing but the
+    loop's own work can eat the 0.8 s margin: with a real server and 120 threads on two loaded
+    cores it did (every question timed out in a CI run)."""
     in_flight: list[int] = [0, 0]  # now, most at once
 
     async def answer(request: httpx.Request) -> httpx.Response:
@@ -126,17 +141,8 @@ def test_questions_past_the_pool_wait_their_turn_without_spending_their_timeout(
         content = '{"importance_score": 0.9, "reasoning": "a key fact"}'
         return httpx.Response(200, json={"choices": [{"message": {"content": content}}]})
 
-    async def run() -> list[str | None]:
-        llm = LlmImportance("http://llm.invalid/v1", "test-model", "", 2.0)
-        await llm.start()
-        await llm.close()
-        llm._client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
-        try:
-            return await llm.answers([f"fact {i}" for i in range(CONCURRENCY + 20)])
-        finally:
-            await llm.close()
-
-    replies = asyncio.run(run())
+    facts = [f"fact {i}" for i in range(CONCURRENCY + 20)]
+    replies = in_loop(answer, 2.0, lambda llm: llm.answers(facts))
     assert replies.count(None) == 0
     assert in_flight[1] == CONCURRENCY  # the pool's size, never more
 
@@ -154,17 +160,7 @@ def hanging(
         await asyncio.sleep(3600)
         raise AssertionError("never answered")
 
-    async def run() -> list[str | None]:
-        llm = LlmImportance("http://llm.invalid/v1", "test-model", "", 0.2)
-        await llm.start()
-        await llm.close()
-        llm._client = httpx.AsyncClient(transport=httpx.MockTransport(hang))
-        try:
-            return await ask(llm)
-        finally:
-            await llm.close()
-
-    return asyncio.run(run()), len(asked)
+    return in_loop(hang, 0.2, ask), len(asked)
 
 
 def test_a_hanging_llm_costs_a_batch_one_timeout_not_one_per_hundred_questions() -> None:
