@@ -240,9 +240,11 @@ def _graphrag(vector_part: float, graph: float, policy: RecallPolicy) -> float:
 
 
 def zeph_age_factor(created_at: datetime, at: datetime, half_life_days: float) -> float:
-    """``exp(-ln 2 / half_life × age_days)``; age never counts as negative."""
+    """``exp(-ln 2 × age_days / half_life)``; age never counts as negative, and age 0 gives 1
+    however short the half-life (``ln 2 / half_life`` first overflowed to inf, and inf × 0 is NaN).
+    """
     age_days = max(hours_between(created_at, at), 0.0) / HOURS_PER_DAY
-    return math.exp(-math.log(2.0) / half_life_days * age_days)
+    return math.exp(-math.log(2.0) * (age_days / half_life_days))
 
 
 def _zeph(candidates: Sequence[Candidate], at: datetime, policy: RecallPolicy) -> list[Scored]:

@@ -668,7 +668,7 @@ def kernel(c: Columns) -> tuple[torch.Tensor, ...]:
     base = _choose(pm, kinds, POWERMEM, lambda: sim * recency, blend)
     if ZEPH in kinds:
         # zeph: 0.7·sim/max + 0.3·keyword/max, times the age factor
-        age = torch.exp(-math.log(2.0) / c.half_life_days[:, None] * c.age_days)
+        age = torch.exp(-math.log(2.0) * (c.age_days / c.half_life_days[:, None]))
         zeph_sim = _normalised(sim)
         base = _choose(zeph, kinds, ZEPH, lambda: (0.7 * zeph_sim + 0.3 * keyword) * age, base)
     if c.graphrag_any:  # any preset's own score (SPEC section 6), before penalty, MMR, bonuses

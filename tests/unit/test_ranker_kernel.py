@@ -181,6 +181,21 @@ def test_the_alice_example_through_the_kernel() -> None:
     ]
 
 
+def test_a_zeph_half_life_however_short_keeps_a_memory_of_age_zero() -> None:
+    # ln 2 / half-life overflowed to inf, and inf x age 0 is NaN: the fresh, better match was
+    # dropped by the scalar reference and the kernel alike
+    policy = RecallPolicy(preset=RecallPreset.ZEPH, zeph_half_life_days=5e-324)
+    candidates = [
+        Candidate("fresh", 0.9, 0.5, T0, T0, 48.0),
+        Candidate("old", 0.1, 0.5, T0 - timedelta(days=1), T0 - timedelta(days=1), 48.0),
+    ]
+    params = RankParams(k=5, policy=policy)
+    (ranked,) = rank_many([RankRequest.of(candidates, T0, params)])
+    assert_same(ranked, rank(candidates, T0, params))
+    assert [s.memory_id for s in ranked][:1] == ["fresh"]
+    assert all(s.final == s.final for s in ranked)  # no NaN
+
+
 def test_nan_similarity_is_rejected() -> None:
     bad = Candidate("x", float("nan"), 0.5, T0, T0, 48.0)
     with pytest.raises(InvalidField, match="similarity"):
