@@ -20,7 +20,6 @@ from ranker.history import AuditLog
 from ranker.hotcache import LOCAL_WRITER_GRACE_S, HotCache, search_device
 from ranker.kernel import set_threads
 from ranker.listen import listening_socket
-from ranker.logs import configure
 from ranker.metrics import Metrics, MetricsPort
 from ranker.producer import EventProducer
 from ranker.service import RecallService
@@ -32,6 +31,7 @@ from storage import MilvusStore
 from storage.changelogs import changelog_topic
 from storage.embedding import Embedder
 from storage.heap import freeze_slow_collections
+from storage.logs import configure
 from storage.tenant_log import TenantLog, TenantLogError
 from storage.usage import load_settings, parse_service_args, refusing_start
 
@@ -271,7 +271,7 @@ def main() -> None:
     parse_service_args("python -m ranker", __doc__ or "", [RankerSettings], sys.argv[1:])
     settings = load_settings(RankerSettings)
     freeze_slow_collections(settings.gc_freeze_slow_ms)
-    configure(settings.log_format)
+    configure(settings.log_format, settings.log_level.upper())
     sock = listening_socket(settings.host, settings.port, reuse_port=settings.reuse_port)
     with refusing_start():
         app = build(settings)
@@ -279,7 +279,7 @@ def main() -> None:
         app,
         host=settings.host,
         port=settings.port,
-        log_level="info",
+        log_level=settings.log_level,
         log_config=None,
         access_log=False,  # ranker.logs.RequestLog logs every request, with its ids
         # a client stalled mid-request must not hold SIGTERM (nor the lifespan's shutdown)

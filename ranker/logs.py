@@ -1,32 +1,20 @@
-"""The HTTP API's logs: one line per request with its request id and tenant id, as JSON or text.
-
-``MNEMO_LOG_FORMAT=json`` writes every log record as one JSON object (``ts``, ``level``,
-``logger``, ``message``, ``request_id``, ``tenant_id``, ``exc``); ``text`` (the default) writes
-the same fields as plain text. The request id is the caller's ``X-Request-ID`` (when it is a
-short printable token) or a new one, and is returned in the response's ``X-Request-ID``.
+"""The HTTP API's logs: one line per request with its request id and tenant id, in the format
+of :mod:`storage.logs`. The request id is the caller's ``X-Request-ID`` (when it is a short
+printable token) or a new one, and is returned in the response's ``X-Request-ID``.
 """
 
 from __future__ import annotations
 
-import contextvars
 import logging
-import logging.config
 import re
 import time
 import uuid
-from datetime import UTC, datetime
-from typing import Any, Literal
 
-import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ranker.problems import problem_body
+from storage.logs import request_context
 
-LogFormat = Literal["json", "text"]
-
-_context: contextvars.ContextVar[dict[str, str | None] | None] = contextvars.ContextVar(
-    "mnemostream_request", default=None
-)
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 access_log = logging.getLogger("mnemostream.http")
 log = logging.getLogger(__name__)
@@ -34,79 +22,9 @@ log = logging.getLogger(__name__)
 
 def set_tenant(tenant_id: str) -> None:
     """Record the tenant of the request being served (the API key's, once authenticated)."""
-    current = _context.get()
+    current = request_context.get()
     if current is not None:
         current["tenant_id"] = tenant_id
-
-
-class RequestContext(logging.Filter):
-    """Adds ``request_id`` and ``tenant_id`` (None outside a request) to every record."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        current = _context.get() or {}
-        record.request_id = current.get("request_id")
-        record.tenant_id = current.get("tenant_id")
-        return True
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per record."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, object] = {
-            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-            "request_id": getattr(record, "request_id", None),
-            "tenant_id": getattr(record, "tenant_id", None),
-        }
-        for name in ("method", "route", "status", "duration_ms"):
-            if hasattr(record, name):
-                line[name] = getattr(record, name)
-        if record.exc_info:
-            line["exc"] = self.formatException(record.exc_info)
-        return orjson.dumps(line, default=str).decode()
-
-
-TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s %(tenant_id)s]: %(message)s"
-
-
-def logging_config(log_format: LogFormat, level: int | str = logging.INFO) -> dict[str, Any]:
-    """A :func:`logging.config.dictConfig` document routing every logger (uvicorn's too) to one
-    stderr handler in ``log_format``, with ``request_id`` and ``tenant_id`` on every record;
-    loggers that exist already keep working. ``python -m server`` hands it to the Faust worker,
-    which would otherwise format every line in colour (~7 % of a recall's CPU for the access
-    line alone) and ignore ``MNEMO_LOG_FORMAT``.
-    """
-    formatter: dict[str, Any] = (
-        {"()": f"{__name__}.JsonFormatter"} if log_format == "json" else {"format": TEXT_FORMAT}
-    )
-    return {
-        "version": 1,
-        "disable_existing_loggers": False,
-        "filters": {"request": {"()": f"{__name__}.RequestContext"}},
-        "formatters": {"line": formatter},
-        "handlers": {
-            "stderr": {
-                "class": "logging.StreamHandler",
-                "formatter": "line",
-                "filters": ["request"],
-            }
-        },
-        "root": {"level": level, "handlers": ["stderr"]},
-        "loggers": {
-            "uvicorn": {"handlers": [], "propagate": True},
-            "uvicorn.error": {"handlers": [], "propagate": True},
-            # our access line (RequestLog) replaces uvicorn's
-            "uvicorn.access": {"handlers": [], "propagate": False},
-        },
-    }
-
-
-def configure(log_format: LogFormat, level: int | str = logging.INFO) -> None:
-    """Apply :func:`logging_config` to this process."""
-    logging.config.dictConfig(logging_config(log_format, level))
 
 
 class RequestLog:
@@ -129,7 +47,7 @@ class RequestLog:
             return
         given = dict(scope.get("headers", [])).get(b"x-request-id", b"").decode("latin-1")
         request_id = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
-        token = _context.set({"request_id": request_id, "tenant_id": None})
+        token = request_context.set({"request_id": request_id, "tenant_id": None})
         started = time.perf_counter()
         responded = False
 
@@ -164,7 +82,7 @@ class RequestLog:
             )
             await tagged({"type": "http.response.body", "body": body})
         finally:
-            _context.reset(token)
+            request_context.reset(token)
 
 
 ROUTE_KEY = "mnemostream.route"

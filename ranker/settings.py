@@ -13,9 +13,6 @@ class RankerSettings(SharedSettings):
     """What the recall service needs beyond the shared settings. Units are in the names."""
 
     host: str = "127.0.0.1"
-    log_format: Literal["json", "text"] = Field(
-        "text", description="json: one object per line, with request_id and tenant_id"
-    )
     access_log: Literal["all", "errors"] = Field(
         "all",
         description="all: one log line per request; errors: only requests answered 4xx or 5xx"

@@ -13,7 +13,6 @@ import uvicorn
 from ranker.__main__ import HTTP_GRACE_S, build
 from ranker.hotcache import HotCache
 from ranker.listen import listening_socket
-from ranker.logs import configure, logging_config
 from ranker.metrics import Metrics
 from ranker.service import RecallService
 from ranker.settings import RankerSettings
@@ -21,6 +20,7 @@ from ranker.view import StateView
 from ranker.warmup import PRELOAD_STOP_S
 from storage.changelogs import Tables, changelog_topic
 from storage.heap import freeze_slow_collections
+from storage.logs import configure, logging_config
 from storage.usage import load_settings, parse_service_args, refusing_start
 from streams.__main__ import prepare, resync_milvus, run
 from streams.app import create_app
@@ -91,7 +91,7 @@ def main() -> None:
         api,
         host=ranker_settings.host,
         port=ranker_settings.port,
-        log_level="info",
+        log_level=worker_settings.log_level,
         log_config=None,  # uvicorn's loggers go to ours (configure), not to its own handlers
         access_log=False,  # ranker.logs.RequestLog logs every request, with its ids
         timeout_graceful_shutdown=HTTP_GRACE_S,

@@ -10,13 +10,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Literal, Self
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from storage.embedding import Embedder, Hashing, MiniLm
 from storage.kafka import KafkaConnection, Mechanism, Protocol
 from storage.key_log import ROLE as KEYS_ROLE
 from storage.key_log import KeyLog
+from storage.logs import LogFormat, LogLevel
 from storage.milvus import MilvusConfig
 from storage.records import Limits
 from storage.tenant_log import ROLE as TENANTS_ROLE
@@ -71,12 +72,23 @@ class SharedSettings(BaseSettings):
         description="an event dated more than this after it reached Kafka goes to dead-letter (the"
         " HTTP API answers 422: more than this after the server's clock)",
     )
+    log_level: LogLevel = Field("info", description="any case (DEBUG or debug)")
+    log_format: LogFormat = Field(
+        "text",
+        description="json: one object per line, with request_id and tenant_id (storage.logs);"
+        " text: plain lines (python -m streams: Faust's own)",
+    )
     gc_freeze_slow_ms: float = Field(
         50.0,
         ge=0,
         description="a full garbage collection slower than this (ms) freezes its survivors, so"
         " the next ones skip them (storage.heap; 0: every full collection freezes)",
     )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _any_case(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _kafka_connection(self) -> Self:

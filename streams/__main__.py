@@ -21,6 +21,7 @@ import faust
 from storage import MilvusStore, StorageError
 from storage.changelogs import Tables
 from storage.heap import freeze_slow_collections, trim_heap
+from storage.logs import configure, logging_config
 from storage.usage import load_settings, parse_service_args, refusing_start
 from streams import cli, rebuild, tenants_cli
 from streams.app import Services, create_app
@@ -36,9 +37,13 @@ def prepare(settings: WorkerSettings, *, resync: bool = True) -> Services:
     connected (and resynced, :func:`resync`, unless ``resync`` is False: the caller does it), the
     embedder loaded, the LLM client made.
     """
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    if settings.log_format == "json":
+        configure("json", settings.log_level.upper())
+    else:
+        logging.basicConfig(
+            level=settings.log_level.upper(),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
     # checked before anything is created: a collection of the wrong dimension, made before the
     # embedder's check refused the start, would refuse every later start too
     embedder = settings.make_embedder()
@@ -152,7 +157,16 @@ def main() -> None:
         services = prepare(settings)
     if settings.metrics_port:
         services.metrics.serve(settings.metrics_host, settings.metrics_port)
-    run(create_app(settings, services), settings, services)
+    run(create_app(settings, services), settings, services, worker_logging(settings))
+
+
+def worker_logging(settings: WorkerSettings) -> dict[str, Any] | None:
+    """The worker's logging with ``MNEMO_LOG_FORMAT=json`` (:mod:`storage.logs`); None (Faust's
+    own lines) with ``text``.
+    """
+    if settings.log_format == "json":
+        return logging_config("json", settings.log_level.upper())
+    return None
 
 
 if __name__ == "__main__":

@@ -384,8 +384,9 @@ class StreamWorker:
                 key_type=bytes,
                 value_type=bytes,
                 schema=faust.Schema(key_serializer="raw", value_serializer="raw"),
+                extra_topic_configs=topics.changelog_config(settings),
             )
-            for name in ("memories", "documents", "tenant-counters", "pending-accesses")
+            for name in topics.TABLES
         )
         self.tenants = settings.tenant_log()
         self.keys = settings.key_log()

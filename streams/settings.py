@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from storage.settings import SharedSettings
 
@@ -100,16 +100,10 @@ class WorkerSettings(SharedSettings):
         " worker are in the log and are applied from it), no scheduled consolidation; a"
         " consolidation request is skipped",
     )
-    log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
     metrics_host: str = Field("127.0.0.1", description="0.0.0.0 to be scraped from outside")
     metrics_port: int = Field(
         9102, ge=0, le=65535, description="GET /metrics of python -m streams; 0: not served"
     )
-
-    @field_validator("log_level", mode="before")
-    @classmethod
-    def _any_case(cls, value: object) -> object:
-        return value.lower() if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _replicas(self) -> WorkerSettings:

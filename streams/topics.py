@@ -1,12 +1,16 @@
 """Our topics, created by the worker at start-up with the configured partitions, replicas and
-retention. Existing topics are left as they are (change them with Kafka's own tools).
+retention. Existing topics are left as they are (change them with Kafka's own tools): where one
+differs from the settings, the start-up logs a warning for each difference (:class:`Drift`).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError
 
 from storage import key_log, tenant_log
@@ -30,6 +34,9 @@ KEYS = key_log.ROLE
 ROLES = (WRITES, ACCESS, CONSOLIDATION, AUDIT, DEAD_LETTER, TENANTS, KEYS)
 _REPLAYED = {WRITES, ACCESS, AUDIT}
 WEEK_MS = 7 * 86_400_000
+#: The worker's tables; Faust creates their changelog topics (``<app id>-<table>-changelog``,
+#: compacted) with :func:`changelog_config` besides its own settings.
+TABLES = ("memories", "documents", "tenant-counters", "pending-accesses")
 
 
 def topic_config(settings: WorkerSettings, role: str) -> dict[str, str]:
@@ -67,13 +74,97 @@ def topic_config(settings: WorkerSettings, role: str) -> dict[str, str]:
     }
 
 
+def changelog_config(settings: WorkerSettings) -> dict[str, str]:
+    """What a table's changelog topic is created with besides Faust's own ``cleanup.policy``
+    (compact) and replicas: the tables are the source of truth, kept as durably as our topics.
+    """
+    return {
+        "compression.type": settings.topic_compression,
+        "min.insync.replicas": str(settings.kafka_min_insync),
+    }
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One way an existing topic differs from what the settings would create it with; the
+    broker's value is the one in force (the worker never alters a topic).
+
+    Attributes:
+        topic: the topic's name.
+        name: ``partitions``, or the topic configuration's key (``retention.ms``...).
+        broker: the value the broker has for it.
+        wanted: the value the settings ask for.
+    """
+
+    topic: str
+    name: str
+    broker: str
+    wanted: str
+
+    def __str__(self) -> str:
+        return f"{self.topic}: {self.name} is {self.broker}, the settings say {self.wanted}"
+
+
+def wanted_topics(settings: WorkerSettings) -> dict[str, dict[str, str]]:
+    """Every topic the deployment uses (ours and the tables' changelogs) and its configuration."""
+    ours = {settings.topic(role): topic_config(settings, role) for role in ROLES}
+    changelogs = {
+        f"{settings.app_id}-{table}-changelog": changelog_config(settings) for table in TABLES
+    }
+    return ours | changelogs
+
+
+async def drifts(
+    admin: AIOKafkaAdminClient, settings: WorkerSettings, names: list[str]
+) -> list[Drift]:
+    """How the existing topics ``names`` (of :func:`wanted_topics`) differ from the settings:
+    partition counts and every configuration key the settings set.
+    """
+    if not names:
+        return []
+    wanted = wanted_topics(settings)
+    found = []
+    for described in await admin.describe_topics(names):
+        count = len(described["partitions"])
+        if count and count != settings.partitions:
+            found.append(
+                Drift(described["topic"], "partitions", str(count), str(settings.partitions))
+            )
+    asked = [
+        ConfigResource(ConfigResourceType.TOPIC, name, dict.fromkeys(wanted[name]))
+        for name in names
+    ]
+    for response in await admin.describe_configs(asked):
+        for resource in response.to_object()["resources"]:
+            found.extend(_config_drifts(resource, wanted[resource["resource_name"]]))
+    return found
+
+
+def _config_drifts(resource: dict[str, Any], wanted: dict[str, str]) -> list[Drift]:
+    """One described topic's configuration against ``wanted`` (none when it could not be read)."""
+    if resource["error_code"]:
+        return []
+    have = {e["config_names"]: e["config_value"] for e in resource["config_entries"]}
+    return [
+        Drift(resource["resource_name"], key, have[key], value)
+        for key, value in wanted.items()
+        if key in have and have[key] != value
+    ]
+
+
 async def ensure_topics(settings: WorkerSettings) -> list[str]:
-    """Create the missing topics; returns the names created. Existing topics are left as they are."""
+    """Create the missing topics; returns the names created. Existing topics are left as they are;
+    each way one differs from the settings is logged as a warning (:func:`drifts`): a setting
+    changed after the topics were made, or topics made by other means (Strimzi's KafkaTopics),
+    does nothing until the topic is changed with Kafka's tools.
+    """
     admin = AIOKafkaAdminClient(**settings.kafka().client())
     await admin.start()
     created = []
     try:
         existing = set(await admin.list_topics())
+        for drift in await drifts(admin, settings, sorted(existing & set(wanted_topics(settings)))):
+            log.warning("existing topic left as it is: %s", drift)
         wanted = []
         for role in ROLES:
             name = settings.topic(role)

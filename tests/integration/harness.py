@@ -93,18 +93,25 @@ class Stack:
 
 class WorkerProcess:
     """``python -m streams`` in a subprocess, logging to a file; with ``metrics_port``, serving
-    its Prometheus metrics there (:meth:`metrics`).
+    its Prometheus metrics there (:meth:`metrics`); ``env``: more variables.
     """
 
-    def __init__(self, stack: Stack, label: str = "worker", metrics_port: int = 0) -> None:
+    def __init__(
+        self,
+        stack: Stack,
+        label: str = "worker",
+        metrics_port: int = 0,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.stack = stack
         self.log_path = stack.workdir / f"{stack.app_id}-{label}.log"
         self.metrics_port = metrics_port
+        self.env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> WorkerProcess:
         self.stack.create_topics()
-        env = {**self.stack.env(), "MNEMO_METRICS_PORT": str(self.metrics_port)}
+        env = {**self.stack.env(), "MNEMO_METRICS_PORT": str(self.metrics_port), **self.env}
         with self.log_path.open("ab") as log:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "streams"],

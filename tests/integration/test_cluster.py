@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
+from streams.settings import WorkerSettings
+from streams.topics import TABLES, Drift, drifts, wanted_topics
 from tests.infra import ROOT, free_port
 from tests.integration.harness import Stack, eventually
 from tests.integration.test_end_to_end import DIM, serve
@@ -78,19 +80,24 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 
 
 @pytest.fixture
-def server(cluster: Cluster, milvus_server_uri: str, tmp_path: Path) -> Iterator[str]:
-    stack = Stack(cluster.bootstrap, milvus_server_uri, tmp_path, ("acme",), dim=DIM)
-    yield from serve(
-        stack,
+def stack(cluster: Cluster, milvus_server_uri: str, tmp_path: Path) -> Stack:
+    return Stack(
+        cluster.bootstrap,
+        milvus_server_uri,
         tmp_path,
-        MNEMO_KAFKA_REPLICATION="3",
-        MNEMO_KAFKA_MIN_INSYNC="2",
-        MNEMO_APP_ID=f"c{uuid.uuid4().hex[:8]}",
+        ("acme",),
+        dim=DIM,
+        app_id=f"c{uuid.uuid4().hex[:8]}",
     )
 
 
+@pytest.fixture
+def server(stack: Stack, tmp_path: Path) -> Iterator[str]:
+    yield from serve(stack, tmp_path, MNEMO_KAFKA_REPLICATION="3", MNEMO_KAFKA_MIN_INSYNC="2")
+
+
 def test_three_replicas_and_a_lost_broker_lose_no_acknowledged_write(
-    cluster: Cluster, server: str
+    cluster: Cluster, stack: Stack, server: str
 ) -> None:
     writer = Writer(server)
     writer.start()
@@ -106,7 +113,27 @@ def test_three_replicas_and_a_lost_broker_lose_no_acknowledged_write(
     replicas = replicas_of(cluster.bootstrap)
     assert any(t.endswith("-changelog") for t in replicas), replicas
     assert set(replicas.values()) == {3}, replicas  # ours and Faust's changelogs
+    # every topic, the changelogs included, as the settings ask: min.insync.replicas 2, zstd
+    settings = WorkerSettings(
+        kafka_bootstrap=cluster.bootstrap,
+        topic_prefix=f"{stack.name}.",
+        app_id=stack.app_id,
+        partitions=stack.partitions,
+        kafka_replication=3,
+        kafka_min_insync=2,
+    )
+    assert asyncio.run(drifted(settings, [t for t in replicas if t.endswith("-changelog")])) == []
     assert_all_applied(server, writer.acked())
+
+
+async def drifted(settings: WorkerSettings, changelogs: list[str]) -> list[Drift]:
+    assert len(changelogs) == len(TABLES), changelogs
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        return await drifts(admin, settings, sorted(set(wanted_topics(settings))))
+    finally:
+        await admin.close()
 
 
 def replicas_of(bootstrap: str) -> dict[str, int]:

@@ -78,7 +78,8 @@ def test_a_poisoned_batch_loses_no_valid_write(
         "year 1": "at",
     }
     mixed = good[:10] + list(bad.values())[:3] + good[10:20] + list(bad.values())[3:] + good[20:]
-    workers.append(worker := WorkerProcess(stack).start())
+    # MNEMO_LOG_FORMAT=json: the worker's lines (Faust's too) are JSON objects (checked below)
+    workers.append(worker := WorkerProcess(stack, env={"MNEMO_LOG_FORMAT": "json"}).start())
     # a tombstone amid them (no value: another producer's null): dead-lettered, nothing lost
     tombstone: list[tuple[bytes | None, bytes | None]] = [(b"acme/x7", None)]
     produce(stack.bootstrap, stack.topic("memory-writes"), [*mixed[:15], *tombstone, *mixed[15:]])
@@ -123,3 +124,7 @@ def test_a_poisoned_batch_loses_no_valid_write(
     assert all(len(v) < KAFKA_MESSAGE_LIMIT for _, v in mixed)
     assert worker.proc is not None
     assert worker.proc.poll() is None  # still running
+    lines = [orjson.loads(line) for line in worker.log().splitlines() if line.strip()]
+    loggers = {line["logger"].split(".")[0] for line in lines}
+    assert {"streams", "faust"} <= loggers, loggers
+    assert all(line["level"] and "message" in line for line in lines)

@@ -11,10 +11,11 @@ import orjson
 import pytest
 
 from ranker.api import create_api
-from ranker.logs import JsonFormatter, RequestContext, access_log
+from ranker.logs import access_log
 from ranker.service import RecallService
 from storage import MilvusConfig, MilvusStore
 from storage.embedding import Hashing
+from storage.logs import JsonFormatter, RequestContext
 from storage.tenants import TenantRegistry
 
 KEY = "key-acme-0123456789"

@@ -33,9 +33,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from ranker.__main__ import HTTP_GRACE_S
 from ranker.api import create_api
 from ranker.service import RecallService
 from ranker.settings import RankerSettings
+from ranker.warmup import PRELOAD_STOP_S
 from storage import MilvusConfig, MilvusStore
 from storage.embedding import Hashing
 from storage.settings import SharedSettings
@@ -777,6 +779,15 @@ def test_compose_wires_the_containers(settings_for: SettingsFor) -> None:
             assert settings.ranker_metrics_port not in (0, settings.port)
             assert published == {settings.port, settings.ranker_metrics_port}
     assert len(images) == 1
+    # SIGKILL comes as late as in k8s (Docker's default was 10 s, mid-flush or mid-request)
+    pods = {
+        module_of(c["command"]): w["spec"]["template"]["spec"]
+        for w, c in containers(rendered("base"))
+    }
+    for name, module in (("worker", "streams"), ("ranker", "ranker")):
+        grace = int(services[name]["stop_grace_period"].removesuffix("s"))
+        assert grace == pods[module].get("terminationGracePeriodSeconds", 30), name
+    assert int(services["ranker"]["stop_grace_period"][:-1]) > HTTP_GRACE_S + PRELOAD_STOP_S
     host_listener = advertised["localhost:9092"]
     assert "9092:" + listeners[host_listener].rsplit(":", 1)[1] in services["kafka"]["ports"]
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ranker.settings import RankerSettings
 from server import cli
 from streams import __main__ as streams_main
 from streams.settings import WorkerSettings
@@ -85,6 +86,26 @@ def test_settings_faust_or_logging_would_refuse_late_are_refused_at_once(
 
 def test_the_log_level_is_read_in_any_case() -> None:
     assert WorkerSettings(log_level="WARNING").log_level == "warning"
+
+
+@pytest.mark.parametrize("settings", [WorkerSettings, RankerSettings])
+def test_every_process_reads_the_log_level_and_format(
+    settings: type[WorkerSettings | RankerSettings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """k8s's ConfigMap gives both processes the same variables: MNEMO_LOG_FORMAT was the ranker's
+    alone (the worker kept Faust's text lines) and MNEMO_LOG_LEVEL the worker's alone."""
+    monkeypatch.setenv("MNEMO_LOG_LEVEL", "DEBUG")
+    monkeypatch.setenv("MNEMO_LOG_FORMAT", "json")
+    read = settings()
+    assert (read.log_level, read.log_format) == ("debug", "json")
+
+
+def test_the_worker_logs_json_lines_when_asked() -> None:
+    assert streams_main.worker_logging(WorkerSettings()) is None  # Faust's own lines
+    config = streams_main.worker_logging(WorkerSettings(log_format="json", log_level="warning"))
+    assert config is not None
+    assert config["root"]["level"] == "WARNING"
+    assert config["formatters"]["line"]["()"] == "storage.logs.JsonFormatter"
 
 
 def test_the_kafka_commands_answer_a_broker_they_cannot_reach_with_one_line(
