@@ -54,6 +54,7 @@ from ranker.wire import (
     QueryTokens,
     TextBody,
     Tokens,
+    check_not_blank,
     json_response,
     memory_json,
     session_of,
@@ -147,7 +148,8 @@ class RecallBody(TextBody):
     at: IsoTime | None = Field(
         None,
         description="as-of time: only memories written by then, in the versions valid then, scored"
-        " at that time (importance, counters, the tier and the lifecycle state are today's: the"
+        " at that time (importance, counters, the last access, the tier and the lifecycle state"
+        " are today's, idle time counting as 0 where the last access is after ``at``: the"
         " service keeps no history of them, so a memory forgotten or deleted since is not"
         " returned, and one archived since takes the archived penalty; a memory rewritten since"
         " under the same id has its newest words, where PATCH makes a new version; a statement"
@@ -444,9 +446,10 @@ def _writes(body: WriteBody, tenant_id: str, limits: Limits, now: datetime) -> l
         doc = {
             **m.model_dump(exclude_none=True, exclude={"run_id", "session_id"}),
             "tenant_id": tenant_id,
-            "at": m.at or now.isoformat(),
+            "at": m.at if m.at is not None else now.isoformat(),
         }
         try:
+            check_not_blank("content", m.content)
             session = session_of(m.session_id, m.run_id, "run_id")
             if session is not None:
                 doc["session_id"] = session
@@ -509,6 +512,7 @@ def _query(body: RecallBody, who: Tenant, states: tuple[str, ...], limits: Limit
     """
     if body.query is None and body.vector is None:
         raise InvalidField("query", None, "give a query text or a vector")
+    check_not_blank("query", body.query)
     policy = _policy(body, who)
     if states == ARCHIVED_ONLY:
         policy = policy.for_archive()

@@ -25,7 +25,7 @@ from ranker.listing import decode_cursor
 from ranker.problems import CONFLICT, NOT_FOUND
 from ranker.service import RecallService
 from ranker.tokens import TokenSeal
-from ranker.wire import Auth, Body, QueryTokens, Tokens, memory_json, session_of
+from ranker.wire import Auth, Body, QueryTokens, Tokens, check_not_blank, memory_json, session_of
 from storage import Filters, MemoryRow, from_us, to_us
 from storage.records import (
     MAX_NAME_BYTES,
@@ -265,7 +265,9 @@ def new_version(
     session = session_of(body.session_id, body.run_id, "run_id")
     if session is not None:
         given["session_id"] = session
-    at = given.pop("at", None) or now.isoformat()
+    check_not_blank("content", body.content)
+    at = given.pop("at", None)
+    at = now.isoformat() if at is None else at
     if not given:
         raise InvalidField("$", {}, "an update needs at least one field to change")
     document = _over(old, given, tenant_id, at)

@@ -34,6 +34,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
 
+from memcore import normalise_content
 from ranker.admission import TenantSlots
 from ranker.errors import Unavailable
 from ranker.logs import set_tenant
@@ -142,11 +143,50 @@ class OrjsonRoute(APIRoute):
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
+        names = query_names(self)
 
         async def parsed_by_orjson(request: Request) -> Response:
+            if names is not None and request.scope["query_string"]:
+                check_query(request, names)
             return await handler(_OrjsonRequest(request.scope, request.receive))
 
         return parsed_by_orjson
+
+
+def query_names(route: APIRoute) -> dict[str, bool] | None:
+    """The query parameters an API route (``/v1/...``) declares, each with whether it takes
+    several values (a list); None for the others (``/metrics``, the probes), which are not checked.
+    """
+    if not route.path.startswith("/v1/"):
+        return None
+    names: dict[str, bool] = {}
+    dependants = [route.dependant]
+    while dependants:
+        dependant = dependants.pop()
+        for field in dependant.query_params:
+            annotation = field.field_info.annotation
+            names[field.alias] = any(
+                typing.get_origin(a) in (list, tuple, set)
+                for a in (annotation, *typing.get_args(annotation))
+            )
+        dependants.extend(dependant.dependencies)
+    return names
+
+
+def check_query(request: Request, names: dict[str, bool]) -> None:
+    """Raise RecordError naming a query parameter the route does not take (a misspelt filter
+    listed everything, a misspelt ``purge`` deleted without purging) or one given twice that
+    takes one value (the last one won, silently).
+    """
+    params = request.query_params
+    for name in dict.fromkeys(params.keys()):
+        if name not in names:
+            known = ", ".join(sorted(names)) or "none"
+            raise RecordError(
+                name, params[name], f"not a query parameter here (these are: {known})"
+            )
+        if not names[name] and len(values := params.getlist(name)) > 1:
+            raise RecordError(name, values, "given more than once; it takes one value")
 
 
 class Body(BaseModel):
@@ -299,7 +339,11 @@ class DirectRoute(OrjsonRoute):
         endpoint = self.endpoint
         body_model: type[BaseModel] = model
 
+        names = query_names(self)
+
         async def direct(request: Request) -> Response:
+            if names is not None and request.scope["query_string"]:
+                check_query(request, names)
             value = await _json_body(request)
             who = await authenticate(request)
             if value is _NO_BODY:  # after the key, as FastAPI reports a missing body
@@ -356,6 +400,15 @@ def _is_json(content_type: str | None) -> bool:
     return message.get_content_maintype() == "application" and (
         subtype == "json" or subtype.endswith("+json")
     )
+
+
+def check_not_blank(field: str, text: str | None) -> None:
+    """Raise RecordError naming ``field`` when ``text`` is nothing but whitespace: every such text
+    normalises to "" (one derived id for all of them, nothing to embed or match), where "" itself
+    is refused by the schema.
+    """
+    if text is not None and not normalise_content(text):
+        raise RecordError(field, text, "nothing but whitespace")
 
 
 def session_of(session_id: str | None, run_id: str | None, field: str) -> str | None:

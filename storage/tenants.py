@@ -338,6 +338,12 @@ def replaced(current: Tenant | None, tenant_id: str, settings: Mapping[str, Any]
     if neighbours > MAX_NEIGHBOURS:
         why = f"expected at most {MAX_NEIGHBOURS}: a write is compared with that many at most"
         raise InvalidField("policy.supersession.neighbours", neighbours, why)
+    preset = tenant.policy.recall.preset
+    recall = tenant.overrides.get("recall") or {}
+    for name in preset.ignores:  # stored and never read: recall refuses them the same way
+        if name in recall:
+            why = f"the {preset.value} preset does not use it (SPEC section 6)"
+            raise InvalidField(f"policy.recall.{name}", recall[name], why)
     return dataclasses.replace(tenant, api_key_hashes=keys)
 
 

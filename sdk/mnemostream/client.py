@@ -471,8 +471,9 @@ class _Api:
 
     @staticmethod
     def page(filters: dict[str, Any], cursor: str | None, after: Sequence[str]) -> _Call:
-        """``filters``: :data:`LIST_FILTERS` and ``limit``; another name is a TypeError (the
-        server ignores a query parameter it does not know: a misspelt filter would list all).
+        """``filters``: :data:`LIST_FILTERS` and ``limit``; another name is a TypeError before
+        anything is sent (an older server ignored a query parameter it did not know:
+        a misspelt filter listed all; a server now answers 422).
         """
         unknown = sorted(set(filters) - LIST_FILTERS - {"limit"})
         if unknown:

@@ -93,3 +93,41 @@ async def test_get_many_names_the_bad_id() -> None:
     body = {"memory_ids": ["m1", "m2", "bad id/"]}
     reply = await call(Reads(), "POST", "/v1/memories/get", json=body)
     assert (reply.status_code, reply.json()["field"]) == (422, "memory_ids[2]"), reply.text
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "field"),
+    [
+        ("GET", "/v1/memories?userId=ann", "userId"),  # listed every user's memories
+        ("GET", "/v1/memories?states=deleted", "states"),
+        ("GET", "/v1/memories?user_id=ann&user_id=bob", "user_id"),  # listed bob's alone
+        ("GET", "/v1/memories?limit=5&limit=500", "limit"),
+        ("GET", "/v1/export?vector=true", "vector"),
+        ("DELETE", "/v1/memories/m1?purged=true", "purged"),  # deleted without purging
+        ("DELETE", "/v1/memories/m1?purge=true&purge=false", "purge"),
+        ("GET", "/v1/memories/m1/history?verbose=1", "verbose"),
+        ("POST", "/v1/recall?k=5", "k"),  # a body's field, not a query's
+    ],
+)
+async def test_a_query_parameter_the_route_does_not_take_is_a_422_naming_it(
+    method: str, url: str, field: str
+) -> None:
+    """Unknown query parameters were ignored and a repeated one kept its last value, silently,
+    where a body's unknown field is a 422 (the SDK checks its own filters; plain HTTP did not)."""
+    kw = {"json": {"query": "tea"}} if method == "POST" else {}
+    reply = await call(Reads(), method, url, **kw)
+    assert (reply.status_code, reply.json()["field"]) == (422, field), reply.text
+    assert "query parameter" in reply.json()["detail"] or "more than once" in reply.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/v1/memories?tag=a&tag=b&state=active&state=archived&user_id=ann&limit=5",
+        "/v1/memories?run_id=r1&include_history=true&memory_type=semantic",
+        "/v1/export?vectors=true",
+    ],
+)
+async def test_the_query_parameters_a_route_takes_are_accepted(url: str) -> None:
+    reply = await call(Reads(), "GET", url)
+    assert reply.status_code == 200, reply.text

@@ -165,6 +165,9 @@ async def _patched(monkeypatch: pytest.MonkeyPatch, old: MemoryRow, body: bytes)
         (b'{"user_id": "\\ud800"}', "user_id"),
         (b'{"agent_id": "\\ud800"}', "agent_id"),
         (b'{"metadata": ' + b'{"a": ' * 300 + b"1" + b"}" * 301, "metadata"),
+        (b'{"content": "  \\n\\t "}', "content"),
+        (b'{"content": "\\u3000"}', "content"),
+        (b'{"importance": 0.3, "at": ""}', "at"),  # was taken for "now"
     ],
 )
 async def test_an_update_a_write_would_refuse_is_the_same_422_naming_the_field(
@@ -238,3 +241,34 @@ def test_ids_the_caller_rules_out_are_never_asked_of_milvus() -> None:
     got = page(fake, "a", ids, Filters(), None, 5, candidate=lambda m: m not in purged)
     assert [r.memory_id for r in got.rows] == ["m9"]
     assert fake.asked == [1]  # type: ignore[attr-defined]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("memory", "field"),
+    [
+        ({"content": "   "}, "memories[0].content"),
+        ({"content": "\n\t\u3000"}, "memories[0].content"),
+        ({"content": "Likes tea", "at": ""}, "memories[0].at"),
+    ],
+)
+async def test_a_blank_write_or_an_empty_time_is_a_422_naming_the_field(
+    memory: dict[str, str], field: str
+) -> None:
+    """Every text of nothing but whitespace was accepted as one memory (they all normalise to "",
+    one derived id: each overwrote the last), and an empty ``at`` was taken for "now"."""
+    produced = Produced()
+    _, client = service_and_client(produced)
+    async with client as http:
+        reply = await http.post("/v1/memories", json={"memories": [memory]}, headers=AUTH)
+    assert (reply.status_code, reply.json()["field"]) == (422, field), reply.text
+    assert produced.values == []
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("path", ["/v1/recall", "/v1/archive/search"])
+async def test_a_recall_of_a_blank_query_is_a_422_naming_it(path: str) -> None:
+    _, client = service_and_client(Produced())
+    async with client as http:
+        reply = await http.post(path, json={"query": " \t "}, headers=AUTH)
+    assert (reply.status_code, reply.json()["field"]) == (422, "query"), reply.text

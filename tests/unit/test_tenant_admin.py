@@ -312,6 +312,19 @@ async def test_admin_routes_create_a_tenant_whose_new_key_works_at_once() -> Non
             ({"overrides": {"decay": {"preset": 3}}}, "overrides.decay.preset"),
             ({"decay": "bogus", "overrides": {"decay": {"preset": "powermem"}}}, "decay"),
             ({"rate_limit_per_s": -1}, "rate_limit_per_s"),
+            # stored and never read (recall refuses them alike): these presets take no weights
+            (
+                {"recall": "zeph", "overrides": {"recall": {"weights": {"recency": 0.9}}}},
+                "overrides.recall.weights",
+            ),
+            (
+                {"recall": "zeph", "overrides": {"recall": {"mmr_lambda": 0.1}}},
+                "overrides.recall.mmr_lambda",
+            ),
+            (
+                {"overrides": {"recall": {"preset": "powermem", "weights": {"similarity": 0}}}},
+                "overrides.recall.weights",
+            ),
         ):
             bad = await http.put("/v1/admin/tenants/initech", json=body, headers=bearer(ADMIN))
             assert (bad.status_code, bad.json()["field"]) == (422, field), bad.text
@@ -431,6 +444,26 @@ def test_the_admin_refuses_more_review_intervals_than_a_state_keeps_and_the_topi
     found = log.get("acme")
     assert found is not None
     assert len(found.policy.review.intervals_hours) == 33
+
+
+def test_recall_settings_a_preset_ignores_are_refused_where_made_and_read_where_stored() -> None:
+    zeph = {"recall": "zeph", "overrides": {"recall": {"weights": {"recency": 0.9}}}}
+    with pytest.raises(InvalidField) as refused:
+        replaced(None, "acme", zeph)
+    assert (refused.value.field, refused.value.reason) == (
+        "policy.recall.weights",
+        "the zeph preset does not use it (SPEC section 6)",
+    )
+    assert (
+        replaced(None, "acme", {**zeph, "recall": "mnemostream"}).policy.recall.weights.recency
+        == 0.9
+    )
+    log = TenantLog("127.0.0.1:1", "t.tenants", TenantRegistry.of({"tenants": {}}))
+    log.apply(b"acme", orjson.dumps({"v": 1, "tenant_id": "acme", **zeph}))  # written before
+    log.refresh()
+    found = log.get("acme")
+    assert found is not None
+    assert found.policy.recall.preset.value == "zeph"
 
 
 def test_the_admin_bounds_supersession_neighbours_and_a_worker_searches_at_most_that_many() -> None:
