@@ -15,6 +15,9 @@ LIVE_COLLECTIONS = frozenset({"memories"})
 """The live worker's Milvus collection as shipped (the default; k8s's config)."""
 LIVE_DATA_DIRS = frozenset({"var/worker", "/data/worker"})
 """The live worker's data directory as shipped (the default; the Dockerfile's)."""
+LIVE_LITE_FILES = frozenset({"var/milvus.db", "/data/milvus.db"})
+"""The live worker's Milvus Lite file as shipped (the default, ``make up``'s; the Dockerfile's
+note): one process per Lite file."""
 
 
 class WorkerSettings(SharedSettings):
@@ -129,6 +132,7 @@ class WorkerSettings(SharedSettings):
                 ("MNEMO_APP_ID", self.app_id, LIVE_APP_IDS),
                 ("MNEMO_MILVUS_COLLECTION", self.milvus_collection, LIVE_COLLECTIONS),
                 ("MNEMO_DATA_DIR", str(self.data_dir), LIVE_DATA_DIRS),
+                ("MNEMO_MILVUS_URI", _lite_file(self.milvus_uri), LIVE_LITE_FILES),
             )
             if value in live
         ]
@@ -136,7 +140,20 @@ class WorkerSettings(SharedSettings):
             msg = (
                 f"MNEMO_REPLAY=true needs its own {', '.join(shared)}: with the live worker's"
                 " (the defaults, or what the Dockerfile and k8s set) the replay would join its"
-                " consumer group or write over its rows and tables"
+                " consumer group or write over its rows and tables (a Milvus Lite file serves one"
+                " process)"
             )
             raise ValueError(msg)
         return self
+
+
+def _lite_file(uri: str) -> str:
+    """``uri`` as :data:`LIVE_LITE_FILES` names it when it is one of them (``make up`` hands its
+    processes the absolute path of ``var/milvus.db``); else ``uri``.
+    """
+    if "://" in uri:
+        return uri
+    for live in LIVE_LITE_FILES:
+        if Path(uri).resolve() == Path(live).resolve():
+            return live
+    return uri

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ssl
+from pathlib import Path
 
 import pytest
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
@@ -102,12 +103,23 @@ def test_a_replay_must_name_its_own_app_id_collection_and_data_directory(
     with pytest.raises(ValidationError, match=r"own MNEMO_DATA_DIR \(not '/data/worker'\):"):
         # a worker pod's or image's own settings (k8s's config, the Dockerfile's) are the live's
         settings(
-            replay=True, app_id="replay-1", milvus_collection="replay_1", data_dir="/data/worker"
+            replay=True,
+            app_id="replay-1",
+            milvus_collection="replay_1",
+            data_dir="/data/worker",
+            milvus_uri="http://milvus:19530",
         )
+    own = {"app_id": "replay-1", "milvus_collection": "replay_1", "data_dir": "var/replay"}
+    # make up's Lite file, by the default's name or the absolute path make up hands its processes
+    for live in ("var/milvus.db", str(Path("var/milvus.db").resolve()), "/data/milvus.db"):
+        with pytest.raises(ValidationError, match=r"own MNEMO_MILVUS_URI \(not '.*milvus.db'\)"):
+            settings(replay=True, milvus_uri=live, **own)
+    assert settings(replay=True, milvus_uri="http://milvus:19530", **own).replay  # a server
     monkeypatch.setenv("MNEMO_REPLAY", "true")
     monkeypatch.setenv("MNEMO_APP_ID", "replay-1")
     monkeypatch.setenv("MNEMO_MILVUS_COLLECTION", "replay_1")
     monkeypatch.setenv("MNEMO_DATA_DIR", "var/replay")
+    monkeypatch.setenv("MNEMO_MILVUS_URI", "var/replay.db")
     assert WorkerSettings().replay  # read from the environment, as python -m streams does
 
 
