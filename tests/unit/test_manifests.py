@@ -44,7 +44,7 @@ from storage.settings import SharedSettings
 from storage.tenants import TenantRegistry
 from streams import topics
 from streams.app import Services, create_app
-from streams.settings import WorkerSettings
+from streams.settings import LIVE_DATA_DIRS, LIVE_LITE_FILES, WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
@@ -449,6 +449,12 @@ def test_ports_probes_and_scrape_annotations_follow_the_settings(
         spec = workload["spec"]
         assert "replicas" not in spec, "the autoscaler owns replicas: an apply would reset them"
         assert spec["template"]["spec"]["enableServiceLinks"] is False  # MNEMO_* collisions
+    # the pod serves on while it leaves the Service's endpoints (the server closes its socket at
+    # SIGTERM), then finishes its requests and stops the fill within the grace period
+    pause = ranker_container["lifecycle"]["preStop"]["sleep"]["seconds"]
+    grace = ranker["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert pause >= 5
+    assert pause + HTTP_GRACE_S + PRELOAD_STOP_S < grace
 
 
 def test_worker_tables_live_on_the_claimed_volume(settings_for: SettingsFor) -> None:
@@ -719,7 +725,10 @@ def test_gpu_overlay_changes_only_the_ranker() -> None:
     (ranker,) = pod["containers"]
     assert "nvidia.com/gpu" not in cpu_ranker["resources"].get("limits", {})
     assert int(ranker["resources"]["limits"]["nvidia.com/gpu"]) == 1
-    assert ranker["image"] == f"{cpu_ranker['image']}-gpu"
+    # a name of its own: kustomize's images entry matches a name whatever its tag, so an entry
+    # for the CPU image must not also set the GPU pods' image
+    name, tag = cpu_ranker["image"].split(":")
+    assert ranker["image"] == f"{name}-gpu:{tag}"
     assert pod["nodeSelector"]
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
         "tolerations"
@@ -824,6 +833,17 @@ def test_dockerfile_builds_what_the_manifests_run() -> None:
     assert images == {f"mnemostream:{version}"}
     (user,) = [line.split()[1] for line in lines if line.startswith("USER ")]
     uid = int(user.split(":")[0])
+    env = dict(
+        item.split("=", 1)
+        for line in lines
+        if line.startswith("ENV ")
+        for item in shlex.split(line)[1:]
+    )
+    # what the worker writes goes to the volume its user owns (var/ is under the root-owned /app:
+    # python -m server with the default Lite file failed); a replay refuses both as the live's
+    assert env["MNEMO_DATA_DIR"] in LIVE_DATA_DIRS
+    assert env["MNEMO_MILVUS_URI"] in LIVE_LITE_FILES
+    assert all(env[name].startswith("/data/") for name in ("MNEMO_DATA_DIR", "MNEMO_MILVUS_URI"))
     for workload in workloads(rendered("base")):
         context = workload["spec"]["template"]["spec"]["securityContext"]
         assert context["runAsNonRoot"] is True
