@@ -12,7 +12,7 @@ import re
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -79,8 +79,9 @@ class Overloaded(MnemostreamError):  # noqa: N818 - reads as "except Overloaded"
 class Unreachable(MnemostreamError):  # noqa: N818 - reads as "except Unreachable"
     """No HTTP reply: the connection failed, broke or timed out (``status`` 0, retriable). A write
     may have been applied all the same. Safe to send again: ``remember`` (ids derive from the
-    content, or are the caller's), ``forget``, ``erase_user`` and every read. Not so: ``access``
-    (a repeat counts again) and ``update`` without ``at`` (the server dates each one: a repeat is
+    content, or are the caller's: a repeat makes no other memory, though it counts one more
+    write, ``write_count``), ``forget``, ``erase_user`` and every read. Not so: ``access`` (a
+    repeat counts again) and ``update`` without ``at`` (the server dates each one: a repeat is
     another version; pass ``at`` to make a repeat the same version).
     """
 
@@ -314,10 +315,14 @@ def _tokens(after: str | Sequence[str] | None) -> list[str]:
     return [after] if isinstance(after, str) else list(after)
 
 
-def _segment(text: str) -> str:
+def _segment(text: str, name: str = "memory_id") -> str:
     """``text`` as one URL path segment: every reserved character escaped, and ``.`` or ``..``
-    (which an HTTP client resolves away as a relative path) written as ``%2E`` each.
+    (which an HTTP client resolves away as a relative path) written as ``%2E`` each. ValueError
+    naming the argument ``name`` for an empty one (the path then named another route, or none:
+    a 307 or a 404 that said nothing of the id).
     """
+    if not isinstance(text, str) or not text:
+        raise ValueError(f"{name}: expected a non-empty id, not {text!r}")
     quoted = quote(text, safe="")
     return quoted.replace(".", "%2E") if quoted in {".", ".."} else quoted
 
@@ -362,22 +367,51 @@ def _field(reply: httpx.Response) -> str | None:
     return found if isinstance(found, str) else None
 
 
-def _wire(value: Any) -> Any:  # noqa: ANN401  (any JSON body)
+def _wire(value: Any, path: str = "") -> Any:  # noqa: ANN401  (any JSON body)
     """``value`` with every datetime in it, at any depth (``filters.created_from``), as ISO 8601
     text; anything else (already text, None, numbers) as it is. The one conversion of times:
-    :class:`_Call` applies it to every body.
+    :class:`_Call` applies it to every body. TypeError for a date without a time of day,
+    ValueError for NaN or infinity, each naming the body's field at ``path``
+    (``memories[0].importance``): JSON has neither, and the error came from the encoder, naming
+    nothing.
     """
     if isinstance(value, datetime):
         return value.isoformat()
+    if isinstance(value, date):
+        msg = f"{path or 'body'}: {value!r} has no time of day: pass a datetime with a timezone"
+        raise TypeError(msg)
+    if isinstance(value, float):
+        return _finite(value, path)
     if isinstance(value, dict):
-        return {k: _wire(v) for k, v in value.items()}
+        return {k: _wire(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
     if isinstance(value, set | frozenset):  # tags given as a set: sent in one order
-        return [_wire(v) for v in _listed(value)]
-    if isinstance(value, list | tuple) and not all(type(v) is float for v in value):
-        return [_wire(v) for v in value]
+        return [_wire(v, f"{path}[{i}]") for i, v in enumerate(_listed(value))]
+    if isinstance(value, list | tuple):
+        if all(type(v) is float for v in value):  # a vector: a pass of type checks
+            if not all(map(math.isfinite, value)):
+                bad = next(i for i, v in enumerate(value) if not math.isfinite(v))
+                _finite(value[bad], f"{path}[{bad}]")
+            return value
+        return [_wire(v, f"{path}[{i}]") for i, v in enumerate(value)]
     if hasattr(value, "tolist") and not isinstance(value, str | bytes | int | float):
-        return _wire(value.tolist())  # a numpy array or scalar (a float32 embedding)
-    return value  # a vector too: a pass of type checks, not a call per value
+        return _wire(value.tolist(), path)  # a numpy array or scalar (a float32 embedding)
+    return value
+
+
+def _finite(value: float, path: str) -> float:
+    """``value``, or ValueError naming ``path`` when it is NaN or infinite."""
+    if not math.isfinite(value):
+        raise ValueError(f"{path or 'body'}: {value} is not a number JSON can carry")
+    return value
+
+
+def _flag(name: str, value: object) -> str:
+    """A bool argument as a query's ``true``/``false``; TypeError for anything else (the text
+    ``"false"`` of a setting read as truthy: ``forget(m, purge="false")`` purged it).
+    """
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected True or False, not {value!r}")
+    return "true" if value else "false"
 
 
 def _ids(memory_ids: Sequence[str]) -> list[str]:
@@ -415,6 +449,9 @@ class _Api:
 
     @staticmethod
     def remember_many(memories: Sequence[dict[str, Any]]) -> _Call:
+        for i, m in enumerate(memories):
+            if not isinstance(m, dict):
+                raise TypeError(f"memories[{i}]: expected a dict with content, not {m!r}")
         docs = [_drop_none(m) for m in memories]
         return _Call("POST", "/v1/memories", {"memories": docs})
 
@@ -454,13 +491,15 @@ class _Api:
 
     @staticmethod
     def forget(memory_id: str, purge: bool, after: Sequence[str], erase: bool = False) -> _Call:
-        flags = (("purge", "true" if purge else "false"),) + ((("erase", "true"),) if erase else ())
+        flags: tuple[tuple[str, str], ...] = (("purge", _flag("purge", purge)),)
+        if _flag("erase", erase) == "true":
+            flags += (("erase", "true"),)
         path = f"/v1/memories/{_segment(memory_id)}"
         return _Call("DELETE", path, params=tuple(after), flags=flags)
 
     @staticmethod
     def erase_user(user_id: str, after: Sequence[str]) -> _Call:
-        return _Call("DELETE", f"/v1/users/{_segment(user_id)}", params=tuple(after))
+        return _Call("DELETE", f"/v1/users/{_segment(user_id, 'user_id')}", params=tuple(after))
 
     @staticmethod
     def update(memory_id: str, changes: dict[str, Any], session: Sequence[str]) -> _Call:
@@ -470,18 +509,23 @@ class _Api:
         return _Call("PATCH", f"/v1/memories/{_segment(memory_id)}", body)
 
     @staticmethod
-    def page(filters: dict[str, Any], cursor: str | None, after: Sequence[str]) -> _Call:
-        """``filters``: :data:`LIST_FILTERS` and ``limit``; another name is a TypeError before
-        anything is sent (an older server ignored a query parameter it did not know:
-        a misspelt filter listed all; a server now answers 422).
+    def page(
+        filters: dict[str, Any], limit: int, cursor: str | None, after: Sequence[str]
+    ) -> _Call:
+        """``filters``: :data:`LIST_FILTERS`; another name is a TypeError before anything is sent
+        (``limit`` too: it is ``page_size``; an older server ignored a query parameter it did not
+        know: a misspelt filter listed all; a server now answers 422).
         """
-        unknown = sorted(set(filters) - LIST_FILTERS - {"limit"})
+        unknown = sorted(set(filters) - LIST_FILTERS)
         if unknown:
             known = ", ".join(sorted(LIST_FILTERS))
-            raise TypeError(f"list_memories: unknown filter {unknown[0]!r} (filters: {known})")
+            hint = " (the page's size is page_size)" if unknown[0] == "limit" else ""
+            raise TypeError(
+                f"list_memories: unknown filter {unknown[0]!r}{hint} (filters: {known})"
+            )
         flags = [
             (name, str(v).lower() if isinstance(v, bool) else str(v))
-            for name, value in filters.items()
+            for name, value in {**filters, "limit": limit}.items()
             if value is not None
             for v in _listed(value)
         ]
@@ -495,7 +539,7 @@ class _Api:
 
     @staticmethod
     def export(vectors: bool, after: Sequence[str]) -> _Call:
-        flags = (("vectors", "true" if vectors else "false"),)
+        flags = (("vectors", _flag("vectors", vectors)),)
         return _Call("GET", "/v1/export", params=tuple(after), flags=flags)
 
     @staticmethod
@@ -508,11 +552,14 @@ class _Api:
                 raise Overloaded(_detail(reply), 1.0 if wait is None else wait)
             raise MnemostreamError(reply.status_code, _detail(reply), wait, _field(reply))
         try:
-            return reply.json()
+            body = reply.json()
         except ValueError as exc:  # a proxy's page, or a body cut short
             raise MnemostreamError(
                 reply.status_code, f"not a JSON reply: {reply.text[:200]}"
             ) from exc
+        if not isinstance(body, dict):  # every route answers an object: a proxy's, not ours
+            raise MnemostreamError(reply.status_code, f"not a reply of the API: {reply.text[:200]}")
+        return body
 
 
 class _Export:
@@ -561,6 +608,19 @@ def _keys_erased(reply: Any) -> int:  # noqa: ANN401 - a JSON reply
     return found if isinstance(found, int) else 0
 
 
+def _timeout(timeout_s: object) -> float | None:
+    """``timeout_s`` as httpx takes it: seconds > 0, or None for no limit. ValueError otherwise
+    (0, meant as "no limit", failed every call as a retriable Unreachable: a retry loop spun).
+    """
+    if timeout_s is None:
+        return None
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float):
+        raise TypeError(f"timeout_s: expected seconds or None, not {timeout_s!r}")
+    if not (timeout_s > 0 and math.isfinite(timeout_s)):
+        raise ValueError(f"timeout_s: expected seconds > 0 (None: no limit), not {timeout_s!r}")
+    return float(timeout_s)
+
+
 def _headers(api_key: object) -> dict[str, str]:
     """The key's header; the key without the whitespace around it (a key read from a file or a
     Secret ends with a newline, which no header may hold: httpx refused every call). ValueError
@@ -585,17 +645,20 @@ class Client:
         base_url: str,
         api_key: str,
         *,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
+        timeout_s: float | None = DEFAULT_TIMEOUT_S,
         transport: httpx.BaseTransport | None = None,
         read_your_writes: bool = True,
     ) -> None:
         """``read_your_writes``: a recall or get sees every write and access this client made
-        before it (the server waits for them to be applied). ``timeout_s``: per request; keep it
-        above the server's ``MNEMO_AFTER_TIMEOUT_S``. A call that gets no reply raises
-        :class:`Unreachable`.
+        before it (the server waits for them to be applied). ``timeout_s``: per request, seconds
+        > 0 (None: no limit); keep it above the server's ``MNEMO_AFTER_TIMEOUT_S``. A call that
+        gets no reply raises :class:`Unreachable`.
         """
         self._http = httpx.Client(
-            base_url=base_url, headers=_headers(api_key), timeout=timeout_s, transport=transport
+            base_url=base_url,
+            headers=_headers(api_key),
+            timeout=_timeout(timeout_s),
+            transport=transport,
         )
         self._session = _Session(read_your_writes)
 
@@ -653,9 +716,10 @@ class Client:
         k: int = 10,
         **options: Any,  # noqa: ANN401
     ) -> list[Memory]:
-        """The best ``k`` memories; options: filters, preset, weights, mmr_lambda, min_score, at,
-        track. With ``track`` (the default) the recall counts as an access of each memory
-        returned; this client's next read does not wait for those accesses to be applied.
+        """The best ``k`` memories; options: filters, preset, weights, mmr_lambda, min_score,
+        graphrag, at, track, include_history, after (tokens of another client's writes). With
+        ``track`` (the default) the recall counts as an access of each memory returned; this
+        client's next read does not wait for those accesses to be applied.
         """
         call = _Api.recall(query, vector, k, self._after(), **options)
         return [Memory.of(r) for r in self._send(call)["results"]]
@@ -698,13 +762,14 @@ class Client:
         return str(self._send(call)["memory_id"])
 
     def list_memories(self, *, page_size: int = 100, **filters: Any) -> Iterator[Memory]:  # noqa: ANN401
-        """Every memory matching ``filters`` (state, memory_type, tag, agent_id, session_id or
-        run_id, user_id, include_history), in id order, fetched ``page_size`` at a time as the
-        iterator advances. Another filter name is a TypeError (:data:`LIST_FILTERS`).
+        """The memories matching ``filters`` (state, memory_type, tag, agent_id, session_id or
+        run_id, user_id, include_history; by default active and archived ones, current versions
+        only), in id order, fetched ``page_size`` at a time as the iterator advances. Another
+        filter name is a TypeError (:data:`LIST_FILTERS`), raised at the first step.
         """
         cursor: str | None = None
         while True:
-            call = _Api.page({**filters, "limit": page_size}, cursor, self._after())
+            call = _Api.page(filters, page_size, cursor, self._after())
             found = self._send(call)
             yield from (Memory.of(m) for m in found["memories"])
             cursor = found["cursor"]
@@ -718,7 +783,9 @@ class Client:
         return History.of(self._send(_Api.history(memory_id, self._after())))
 
     def export(self, *, vectors: bool = False) -> Iterator[dict[str, Any]]:
-        """Every memory of the tenant (any state but purged) as dicts, streamed."""
+        """Every memory of the tenant (any state but purged, superseded versions too) as dicts,
+        streamed; ``vectors`` adds each one's ``embedding``.
+        """
         call = _Api.export(vectors, self._after())
         with _reached(), self._http.stream(call.method, call.path, params=call.query) as reply:
             if not reply.is_success:
@@ -741,12 +808,15 @@ class AsyncClient:
         base_url: str,
         api_key: str,
         *,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
+        timeout_s: float | None = DEFAULT_TIMEOUT_S,
         transport: httpx.AsyncBaseTransport | None = None,
         read_your_writes: bool = True,
     ) -> None:
         self._http = httpx.AsyncClient(
-            base_url=base_url, headers=_headers(api_key), timeout=timeout_s, transport=transport
+            base_url=base_url,
+            headers=_headers(api_key),
+            timeout=_timeout(timeout_s),
+            transport=transport,
         )
         self._session = _Session(read_your_writes)
 
@@ -830,7 +900,7 @@ class AsyncClient:
     async def list_memories(self, *, page_size: int = 100, **filters: Any) -> AsyncIterator[Memory]:  # noqa: ANN401
         cursor: str | None = None
         while True:
-            call = _Api.page({**filters, "limit": page_size}, cursor, await self._after())
+            call = _Api.page(filters, page_size, cursor, await self._after())
             found = await self._send(call)
             for m in found["memories"]:
                 yield Memory.of(m)
@@ -857,3 +927,14 @@ class AsyncClient:
                         return
                 for doc in export.close():
                     yield doc
+
+
+def _same_docs() -> None:
+    """:class:`AsyncClient`'s methods say what :class:`Client`'s say (the same calls)."""
+    for name, method in vars(Client).items():
+        twin = vars(AsyncClient).get(name)
+        if callable(method) and twin is not None and twin.__doc__ is None:
+            twin.__doc__ = method.__doc__
+
+
+_same_docs()

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import datetime
 import json
 import pickle
+import re
 from collections.abc import Callable
 
 import httpx
@@ -121,3 +123,88 @@ def test_errors_survive_pickling_and_copying(error: MnemostreamError) -> None:
             error.retriable,
         )
         assert (again.retry_after_s, again.field) == (error.retry_after_s, error.field)
+
+
+def recorder() -> tuple[list[httpx.Request], Handler]:
+    sent: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        if request.url.path == "/v1/memories" and request.method == "GET":
+            return httpx.Response(200, json={"memories": [], "cursor": None})
+        return httpx.Response(200, json={"ids": ["m1"], "memory_id": "m1", "token": "v1.e30"})
+
+    return sent, handler
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "named"),
+    [
+        # a setting read as text: "false" is truthy, and the memory was purged or erased for good
+        (lambda c: c.forget("m1", purge="false"), TypeError, "purge"),
+        (lambda c: c.forget("m1", erase="false"), TypeError, "erase"),
+        (lambda c: list(c.export(vectors="no")), TypeError, "vectors"),
+        # the page's size is page_size: limit=5 listed every memory
+        (lambda c: list(c.list_memories(limit=5)), TypeError, "page_size"),
+        # an empty id named another route, or none: a 307 or a 404 that said nothing of it
+        (lambda c: c.get(""), ValueError, "memory_id"),
+        (lambda c: c.forget(""), ValueError, "memory_id"),
+        (lambda c: c.update("", content="x"), ValueError, "memory_id"),
+        (lambda c: c.history(""), ValueError, "memory_id"),
+        (lambda c: c.erase_user(""), ValueError, "user_id"),
+        # the encoder's errors named nothing
+        (lambda c: c.remember("x", importance=float("nan")), ValueError, "memories[0].importance"),
+        (lambda c: c.remember("x", embedding=[0.1, float("inf")]), ValueError, "embedding[1]"),
+        (lambda c: c.remember("x", at=datetime.date(2024, 1, 1)), TypeError, "memories[0].at"),
+        (lambda c: c.remember_many(["a"]), TypeError, "memories[0]"),
+    ],
+)
+def test_arguments_the_sdk_would_send_wrong_are_refused_naming_them_before_sending(
+    call: Callable[[Client], object], error: type[Exception], named: str
+) -> None:
+    sent, handler = recorder()
+    with client(handler) as sdk, pytest.raises(error, match=re.escape(named)):
+        call(sdk)
+    assert sent == []
+
+
+@pytest.mark.parametrize("timeout_s", [0, -1, float("nan"), float("inf")])
+def test_a_timeout_of_no_seconds_is_refused_at_construction(timeout_s: float) -> None:
+    """0 (meant as "no limit") failed every call as a retriable Unreachable: retry loops spun."""
+    with pytest.raises(ValueError, match="timeout_s"):
+        Client("http://x", KEY, timeout_s=timeout_s)
+    with pytest.raises(ValueError, match="timeout_s"):
+        AsyncClient("http://x", KEY, timeout_s=timeout_s)
+    Client("http://x", KEY, timeout_s=None).close()  # no limit, as httpx says it
+
+
+def test_the_arguments_still_go_as_before() -> None:
+    sent, handler = recorder()
+    with client(handler) as sdk:
+        sdk.forget("m1", purge=True, erase=True)
+        list(sdk.list_memories(page_size=5, tag=["a", "b"]))
+        sdk.remember(
+            "x", embedding=[0.5, 0.25], at=datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC)
+        )
+    queries = [str(r.url.query, "ascii") for r in sent]
+    assert queries[0] == "purge=true&erase=true"
+    assert queries[1].startswith("tag=a&tag=b&limit=5&after=")  # the forget's token
+    body = json.loads(sent[2].content)["memories"][0]
+    assert (body["embedding"], body["at"]) == ([0.5, 0.25], "2024-01-01T00:00:00+00:00")
+
+
+@pytest.mark.parametrize("body", [[], "text", 5])
+def test_a_success_whose_body_is_no_json_object_is_an_error_of_the_sdk(body: object) -> None:
+    """A proxy's 200 of a list or text escaped as a bare TypeError from the reply's lookup."""
+    with (
+        client(lambda _: httpx.Response(200, json=body)) as sdk,
+        pytest.raises(MnemostreamError, match="not a reply of the API"),
+    ):
+        sdk.remember("x")
+
+
+def test_the_async_client_says_what_the_sync_one_says() -> None:
+    for name in ("recall", "get", "list_memories", "export", "forget", "__init__"):
+        doc = getattr(AsyncClient, name).__doc__
+        assert doc, name
+        assert doc == getattr(Client, name).__doc__, name
