@@ -29,6 +29,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import AwareDatetime, BeforeValidator, ConfigDict, Field, Strict, StrictBool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from memcore import MAX_TAGS, InvalidField, Tier
 from memcore.ids import check_id
@@ -389,8 +390,11 @@ def _errors(api: FastAPI) -> None:
     """One body for every error: problem details (:mod:`ranker.problems`)."""
 
     @api.exception_handler(StarletteHTTPException)
-    async def http_error(_: object, exc: StarletteHTTPException) -> Response:
-        return problem(exc.status_code, str(exc.detail), headers=exc.headers)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        headers = exc.headers
+        if exc.status_code == 405:  # the router's: the first route of the path, not all of them
+            headers = {**(headers or {}), "Allow": ", ".join(_allowed(request))}
+        return problem(exc.status_code, str(exc.detail), headers=headers)
 
     # refusals that say when to come back: overload is 429, an unavailable dependency 503
     retry_later: tuple[tuple[type[Exception], int], ...] = (
@@ -435,6 +439,16 @@ def _errors(api: FastAPI) -> None:
         if err.get("type") == "utf8":  # the text at that path, not the whole field
             value = unencodable(value)[1]
         return _invalid(RecordError(field, value, str(err.get("msg"))))
+
+
+def _allowed(request: Request) -> list[str]:
+    """Every method some route serves at the request's path (a 405's ``Allow``)."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return sorted(methods)
 
 
 def _writes(body: WriteBody, tenant_id: str, limits: Limits, now: datetime) -> list[dict[str, Any]]:

@@ -131,3 +131,18 @@ async def test_a_query_parameter_the_route_does_not_take_is_a_422_naming_it(
 async def test_the_query_parameters_a_route_takes_are_accepted(url: str) -> None:
     reply = await call(Reads(), "GET", url)
     assert reply.status_code == 200, reply.text
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "allowed"),
+    [
+        ("PUT", "/v1/memories", "GET, POST"),  # said POST alone
+        ("PUT", "/v1/memories/m1", "DELETE, GET, PATCH"),  # said GET alone
+        ("GET", "/v1/recall", "POST"),
+    ],
+)
+async def test_a_method_the_path_does_not_serve_names_every_method_it_does(
+    method: str, url: str, allowed: str
+) -> None:
+    reply = await call(Reads(), method, url)
+    assert (reply.status_code, reply.headers["allow"]) == (405, allowed), reply.text
