@@ -255,11 +255,11 @@ def new_version(
     old: MemoryRow, body: UpdateBody, tenant_id: str, now: datetime, limits: Limits
 ) -> tuple[dict[str, Any], datetime]:
     """The write record of the new version (``body``'s fields over ``old``'s) and the time it
-    takes over. Its id derives from the old id, the time and the change, so the same update sent
-    twice is one version. Raises InvalidField when the update changes nothing, and RecordError
-    naming the field the worker would reject, as ``POST /v1/memories`` does (a lone surrogate, an
-    integer over 64 bits), or ``at`` when it is before ``old`` was created (the worker would not
-    let the new version supersede it).
+    takes over. Its id derives from the old id, the time (the instant, in UTC) and the change, so
+    the same update sent twice is one version. Raises InvalidField when the update changes
+    nothing, and RecordError naming the field the worker would reject, as ``POST /v1/memories``
+    does (a lone surrogate, an integer over 64 bits), or ``at`` when it is before ``old`` was
+    created (the worker would not let the new version supersede it).
     """
     given = body.model_dump(exclude_none=True, exclude={"after", "run_id"})
     session = session_of(body.session_id, body.run_id, "run_id")
@@ -273,7 +273,10 @@ def new_version(
     document = _over(old, given, tenant_id, at)
     record, _ = checked_write(document, limits, now)  # first: the id serialises the change
     _check_takes_over(old, at, record.at)
-    document["memory_id"] = _version_id(old.memory_id, tenant_id, at, given)
+    # the instant, not its spelling: a retry that writes it otherwise (Z for +00:00, another
+    # offset, .000) is the same version
+    document["at"] = record.at.astimezone(UTC).isoformat()
+    document["memory_id"] = _version_id(old.memory_id, tenant_id, document["at"], given)
     return document, record.at
 
 

@@ -272,3 +272,25 @@ async def test_a_recall_of_a_blank_query_is_a_422_naming_it(path: str) -> None:
     async with client as http:
         reply = await http.post(path, json={"query": " \t "}, headers=AUTH)
     assert (reply.status_code, reply.json()["field"]) == (422, "query"), reply.text
+
+
+@pytest.mark.anyio
+async def test_an_update_retried_with_its_time_written_otherwise_is_the_same_version(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The version id hashed the time as sent: a retry writing Z for +00:00 made another version."""
+    old = make_row("acme", "m1", (1.0, 0.0, 0.0, 0.0))
+    versions = set()
+    for at in (
+        "2026-03-01T12:00:00+00:00",
+        "2026-03-01T12:00:00Z",
+        "2026-03-01T12:00:00.000Z",
+        "2026-03-01T14:00:00+02:00",
+    ):
+        body = orjson.dumps({"content": "Alice lives in Porto", "at": at})
+        reply = await _patched(monkeypatch, old, body)
+        assert reply.status_code == 200, reply.text
+        versions.add(reply.json()["memory_id"])
+    assert len(versions) == 1
+    later = orjson.dumps({"content": "Alice lives in Porto", "at": "2026-03-01T12:00:01Z"})
+    assert (await _patched(monkeypatch, old, later)).json()["memory_id"] not in versions
