@@ -45,10 +45,15 @@ class Metrics:
             "mnemostream_recall_queue_depth", "requests waiting for a batch", registry=self.registry
         )
         self.latency = Histogram(
-            "mnemostream_recall_seconds", "recall latency, end to end", registry=self.registry
+            "mnemostream_recall_seconds",
+            "recall latency, end to end: the read-your-writes wait, the candidate search, scoring",
+            registry=self.registry,
         )
         self.overloaded = Counter(
-            "mnemostream_recall_overloaded", "recalls refused with 429", registry=self.registry
+            "mnemostream_recall_overloaded",
+            "recalls refused with 429 because the batcher's queue was full (the other 429s: in"
+            " flight, per tenant, rate limits, are in mnemostream_http_responses_total)",
+            registry=self.registry,
         )
         self.http_responses = Counter(
             "mnemostream_http_responses",

@@ -36,9 +36,10 @@ SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
 #: The ``field`` label of a dead letter: a top-level field of some record schema, ``$`` (the record
-#: as a whole), or ``other`` (a field no schema has: its name came from the input).
+#: as a whole), ``key`` (the record's key), or ``other`` (a field no schema has: its name came
+#: from the input).
 KNOWN_FIELDS = frozenset(
-    {"$"}
+    {"$", "key"}  # the record's key (another tenant's, a misrouted one)
     | {
         name
         for model in (MemoryWriteV1, DecisionV1, ConsolidationRequestV1, AccessEventV1)
@@ -208,10 +209,14 @@ class WorkerMetrics:
 
     def watch(self, consumer: Any, consumed: Iterable[str]) -> None:  # noqa: ANN401 - faust ConsumerT
         """Report the lag of ``consumer`` on the ``consumed`` topics from now on (call it once the
-        app runs: reading ``app.consumer`` earlier would create it).
+        app runs: reading ``app.consumer`` earlier would create it), and count each topic's events
+        from 0: a worker stalled since its start had no ``events_total`` series, and the stalled
+        worker's alert (a rate of 0) could not fire.
         """
         self._lag.consumed = frozenset(consumed)
         self._lag.consumer = consumer
+        for topic in self._lag.consumed:  # 0 until a batch ends: a rate over no series is no 0
+            self.events.labels(topic)
 
     def serve(self, host: str, port: int) -> WSGIServer:
         """Serve ``GET /metrics`` on ``host:port`` from a daemon thread (start-up code only);

@@ -62,6 +62,17 @@ def test_every_metric_named_in_rules_and_dashboard_exists() -> None:
         assert needed in text, needed
 
 
+def test_the_api_shares_count_the_api_routes_alone() -> None:
+    """/readyz answers 503 while a new pod warms up, every 10 s: the probes' answers counted in
+    the 503 share fired the unavailability alert during an ordinary rollout."""
+    exprs = [str(rule["expr"]) for rule in rules()] + dashboard_exprs()
+    shares = [e for e in exprs if "mnemostream_http_responses_total" in e and " / " in e]
+    assert len(shares) >= 3
+    for expr in shares:
+        selectors = re.findall(r"mnemostream_http_responses_total(\{[^}]*\})?", expr)
+        assert all('route=~"/v1/.*"' in sel for sel in selectors), expr
+
+
 def test_every_rule_is_complete() -> None:
     alerts = list(rules())
     assert len({rule["alert"] for rule in alerts}) == len(alerts)

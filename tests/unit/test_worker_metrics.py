@@ -73,6 +73,15 @@ def test_a_batch_counts_its_events_per_topic_and_its_size_per_agent() -> None:
     assert sample(r, "mnemostream_worker_batch_seconds_count", agent="access") == 1
 
 
+def test_a_watched_topics_events_are_counted_from_zero_before_any_batch() -> None:
+    """No series until the first batch ended: the stalled-worker alert (a rate of 0 while the
+    lag grows) could not fire for a worker stuck since its start."""
+    m = WorkerMetrics()
+    m.watch(FakeConsumer({}), [WRITES, ACCESS])
+    assert sample(m.registry, "mnemostream_worker_events_total", topic=WRITES) == 0
+    assert sample(m.registry, "mnemostream_worker_events_total", topic=ACCESS) == 0
+
+
 def test_a_failed_batch_counts_nothing() -> None:
     m = WorkerMetrics()
     with pytest.raises(RuntimeError), m.batch("writes", WRITES, 4):
@@ -106,6 +115,7 @@ def test_milvus_sync_times_and_counts_rows() -> None:
         ("strategies[0]", "strategies"),
         ("decision", "decision"),
         # a name from the input (an unknown field) must not become a label value
+        ("key", "key"),  # the record's key: a misrouted or another tenant's
         ("surprise", "other"),
         ("surprise.x", "other"),
         ("", "other"),
