@@ -95,7 +95,8 @@ up() {
   esac
   echo "tenants: $MNEMO_TENANTS_FILE"
   echo "ranker:  http://${MNEMO_HOST:-127.0.0.1}:${MNEMO_PORT:-8080}  (OpenAPI at /docs; HTTP processes: $((edges + 1)))"
-  echo "api key: $("$py" -c 'import json,sys; t=json.load(open(sys.argv[1]))["tenants"]; i=next(iter(t)); print(t[i]["api_keys"][0], " (tenant", i + ")")' "$MNEMO_TENANTS_FILE")"
+  # the first tenant's plain key, where the file holds one (a file of digests only shows none)
+  echo "api key: $("$py" -c 'import json,sys; t=json.load(open(sys.argv[1]))["tenants"]; k=[(i, e["api_keys"][0]) for i, e in t.items() if e.get("api_keys")]; print(f"{k[0][1]}  (tenant {k[0][0]})" if k else "(the tenants file holds key digests only)")' "$MNEMO_TENANTS_FILE")"
 }
 
 # stop NAME: stop the process of var/NAME.pid (TERM, then KILL after 60 s: the server lets requests in

@@ -264,6 +264,11 @@ class CompactedLog:
             raise self.error(f"{type(exc).__name__}: {exc}") from exc
         await self._reach({tp.partition: end for tp, end in ends.items()}, deadline)
 
+    async def exists(self) -> bool:
+        """Whether the topic exists (:meth:`catch_up` reads a missing one as empty)."""
+        await self._started()
+        return await self._assign()
+
     async def read_through(self) -> None:
         """:meth:`catch_up` (partitions added to the topic asked of the broker), retried every
         second while the topic cannot be read (logged): for a caller that must not go on without

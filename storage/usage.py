@@ -9,11 +9,13 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import TypeVar
 
+from aiokafka.errors import KafkaError
 from pydantic import SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
 from memcore import InvalidField
+from storage.errors import StorageError
 
 S = TypeVar("S", bound=BaseSettings)
 
@@ -34,13 +36,18 @@ def load_settings(settings: type[S]) -> S:
 @contextlib.contextmanager
 def refusing_start() -> Iterator[None]:
     """Around a process's start-up checks: a value they refuse (a tenants file that is not there,
-    a CUDA device this machine lacks) ends the process with its
-    message naming the setting (exit status 1), not a traceback.
+    a CUDA device this machine lacks), a broker or a Milvus it cannot reach, ends the process
+    with its message naming the setting (exit status 1), not a traceback.
     """
     try:
         yield
     except InvalidField as exc:
         raise SystemExit(f"cannot start: {exc}") from None
+    except KafkaError as exc:
+        msg = f"cannot start: Kafka (MNEMO_KAFKA_BOOTSTRAP and MNEMO_KAFKA_*): {exc}"
+        raise SystemExit(msg) from None
+    except StorageError as exc:
+        raise SystemExit(f"cannot start: Milvus (MNEMO_MILVUS_URI): {exc}") from None
 
 
 def _refused(settings: type[BaseSettings], prefix: str, error: dict[str, object]) -> str:

@@ -18,6 +18,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from memcore import InvalidField, Strategy
+from memcore.ids import check_id
 from memcore.timecheck import check_event_time
 from storage.usage import load_settings
 from streams import topics
@@ -26,9 +27,13 @@ from streams.settings import WorkerSettings
 QUIET_S = 5.0  # for "*": seconds without a new report that end the wait (see complete)
 
 
-async def consolidate(settings: WorkerSettings, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Send the request; return the reports (one per tenant) that arrive before the deadline."""
-    request_id = f"cli-{uuid.uuid4().hex[:12]}"
+async def consolidate(
+    settings: WorkerSettings, args: argparse.Namespace, request_id: str | None = None
+) -> list[dict[str, Any]]:
+    """Send the request (under ``request_id``, a new one by default); return the reports (one per
+    tenant) that arrive before the deadline.
+    """
+    request_id = request_id or new_request_id()
     request: dict[str, Any] = {
         "v": 1,
         "tenant_id": args.tenant,
@@ -86,6 +91,11 @@ def complete(found: int, expected: int, every: bool, last: float | None, now: fl
     if not every:
         return found >= expected
     return found >= expected and last is not None and now - last > QUIET_S
+
+
+def new_request_id() -> str:
+    """A request id of this command (the report and any dead letter carry it)."""
+    return f"cli-{uuid.uuid4().hex[:12]}"
 
 
 async def _tenant_count(settings: WorkerSettings) -> int:
@@ -152,14 +162,20 @@ def main(argv: list[str]) -> int:
     parser = arguments()
     args = parser.parse_args(argv)
     settings = load_settings(WorkerSettings)
+    if args.tenant != "*":  # the worker dead-letters a malformed id: no report would come
+        try:
+            check_id("tenant_id", args.tenant)
+        except InvalidField as exc:
+            parser.error(f"argument --tenant: {exc.reason}")
     if args.at is not None:  # the worker dead-letters a request past its window: no report
         skew = timedelta(seconds=settings.max_future_skew_s)
         try:
             check_event_time("at", args.at, datetime.now(UTC), skew)
         except InvalidField as exc:
             parser.error(f"argument --at: {exc.reason}")
+    request_id = new_request_id()
     try:
-        reports = asyncio.run(consolidate(settings, args))
+        reports = asyncio.run(consolidate(settings, args, request_id))
     except (KafkaError, OSError) as exc:
         print(f"cannot reach the broker at {settings.kafka_bootstrap}: {exc}", file=sys.stderr)
         return 2
@@ -173,5 +189,11 @@ def main(argv: list[str]) -> int:
         if report.get("truncated"):
             print(f"  ... {total - len(report['decisions'])} more (each in its memory's history)")
     if not reports:
-        print(f"no consolidation report within {args.wait:g} s", file=sys.stderr)
+        print(
+            f"no consolidation report within {args.wait:g} s for request {request_id}: the"
+            " request stays queued and a worker that is down or behind still applies it (do not"
+            " send it again); a request the worker refused (a tenant it does not know) is on the"
+            " dead-letter topic under this request id",
+            file=sys.stderr,
+        )
     return 0 if reports else 1

@@ -26,10 +26,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from storage import MemoryRow, MilvusStore, StorageError, codec
-from storage.changelogs import Tables, Unreadable, chunks
+from storage.changelogs import Tables, Unreadable, changelog_topic, chunks
 from storage.key_log import ROLE as KEYS_ROLE
 from storage.usage import load_settings
 from streams.settings import WorkerSettings
@@ -162,6 +163,19 @@ class Resynced:
     upserted: int
     deleted: int
     asked: str | None = None
+
+
+async def _has_tables(settings: WorkerSettings) -> bool:
+    """Whether the ``memories`` changelog of ``settings``' app id exists. A missing topic reads
+    as empty tables: with a mistyped app id, ``rebuild --drop`` emptied the live collection and
+    ``state-hash`` hashed nothing, both answering 0.
+    """
+    admin = AIOKafkaAdminClient(**settings.kafka().client())
+    await admin.start()
+    try:
+        return changelog_topic(settings.app_id, "memories") in await admin.list_topics()
+    finally:
+        await admin.close()
 
 
 async def read_tables(settings: WorkerSettings) -> Tables:
@@ -331,6 +345,14 @@ def main(command: str, argv: list[str]) -> int:
     settings = load_settings(WorkerSettings).model_copy(update=overrides)
     started = time.perf_counter()
     try:
+        if not asyncio.run(_has_tables(settings)):
+            topic = changelog_topic(settings.app_id, "memories")
+            print(
+                f"no {topic} on {settings.kafka_bootstrap}: is {settings.app_id!r} the worker's app"
+                " id (--app-id, MNEMO_APP_ID)? Nothing was read or written",
+                file=sys.stderr,
+            )
+            return 2
         tables = asyncio.run(read_tables(settings))
     except (KafkaError, OSError) as exc:
         print(f"cannot read the tables from {settings.kafka_bootstrap}: {exc}", file=sys.stderr)

@@ -72,6 +72,12 @@ async def run(log: TenantLog, args: argparse.Namespace) -> Any:  # noqa: ANN401 
     """Do the command on ``log`` (started here, stopped after); the JSON to print."""
     try:
         await log.catch_up()
+        if args.command in ("list", "get") and not await log.exists():  # not an empty registry
+            msg = (
+                f"{log.topic} does not exist (the stream worker creates it): check"
+                " MNEMO_TOPIC_PREFIX and MNEMO_KAFKA_BOOTSTRAP"
+            )
+            raise TenantLogError(msg)
         if args.command == "list":
             return {"tenants": [log.tenants[t].public() for t in sorted(log.tenants)]}
         if args.command == "get":

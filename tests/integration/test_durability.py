@@ -210,8 +210,10 @@ def test_a_lost_milvus_store_is_rebuilt_from_the_tables(server: Server) -> None:
     assert f"hot cache filled from the changelogs: {N} rows of 1 tenants" in log, server.log()
 
 
-def run_cli(env: Mapping[str, str], *args: str) -> str:
-    """``python -m streams ARGS`` under ``env``; its stdout (a failure shows its stderr)."""
+def run_cli(env: Mapping[str, str], *args: str, code: int = 0) -> str:
+    """``python -m streams ARGS`` under ``env``, which must exit with ``code``; its stdout (its
+    stderr when ``code`` is not 0; a failure shows its stderr).
+    """
     result = subprocess.run(
         [sys.executable, "-m", "streams", *args],
         cwd=ROOT,
@@ -220,8 +222,8 @@ def run_cli(env: Mapping[str, str], *args: str) -> str:
         timeout=300,
         check=False,
     )
-    assert result.returncode == 0, result.stderr.decode(errors="replace")[-3000:]
-    return result.stdout.decode()
+    assert result.returncode == code, result.stderr.decode(errors="replace")[-3000:]
+    return (result.stdout if code == 0 else result.stderr).decode()
 
 
 def table_hash(stack: Stack) -> str:
@@ -265,6 +267,10 @@ def test_a_replay_has_the_live_state_hash_and_rebuild_restores_milvus(
     # the replay produced nothing: the audit trail holds each decision once
     assert len(read_all(stack.bootstrap, stack.topic("audit"))) == audited > 0
 
+    # a mistyped app id has no tables: refused, the collection left as it is (it was emptied)
+    for command in (("rebuild", "--drop"), ("state-hash",)):
+        typo = run_cli(stack.env(), *command, "--app-id", f"{stack.app_id}x", code=2)
+        assert f"no {stack.app_id}x-memories-changelog on " in typo, typo
     rebuilt = run_cli(stack.env(), "rebuild", "--drop")  # the live collection, dropped and rebuilt
     assert rebuilt.splitlines()[0].startswith(f"rebuilt c_{stack.app_id}: 30 rows, 0 purged")
     assert rebuilt.splitlines()[1].split() == [live, "30", "memories"]

@@ -234,3 +234,27 @@ async def test_two_rankers_changing_one_tenant_at_once_on_the_broker_lose_neithe
 def _present(tenant: Tenant | None) -> Tenant:
     assert tenant is not None
     return tenant
+
+
+def test_the_cli_reading_a_tenants_topic_that_does_not_exist_says_so(stack: Stack) -> None:
+    """With a mistyped MNEMO_TOPIC_PREFIX, ``tenants list`` printed an empty registry (exit 0)
+    and ``get`` "no such tenant"."""
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "streams", "tenants", *args],
+            cwd=ROOT,
+            env={**stack.env(), "MNEMO_TENANTS": ""},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    for args in (("list",), ("get", "acme")):
+        missing = cli(*args)
+        assert missing.returncode == 2, missing.stderr
+        assert f"{stack.topic('tenants')} does not exist" in missing.stderr
+    stack.create_topics()
+    listed = cli("list")
+    assert (listed.returncode, orjson.loads(listed.stdout)) == (0, {"tenants": []}), listed.stderr

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from streams import cli
 from streams.cli import QUIET_S, arguments, complete, main
 
 
@@ -80,3 +81,34 @@ def test_a_decision_time_the_worker_would_refuse_is_refused_before_sending(
         main(["--tenant", "acme", "--at", at])
     assert exited.value.code == 2
     assert "argument --at" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tenant", ["", "a b/c"])
+def test_a_tenant_id_the_worker_would_refuse_is_refused_before_sending(
+    tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The worker dead-letters the request, and the command waited out --wait for nothing."""
+    with pytest.raises(SystemExit) as exited:
+        main(["--tenant", tenant, "--dry-run"])
+    assert exited.value.code == 2
+    assert "argument --tenant" in capsys.readouterr().err
+
+
+def test_no_report_says_the_request_is_queued_under_its_id(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ "no consolidation report" read as a failure: run again, the request was applied twice."""
+    sent: list[str | None] = []
+
+    async def unanswered(
+        settings: object, args: object, request_id: str | None = None
+    ) -> list[object]:
+        sent.append(request_id)
+        return []
+
+    monkeypatch.setattr(cli, "consolidate", unanswered)
+    assert main(["--tenant", "acme", "--wait", "1"]) == 1
+    error = capsys.readouterr().err
+    assert f"request {sent[0]}" in error
+    assert "stays queued" in error
+    assert "dead-letter" in error

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from pydantic import Field, SecretStr
@@ -115,3 +116,30 @@ def test_a_check_of_several_settings_shows_no_value_read(monkeypatch: pytest.Mon
     assert "kafka_min_insync=3 exceeds kafka_replication=1" in shown
     assert "s3cr3t-kafka-pw" not in shown
     assert "Milvus-pw" not in shown
+
+
+def test_a_worker_that_cannot_reach_the_broker_ends_with_one_line_naming_the_setting(
+    tmp_path: Path,
+) -> None:
+    """A 30-line KafkaConnectionError traceback was all ``python -m streams`` said."""
+    env = {
+        "PATH": "",
+        "MNEMO_KAFKA_BOOTSTRAP": "127.0.0.1:9",
+        "MNEMO_EMBEDDER": "hash",
+        "MNEMO_EMBEDDING_DIM": "8",
+        "MNEMO_TENANTS": "acme",
+        "MNEMO_DATA_DIR": str(tmp_path / "worker"),
+        "MNEMO_MILVUS_URI": str(tmp_path / "m.db"),
+        "MNEMO_METRICS_PORT": "0",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "streams"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert b"cannot start: Kafka (MNEMO_KAFKA_BOOTSTRAP" in result.stderr, result.stderr[-2000:]
+    assert b"Traceback" not in result.stderr
