@@ -22,6 +22,8 @@ from typing import Any
 
 import orjson
 
+from memcore import normalise_content
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -31,8 +33,8 @@ LOAD_TRIES = 6
 
 def _memories(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """Each memory of a JSONL file with its line number (blank lines skipped, a UTF-8 BOM
-    ignored); SystemExit naming the line when one is not an object with a string ``content``,
-    and naming the file when it cannot be read.
+    ignored); SystemExit naming the line when one is not an object with a string ``content`` of
+    more than whitespace, and naming the file when it cannot be read.
     """
     try:
         with path.open("rb") as lines:
@@ -48,6 +50,8 @@ def _memories(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 if not isinstance(doc, dict) or not isinstance(doc.get("content"), str):
                     msg = f"{path}:{number}: expected an object with a string 'content'"
                     raise SystemExit(msg)
+                if not normalise_content(doc["content"]):  # the API refuses it: a load half done
+                    raise SystemExit(f"{path}:{number}: content: nothing but whitespace")
                 yield number, doc
     except OSError as exc:
         msg = f"{path}: cannot read: {exc.strerror or exc}"
@@ -80,7 +84,12 @@ def _sent(client: Any, batch: list[dict[str, Any]]) -> list[str]:  # noqa: ANN40
         except MnemostreamError as exc:
             if not exc.retriable or attempt == LOAD_TRIES - 1:
                 raise
-            time.sleep(exc.retry_after_s or 2**attempt)
+            wait = exc.retry_after_s or 2**attempt
+            print(
+                f"\n{exc}: sending again in {wait:g} s ({attempt + 2} of {LOAD_TRIES})",
+                file=sys.stderr,
+            )
+            time.sleep(wait)
     raise AssertionError  # the loop returns or raises
 
 
@@ -106,7 +115,7 @@ def load(args: argparse.Namespace) -> int:
     try:
         total = sum(1 for _ in _memories(args.file))  # every line checked before any is sent
         try:
-            client = Client(args.url, args.api_key)
+            client = Client(args.url, _api_key(args))
         except ValueError as exc:  # no key, or one no header can carry
             print(f"--api-key: {exc}", file=sys.stderr)
             return 1
@@ -133,6 +142,18 @@ def load(args: argparse.Namespace) -> int:
         return 130
     print(file=sys.stderr)
     return 0
+
+
+def _api_key(args: argparse.Namespace) -> str:
+    """``--api-key``, or the key in ``--api-key-file`` (kept out of the process list); SystemExit
+    naming the file when it cannot be read.
+    """
+    if args.api_key_file is None:
+        return str(args.api_key)
+    try:
+        return str(args.api_key_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SystemExit(f"--api-key-file: {args.api_key_file}: cannot read: {exc}") from exc
 
 
 MAX_BATCH = 1_000
@@ -162,9 +183,17 @@ def main(argv: list[str] | None = None) -> int:
         commands.add_parser(name)
     loader = commands.add_parser("load", help="write a JSONL file of memories")
     loader.add_argument("file", type=Path)
-    loader.add_argument("--url", default="http://127.0.0.1:8080")
-    loader.add_argument("--api-key", required=True)
-    loader.add_argument("--batch", type=_batch_size, default=200, help="memories per request")
+    loader.add_argument("--url", default="http://127.0.0.1:8080", help="default: %(default)s")
+    key = loader.add_mutually_exclusive_group(required=True)
+    key.add_argument("--api-key", help="the tenant's key (shown in the process list)")
+    key.add_argument(
+        "--api-key-file",
+        type=Path,
+        help="a file holding the tenant's key (not in the process list)",
+    )
+    loader.add_argument(
+        "--batch", type=_batch_size, default=200, help="memories per request (default: %(default)s)"
+    )
     loader.add_argument("--ids", action="store_true", help="print the ids written")
     commands.add_parser("consolidate", add_help=False)
     for name in ("state-hash", "rebuild", "tenants"):

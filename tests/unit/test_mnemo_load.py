@@ -76,9 +76,11 @@ def test_a_load_waits_out_a_429_and_sends_the_batch_again(
 
     service = Service(busy_once)
     assert run(tmp_path, monkeypatch, service, "\ufeff" + LINES, "--ids") == 0  # a BOM too
-    assert capsys.readouterr().out.split() == [f"id-m{i}" for i in range(5)]
+    printed = capsys.readouterr()
+    assert printed.out.split() == [f"id-m{i}" for i in range(5)]
     assert service.calls == [["m0", "m1"], ["m2", "m3"], ["m2", "m3"], ["m4"]]
     assert waits == [3.0]
+    assert "HTTP 429: busy: sending again in 3 s (2 of 6)" in printed.err  # not silent meanwhile
 
 
 def test_a_refused_memory_is_named_by_its_line_in_the_file(
@@ -112,6 +114,39 @@ def test_no_line_is_sent_while_one_of_the_file_is_malformed(
     with pytest.raises(SystemExit, match=r"m\.jsonl:6: not JSON"):
         run(tmp_path, monkeypatch, service, text)
     assert service.calls == []
+
+
+def test_no_line_is_sent_while_one_holds_nothing_but_whitespace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API refuses it: the load stopped halfway, the lines before it written."""
+    service = Service(written)
+    text = LINES + json.dumps({"content": " \t\u3000"}) + "\n"
+    with pytest.raises(SystemExit, match=r"m\.jsonl:6: content: nothing but whitespace"):
+        run(tmp_path, monkeypatch, service, text)
+    assert service.calls == []
+
+
+def test_the_key_may_come_from_a_file_kept_out_of_the_process_list(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys: list[str] = []
+    real = mnemostream.Client
+
+    def client(url: str, key: str) -> mnemostream.Client:
+        keys.append(key)
+        return real(url, key, transport=httpx.MockTransport(Service(written)))
+
+    monkeypatch.setattr(mnemostream, "Client", client)
+    path, key_file = tmp_path / "m.jsonl", tmp_path / "key"
+    path.write_text(LINES, encoding="utf-8")
+    key_file.write_text("mk-" + "s" * 20 + "\n", encoding="utf-8")  # as a Secret mounts it
+    assert cli.main(["load", str(path), "--api-key-file", str(key_file)]) == 0
+    assert keys == ["mk-" + "s" * 20 + "\n"]  # the SDK strips the newline
+    with pytest.raises(SystemExit, match="--api-key-file"):
+        cli.main(["load", str(path), "--api-key-file", str(tmp_path / "none")])
+    with pytest.raises(SystemExit):  # one or the other
+        cli.main(["load", str(path), "--api-key", "k" * 16, "--api-key-file", str(key_file)])
 
 
 def test_a_service_never_reached_ends_the_load_with_one_line(
