@@ -25,7 +25,7 @@ from pydantic import Field
 from memcore.errors import InvalidField
 from ranker.errors import Unavailable
 from ranker.problems import ADMIN, REUSED
-from ranker.wire import Body, presented_key
+from ranker.wire import Body, checked_query, presented_key
 from storage.tenant_log import TenantLog
 from storage.tenants import (
     KEY_ID_CHARS,
@@ -104,6 +104,7 @@ async def admin(
     key = presented_key(bearer, x_api_key) or ""
     if not hmac.compare_digest(key.encode(), expected.encode()):  # create_api stripped it
         raise HTTPException(401, "missing or wrong admin key", {"WWW-Authenticate": "Bearer"})
+    checked_query(request)
     return log
 
 

@@ -147,7 +147,8 @@ class OrjsonRoute(APIRoute):
 
         async def parsed_by_orjson(request: Request) -> Response:
             if names is not None and request.scope["query_string"]:
-                check_query(request, names)
+                # raised once the key is checked (checked_query): a wrong key is a 401 first
+                request.scope[_QUERY_ERROR] = query_error(request, names)
             return await handler(_OrjsonRequest(request.scope, request.receive))
 
         return parsed_by_orjson
@@ -173,20 +174,34 @@ def query_names(route: APIRoute) -> dict[str, bool] | None:
     return names
 
 
-def check_query(request: Request, names: dict[str, bool]) -> None:
-    """Raise RecordError naming a query parameter the route does not take (a misspelt filter
+def query_error(request: Request, names: dict[str, bool]) -> RecordError | None:
+    """The RecordError naming a query parameter the route does not take (a misspelt filter
     listed everything, a misspelt ``purge`` deleted without purging) or one given twice that
-    takes one value (the last one won, silently).
+    takes one value (the last one won, silently); None when there is none.
     """
     params = request.query_params
     for name in dict.fromkeys(params.keys()):
         if name not in names:
             known = ", ".join(sorted(names)) or "none"
-            raise RecordError(
+            return RecordError(
                 name, params[name], f"not a query parameter here (these are: {known})"
             )
         if not names[name] and len(values := params.getlist(name)) > 1:
-            raise RecordError(name, values, "given more than once; it takes one value")
+            return RecordError(name, values, "given more than once; it takes one value")
+    return None
+
+
+_QUERY_ERROR = "mnemostream.query_error"
+"""Where :class:`OrjsonRoute` leaves a request's :func:`query_error` for :func:`checked_query`."""
+
+
+def checked_query(request: Request) -> None:
+    """Raise the request's query error, if it has one: called once its key is checked (the
+    tenant's and the admin's dependencies), so that a wrong key is a 401 before a 422.
+    """
+    error = request.scope.get(_QUERY_ERROR)
+    if error is not None:
+        raise error
 
 
 class Body(BaseModel):
@@ -225,7 +240,9 @@ async def tenant(  # async: FastAPI runs a sync dependency in a thread, a hop pe
     """The tenant the request's API key acts for; 401 without one; 429 (RateLimited) when the
     tenant is over its request rate. The registry is the live one: a key added a moment ago works.
     """
-    return _tenant_of(request, presented_key(bearer, x_api_key))
+    found = _tenant_of(request, presented_key(bearer, x_api_key))
+    checked_query(request)
+    return found
 
 
 async def authenticate(request: Request) -> Tenant:
@@ -342,10 +359,12 @@ class DirectRoute(OrjsonRoute):
         names = query_names(self)
 
         async def direct(request: Request) -> Response:
-            if names is not None and request.scope["query_string"]:
-                check_query(request, names)
             value = await _json_body(request)
             who = await authenticate(request)
+            if names is not None and request.scope["query_string"]:
+                error = query_error(request, names)
+                if error is not None:
+                    raise error
             if value is _NO_BODY:  # after the key, as FastAPI reports a missing body
                 missing = {
                     "type": "missing",

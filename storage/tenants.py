@@ -340,10 +340,11 @@ def replaced(current: Tenant | None, tenant_id: str, settings: Mapping[str, Any]
         raise InvalidField("policy.supersession.neighbours", neighbours, why)
     preset = tenant.policy.recall.preset
     recall = tenant.overrides.get("recall") or {}
-    for name in preset.ignores:  # stored and never read: recall refuses them the same way
-        if name in recall:
-            why = f"the {preset.value} preset does not use it (SPEC section 6)"
-            raise InvalidField(f"policy.recall.{name}", recall[name], why)
+    # stored and never read: a recall naming another preset starts from that preset's weights
+    # (an mmr_lambda is carried over to it, so it is kept)
+    if "weights" in preset.ignores and "weights" in recall:
+        why = f"the {preset.value} preset does not use them (SPEC section 6)"
+        raise InvalidField("policy.recall.weights", recall["weights"], why)
     return dataclasses.replace(tenant, api_key_hashes=keys)
 
 

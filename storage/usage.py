@@ -9,7 +9,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import TypeVar
 
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaConnectionError
 from pydantic import SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
@@ -36,17 +36,20 @@ def load_settings(settings: type[S]) -> S:
 @contextlib.contextmanager
 def refusing_start() -> Iterator[None]:
     """Around a process's start-up checks: a value they refuse (a tenants file that is not there,
-    a CUDA device this machine lacks), a broker or a Milvus it cannot reach, ends the process
-    with its message naming the setting (exit status 1), not a traceback.
+    a CUDA device this machine lacks), a broker it cannot connect to or a Milvus that does not
+    answer (a retriable StorageError), ends the process with its message naming the setting
+    (exit status 1), not a traceback; any other error keeps its traceback.
     """
     try:
         yield
     except InvalidField as exc:
         raise SystemExit(f"cannot start: {exc}") from None
-    except KafkaError as exc:
+    except KafkaConnectionError as exc:  # the broker unreachable; other errors keep their trace
         msg = f"cannot start: Kafka (MNEMO_KAFKA_BOOTSTRAP and MNEMO_KAFKA_*): {exc}"
         raise SystemExit(msg) from None
     except StorageError as exc:
+        if not exc.retriable:  # a Milvus that answers and refuses: its trace says where
+            raise
         raise SystemExit(f"cannot start: Milvus (MNEMO_MILVUS_URI): {exc}") from None
 
 

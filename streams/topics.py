@@ -11,7 +11,7 @@ from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from storage import key_log, tenant_log
 from streams.settings import WorkerSettings
@@ -141,8 +141,15 @@ async def drifts(
 
 
 def _config_drifts(resource: dict[str, Any], wanted: dict[str, str]) -> list[Drift]:
-    """One described topic's configuration against ``wanted`` (none when it could not be read)."""
+    """One described topic's configuration against ``wanted`` (none when it could not be read:
+    logged).
+    """
     if resource["error_code"]:
+        log.warning(
+            "topic %s: settings not checked (the broker answered error %s)",
+            resource["resource_name"],
+            resource["error_code"],
+        )
         return []
     have = {e["config_names"]: e["config_value"] for e in resource["config_entries"]}
     return [
@@ -150,6 +157,23 @@ def _config_drifts(resource: dict[str, Any], wanted: dict[str, str]) -> list[Dri
         for key, value in wanted.items()
         if key in have and have[key] != value
     ]
+
+
+async def _warn_of_drifts(
+    admin: AIOKafkaAdminClient, settings: WorkerSettings, names: list[str]
+) -> None:
+    """Log each of :func:`drifts` as a warning; a broker that will not describe the topics (no
+    DescribeConfigs, an ACL, a timeout) costs one warning, never the start.
+    """
+    try:
+        found = await drifts(admin, settings, names)
+    except KafkaError as exc:
+        log.warning(
+            "topic settings not checked against the broker's: %s: %s", type(exc).__name__, exc
+        )
+        return
+    for drift in found:
+        log.warning("existing topic left as it is: %s", drift)
 
 
 async def ensure_topics(settings: WorkerSettings) -> list[str]:
@@ -163,8 +187,7 @@ async def ensure_topics(settings: WorkerSettings) -> list[str]:
     created = []
     try:
         existing = set(await admin.list_topics())
-        for drift in await drifts(admin, settings, sorted(existing & set(wanted_topics(settings)))):
-            log.warning("existing topic left as it is: %s", drift)
+        await _warn_of_drifts(admin, settings, sorted(existing & set(wanted_topics(settings))))
         wanted = []
         for role in ROLES:
             name = settings.topic(role)

@@ -512,7 +512,7 @@ class _Api:
     def page(
         filters: dict[str, Any], limit: int, cursor: str | None, after: Sequence[str]
     ) -> _Call:
-        """``filters``: :data:`LIST_FILTERS`; another name is a TypeError before anything is sent
+        """``filters``: :data:`LIST_FILTERS`; another name is a TypeError before the request is sent
         (``limit`` too: it is ``page_size``; an older server ignored a query parameter it did not
         know: a misspelt filter listed all; a server now answers 422).
         """

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import ssl
 from pathlib import Path
 
 import pytest
+from aiokafka.errors import KafkaTimeoutError
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 from pydantic import ValidationError
 
 from storage.kafka import KafkaConnection
+from streams import topics
 from streams.app import credentials
 from streams.settings import WorkerSettings
 from streams.topics import DEAD_LETTER, ROLES, WEEK_MS, topic_config
@@ -131,3 +134,19 @@ def test_every_topic_is_compressed_with_its_retention_and_min_insync() -> None:
     assert configs["memory-writes"]["retention.ms"] == "-1"  # the log is kept: replay needs it
     assert configs["consolidation"]["retention.ms"] == str(WEEK_MS)
     assert configs[DEAD_LETTER]["retention.ms"] == str(s.dead_letter_retention_ms)
+
+
+@pytest.mark.anyio
+async def test_a_broker_that_will_not_describe_the_topics_costs_a_warning_not_the_start(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The check only warns; a broker without DescribeConfigs, or one that timed out, failed
+    the worker's start (ensure_topics raised)."""
+
+    class Refusing:
+        async def describe_topics(self, names: list[str]) -> list[object]:
+            raise KafkaTimeoutError
+
+    with caplog.at_level(logging.WARNING, logger="streams.topics"):
+        await topics._warn_of_drifts(Refusing(), settings(), ["memory-writes"])
+    assert "topic settings not checked against the broker's: KafkaTimeoutError" in caplog.text

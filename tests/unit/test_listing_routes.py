@@ -146,3 +146,18 @@ async def test_a_method_the_path_does_not_serve_names_every_method_it_does(
 ) -> None:
     reply = await call(Reads(), method, url)
     assert (reply.status_code, reply.headers["allow"]) == (405, allowed), reply.text
+
+
+@pytest.mark.parametrize("url", ["/v1/memories?userId=ann", "/v1/recall?k=5"])
+async def test_a_wrong_key_is_a_401_before_a_query_parameter_is_judged(url: str) -> None:
+    """The parameter check ran before the key's: a caller with no key learnt the route's
+    parameters (a 422 listing them) instead of a 401."""
+    registry = TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}})
+    api = create_api(Reads(), registry, token_seal=SEAL)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=api), base_url="http://m"
+    ) as http:
+        method = "POST" if "recall" in url else "GET"
+        kw: dict[str, Any] = {"json": {"query": "tea"}} if method == "POST" else {}
+        reply = await http.request(method, url, headers={"X-API-Key": "nope-0123456789"}, **kw)
+    assert reply.status_code == 401, reply.text

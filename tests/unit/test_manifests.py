@@ -451,7 +451,9 @@ def test_ports_probes_and_scrape_annotations_follow_the_settings(
         assert spec["template"]["spec"]["enableServiceLinks"] is False  # MNEMO_* collisions
     # the pod serves on while it leaves the Service's endpoints (the server closes its socket at
     # SIGTERM), then finishes its requests and stops the fill within the grace period
-    pause = ranker_container["lifecycle"]["preStop"]["sleep"]["seconds"]
+    sleep, seconds = ranker_container["lifecycle"]["preStop"]["exec"]["command"]
+    assert sleep == "sleep"  # coreutils' (python:3.11-slim has it), not the 1.30+ sleep action
+    pause = int(seconds)
     grace = ranker["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert pause >= 5
     assert pause + HTTP_GRACE_S + PRELOAD_STOP_S < grace

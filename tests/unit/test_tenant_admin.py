@@ -294,6 +294,11 @@ async def test_admin_routes_create_a_tenant_whose_new_key_works_at_once() -> Non
         assert write.status_code == 422, write.text
         # ...and never on the admin routes; the admin key acts for no tenant
         assert (await http.get("/v1/admin/tenants", headers=bearer(api_key))).status_code == 401
+        # a query parameter an admin route does not take: 401 without the admin key, else 422
+        wrong = "/v1/admin/tenants/initech?reuse=true&erase=true"
+        assert (await http.put(wrong, json={}, headers=bearer(api_key))).status_code == 401
+        refused = await http.put(wrong, json={}, headers=bearer(ADMIN))
+        assert (refused.status_code, refused.json()["field"]) == (422, "erase"), refused.text
         assert (await http.post("/v1/memories", json={}, headers=bearer(ADMIN))).status_code == 401
         listed = (await http.get("/v1/admin/tenants", headers={"X-API-Key": ADMIN})).json()
         assert [t["tenant_id"] for t in listed["tenants"]] == ["initech"]
@@ -316,10 +321,6 @@ async def test_admin_routes_create_a_tenant_whose_new_key_works_at_once() -> Non
             (
                 {"recall": "zeph", "overrides": {"recall": {"weights": {"recency": 0.9}}}},
                 "overrides.recall.weights",
-            ),
-            (
-                {"recall": "zeph", "overrides": {"recall": {"mmr_lambda": 0.1}}},
-                "overrides.recall.mmr_lambda",
             ),
             (
                 {"overrides": {"recall": {"preset": "powermem", "weights": {"similarity": 0}}}},
@@ -452,8 +453,11 @@ def test_recall_settings_a_preset_ignores_are_refused_where_made_and_read_where_
         replaced(None, "acme", zeph)
     assert (refused.value.field, refused.value.reason) == (
         "policy.recall.weights",
-        "the zeph preset does not use it (SPEC section 6)",
+        "the zeph preset does not use them (SPEC section 6)",
     )
+    # an mmr_lambda is read: a recall naming another preset carries it over
+    kept = {"recall": "zeph", "overrides": {"recall": {"mmr_lambda": 0.2}}}
+    assert replaced(None, "acme", kept).policy.recall.mmr_lambda == 0.2
     assert (
         replaced(None, "acme", {**zeph, "recall": "mnemostream"}).policy.recall.weights.recency
         == 0.9
