@@ -106,24 +106,20 @@ def test_a_refused_memory_is_named_by_its_line_in_the_file(
     assert waits == []
 
 
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ("{not json", "not JSON"),
+        # the API refuses it: the load stopped halfway, the lines before it written
+        (json.dumps({"content": " \t\u3000"}), "content: nothing but whitespace"),
+    ],
+)
 def test_no_line_is_sent_while_one_of_the_file_is_malformed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str, said: str
 ) -> None:
     service = Service(written)
-    text = LINES + "{not json\n"
-    with pytest.raises(SystemExit, match=r"m\.jsonl:6: not JSON"):
-        run(tmp_path, monkeypatch, service, text)
-    assert service.calls == []
-
-
-def test_no_line_is_sent_while_one_holds_nothing_but_whitespace(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The API refuses it: the load stopped halfway, the lines before it written."""
-    service = Service(written)
-    text = LINES + json.dumps({"content": " \t\u3000"}) + "\n"
-    with pytest.raises(SystemExit, match=r"m\.jsonl:6: content: nothing but whitespace"):
-        run(tmp_path, monkeypatch, service, text)
+    with pytest.raises(SystemExit, match=rf"m\.jsonl:6: {said}"):
+        run(tmp_path, monkeypatch, service, LINES + line + "\n")
     assert service.calls == []
 
 

@@ -88,17 +88,25 @@ def test_a_start_up_check_that_refuses_a_setting_ends_the_process_with_its_messa
         "MNEMO_TENANTS_FILE": "/nonexistent/tenants.yaml",
         "MNEMO_KAFKA_BOOTSTRAP": "127.0.0.1:9",  # never reached: the check comes first
     }
+    stderr = refused_start("ranker", env)
+    assert stderr.startswith(b"cannot start: tenants_file='/nonexistent/tenants.yaml'")
+
+
+def refused_start(module: str, env: dict[str, str]) -> bytes:
+    """``python -m module`` under ``env`` alone, which must end at start-up with one message (exit
+    1, no traceback); its stderr.
+    """
     result = subprocess.run(
-        [sys.executable, "-m", "ranker"],
+        [sys.executable, "-m", module],
         cwd=ROOT,
         env=env,
         capture_output=True,
         timeout=120,
         check=False,
     )
-    assert result.returncode == 1
-    assert result.stderr.startswith(b"cannot start: tenants_file='/nonexistent/tenants.yaml'")
-    assert b"Traceback" not in result.stderr
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert b"Traceback" not in result.stderr, result.stderr[-2000:]
+    return result.stderr
 
 
 def test_a_check_of_several_settings_shows_no_value_read(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -132,14 +140,4 @@ def test_a_worker_that_cannot_reach_the_broker_ends_with_one_line_naming_the_set
         "MNEMO_MILVUS_URI": str(tmp_path / "m.db"),
         "MNEMO_METRICS_PORT": "0",
     }
-    result = subprocess.run(
-        [sys.executable, "-m", "streams"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 1
-    assert b"cannot start: Kafka (MNEMO_KAFKA_BOOTSTRAP" in result.stderr, result.stderr[-2000:]
-    assert b"Traceback" not in result.stderr
+    assert b"cannot start: Kafka (MNEMO_KAFKA_BOOTSTRAP" in refused_start("streams", env)
