@@ -168,6 +168,7 @@ class _Call:
     awaited: bool = True  # the reply's token is sent with the session's next read
     params: tuple[str, ...] = ()  # read-your-writes tokens of a GET or DELETE
     flags: tuple[tuple[str, str], ...] = ()  # other query parameters
+    expects: tuple[str, ...] = ()  # what its reply holds (a reply without it is no API's)
 
     def __post_init__(self) -> None:
         if self.json is not None:
@@ -441,11 +442,11 @@ class _Api:
     @staticmethod
     def remember(content: str, **fields: Any) -> _Call:  # noqa: ANN401
         memory = _drop_none({"content": content, **fields})
-        return _Call("POST", "/v1/memories", {"memories": [memory]})
+        return _Call("POST", "/v1/memories", {"memories": [memory]}, expects=("ids",))
 
     @staticmethod
     def fold(tokens: Sequence[str]) -> _Call:
-        return _Call("POST", "/v1/tokens", {"after": list(tokens)})
+        return _Call("POST", "/v1/tokens", {"after": list(tokens)}, expects=("token",))
 
     @staticmethod
     def remember_many(memories: Sequence[dict[str, Any]]) -> _Call:
@@ -453,7 +454,7 @@ class _Api:
             if not isinstance(m, dict):
                 raise TypeError(f"memories[{i}]: expected a dict with content, not {m!r}")
         docs = [_drop_none(m) for m in memories]
-        return _Call("POST", "/v1/memories", {"memories": docs})
+        return _Call("POST", "/v1/memories", {"memories": docs}, expects=("ids",))
 
     @staticmethod
     def recall(
@@ -472,22 +473,22 @@ class _Api:
             **options,
             "after": [*session, *mine] or None,
         }
-        return _Call("POST", "/v1/recall", _drop_none(body), awaited=False)
+        return _Call("POST", "/v1/recall", _drop_none(body), awaited=False, expects=("results",))
 
     @staticmethod
     def access(memory_ids: Sequence[str], kind: str, at: datetime | str | None) -> _Call:
         body = {"memory_ids": _ids(memory_ids), "kind": kind, "at": at}
-        return _Call("POST", "/v1/access", _drop_none(body))
+        return _Call("POST", "/v1/access", _drop_none(body), expects=("accepted",))
 
     @staticmethod
     def get(memory_id: str, after: Sequence[str]) -> _Call:
         path = f"/v1/memories/{_segment(memory_id)}"
-        return _Call("GET", path, missing_ok=True, params=tuple(after))
+        return _Call("GET", path, missing_ok=True, params=tuple(after), expects=("memory_id",))
 
     @staticmethod
     def get_many(memory_ids: Sequence[str], after: Sequence[str]) -> _Call:
         body = {"memory_ids": _ids(memory_ids), "after": list(after) or None}
-        return _Call("POST", "/v1/memories/get", _drop_none(body))
+        return _Call("POST", "/v1/memories/get", _drop_none(body), expects=("memories",))
 
     @staticmethod
     def forget(memory_id: str, purge: bool, after: Sequence[str], erase: bool = False) -> _Call:
@@ -499,14 +500,15 @@ class _Api:
 
     @staticmethod
     def erase_user(user_id: str, after: Sequence[str]) -> _Call:
-        return _Call("DELETE", f"/v1/users/{_segment(user_id, 'user_id')}", params=tuple(after))
+        path = f"/v1/users/{_segment(user_id, 'user_id')}"
+        return _Call("DELETE", path, params=tuple(after), expects=("memory_ids",))
 
     @staticmethod
     def update(memory_id: str, changes: dict[str, Any], session: Sequence[str]) -> _Call:
         """``session``: the session's tokens; ``changes["after"]``: the caller's, sent too."""
         mine = _tokens(changes.get("after"))
         body = _drop_none({**changes, "after": [*session, *mine] or None})
-        return _Call("PATCH", f"/v1/memories/{_segment(memory_id)}", body)
+        return _Call("PATCH", f"/v1/memories/{_segment(memory_id)}", body, expects=("memory_id",))
 
     @staticmethod
     def page(
@@ -531,11 +533,18 @@ class _Api:
         ]
         if cursor is not None:
             flags.append(("cursor", cursor))
-        return _Call("GET", "/v1/memories", params=tuple(after), flags=tuple(flags))
+        return _Call(
+            "GET",
+            "/v1/memories",
+            params=tuple(after),
+            flags=tuple(flags),
+            expects=("memories", "cursor"),
+        )
 
     @staticmethod
     def history(memory_id: str, after: Sequence[str]) -> _Call:
-        return _Call("GET", f"/v1/memories/{_segment(memory_id)}/history", params=tuple(after))
+        path = f"/v1/memories/{_segment(memory_id)}/history"
+        return _Call("GET", path, params=tuple(after), expects=("events",))
 
     @staticmethod
     def export(vectors: bool, after: Sequence[str]) -> _Call:
@@ -557,8 +566,11 @@ class _Api:
             raise MnemostreamError(
                 reply.status_code, f"not a JSON reply: {reply.text[:200]}"
             ) from exc
-        if not isinstance(body, dict):  # every route answers an object: a proxy's, not ours
-            raise MnemostreamError(reply.status_code, f"not a reply of the API: {reply.text[:200]}")
+        missing = [] if isinstance(body, dict) else ["JSON object"]
+        missing = missing or [f"{key!r}" for key in call.expects if key not in body]
+        if missing:  # a proxy's, not ours: it escaped as a bare KeyError or TypeError
+            msg = f"not a reply of the API (no {missing[0]}): {reply.text[:200]}"
+            raise MnemostreamError(reply.status_code, msg)
         return body
 
 

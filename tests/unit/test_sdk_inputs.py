@@ -193,9 +193,10 @@ def test_the_arguments_still_go_as_before() -> None:
     assert (body["embedding"], body["at"]) == ([0.5, 0.25], "2024-01-01T00:00:00+00:00")
 
 
-@pytest.mark.parametrize("body", [[], "text", 5])
+@pytest.mark.parametrize("body", [[], "text", 5, {}, {"detail": "ok"}])
 def test_a_success_whose_body_is_no_json_object_is_an_error_of_the_sdk(body: object) -> None:
-    """A proxy's 200 of a list or text escaped as a bare TypeError from the reply's lookup."""
+    """A proxy's 200 of a list, text or another object escaped as a bare TypeError or KeyError
+    from the reply's lookup."""
     with (
         client(lambda _: httpx.Response(200, json=body)) as sdk,
         pytest.raises(MnemostreamError, match="not a reply of the API"),
