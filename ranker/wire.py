@@ -146,9 +146,7 @@ class OrjsonRoute(APIRoute):
         names = query_names(self)
 
         async def parsed_by_orjson(request: Request) -> Response:
-            if names is not None and request.scope["query_string"]:
-                # raised once the key is checked (checked_query): a wrong key is a 401 first
-                request.scope[_QUERY_ERROR] = query_error(request, names)
+            note_query(request, names)
             return await handler(_OrjsonRequest(request.scope, request.receive))
 
         return parsed_by_orjson
@@ -192,7 +190,15 @@ def query_error(request: Request, names: dict[str, bool]) -> RecordError | None:
 
 
 _QUERY_ERROR = "mnemostream.query_error"
-"""Where :class:`OrjsonRoute` leaves a request's :func:`query_error` for :func:`checked_query`."""
+"""Where :func:`note_query` leaves a request's :func:`query_error` for :func:`checked_query`."""
+
+
+def note_query(request: Request, names: dict[str, bool] | None) -> None:
+    """Keep the request's :func:`query_error` (``names``: :func:`query_names`) for
+    :func:`checked_query`, which raises it once the key is checked: a wrong key is a 401 first.
+    """
+    if names is not None and request.scope["query_string"]:
+        request.scope[_QUERY_ERROR] = query_error(request, names)
 
 
 def checked_query(request: Request) -> None:
@@ -240,9 +246,7 @@ async def tenant(  # async: FastAPI runs a sync dependency in a thread, a hop pe
     """The tenant the request's API key acts for; 401 without one; 429 (RateLimited) when the
     tenant is over its request rate. The registry is the live one: a key added a moment ago works.
     """
-    found = _tenant_of(request, presented_key(bearer, x_api_key))
-    checked_query(request)
-    return found
+    return _tenant_of(request, presented_key(bearer, x_api_key))
 
 
 async def authenticate(request: Request) -> Tenant:
@@ -270,6 +274,7 @@ def _tenant_of(request: Request, key: str | None) -> Tenant:
         slots.take(request.scope, found.tenant_id)
     limiter: RateLimiter = request.app.state.rate_limiter
     limiter.check(found.tenant_id, found.rate_limit_per_s, time.monotonic())  # the edge's clock
+    checked_query(request)
     return found
 
 
@@ -359,12 +364,9 @@ class DirectRoute(OrjsonRoute):
         names = query_names(self)
 
         async def direct(request: Request) -> Response:
+            note_query(request, names)
             value = await _json_body(request)
             who = await authenticate(request)
-            if names is not None and request.scope["query_string"]:
-                error = query_error(request, names)
-                if error is not None:
-                    raise error
             if value is _NO_BODY:  # after the key, as FastAPI reports a missing body
                 missing = {
                     "type": "missing",

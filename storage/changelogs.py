@@ -15,7 +15,6 @@ import itertools
 import logging
 from collections.abc import Collection, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Literal
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaTimeoutError
@@ -34,8 +33,10 @@ raises aiokafka's KafkaTimeoutError."""
 log = logging.getLogger(__name__)
 
 
-def changelog_topic(app_id: str, table: Literal["memories", "documents"]) -> str:
-    """The changelog topic of the worker's ``table`` (Faust names it)."""
+def changelog_topic(app_id: str, table: str) -> str:
+    """The changelog topic of the worker's ``table`` (``memories``, ``documents``, ...: Faust
+    names it).
+    """
     return f"{app_id}-{table}-changelog"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import logging.config
 import sys
 import time
 from collections.abc import Callable
@@ -21,7 +22,7 @@ import faust
 from storage import MilvusStore, StorageError
 from storage.changelogs import Tables
 from storage.heap import freeze_slow_collections, trim_heap
-from storage.logs import configure, logging_config
+from storage.logs import logging_config
 from storage.usage import load_settings, parse_service_args, refusing_start
 from streams import cli, rebuild, tenants_cli
 from streams.app import Services, create_app
@@ -37,13 +38,14 @@ def prepare(settings: WorkerSettings, *, resync: bool = True) -> Services:
     connected (and resynced, :func:`resync`, unless ``resync`` is False: the caller does it), the
     embedder loaded, the LLM client made.
     """
-    if settings.log_format == "json":
-        configure("json", settings.log_level.upper())
-    else:
+    config = worker_logging(settings)  # the one decision: Faust's run() applies it too
+    if config is None:
         logging.basicConfig(
             level=settings.log_level.upper(),
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         )
+    else:
+        logging.config.dictConfig(config)
     # checked before anything is created: a collection of the wrong dimension, made before the
     # embedder's check refused the start, would refuse every later start too
     embedder = settings.make_embedder()

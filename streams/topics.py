@@ -14,6 +14,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from storage import key_log, tenant_log
+from storage.changelogs import changelog_topic
 from streams.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -108,9 +109,7 @@ class Drift:
 def wanted_topics(settings: WorkerSettings) -> dict[str, dict[str, str]]:
     """Every topic the deployment uses (ours and the tables' changelogs) and its configuration."""
     ours = {settings.topic(role): topic_config(settings, role) for role in ROLES}
-    changelogs = {
-        f"{settings.app_id}-{table}-changelog": changelog_config(settings) for table in TABLES
-    }
+    changelogs = {changelog_topic(settings.app_id, t): changelog_config(settings) for t in TABLES}
     return ours | changelogs
 
 
