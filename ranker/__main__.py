@@ -266,9 +266,11 @@ class TenantsRead:
         await self.registry.stop()
 
 
-def main() -> None:
-    """Serve on ``MNEMO_HOST``:``MNEMO_PORT``."""
-    parse_service_args("python -m ranker", __doc__ or "", [RankerSettings], sys.argv[1:])
+def main(prog: str = "python -m ranker") -> None:
+    """Serve on ``MNEMO_HOST``:``MNEMO_PORT``. ``prog`` names the command in ``--help`` and
+    errors.
+    """
+    parse_service_args(prog, __doc__ or "", [RankerSettings], sys.argv[1:])
     settings = load_settings(RankerSettings)
     freeze_slow_collections(settings.gc_freeze_slow_ms)
     configure(settings.log_format, settings.log_level.upper())

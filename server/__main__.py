@@ -35,15 +35,14 @@ log = logging.getLogger(__name__)
 HTTP_STOP_S = HTTP_GRACE_S + PRELOAD_STOP_S + 10
 
 
-def main() -> None:
-    """Start the worker; the HTTP server runs as one of its tasks and stops with it.
+def main(prog: str = "python -m server") -> None:
+    """Start the worker; the HTTP server runs as one of its tasks and stops with it. ``prog``
+    names the command in ``--help`` and errors.
 
     The ranker's ``GET /metrics`` (on the API's port, or on ``MNEMO_RANKER_METRICS_PORT``) serves
     the worker's metrics too (``MNEMO_METRICS_PORT`` is for ``python -m streams`` alone).
     """
-    parse_service_args(
-        "python -m server", __doc__ or "", [WorkerSettings, RankerSettings], sys.argv[1:]
-    )
+    parse_service_args(prog, __doc__ or "", [WorkerSettings, RankerSettings], sys.argv[1:])
     worker_settings = load_settings(WorkerSettings)
     ranker_settings = load_settings(RankerSettings)
     freeze_slow_collections(worker_settings.gc_freeze_slow_ms)

@@ -27,6 +27,19 @@ from memcore import normalise_content
 ROOT = Path(__file__).resolve().parents[1]
 
 
+#: The commands another module's parser reads (``--help`` included), with ``mnemo --help``'s line.
+COMMANDS = {
+    "serve": "run the worker and the HTTP API in one process (python -m server)",
+    "worker": "run the stream worker (python -m streams)",
+    "ranker": "run the HTTP API (python -m ranker)",
+}
+TOOLS = {
+    "consolidate": "ask the worker to consolidate a tenant; print its decisions",
+    "state-hash": "hash every memory state in the worker's tables",
+    "rebuild": "rewrite Milvus rows from the worker's tables",
+    "tenants": "list, get, put, delete tenants; add and revoke API keys",
+}
+
 LOAD_TRIES = 6
 """Sends of one batch at most while the service answers retriably (429, 503, no reply)."""
 
@@ -175,12 +188,16 @@ def _batch_size(text: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mnemo`` command."""
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="mnemo", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    for name in ("serve", "worker", "ranker"):  # their own parsers read the rest (and --help)
-        commands.add_parser(name, add_help=False)
-    for name in ("up", "down"):
-        commands.add_parser(name)
+    parser = argparse.ArgumentParser(
+        prog="mnemo",
+        description=__doc__.splitlines()[0].replace("``", ""),
+        epilog="mnemo COMMAND --help: the command's own options (a process's: its settings)",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, does in COMMANDS.items():  # their own parsers read the rest (and --help)
+        commands.add_parser(name, add_help=False, help=does)
+    for name, does in (("up", "start the local stack"), ("down", "stop the local stack")):
+        commands.add_parser(name, help=does)
     loader = commands.add_parser("load", help="write a JSONL file of memories")
     loader.add_argument("file", type=Path)
     loader.add_argument("--url", default="http://127.0.0.1:8080", help="default: %(default)s")
@@ -195,10 +212,10 @@ def main(argv: list[str] | None = None) -> int:
         "--batch", type=_batch_size, default=200, help="memories per request (default: %(default)s)"
     )
     loader.add_argument("--ids", action="store_true", help="print the ids written")
-    commands.add_parser("consolidate", add_help=False)
-    for name in ("state-hash", "rebuild", "tenants"):
-        commands.add_parser(name, add_help=False)
+    for name, does in TOOLS.items():
+        commands.add_parser(name, add_help=False, help=does)
     args, rest = parser.parse_known_args(argv)
+    prog = f"mnemo {args.command}"
     if rest and args.command in ("load", "up", "down"):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "load":
@@ -206,23 +223,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "consolidate":
         from streams import cli  # noqa: PLC0415
 
-        return cli.main(rest)
+        return cli.main(rest, prog)
     if args.command == "tenants":
         from streams import tenants_cli  # noqa: PLC0415
 
-        return tenants_cli.main(rest)
+        return tenants_cli.main(rest, prog)
     if args.command in ("state-hash", "rebuild"):
         from streams import rebuild  # noqa: PLC0415
 
-        return rebuild.main(args.command, rest)
+        return rebuild.main(args.command, rest, prog)
     if args.command in ("up", "down"):
         return subprocess.call([str(ROOT / "scripts" / "stack.sh"), args.command])  # noqa: S603
-    sys.argv = [f"mnemo {args.command}", *rest]  # the process's own parser refuses what it lacks
+    sys.argv = [prog, *rest]  # the process's own parser refuses what it lacks
     if args.command == "worker":
         from streams.__main__ import main as run  # noqa: PLC0415
     elif args.command == "ranker":
         from ranker.__main__ import main as run  # noqa: PLC0415
     else:
         from server.__main__ import main as run  # noqa: PLC0415
-    run()
+    run(prog)
     return 0

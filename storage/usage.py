@@ -91,6 +91,11 @@ def _line(prefix: str, name: str, info: FieldInfo) -> str:
     return text
 
 
+def plain(doc: str | None) -> str:
+    """A module docstring as a command's ``--help`` shows it: without reST's double backticks."""
+    return (doc or "").replace("``", "")
+
+
 def parse_service_args(
     prog: str, description: str, settings: Sequence[type[BaseSettings]], argv: Sequence[str]
 ) -> None:
@@ -99,7 +104,7 @@ def parse_service_args(
     """
     parser = argparse.ArgumentParser(
         prog=prog,
-        description=description,
+        description=plain(description),
         epilog=settings_help(*settings),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

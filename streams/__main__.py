@@ -144,15 +144,17 @@ def run(
         services.store.close()
 
 
-def main() -> None:
-    """Read settings, prepare the services, serve the metrics, run the Faust worker."""
+def main(prog: str = "python -m streams") -> None:
+    """Read settings, prepare the services, serve the metrics, run the Faust worker. ``prog``
+    names the command in ``--help`` and errors.
+    """
     if len(sys.argv) > 1 and sys.argv[1] == "consolidate":
         raise SystemExit(cli.main(sys.argv[2:]))
     if len(sys.argv) > 1 and sys.argv[1] == "tenants":
         raise SystemExit(tenants_cli.main(sys.argv[2:]))
     if len(sys.argv) > 1 and sys.argv[1] in ("rebuild", "state-hash"):
         raise SystemExit(rebuild.main(sys.argv[1], sys.argv[2:]))
-    parse_service_args("python -m streams", __doc__ or "", [WorkerSettings], sys.argv[1:])
+    parse_service_args(prog, __doc__ or "", [WorkerSettings], sys.argv[1:])
     settings = load_settings(WorkerSettings)
     freeze_slow_collections(settings.gc_freeze_slow_ms)
     with refusing_start():

@@ -20,7 +20,7 @@ from aiokafka.errors import KafkaError
 from memcore import InvalidField, Strategy
 from memcore.ids import check_id
 from memcore.timecheck import check_event_time
-from storage.usage import load_settings
+from storage.usage import load_settings, plain
 from streams import topics
 from streams.settings import WorkerSettings
 
@@ -135,11 +135,9 @@ def positive_seconds(text: str) -> float:
     return seconds
 
 
-def arguments() -> argparse.ArgumentParser:
-    """The ``consolidate`` command line."""
-    parser = argparse.ArgumentParser(
-        prog="python -m streams consolidate", description=__doc__.splitlines()[0]
-    )
+def arguments(prog: str = "python -m streams consolidate") -> argparse.ArgumentParser:
+    """The ``consolidate`` command line, as ``prog`` (how the user called it)."""
+    parser = argparse.ArgumentParser(prog=prog, description=plain(__doc__.splitlines()[0]))
     parser.add_argument("--tenant", required=True, help="tenant id, or * for every tenant")
     parser.add_argument("--dry-run", action="store_true", help="report the decisions, apply none")
     parser.add_argument(
@@ -157,9 +155,11 @@ def arguments() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str]) -> int:
-    """Parse ``consolidate`` arguments, run, print each decision; exit 1 when no report came."""
-    parser = arguments()
+def main(argv: list[str], prog: str = "python -m streams consolidate") -> int:
+    """Parse ``consolidate`` arguments, run, print each decision; exit 1 when no report came.
+    ``prog`` names the command in its usage and errors.
+    """
+    parser = arguments(prog)
     args = parser.parse_args(argv)
     settings = load_settings(WorkerSettings)
     if args.tenant != "*":  # the worker dead-letters a malformed id: no report would come

@@ -32,7 +32,7 @@ from aiokafka.errors import KafkaError
 from storage import MemoryRow, MilvusStore, StorageError, codec
 from storage.changelogs import Tables, Unreadable, changelog_topic, chunks
 from storage.key_log import ROLE as KEYS_ROLE
-from storage.usage import load_settings
+from storage.usage import load_settings, plain
 from streams.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -325,11 +325,13 @@ def rebuild(settings: WorkerSettings, tables: Tables, *, drop: bool) -> tuple[in
         store.close()
 
 
-def main(command: str, argv: list[str]) -> int:
-    """``state-hash`` or ``rebuild`` with their options; prints the hash and the counts."""
+def main(command: str, argv: list[str], prog: str | None = None) -> int:
+    """``state-hash`` or ``rebuild`` with their options; prints the hash and the counts. ``prog``
+    names the command in its usage and errors (default: ``python -m streams COMMAND``).
+    """
     parser = argparse.ArgumentParser(
-        prog=f"mnemo {command}",
-        description=__doc__,
+        prog=prog or f"python -m streams {command}",
+        description=plain(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--app-id", help="the worker's app id (default: MNEMO_APP_ID)")

@@ -37,17 +37,17 @@ from storage.tenants import (
     with_key,
     without_key,
 )
-from storage.usage import load_settings
+from storage.usage import load_settings, plain
 from streams.settings import WorkerSettings
 
 
-def parser() -> argparse.ArgumentParser:
-    """The command line's parser (see the module doc)."""
+def parser(prog: str = "python -m streams tenants") -> argparse.ArgumentParser:
+    """The command line's parser (see the module doc), as ``prog`` (how the user called it)."""
     p = argparse.ArgumentParser(
-        prog="python -m streams tenants",
-        description=(__doc__ or "").splitlines()[0],
+        prog=prog,
+        description=plain(__doc__).splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="\n".join((__doc__ or "").splitlines()[2:]),
+        epilog="\n".join(plain(__doc__).splitlines()[2:]),
     )
     commands = p.add_subparsers(dest="command", required=True)
     commands.add_parser("list")
@@ -127,9 +127,11 @@ def _deleted(_: object) -> None:
     return None
 
 
-def main(argv: list[str]) -> int:
-    """Run one command; print its JSON. Exit 1: not found or invalid; 2: Kafka not answering."""
-    args = parser().parse_args(argv)
+def main(argv: list[str], prog: str = "python -m streams tenants") -> int:
+    """Run one command; print its JSON. Exit 1: not found or invalid; 2: Kafka not answering.
+    ``prog`` names the command in its usage and errors.
+    """
+    args = parser(prog).parse_args(argv)
     try:
         print(
             json.dumps(asyncio.run(run(load_settings(WorkerSettings).tenant_log(), args)), indent=2)

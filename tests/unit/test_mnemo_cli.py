@@ -48,6 +48,39 @@ def test_a_service_command_shows_its_settings_on_help(
     assert "MNEMO_" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    "command", ["serve", "worker", "ranker", "consolidate", "state-hash", "rebuild", "tenants"]
+)
+def test_a_command_names_itself_as_the_user_called_it(
+    command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``mnemo consolidate --help`` said ``usage: python -m streams consolidate``, and its errors
+    named a command the user had not typed."""
+    monkeypatch.setattr(sys, "argv", ["mnemo"])
+    with pytest.raises(SystemExit) as exited:
+        cli.main([command, "--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: mnemo {command} ")
+    assert "``" not in out  # the docstrings' reST quoting
+    with pytest.raises(SystemExit) as exited:
+        cli.main([command, "--bogus"])
+    assert exited.value.code == 2
+    assert f"mnemo {command}: error" in capsys.readouterr().err
+
+
+def test_mnemo_help_lists_every_command_with_what_it_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    listed = " ".join(out.split())  # argparse wraps the lines
+    for command, does in {**cli.COMMANDS, **cli.TOOLS, "load": "write a JSONL"}.items():
+        assert f" {command} {does}" in listed, f"mnemo --help does not say what {command} does"
+
+
 def test_a_wrong_embedding_dimension_stops_the_start_before_anything_is_created(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
