@@ -38,7 +38,7 @@ from ranker.admin import admin_routes
 from ranker.admission import Admission, TenantBusy, TenantSlots
 from ranker.applied import NotAppliedError
 from ranker.batcher import Overloaded
-from ranker.errors import Unavailable
+from ranker.errors import Refused, Unavailable
 from ranker.history import AuditLog
 from ranker.logs import RequestLog
 from ranker.problems import NOT_FOUND, RESPONSES, problem
@@ -378,12 +378,22 @@ def _write_routes(api: FastAPI, service: RecallService, seal: TokenSeal, limits:
 
 
 def _retry_later(status: int) -> Callable[[Request, Exception], Awaitable[Response]]:
-    """A handler answering ``status`` with the error's ``retry_after_s`` (as Retry-After)."""
+    """A handler answering ``status`` with the error's ``retry_after_s`` (as Retry-After); an
+    error whose ``retriable`` is False (a refusal a retry cannot mend) is a logged 500 instead.
+    """
 
     async def handler(_: Request, exc: Exception) -> Response:
+        if not getattr(exc, "retriable", True):
+            return _refused(exc)
         return problem(status, str(exc), retry_after_s=getattr(exc, "retry_after_s", 1.0))
 
     return handler
+
+
+def _refused(exc: Exception) -> Response:
+    """A dependency's refusal no retry mends (an ACL, a size limit): 500 naming it, logged."""
+    log.error("refused for good: %s", exc)
+    return problem(500, str(exc))
 
 
 def _errors(api: FastAPI) -> None:
@@ -407,6 +417,10 @@ def _errors(api: FastAPI) -> None:
     )
     for error_type, status in retry_later:
         api.add_exception_handler(error_type, _retry_later(status))
+
+    @api.exception_handler(Refused)
+    async def refused(_: object, exc: Refused) -> Response:
+        return _refused(exc)
 
     @api.exception_handler(StorageError)
     async def storage_failed(_: object, exc: StorageError) -> Response:

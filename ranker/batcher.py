@@ -14,12 +14,22 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from ranker.errors import Unavailable
 from storage.compacted import cancelled
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+class Stopping(Unavailable):
+    """The batcher stopped (the process is shutting down) before it answered: retriable, on
+    another replica or after the restart (HTTP 503 with Retry-After, not a 500).
+    """
+
+    def __init__(self) -> None:
+        super().__init__("ranker", "batch", "batcher stopped: the process is shutting down")
 
 
 class Overloaded(Exception):  # noqa: N818 - the condition, as callers catch it
@@ -43,8 +53,8 @@ class BatchStats:
 
 class Batcher(Generic[T, R]):
     """Batches ``submit`` calls into ``handler`` calls. ``start`` launches the loop; ``stop`` ends it
-    (waiting callers, and any ``submit`` after it, get the exception
-    ``RuntimeError('batcher stopped')``). Nothing a handler or ``on_batch`` does ends the loop.
+    (waiting callers, and any ``submit`` after it, get :class:`Stopping`). Nothing a handler or
+    ``on_batch`` does ends the loop.
     """
 
     def __init__(
@@ -91,7 +101,7 @@ class Batcher(Generic[T, R]):
         while self._queue is not None and not self._queue.empty():
             _, future = self._queue.get_nowait()
             if not future.done():
-                future.set_exception(RuntimeError("batcher stopped"))
+                future.set_exception(Stopping())
 
     async def submit(self, item: T) -> R:
         """The item's result; raises Overloaded when the queue is full, or the handler's error."""
@@ -99,8 +109,7 @@ class Batcher(Generic[T, R]):
             msg = "Batcher.submit before start()"
             raise RuntimeError(msg)
         if self._stopped or not self.running:
-            msg = "batcher stopped"
-            raise RuntimeError(msg)
+            raise Stopping
         future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         try:
             self._queue.put_nowait((item, future))
@@ -118,7 +127,7 @@ class Batcher(Generic[T, R]):
                 started = loop.time()
                 outcome = await self._handle([item for item, _ in batch])
             except asyncio.CancelledError:  # stop(): the batch taken is answered too
-                _settle(batch, RuntimeError("batcher stopped"))
+                _settle(batch, Stopping())
                 raise
             _settle(batch, outcome)
             self._last_batch_s = loop.time() - started + self.max_wait_s

@@ -1,6 +1,7 @@
-"""The ranker's own error for a dependency that cannot answer now (HTTP 503 with Retry-After).
+"""The ranker's own errors for a dependency that cannot answer now (:class:`Unavailable`, HTTP 503
+with Retry-After) or refuses for good (:class:`Refused`, HTTP 500).
 
-Vendor errors (aiokafka's) are translated into it where the ranker calls the vendor
+Vendor errors (aiokafka's) are translated into them where the ranker calls the vendor
 (:mod:`ranker.producer`); Milvus errors arrive as :class:`storage.StorageError` already.
 """
 
@@ -22,3 +23,17 @@ class Unavailable(Exception):  # noqa: N818 - the condition, as callers catch it
         self.reason = reason
         self.retry_after_s = retry_after_s
         super().__init__(f"{dependency} {operation}: {reason} (retriable)")
+
+
+class Refused(Exception):  # noqa: N818 - the condition, as callers catch it
+    """``dependency`` refused ``operation`` in a way a retry cannot mend (an ACL, a credential, a
+    size limit: :func:`storage.kafka.permanent`): the deployment must change. Not retriable.
+    """
+
+    retriable = False
+
+    def __init__(self, dependency: str, operation: str, reason: str) -> None:
+        self.dependency = dependency
+        self.operation = operation
+        self.reason = reason
+        super().__init__(f"{dependency} {operation}: {reason} (not retriable)")

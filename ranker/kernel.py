@@ -31,6 +31,9 @@ from memcore.errors import InvalidField
 from memcore.policy import RecallPolicy, RecallPreset
 from storage.rows import to_us
 
+OUT_OF_MEMORY = torch.OutOfMemoryError
+"""What torch raises when the device (a GPU) cannot hold a batch: retriable, once memory frees."""
+
 MNEMOSTREAM, ZEROMEMORY, ZEPH, POWERMEM = (
     RecallPreset.MNEMOSTREAM,
     RecallPreset.ZEROMEMORY,

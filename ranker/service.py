@@ -37,7 +37,15 @@ from ranker.applied import AppliedOffsets, Token
 from ranker.batcher import Batcher, BatchStats, Overloaded
 from ranker.errors import Unavailable
 from ranker.hotcache import HotCache, HotHits, LiveColumns, live_passes
-from ranker.kernel import RankRequest, default_device, heavy, light, rank_many, set_threads
+from ranker.kernel import (
+    OUT_OF_MEMORY,
+    RankRequest,
+    default_device,
+    heavy,
+    light,
+    rank_many,
+    set_threads,
+)
 from ranker.listing import Page, page
 from ranker.metrics import Metrics
 from ranker.view import StateView
@@ -245,7 +253,8 @@ class RecallService:
 
     async def recall(self, tenant_id: str, query: RecallQuery) -> Recall:
         """The top ``k`` memories of one tenant, best first, and the token of the accesses the
-        recall recorded (raises Overloaded when saturated).
+        recall recorded. Raises Overloaded when saturated, and Unavailable (retriable) when the
+        device runs out of memory embedding, searching or scoring, or the process is stopping.
         """
         try:
             with self.metrics.latency.time():
@@ -253,6 +262,9 @@ class RecallService:
         except Overloaded:
             self.metrics.overloaded.inc()
             raise
+        except OUT_OF_MEMORY as exc:
+            log.warning("recall: the device ran out of memory: %s", exc)
+            raise Unavailable("device", "recall", "out of memory; retry") from exc
 
     async def _recall(self, tenant_id: str, query: RecallQuery) -> Recall:
         await self.wait(query.after)

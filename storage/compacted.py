@@ -21,21 +21,23 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from storage.fresh import FreshAsk
-from storage.kafka import PRODUCER_BATCH_BYTES, KafkaConnection
+from storage.kafka import PRODUCER_BATCH_BYTES, KafkaConnection, permanent
 from storage.pulse import Pulse
 
 log = logging.getLogger(__name__)
 
 
 class CompactedLogError(Exception):
-    """The topic could not be read or written in time, or does not exist; retriable."""
+    """The topic could not be read or written in time, or does not exist (retriable), or the
+    broker refused it in a way a retry cannot mend (``retriable`` False: an ACL, a size limit).
+    """
 
-    retriable = True
     what = "compacted topic"
 
-    def __init__(self, reason: str, retry_after_s: float = 1.0) -> None:
+    def __init__(self, reason: str, retry_after_s: float = 1.0, *, retriable: bool = True) -> None:
         self.reason = reason
         self.retry_after_s = retry_after_s
+        self.retriable = retriable
         super().__init__(f"{self.what}: {reason}")
 
 
@@ -261,7 +263,7 @@ class CompactedLog:
         except TimeoutError as exc:
             raise self.error("no answer from the broker", self.poll_s * 20) from exc
         except KafkaError as exc:  # refused (an ACL), or the broker went away
-            raise self.error(f"{type(exc).__name__}: {exc}") from exc
+            raise self.error(f"{type(exc).__name__}: {exc}", retriable=not permanent(exc)) from exc
         await self._reach({tp.partition: end for tp, end in ends.items()}, deadline)
 
     async def exists(self) -> bool:
@@ -353,7 +355,7 @@ class CompactedLog:
         except TimeoutError as exc:
             raise self.error(f"not acknowledged within {self.timeout_s:g} s") from exc
         except KafkaError as exc:
-            raise self.error(f"{type(exc).__name__}: {exc}") from exc
+            raise self.error(f"{type(exc).__name__}: {exc}", retriable=not permanent(exc)) from exc
         if not applied:
             return [meta.offset for meta in sent]
         wanted: dict[int, int] = {}

@@ -26,6 +26,37 @@ partition in flight: 9 KB records went at ~1,700 a second against ~14,000 with 5
 split a batch the broker refuses as too large."""
 
 
+PERMANENT_ERRORS = frozenset(
+    {
+        "AuthenticationFailedError",
+        "ClusterAuthorizationFailedError",
+        "GroupAuthorizationFailedError",
+        "TopicAuthorizationFailedError",
+        "TransactionalIdAuthorizationFailed",
+        "SaslAuthenticationFailed",
+        "UnsupportedSaslMechanismError",
+        "MessageSizeTooLargeError",
+        "RecordTooLargeError",
+        "RecordListTooLargeError",
+        "InvalidTopicError",
+        "PolicyViolationError",
+        "UnsupportedCodecError",
+        "UnsupportedVersionError",
+        "KafkaConfigurationError",
+    }
+)
+"""aiokafka errors (by class name) that the same request meets again until the deployment
+changes: an ACL, a credential, a size limit, a codec or version the broker lacks."""
+
+
+def permanent(exc: BaseException) -> bool:
+    """Whether a Kafka client error is one of :data:`PERMANENT_ERRORS` (a retry cannot help),
+    whatever aiokafka's own ``retriable`` says: it marks a timeout, a broker away and a producer
+    closing not retriable, and those pass.
+    """
+    return any(cls.__name__ in PERMANENT_ERRORS for cls in type(exc).__mro__)
+
+
 @dataclass(frozen=True)
 class KafkaConnection:
     """The brokers and how to authenticate to them.

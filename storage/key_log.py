@@ -33,7 +33,7 @@ ROLE = "memory-keys"
 
 
 class KeyLogError(CompactedLogError):
-    """The keys topic could not be read or written in time, or does not exist; retriable."""
+    """The keys topic could not be read or written (:class:`CompactedLogError`)."""
 
     what = "keys topic"
 

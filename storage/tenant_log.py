@@ -61,7 +61,7 @@ ROLE = "tenants"
 
 
 class TenantLogError(CompactedLogError):
-    """The tenants topic could not be read or written in time, or does not exist; retriable."""
+    """The tenants topic could not be read or written (:class:`CompactedLogError`)."""
 
     what = "tenants topic"
 

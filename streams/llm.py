@@ -87,6 +87,7 @@ class LlmImportance:
         except (
             TimeoutError,
             httpx.HTTPError,
+            httpx.InvalidURL,  # not an HTTPError: the URL alone (settings refuse most at start)
             KeyError,
             IndexError,
             TypeError,
@@ -94,6 +95,9 @@ class LlmImportance:
             RecursionError,  # a body nested deeper than the JSON parser goes
         ) as exc:
             log.warning("llm unavailable (%s); the rules decide", type(exc).__name__)
+            return None
+        except Exception:  # never a write's failure: an answer is optional (module doc)
+            log.exception("llm question failed unexpectedly; the rules decide")
             return None
         return text if isinstance(text, str) else None
 

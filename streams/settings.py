@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from storage.settings import SharedSettings
 
@@ -107,6 +108,23 @@ class WorkerSettings(SharedSettings):
     metrics_port: int = Field(
         9102, ge=0, le=65535, description="GET /metrics of python -m streams; 0: not served"
     )
+
+    @field_validator("llm_url")
+    @classmethod
+    def _llm_url(cls, url: str | None) -> str | None:
+        """An http(s) URL with a host, or unset (None or empty). Refused at start-up: a value the
+        HTTP client refuses (a Secret's trailing newline) would leave every write to the rules.
+        """
+        if not url:
+            return url
+        if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+            msg = f"{url!r}: holds a space or control character (a trailing newline?)"
+            raise ValueError(msg)
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            msg = f"{url!r}: expected an http:// or https:// URL with a host"
+            raise ValueError(msg)
+        return url
 
     @model_validator(mode="after")
     def _replicas(self) -> WorkerSettings:

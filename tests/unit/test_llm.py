@@ -15,8 +15,10 @@ import pytest
 
 from memcore import ImportanceSource, resolve_importance
 from memcore.supersession import SupersessionPolicy, Version
+from storage.usage import load_settings
 from streams.app import _llm_answers
 from streams.llm import CONCURRENCY, LlmImportance
+from streams.settings import WorkerSettings
 from tests.infra import free_port
 
 
@@ -185,3 +187,24 @@ def test_a_hanging_llm_costs_a_batchs_supersession_questions_one_timeout() -> No
     )
     assert answered == [None] * len(compared)  # the rule decides each
     assert asked == CONCURRENCY
+
+
+def test_a_url_the_http_client_refuses_is_no_answer_not_a_failed_batch() -> None:
+    """httpx.InvalidURL is not an httpx.HTTPError: it escaped the batch's questions, and the
+    writes of the batch were given up (already acknowledged)."""
+    assert answers("http://llm.internal:8000/v1\n", ["a fact", "another"]) == [None, None]
+
+
+@pytest.mark.parametrize(
+    "url", ["http://llm.internal:8000/v1\n", " http://llm/v1", "llm.internal:8000", "ftp://llm/v1"]
+)
+def test_an_llm_url_the_client_cannot_use_is_refused_at_start_up_naming_it(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MNEMO_LLM_URL", url)
+    with pytest.raises(SystemExit, match="MNEMO_LLM_URL"):
+        load_settings(WorkerSettings)
+    monkeypatch.setenv("MNEMO_LLM_URL", "https://llm.internal:8000/v1")
+    assert load_settings(WorkerSettings).llm_url == "https://llm.internal:8000/v1"
+    monkeypatch.setenv("MNEMO_LLM_URL", "")  # unset: the rules decide
+    assert not load_settings(WorkerSettings).llm_url

@@ -6,7 +6,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from ranker.batcher import Batcher, BatchStats, Overloaded
+from ranker.batcher import Batcher, BatchStats, Overloaded, Stopping
 
 T = TypeVar("T")
 
@@ -88,7 +88,7 @@ def test_stop_answers_the_batch_being_gathered() -> None:
         waiting = asyncio.ensure_future(batcher.submit(1))
         await asyncio.sleep(0.05)  # taken from the queue: the batch waits for more
         await batcher.stop()
-        with pytest.raises(RuntimeError, match="batcher stopped"):
+        with pytest.raises(Stopping, match="batcher stopped"):
             await asyncio.wait_for(waiting, 5)
 
     run(main())
@@ -192,7 +192,7 @@ def test_a_submit_after_stop_is_refused_not_left_waiting() -> None:
         await batcher.start()
         assert await batcher.submit(1) == 1
         await batcher.stop()
-        with pytest.raises(RuntimeError, match="batcher stopped"):
+        with pytest.raises(Stopping, match="batcher stopped"):
             await asyncio.wait_for(batcher.submit(2), 2.0)  # a hang would time out instead
 
     run(main())
@@ -215,7 +215,7 @@ def test_stop_during_a_submit_that_wakes_the_gathering_returns() -> None:
         await asyncio.wait_for(batcher.stop(), 3.0)
         assert not batcher.running
         for waiting in (first, second):
-            with pytest.raises(RuntimeError, match="batcher stopped"):
+            with pytest.raises(Stopping, match="batcher stopped"):
                 await waiting
 
     run(main())
