@@ -203,7 +203,17 @@ def _access(state: MemoryState, event: Access, policy: Policy) -> Result:
 def _access_default(state: MemoryState, event: Access, policy: Policy) -> Result:
     """SPEC section 5, ``default``: an access never archives; an archived memory was needed, so
     it is restored to ``active`` first and then counts. Forgotten and deleted ones are ignored.
+
+    An access dated before the memory left ``active`` (``state_changed_at``) counts as it would
+    have then, and the memory stays where it is: accesses and decisions come on two topics read
+    apart, and a replay (or a lagging access agent) meets them in another order than live.
     """
+    if state.state is not Lifecycle.ACTIVE and event.at < state.state_changed_at:
+        counted, told = _access_default(
+            dataclasses.replace(state, state=Lifecycle.ACTIVE), event, policy
+        )  # an active memory's access never retires it: its lifecycle fields stay as they were
+        assert counted is not None
+        return dataclasses.replace(counted, state=state.state), told
     rules = policy.lifecycle
     revived: list[Effect] = []
     if state.state is Lifecycle.ARCHIVED:

@@ -60,7 +60,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -609,7 +609,9 @@ class HotCache:
             return
         whole = block is not None and self._whole(tenant_id)
         if block is None:  # a load in flight: re-read the id once it is in
-            block = self._pending(tenant_id)
+            block = self._pending(tenant_id, while_loading=True)
+            if block is None:  # the load ended meanwhile (done, failed, or the tenant cold)
+                return
         with block.lock:
             if values is None:  # the worker deletes the row too; re-read in case it did not
                 block.remove(memory_id)
@@ -952,11 +954,24 @@ class HotCache:
             self._blocks.move_to_end(tenant_id)
             return block
 
-    def _pending(self, tenant_id: str) -> _Block:
-        """The block a load in flight fills (created empty here so changes can mark it dirty)."""
+    @overload
+    def _pending(self, tenant_id: str) -> _Block: ...
+
+    @overload
+    def _pending(self, tenant_id: str, *, while_loading: Literal[True]) -> _Block | None: ...
+
+    def _pending(self, tenant_id: str, *, while_loading: bool = False) -> _Block | None:
+        """The block a load in flight fills (created empty here so changes can mark it dirty).
+        ``while_loading``: create it only while the tenant's load is under way (checked in the
+        same step), else None: a block made after the load ended (the tenant found too large, a
+        failed read) would be taken for the whole tenant by the next search, holding nothing but
+        the ids changed since.
+        """
         with self._guard:
             block = self._blocks.get(tenant_id)
             if block is None:
+                if while_loading and tenant_id not in self._loading:
+                    return None
                 block = _Block(self.store.config.dim)
                 self._blocks[tenant_id] = block
             return block

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from memcore import ImportanceSource, Lifecycle, MemoryState, ReviewCard, Tier
-from storage.rows import CURRENT, Document, from_us, to_us
+from storage.rows import CURRENT, Document, ended_us, from_us, to_us
 from storage.sealing import DataKey, Opener, SealError, seal
 
 _FORMAT = 1
@@ -144,7 +144,7 @@ def decode_live(raw: bytes) -> tuple[Any, ...]:
         retention,
         review_count,
         next_review if next_review is not None else 0,
-        valid_to if valid_to is not None else CURRENT,
+        ended_us(valid_to) if valid_to is not None else CURRENT,
         v.get("superseded_by") or "",
     )
 

@@ -287,9 +287,17 @@ def _parse(raw: bytes) -> object:
 
 
 def _first_error(exc: ValidationError) -> RecordError:
+    """The first error, naming its field. A missing field's "input" is the whole object around
+    it (a sealed write's, opened: its content in the clear): not shown, nor any object or list.
+    """
     err = exc.errors()[0]
     path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
-    return RecordError(path or "$", err.get("input"), err["msg"])
+    value = err.get("input")
+    if err["type"] == "missing":
+        value = "<missing>"
+    elif isinstance(value, dict | list):
+        value = f"<{type(value).__name__} of {len(value)}>"
+    return RecordError(path or "$", value, err["msg"])
 
 
 _TIMES = ("at", "last_access", "state_changed_at", "successor_at")
@@ -383,10 +391,14 @@ def decode_write(raw: bytes, limits: Limits, document: object = None) -> WriteRe
         return _write_record(raw, limits, key_id, document)
     except RecordError as exc:
         root = exc.field.split(".")[0].split("[")[0]
-        if key_id is None or root not in PRIVATE_FIELDS:
+        if key_id is None:
             raise
         # the reason goes to dead-letter: nothing of a sealed field in the clear, not its path
-        raise RecordError(root, "<sealed>", exc.reason) from None
+        if root in PRIVATE_FIELDS:
+            raise RecordError(root, "<sealed>", exc.reason) from None
+        if isinstance(exc.value, Mapping | list):  # the opened write, or a part of it
+            raise RecordError(exc.field, "<sealed>", exc.reason) from None
+        raise
 
 
 def _reencoded(document: object) -> bytes:

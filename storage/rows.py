@@ -54,6 +54,13 @@ CURRENT = 0
 """``valid_to_us`` of a memory no newer memory has superseded."""
 
 
+def ended_us(valid_to_us: int) -> int:
+    """A superseded version's ``valid_to_us`` as a row holds it: at least 1 µs, since
+    :data:`CURRENT` is 0 (an end at the epoch itself, which event times allow, read as current).
+    """
+    return max(1, valid_to_us)
+
+
 MAX_CONTENT_BYTES = 65_535
 """The collection's ``content`` and ``search_text`` capacity, in UTF-8 bytes."""
 
@@ -193,7 +200,7 @@ def live_values(state: MemoryState) -> tuple[Any, ...]:
         state.card.retention,
         state.card.review_count,
         to_us(next_review) if next_review is not None else 0,
-        to_us(state.valid_to) if state.valid_to is not None else CURRENT,
+        ended_us(to_us(state.valid_to)) if state.valid_to is not None else CURRENT,
         state.superseded_by or "",
     )
 

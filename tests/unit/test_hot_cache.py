@@ -1107,3 +1107,34 @@ def test_an_event_ignored_on_a_deleted_memory_costs_a_few_reads_not_one_per_sear
     assert store.reads - reads <= GONE_GIVE_UP_S / LATE_RETRY_S + 1
     assert cache.ready("acme", RECALL)
     assert [r.memory_id for r in cache.tenant_rows("acme") or []] == ["a", "b"]  # kept, deleted
+
+
+class EndsOnRead(dict[str, Any]):
+    """A cache's loads in flight, whose load of a tenant ends (here: finding the tenant too
+    large) right after ``on_change`` read it in flight, before it made the block to mark."""
+
+    def __init__(self, cache: HotCache, clock: Clock) -> None:
+        super().__init__()
+        self.cache, self.clock = cache, clock
+
+    def get(self, key: str, default: Any = None) -> Any:
+        gate = super().get(key, default)
+        if gate is not None:
+            self.pop(key)
+            self.cache._cold[key] = self.clock.now
+        return gate
+
+
+def test_a_change_told_as_a_load_ends_makes_no_block_that_passes_for_the_tenant() -> None:
+    """on_change saw the load in flight, the load ended (the tenant too large, or its read
+    failed), then on_change made an empty block to mark: the next searches answered from it,
+    holding only the memories changed since (rule zero broken until it was evicted)."""
+    a, b, c = row("a", 1.0), row("b", 0.9, 0.1), row("c", 0.8, 0.2)
+    _, view, cache, clock = setup(a, b, c)
+    loading = EndsOnRead(cache, clock)
+    loading["acme"] = object()  # a load under way in another thread
+    cache._loading = loading
+    view["a"] = live(a, access_count=1)
+    cache.on_change("acme", "a", view["a"])
+    assert "acme" not in cache._blocks
+    assert cache.search("acme", [1.0, 0.0, 0.0, 0.0], 10, RECALL) is None  # Milvus answers

@@ -159,6 +159,37 @@ class TestAccessDefault:
         assert (after.access_count, after.last_access, after.importance) == (1, at, 0.55)
         assert [e.kind for e in effects][:2] == [EffectKind.REVIVED, EffectKind.ACCESSED]
 
+    @pytest.mark.parametrize(
+        "retire",
+        [
+            Retire(T0 + hours(3000), Lifecycle.ARCHIVED, "compressed", merged_into="sum1"),
+            Retire(T0 + hours(3000), Lifecycle.DELETED, "deleted through the API"),
+            Retire(T0 + hours(3000), Lifecycle.FORGOTTEN, "forgotten"),
+        ],
+    )
+    def test_an_access_dated_before_a_retirement_counts_alike_in_either_order(
+        self, retire: Retire
+    ) -> None:
+        """Accesses and decisions come on two topics read apart: an access dated before a
+        compression revived the source when it came second (a replay's order), so the live
+        state and the replay's differed (the source back in recall beside its summary)."""
+        access = Access(T0 + hours(10), AccessKind.RECALL)
+        live, _ = apply(created(0.5), access, DEFAULT)
+        assert live is not None
+        live, _ = apply(live, retire, DEFAULT)
+        replayed, effects = apply(created(0.5), retire, DEFAULT)
+        assert replayed is not None
+        replayed, effects = apply(replayed, access, DEFAULT)
+        assert replayed is not None
+        assert replayed == live
+        assert (replayed.state, replayed.access_count) == (retire.to, 1)
+        assert EffectKind.REVIVED not in [e.kind for e in effects]
+        later, effects = apply(replayed, Access(T0 + hours(3001)), DEFAULT)
+        revives = retire.to is Lifecycle.ARCHIVED  # an access after it: needed again
+        assert later is not None
+        assert (later.state is Lifecycle.ACTIVE) is revives
+        assert (EffectKind.REVIVED in [e.kind for e in effects]) is revives
+
     def test_forgotten_and_deleted_memories_ignore_access(self) -> None:
         for gone in (Lifecycle.FORGOTTEN, Lifecycle.DELETED):
             state = dataclasses.replace(created(0.5), state=gone)

@@ -200,6 +200,37 @@ def test_an_unknown_key_is_an_error_and_an_erased_one_is_not() -> None:
         assert "4711" not in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"at": None}, "at"),  # missing: its "input" was the whole opened write
+        ({"kind": "bogus"}, "kind"),
+        ({"zz": 1}, "zz"),
+        ({"session_id": 5}, "session_id"),
+    ],
+)
+def test_a_sealed_write_refused_for_a_clear_field_keeps_its_sealed_fields_out_of_the_reason(
+    change: dict[str, object], field: str
+) -> None:
+    """A sealed write missing ``at`` was dead-lettered with its opened content and metadata in
+    the reason, in the clear, for the dead-letter topic's 30 days (erasure never reaches it)."""
+    key = new_key("acme", "m1")
+    doc = {k: v for k, v in clear_write(**change).items() if v is not None}
+    with pytest.raises(RecordError) as err:
+        decode_write(orjson.dumps(seal_write(doc, key)), limits(ring_with(key)))
+    assert err.value.field == field
+    for secret in (SECRET_WORDS, "visa", "said at the bank"):
+        assert secret not in str(err.value)
+        assert secret not in repr(err.value.value)
+
+
+def test_a_missing_field_of_a_clear_write_is_named_without_the_object_around_it() -> None:
+    doc = {k: v for k, v in clear_write().items() if k != "at"}
+    with pytest.raises(RecordError) as err:
+        decode_write(orjson.dumps(doc), limits(KeyRing()))
+    assert (err.value.field, err.value.value) == ("at", "<missing>")
+
+
 def test_a_marker_wins_over_a_key_read_after_its_tombstone_was_compacted_away() -> None:
     key = new_key("acme", "m1")
     raw = orjson.dumps(seal_write(clear_write(), key))

@@ -41,6 +41,7 @@ from memcore import (
     resolve_importance,
 )
 from memcore.ids import content_hash, derive_memory_id
+from ranker.hotcache import live_passes
 from storage import Document, Filters, Hit, MemoryRow, StorageError, codec
 from storage.changelogs import Tables as ChangelogTables
 from storage.milvus import ANY_STATE
@@ -61,7 +62,7 @@ from storage.records import (
     encode_access,
     encode_write,
 )
-from storage.rows import from_us, live_values, to_us
+from storage.rows import CURRENT, LIVE_FIELDS, from_us, live_values, to_us
 from storage.tenants import TenantRegistry
 from streams.app import (
     Services,
@@ -202,6 +203,16 @@ def test_the_live_values_read_from_an_encoded_state_are_those_of_the_state(
         superseded_by=superseded_by,
     )
     assert codec.decode_live(codec.encode(decoded)) == live_values(decoded)
+
+
+def test_a_version_superseded_at_the_epoch_itself_is_not_read_as_current() -> None:
+    """Event times may be 1970-01-01T00:00:00Z (an import's placeholder): a version superseded
+    then had ``valid_to_us`` 0, which is CURRENT, and recall served both versions as current."""
+    ended = dataclasses.replace(created(0.5), valid_to=from_us(0), superseded_by="m2")
+    at_recall = Filters(current_at_us=to_us(datetime(2026, 1, 1, tzinfo=UTC)))
+    for values in (live_values(ended), codec.decode_live(codec.encode(ended))):
+        assert values[LIVE_FIELDS.index("valid_to_us")] != CURRENT
+        assert not live_passes(values, at_recall)  # the hot path and the Milvus rows alike
 
 
 def test_codec_keeps_the_user_scope_and_reads_states_written_before_it() -> None:
