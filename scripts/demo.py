@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import KafkaError
 
 from memcore import derive_memory_id
 
@@ -48,8 +50,8 @@ async def main(bootstrap: str, tenant: str, prefix: str) -> None:
     produced = records(tenant, datetime.now(UTC))
     ids = [key.decode().partition("/")[2] for topic, key, _ in produced if topic == "memory-writes"]
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    await producer.start()
-    try:
+    try:  # stopped also when it did not start (else aiokafka warns it is unclosed)
+        await producer.start()
         for topic, key, value in produced:
             await producer.send_and_wait(f"{prefix}{topic}", key=key, value=value)
     finally:
@@ -60,9 +62,9 @@ async def main(bootstrap: str, tenant: str, prefix: str) -> None:
         auto_offset_reset="earliest",
         enable_auto_commit=False,
     )
-    await consumer.start()
     told: set[str] = set()
     try:
+        await consumer.start()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 60
         while loop.time() < deadline:
@@ -93,10 +95,23 @@ def describe(audit: dict[str, Any], ids: list[str], tenant: str) -> str | None:
     )
 
 
-if __name__ == "__main__":
+def cli(argv: list[str] | None = None) -> int:
+    """Run the demo; exit 1 with one line when the broker cannot be reached (no traceback)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
     parser.add_argument("--tenant", default="demo")
     parser.add_argument("--topic-prefix", default="")
-    args = parser.parse_args()
-    asyncio.run(main(args.bootstrap, args.tenant, args.topic_prefix))
+    args = parser.parse_args(argv)
+    try:
+        asyncio.run(main(args.bootstrap, args.tenant, args.topic_prefix))
+    except (KafkaError, OSError) as exc:
+        print(
+            f"cannot reach Kafka at {args.bootstrap} (is `make up` running?): {exc}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(cli())

@@ -20,6 +20,7 @@ from aiokafka.errors import KafkaError
 from memcore import InvalidField, Strategy
 from memcore.ids import check_id
 from memcore.timecheck import check_event_time
+from storage.compacted import CompactedLogError
 from storage.usage import load_settings, plain
 from streams import topics
 from streams.settings import WorkerSettings
@@ -43,6 +44,8 @@ async def consolidate(
     }
     if args.strategies:
         request["strategies"] = args.strategies
+    every = args.tenant == "*"
+    expected = await _tenant_count(settings) if every else 1  # before anything is sent
     consumer = AIOKafkaConsumer(
         settings.topic(topics.AUDIT),
         **settings.kafka().client(),
@@ -59,8 +62,6 @@ async def consolidate(
             settings.topic(topics.CONSOLIDATION), key=args.tenant.encode(), value=value
         )
         found: list[dict[str, Any]] = []
-        every = args.tenant == "*"
-        expected = await _tenant_count(settings) if every else 1
         loop = asyncio.get_running_loop()
         deadline = loop.time() + args.wait
         last: float | None = None
@@ -178,6 +179,9 @@ def main(argv: list[str], prog: str = "python -m streams consolidate") -> int:
         reports = asyncio.run(consolidate(settings, args, request_id))
     except (KafkaError, OSError) as exc:
         print(f"cannot reach the broker at {settings.kafka_bootstrap}: {exc}", file=sys.stderr)
+        return 2
+    except CompactedLogError as exc:  # counting the tenants of "*": nothing was sent
+        print(f"cannot count the tenants, nothing was sent: {exc}", file=sys.stderr)
         return 2
     for report in reports:
         mode = "dry run" if report["dry_run"] else "applied"

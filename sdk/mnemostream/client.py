@@ -77,8 +77,9 @@ class Overloaded(MnemostreamError):  # noqa: N818 - reads as "except Overloaded"
 
 
 class Unreachable(MnemostreamError):  # noqa: N818 - reads as "except Unreachable"
-    """No HTTP reply: the connection failed, broke or timed out (``status`` 0, retriable). A write
-    may have been applied all the same. Safe to send again: ``remember`` (ids derive from the
+    """No usable HTTP reply: the connection failed, broke or timed out, or the reply's body could
+    not be decoded (a proxy's broken gzip) (``status`` 0, retriable). A write may have been
+    applied all the same. Safe to send again: ``remember`` (ids derive from the
     content, or are the caller's: a repeat makes no other memory, though it counts one more
     write, ``write_count``), ``forget``, ``erase_user`` and every read. Not so: ``access`` (a
     repeat counts again) and ``update`` without ``at`` (the server dates each one: a repeat is
@@ -91,7 +92,9 @@ class Unreachable(MnemostreamError):  # noqa: N818 - reads as "except Unreachabl
 
 @contextlib.contextmanager
 def _reached() -> Iterator[None]:
-    """Raise the transport failures of httpx (no reply) as :class:`Unreachable`."""
+    """Raise the transport failures of httpx (no reply) and a reply it cannot decode as
+    :class:`Unreachable`; a request httpx will not send as ValueError.
+    """
     try:
         yield
     except httpx.UnsupportedProtocol as exc:  # a URL without http(s)://: no retry can help
@@ -100,7 +103,7 @@ def _reached() -> Iterator[None]:
     except (httpx.LocalProtocolError, httpx.InvalidURL) as exc:  # httpx will not send it
         msg = f"not a request HTTP can carry: {exc}"  # nor will a retry
         raise ValueError(msg) from exc
-    except httpx.TransportError as exc:
+    except httpx.RequestError as exc:  # transport, decoding, redirects: no reply to read
         raise Unreachable(exc) from exc
 
 

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from storage.tenant_log import TenantLogError
 from streams import cli
 from streams.cli import QUIET_S, arguments, complete, main
 
@@ -112,3 +113,24 @@ def test_no_report_says_the_request_is_queued_under_its_id(
     assert f"request {sent[0]}" in error
     assert "stays queued" in error
     assert "dead-letter" in error
+
+
+def test_every_tenant_whose_count_fails_sends_nothing_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The tenants were counted after the request was sent: a count that failed ended in a
+    traceback naming no request, and a user sent it again."""
+
+    async def unreadable(settings: object) -> int:
+        raise TenantLogError("no answer from the broker")
+
+    def no_client(*args: object, **kwargs: object) -> object:
+        raise AssertionError("a Kafka client was made: the request could have been sent")
+
+    monkeypatch.setattr(cli, "_tenant_count", unreadable)
+    monkeypatch.setattr(cli, "AIOKafkaProducer", no_client)
+    monkeypatch.setattr(cli, "AIOKafkaConsumer", no_client)
+    assert main(["--tenant", "*", "--wait", "1"]) == 2
+    error = capsys.readouterr().err
+    assert "nothing was sent" in error
+    assert "no answer from the broker" in error

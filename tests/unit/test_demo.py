@@ -9,9 +9,11 @@ from pathlib import Path
 from types import ModuleType
 
 import orjson
+import pytest
 
 from storage.records import Limits, RecordError, check_time, decode_access, decode_write
 from storage.tenants import TenantRegistry
+from tests.infra import free_port
 
 DEMO = Path(__file__).resolve().parents[2] / "scripts" / "demo.py"
 NOW = datetime(2026, 12, 4, 12, tzinfo=UTC)
@@ -57,3 +59,14 @@ def test_the_audit_trail_skips_consolidation_reports_and_other_memories() -> Non
     assert line is not None
     assert line.startswith("m-1  created")
     assert "episodic" in line
+
+
+def test_a_broker_it_cannot_reach_is_one_line_and_exit_1(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """It ended in a traceback and aiokafka's "Unclosed AIOKafkaProducer" warning (an error
+    here: warnings are errors in tests)."""
+    assert demo().cli(["--bootstrap", f"127.0.0.1:{free_port()}"]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("cannot reach Kafka at 127.0.0.1:")
+    assert "Traceback" not in error

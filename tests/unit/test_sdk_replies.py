@@ -226,6 +226,20 @@ def test_no_reply_is_unreachable_and_retriable() -> None:
     assert DEFAULT_TIMEOUT_S > 10.0  # above the server's read-your-writes wait
 
 
+def test_a_reply_whose_body_cannot_be_decoded_is_unreachable_and_retriable() -> None:
+    """A proxy's broken gzip escaped both clients as a bare httpx.DecodingError, and ``mnemo
+    load`` ended in a traceback."""
+
+    def broken(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-encoding": "gzip"}, content=b"not gzip")
+
+    for call in (lambda c: c.remember("a"), lambda c: c.get("m1")):
+        for error in both(broken, call):
+            assert isinstance(error, Unreachable), error
+            assert (error.status, error.retriable) == (0, True)
+            assert "DecodingError" in str(error)
+
+
 def test_a_408_is_retriable_and_a_url_without_its_scheme_is_not_unreachable() -> None:
     """The server's 408 (the body did not arrive in time: nothing was read) was not retriable,
     and "localhost:8080" was Unreachable, retriable: a retry loop spun on a setting."""
