@@ -234,7 +234,7 @@ def _access_default(state: MemoryState, event: Access, policy: Policy) -> Result
         )
         new = dataclasses.replace(new, tier=new.tier.promoted())
         effects.append(Effect(EffectKind.PROMOTED, f"{state.tier} -> {new.tier}: {why}"))
-    return _maybe_recompute(state, new, event, policy, effects)
+    return _maybe_recompute(state, new, policy, effects)
 
 
 def _access_powermem(state: MemoryState, event: Access, policy: Policy) -> Result:
@@ -259,7 +259,7 @@ def _access_powermem(state: MemoryState, event: Access, policy: Policy) -> Resul
     if promote_why is not None and new.tier is not Tier.SEMANTIC:
         new = dataclasses.replace(new, tier=new.tier.promoted())
         effects.append(Effect(EffectKind.PROMOTED, f"{state.tier} -> {new.tier}: {promote_why}"))
-    new, effects_tuple = _maybe_recompute(state, new, event, policy, effects)
+    new, effects_tuple = _maybe_recompute(state, new, policy, effects)
     if archive_why is not None:
         new = _retired(new, Lifecycle.ARCHIVED, event)
         effects_tuple = (*effects_tuple, Effect(EffectKind.ARCHIVED, archive_why))
@@ -309,18 +309,20 @@ def _touch(state: MemoryState, event: Access, policy: Policy) -> tuple[MemorySta
 def _maybe_recompute(
     before: MemoryState,
     new: MemoryState,
-    event: Access,
     policy: Policy,
     effects: list[Effect],
 ) -> tuple[MemoryState, tuple[Effect, ...]]:
-    """Step 5: every n-th access or on a tier change, τ and the review schedule start from now."""
+    """Step 5: every n-th access or on a tier change, τ and the review schedule start from now:
+    the latest access (``new.last_access``), so that an access that arrives after a later one
+    (out of order within its partition) never moves the schedule back.
+    """
     tier_changed = new.tier is not before.tier
     nth = new.access_count % policy.lifecycle.recompute_every == 0
     if tier_changed or nth:
         new = dataclasses.replace(
             new,
             tau_hours=policy.decay.tau_hours(new.tier),
-            card=cards.rescheduled(new.card, event.at, new.importance, policy.review),
+            card=cards.rescheduled(new.card, new.last_access, new.importance, policy.review),
         )
         why = "tier change" if tier_changed else f"access #{new.access_count}"
         effects.append(Effect(EffectKind.RESCHEDULED, f"{why}: tau {new.tau_hours:g} h"))

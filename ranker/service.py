@@ -64,6 +64,9 @@ SOURCES_PER_QUERY = 1_000
 """Erased ids one query for the summaries made from them names, at most."""
 
 log = logging.getLogger(__name__)
+
+SPARE = 16
+"""Candidates searched beyond ``k`` when ``k`` reaches the configured number of candidates."""
 Send = Callable[[str, bytes, bytes], Awaitable[Awaitable[object]]]
 """Enqueue one message (topic role, key, value), in call order; returns its delivery to await
 (its result has the ``partition`` and ``offset`` the message got)."""
@@ -317,6 +320,7 @@ class RecallService:
             scored = await self._submit(request)
             at = request.ids.index  # k of ~100 candidates: a scan in C beats building a dict
             results = [Recalled(self._live(rows[at(s.memory_id)]), s) for s in scored]
+            results = [r for r in results if self._still_passes(tenant_id, r.row, query.filters)]
         if not (query.track and results):
             return Recall(results)
         token = await self._produce_all(
@@ -367,9 +371,21 @@ class RecallService:
         """
         return live_passes(self._live_values(row), filters)
 
+    def _still_passes(self, tenant_id: str, row: MemoryRow, filters: Filters) -> bool:
+        """Whether a scored result (``row``: the view's values laid over it) still passes
+        ``filters`` and is not erased: a change the view applied while the request waited for
+        its batch (deleted, superseded, erased meanwhile) is left out, not shown as such.
+        """
+        return live_passes(row_live_values(row), filters) and not self._erased_now(
+            tenant_id, row.memory_id
+        )
+
     def _wanted(self, query: RecallQuery) -> int:
-        """Vector candidates per recall."""
-        return max(self.candidates, query.k)
+        """Vector candidates per recall: ``candidates``, or :data:`SPARE` more than ``k`` where
+        that is more, so that the few left out after the search (erased, retired by the view
+        since Milvus's row) still leave ``k``.
+        """
+        return max(self.candidates, query.k + SPARE)
 
     def _keywords_here(self, query: RecallQuery) -> bool:
         """The request's keyword scores are computed here, over its candidates (:func:`_assemble`)."""

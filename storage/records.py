@@ -459,13 +459,14 @@ def _source_keys(given: Mapping[str, str], sources: Sequence[str]) -> Mapping[st
 
 
 def _tags(tags: Sequence[str], field: str = "tags") -> tuple[str, ...]:
-    """``tags`` if each is 1-``MAX_TAG_CHARS`` bytes; else RecordError naming the first bad one
-    (``field[i]``).
+    """``tags``, each once in the order first given, if each is 1-``MAX_TAG_CHARS`` bytes; else
+    RecordError naming the first bad one (``field[i]``). A repeat held a place of the
+    ``MAX_TAGS`` a memory keeps.
     """
     for i, tag in enumerate(tags):
         if not tag or len(tag.encode("utf-8")) > MAX_TAG_CHARS:
             raise RecordError(f"{field}[{i}]", tag, f"expected 1-{MAX_TAG_CHARS} bytes (UTF-8)")
-    return tuple(tags)
+    return tuple(dict.fromkeys(tags))
 
 
 def checked_tags(field: str, tags: Sequence[str]) -> tuple[str, ...]:
@@ -475,7 +476,7 @@ def checked_tags(field: str, tags: Sequence[str]) -> tuple[str, ...]:
     """
     if len(tags) > MAX_TAGS:
         raise RecordError(field, f"<{len(tags)} tags>", f"at most {MAX_TAGS} tags")
-    return tuple(dict.fromkeys(_tags(tags, field)))
+    return _tags(tags, field)
 
 
 def _checked_time(field: str, at: datetime | None, limits: Limits) -> datetime | None:
@@ -501,7 +502,7 @@ def _write_record(
         tier = Tier.parse(m.memory_type) if m.memory_type is not None else None
     except InvalidField as exc:
         raise RecordError(exc.field, exc.value, exc.reason) from exc
-    _tags(m.tags)
+    tags = _tags(m.tags)
     _no_nul("content", m.content)
     for name, value in (
         ("session_id", m.session_id),
@@ -532,7 +533,7 @@ def _write_record(
         embedding=embedding,
         importance=m.importance,
         memory_type=tier,
-        tags=tuple(m.tags),
+        tags=tags,
         metadata=m.metadata,
         session_id=m.session_id,
         agent_id=m.agent_id,
@@ -776,7 +777,28 @@ def decode_decision(raw: bytes, limits: Limits, document: object = None) -> Deci
             event = Purge(m.at, m.reason, state_changed_at=changed, erase=m.erase)
     except InvalidField as exc:
         raise RecordError(exc.field, exc.value, exc.reason) from exc
+    _not_itself(memory_id, event)
     return DecisionRecord(tenant_id, memory_id, event, m.request_id)
+
+
+_OTHERS = {
+    Absorb: "source",
+    Retire: "merged_into",
+    Supersede: "by",
+    Succeeds: "predecessor",
+    Reinstate: "by",
+    Restore: "by",
+}
+"""The field of each decision that names another memory of the tenant."""
+
+
+def _not_itself(memory_id: str, event: DecisionEvent) -> None:
+    """RecordError naming the field when a decision names its own memory as the other one (a
+    memory absorbing itself doubled its counters, then its retire deleted it into itself).
+    """
+    field_name = _OTHERS.get(type(event))
+    if field_name is not None and getattr(event, field_name) == memory_id:
+        raise RecordError(field_name, memory_id, "names the memory itself (memory_id)")
 
 
 def decode_consolidation(raw: bytes, limits: Limits) -> ConsolidationRequest:

@@ -239,3 +239,87 @@ def test_a_tenant_evicted_after_ready_is_not_loaded_on_the_event_loop() -> None:
     assert recalled(hot) == [("a", "active"), ("b", "active")]
     assert readers  # loaded again, for this recall
     assert threading.main_thread().name not in readers  # in a thread, not on the loop
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"state": "deleted"},
+        {"state": "forgotten"},
+        {"valid_to_us": 4_000_000, "superseded_by": "b"},
+    ],
+    ids=["deleted", "forgotten", "superseded"],
+)
+def test_a_change_the_view_applies_while_the_batch_scores_leaves_the_memory_out(
+    change: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The view's change came after the candidates were judged and before the answer: the
+    recall returned the memory shown deleted, forgotten or superseded."""
+    a, b = row("a", 1.0), row("b", 0.9, 0.1)
+    store, view = FakeMilvus(a, b), FakeView()
+    view.live["acme", "a"] = live(a)
+    for service in services(store, view):
+        scoring = service._submit
+
+        async def changed_meanwhile(request: Any, scoring: Any = scoring) -> Any:
+            view.live["acme", "a"] = live(a, **change)  # the view's follower ran at this await
+            return await scoring(request)
+
+        monkeypatch.setattr(service, "_submit", changed_meanwhile)
+        view.live["acme", "a"] = live(a)
+        assert recalled(service) == [("b", "active")]
+
+
+class ErasedKeys:
+    """The keys this ranker knows: ``erased`` holds (tenant, memory) pairs erased."""
+
+    def __init__(self) -> None:
+        self.erased: set[tuple[str, str]] = set()
+
+    def erased_memory(self, tenant_id: str, memory_id: str) -> bool:
+        return (tenant_id, memory_id) in self.erased
+
+    async def catch_up(self) -> None:
+        return None
+
+
+def test_a_memory_erased_while_the_batch_scores_is_not_returned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    a, b = row("a", 1.0), row("b", 0.9, 0.1)
+    store, view = FakeMilvus(a, b), FakeView()
+    for service in services(store, view):
+        keys = ErasedKeys()
+        monkeypatch.setattr(service, "keys", keys)
+        scoring = service._submit
+
+        async def erased_meanwhile(
+            request: Any, scoring: Any = scoring, keys: ErasedKeys = keys
+        ) -> Any:
+            keys.erased.add(("acme", "a"))  # an erasure through this ranker, meanwhile
+            return await scoring(request)
+
+        monkeypatch.setattr(service, "_submit", erased_meanwhile)
+        assert recalled(service) == [("b", "active")]
+
+
+def test_a_k_as_large_as_the_candidates_still_returns_k_when_one_is_left_out() -> None:
+    """With k equal to the candidates searched, a memory left out after the search (retired by
+    the view before Milvus's row) was not replaced: k - 1 results."""
+    rows = [row(f"m{i}", 1.0, 0.1 * i) for i in range(6)]
+    store, view = FakeMilvus(*rows), FakeView()
+    view.live["acme", "m0"] = live(rows[0], state="deleted")  # the best match, retired
+    none = cast(Any, None)
+    service = RecallService(
+        cast(Any, store), none, none, view=cast(Any, view), kernel_thread=False, candidates=3
+    )
+    query = RecallQuery(None, (1.0, 0.0, 0.0, 0.0), 3, AT, RecallPolicy(), RECALL, track=False)
+
+    async def main() -> list[str]:
+        await service.start()
+        try:
+            return [r.row.memory_id for r in (await service.recall("acme", query)).results]
+        finally:
+            await service.stop()
+
+    assert asyncio.run(main()) == ["m1", "m2", "m3"]

@@ -190,6 +190,18 @@ class TestAccessDefault:
         assert (later.state is Lifecycle.ACTIVE) is revives
         assert (EffectKind.REVIVED in [e.kind for e in effects]) is revives
 
+    def test_an_access_arriving_after_a_later_one_never_moves_the_schedule_back(self) -> None:
+        """The schedule was recomputed from the late access's own time: last_access on day
+        50, the next review due before it (accesses in another order, another state)."""
+        policy = Policy.build(overrides={"lifecycle": {"recompute_every": 1}})
+        later, _ = apply(created(0.5), Access(T0 + hours(1200)), policy)
+        assert later is not None
+        late, _ = apply(later, Access(T0 + hours(10)), policy)
+        assert late is not None
+        assert late.last_access == T0 + hours(1200)
+        assert late.card.next_review is not None
+        assert late.card.next_review > late.last_access  # scheduled from the latest access
+
     def test_forgotten_and_deleted_memories_ignore_access(self) -> None:
         for gone in (Lifecycle.FORGOTTEN, Lifecycle.DELETED):
             state = dataclasses.replace(created(0.5), state=gone)

@@ -134,6 +134,12 @@ def test_good_write_and_derived_id() -> None:
     assert record.at == datetime(2026, 3, 1, 12, tzinfo=UTC)
 
 
+def test_a_write_repeating_a_tag_holds_it_once_in_the_order_first_given() -> None:
+    """("a", "a", "a") was stored as given: each repeat took a place of the 64 a memory keeps."""
+    record = decode_write(write_bytes(tags=["b", "a", "b", "a", "c"]), LIMITS)
+    assert record.tags == ("b", "a", "c")
+
+
 def test_access_records() -> None:
     good = encode_access({"tenant_id": "acme", "memory_id": "m1", "at": AT, "kind": "recall"})
     assert decode_access(good, LIMITS).kind.value == "recall"
@@ -589,6 +595,13 @@ def decision_bytes(**kw: object) -> bytes:
         # pydantic reads number text as Unix seconds: a time the producer never meant
         ({"decision": "purge", "state_changed_at": "1700000000"}, "state_changed_at"),
         ({"decision": "reinstate", "by": "m2", "successor_at": "1.7e9"}, "successor_at"),
+        # naming its own memory as the other one: it absorbed itself, doubling its counters
+        ({"decision": "absorb", "source": "m1", "to": None}, "source"),
+        ({"merged_into": "m1"}, "merged_into"),
+        ({"decision": "supersede", "by": "m1"}, "by"),
+        ({"decision": "succeeds", "predecessor": "m1"}, "predecessor"),
+        ({"decision": "reinstate", "by": "m1"}, "by"),
+        ({"decision": "restore", "by": "m1"}, "by"),
     ],
 )
 def test_bad_decisions_name_their_field(kw: dict[str, object], field: str) -> None:
