@@ -94,6 +94,11 @@ class Item:
             ("" for neither).
         summary_of: for a summary, the ids of the memories it compresses (a memory merged into
             it and not among them is a duplicate, :func:`merged_duplicate`).
+        claims: what near-identical wording may still differ in (:func:`claims_of`): a near
+            duplicate is merged only into a memory with the same.
+        text_hash: hash of its indexed text, content and ``context`` ("" unknown): a duplicate
+            is merged only into a memory with the same (the same words said on another day
+            are another memory, found by that day's words).
     """
 
     memory_id: str
@@ -119,6 +124,24 @@ class Item:
     valid_to: datetime | None = None
     merged_into: str = ""
     summary_of: tuple[str, ...] = ()
+    claims: tuple[str, ...] = ()
+    text_hash: str = ""
+
+
+_NUMBER = re.compile(r"\d+(?:[.:,/-]\d+)*(?:\s*(?:am|pm)\b)?")
+_DENIAL = re.compile(
+    r"\b(?:no longer|not|never|no|none|nothing|nobody|neither|nor|without)\b|n't\b"
+)
+
+
+def claims_of(content: str) -> tuple[str, ...]:
+    """The numbers (amounts, dates, times with am/pm) and the denials of ``content``, in order:
+    texts an embedding puts within a near duplicate's cosine (0.96-0.99 for "is allergic" and
+    "is not allergic", "at 3pm" and "at 4pm") that say something else. Case and spacing aside.
+    """
+    text = content.lower()
+    numbers = ["".join(m.group(0).split()) for m in _NUMBER.finditer(text)]
+    return (*numbers, *(m.group(0) for m in _DENIAL.finditer(text)))
 
 
 @dataclass(frozen=True)
@@ -163,9 +186,13 @@ def pairwise_neighbours(items: Sequence[Item], min_cosine: float) -> dict[str, s
     return out
 
 
-def greedy_groups(items: Sequence[Item], neighbours: Neighbours) -> list[list[Item]]:
+def greedy_groups(
+    items: Sequence[Item], neighbours: Neighbours, *, same_claims: bool = False
+) -> list[list[Item]]:
     """Oldest-first greedy grouping: each unassigned memory founds a group that takes its unassigned
-    neighbours of the same scope. Groups of one are included; the founder is first.
+    neighbours of the same scope (and with ``same_claims``, the founder's :attr:`Item.claims`
+    and context).
+    Groups of one are included; the founder is first.
     """
     by_id = {i.memory_id: i for i in items}
     assigned: set[str] = set()
@@ -177,12 +204,19 @@ def greedy_groups(items: Sequence[Item], neighbours: Neighbours) -> list[list[It
         members = [
             by_id[n]
             for n in neighbours.get(item.memory_id, ())
-            if n in by_id and n not in assigned and by_id[n].scope == item.scope
+            if n in by_id
+            and n not in assigned
+            and by_id[n].scope == item.scope
+            and (not same_claims or _same_claims(by_id[n], item))
         ]
         members = age_order(members)
         assigned.update(m.memory_id for m in members)
         groups.append([item, *members])
     return groups
+
+
+def _same_claims(a: Item, b: Item) -> bool:
+    return a.claims == b.claims and a.text_hash == b.text_hash
 
 
 def _merge(group: Sequence[Item], reason: str) -> Decision:
@@ -192,10 +226,10 @@ def _merge(group: Sequence[Item], reason: str) -> Decision:
 
 
 def exact_duplicates(items: Sequence[Item]) -> list[Decision]:
-    """Same content hash and scope -> keep the oldest, merge the others into it."""
+    """Same content hash, context and scope -> keep the oldest, merge the others into it."""
     by_hash: dict[str, list[Item]] = {}
     for item in age_order(items):
-        by_hash.setdefault(f"{item.scope}{item.content_hash}", []).append(item)
+        by_hash.setdefault(f"{item.scope}{item.content_hash}/{item.text_hash}", []).append(item)
     return [
         _merge(group, f"exact duplicate: content hash {group[0].content_hash[:12]}")
         for group in by_hash.values()
@@ -206,10 +240,14 @@ def exact_duplicates(items: Sequence[Item]) -> list[Decision]:
 def semantic_duplicates(
     items: Sequence[Item], neighbours: Neighbours, min_cosine: float
 ) -> list[Decision]:
-    """Groups of near-identical memories (cosine >= ``min_cosine`` to the oldest) -> merge."""
+    """Groups of near-identical memories (cosine >= ``min_cosine`` to the oldest, the same
+    numbers and denials, :func:`claims_of`, and the same context) -> merge. A neighbour that
+    says another number or denies what the oldest says is no duplicate: merged, its words
+    would leave recall (rule zero); compression may still summarise both.
+    """
     return [
         _merge(group, f"near duplicate: cosine >= {min_cosine} to {group[0].memory_id}")
-        for group in greedy_groups(items, neighbours)
+        for group in greedy_groups(items, neighbours, same_claims=True)
         if len(group) > 1
     ]
 

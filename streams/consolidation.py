@@ -24,7 +24,7 @@ from memcore import (
     plan,
     to_events,
 )
-from memcore.consolidation import Neighbours, fold, summarise
+from memcore.consolidation import Neighbours, claims_of, fold, summarise
 from memcore.ids import content_hash
 from memcore.state import Access, Event, Write, absorbed_relations
 from memcore.supersession import SupersessionPolicy, states_fact
@@ -62,6 +62,8 @@ def item_of(row: MemoryRow, rules: SupersessionPolicy | None = None) -> Item:
         tags=tuple(row.tags),
         relations=tuple(row.relations),
         fact=rules is not None and states_fact(row.content, rules),
+        claims=claims_of(row.content),
+        text_hash=content_hash(row.search_text),
     )
 
 

@@ -37,6 +37,7 @@ from memcore import (
     unkept_summary,
 )
 from memcore.consolidation import (
+    claims_of,
     compression_clusters,
     extractive_summary,
     greedy_groups,
@@ -113,6 +114,57 @@ def test_semantic_dedup_threshold() -> None:
     (decision,) = plan("t", items, T0 + hours(5), POLICY, [Strategy.SEMANTIC_DEDUP])
     assert (decision.target, decision.sources) == ("old", ("near",))
     assert "0.95" in decision.reason
+
+
+@pytest.mark.parametrize(
+    ("older", "newer"),
+    [
+        ("User is allergic to peanuts.", "User is not allergic to peanuts."),
+        ("User is allergic to peanuts.", "User isn't allergic to peanuts anymore."),
+        (
+            "Bob's flight leaves at 9:15 from gate B12.",
+            "Bob's flight leaves at 9:45 from gate B12.",
+        ),
+        ("The meeting is at 3pm.", "The meeting is at 3 am."),
+        ("Rent is 1,200 a month.", "Rent is 1,250 a month."),
+    ],
+)
+def test_a_near_duplicate_saying_another_number_or_a_denial_is_not_merged(
+    older: str, newer: str
+) -> None:
+    """MiniLM puts these within the near-duplicate cosine (0.96-0.99): the newer one, a user's
+    correction, was deleted into the older, and no recall found it again (rule zero)."""
+    items = [
+        item("old", (1.0, 0.0), 0, older, claims=claims_of(older)),
+        item("new", (1.0, 0.01), 1, newer, claims=claims_of(newer)),
+    ]
+    assert plan("t", items, T0 + hours(5), POLICY, [Strategy.SEMANTIC_DEDUP]) == []
+    (summary,) = plan("t", items, T0 + hours(5), POLICY, [Strategy.COMPRESS])
+    assert summary.sources == ("old", "new")  # both sentences kept, in a summary
+
+
+def test_a_near_duplicate_with_the_same_numbers_and_denials_is_merged() -> None:
+    older, newer = "Bob's flight is NOT at 9:15 pm.", "bob's flight is not at 9:15pm!"
+    assert claims_of(older) == claims_of(newer) == ("9:15pm", "not")
+    items = [
+        item("old", (1.0, 0.0), 0, older, claims=claims_of(older)),
+        item("new", (1.0, 0.01), 1, newer, claims=claims_of(newer)),
+    ]
+    (merge,) = plan("t", items, T0 + hours(5), POLICY, [Strategy.SEMANTIC_DEDUP])
+    assert (merge.target, merge.sources) == ("old", ("new",))
+
+
+def test_the_same_words_with_another_context_are_not_merged() -> None:
+    """Exact dedup merged on the content alone: the duplicate's context (another day's date,
+    who spoke before) left recall with it, and a recall by those words found nothing."""
+    items = [
+        item("turn-17", (1.0, 0.0), 0, "ok", text_hash=content_hash("ok [8 May] dentist")),
+        item("turn-90", (1.0, 0.0), 1, "ok", text_hash=content_hash("ok [9 June] holiday")),
+        item("turn-91", (1.0, 0.0), 2, "ok", text_hash=content_hash("ok [9 June] holiday")),
+    ]
+    for strategy in (Strategy.EXACT_DEDUP, Strategy.SEMANTIC_DEDUP):
+        (merge,) = plan("t", items, T0 + hours(5), POLICY, [strategy])
+        assert (merge.target, merge.sources) == ("turn-90", ("turn-91",))
 
 
 def test_greedy_groups_are_not_transitive() -> None:
