@@ -17,6 +17,7 @@ import asyncio
 import time
 from collections import deque
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -138,13 +139,29 @@ def _event(raw: bytes | None, tenant_id: str) -> list[dict[str, Any]]:
         return []
     if not isinstance(value, dict) or value.get("tenant_id") != tenant_id:
         return []
+    after = value.get("after")
+    if isinstance(after, dict) and "last_access" in after:
+        after = {**after, "last_access": _in_utc(after["last_access"])}
     return [
         {
             "kind": value.get("kind"),
             "reason": value.get("reason"),
-            "at": value.get("at"),
+            "at": _in_utc(value.get("at")),
             "source": value.get("source"),
             "offset": value.get("offset"),
-            "after": value.get("after"),
+            "after": after,
         }
     ]
+
+
+def _in_utc(at: object) -> object:
+    """An audit record's time in UTC, as every other route shows times (records written before
+    the worker wrote them so kept the writer's offset); anything else as it is.
+    """
+    if not isinstance(at, str):
+        return at
+    try:
+        when = datetime.fromisoformat(at)
+    except ValueError:
+        return at
+    return when.astimezone(UTC).isoformat() if when.tzinfo is not None else at

@@ -2,8 +2,11 @@
 
 The ids come from the state view (every memory the worker's table holds, so a page never misses
 one that Milvus is slow to show); the rows and the filters are Milvus's, asked for a chunk of ids at
-a time. A cursor is the last id of the previous page: pages stay consistent while memories are
-written (a new memory appears on a later page when its id sorts after the cursor, never twice).
+a time. A page's position is the last id of the previous page: pages stay consistent while
+memories are written (a new memory appears on a later page when its id sorts after the cursor,
+never twice). The public cursor (:func:`listing_cursor`) adds the time the listing is current at,
+fixed by its first page (a version superseded while the later pages are read is still listed), and
+which listing it belongs to (another tenant's or other filters' cursor is refused).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import base64
 import binascii
 import bisect
 import dataclasses
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -42,9 +46,53 @@ def encode_cursor(memory_id: str) -> str:
 
 def decode_cursor(cursor: str) -> str:
     """The memory id a cursor stands for; InvalidField (``cursor``) for one we did not issue."""
+    text = _text(cursor)
     try:
-        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         return check_id("cursor", text)
+    except ValueError as exc:
+        raise InvalidField("cursor", cursor, "not a cursor this service gave") from exc
+
+
+LISTING_CURSOR = "2/"
+"""The prefix of a listing's cursor text (an id holds no ``/``: an older cursor is an id alone)."""
+
+
+def listing_of(tenant_id: str, filters: Filters) -> str:
+    """What a listing's cursor is bound to: its tenant and its filters (but the time), hashed."""
+    named = dataclasses.replace(filters, current_at_us=None, memory_ids=())
+    history = filters.current_at_us is None
+    return hashlib.sha256(f"{tenant_id}\x00{named!r}\x00{history}".encode()).hexdigest()[:16]
+
+
+def listing_cursor(position: str, as_of_us: int, listing: str) -> str:
+    """The cursor of the page after ``position`` (:func:`page`'s cursor) of the listing
+    ``listing`` (:func:`listing_of`), current at ``as_of_us`` (µs, its first page's time).
+    """
+    text = f"{LISTING_CURSOR}{listing}/{as_of_us}/{decode_cursor(position)}"
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def read_listing_cursor(cursor: str, listing: str) -> tuple[str, int | None]:
+    """The memory id a listing's cursor continues after and the time its listing is current at
+    (µs; None for a cursor given before cursors carried it: now). InvalidField (``cursor``) for
+    one we did not give, or gave another listing (another tenant, other filters).
+    """
+    text = _text(cursor)
+    if not text.startswith(LISTING_CURSOR):
+        return check_id("cursor", text), None
+    made_for, _, rest = text[len(LISTING_CURSOR) :].partition("/")
+    as_of, _, memory_id = rest.partition("/")
+    if made_for != listing:
+        raise InvalidField("cursor", cursor, "given for another listing (other filters or tenant)")
+    try:
+        return check_id("cursor", memory_id), int(as_of)
+    except ValueError as exc:
+        raise InvalidField("cursor", cursor, "not a cursor this service gave") from exc
+
+
+def _text(cursor: str) -> str:
+    try:
+        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
     except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
         raise InvalidField("cursor", cursor, "not a cursor this service gave") from exc
 

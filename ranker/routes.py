@@ -6,6 +6,7 @@ like a missing one. Reads take ``after`` (read-your-writes tokens) like recall a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
@@ -21,7 +22,7 @@ from memcore import InvalidField, Tier, derive_memory_id
 from memcore.ids import check_id
 from ranker.errors import Unavailable
 from ranker.history import AuditLog
-from ranker.listing import decode_cursor
+from ranker.listing import decode_cursor, listing_cursor, listing_of, read_listing_cursor
 from ranker.problems import CONFLICT, NOT_FOUND
 from ranker.service import RecallService
 from ranker.tokens import TokenSeal
@@ -368,20 +369,21 @@ def _listing(api: FastAPI, service: RecallService, seal: TokenSeal) -> None:
         ):
             checked_scope(name, value)
         session = session_of(session_id, run_id, "run_id")
+        now = datetime.now(UTC)
         filters = _list_filters(
-            state,
-            memory_type,
-            tag,
-            agent_id,
-            session,
-            user_id,
-            include_history,
-            datetime.now(UTC),
+            state, memory_type, tag, agent_id, session, user_id, include_history, now
         )
-        after_id = decode_cursor(cursor) if cursor is not None else None
+        listing = listing_of(who.tenant_id, filters)
+        after_id, as_of_us = None, to_us(now)
+        if cursor is not None:  # the listing stays current at its first page's time
+            after_id, given_as_of = read_listing_cursor(cursor, listing)
+            as_of_us = given_as_of if given_as_of is not None else as_of_us
+        if filters.current_at_us is not None:
+            filters = dataclasses.replace(filters, current_at_us=as_of_us)
         waits = await seal.read(after, who.tenant_id)
         found = await service.list_page(who.tenant_id, filters, after_id, limit, waits)
-        return {"memories": [memory_json(r) for r in found.rows], "cursor": found.cursor}
+        next_page = found.cursor and listing_cursor(found.cursor, as_of_us, listing)
+        return {"memories": [memory_json(r) for r in found.rows], "cursor": next_page}
 
     @api.get("/v1/export", response_class=StreamingResponse)
     async def export(

@@ -596,6 +596,8 @@ class StreamWorker:
                 stated.append((*found, said.at))
         if not stated:
             return None
+        if llm is not None:  # its questions quote the neighbours: none erased since (below)
+            await self.keys.read_through()
         # one search per scope: a statement supersedes memories of its own user and agent only
         # (any session), and the nearest of the tenant's other users would crowd those out
         by_scope: dict[tuple[str, str], list[int]] = {}
@@ -635,6 +637,9 @@ class StreamWorker:
                         (h.row.agent_id, h.row.user_id),  # a row holds "" for none
                     )
                     for h in supersedable(hits, self.processor.state, at)
+                    # an erased row may await its purge: its words go to no LLM, nor is it
+                    # superseded (the erasure's 200 came before this worker applied its purge)
+                    if not self.keys.erased_memory(tenant_id, h.row.memory_id)
                 ],
             )
             for (state, doc, at), hits in zip(

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import orjson
@@ -1029,7 +1029,7 @@ def audit_value(state: MemoryState, effect: Effect, message: Inbound, at: dateti
             "memory_id": state.memory_id,
             "kind": effect.kind.value,
             "reason": effect.reason,
-            "at": at.isoformat(),
+            "at": at.astimezone(UTC).isoformat(),  # in UTC, as every route shows times
             "source": message.position.source,
             "offset": message.position.offset,
             "after": {
@@ -1039,7 +1039,7 @@ def audit_value(state: MemoryState, effect: Effect, message: Inbound, at: dateti
                 "access_count": state.access_count,
                 "recall_count": state.recall_count,
                 "write_count": state.write_count,
-                "last_access": state.last_access.isoformat(),
+                "last_access": state.last_access.astimezone(UTC).isoformat(),
             },
         }
     )

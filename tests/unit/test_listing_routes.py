@@ -7,12 +7,14 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi.security import HTTPAuthorizationCredentials
 
 from ranker.api import create_api
 from ranker.applied import Token
-from ranker.listing import Page
+from ranker.listing import Page, encode_cursor
 from ranker.service import RecallService
 from ranker.tokens import TokenSeal
+from ranker.wire import presented_key
 from storage import Filters, MilvusConfig, MilvusStore
 from storage.embedding import Hashing
 from storage.tenants import TenantRegistry
@@ -148,6 +150,15 @@ async def test_a_method_the_path_does_not_serve_names_every_method_it_does(
     assert (reply.status_code, reply.headers["allow"]) == (405, allowed), reply.text
 
 
+async def test_a_request_presenting_both_keys_is_the_bearers() -> None:
+    """README: the bearer token first, else X-API-Key; a client sending both (a proxy adding
+    one) is the bearer's tenant, not the header's."""
+    bearer = HTTPAuthorizationCredentials(scheme="Bearer", credentials=" bearer-key ")
+    assert presented_key(bearer, "header-key") == "bearer-key"
+    assert presented_key(None, "header-key") == "header-key"
+    assert presented_key(None, None) is None
+
+
 @pytest.mark.parametrize("url", ["/v1/memories?userId=ann", "/v1/recall?k=5"])
 async def test_a_wrong_key_is_a_401_before_a_query_parameter_is_judged(url: str) -> None:
     """The parameter check ran before the key's: a caller with no key learnt the route's
@@ -161,3 +172,54 @@ async def test_a_wrong_key_is_a_401_before_a_query_parameter_is_judged(url: str)
         kw: dict[str, Any] = {"json": {"query": "tea"}} if method == "POST" else {}
         reply = await http.request(method, url, headers={"X-API-Key": "nope-0123456789"}, **kw)
     assert reply.status_code == 401, reply.text
+
+
+class Pages(Reads):
+    """Answers every page with one memory's worth of cursor (after ``m1``), recording what the
+    route asked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[tuple[Filters, str | None]] = []
+
+    async def list_page(self, tenant_id: str, filters: Filters, *args: Any, **kw: Any) -> Page:
+        self.asked.append((filters, args[0]))
+        return Page([], encode_cursor("m1"))
+
+
+async def test_the_pages_of_a_listing_are_current_at_its_first_pages_time() -> None:
+    """Each page was filtered as of its own request: a memory updated between two pages, its
+    new version's id before the cursor, was in no page (the old version no longer current)."""
+    service = Pages()
+    first = await call(service, "GET", "/v1/memories?limit=1")
+    cursor = first.json()["cursor"]
+    second = await call(service, "GET", f"/v1/memories?limit=1&cursor={cursor}")
+    assert second.status_code == 200, second.text
+    (one, _), (two, after_id) = service.asked
+    assert one.current_at_us is not None
+    assert two.current_at_us == one.current_at_us
+    assert after_id == "m1"
+    history = await call(service, "GET", "/v1/memories?include_history=true")
+    more = history.json()["cursor"]
+    await call(service, "GET", f"/v1/memories?include_history=true&cursor={more}")
+    assert [f.current_at_us for f, _ in service.asked[2:]] == [None, None]
+
+
+@pytest.mark.parametrize(
+    "other",
+    ["/v1/memories?user_id=bob", "/v1/memories?tag=x", "/v1/memories?include_history=true"],
+)
+async def test_a_cursor_given_for_another_listing_is_a_422_naming_it(other: str) -> None:
+    """A cursor of ann's listing used for bob's skipped bob's memories before it, silently."""
+    service = Pages()
+    first = await call(service, "GET", "/v1/memories?user_id=ann")
+    reply = await call(service, "GET", f"{other}&cursor={first.json()['cursor']}")
+    assert (reply.status_code, reply.json()["field"]) == (422, "cursor"), reply.text
+    assert "another listing" in reply.json()["detail"]
+
+
+async def test_a_cursor_given_before_cursors_carried_their_time_still_pages_on() -> None:
+    service = Pages()
+    reply = await call(service, "GET", f"/v1/memories?cursor={encode_cursor('m7')}")
+    assert reply.status_code == 200, reply.text
+    assert service.asked[0][1] == "m7"

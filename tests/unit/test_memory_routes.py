@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import httpx
@@ -12,14 +12,16 @@ import orjson
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
-from memcore import InvalidField
+from memcore import Effect, EffectKind, InvalidField
 from ranker.history import _event, partition_of
 from ranker.listing import CHUNK, SCAN_MAX, decode_cursor, encode_cursor, page
 from ranker.routes import UpdateBody, new_version
 from storage import Filters, MemoryRow, MilvusStore, to_us
 from storage.records import Limits, RecordError
 from storage.tenants import TenantRegistry
+from streams.processor import Inbound, audit_value
 from tests.rows import make_row
+from tests.unit.helpers import created as created_state
 from tests.unit.test_user_scope import AUTH, Produced, service_and_client
 
 NOW = datetime(2026, 3, 1, 12, tzinfo=UTC)
@@ -294,3 +296,26 @@ async def test_an_update_retried_with_its_time_written_otherwise_is_the_same_ver
     assert len(versions) == 1
     later = orjson.dumps({"content": "Alice lives in Porto", "at": "2026-03-01T12:00:01Z"})
     assert (await _patched(monkeypatch, old, later)).json()["memory_id"] not in versions
+
+
+def test_history_shows_times_in_utc_as_every_other_route_does() -> None:
+    """An audit record kept the writer's offset (``…T14:00:00+02:00`` beside a memory's
+    ``created_at`` of ``…T12:00:00+00:00``): one history mixed offsets, and sorting ``at`` as
+    text gave the wrong order. The worker writes UTC; records written before are shown in it."""
+    state = dataclasses.replace(
+        created_state(), last_access=datetime(2026, 3, 1, 14, tzinfo=timezone(timedelta(hours=2)))
+    )
+    at = datetime(2026, 3, 1, 15, tzinfo=timezone(timedelta(hours=2)))
+    effect = Effect(EffectKind.ACCESSED, "get access #1")
+    value = orjson.loads(audit_value(state, effect, Inbound("a", 0, 7, b"k", b"v"), at))
+    assert (value["at"], value["after"]["last_access"]) == (
+        "2026-03-01T13:00:00+00:00",
+        "2026-03-01T12:00:00+00:00",
+    )
+    old = {**value, "at": "2026-03-01T15:00:00+02:00"}
+    old["after"] = {**value["after"], "last_access": "2026-03-01T14:00:00+02:00"}
+    (shown,) = _event(orjson.dumps(old), state.tenant_id)
+    assert (shown["at"], shown["after"]["last_access"]) == (
+        "2026-03-01T13:00:00+00:00",
+        "2026-03-01T12:00:00+00:00",
+    )

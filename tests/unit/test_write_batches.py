@@ -1600,3 +1600,30 @@ async def test_a_merged_duplicates_key_is_erased_though_its_purges_batch_is_appl
     assert state.purged
     assert keys.erased == [("acme", ["d1"])]
     assert keys.only == [{"d1": {key.key_id}}]
+
+
+async def test_a_memory_erased_before_the_worker_applied_its_purge_is_in_no_llm_question(
+    tmp_path: Path,
+) -> None:
+    """Between an erasure's 200 and this worker applying its purge, the erased memory's row was
+    still a neighbour of a new statement: its words went to the LLM in a supersession question,
+    and it was superseded."""
+
+    class Asked(Llm):
+        def __init__(self) -> None:
+            super().__init__('{"replaces": [1]}')
+            self.prompts: list[str] = []
+
+        async def ask(self, prompt: str, hung: object = None) -> str | None:
+            self.prompts.append(prompt)
+            return self.reply
+
+    w = Worker(tmp_path, Embedder({}))
+    keys = with_keys(w, KeyRing())
+    await stated_after_osaka(w, "acme")
+    llm = Asked()
+    w.worker.services.llm = llm  # type: ignore[assignment]
+    keys.arriving = [[marker("A")]]  # the ranker's erasure of A, on the keys topic by now
+    sent = await w.writes(newer("acme"))
+    assert not any("Osaka" in prompt for prompt in llm.prompts)
+    assert superseded(sent) == []
