@@ -139,12 +139,18 @@ def live_passes(values: Sequence[Any], filters: Filters) -> bool:
     a candidate Milvus found under an older state (the worker writes its table, whose changelog
     feeds the view, before the row) is judged as the hot cache judges it.
     """
-    if filters.states and str(values[_STATE]) not in filters.states:
+    return passes(str(values[_STATE]), str(values[_TIER]), int(values[_VALID_TO]), filters)
+
+
+def passes(state: str, tier: str, valid_to_us: int, filters: Filters) -> bool:
+    """Whether a memory in ``state`` and ``tier``, current until ``valid_to_us`` (0: still
+    current), passes what ``filters`` ask of them (:func:`live_passes`).
+    """
+    if filters.states and state not in filters.states:
         return False
-    if filters.tiers and str(values[_TIER]) not in filters.tiers:
+    if filters.tiers and tier not in filters.tiers:
         return False
-    valid_to = int(values[_VALID_TO])
-    return filters.current_at_us is None or valid_to == 0 or valid_to > filters.current_at_us
+    return filters.current_at_us is None or valid_to_us == 0 or valid_to_us > filters.current_at_us
 
 
 def search_device(name: str) -> torch.device | None:

@@ -36,7 +36,7 @@ from memcore.policy import DecayPolicy, RecallPolicy
 from ranker.applied import AppliedOffsets, Token
 from ranker.batcher import Batcher, BatchStats, Overloaded
 from ranker.errors import Unavailable
-from ranker.hotcache import HotCache, HotHits, LiveColumns, live_passes
+from ranker.hotcache import HotCache, HotHits, LiveColumns, live_passes, passes
 from ranker.kernel import (
     OUT_OF_MEMORY,
     RankRequest,
@@ -376,7 +376,7 @@ class RecallService:
         ``filters`` and is not erased: a change the view applied while the request waited for
         its batch (deleted, superseded, erased meanwhile) is left out, not shown as such.
         """
-        return live_passes(row_live_values(row), filters) and not self._erased_now(
+        return passes(row.state, row.tier, row.valid_to_us, filters) and not self._erased_now(
             tenant_id, row.memory_id
         )
 

@@ -491,6 +491,18 @@ def test_a_survivor_takes_the_later_last_access_and_the_tags_of_what_it_absorbs(
     assert (older.last_access, older.tags) == (survivor.last_access, ("work",))
 
 
+def test_a_survivor_full_of_tags_keeps_its_own_when_it_absorbs_more() -> None:
+    """A survivor at ``MAX_TAGS`` merging a duplicate keeps its own tags (a filter by one of
+    them still finds it); the duplicate's do not fit."""
+    own = tuple(f"own{i}" for i in range(MAX_TAGS))
+    survivor = dataclasses.replace(created(0.3, memory_id="a"), tags=own)
+    merged, _ = apply(
+        survivor, Absorb(T0 + hours(1), "b", 0, 0, 1, 0.5, "dup", None, ("dup-a",)), DEFAULT
+    )
+    assert merged is not None
+    assert merged.tags == own
+
+
 def test_a_rewrite_stating_a_higher_tier_moves_the_memory_up_never_down() -> None:
     first = created(0.4)
     assert first.tier is Tier.WORKING

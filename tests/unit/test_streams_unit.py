@@ -957,6 +957,8 @@ def test_scheduled_consolidation_spreads_one_request_per_tenant() -> None:
         Retire(T, Lifecycle.ARCHIVED, "compressed into s", "s", content_hash("Ann likes tea.")),
         Fade(T, "swept"),
         Supersede(T, "m9", "newer value"),
+        # an LLM's: it does not chain (lost on the wire, it acted as the rule's)
+        Supersede(T, "m9", "llm: newer value", hops=2, chains=False, replaces="m8"),
         Promote(T, Tier.SEMANTIC, "accessed often"),
         Purge(T, "purged"),
         Purge(T, "window", state_changed_at=T - timedelta(days=31, microseconds=7)),
@@ -975,6 +977,16 @@ def test_decision_values_decode_to_the_same_event(event: DecisionEvent) -> None:
     decoded = decode_decision(orjson.dumps(value), LIMITS)
     assert (decoded.tenant_id, decoded.memory_id, decoded.request_id) == ("acme", "m1", "req-1")
     assert decoded.event == event
+
+
+def test_a_decision_with_a_reason_past_the_records_limit_is_sent_cut_not_dead_lettered() -> None:
+    """A supersession passed past many deleted versions nests each hop's reason: past the
+    record's 1,000 characters the worker dead-lettered it, and the supersession was lost."""
+    event = Supersede(T, "m9", "passed on: " * 150)
+    decoded = decode_decision(orjson.dumps(decision_value("acme", "m1", event)), LIMITS).event
+    assert isinstance(decoded, Supersede)
+    assert decoded.by == "m9"
+    assert decoded.reason == event.reason[:1000]
 
 
 def test_a_survivor_merged_on_in_the_same_plan_passes_on_what_it_absorbed() -> None:

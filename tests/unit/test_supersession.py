@@ -494,6 +494,20 @@ def test_no_usable_llm_answer_falls_back_to_the_rule(answer: str | None) -> None
     assert decide(LISBON, [OSAKA], SupersessionPolicy(enabled=False), '{"replaces": [1]}') == []
 
 
+def test_an_llm_answer_of_true_names_no_neighbour() -> None:
+    """JSON ``true`` is no index: read as 1, it superseded the first neighbour."""
+    assert [s.older for s in decide(PHONE_NEW, [PHONE_OLD], RULE, '{"replaces": [1]}')]
+    assert decide(PHONE_NEW, [PHONE_OLD], RULE, '{"replaces": [true]}') == []
+
+
+def test_a_neighbour_at_exactly_min_cosine_is_close_enough() -> None:
+    """SPEC: a cosine of at least ``min_cosine``."""
+    older = dataclasses.replace(OSAKA, similarity=RULE.min_cosine)
+    assert [s.older for s in detect(LISBON, [older], RULE)] == ["osaka"]
+    below = dataclasses.replace(OSAKA, similarity=RULE.min_cosine - 1e-9)
+    assert detect(LISBON, [below], RULE) == []
+
+
 # -- a version whose successor leaves recall (SPEC section 6, rule zero) ----------------------------
 
 
