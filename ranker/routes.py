@@ -245,6 +245,8 @@ def _update(api: FastAPI, service: RecallService, seal: TokenSeal, limits: Limit
         document, at = new_version(old, body, who.tenant_id, now, limits)
         await seal.ready()
         token = await service.update(who.tenant_id, memory_id, document, at)
+        if token is None:  # erased while the version was made: erased with it
+            raise HTTPException(404, "no such memory")
         return {
             "memory_id": document["memory_id"],
             "supersedes": memory_id,

@@ -730,20 +730,27 @@ class RecallService:
 
     async def update(
         self, tenant_id: str, memory_id: str, document: Mapping[str, Any], at: datetime
-    ) -> Token:
+    ) -> Token | None:
         """Write ``document`` (a checked write with its own ``memory_id``) as the new version
         of ``memory_id``, which it supersedes from ``at`` on (its ``valid_to``; as-of recall
         before ``at`` still finds it). Both records are audited; the token a read can wait for.
+        None when ``memory_id`` was erased while the version was made (an erase answered
+        between the caller's check and now found no version to erase): the version, which
+        carries its words, is erased too.
         """
         new_id = str(document["memory_id"])
         supersede = Supersede(at, new_id, f"updated through the API by {new_id}")
         (record,) = await self.sealed([{"v": 1, **document, "tenant_id": tenant_id}])
-        return await self._produce_all(
+        token = await self._produce_all(
             [
                 ("memory-writes", record),
                 ("memory-writes", decision_value(tenant_id, memory_id, supersede)),
             ]
         )
+        if await self.erased(tenant_id, memory_id):
+            await self.erase(tenant_id, [new_id], at)
+            return None
+        return token
 
     async def list_page(
         self,

@@ -29,6 +29,7 @@ from storage.records import DecisionRecord, Limits, RecordError, decision_value,
 from storage.sealing import (
     NONCE_BYTES,
     PRIVATE_FIELDS,
+    DataKey,
     Erased,
     KeyRing,
     SealError,
@@ -938,3 +939,53 @@ def test_an_erased_memory_stays_hidden_while_the_keys_topic_cannot_be_read() -> 
     keys.catch_up = down  # type: ignore[method-assign]
     assert asyncio.run(service.get("acme", m1)) is None
     assert sorted(asyncio.run(service.get_many("acme", [m1, m2]))) == [m2]
+
+
+class GatedKeys(LocalKeys):
+    """Keys whose next mint waits for ``gate`` (a PATCH between its checks and its produce)."""
+
+    gate: asyncio.Event | None = None
+    minting = asyncio.Event()
+
+    async def mint(self, memories: Sequence[tuple[str, str, str | None]]) -> list[DataKey]:
+        if self.gate is not None:
+            gate, self.gate = self.gate, None
+            self.minting.set()
+            await gate.wait()
+        return await super().mint(memories)
+
+
+def test_a_version_made_while_its_memory_was_erased_is_erased_too() -> None:
+    """A PATCH in flight as ``DELETE ?erase=true`` was answered wrote a new version, under a new
+    key, holding the erased words: the erasure had looked for copies before it existed, and
+    recall, GET and list served it for good."""
+    words = "Ann's HIV test came back positive"
+    auth = {"Authorization": "Bearer key-acme-0123456789"}
+
+    async def main() -> tuple[int, int, str, GatedKeys]:
+        keys, sent = GatedKeys(), Sent()
+        service = RecallService(UserRows(), Hashing(4), sent, keys=keys)  # type: ignore[arg-type]
+        doc = {"content": words, "at": "2026-03-01T12:00:00+00:00", "user_id": "ann"}
+        (m1,), _ = await service.write("acme", [doc])
+        row = make_row("acme", m1, (1.0, 0, 0, 0), content=words, user_id="ann")
+        service.store = RowsNotPurgedYet([row])  # type: ignore[assignment]
+        registry = TenantRegistry.of({"tenants": {"acme": {"api_keys": ["key-acme-0123456789"]}}})
+        api = create_api(service, registry)
+        gate = asyncio.Event()
+        keys.gate, keys.minting = gate, asyncio.Event()
+        transport = httpx.ASGITransport(app=api)
+        async with httpx.AsyncClient(transport=transport, base_url="http://m") as http:
+            patch = asyncio.create_task(
+                http.patch(f"/v1/memories/{m1}", headers=auth, json={"tags": ["health"]})
+            )
+            await keys.minting.wait()
+            erased = await http.delete(f"/v1/memories/{m1}?erase=true", headers=auth)
+            gate.set()
+            updated = await patch
+        new_ids = [str(v["memory_id"]) for v in sent.values if v["memory_id"] != m1]
+        return erased.status_code, updated.status_code, new_ids[0], keys
+
+    erased, updated, new_id, keys = asyncio.run(main())
+    assert (erased, updated) == (200, 404)
+    assert keys.ring.erased_memory("acme", new_id)  # its write opens nowhere
+    assert keys.ring.of_memory("acme", new_id) == []
