@@ -96,6 +96,8 @@ class Item:
             it and not among them is a duplicate, :func:`merged_duplicate`).
         claims: what near-identical wording may still differ in (:func:`claims_of`): a near
             duplicate is merged only into a memory with the same.
+        chars: the length of its content (characters; 0 unknown): a summary holds at most
+            :data:`SUMMARY_MAX_CHARS` of its sources' words.
         text_hash: hash of its indexed text, content and ``context`` ("" unknown): a duplicate
             is merged only into a memory with the same (the same words said on another day
             are another memory, found by that day's words).
@@ -126,6 +128,12 @@ class Item:
     summary_of: tuple[str, ...] = ()
     claims: tuple[str, ...] = ()
     text_hash: str = ""
+    chars: int = 0
+
+
+SUMMARY_MAX_CHARS = 1000
+"""The longest summary written without an LLM (characters): a cluster is cut into parts whose
+sources' words all fit, so no source is archived into a summary that leaves its words out."""
 
 
 _NUMBER = re.compile(r"\d+(?:[.:,/-]\d+)*(?:\s*(?:am|pm)\b)?")
@@ -260,14 +268,15 @@ def compression_clusters(
     min_size: int,
 ) -> list[Decision]:
     """Greedy clusters of similar memories -> one summary each; the summary id is derived from its
-    sources, so planning the same clusters twice names the same summary. A cluster over
-    :data:`MAX_SUMMARY_SOURCES` is cut, oldest first, into summaries of that many (a last part
-    under ``min_size`` is left for a later run).
+    sources, so planning the same clusters twice names the same summary. A cluster is cut,
+    oldest first, into parts of at most :data:`MAX_SUMMARY_SOURCES` whose words fit a summary
+    (:func:`fitting_parts`); a part under ``min_size`` is left for a later run, and a memory
+    longer than a summary alone is never summarised (archived into one, its words past the cut
+    would leave recall).
     """
     out = []
     for group in greedy_groups(items, neighbours):
-        for start in range(0, len(group), MAX_SUMMARY_SOURCES):
-            part = group[start : start + MAX_SUMMARY_SOURCES]
+        for part in fitting_parts(group):
             if len(part) < min_size:
                 continue
             sources = tuple(i.memory_id for i in part)
@@ -275,6 +284,28 @@ def compression_clusters(
             reason = f"cluster of {len(part)} at cosine >= {min_cosine} to {group[0].memory_id}"
             out.append(Decision(DecisionKind.SUMMARISE, summary_id, sources, reason))
     return out
+
+
+def fitting_parts(group: Sequence[Item]) -> list[list[Item]]:
+    """``group`` in order, cut into parts of at most :data:`MAX_SUMMARY_SOURCES` whose contents,
+    a space between each, are at most :data:`SUMMARY_MAX_CHARS` long (an upper bound of their
+    extractive summary's length); a memory longer than that alone is in no part.
+    """
+    parts: list[list[Item]] = []
+    part: list[Item] = []
+    length = 0
+    for item in group:
+        if item.chars > SUMMARY_MAX_CHARS:
+            continue
+        added = item.chars + 1 if part and item.chars else item.chars  # 0: unknown, uncounted
+        if part and (length + added > SUMMARY_MAX_CHARS or len(part) == MAX_SUMMARY_SOURCES):
+            parts.append(part)
+            part, length, added = [], 0, item.chars
+        part.append(item)
+        length += added
+    if part:
+        parts.append(part)
+    return parts
 
 
 def tier_promotions(items: Sequence[Item], at: datetime, policy: Policy) -> list[Decision]:
@@ -621,7 +652,7 @@ def summarise(
     contents: Sequence[str],
     importances: Sequence[float],
     tiers: Sequence[Tier] = (),
-    max_chars: int = 1000,
+    max_chars: int = SUMMARY_MAX_CHARS,
 ) -> Summary:
     """The extractive summary of a cluster, for when no LLM writes one."""
     tier = max(tiers, key=list(Tier).index) if tiers else None
@@ -631,7 +662,7 @@ def summarise(
 _SENTENCE_RE = re.compile(r"(?<=[.!?])\s+")
 
 
-def extractive_summary(contents: Sequence[str], max_chars: int = 1000) -> str:
+def extractive_summary(contents: Sequence[str], max_chars: int = SUMMARY_MAX_CHARS) -> str:
     """A summary without an LLM: the distinct sentences of the sources, oldest first, cut at
     ``max_chars`` on a sentence boundary (the first sentence is always kept, cut if needed).
     """

@@ -64,6 +64,7 @@ def item_of(row: MemoryRow, rules: SupersessionPolicy | None = None) -> Item:
         fact=rules is not None and states_fact(row.content, rules),
         claims=claims_of(row.content),
         text_hash=content_hash(row.search_text),
+        chars=len(row.content),
     )
 
 

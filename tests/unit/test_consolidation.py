@@ -167,6 +167,30 @@ def test_the_same_words_with_another_context_are_not_merged() -> None:
         assert (merge.target, merge.sources) == ("turn-90", ("turn-91",))
 
 
+def test_a_cluster_whose_words_pass_a_summary_is_cut_into_summaries_that_hold_them_all() -> None:
+    """A summary was cut at 1,000 characters while every source was archived into it: the
+    sources past the cut survived only archived, outranked by the summary on their topic."""
+    texts = [f"Day {i} we ate at restaurant number {100 + i} downtown." for i in range(40)]
+    items = [
+        item(f"t{i:02d}", (1.0, 0.001 * i), i, text, chars=len(text))
+        for i, text in enumerate(texts)
+    ]
+    items.append(item("long", (1.0, 0.0), 50, "x" * 1500, chars=1500))
+    decisions = plan("t", items, T0 + hours(60), POLICY, [Strategy.COMPRESS])
+    assert len(decisions) > 1
+    summarised = [source for d in decisions for source in d.sources]
+    assert "long" not in summarised  # longer than a summary: left as it is
+    by_id = {i.memory_id: text for i, text in zip(items, texts, strict=False)}
+    for d in decisions:
+        summary = extractive_summary([by_id[s] for s in d.sources])
+        assert all(by_id[s] in summary for s in d.sources), d.sources
+    assert (
+        len(summarised)
+        == len(set(summarised))
+        >= len(texts) - POLICY.consolidation.min_cluster_size
+    )
+
+
 def test_greedy_groups_are_not_transitive() -> None:
     items = [item("a", (1.0, 0.0)), item("b", (1.0, 0.33), 1), item("c", (1.0, 0.66), 2)]
     groups = greedy_groups(items, pairwise_neighbours(items, 0.94))
