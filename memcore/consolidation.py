@@ -98,9 +98,9 @@ class Item:
             duplicate is merged only into a memory with the same.
         chars: the length of its content (characters; 0 unknown): a summary holds at most
             :data:`SUMMARY_MAX_CHARS` of its sources' words.
-        text_hash: hash of its indexed text, content and ``context`` ("" unknown): a duplicate
-            is merged only into a memory with the same (the same words said on another day
-            are another memory, found by that day's words).
+        context_hash: hash of the writer's ``context`` ("" for none): a duplicate is merged
+            only into a memory with the same (the same words said on another day are another
+            memory, found by that day's words).
     """
 
     memory_id: str
@@ -127,7 +127,7 @@ class Item:
     merged_into: str = ""
     summary_of: tuple[str, ...] = ()
     claims: tuple[str, ...] = ()
-    text_hash: str = ""
+    context_hash: str = ""
     chars: int = 0
 
 
@@ -137,19 +137,30 @@ sources' words all fit, so no source is archived into a summary that leaves its 
 
 
 _NUMBER = re.compile(r"\d+(?:[.:,/-]\d+)*(?:\s*(?:am|pm)\b)?")
-_DENIAL = re.compile(
-    r"\b(?:no longer|not|never|no|none|nothing|nobody|neither|nor|without)\b|n't\b"
+_SEPARATOR = re.compile(r"[.:,/-]")
+_WORDS = re.compile(
+    r"\b(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|hundred"
+    r"|thousand|million|half|once|twice|jan(?:uary)?|feb(?:ruary)?|march|apr(?:il)?|may|june?"
+    r"|july?|aug(?:ust)?|sept?(?:ember)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?|monday"
+    r"|tuesday|wednesday|thursday|friday|saturday|sunday|today|tomorrow|yesterday)\b"
 )
+_DENIAL = re.compile(
+    r"\b(?:no longer|not|never|no(?!\.?\s*\d)|none|nothing|nobody|neither|nor|without)\b"
+)
+_NOT = re.compile(r"\bcannot\b|n't\b")
 
 
 def claims_of(content: str) -> tuple[str, ...]:
-    """The numbers (amounts, dates, times with am/pm) and the denials of ``content``, in order:
-    texts an embedding puts within a near duplicate's cosine (0.96-0.99 for "is allergic" and
-    "is not allergic", "at 3pm" and "at 4pm") that say something else. Case and spacing aside.
+    """The numbers (amounts, dates, times with am/pm; number, month and day words) and the
+    denials of ``content``, sorted: texts an embedding puts within a near duplicate's cosine
+    (0.96-0.99 for "is allergic" and "is not allergic", "at 3pm" and "at 4pm", "May 5" and
+    "June 5") that say something else. Case, spacing, a curly apostrophe and a time's separator
+    ("9.15", "9:15") aside, and "n't" and "cannot" are "not"; "No. 5" is a number, no denial.
     """
-    text = content.lower()
-    numbers = ["".join(m.group(0).split()) for m in _NUMBER.finditer(text)]
-    return (*numbers, *(m.group(0) for m in _DENIAL.finditer(text)))
+    text = _NOT.sub(" not", content.lower().replace("\u2019", "'"))
+    numbers = [_SEPARATOR.sub(":", "".join(m.group(0).split())) for m in _NUMBER.finditer(text)]
+    words = [m.group(0) for m in (*_WORDS.finditer(text), *_DENIAL.finditer(text))]
+    return tuple(sorted((*numbers, *words)))
 
 
 @dataclass(frozen=True)
@@ -224,7 +235,7 @@ def greedy_groups(
 
 
 def _same_claims(a: Item, b: Item) -> bool:
-    return a.claims == b.claims and a.text_hash == b.text_hash
+    return a.claims == b.claims and a.context_hash == b.context_hash
 
 
 def _merge(group: Sequence[Item], reason: str) -> Decision:
@@ -237,7 +248,7 @@ def exact_duplicates(items: Sequence[Item]) -> list[Decision]:
     """Same content hash, context and scope -> keep the oldest, merge the others into it."""
     by_hash: dict[str, list[Item]] = {}
     for item in age_order(items):
-        by_hash.setdefault(f"{item.scope}{item.content_hash}/{item.text_hash}", []).append(item)
+        by_hash.setdefault(f"{item.scope}{item.content_hash}/{item.context_hash}", []).append(item)
     return [
         _merge(group, f"exact duplicate: content hash {group[0].content_hash[:12]}")
         for group in by_hash.values()

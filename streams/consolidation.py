@@ -26,6 +26,7 @@ from memcore import (
 )
 from memcore.consolidation import Neighbours, claims_of, fold, summarise
 from memcore.ids import content_hash
+from memcore.keyword import keyword_text
 from memcore.state import Access, Event, Write, absorbed_relations
 from memcore.supersession import SupersessionPolicy, states_fact
 from storage import MemoryRow, from_us
@@ -63,9 +64,19 @@ def item_of(row: MemoryRow, rules: SupersessionPolicy | None = None) -> Item:
         relations=tuple(row.relations),
         fact=rules is not None and states_fact(row.content, rules),
         claims=claims_of(row.content),
-        text_hash=content_hash(row.search_text),
+        context_hash=_context_hash(row),
         chars=len(row.content),
     )
+
+
+def _context_hash(row: MemoryRow) -> str:
+    """The hash of a row's context words ("" for none): its ``search_text`` is the context's
+    words then the content's (:func:`memcore.ids.indexed_text`); a text cut at the indexing
+    limit hashes whole (merged with nothing but its equal).
+    """
+    own = keyword_text(row.content)
+    context = row.search_text.removesuffix(own).strip() if own else row.search_text
+    return content_hash(context) if context else ""
 
 
 def faiss_neighbours(items: Sequence[Item], min_cosine: float) -> Neighbours:

@@ -158,9 +158,9 @@ def test_the_same_words_with_another_context_are_not_merged() -> None:
     """Exact dedup merged on the content alone: the duplicate's context (another day's date,
     who spoke before) left recall with it, and a recall by those words found nothing."""
     items = [
-        item("turn-17", (1.0, 0.0), 0, "ok", text_hash=content_hash("ok [8 May] dentist")),
-        item("turn-90", (1.0, 0.0), 1, "ok", text_hash=content_hash("ok [9 June] holiday")),
-        item("turn-91", (1.0, 0.0), 2, "ok", text_hash=content_hash("ok [9 June] holiday")),
+        item("turn-17", (1.0, 0.0), 0, "ok", context_hash=content_hash("[8 May] dentist")),
+        item("turn-90", (1.0, 0.0), 1, "ok", context_hash=content_hash("[9 June] holiday")),
+        item("turn-91", (1.0, 0.0), 2, "ok", context_hash=content_hash("[9 June] holiday")),
     ]
     for strategy in (Strategy.EXACT_DEDUP, Strategy.SEMANTIC_DEDUP):
         (merge,) = plan("t", items, T0 + hours(5), POLICY, [strategy])

@@ -40,7 +40,9 @@ from memcore import (
     merged_away,
     resolve_importance,
 )
-from memcore.ids import content_hash, derive_memory_id
+from memcore.consolidation import plan
+from memcore.ids import content_hash, derive_memory_id, indexed_text
+from memcore.keyword import keyword_text
 from ranker.hotcache import live_passes
 from storage import Document, Filters, Hit, MemoryRow, StorageError, codec
 from storage.changelogs import Tables as ChangelogTables
@@ -1551,3 +1553,37 @@ def test_a_large_plans_report_fits_in_one_kafka_record() -> None:
     assert value["decisions"][0]["target"] == decisions[0].target  # in plan order
     few = orjson.loads(report("acme", request, decisions[:3]).value)
     assert (len(few["decisions"]), few["decisions_total"], few["truncated"]) == (3, 3, False)
+
+
+def test_near_duplicate_rows_merge_unless_their_numbers_denials_or_context_differ() -> None:
+    """Read from rows (``item_of``): a paraphrase merges; another number, a denial or another
+    context keeps both. A hash of the whole indexed text had let no paraphrase merge at all."""
+
+    def rows(newer: str, context: str | None = None) -> list[MemoryRow]:
+        older = "User likes green tea."
+        return [
+            make_row(
+                "acme",
+                memory_id,
+                vector,
+                content=text,
+                created_at_us=to_us(T) + i,
+                search_text=keyword_text(indexed_text(text, ctx)),
+            )
+            for i, (memory_id, vector, text, ctx) in enumerate(
+                [
+                    ("old", (1.0, 0.0, 0.0, 0.0), older, None),
+                    ("new", (1.0, 0.01, 0.0, 0.0), newer, context),
+                ]
+            )
+        ]
+
+    def merged(newer: str, context: str | None = None) -> list[tuple[str, tuple[str, ...]]]:
+        items = [item_of(r) for r in rows(newer, context)]
+        decisions = plan("acme", items, T + timedelta(days=1), Policy(), [Strategy.SEMANTIC_DEDUP])
+        return [(d.target, d.sources) for d in decisions]
+
+    assert merged("The user really likes green tea!") == [("old", ("new",))]
+    assert merged("User does not like green tea.") == []
+    assert merged("User likes 2 green teas.") == []
+    assert merged("User likes green tea.", context="[8 May] at the cafe") == []
