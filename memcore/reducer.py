@@ -165,7 +165,9 @@ def _write(state: MemoryState | None, event: Write, policy: Policy) -> Result:
             folded,
             tier=written_as,
             tau_hours=policy.decay.tau_hours(written_as),
-            card=cards.rescheduled(folded.card, event.at, folded.importance, policy.review),
+            card=cards.rescheduled(
+                folded.card, max(folded.last_access, event.at), folded.importance, policy.review
+            ),
         )
         why = f"{state.tier} -> {written_as}: written again as {written_as}"
         effects.append(Effect(EffectKind.PROMOTED, why))
@@ -202,11 +204,13 @@ def _access(state: MemoryState, event: Access, policy: Policy) -> Result:
 
 def _access_default(state: MemoryState, event: Access, policy: Policy) -> Result:
     """SPEC section 5, ``default``: an access never archives; an archived memory was needed, so
-    it is restored to ``active`` first and then counts. Forgotten and deleted ones are ignored.
+    it is restored to ``active`` first and then counts. Forgotten and deleted ones ignore an
+    access dated after they left ``active``.
 
     An access dated before the memory left ``active`` (``state_changed_at``) counts as it would
-    have then, and the memory stays where it is: accesses and decisions come on two topics read
-    apart, and a replay (or a lagging access agent) meets them in another order than live.
+    have then (promotion included), and the memory stays where it is: accesses and decisions
+    come on two topics read apart, and a replay (or a lagging access agent) meets them in
+    another order than live.
     """
     if state.state is not Lifecycle.ACTIVE and event.at < state.state_changed_at:
         counted, told = _access_default(

@@ -24,7 +24,7 @@ import orjson
 
 from memcore import InvalidField
 from ranker.cached import Cached
-from ranker.errors import Unavailable
+from ranker.errors import kafka_error
 from storage.kafka import KafkaConnection
 from storage.pulse import Pulse
 
@@ -341,7 +341,7 @@ class KafkaOffsets:
     async def committed(self) -> Mapping[tuple[str, int], int]:
         """The group's committed offsets by (role, partition); none while the broker says to
         retry (e.g. its group coordinator is not available yet): the caller's wait goes on.
-        Another Kafka error raises :class:`~ranker.errors.Unavailable`.
+        Another Kafka error raises :func:`~ranker.errors.kafka_error`'s (503, or 500 for a refusal).
         """
         from aiokafka.errors import KafkaError  # noqa: PLC0415
 
@@ -350,7 +350,7 @@ class KafkaOffsets:
         except KafkaError as exc:
             if getattr(exc, "retriable", False):
                 return {}
-            raise Unavailable("kafka", "committed offsets", f"{type(exc).__name__}: {exc}") from exc
+            raise kafka_error("committed offsets", exc) from exc
         return {
             (self._roles[tp.topic], tp.partition): meta.offset
             for tp, meta in found.items()
@@ -371,5 +371,5 @@ class KafkaOffsets:
         try:
             ends = await self._consumer.end_offsets([TopicPartition(topic, p) for p in partitions])
         except KafkaError as exc:
-            raise Unavailable("kafka", "end offsets", f"{type(exc).__name__}: {exc}") from exc
+            raise kafka_error("end offsets", exc) from exc
         return {tp.partition: offset for tp, offset in ends.items()}

@@ -7,6 +7,8 @@ Vendor errors (aiokafka's) are translated into them where the ranker calls the v
 
 from __future__ import annotations
 
+from storage.kafka import permanent
+
 
 class Unavailable(Exception):  # noqa: N818 - the condition, as callers catch it
     """``dependency`` (``kafka``, ``milvus``) did not answer ``operation`` in time or refused it;
@@ -37,3 +39,15 @@ class Refused(Exception):  # noqa: N818 - the condition, as callers catch it
         self.operation = operation
         self.reason = reason
         super().__init__(f"{dependency} {operation}: {reason} (not retriable)")
+
+
+def kafka_error(operation: str, exc: Exception) -> Unavailable | Refused:
+    """A Kafka client error of ``operation`` as ours: :class:`Refused` where a retry cannot help
+    (an ACL, a size limit: :func:`storage.kafka.permanent`), else :class:`Unavailable`.
+    """
+    reason = f"{type(exc).__name__}: {exc}"
+    return (
+        Refused("kafka", operation, reason)
+        if permanent(exc)
+        else Unavailable("kafka", operation, reason)
+    )

@@ -58,10 +58,22 @@ LISTING_CURSOR = "2/"
 
 
 def listing_of(tenant_id: str, filters: Filters) -> str:
-    """What a listing's cursor is bound to: its tenant and its filters (but the time), hashed."""
-    named = dataclasses.replace(filters, current_at_us=None, memory_ids=())
-    history = filters.current_at_us is None
-    return hashlib.sha256(f"{tenant_id}\x00{named!r}\x00{history}".encode()).hexdigest()[:16]
+    """What a listing's cursor is bound to: its tenant and the filters a listing takes (states,
+    tiers and tags in any order; the scopes; whether superseded versions are in), hashed. Named
+    one by one, so that a field added to :class:`storage.Filters` changes no cursor in flight.
+    """
+    bound = (
+        "listing/1",
+        tenant_id,
+        sorted(filters.states),
+        sorted(filters.tiers),
+        sorted(filters.tags_any),
+        filters.agent_id,
+        filters.session_id,
+        filters.user_id,
+        filters.current_at_us is None,
+    )
+    return hashlib.sha256(repr(bound).encode()).hexdigest()[:16]
 
 
 def listing_cursor(position: str, as_of_us: int, listing: str) -> str:

@@ -19,9 +19,9 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from ranker.errors import Refused, Unavailable
+from ranker.errors import Unavailable, kafka_error
 from storage.compacted import cancelled
-from storage.kafka import PRODUCER_BATCH_BYTES, KafkaConnection, permanent
+from storage.kafka import PRODUCER_BATCH_BYTES, KafkaConnection
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ class EventProducer:
         except TimeoutError as exc:
             raise Unavailable("kafka", "produce", f"no answer in {self.timeout_s:g} s") from exc
         except KafkaError as exc:
-            raise _refusal(exc) from exc
+            raise kafka_error("produce", exc) from exc
         return self._delivered(delivery)
 
     async def _delivered(self, delivery: Awaitable[object]) -> object:
@@ -135,14 +135,4 @@ class EventProducer:
             msg = f"not acknowledged in {self.timeout_s:g} s"
             raise Unavailable("kafka", "produce", msg) from exc
         except KafkaError as exc:
-            raise _refusal(exc) from exc
-
-
-def _refusal(exc: KafkaError) -> Unavailable | Refused:
-    """A produce's Kafka error as ours: :class:`Refused` where a retry cannot help (an ACL, a size
-    limit), else :class:`Unavailable` (retriable).
-    """
-    reason = f"{type(exc).__name__}: {exc}"
-    if permanent(exc):
-        return Refused("kafka", "produce", reason)
-    return Unavailable("kafka", "produce", reason)
+            raise kafka_error("produce", exc) from exc

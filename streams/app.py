@@ -530,6 +530,9 @@ class StreamWorker:
         for key, statement in batch.stated.items():
             by_tenant.setdefault(key.partition("/")[0], {})[key] = statement
         checks: list[tuple[str, Mapping[str, Statement], SupersessionPolicy, list[Compared]]] = []
+        if by_tenant and self.services.llm is not None:
+            # the LLM's questions quote neighbours: none erased since (:meth:`compared`)
+            await self.keys.read_through()
         for tenant_id, stated in by_tenant.items():
             try:
                 found = await self.compared(tenant_id, stated)
@@ -596,8 +599,6 @@ class StreamWorker:
                 stated.append((*found, said.at))
         if not stated:
             return None
-        if llm is not None:  # its questions quote the neighbours: none erased since (below)
-            await self.keys.read_through()
         # one search per scope: a statement supersedes memories of its own user and agent only
         # (any session), and the nearest of the tenant's other users would crowd those out
         by_scope: dict[tuple[str, str], list[int]] = {}

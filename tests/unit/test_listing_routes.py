@@ -223,3 +223,15 @@ async def test_a_cursor_given_before_cursors_carried_their_time_still_pages_on()
     reply = await call(service, "GET", f"/v1/memories?cursor={encode_cursor('m7')}")
     assert reply.status_code == 200, reply.text
     assert service.asked[0][1] == "m7"
+
+
+async def test_a_cursor_binds_the_listing_not_the_order_its_filters_were_written_in() -> None:
+    service = Pages()
+    first = await call(service, "GET", "/v1/memories?tag=a&tag=b")
+    cursor = first.json()["cursor"]
+    again = await call(service, "GET", f"/v1/memories?tag=b&tag=a&cursor={cursor}")
+    assert again.status_code == 200, again.text
+    default = await call(service, "GET", "/v1/memories")
+    cursor = default.json()["cursor"]
+    same = await call(service, "GET", f"/v1/memories?state=archived&state=active&cursor={cursor}")
+    assert same.status_code == 200, same.text

@@ -21,13 +21,19 @@ from streams.llm import CONCURRENCY, LlmImportance
 from streams.settings import WorkerSettings
 from tests.infra import free_port
 
+TIMEOUT_S = 1.5
+"""The client's timeout: the loopback answers in ms, with room for a loaded machine (at 0.3 s
+a busy CI machine could time the fast answers out too)."""
+SLOW_S = 2 * TIMEOUT_S
+"""How long the slow answer takes: past the timeout."""
+
 
 class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         prompt = body["messages"][0]["content"]
         if "slow" in prompt:
-            time.sleep(1.0)
+            time.sleep(SLOW_S)
             return  # the client gave up; answering would hit a closed socket
         if "broken" in prompt:
             self.send_response(500)
@@ -63,7 +69,7 @@ def llm_url() -> Iterator[str]:
     thread.join()
 
 
-def answers(url: str, texts: list[str], timeout_s: float = 0.3) -> list[str | None]:
+def answers(url: str, texts: list[str], timeout_s: float = TIMEOUT_S) -> list[str | None]:
     async def run() -> list[str | None]:
         llm = LlmImportance(url, "test-model", "secret", timeout_s)
         await llm.start()

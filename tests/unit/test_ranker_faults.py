@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 from aiokafka.errors import (
+    GroupAuthorizationFailedError,
     GroupCoordinatorNotAvailableError,
     KafkaError,
     KafkaTimeoutError,
@@ -162,3 +163,11 @@ async def test_a_device_out_of_memory_or_a_stopping_batcher_is_a_503_not_a_500(
         assert (late.status_code, late.headers.get("retry-after")) == (503, "1"), late.text
     with pytest.raises(Stopping):
         await service.batcher.submit(None)  # type: ignore[arg-type]
+
+
+async def test_a_refusal_reading_the_committed_offsets_is_not_retriable() -> None:
+    """Read-your-writes under an ACL that refuses the group: a 503 clients retried forever."""
+    offsets = KafkaOffsets("unused:1", "group", {"memory-writes": "t.memory-writes"})
+    offsets._admin = Admin(GroupAuthorizationFailedError())
+    with pytest.raises(Refused, match="GroupAuthorizationFailedError"):
+        await offsets.committed()

@@ -323,3 +323,20 @@ def test_a_k_as_large_as_the_candidates_still_returns_k_when_one_is_left_out() -
             await service.stop()
 
     assert asyncio.run(main()) == ["m1", "m2", "m3"]
+
+
+def test_a_listing_by_state_finds_a_memory_the_view_moved_before_milvus_did() -> None:
+    """The worker writes its table (the view) before the row: for that while, a memory the
+    view holds archived was in neither ``state=archived`` (Milvus's row: active) nor
+    ``state=active`` (the view: archived)."""
+    a, b = row("a", 1.0), row("b", 1.0)
+    store, view = FakeMilvus(a, b), FakeView()
+    view.live["acme", "a"] = live(a, state="archived")  # Milvus's row still says active
+    service, _ = services(store, view)
+
+    async def listed(filters: Filters) -> list[str]:
+        found = await service.list_page("acme", filters, None, 10, ordered=["a", "b"])
+        return [r.memory_id for r in found.rows]
+
+    assert asyncio.run(listed(Filters(states=("archived",)))) == ["a"]
+    assert asyncio.run(listed(Filters(states=("active",)))) == ["b"]

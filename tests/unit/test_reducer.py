@@ -503,6 +503,19 @@ def test_a_survivor_full_of_tags_keeps_its_own_when_it_absorbs_more() -> None:
     assert merged.tags == own
 
 
+def test_a_late_rewrite_raising_the_tier_schedules_from_the_latest_access() -> None:
+    """A rewrite dated before the memory's last access (it arrived late) rescheduled the
+    review from its own time: next_review fell before last_access."""
+    used, _ = apply(created(0.4), Access(T0 + hours(100)), DEFAULT)
+    assert used is not None
+    assert used.tier is Tier.WORKING
+    late, _ = apply(used, write(importance=0.4, tier=Tier.SEMANTIC, at=T0 + hours(1)), DEFAULT)
+    assert late is not None
+    assert late.tier is Tier.SEMANTIC
+    assert late.card.next_review is not None
+    assert late.card.next_review > late.last_access == T0 + hours(100)
+
+
 def test_a_rewrite_stating_a_higher_tier_moves_the_memory_up_never_down() -> None:
     first = created(0.4)
     assert first.tier is Tier.WORKING
