@@ -624,7 +624,7 @@ def _reinstate(state: MemoryState, event: Reinstate) -> Result:
 @dataclass(frozen=True)
 class Notice:
     """A decision a memory's change sends another memory of its tenant (:func:`succession`,
-    :func:`reinstatements`).
+    :func:`reinstatements`, :func:`summary_gone`, :func:`summary_outdated`).
 
     Attributes:
         target: id of the memory the decision is for.
@@ -632,7 +632,7 @@ class Notice:
     """
 
     target: str
-    event: Succeeds | Reinstate | Restore
+    event: Succeeds | Reinstate | Restore | Retire
 
 
 def succession(state: MemoryState, event: Event, effect: Effect) -> Notice | None:
@@ -749,6 +749,26 @@ def summary_gone(
         return ()
     why = f"summary {after.memory_id} is {after.state}"
     return unkept_summary(after.memory_id, after.summary_of, event.at, why)
+
+
+def summary_outdated(
+    before: MemoryState, after: MemoryState, event: Event, effect: Effect
+) -> tuple[Notice, ...]:
+    """The ``retire`` (deleted) a summary gets once a source archived into it is superseded
+    (``before``/``after``: the source's state around ``event``, ``effect``: the first effect):
+    it states the source's old words as current beside the newer version. Whichever came
+    first, the supersession or the archiving; again on a redelivery (the summary ignores a
+    copy). Deleted, the summary gives its other sources their place back
+    (:func:`summary_gone`).
+    """
+    archived = after.state is Lifecycle.ARCHIVED and after.merged_into is not None
+    if not archived or after.valid_to is None:
+        return ()
+    was = before.state is Lifecycle.ARCHIVED and before.valid_to is not None
+    if was and before.merged_into == after.merged_into and effect.kind is not EffectKind.SKIPPED:
+        return ()
+    why = f"its source {after.memory_id} is superseded by {after.superseded_by}: old words"
+    return (Notice(str(after.merged_into), Retire(event.at, Lifecycle.DELETED, why)),)
 
 
 def _promote(state: MemoryState, event: Promote, policy: Policy) -> Result:

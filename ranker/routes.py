@@ -244,12 +244,7 @@ def _update(api: FastAPI, service: RecallService, seal: TokenSeal, limits: Limit
         now = datetime.now(UTC)
         document, at = new_version(old, body, who.tenant_id, now, limits)
         await seal.ready()
-        # an archived source of a summary: the summary quotes the words this version changes
-        summarised = (
-            old.state == "archived" and old.merged_into and document["content"] != old.content
-        )
-        stale = old.merged_into if summarised else None
-        token = await service.update(who.tenant_id, memory_id, document, at, stale)
+        token = await service.update(who.tenant_id, memory_id, document, at)
         if token is None:  # erased while the version was made: erased with it
             raise HTTPException(404, "no such memory")
         return {

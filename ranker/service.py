@@ -729,34 +729,25 @@ class RecallService:
         return sorted(self.keys.erased_of_user(tenant_id, user_id))
 
     async def update(
-        self,
-        tenant_id: str,
-        memory_id: str,
-        document: Mapping[str, Any],
-        at: datetime,
-        stale_summary: str | None = None,
+        self, tenant_id: str, memory_id: str, document: Mapping[str, Any], at: datetime
     ) -> Token | None:
         """Write ``document`` (a checked write with its own ``memory_id``) as the new version
         of ``memory_id``, which it supersedes from ``at`` on (its ``valid_to``; as-of recall
         before ``at`` still finds it). Both records are audited; the token a read can wait for.
-        ``stale_summary``: the summary ``memory_id`` was archived into, whose words the new
-        version changes: deleted (its other sources active again, :func:`memcore.summary_gone`),
-        else it would state the old words as current. None when ``memory_id`` was erased while
+        A summary ``memory_id`` was archived into is deleted by the worker as the supersession
+        applies (:func:`memcore.summary_outdated`). None when ``memory_id`` was erased while
         the version was made (an erase answered between the caller's check and now found no
         version to erase): the version, which carries its words, is erased too.
         """
         new_id = str(document["memory_id"])
         supersede = Supersede(at, new_id, f"updated through the API by {new_id}")
         (record,) = await self.sealed([{"v": 1, **document, "tenant_id": tenant_id}])
-        records = [
-            ("memory-writes", record),
-            ("memory-writes", decision_value(tenant_id, memory_id, supersede)),
-        ]
-        if stale_summary is not None:
-            why = f"its source {memory_id} was updated by {new_id}: it states the old words"
-            retire = Retire(at, Lifecycle.DELETED, why)
-            records.append(("memory-writes", decision_value(tenant_id, stale_summary, retire)))
-        token = await self._produce_all(records)
+        token = await self._produce_all(
+            [
+                ("memory-writes", record),
+                ("memory-writes", decision_value(tenant_id, memory_id, supersede)),
+            ]
+        )
         try:
             erased = await self.erased(tenant_id, memory_id)
         except CompactedLogError as exc:  # the version is written: its answer stands

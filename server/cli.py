@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(
         prog="mnemo",
-        description=__doc__.splitlines()[0].replace("``", ""),
+        description=__doc__.splitlines()[0].replace("``", ""),  # storage.usage.plain: 0.35 s
         epilog="mnemo COMMAND --help: the command's own options (a process's: its settings)",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -396,9 +396,7 @@ def decode_write(raw: bytes, limits: Limits, document: object = None) -> WriteRe
         # the reason goes to dead-letter: nothing of a sealed field in the clear, not its path
         if root in PRIVATE_FIELDS:
             raise RecordError(root, "<sealed>", exc.reason) from None
-        if isinstance(exc.value, Mapping | list):  # the opened write, or a part of it
-            raise RecordError(exc.field, "<sealed>", exc.reason) from None
-        raise
+        raise  # a clear field's: :func:`_first_error` shows no object around it
 
 
 def _reencoded(document: object) -> bytes:

@@ -42,6 +42,7 @@ from memcore import (
     revival,
     succession,
     summary_gone,
+    summary_outdated,
     unkept_summary,
     unknown_successor,
 )
@@ -769,12 +770,13 @@ class Processor:
     def _reinstate(
         before: MemoryState, after: MemoryState, event: Event, effect: Effect, batch: Batch
     ) -> None:
-        """Send what :func:`memcore.reinstatements` and :func:`memcore.summary_gone` decide for a
-        memory ``event`` changed.
+        """Send what :func:`memcore.reinstatements`, :func:`memcore.summary_gone` and
+        :func:`memcore.summary_outdated` decide for a memory ``event`` changed.
         """
         for notice in (
             *reinstatements(before, after, event, effect),
             *summary_gone(before, after, event, effect),
+            *summary_outdated(before, after, event, effect),
         ):
             batch.out.append(decision_record(after.tenant_id, notice.target, notice.event))
 

@@ -21,6 +21,7 @@ from memcore import (
     Lifecycle,
     MemoryState,
     Policy,
+    Position,
     Purge,
     Restore,
     Retire,
@@ -33,6 +34,7 @@ from memcore import (
     plan,
     reinstatements,
     summary_gone,
+    summary_outdated,
     to_events,
     unkept_summary,
 )
@@ -401,6 +403,37 @@ def test_a_summary_that_leaves_recall_gives_its_sources_back_their_place() -> No
     gone, (effect,) = apply(plain, deleting, POLICY)
     assert gone is not None
     assert summary_gone(plain, gone, deleting, effect) == ()  # no summary: nobody to tell
+
+
+@pytest.mark.parametrize("superseded_first", [False, True])
+def test_a_summary_whose_source_is_superseded_is_deleted_whichever_came_first(
+    superseded_first: bool,
+) -> None:
+    """A source archived into a summary, then updated (a new version superseding it): the
+    summary stated its old words as current beside the new version. The same when the update
+    came before the plan's archiving was applied."""
+    source = created(0.5, memory_id="p")
+    archiving = Retire(T0 + hours(2), Lifecycle.ARCHIVED, "compressed into S", "S")
+    superseding = Supersede(T0 + hours(3), "p2", "updated through the API by p2")
+    first, second = (superseding, archiving) if superseded_first else (archiving, superseding)
+    second = dataclasses.replace(second, position=Position("memory-writes/0", 7))
+    middle, (effect,) = apply(source, first, POLICY)
+    assert middle is not None
+    assert summary_outdated(source, middle, first, effect) == ()  # not yet both
+    after, (effect,) = apply(middle, second, POLICY)
+    assert after is not None
+    (notice,) = summary_outdated(middle, after, second, effect)
+    assert notice.target == "S"
+    assert isinstance(notice.event, Retire)
+    assert notice.event.to is Lifecycle.DELETED
+    again, (effect,) = apply(after, second, POLICY)  # redelivered: skipped, told again
+    assert again is not None
+    assert effect.kind is EffectKind.SKIPPED
+    assert [n.target for n in summary_outdated(after, again, second, effect)] == ["S"]
+    revival = Access(T0 + hours(4))  # brings it back from the archive: out of the summary
+    accessed, effects = apply(after, revival, POLICY)
+    assert accessed is not None
+    assert summary_outdated(after, accessed, revival, effects[0]) == ()
 
 
 def test_a_summary_merged_into_a_survivor_keeps_its_sources_archived() -> None:

@@ -319,38 +319,3 @@ def test_history_shows_times_in_utc_as_every_other_route_does() -> None:
         "2026-03-01T13:00:00+00:00",
         "2026-03-01T12:00:00+00:00",
     )
-
-
-@pytest.mark.anyio
-@pytest.mark.parametrize(
-    ("body", "retired"), [({"content": "Dinner at 8pm."}, True), ({"tags": ["x"]}, False)]
-)
-async def test_updating_the_words_of_a_summarys_source_deletes_the_summary(
-    monkeypatch: pytest.MonkeyPatch, body: dict[str, Any], retired: bool
-) -> None:
-    """A summary kept quoting a source's old words as current after the source was updated:
-    "Dinner at 7pm" current beside the new version's "Dinner at 8pm". The summary is deleted
-    (its other sources active again); an update of the tags alone leaves it."""
-    old = make_row(
-        "acme",
-        "p",
-        (1.0, 0.0, 0.0, 0.0),
-        content="Dinner at 7pm.",
-        state="archived",
-        merged_into="s1",
-    )
-    produced = Produced()
-    service, client = service_and_client(produced)
-
-    async def get(tenant_id: str, memory_id: str, after: object = None) -> MemoryRow | None:
-        return old if memory_id == "p" else None
-
-    monkeypatch.setattr(service, "get", get)
-    async with client as http:
-        reply = await http.patch("/v1/memories/p", json=body, headers=AUTH)
-    assert reply.status_code == 200, reply.text
-    decisions = [
-        (v["memory_id"], v["decision"], v.get("to")) for v in produced.values if "decision" in v
-    ]
-    assert (("s1", "retire", "deleted") in decisions) is retired
-    assert ("p", "supersede", None) in decisions

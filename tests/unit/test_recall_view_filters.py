@@ -103,6 +103,18 @@ def live(r: MemoryRow, **kw: object) -> tuple[Any, ...]:
     return tuple(getattr(dataclasses.replace(r, **kw), n) for n in LIVE_FIELDS)  # type: ignore[arg-type]
 
 
+RETIRING = pytest.mark.parametrize(
+    "change",
+    [
+        {"state": "deleted"},
+        {"state": "forgotten"},
+        {"valid_to_us": 4_000_000, "superseded_by": "b"},
+    ],
+    ids=["deleted", "forgotten", "superseded"],
+)
+"""The changes by which the view takes a memory out of recall before Milvus's row shows it."""
+
+
 def recalled(service: RecallService, filters: Filters = RECALL) -> list[tuple[str, str]]:
     """(memory id, state shown) of a recall's results, best first."""
     query = RecallQuery(None, (1.0, 0.0, 0.0, 0.0), 10, AT, RecallPolicy(), filters, track=False)
@@ -129,15 +141,7 @@ def services(store: FakeMilvus, view: FakeView) -> tuple[RecallService, RecallSe
     return milvus, hot
 
 
-@pytest.mark.parametrize(
-    "change",
-    [
-        {"state": "deleted"},
-        {"state": "forgotten"},
-        {"valid_to_us": 4_000_000, "superseded_by": "b"},
-    ],
-    ids=["deleted", "forgotten", "superseded"],
-)
+@RETIRING
 def test_a_memory_the_view_retired_is_not_recalled_while_milvus_still_holds_it(
     change: dict[str, object],
 ) -> None:
@@ -241,15 +245,7 @@ def test_a_tenant_evicted_after_ready_is_not_loaded_on_the_event_loop() -> None:
     assert threading.main_thread().name not in readers  # in a thread, not on the loop
 
 
-@pytest.mark.parametrize(
-    "change",
-    [
-        {"state": "deleted"},
-        {"state": "forgotten"},
-        {"valid_to_us": 4_000_000, "superseded_by": "b"},
-    ],
-    ids=["deleted", "forgotten", "superseded"],
-)
+@RETIRING
 def test_a_change_the_view_applies_while_the_batch_scores_leaves_the_memory_out(
     change: dict[str, object], monkeypatch: pytest.MonkeyPatch
 ) -> None:

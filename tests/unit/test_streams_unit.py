@@ -639,6 +639,20 @@ def test_decisions_apply_through_the_reducer() -> None:
     assert t.processor.state("acme/nope") is None
 
 
+def test_a_source_of_a_summary_updated_since_sends_the_summary_a_delete() -> None:
+    """The summary stated the source's old words ("Dinner at 7pm") as current beside the new
+    version ("Dinner at 8pm"): the worker now deletes it (its other sources come back)."""
+    t = Tables()
+    t.write(write_bytes(importance=0.5))
+    t.write(decision_bytes(merged_into="s1", reason="compressed into s1"))
+    later = "2026-03-02T12:00:00+00:00"
+    batch = t.write(decision_bytes(decision="supersede", by="m2", to=None, at=later))
+    told = [orjson.loads(o.value) for o in batch.out if o.role == "memory-writes"]
+    assert ("s1", "retire", "deleted") in [
+        (v["memory_id"], v["decision"], v.get("to")) for v in told
+    ]
+
+
 def test_consolidation_requests() -> None:
     raw = orjson.dumps(
         {
