@@ -131,6 +131,11 @@ def _write(state: MemoryState | None, event: Write, policy: Policy) -> Result:
             # deleted row must see the new one as newer, not as an older version)
             new = dataclasses.replace(new, offsets=state.offsets, write_count=state.write_count + 1)
         why = f"{new.tier} by importance {new.importance:.4g} ({event.importance.reason})"
+        if event.memory_type is not None:  # the writer chose the tier, not the importance
+            why = (
+                f"{new.tier} as written (memory_type); importance {new.importance:.4g} "
+                f"({event.importance.reason})"
+            )
         return new, (Effect(EffectKind.CREATED, why),)
     if (
         event.summary_of
@@ -336,13 +341,17 @@ def _maybe_recompute(
 def _retired(
     state: MemoryState, to: Lifecycle, event: Access | Retire | Fade | Restore
 ) -> MemoryState:
-    """``state`` moved to ``to`` at the event's time; back to active, it is in no summary (an
-    access or a restore brought it back: a restore for the summary it was archived into
-    changes nothing).
+    """``state`` moved to ``to`` at the event's time, never before its last change (a decision
+    dated earlier, such as a backdated supersession's :func:`summary_outdated`, must not date
+    the change before the one it follows: history and the purge's retention read it); back to
+    active, it is archived into no summary (an access or a restore brought it back: a restore
+    for the summary it was archived into changes nothing), though one may still hold its words
+    (``summarised_in``).
     """
+    at = max(event.at, state.state_changed_at)
     if to is Lifecycle.ACTIVE:
-        return dataclasses.replace(state, state=to, state_changed_at=event.at, merged_into=None)
-    return dataclasses.replace(state, state=to, state_changed_at=event.at)
+        return dataclasses.replace(state, state=to, state_changed_at=at, merged_into=None)
+    return dataclasses.replace(state, state=to, state_changed_at=at)
 
 
 def _absorb(state: MemoryState, event: Absorb, policy: Policy) -> Result:
@@ -399,6 +408,8 @@ def _retire(state: MemoryState, event: Retire) -> Result:
         _retired(state, event.to, event),
         merged_into=event.merged_into or state.merged_into,
     )
+    if event.to is Lifecycle.ARCHIVED and event.merged_into:  # compressed into a summary
+        new = dataclasses.replace(new, summarised_in=event.merged_into)
     return new, (Effect(_RETIRE_EFFECT[event.to], event.reason),)
 
 
@@ -717,10 +728,12 @@ def _left_recall(before: MemoryState, after: MemoryState, effect: Effect) -> boo
 
 
 def _restore(state: MemoryState, event: Restore) -> Result:
+    # the summary is gone: it holds this memory's words no more
+    kept = state.summarised_in if state.summarised_in != event.by else None
     if state.state is not Lifecycle.ARCHIVED or state.merged_into != event.by:
         why = f"a {state.state} memory, not archived into {event.by}, stays as it is"
-        return state, (Effect(EffectKind.IGNORED, why),)
-    new = _retired(state, Lifecycle.ACTIVE, event)
+        return dataclasses.replace(state, summarised_in=kept), (Effect(EffectKind.IGNORED, why),)
+    new = dataclasses.replace(_retired(state, Lifecycle.ACTIVE, event), summarised_in=kept)
     return new, (Effect(EffectKind.REVIVED, f"active again: {event.reason}"),)
 
 
@@ -757,18 +770,33 @@ def summary_outdated(
     """The ``retire`` (deleted) a summary gets once a source archived into it is superseded
     (``before``/``after``: the source's state around ``event``, ``effect``: the first effect):
     it states the source's old words as current beside the newer version. Whichever came
-    first, the supersession or the archiving; again on a redelivery (the summary ignores a
-    copy). Deleted, the summary gives its other sources their place back
+    first, the supersession or the archiving, and whether or not the source left the archive
+    since (an access or a rewrite revives it; the summary still holds its words:
+    ``summarised_in``); again on a redelivery (the summary ignores a copy). Dated no earlier
+    than the source's last change (a backdated supersession must not delete the summary
+    before it was made). Deleted, the summary gives its other sources their place back
     (:func:`summary_gone`).
     """
-    archived = after.state is Lifecycle.ARCHIVED and after.merged_into is not None
-    if not archived or after.valid_to is None:
+    summary = _summarised_in(after)
+    if summary is None or after.valid_to is None:
         return ()
-    was = before.state is Lifecycle.ARCHIVED and before.valid_to is not None
-    if was and before.merged_into == after.merged_into and effect.kind is not EffectKind.SKIPPED:
+    was = _summarised_in(before) == summary and before.valid_to is not None
+    if was and effect.kind is not EffectKind.SKIPPED:
         return ()
     why = f"its source {after.memory_id} is superseded by {after.superseded_by}: old words"
-    return (Notice(str(after.merged_into), Retire(event.at, Lifecycle.DELETED, why)),)
+    at = max(event.at, after.state_changed_at)
+    return (Notice(summary, Retire(at, Lifecycle.DELETED, why)),)
+
+
+def _summarised_in(state: MemoryState) -> str | None:
+    """The summary holding ``state``'s words while it is in recall (a state from before
+    ``summarised_in`` was kept: the one it is archived into).
+    """
+    if state.state in GONE:
+        return None
+    if state.summarised_in is not None:
+        return state.summarised_in
+    return state.merged_into if state.state is Lifecycle.ARCHIVED else None
 
 
 def _promote(state: MemoryState, event: Promote, policy: Policy) -> Result:

@@ -113,6 +113,12 @@ class MemoryState:
             first, at most :data:`MAX_PREDECESSORS`: when this memory leaves recall (deleted,
             forgotten), each is sent a ``reinstate`` (:func:`memcore.reducer.reinstatements`).
             Kept as recorded: one superseded by another since ignores the reinstate.
+        summarised_in: the summary this memory was last archived into (a ``retire`` to
+            archived naming it), kept while an access, a rewrite or a sweep moves the memory
+            since (``merged_into`` is cleared by an access): that summary still states its
+            words, and is deleted once this memory is superseded
+            (:func:`memcore.reducer.summary_outdated`). None: in no summary, or that summary
+            is gone (its ``restore`` came).
     """
 
     tenant_id: str
@@ -145,6 +151,7 @@ class MemoryState:
     stated_at: datetime | None = None
     reasserted_over: str | None = None
     predecessors: tuple[str, ...] = ()
+    summarised_in: str | None = None
 
     def last_offset(self, source: str) -> int | None:
         """The last applied offset from ``source``, or None when nothing from it was applied."""

@@ -529,7 +529,14 @@ class RecallService:
             else []
         )
         erased = [*memory_ids, *first]
-        token, keys = await self._erase(tenant_id, erased, at, users=users)
+        named = set(memory_ids)
+        token, keys = await self._erase(
+            tenant_id,
+            erased,
+            at,
+            users=users,
+            why=lambda i: ERASED if i in named else ERASED_COPY,
+        )
         done = set(erased) | set(erased_before)
         closed = set(done)  # their copies are all in ``first`` already: not searched again
         sources, made_from, copies = [*erased, *erased_before], list[str](), list(first)
@@ -539,7 +546,9 @@ class RecallService:
             same = sorted(await self._copies_of(tenant_id, unsearched, known) - done - set(made))
             if not made and not same:
                 break
-            more, more_keys = await self._erase(tenant_id, [*made, *same], at)
+            more, more_keys = await self._erase(
+                tenant_id, [*made, *same], at, why=_summary_or_copy(set(made))
+            )
             token = Token.union([token, more]) or token
             keys += more_keys
             done.update(made, same)
@@ -566,15 +575,24 @@ class RecallService:
         return found
 
     async def _erase(
-        self, tenant_id: str, memory_ids: Sequence[str], at: datetime, *, users: bool = False
+        self,
+        tenant_id: str,
+        memory_ids: Sequence[str],
+        at: datetime,
+        *,
+        users: bool = False,
+        why: Callable[[str], str] = lambda _: ERASED,
     ) -> tuple[Token, int]:
         """:meth:`erase` of ``memory_ids`` alone: the token and the data keys destroyed (0 for a
-        memory written in the clear by another producer: its words stay in the log).
+        memory written in the clear by another producer: its words stay in the log). ``why``:
+        each memory's reason in its audit records.
         """
         if self.keys is None:
             raise Unavailable("kafka", "erase", "this ranker holds no keys topic")
         keys = await self.keys.erase(tenant_id, memory_ids, users=users)
-        messages = [m for i in memory_ids for m in _forget(tenant_id, i, at, purge=True)]
+        messages = [
+            m for i in memory_ids for m in _forget(tenant_id, i, at, purge=True, why=why(i))
+        ]
         token = await self._produce_all(messages)
         # a key minted elsewhere before the purge was produced, for a write that may land
         # before it: erased too (a key minted after this catch-up is a write after the purge),
@@ -584,7 +602,7 @@ class RecallService:
         again = [i for i in memory_ids if late.get(i)]
         if again:
             more = await self._produce_all(
-                [m for i in again for m in _forget(tenant_id, i, at, purge=True)]
+                [m for i in again for m in _forget(tenant_id, i, at, purge=True, why=why(i))]
             )
             token = Token.union([token, more]) or token
         return token, sum(keys.values()) + sum(late.values())
@@ -907,13 +925,29 @@ def _duplicate_of(
     return merged_duplicate(row.memory_id, row.state, row.merged_into, summary_of)
 
 
+ERASED = "erased through the API"
+"""The audit reason of a memory an erasure named (its delete and its purge)."""
+ERASED_SUMMARY = "erased: a summary of an erased memory"
+"""The audit reason of a summary erased because it quotes an erased memory."""
+ERASED_COPY = "erased: a copy of an erased memory's words"
+"""The audit reason of a duplicate merged into (or holding the words of) an erased memory."""
+
+
+def _summary_or_copy(summaries: Collection[str]) -> Callable[[str], str]:
+    """The audit reason of each memory an erasure found quoting an erased one."""
+    return lambda memory_id: ERASED_SUMMARY if memory_id in summaries else ERASED_COPY
+
+
 def _forget(
-    tenant_id: str, memory_id: str, at: datetime, *, purge: bool
+    tenant_id: str, memory_id: str, at: datetime, *, purge: bool, why: str | None = None
 ) -> list[tuple[str, Mapping[str, Any]]]:
-    """The decisions that delete (and with ``purge`` purge) one memory."""
-    events: list[Retire | Purge] = [Retire(at, Lifecycle.DELETED, "deleted through the API")]
+    """The decisions that delete (and with ``purge`` purge) one memory; ``why``: an erasure's
+    reason for both (default: a delete's and a purge's through the API).
+    """
+    deleted = why or "deleted through the API"
+    events: list[Retire | Purge] = [Retire(at, Lifecycle.DELETED, deleted)]
     if purge:
-        events.append(Purge(at, "purged through the API"))
+        events.append(Purge(at, why or "purged through the API"))
     return [("memory-writes", decision_value(tenant_id, memory_id, e)) for e in events]
 
 

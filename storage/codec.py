@@ -119,6 +119,8 @@ def encode(state: MemoryState) -> bytes:
         value["reasserted_over"] = state.reasserted_over
     if state.predecessors:  # likewise: a memory that superseded none encodes as before
         value["predecessors"] = state.predecessors
+    if state.summarised_in is not None:  # likewise: one never summarised
+        value["summarised_in"] = state.summarised_in
     return orjson.dumps(value)
 
 
@@ -189,4 +191,5 @@ def decode(raw: bytes) -> MemoryState:
         stated_at=from_us(v["stated_at"]) if v.get("stated_at") is not None else None,
         reasserted_over=v.get("reasserted_over"),
         predecessors=tuple(v.get("predecessors", ())),  # absent: it superseded none
+        summarised_in=v.get("summarised_in"),  # absent: in no summary, or from before
     )

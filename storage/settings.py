@@ -123,11 +123,14 @@ class SharedSettings(BaseSettings):
             return TenantRegistry.load(self.tenants_file)
         return TenantRegistry.open_to([t.strip() for t in self.tenants.split(",") if t.strip()])
 
-    def tenant_log(self, timeout_s: float = 10.0) -> TenantLog:
-        """The live registry: the ``tenants`` topic over :meth:`registry` (not yet started)."""
-        return TenantLog(
-            self.kafka(), self.topic(TENANTS_ROLE), self.registry(), timeout_s=timeout_s
-        )
+    def tenant_log(
+        self, registry: TenantRegistry | None = None, timeout_s: float = 10.0
+    ) -> TenantLog:
+        """The live registry: the ``tenants`` topic over ``registry`` (default: :meth:`registry`,
+        which reads ``tenants_file``); not yet started.
+        """
+        base = registry if registry is not None else self.registry()
+        return TenantLog(self.kafka(), self.topic(TENANTS_ROLE), base, timeout_s=timeout_s)
 
     def key_log(self, timeout_s: float = 10.0) -> KeyLog:
         """The data keys (the ``memory-keys`` topic, :mod:`storage.key_log`; not yet started)."""

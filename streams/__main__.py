@@ -49,7 +49,7 @@ def prepare(settings: WorkerSettings, *, resync: bool = True) -> Services:
     # checked before anything is created: a collection of the wrong dimension, made before the
     # embedder's check refused the start, would refuse every later start too
     embedder = settings.make_embedder()
-    settings.registry()  # MNEMO_TENANTS or MNEMO_TENANTS_FILE readable
+    registry = settings.registry()  # MNEMO_TENANTS or MNEMO_TENANTS_FILE, read once
     asyncio.run(ensure_topics(settings))
     store = MilvusStore(settings.milvus())
     store.connect()
@@ -63,7 +63,7 @@ def prepare(settings: WorkerSettings, *, resync: bool = True) -> Services:
         llm = LlmImportance(
             settings.llm_url, settings.llm_model, settings.llm_api_key, settings.llm_timeout_s
         )
-    return Services(store, embedder, llm)
+    return Services(store, embedder, llm, registry=registry)
 
 
 def resync_milvus(

@@ -67,7 +67,7 @@ from storage.records import (
 from storage.rows import live_values, to_us, with_live
 from storage.sealing import seal_write
 from storage.tenant_log import TenantLogError
-from storage.tenants import Tenants
+from storage.tenants import TenantRegistry, Tenants
 from streams import topics
 from streams.applied import AppliedMarks, offset_ranges
 from streams.consolidation import decision_records, plan_tenant, report
@@ -130,6 +130,9 @@ class Services:
     # where consolidation reads a tenant's rows before asking ``store`` (``python -m server``:
     # its ranker's hot cache); None: ``store.query`` alone
     tenant_rows: TenantRows | None = None
+    # the tenants read at start-up (``MNEMO_TENANTS`` or ``MNEMO_TENANTS_FILE``), under the
+    # tenants topic's records; default: none (the topic's alone)
+    registry: TenantRegistry = field(default_factory=lambda: TenantRegistry({}))
 
 
 def nearest(
@@ -388,7 +391,7 @@ class StreamWorker:
             )
             for name in topics.TABLES
         )
-        self.tenants = settings.tenant_log()
+        self.tenants = settings.tenant_log(services.registry)
         self.keys = settings.key_log()
         limits = Limits(
             settings.embedding_dim,
@@ -411,6 +414,9 @@ class StreamWorker:
         self.keys_read = False  # the keys topic read to its end once since start-up
         self.tenants_read = False  # the tenants topic, likewise
         self.marker = ResyncMarker.of(settings)  # set when Milvus may lack rows of changes
+        # audit records of failed tries, not sent: their events are skipped by offset when
+        # applied again, so they are sent first by the next emit (:meth:`owing`)
+        self.owed: list[Outbound] = []
 
     async def know_tenants(self, values: Iterable[bytes]) -> None:
         """Before the first batch, read the tenants topic to its end (retrying while it cannot be
@@ -449,8 +455,29 @@ class StreamWorker:
 
     async def apply_writes(self, events: Sequence[Any]) -> None:
         batch = Batch()
-        with self.processor.releasing(batch):
+        with self.owing(batch), self.processor.releasing(batch):
             await self._apply_writes(events, batch)
+
+    @contextmanager
+    def owing(self, batch: Batch) -> Iterator[None]:
+        """When the batch fails, keep the audit records it made and did not send: applied
+        again (:func:`applied_again`), its events already applied are skipped by offset and
+        make none, and their changes would be missing from history. The next :meth:`emit` of
+        any agent sends them first, in order. Kept in memory, at most :data:`OWED_MAX` (the
+        oldest dropped, logged): a kill -9 before that emit loses them, as a replay
+        (``MNEMO_REPLAY``, which produces nothing) has none to owe.
+        """
+        try:
+            yield
+        except Exception:
+            unsent = [o for o in batch.out[batch.sent :] if o.role == topics.AUDIT]
+            if unsent and not self.replay:
+                # those taken from ``owed`` by this batch's emit are older than any owed since
+                kept = [*unsent, *self.owed] if batch.emitting else [*self.owed, *unsent]
+                if len(kept) > OWED_MAX:
+                    log.error("%d audit records of failed batches dropped", len(kept) - OWED_MAX)
+                self.owed = kept[-OWED_MAX:]
+            raise
 
     async def _apply_writes(self, events: Sequence[Any], batch: Batch) -> None:
         await self.keys_ready()
@@ -652,7 +679,7 @@ class StreamWorker:
     async def on_access(self, events: Sequence[Any]) -> None:
         """Reduce each access; one that overtook its write is parked until the write is applied."""
         batch = Batch()
-        with self.processor.releasing(batch):
+        with self.owing(batch), self.processor.releasing(batch):
             await self._on_access(events, batch)
 
     async def _on_access(self, events: Sequence[Any], batch: Batch) -> None:
@@ -1027,8 +1054,12 @@ class StreamWorker:
         derived: list[Awaitable[Any]] = []
         if self.replay:
             return derived
+        if self.owed:  # a failed batch's audit records (:meth:`owing`), before this one's
+            batch.out[:0], self.owed = self.owed, []
+        batch.emitting = True
         for message in batch.out:  # in order; acknowledged before the batch's offsets commit
             sending = await self.topics[message.role].send(key=message.key, value=message.value)
+            batch.sent += 1
             sent = asyncio.ensure_future(sending)  # Faust's is a future already: itself
             if self.deliveries is not None:
                 self.deliveries.track(sent)
@@ -1191,6 +1222,9 @@ async def _llm_answers(
     return list(await asyncio.gather(*(one(new, ns) for new, ns in compared)))
 
 
+OWED_MAX = 100_000
+"""How many audit records of failed batches a worker keeps to send (:meth:`StreamWorker.owing`)."""
+
 BATCH_ATTEMPTS = 5
 """How many times an agent applies one batch before it gives up on it (:func:`applied_again`)."""
 
@@ -1207,7 +1241,8 @@ async def applied_again(
     up is never redelivered: its rows wait for the next start's resync and its derived records
     (supersessions, dead letters) are lost. Applied again, the events its first try applied are
     skipped by offset and their rows and derived records are made again (a redelivery's path);
-    the audit records of those are not. A cancellation is never retried.
+    their audit records, made by the first try, are kept and sent by the next emit
+    (:meth:`StreamWorker.owing`). A cancellation is never retried.
     """
     delay = 0.5
     for attempt in range(1, attempts + 1):

@@ -219,6 +219,8 @@ class Batch:
     # their sources (a summary refused sends them a restore, which must come after it)
     deferred: list[Outbound] = field(default_factory=list)
     superseding: set[tuple[str, str]] = field(default_factory=set)  # (older key, newer id) sent
+    sent: int = 0  # how many of ``out`` were handed to the producer (``StreamWorker.emit``)
+    emitting: bool = False  # ``out`` holds the audit records earlier tries owed, first
 
     def supersede(self, tenant_id: str, older: str, event: Supersede) -> None:
         """Send a ``supersede`` decision for ``older``, once per batch for the same pair."""
@@ -1042,9 +1044,19 @@ def audit_value(state: MemoryState, effect: Effect, message: Inbound, at: dateti
                 "recall_count": state.recall_count,
                 "write_count": state.write_count,
                 "last_access": state.last_access.astimezone(UTC).isoformat(),
+                # what a purge, a supersession or a merge left (a purged memory reads
+                # ``deleted`` above)
+                "purged": state.purged,
+                "valid_to": _utc(state.valid_to),
+                "superseded_by": state.superseded_by,
+                "merged_into": state.merged_into,
             },
         }
     )
+
+
+def _utc(at: datetime | None) -> str | None:
+    return at.astimezone(UTC).isoformat() if at is not None else None
 
 
 def tenant_counts(counters: MutableMapping[bytes, bytes], tenant_id: str) -> dict[str, int]:

@@ -226,6 +226,7 @@ async def test_the_records_a_batch_emits_are_waited_for_by_the_commit_flush() ->
         deliveries=exact,
         replay=False,
         applied=None,
+        owed=[],
         services=SimpleNamespace(metrics=SimpleNamespace(emitted=lambda out: None)),
     )
     out = [Outbound("audit", b"acme/m1", b"{}"), Outbound("dead-letter", b"acme/m2", b"{}")]

@@ -17,6 +17,7 @@ from memcore import (
     Effect,
     EffectKind,
     Event,
+    Fade,
     Item,
     Lifecycle,
     MemoryState,
@@ -430,10 +431,66 @@ def test_a_summary_whose_source_is_superseded_is_deleted_whichever_came_first(
     assert again is not None
     assert effect.kind is EffectKind.SKIPPED
     assert [n.target for n in summary_outdated(after, again, second, effect)] == ["S"]
-    revival = Access(T0 + hours(4))  # brings it back from the archive: out of the summary
+    revival = Access(T0 + hours(4))  # brings it back from the archive: told already
     accessed, effects = apply(after, revival, POLICY)
     assert accessed is not None
     assert summary_outdated(after, accessed, revival, effects[0]) == ()
+
+
+@pytest.mark.parametrize("how", ["access", "rewrite", "access, then the sweep"])
+def test_a_source_brought_back_from_its_summary_then_superseded_still_deletes_it(
+    how: str,
+) -> None:
+    """An archived source brought back (a recall hit, a rewrite) and superseded since: the
+    summary still stated its old words, served as current beside the new version ("lives in
+    Osaka" and "lives in Lisbon"), for the revival had dropped the link to it.
+    """
+    source = created(0.1, memory_id="p")  # the sweep's kind of memory
+    archived, _ = apply(source, Retire(T0 + hours(2), Lifecycle.ARCHIVED, "into S", "S"), POLICY)
+    assert archived is not None
+    back = Access(T0 + hours(3)) if how != "rewrite" else write(memory_id="p", at=T0 + hours(3))
+    revived, _ = apply(archived, back, POLICY)
+    assert revived is not None
+    assert revived.state is Lifecycle.ACTIVE
+    if how == "access, then the sweep":
+        revived, _ = apply(revived, Fade(T0 + hours(5000), "archive sweep"), POLICY)
+        assert revived is not None
+        assert (revived.state, revived.merged_into) == (Lifecycle.ARCHIVED, None)
+    superseding = Supersede(T0 + hours(6000), "p2", "updated through the API by p2")
+    after, (effect,) = apply(revived, superseding, POLICY)
+    assert after is not None
+    (notice,) = summary_outdated(revived, after, superseding, effect)
+    assert (notice.target, notice.event) == (
+        "S",
+        Retire(T0 + hours(6000), Lifecycle.DELETED, notice.event.reason),
+    )
+    # once S is gone (its restore came) there is nothing to delete
+    gone, _ = apply(revived, Restore(T0 + hours(5), "S", "summary S is deleted"), POLICY)
+    assert gone is not None
+    later, (effect,) = apply(gone, superseding, POLICY)
+    assert later is not None
+    assert summary_outdated(gone, later, superseding, effect) == ()
+
+
+def test_a_summary_outdated_by_a_backdated_supersession_is_deleted_after_it_was_made() -> None:
+    """A supersession dated before the archiving (a write loaded with its own time, a decision
+    in flight while consolidation ran) deleted the summary, and so revived its other sources,
+    before either was made: history ran backwards, and the purge's retention started early.
+    """
+    source = created(0.5, memory_id="p")
+    archiving = Retire(T0 + hours(3), Lifecycle.ARCHIVED, "compressed into S", "S")
+    archived, _ = apply(source, archiving, POLICY)
+    assert archived is not None
+    backdated = Supersede(T0 + hours(2), "p2", "a newer value of the same fact")
+    after, (effect,) = apply(archived, backdated, POLICY)
+    assert after is not None
+    (notice,) = summary_outdated(archived, after, backdated, effect)
+    assert notice.event.at == T0 + hours(3)  # not before the archiving
+    # a decision dated before a memory's last change never moves that change back
+    summary = dataclasses.replace(created(0.5, memory_id="S"), state_changed_at=T0 + hours(3))
+    deleted, _ = apply(summary, dataclasses.replace(notice.event, at=T0 + hours(2)), POLICY)
+    assert deleted is not None
+    assert (deleted.state, deleted.state_changed_at) == (Lifecycle.DELETED, T0 + hours(3))
 
 
 def test_a_summary_merged_into_a_survivor_keeps_its_sources_archived() -> None:
@@ -475,14 +532,18 @@ def test_a_source_an_access_brought_back_is_not_restored_again() -> None:
     assert archived is not None
     revived, (effect, *_) = apply(archived, Access(T0 + hours(2), AccessKind.RECALL), POLICY)
     assert revived is not None
-    assert (effect.kind, revived.state, revived.merged_into) == (
+    assert (effect.kind, revived.state, revived.merged_into, revived.summarised_in) == (
         EffectKind.REVIVED,
         Lifecycle.ACTIVE,
         None,
+        "S",  # S still holds its words
     )
     faded = dataclasses.replace(revived, state=Lifecycle.ARCHIVED)  # as the sweep leaves it
     kept, (effect,) = apply(faded, Restore(T0 + hours(3), "S", "summary S is deleted"), POLICY)
-    assert (effect.kind, kept) == (EffectKind.IGNORED, faded)
+    assert (effect.kind, kept) == (
+        EffectKind.IGNORED,
+        dataclasses.replace(faded, summarised_in=None),
+    )
 
 
 def test_consolidating_twice_changes_nothing_the_second_time() -> None:

@@ -12,7 +12,7 @@ import orjson
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
-from memcore import Effect, EffectKind, InvalidField
+from memcore import Effect, EffectKind, InvalidField, Lifecycle
 from ranker.history import _event, partition_of
 from ranker.listing import CHUNK, SCAN_MAX, decode_cursor, encode_cursor, page
 from ranker.routes import UpdateBody, new_version
@@ -319,3 +319,31 @@ def test_history_shows_times_in_utc_as_every_other_route_does() -> None:
         "2026-03-01T13:00:00+00:00",
         "2026-03-01T12:00:00+00:00",
     )
+
+
+def test_an_audit_record_says_what_a_purge_a_supersession_or_a_merge_left() -> None:
+    """A purged memory's records showed ``state: deleted`` alone, and a superseded or merged
+    one's nothing of its successor: the history could not tell a user's delete from a purge,
+    nor say which memory took over and from when.
+    """
+    state = dataclasses.replace(
+        created_state(),
+        state=Lifecycle.DELETED,
+        purged=True,
+        valid_to=datetime(2026, 3, 2, 14, tzinfo=timezone(timedelta(hours=2))),
+        superseded_by="m9",
+        merged_into="s1",
+    )
+    effect = Effect(EffectKind.PURGED, "purged through the API")
+    value = orjson.loads(audit_value(state, effect, Inbound("a", 0, 7, b"k", b"v"), NOW))
+    after = value["after"]
+    assert (after["purged"], after["valid_to"], after["superseded_by"], after["merged_into"]) == (
+        True,
+        "2026-03-02T12:00:00+00:00",
+        "m9",
+        "s1",
+    )
+    current = orjson.loads(
+        audit_value(created_state(), effect, Inbound("a", 0, 7, b"k", b"v"), NOW)
+    )
+    assert current["after"]["valid_to"] is None

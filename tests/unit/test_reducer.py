@@ -46,6 +46,15 @@ def test_writer_tier_wins_over_classification() -> None:
     assert state.tier is Tier.WORKING
 
 
+def test_a_tier_the_writer_chose_is_audited_as_written_not_as_by_importance() -> None:
+    """The history of a memory written as ``semantic`` with importance 0.1 said "semantic by
+    importance 0.1": a reason the tier rules refute."""
+    _, (effect,) = apply(None, write(importance=0.1, tier=Tier.SEMANTIC), DEFAULT)
+    assert effect.reason == "semantic as written (memory_type); importance 0.1 (test)"
+    _, (effect,) = apply(None, write(importance=0.85), DEFAULT)
+    assert effect.reason == "semantic by importance 0.85 (test)"
+
+
 def test_identical_rewrite_folds() -> None:
     first = created(0.4)
     again, effects = apply(first, write(importance=0.6, at=T0 + hours(1)), DEFAULT)

@@ -759,6 +759,17 @@ def test_erasing_a_memory_erases_the_memories_holding_its_words() -> None:
     assert erased == {"a1", "a2", "a3", "n1", "p1", "s1", "p0"}
     purged = [v["memory_id"] for v in sent.values if v.get("decision") == "purge"]
     assert purged == ["a1", "a2", "a3", "n1", "p1", "p0", "s1"]  # the copies read first
+    # each one's history says why it went (it said "deleted through the API", as a user's
+    # delete of that memory would, for the summary and copies the user never named)
+    why = {v["memory_id"]: v["reason"] for v in sent.values if v.get("decision") == "retire"}
+    assert why == {
+        "a1": "erased through the API",
+        **dict.fromkeys(
+            ("a2", "a3", "n1", "p1", "p0"), "erased: a copy of an erased memory's words"
+        ),
+        "s1": "erased: a summary of an erased memory",
+    }
+    assert {v["reason"] for v in sent.values if v.get("decision") == "purge"} <= set(why.values())
 
 
 def test_an_erasure_finds_copies_whatever_the_order_of_its_ids_and_leaves_unknown_merges() -> None:

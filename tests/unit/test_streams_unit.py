@@ -168,6 +168,9 @@ def test_codec_round_trip() -> None:
     successor = dataclasses.replace(state, predecessors=("m7", "m8"))
     assert codec.decode(codec.encode(successor)) == successor
     assert b"predecessors" not in codec.encode(state)  # one that superseded none: as before
+    summarised = dataclasses.replace(state, summarised_in="s1")
+    assert codec.decode(codec.encode(summarised)) == summarised
+    assert b"summarised_in" not in codec.encode(state)  # in no summary: as before
 
 
 def test_a_state_written_before_predecessors_were_kept_decodes_with_none() -> None:

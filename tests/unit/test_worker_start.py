@@ -4,8 +4,10 @@ cache's warm-up."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any, cast
 
+import faust
 import httpx
 import orjson
 import pytest
@@ -20,6 +22,7 @@ from storage.tenant_log import TenantLog, TenantLogError
 from storage.tenants import TenantRegistry
 from streams import __main__ as worker_main
 from streams import rebuild
+from streams.app import Services, StreamWorker
 from streams.rebuild import Resynced
 from streams.settings import WorkerSettings
 
@@ -121,3 +124,22 @@ async def test_a_ranker_answers_503_until_the_tenants_topic_is_read_then_serves(
     assert "tenants topic" in early.json()["detail"]
     assert early.headers["retry-after"] == "1"
     assert later.status_code == 401  # the topic deleted acme: its file key no longer acts
+
+
+def test_the_worker_is_built_from_the_tenants_read_at_start_up_without_reading_again(
+    tmp_path: Path,
+) -> None:
+    """Constructors do no I/O: the worker's app read ``MNEMO_TENANTS_FILE`` again when built,
+    a second reading of a file the start-up had checked (and a file replaced in between made
+    the worker's tenants differ from the ones the start-up validated).
+    """
+    gone = tmp_path / "tenants.json"  # never written: building must not read it
+    settings = WorkerSettings(
+        tenants_file=gone, data_dir=tmp_path, milvus_uri=str(tmp_path / "m.db")
+    )
+    registry = TenantRegistry.open_to(["acme"])
+    services = Services(cast(Any, None), Hashing(settings.embedding_dim), registry=registry)
+    app = faust.App("built", store="memory://", datadir=str(tmp_path), web_enabled=False)
+    worker = StreamWorker(app, settings, services)
+    assert worker.tenants.base is registry
+    assert worker.tenants.get("acme") is not None

@@ -292,6 +292,7 @@ class Worker:
             compaction=None,
             syncing=asyncio.Lock(),
             marker=ResyncMarker(tmp_path / "app.milvus-resync"),
+            owed=[],
         )
         self.worker = worker
 
@@ -785,12 +786,60 @@ async def test_a_batch_that_fails_after_its_reducer_ran_is_applied_again(tmp_pat
     assert "acme/B" in store.rows
     decided = [(k, v["by"]) for role, k, v in w.sent if role == "memory-writes"]
     assert decided == [(b"acme/A", "B")]
+    # the first try's audit record, which no later try makes again, is sent once: B's
+    # history said nothing of its creation
+    audited = [(k, v["kind"]) for role, k, v in w.sent if role == "audit"]
+    assert audited == [(b"acme/B", "created")]
+    assert w.worker.owed == []
     state = w.worker.processor.state("acme/B")
     assert state is not None
     assert state.write_count == 1  # applied once: the tries after the first skipped it
     store.failures = 10
     with pytest.raises(RuntimeError, match="broke"):  # past the attempts: given up, as before
         await applied_again(lambda: w.worker.on_writes(events), "writes", sleep=sleep)
+
+
+class BrokenTopic(Topic):
+    """Sends ``left`` records, then raises as a producer whose broker went away."""
+
+    def __init__(self, role: str, sent: list[tuple[str, bytes, dict[str, Any]]]) -> None:
+        super().__init__(role, sent)
+        self.left: int | None = None
+
+    async def send(self, key: bytes, value: bytes) -> asyncio.Future[None]:
+        if self.left is not None:
+            if self.left == 0:
+                raise KafkaTimeoutError("the broker went away")
+            self.left -= 1
+        return await super().send(key, value)
+
+
+async def test_audit_records_a_failed_emit_did_not_send_come_first_with_the_next_batch(
+    tmp_path: Path,
+) -> None:
+    """An emit that failed part-way: the records it had not sent go first, in their order,
+    with the next batch's, whichever agent emits it; those it sent are not sent again.
+    """
+    texts = ("Alice drinks tea", "Bob drinks coffee", "Carol drinks water")
+    w = Worker(tmp_path, Embedder(dict.fromkeys(texts, X)))
+    audit = BrokenTopic(topics.AUDIT, w.sent)
+    w.worker.topics[topics.AUDIT] = audit  # type: ignore[assignment]
+    audit.left = 1
+    with pytest.raises(KafkaTimeoutError):
+        await w.writes(
+            ("acme/m1", write("Alice drinks tea", "m1")),
+            ("acme/m2", write("Bob drinks coffee", "m2")),
+            ("acme/m3", write("Carol drinks water", "m3")),
+        )
+    assert [k for role, k, _ in w.sent if role == "audit"] == [b"acme/m1"]
+    assert [o.key for o in w.worker.owed] == [b"acme/m2", b"acme/m3"]
+    audit.left = None
+    w.sent.clear()
+    await w.worker.on_access([Event(Message("memory-access", 0, 9, b"acme/m1", access()))])
+    audited = [(k, v["kind"]) for role, k, v in w.sent if role == "audit"]
+    assert audited[:2] == [(b"acme/m2", "created"), (b"acme/m3", "created")]
+    assert b"acme/m1" not in [k for k, _ in audited[:2]]
+    assert w.worker.owed == []
 
 
 async def test_an_end_offset_the_broker_cannot_give_keeps_parked_accesses_waiting(
