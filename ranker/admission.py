@@ -5,9 +5,11 @@ An ASGI middleware in front of the whole app: a request to the API (``/v1/...``)
 read, embedded or searched, so overload costs microseconds. Once its key names the tenant, a
 request beyond the tenant's share (:class:`TenantSlots`) is answered 429 too, so one tenant's
 requests (reads waiting out their tokens, say) never take every slot. A slot is held for a
-bounded time and memory: a request presenting no key at all is answered 401 before it takes one,
-a body over ``max_body_bytes`` is answered 413 (from its ``Content-Length`` before reading it, else
-once that much arrived), and a body not all arrived ``body_timeout_s`` after the request is
+bounded time and memory: a request presenting no key at all, or a key no tenant holds, is
+answered 401 before it takes one or its body is read (a body is parsed at many times its size:
+an unauthenticated client must not make the service hold that), a body over
+``max_body_bytes`` is answered 413 (from its ``Content-Length`` before reading it, else once
+that much arrived), and a body not all arrived ``body_timeout_s`` after the request is
 answered 408 (a client that sends headers and then nothing would hold its slot for ever). Every
 response is counted in ``mnemostream_http_responses_total{route,status}`` (``route`` is the
 path template, ``other`` for no route). A memory id that escapes a ``/`` (``a%2Fb``) is routed
@@ -99,10 +101,13 @@ class Admission:
         tenant_slots: TenantSlots | None = None,
         max_body_bytes: int = 64 * 2**20,
         body_timeout_s: float = 30.0,
+        unknown_key: Callable[[str], bool] | None = None,
     ) -> None:
         """``tenant_slots``: the per-tenant shares its requests take once authenticated;
         ``max_body_bytes``: the largest request body (bytes); ``body_timeout_s``: how long after
-        a request arrives its whole body must have arrived (seconds).
+        a request arrives its whole body must have arrived (seconds); ``unknown_key``: whether
+        a presented key surely acts for no tenant (False while that cannot be told yet: the
+        route then authenticates it); None: only a missing key is refused here.
         """
         if max_in_flight < 1:
             msg = f"max_in_flight={max_in_flight}: must be at least 1"
@@ -114,6 +119,7 @@ class Admission:
         self.metrics = metrics
         self.routes = routes
         self.tenant_slots = tenant_slots
+        self.unknown_key = unknown_key
         self.in_flight = 0
         self._static: dict[tuple[object, object], str] = {}
 
@@ -168,6 +174,10 @@ class Admission:
         """
         if needs_key and not (headers.get("authorization") or headers.get("x-api-key")):
             return 401, "missing or unknown API key"
+        if needs_key and self.unknown_key is not None:
+            key = presented_key(headers)
+            if key and self.unknown_key(key):
+                return 401, "missing or unknown API key"
         length = headers.get("content-length", "")
         if length.isdigit() and int(length) > self.max_body_bytes:
             return 413, _too_large(self.max_body_bytes)
@@ -190,6 +200,18 @@ class Admission:
         if label == key[1]:  # the path is the route's own: no parameter in it
             self._static[key] = label
         return label
+
+
+def presented_key(headers: Headers) -> str | None:
+    """The key a request presents, read as its route reads it (:func:`ranker.wire.presented_key`
+    over FastAPI's ``HTTPBearer`` and ``APIKeyHeader``): a ``Bearer`` authorization's
+    credentials, else ``X-API-Key``, stripped; None if none.
+    """
+    scheme, _, credentials = (headers.get("authorization") or "").partition(" ")
+    credentials = credentials.strip()
+    bearer = scheme.lower() == "bearer" and credentials
+    key = credentials if bearer else headers.get("x-api-key")
+    return key.strip() if key else None
 
 
 def _keep_escaped_slash(scope: Scope) -> None:

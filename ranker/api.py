@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hmac
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -279,6 +280,7 @@ def create_api(
         tenant_slots=api.state.tenant_slots,
         max_body_bytes=max_body_bytes,
         body_timeout_s=body_timeout_s,
+        unknown_key=lambda key: _unknown_key(api, key),
     )
     api.add_middleware(RequestLog, every_request=log_every_request)
     checks = dict(ready or {})
@@ -394,6 +396,21 @@ def _refused(exc: Exception) -> Response:
     """A dependency's refusal no retry mends (an ACL, a size limit): 500 naming it, logged."""
     log.error("refused for good: %s", exc)
     return problem(500, str(exc))
+
+
+def _unknown_key(api: FastAPI, key: str) -> bool:
+    """``key`` acts for no tenant, as its route would find (:func:`ranker.wire.authenticate`);
+    False while the tenants topic is not read yet (a key added there would act) and for the
+    admin key (its route says it acts for no tenant).
+    """
+    read: asyncio.Event | None = api.state.tenants_read
+    if read is not None and not read.is_set():
+        return False
+    admin_key: str | None = api.state.admin_key
+    if admin_key and hmac.compare_digest(key.encode(), admin_key.encode()):
+        return False
+    registry: Tenants = api.state.registry
+    return registry.by_api_key(key) is None
 
 
 def _errors(api: FastAPI) -> None:

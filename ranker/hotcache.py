@@ -618,8 +618,23 @@ class HotCache:
             block = self._pending(tenant_id, while_loading=True)
             if block is None:  # the load ended meanwhile (done, failed, or the tenant cold)
                 return
+        self._told(block, memory_id, values, whole=whole)
+        if len(block.dirty) > self.tenant_max:
+            # a bulk load into a held tenant: more changed ids than the block may hold, each
+            # to be read back with its vector at the next search (all at once, before the
+            # block's bound): Milvus answers the tenant instead, counted again later
+            with self._guard:
+                if self._blocks.get(tenant_id) is block and tenant_id not in self._loading:
+                    self._go_cold(tenant_id)
+
+    def _told(
+        self, block: _Block, memory_id: str, values: Sequence[Any] | None, *, whole: bool
+    ) -> None:
+        """:meth:`on_change` for a block of the tenant (``whole``: it holds every row)."""
         with block.lock:
             if values is None:  # the worker deletes the row too; re-read in case it did not
+                if whole and memory_id not in block.index and memory_id not in block.dirty:
+                    return  # purged long since (the view's replay meets every one): no row
                 block.remove(memory_id)
                 block.gone.pop(memory_id, None)
                 self._mark(block, memory_id, (-1, ""))

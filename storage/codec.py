@@ -130,7 +130,19 @@ def decode_live(raw: bytes) -> tuple[Any, ...]:
     no state built. Only the live fields are read, and not checked (an unknown tier or state
     passes); raises KeyError, TypeError or ValueError when one of them is missing or malformed.
     """
+    return _live_of(orjson.loads(raw))
+
+
+def decode_served(raw: bytes) -> tuple[Any, ...] | None:
+    """:func:`decode_live`, or None for a purged memory's state (a tombstone the worker keeps
+    for idempotence: the memory left the serving store, and a reader holding it would hold
+    every memory ever purged). Raises as :func:`decode_live`.
+    """
     v = orjson.loads(raw)
+    return None if v.get("purged") is True else _live_of(v)
+
+
+def _live_of(v: dict[str, Any]) -> tuple[Any, ...]:
     retention, _, next_review, review_count = v["card"]
     valid_to = v.get("valid_to")
     return (

@@ -413,6 +413,18 @@ class MilvusStore:
         pages = self._pages("query", expression, batch_size, consistency_level="Strong")
         return [row for page in pages for row in page]
 
+    def every_id(
+        self, tenant_id: str, filters: Filters = ANY_STATE, batch_size: int = 2_000
+    ) -> list[str]:
+        """The ids of every row of one tenant matching ``filters`` (:meth:`every_row` reading
+        the id alone: no vector or words cross the wire); strong consistency.
+        """
+        expression = filter_expression(tenant_id, filters)
+        pages = self._entities(
+            "query", expression, batch_size, ["memory_id"], consistency_level="Strong"
+        )
+        return [str(e["memory_id"]) for page in pages for e in page]
+
     def scan(self, batch_size: int = 2_000) -> Generator[list[MemoryRow], None, None]:
         """Every row of the collection, every tenant and state, ``batch_size`` rows at a time (one
         pass, no order promised; rows written meanwhile may or may not appear). For a reader that
@@ -427,20 +439,33 @@ class MilvusStore:
         """The rows matching ``expression`` ("" for all), a page of ``batch_size`` at a time,
         through Milvus's query iterator; errors translated under ``operation``.
         """
+        fields = list(ROW_FIELDS)
+        for page in self._entities(operation, expression, batch_size, fields, **options):
+            yield [MemoryRow.from_entity(entity) for entity in page]
+
+    def _entities(
+        self,
+        operation: str,
+        expression: str,
+        batch_size: int,
+        fields: list[str],
+        **options: str,
+    ) -> Generator[list[dict[str, Any]], None, None]:
+        """``fields`` of the rows matching ``expression``, as :meth:`_pages` reads them."""
         it = self._call(
             operation,
             lambda: self.client.query_iterator(
                 self.config.collection,
                 batch_size=batch_size,
                 filter=expression,
-                output_fields=list(ROW_FIELDS),
+                output_fields=fields,
                 timeout=self.config.timeout_s,
                 **options,
             ),
         )
         try:
             while page := self._call(operation, it.next):
-                yield [MemoryRow.from_entity(entity) for entity in page]
+                yield page
         finally:
             it.close()
 

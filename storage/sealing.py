@@ -22,7 +22,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -205,7 +205,7 @@ class KeyRing:
         if len(parts) == 3:  # a data key, or its tombstone
             tenant_id, memory_id, key_id = parts
             if value is None:
-                self.keys.get((tenant_id, memory_id), {}).pop(key_id, None)
+                self._drop((tenant_id, memory_id), {key_id})
                 return True
             try:
                 v = orjson.loads(value)
@@ -236,11 +236,21 @@ class KeyRing:
                 self.erased_users[memory] = users
             else:
                 self.erased_users.pop(memory, None)
-            keys = self.keys.get(memory, {})
-            for key_id in erased & keys.keys():  # a tombstone this reader never saw
-                del keys[key_id]
+            self._drop(memory, erased)  # tombstones this reader may never have seen
             return True
         return False
+
+    def _drop(self, memory: tuple[str, str], key_ids: Collection[str]) -> None:
+        """Forget ``key_ids`` of ``memory``, and the memory once it has none (erased memories
+        must cost nothing but their marker).
+        """
+        keys = self.keys.get(memory)
+        if keys is None:
+            return
+        for key_id in key_ids:
+            keys.pop(key_id, None)
+        if not keys:
+            del self.keys[memory]
 
     def add(self, key: DataKey) -> None:
         """Hold ``key``, unless an erasure marker names it: the marker always wins (a reader

@@ -100,6 +100,9 @@ def test_every_row_reads_past_what_one_query_returns(store: MilvusStore) -> None
     assert sorted(r.memory_id for r in got) == [r.memory_id for r in mine]
     anns = store.every_row("acme", Filters(states=(), user_id="ann"), batch_size=7)
     assert sorted(r.memory_id for r in anns) == [r.memory_id for r in mine if r.user_id == "ann"]
+    # the ids alone (a user's erasure lists them so): the same, no vector read
+    ids = store.every_id("acme", Filters(states=(), user_id="ann"), batch_size=7)
+    assert sorted(ids) == [r.memory_id for r in mine if r.user_id == "ann"]
 
 
 def test_the_summaries_made_from_given_memories_are_found_in_their_tenant(

@@ -1138,3 +1138,27 @@ def test_a_change_told_as_a_load_ends_makes_no_block_that_passes_for_the_tenant(
     cache.on_change("acme", "a", view["a"])
     assert "acme" not in cache._blocks
     assert cache.search("acme", [1.0, 0.0, 0.0, 0.0], 10, RECALL) is None  # Milvus answers
+
+
+def test_a_bulk_load_into_a_held_tenant_leaves_it_to_milvus_before_its_next_search() -> None:
+    """Each write into a held tenant marked its id to be read back, unbounded: the next search
+    read every new row with its vector from Milvus at once (40,000 rows: 661 MiB in one
+    recall), then found the tenant too large and dropped it all the same.
+    """
+    store, view, cache, _ = setup(row("a", 1.0))
+    cache.tenant_max = 8
+    assert ids(cache) == ["a"]
+    for i in range(8):
+        new = row(f"n{i}", 0.5)
+        store.put(new)
+        view[new.memory_id] = live(new)
+        cache.on_change("acme", new.memory_id, view[new.memory_id])
+    assert cache.held() == (1, 1)  # up to the block's bound: read back at the next search
+    new = row("n8", 0.5)
+    store.put(new)
+    view["n8"] = live(new)
+    cache.on_change("acme", "n8", view["n8"])
+    assert cache.held() == (0, 0)
+    reads = store.reads
+    assert cache.search("acme", [1.0, 0.0, 0.0, 0.0], 10, RECALL) is None  # Milvus answers
+    assert store.reads == reads
