@@ -208,7 +208,8 @@ class Api:
         return token
 
     def get(self, key: str, memory_id: str) -> dict[str, Any] | None:
-        reply = self._call("GET", f"/v1/memories/{memory_id}", key)
+        """A memory read without counting as an access (the bench polls with it)."""
+        reply = self._call("GET", f"/v1/memories/{memory_id}?track=false", key)
         return None if reply.status_code == 404 else self._ok(reply)
 
     def wait_for(self, key: str, memory_ids: Sequence[str], timeout_s: float = 300.0) -> None:

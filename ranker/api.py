@@ -371,12 +371,28 @@ def _write_routes(api: FastAPI, service: RecallService, seal: TokenSeal, limits:
         return {"accepted": len(body.memory_ids), "token": await seal.seal(token, who.tenant_id)}
 
     @api.get("/v1/memories/{memory_id}", responses=NOT_FOUND)
-    async def get(memory_id: str, who: Auth, after: QueryTokens = None) -> dict[str, Any]:
+    async def get(
+        memory_id: str, who: Auth, after: QueryTokens = None, track: bool = True
+    ) -> dict[str, Any]:
+        """One memory by id, any state. With ``track`` (the default) reading it is an access of
+        kind ``get`` at the request's time (SPEC sections 1 and 5: it counts, refreshes its
+        recency, and brings an archived memory back); ``token``: that access's, for a read to
+        wait for. Deleted and forgotten memories are shown, not accessed.
+        """
         check_id("memory_id", memory_id)
         row = await service.get(who.tenant_id, memory_id, await seal.read(after, who.tenant_id))
         if row is None:
             raise HTTPException(404, "no such memory")
-        return memory_json(row)
+        body = memory_json(row)
+        if track and row.state in ACCESSIBLE:
+            await seal.ready()
+            token = await service.access(who.tenant_id, [memory_id], datetime.now(UTC), "get")
+            body["token"] = await seal.seal(token, who.tenant_id)
+        return body
+
+
+ACCESSIBLE = frozenset({"active", "archived"})
+"""The states a read by id records an access for (the reducer ignores one to the others)."""
 
 
 def _retry_later(status: int) -> Callable[[Request, Exception], Awaitable[Response]]:

@@ -484,9 +484,18 @@ class _Api:
         return _Call("POST", "/v1/access", _drop_none(body), expects=("accepted",))
 
     @staticmethod
-    def get(memory_id: str, after: Sequence[str]) -> _Call:
+    def get(memory_id: str, after: Sequence[str], track: bool = True) -> _Call:
         path = f"/v1/memories/{_segment(memory_id)}"
-        return _Call("GET", path, missing_ok=True, params=tuple(after), expects=("memory_id",))
+        flags = () if _flag("track", track) == "true" else (("track", "false"),)
+        return _Call(
+            "GET",
+            path,
+            missing_ok=True,
+            awaited=False,  # its access's token: as a recall's, not one a read waits for
+            params=tuple(after),
+            flags=flags,
+            expects=("memory_id",),
+        )
 
     @staticmethod
     def get_many(memory_ids: Sequence[str], after: Sequence[str]) -> _Call:
@@ -745,9 +754,12 @@ class Client:
         """Report accesses; returns how many were accepted."""
         return int(self._send(_Api.access(memory_ids, kind, at))["accepted"])
 
-    def get(self, memory_id: str) -> Memory | None:
-        """One memory, or None when this tenant has none with that id."""
-        found = self._send(_Api.get(memory_id, self._after()))
+    def get(self, memory_id: str, *, track: bool = True) -> Memory | None:
+        """One memory, or None when this tenant has none with that id. With ``track`` (the
+        default) the read counts as an access of kind ``get`` (SPEC section 5: an archived
+        memory comes back); the memory shown is as it was before that access.
+        """
+        found = self._send(_Api.get(memory_id, self._after(), track))
         return Memory.of(found) if found is not None else None
 
     def get_many(self, memory_ids: Sequence[str]) -> dict[str, Memory]:
@@ -892,8 +904,8 @@ class AsyncClient:
     ) -> int:
         return int((await self._send(_Api.access(memory_ids, kind, at)))["accepted"])
 
-    async def get(self, memory_id: str) -> Memory | None:
-        found = await self._send(_Api.get(memory_id, await self._after()))
+    async def get(self, memory_id: str, *, track: bool = True) -> Memory | None:
+        found = await self._send(_Api.get(memory_id, await self._after(), track))
         return Memory.of(found) if found is not None else None
 
     async def get_many(self, memory_ids: Sequence[str]) -> dict[str, Memory]:

@@ -131,7 +131,7 @@ def write_memories(client: Client) -> list[str]:
 
 def served(client: Client, ids: list[str]) -> tuple[int, int]:
     """How many of ``ids`` are gettable, and how many one recall returns."""
-    gettable = sum(client.get(i) is not None for i in ids)
+    gettable = sum(client.get(i, track=False) is not None for i in ids)
     recalled = client.recall(vector=embedding(0), k=N, at=T0, track=False)
     return gettable, len({m.memory_id for m in recalled} & set(ids))
 

@@ -82,7 +82,7 @@ def test_write_recall_and_recall_counts_grow(server: str) -> None:
         assert [m.memory_id for m in first] == ids[:2]  # most similar first, equal otherwise
 
         def recalls() -> list[int]:
-            found = [client.get(i) for i in ids]
+            found = [client.get(i, track=False) for i in ids]
             return [m.recall_count if m is not None else -1 for m in found]
 
         eventually(lambda: recalls() == [1, 1, 0], 60, "recall access events applied")
@@ -106,7 +106,7 @@ def test_remember_then_recall_reads_its_writes_without_waiting(server: str) -> N
             found = client.recall(vector=e(1.0, i), k=3, at=T0, track=False)
             assert memory_id in {m.memory_id for m in found}  # no sleep, no retry loop
         client.access([memory_id], "explicit", T0)
-        got = client.get(memory_id)
+        got = client.get(memory_id, track=False)
         assert got is not None
         assert got.access_count == 1
 
@@ -214,11 +214,11 @@ def test_batch_get_forget_and_purge(server: str) -> None:
         client.forget(gone)
         found = client.recall(vector=near, k=5, at=T0, track=False)
         assert [m.memory_id for m in found] == [keep]  # deleted: never recalled again
-        deleted = client.get(gone)
+        deleted = client.get(gone, track=False)
         assert deleted is not None
         assert deleted.state == "deleted"
         client.forget(gone, purge=True)
-        assert client.get(gone) is None  # purged: out of the serving store
+        assert client.get(gone, track=False) is None  # purged: out of the serving store
         assert set(client.get_many([keep, gone])) == {keep}
         with pytest.raises(MnemostreamError) as missing:
             client.forget("never-written")
@@ -249,7 +249,7 @@ def test_an_access_revives_an_archived_memory(server: str, stack: Stack) -> None
         produce(stack.bootstrap, stack.topic("memory-writes"), [(key, orjson.dumps(decision))])
 
         def state() -> str | None:
-            found = client.get(memory_id)
+            found = client.get(memory_id, track=False)
             return None if found is None else found.state
 
         eventually(lambda: state() == "archived", 60, "archived by the decision")
@@ -257,6 +257,18 @@ def test_an_access_revives_an_archived_memory(server: str, stack: Stack) -> None
         assert [(m.memory_id, m.state) for m in archived] == [(memory_id, "archived")]
         client.access([memory_id], "get", T0 + timedelta(days=3))
         assert state() == "active"
+        # reading it by id is an access too (SPEC section 5): archived again, a GET brings it
+        # back (shown as it was, archived; its access applied after)
+        produce(
+            stack.bootstrap,
+            stack.topic("memory-writes"),
+            [(key, orjson.dumps({**decision, "at": (T0 + timedelta(days=4)).isoformat()}))],
+        )
+        eventually(lambda: state() == "archived", 60, "archived again")
+        read = client.get(memory_id)
+        assert read is not None
+        assert read.state == "archived"
+        eventually(lambda: state() == "active", 60, "brought back by the GET")
 
 
 def test_ready_once_the_worker_recovered(server: str) -> None:
@@ -415,6 +427,6 @@ def test_scopes_keep_the_same_sentence_of_two_agents_and_two_users_apart(server:
             headers={"Authorization": f"Bearer {KEY}"},
         ).json()["memories"]
         assert [(m["memory_id"], m["user_id"], m["run_id"]) for m in raw] == [(ann, "ann", "r3")]
-        unscoped = client.get(mine)
+        unscoped = client.get(mine, track=False)
         assert unscoped is not None
         assert unscoped.user_id is None

@@ -181,11 +181,11 @@ def erase_through_the_api(server: str, stack: Stack) -> tuple[set[str], str, set
         assert client.forget(copied, erase=True) >= 2  # sealed: the keys of both destroyed
         with pytest.raises(MnemostreamError) as gone:  # no new version carries its words on
             client.update(shared, tags=["kept"])
-        assert client.get(shared) is None  # not reinstated
+        assert client.get(shared, track=False) is None  # not reinstated
         assert gone.value.status == 404
         found = client.recall(vector=e(1.0, 0.1), k=10, at=T0, track=False)
         assert [m.memory_id for m in found] == [bob]
-        assert all(client.get(m) is None for m in erased)
+        assert all(client.get(m, track=False) is None for m in erased)
         assert client.get_many([*erased, bob]).keys() == {bob}
         assert {m["memory_id"] for m in client.export()} == {bob}
         assert client.erase_user("ann") == []  # idempotent
@@ -277,7 +277,9 @@ def test_erasing_a_memory_erases_the_summaries_made_from_it(stack: Stack, tmp_pa
                 client.remember(
                     text, memory_id=memory_id, embedding=e(*head), memory_type="semantic", at=at
                 )
-            assert all(client.get(m) is not None for m in SUMMARISED)  # applied: planned from
+            assert all(
+                client.get(m, track=False) is not None for m in SUMMARISED
+            )  # applied: planned from
             request = {"v": 1, "tenant_id": "acme", "at": (T0 + timedelta(hours=1)).isoformat()}
             request["request_id"] = "summarise"
             produce(
@@ -295,15 +297,17 @@ def test_erasing_a_memory_erases_the_summaries_made_from_it(stack: Stack, tmp_pa
             eventually(lambda: summary_id() is not None, 60, "the summary planned")
             summary = summary_id()
             assert summary is not None
-            eventually(lambda: client.get(summary) is not None, 60, "the summary written")
-            assert "PIN 4711" in client.get(summary).content  # type: ignore[union-attr]
+            eventually(
+                lambda: client.get(summary, track=False) is not None, 60, "the summary written"
+            )
+            assert "PIN 4711" in client.get(summary, track=False).content  # type: ignore[union-attr]
             assert sealed_copies(stack, {summary})  # sealed under a key of its own
             later = T0 + timedelta(hours=2)
             found = client.recall(vector=e(0, 0, 0, 0, 1.0), k=10, at=later, track=False)
             assert {m.memory_id for m in found} == {summary, *SUMMARISED}
 
             def states() -> dict[str, tuple[str, str | None]]:
-                got = {m: client.get(m) for m in ("c2", "c3")}
+                got = {m: client.get(m, track=False) for m in ("c2", "c3")}
                 return {m: (g.state, g.merged_into) for m, g in got.items() if g is not None}
 
             archived = ("archived", summary)
@@ -371,7 +375,7 @@ def test_a_purged_duplicate_leaves_no_key_to_its_words_once_its_survivor_is_eras
             for i, memory_id in enumerate(("d1", "d2")):
                 at = T0 + timedelta(seconds=i)
                 client.remember(words, memory_id=memory_id, embedding=e(1.0), at=at)
-            assert all(client.get(m) is not None for m in ("d1", "d2"))
+            assert all(client.get(m, track=False) is not None for m in ("d1", "d2"))
             merge = consolidate("dedup", T0 + timedelta(hours=1), ["exact_dedup"])
             ((survivor, duplicate),) = [
                 (d["target"], d["sources"][0]) for d in merge["decisions"] if d["kind"] == "merge"
@@ -383,7 +387,9 @@ def test_a_purged_duplicate_leaves_no_key_to_its_words_once_its_survivor_is_eras
             dup_key = sealed[duplicate]["key_id"]
             eventually(lambda: ring().is_erased("acme", duplicate, dup_key), 60, "its key erased")
             assert not ring().is_erased("acme", survivor, sealed[survivor]["key_id"])
-            assert client.get(survivor) is not None  # the survivor is served, words and all
+            assert (
+                client.get(survivor, track=False) is not None
+            )  # the survivor is served, words and all
             with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {KEY}"}) as http:
                 reply = http.delete(f"/v1/memories/{survivor}", params={"erase": "true"})
                 assert reply.status_code == 200, reply.text

@@ -88,10 +88,10 @@ def test_sync_client(ranker: tuple[str, Stack]) -> None:
         assert results[0].scores["final"] == pytest.approx(0.88, abs=1e-3)
         memory_id = client.remember("remember: tea at four", importance=0.7, at=T0)
         assert client.access([memory_id], kind="get", at=T0) == 1
-        found = client.get("prefers-python")
+        found = client.get("prefers-python", track=False)
         assert found is not None
         assert found.importance == 0.8
-        assert client.get("no-such-memory") is None
+        assert client.get("no-such-memory", track=False) is None
     with Client(url, "wrong-key-0123456789") as stranger, pytest.raises(MnemostreamError) as err:
         stranger.recall("anything")
     assert (err.value.status, err.value.retriable) == (401, False)
@@ -107,7 +107,7 @@ def test_async_client(ranker: tuple[str, Stack]) -> None:
     async def run() -> tuple[list[str], object]:
         async with AsyncClient(url, KEY_B) as client:
             results = await client.recall(vector=[1.0, *([0.0] * (DIM - 1))], k=3, at=T0)
-            return [m.memory_id for m in results], await client.get("prefers-python")
+            return [m.memory_id for m in results], await client.get("prefers-python", track=False)
 
     ids, other = asyncio.run(run())
     assert ids == []  # globex sees none of acme's memories

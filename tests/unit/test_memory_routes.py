@@ -347,3 +347,41 @@ def test_an_audit_record_says_what_a_purge_a_supersession_or_a_merge_left() -> N
         audit_value(created_state(), effect, Inbound("a", 0, 7, b"k", b"v"), NOW)
     )
     assert current["after"]["valid_to"] is None
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("state", "query", "accessed"),
+    [
+        ("active", "", True),
+        ("archived", "", True),  # brought back by the worker (SPEC section 5)
+        ("active", "?track=false", False),
+        ("deleted", "", False),  # shown, not accessed: the reducer ignores it
+        ("forgotten", "", False),
+    ],
+)
+async def test_reading_a_memory_by_id_is_an_access_of_kind_get(
+    monkeypatch: pytest.MonkeyPatch, state: str, query: str, accessed: bool
+) -> None:
+    """SPEC sections 1 and 5 count "a get" among the accesses: ``GET /v1/memories/{id}``
+    recorded none, so reading an archived memory never brought it back and its count and
+    recency ignored every read.
+    """
+    produced = Produced()
+    service, client = service_and_client(produced)
+    held = make_row("acme", "m1", (1.0, 0.0, 0.0, 0.0), state=state)
+
+    async def get(tenant_id: str, memory_id: str, after: object = None) -> MemoryRow | None:
+        return held if memory_id == "m1" else None
+
+    monkeypatch.setattr(service, "get", get)
+    async with client as http:
+        reply = await http.get(f"/v1/memories/m1{query}", headers=AUTH)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["state"] == state  # as it was before this access
+    if not accessed:
+        assert (produced.values, "token" in reply.json()) == ([], False)
+        return
+    (event,) = produced.values
+    assert (event["memory_id"], event["kind"]) == ("m1", "get")
+    assert reply.json()["token"]

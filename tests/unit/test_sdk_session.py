@@ -187,3 +187,33 @@ def test_a_callers_own_bad_token_drops_none_of_the_sessions(kind: str) -> None:
                 client.recall("q", after="typo")
             client.recall("q")
     assert seen == [["v1.mine", "typo"], ["v1.mine"]]
+
+
+def test_a_get_is_tracked_unless_asked_and_its_token_is_not_waited_for() -> None:
+    """``get`` is an access (SPEC section 5); its token is, like a recall's, not one the next
+    read waits for (each read would wait for the worker's access batch window)."""
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        memory = {"memory_id": "m1", "content": "c", "memory_type": "working", "state": "active"}
+        counts = {"importance": 0.5, "access_count": 0, "recall_count": 0}
+        return httpx.Response(200, json={**memory, **counts, "token": "v1.get"})
+
+    transport = httpx.MockTransport(answer)
+    with Client("http://x", "k" * 16, transport=transport) as client:
+        client.get("m1")
+        client.get("m1", track=False)
+        client.get("m1")
+        with pytest.raises(TypeError, match="track"):
+            client.get("m1", track="false")  # type: ignore[arg-type]
+    assert [r.url.params.get("track") for r in seen] == [None, "false", None]
+    assert [r.url.params.get_list("after") for r in seen] == [[], [], []]
+
+    async def through_async() -> str | None:
+        async with AsyncClient("http://x", "k" * 16, transport=transport) as aclient:
+            await aclient.get("m1", track=False)
+        track: str | None = seen[-1].url.params.get("track")
+        return track
+
+    assert asyncio.run(through_async()) == "false"
