@@ -19,6 +19,7 @@ from memcore.state import (
     MAX_PREDECESSORS,
     MAX_RELATIONS,
     MAX_RELINKS,
+    MAX_SUMMARIES,
     MAX_TAGS,
     Absorb,
     Access,
@@ -341,17 +342,13 @@ def _maybe_recompute(
 def _retired(
     state: MemoryState, to: Lifecycle, event: Access | Retire | Fade | Restore
 ) -> MemoryState:
-    """``state`` moved to ``to`` at the event's time, never before its last change (a decision
-    dated earlier, such as a backdated supersession's :func:`summary_outdated`, must not date
-    the change before the one it follows: history and the purge's retention read it); back to
-    active, it is archived into no summary (an access or a restore brought it back: a restore
-    for the summary it was archived into changes nothing), though one may still hold its words
-    (``summarised_in``).
+    """``state`` moved to ``to`` at the event's time; back to active, it is archived into no
+    summary (an access or a restore brought it back: a restore for the summary it was archived
+    into changes nothing), though summaries may still hold its words (``summarised_in``).
     """
-    at = max(event.at, state.state_changed_at)
     if to is Lifecycle.ACTIVE:
-        return dataclasses.replace(state, state=to, state_changed_at=at, merged_into=None)
-    return dataclasses.replace(state, state=to, state_changed_at=at)
+        return dataclasses.replace(state, state=to, state_changed_at=event.at, merged_into=None)
+    return dataclasses.replace(state, state=to, state_changed_at=event.at)
 
 
 def _absorb(state: MemoryState, event: Absorb, policy: Policy) -> Result:
@@ -409,7 +406,8 @@ def _retire(state: MemoryState, event: Retire) -> Result:
         merged_into=event.merged_into or state.merged_into,
     )
     if event.to is Lifecycle.ARCHIVED and event.merged_into:  # compressed into a summary
-        new = dataclasses.replace(new, summarised_in=event.merged_into)
+        held = (*(s for s in state.summarised_in if s != event.merged_into), event.merged_into)
+        new = dataclasses.replace(new, summarised_in=held[-MAX_SUMMARIES:])
     return new, (Effect(_RETIRE_EFFECT[event.to], event.reason),)
 
 
@@ -449,7 +447,18 @@ def _supersede(state: MemoryState, event: Supersede) -> Result:
         if event.chains:  # relink puts the earlier version between them
             why = f"superseded by {since}, later than {event.by}: chained before it"
             return state, (Effect(EffectKind.IGNORED, why),)
-    new = dataclasses.replace(state, valid_to=event.at, superseded_by=event.by)
+    valid_to = event.at
+    back = state.reinstated_from
+    if (
+        back is not None
+        and back[0] == event.by
+        and back[1] < event.at
+        and (state.stated_at is None or state.stated_at <= back[1])
+    ):  # the version that left recall, written again: as if it had never left
+        valid_to = back[1]
+    new = dataclasses.replace(
+        state, valid_to=valid_to, superseded_by=event.by, reinstated_from=None
+    )
     return new, (Effect(EffectKind.SUPERSEDED, f"by {event.by}: {event.reason}"),)
 
 
@@ -627,7 +636,13 @@ def _reinstate(state: MemoryState, event: Reinstate) -> Result:
         new = dataclasses.replace(state, valid_to=valid_to, superseded_by=successor)
         why = f"by {successor}: passed on from {event.by}, which left recall ({event.reason})"
         return new, (Effect(EffectKind.SUPERSEDED, why),)
-    new = dataclasses.replace(state, valid_to=None, superseded_by=None)
+    since = state.valid_to
+    new = dataclasses.replace(
+        state,
+        valid_to=None,
+        superseded_by=None,
+        reinstated_from=(event.by, since) if since is not None else None,
+    )
     why = f"current again: {event.by}, which superseded it, left recall ({event.reason})"
     return new, (Effect(EffectKind.REINSTATED, why),)
 
@@ -729,7 +744,7 @@ def _left_recall(before: MemoryState, after: MemoryState, effect: Effect) -> boo
 
 def _restore(state: MemoryState, event: Restore) -> Result:
     # the summary is gone: it holds this memory's words no more
-    kept = state.summarised_in if state.summarised_in != event.by else None
+    kept = tuple(s for s in state.summarised_in if s != event.by)
     if state.state is not Lifecycle.ARCHIVED or state.merged_into != event.by:
         why = f"a {state.state} memory, not archived into {event.by}, stays as it is"
         return dataclasses.replace(state, summarised_in=kept), (Effect(EffectKind.IGNORED, why),)
@@ -777,26 +792,26 @@ def summary_outdated(
     before it was made). Deleted, the summary gives its other sources their place back
     (:func:`summary_gone`).
     """
-    summary = _summarised_in(after)
-    if summary is None or after.valid_to is None:
+    summaries = _summarised_in(after)
+    if not summaries or after.valid_to is None:
         return ()
-    was = _summarised_in(before) == summary and before.valid_to is not None
-    if was and effect.kind is not EffectKind.SKIPPED:
-        return ()
+    if effect.kind is not EffectKind.SKIPPED and before.valid_to is not None:
+        summaries = tuple(s for s in summaries if s not in _summarised_in(before))  # told
     why = f"its source {after.memory_id} is superseded by {after.superseded_by}: old words"
     at = max(event.at, after.state_changed_at)
-    return (Notice(summary, Retire(at, Lifecycle.DELETED, why)),)
+    return tuple(Notice(s, Retire(at, Lifecycle.DELETED, why)) for s in summaries)
 
 
-def _summarised_in(state: MemoryState) -> str | None:
-    """The summary holding ``state``'s words while it is in recall (a state from before
+def _summarised_in(state: MemoryState) -> tuple[str, ...]:
+    """The summaries holding ``state``'s words while it is in recall (a state from before
     ``summarised_in`` was kept: the one it is archived into).
     """
     if state.state in GONE:
-        return None
-    if state.summarised_in is not None:
+        return ()
+    if state.summarised_in:
         return state.summarised_in
-    return state.merged_into if state.state is Lifecycle.ARCHIVED else None
+    archived = state.state is Lifecycle.ARCHIVED and state.merged_into is not None
+    return (str(state.merged_into),) if archived else ()
 
 
 def _promote(state: MemoryState, event: Promote, policy: Policy) -> Result:

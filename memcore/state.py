@@ -30,6 +30,10 @@ MAX_PREDECESSORS = 64
 """The versions a memory records as superseded by it (``predecessors``), at most: past this, the
 oldest are dropped (one whose successor leaves recall then stays superseded)."""
 
+MAX_SUMMARIES = 8
+"""The summaries a memory records as holding its words (``summarised_in``), at most: past this,
+the oldest are dropped (then not deleted when the memory is superseded)."""
+
 
 def _kept_then_added(kept: Iterable[str], added: Iterable[str], cap: int) -> tuple[str, ...]:
     """``kept``, then what ``added`` brings, each once, up to ``cap`` (``kept`` comes first: it
@@ -113,12 +117,18 @@ class MemoryState:
             first, at most :data:`MAX_PREDECESSORS`: when this memory leaves recall (deleted,
             forgotten), each is sent a ``reinstate`` (:func:`memcore.reducer.reinstatements`).
             Kept as recorded: one superseded by another since ignores the reinstate.
-        summarised_in: the summary this memory was last archived into (a ``retire`` to
-            archived naming it), kept while an access, a rewrite or a sweep moves the memory
-            since (``merged_into`` is cleared by an access): that summary still states its
-            words, and is deleted once this memory is superseded
-            (:func:`memcore.reducer.summary_outdated`). None: in no summary, or that summary
-            is gone (its ``restore`` came).
+        reinstated_from: the successor that left recall (forgotten) and so made this memory
+            current again (:func:`memcore.reducer._reinstate`), and the time it had superseded
+            this memory from: superseded by that successor again (written again), this
+            memory's validity ends there again, not at the rewrite, unless it was stated again
+            since (as-of recall would otherwise find both versions current in between). None:
+            no such reinstatement, or superseded since.
+        summarised_in: the summaries this memory was archived into (a ``retire`` to archived
+            naming one), oldest first, at most :data:`MAX_SUMMARIES`, kept while an access, a
+            rewrite or a sweep moves the memory since (``merged_into`` is cleared by an
+            access): each still states its words, and is deleted once this memory is
+            superseded (:func:`memcore.reducer.summary_outdated`). One leaves when its
+            ``restore`` comes (it is gone).
     """
 
     tenant_id: str
@@ -151,7 +161,8 @@ class MemoryState:
     stated_at: datetime | None = None
     reasserted_over: str | None = None
     predecessors: tuple[str, ...] = ()
-    summarised_in: str | None = None
+    summarised_in: tuple[str, ...] = ()
+    reinstated_from: tuple[str, datetime] | None = None
 
     def last_offset(self, source: str) -> int | None:
         """The last applied offset from ``source``, or None when nothing from it was applied."""

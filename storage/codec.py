@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import sys
 from array import array
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -119,8 +120,11 @@ def encode(state: MemoryState) -> bytes:
         value["reasserted_over"] = state.reasserted_over
     if state.predecessors:  # likewise: a memory that superseded none encodes as before
         value["predecessors"] = state.predecessors
-    if state.summarised_in is not None:  # likewise: one never summarised
+    if state.summarised_in:  # likewise: one never summarised
         value["summarised_in"] = state.summarised_in
+    if state.reinstated_from is not None:  # likewise: one never reinstated
+        by, since = state.reinstated_from
+        value["reinstated_from"] = [by, to_us(since)]
     return orjson.dumps(value)
 
 
@@ -203,5 +207,14 @@ def decode(raw: bytes) -> MemoryState:
         stated_at=from_us(v["stated_at"]) if v.get("stated_at") is not None else None,
         reasserted_over=v.get("reasserted_over"),
         predecessors=tuple(v.get("predecessors", ())),  # absent: it superseded none
-        summarised_in=v.get("summarised_in"),  # absent: in no summary, or from before
+        summarised_in=tuple(v.get("summarised_in", ())),  # absent: in none, or from before
+        reinstated_from=_reinstated_from(v.get("reinstated_from")),
     )
+
+
+def _reinstated_from(value: list[Any] | None) -> tuple[str, datetime] | None:
+    """A state's ``reinstated_from`` (absent: never reinstated, or from before it was kept)."""
+    if value is None:
+        return None
+    by, since = value
+    return str(by), from_us(since)

@@ -470,14 +470,20 @@ class StreamWorker:
         try:
             yield
         except Exception:
-            unsent = [o for o in batch.out[batch.sent :] if o.role == topics.AUDIT]
-            if unsent and not self.replay:
-                # those taken from ``owed`` by this batch's emit are older than any owed since
-                kept = [*unsent, *self.owed] if batch.emitting else [*self.owed, *unsent]
-                if len(kept) > OWED_MAX:
-                    log.error("%d audit records of failed batches dropped", len(kept) - OWED_MAX)
-                self.owed = kept[-OWED_MAX:]
+            if not batch.emitting and batch.written:  # else emit kept them, or none applied
+                self._owe([o for o in batch.out if o.role == topics.AUDIT], first=False)
             raise
+
+    def _owe(self, records: list[Outbound], *, first: bool) -> None:
+        """Keep ``records`` to send with the next emit: before those owed already when they
+        are older (an emit that failed had taken those), else after them.
+        """
+        if not records or self.replay:
+            return
+        kept = [*records, *self.owed] if first else [*self.owed, *records]
+        if len(kept) > OWED_MAX:
+            log.error("%d audit records of failed batches dropped", len(kept) - OWED_MAX)
+        self.owed = kept[-OWED_MAX:]
 
     async def _apply_writes(self, events: Sequence[Any], batch: Batch) -> None:
         await self.keys_ready()
@@ -688,6 +694,7 @@ class StreamWorker:
         await self.know_tenants(_value(e.message) for e in events)
         by_key = {e.message.key: e for e in events}
         by_partition = {e.message.partition: e for e in events}
+        batch.written = False  # its states are buffered: written by the flush below
         with self.processor.buffered() as (memories, counters, pending):
             for event in events:
                 message = _inbound(event)
@@ -695,6 +702,7 @@ class StreamWorker:
                     self.processor.access(message, batch)
         # one table write per memory and per tenant counter row, not one per event
         memories.flush(lambda key: processing(by_key[key]))
+        batch.written = True  # failing from here, its events are skipped when applied again
         counters.flush(lambda key: processing(by_partition[_counter_partition(key)]))
         pending.flush(lambda key: processing(by_key[key]))  # parked here: keyed by its event
         await self.expire_parked(batch, events)
@@ -1057,16 +1065,21 @@ class StreamWorker:
         if self.owed:  # a failed batch's audit records (:meth:`owing`), before this one's
             batch.out[:0], self.owed = self.owed, []
         batch.emitting = True
-        for message in batch.out:  # in order; acknowledged before the batch's offsets commit
-            sending = await self.topics[message.role].send(key=message.key, value=message.value)
-            batch.sent += 1
-            sent = asyncio.ensure_future(sending)  # Faust's is a future already: itself
-            if self.deliveries is not None:
-                self.deliveries.track(sent)
-            if self.applied is not None:
-                self.produced.append(sent)
-            if message.role == topics.WRITES:
-                derived.append(sent)
+        try:
+            for message in batch.out:  # in order; acknowledged before the offsets commit
+                topic = self.topics[message.role]
+                sending = await topic.send(key=message.key, value=message.value)
+                batch.sent += 1
+                sent = asyncio.ensure_future(sending)  # Faust's is a future already: itself
+                if self.deliveries is not None:
+                    self.deliveries.track(sent)
+                if self.applied is not None:
+                    self.produced.append(sent)
+                if message.role == topics.WRITES:
+                    derived.append(sent)
+        except Exception:  # what was not sent of the audit, owed's included, is owed again
+            self._owe([o for o in batch.out[batch.sent :] if o.role == topics.AUDIT], first=True)
+            raise
         self.services.metrics.emitted(batch.out)
         return derived
 

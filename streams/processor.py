@@ -221,6 +221,7 @@ class Batch:
     superseding: set[tuple[str, str]] = field(default_factory=set)  # (older key, newer id) sent
     sent: int = 0  # how many of ``out`` were handed to the producer (``StreamWorker.emit``)
     emitting: bool = False  # ``out`` holds the audit records earlier tries owed, first
+    written: bool = True  # its states are in the tables (an access batch's once flushed)
 
     def supersede(self, tenant_id: str, older: str, event: Supersede) -> None:
         """Send a ``supersede`` decision for ``older``, once per batch for the same pair."""

@@ -486,11 +486,44 @@ def test_a_summary_outdated_by_a_backdated_supersession_is_deleted_after_it_was_
     assert after is not None
     (notice,) = summary_outdated(archived, after, backdated, effect)
     assert notice.event.at == T0 + hours(3)  # not before the archiving
-    # a decision dated before a memory's last change never moves that change back
-    summary = dataclasses.replace(created(0.5, memory_id="S"), state_changed_at=T0 + hours(3))
-    deleted, _ = apply(summary, dataclasses.replace(notice.event, at=T0 + hours(2)), POLICY)
+    # and so the restores the deleted summary sends its sources (summary_gone)
+    summary = dataclasses.replace(
+        created(0.5, memory_id="S"), summary_of=("p", "q"), state_changed_at=T0 + hours(3)
+    )
+    deleted, (effect,) = apply(summary, notice.event, POLICY)
     assert deleted is not None
-    assert (deleted.state, deleted.state_changed_at) == (Lifecycle.DELETED, T0 + hours(3))
+    assert deleted.state_changed_at == T0 + hours(3)
+    assert {n.event.at for n in summary_gone(summary, deleted, notice.event, effect)} == {
+        T0 + hours(3)
+    }
+
+
+def test_a_source_in_two_summaries_superseded_deletes_both() -> None:
+    """Archived into S, brought back by a recall hit, compressed again into S2: superseded, it
+    deleted S2 alone, and S went on stating its old words as current.
+    """
+    source = created(0.5, memory_id="p")
+    into_s, _ = apply(source, Retire(T0 + hours(1), Lifecycle.ARCHIVED, "into S", "S"), POLICY)
+    assert into_s is not None
+    back, _ = apply(into_s, Access(T0 + hours(2)), POLICY)
+    assert back is not None
+    into_s2, _ = apply(back, Retire(T0 + hours(3), Lifecycle.ARCHIVED, "into S2", "S2"), POLICY)
+    assert into_s2 is not None
+    assert into_s2.summarised_in == ("S", "S2")
+    superseding = Supersede(T0 + hours(4), "p2", "updated through the API by p2")
+    after, (effect,) = apply(into_s2, superseding, POLICY)
+    assert after is not None
+    assert [n.target for n in summary_outdated(into_s2, after, superseding, effect)] == [
+        "S",
+        "S2",
+    ]
+    # brought back and compressed into S3 since: S3 alone is told (S and S2 were)
+    revived, _ = apply(after, Access(T0 + hours(5)), POLICY)
+    assert revived is not None
+    into_s3 = Retire(T0 + hours(6), Lifecycle.ARCHIVED, "into S3", "S3")
+    later, (effect,) = apply(revived, into_s3, POLICY)
+    assert later is not None
+    assert [n.target for n in summary_outdated(revived, later, into_s3, effect)] == ["S3"]
 
 
 def test_a_summary_merged_into_a_survivor_keeps_its_sources_archived() -> None:
@@ -536,13 +569,13 @@ def test_a_source_an_access_brought_back_is_not_restored_again() -> None:
         EffectKind.REVIVED,
         Lifecycle.ACTIVE,
         None,
-        "S",  # S still holds its words
+        ("S",),  # S still holds its words
     )
     faded = dataclasses.replace(revived, state=Lifecycle.ARCHIVED)  # as the sweep leaves it
     kept, (effect,) = apply(faded, Restore(T0 + hours(3), "S", "summary S is deleted"), POLICY)
     assert (effect.kind, kept) == (
         EffectKind.IGNORED,
-        dataclasses.replace(faded, summarised_in=None),
+        dataclasses.replace(faded, summarised_in=()),
     )
 
 

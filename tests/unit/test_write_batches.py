@@ -842,6 +842,65 @@ async def test_audit_records_a_failed_emit_did_not_send_come_first_with_the_next
     assert w.worker.owed == []
 
 
+async def test_audit_records_a_failed_consolidation_emit_took_are_owed_again(
+    tmp_path: Path,
+) -> None:
+    """The consolidation agent's emit took the records owed and failed: they were gone."""
+    texts = ("Alice drinks tea", "Bob drinks coffee")
+    w = Worker(tmp_path, Embedder(dict.fromkeys(texts, X)), RowStore())
+    audit = BrokenTopic(topics.AUDIT, w.sent)
+    w.worker.topics[topics.AUDIT] = audit  # type: ignore[assignment]
+    audit.left = 0
+    with pytest.raises(KafkaTimeoutError):
+        await w.writes(("acme/m1", write(texts[0], "m1")), ("acme/m2", write(texts[1], "m2")))
+    request = orjson.dumps({"v": 1, "tenant_id": "acme", "at": "2026-03-01T12:10:00+00:00"})
+    with pytest.raises(KafkaTimeoutError):  # the consolidation agent's emit fails too
+        await w.worker.on_consolidation(
+            _inbound(Event(Message("memory-consolidation", 0, 1, b"acme", request)))
+        )
+    audit.left = None
+    w.sent.clear()
+    await w.worker.on_access([Event(Message("memory-access", 0, 9, b"acme/m1", access()))])
+    created = [k for role, k, v in w.sent if role == "audit" and v["kind"] == "created"]
+    assert created == [b"acme/m1", b"acme/m2"]
+
+
+class FailingOnce(dict[bytes, bytes]):
+    """A memory table whose next write of ``fail`` raises (a changelog send refused)."""
+
+    fail: bytes | None = None
+
+    def __setitem__(self, key: bytes, value: bytes) -> None:
+        if key == self.fail:
+            self.fail = None
+            raise KafkaTimeoutError("changelog send refused")
+        super().__setitem__(key, value)
+
+
+async def test_an_access_batch_failing_before_its_states_are_written_audits_once(
+    tmp_path: Path,
+) -> None:
+    """Its states never reached the table, so the batch applied again made the same records:
+    kept from the failed try too, the revival was in history twice."""
+    w = Worker(tmp_path, Embedder({"Alice drinks tea": X}))
+    processor = w.worker.processor
+    table = FailingOnce(processor.memories)
+    processor.memories = table
+    await w.writes(("acme/m1", write("Alice drinks tea", "m1")))
+    archive = Retire(datetime(2026, 3, 1, 12, 1, tzinfo=UTC), Lifecycle.ARCHIVED, "sweep")
+    await w.writes(("acme/m1", orjson.dumps(decision_value("acme", "m1", archive))))
+    table.fail = b"acme/m1"
+    w.sent.clear()
+    events = [Event(Message("memory-access", 0, 9, b"acme/m1", access()))]
+
+    async def no_wait(_: float) -> None:
+        return None
+
+    await applied_again(lambda: w.worker.on_access(events), "access", sleep=no_wait)
+    revived = [k for role, k, v in w.sent if role == "audit" and v["kind"] == "revived"]
+    assert revived == [b"acme/m1"]
+
+
 async def test_an_end_offset_the_broker_cannot_give_keeps_parked_accesses_waiting(
     tmp_path: Path,
 ) -> None:
