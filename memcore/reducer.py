@@ -447,18 +447,7 @@ def _supersede(state: MemoryState, event: Supersede) -> Result:
         if event.chains:  # relink puts the earlier version between them
             why = f"superseded by {since}, later than {event.by}: chained before it"
             return state, (Effect(EffectKind.IGNORED, why),)
-    valid_to = event.at
-    back = state.reinstated_from
-    if (
-        back is not None
-        and back[0] == event.by
-        and back[1] < event.at
-        and (state.stated_at is None or state.stated_at <= back[1])
-    ):  # the version that left recall, written again: as if it had never left
-        valid_to = back[1]
-    new = dataclasses.replace(
-        state, valid_to=valid_to, superseded_by=event.by, reinstated_from=None
-    )
+    new = dataclasses.replace(state, valid_to=event.at, superseded_by=event.by)
     return new, (Effect(EffectKind.SUPERSEDED, f"by {event.by}: {event.reason}"),)
 
 
@@ -636,13 +625,7 @@ def _reinstate(state: MemoryState, event: Reinstate) -> Result:
         new = dataclasses.replace(state, valid_to=valid_to, superseded_by=successor)
         why = f"by {successor}: passed on from {event.by}, which left recall ({event.reason})"
         return new, (Effect(EffectKind.SUPERSEDED, why),)
-    since = state.valid_to
-    new = dataclasses.replace(
-        state,
-        valid_to=None,
-        superseded_by=None,
-        reinstated_from=(event.by, since) if since is not None else None,
-    )
+    new = dataclasses.replace(state, valid_to=None, superseded_by=None)
     why = f"current again: {event.by}, which superseded it, left recall ({event.reason})"
     return new, (Effect(EffectKind.REINSTATED, why),)
 

@@ -117,12 +117,6 @@ class MemoryState:
             first, at most :data:`MAX_PREDECESSORS`: when this memory leaves recall (deleted,
             forgotten), each is sent a ``reinstate`` (:func:`memcore.reducer.reinstatements`).
             Kept as recorded: one superseded by another since ignores the reinstate.
-        reinstated_from: the successor that left recall (forgotten) and so made this memory
-            current again (:func:`memcore.reducer._reinstate`), and the time it had superseded
-            this memory from: superseded by that successor again (written again), this
-            memory's validity ends there again, not at the rewrite, unless it was stated again
-            since (as-of recall would otherwise find both versions current in between). None:
-            no such reinstatement, or superseded since.
         summarised_in: the summaries this memory was archived into (a ``retire`` to archived
             naming one), oldest first, at most :data:`MAX_SUMMARIES`, kept while an access, a
             rewrite or a sweep moves the memory since (``merged_into`` is cleared by an
@@ -162,7 +156,6 @@ class MemoryState:
     reasserted_over: str | None = None
     predecessors: tuple[str, ...] = ()
     summarised_in: tuple[str, ...] = ()
-    reinstated_from: tuple[str, datetime] | None = None
 
     def last_offset(self, source: str) -> int | None:
         """The last applied offset from ``source``, or None when nothing from it was applied."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import sys
 from array import array
-from datetime import datetime
 from typing import Any
 
 import orjson
@@ -122,9 +121,6 @@ def encode(state: MemoryState) -> bytes:
         value["predecessors"] = state.predecessors
     if state.summarised_in:  # likewise: one never summarised
         value["summarised_in"] = state.summarised_in
-    if state.reinstated_from is not None:  # likewise: one never reinstated
-        by, since = state.reinstated_from
-        value["reinstated_from"] = [by, to_us(since)]
     return orjson.dumps(value)
 
 
@@ -207,14 +203,14 @@ def decode(raw: bytes) -> MemoryState:
         stated_at=from_us(v["stated_at"]) if v.get("stated_at") is not None else None,
         reasserted_over=v.get("reasserted_over"),
         predecessors=tuple(v.get("predecessors", ())),  # absent: it superseded none
-        summarised_in=tuple(v.get("summarised_in", ())),  # absent: in none, or from before
-        reinstated_from=_reinstated_from(v.get("reinstated_from")),
+        summarised_in=_summaries(v.get("summarised_in")),
     )
 
 
-def _reinstated_from(value: list[Any] | None) -> tuple[str, datetime] | None:
-    """A state's ``reinstated_from`` (absent: never reinstated, or from before it was kept)."""
+def _summaries(value: list[str] | str | None) -> tuple[str, ...]:
+    """A state's ``summarised_in``: absent (in none, or from before it was kept), one id (as
+    a build of 2026-12-06 wrote it), or a list.
+    """
     if value is None:
-        return None
-    by, since = value
-    return str(by), from_us(since)
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)

@@ -25,7 +25,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar
@@ -470,8 +470,9 @@ class StreamWorker:
         try:
             yield
         except Exception:
-            if not batch.emitting and batch.written:  # else emit kept them, or none applied
-                self._owe([o for o in batch.out if o.role == topics.AUDIT], first=False)
+            if not batch.emitting:  # else emit kept them
+                # a state not written yet is applied again, its records made again
+                self._owe([o for o in batch.out if _owed(o, batch)], first=False)
             raise
 
     def _owe(self, records: list[Outbound], *, first: bool) -> None:
@@ -694,15 +695,14 @@ class StreamWorker:
         await self.know_tenants(_value(e.message) for e in events)
         by_key = {e.message.key: e for e in events}
         by_partition = {e.message.partition: e for e in events}
-        batch.written = False  # its states are buffered: written by the flush below
+        batch.buffered = True  # its states are written by the flush below, key by key
         with self.processor.buffered() as (memories, counters, pending):
             for event in events:
                 message = _inbound(event)
                 with processing(event), contained(message, batch):
                     self.processor.access(message, batch)
         # one table write per memory and per tenant counter row, not one per event
-        memories.flush(lambda key: processing(by_key[key]))
-        batch.written = True  # failing from here, its events are skipped when applied again
+        memories.flush(lambda key: _noted(batch.flushed, key, processing(by_key[key])))
         counters.flush(lambda key: processing(by_partition[_counter_partition(key)]))
         pending.flush(lambda key: processing(by_key[key]))  # parked here: keyed by its event
         await self.expire_parked(batch, events)
@@ -810,7 +810,7 @@ class StreamWorker:
         """Plan each requested tenant from its stored rows; emit decisions (unless a dry run) and a
         report. A malformed request goes to dead-letter.
         """
-        batch = Batch()
+        batch = Batch(owes=False)  # its report, sent without its decisions, would mislead
         if self.replay:  # the live worker's decisions are in the log, applied from there
             self.mark(topics.CONSOLIDATION, {}, await self.emit(batch))
             return
@@ -839,7 +839,7 @@ class StreamWorker:
         derived = await self.emit(batch)
         if batch.deferred:  # the summaries, once their sources' archiving is on the log
             await asyncio.gather(*derived)
-            derived = [*derived, *await self.emit(Batch(out=batch.deferred))]
+            derived = [*derived, *await self.emit(Batch(out=batch.deferred, owes=False))]
         self.mark(topics.CONSOLIDATION, {}, derived)  # no token names it
 
     async def plan(self, tenant_id: str, request: ConsolidationRequest, batch: Batch) -> None:
@@ -1063,7 +1063,7 @@ class StreamWorker:
         if self.replay:
             return derived
         if self.owed:  # a failed batch's audit records (:meth:`owing`), before this one's
-            batch.out[:0], self.owed = self.owed, []
+            batch.out[:0], self.owed, batch.taken = self.owed, [], len(self.owed)
         batch.emitting = True
         try:
             for message in batch.out:  # in order; acknowledged before the offsets commit
@@ -1078,7 +1078,14 @@ class StreamWorker:
                 if message.role == topics.WRITES:
                     derived.append(sent)
         except Exception:  # what was not sent of the audit, owed's included, is owed again
-            self._owe([o for o in batch.out[batch.sent :] if o.role == topics.AUDIT], first=True)
+            unsent = enumerate(batch.out[batch.sent :], start=batch.sent)
+            again = [
+                o
+                for i, o in unsent
+                if (i < batch.taken and o.role == topics.AUDIT)
+                or (i >= batch.taken and _owed(o, batch))
+            ]
+            self._owe(again, first=True)
             raise
         self.services.metrics.emitted(batch.out)
         return derived
@@ -1233,6 +1240,24 @@ async def _llm_answers(
         return await llm.ask(llm_prompt(new, candidates), hung) if candidates else None
 
     return list(await asyncio.gather(*(one(new, ns) for new, ns in compared)))
+
+
+def _owed(record: Outbound, batch: Batch) -> bool:
+    """``record``, one of ``batch``'s own, is an audit record to keep when the batch fails: its
+    memory's state is written (its event is skipped when applied again, and makes it no more)
+    and the batch owes its records.
+    """
+    return batch.owes and record.role == topics.AUDIT and batch.written(record.key)
+
+
+@contextmanager
+def _noted(
+    written: set[bytes], key: bytes, inner: AbstractContextManager[object]
+) -> Iterator[None]:
+    """``inner``, and ``key`` added to ``written`` when the block inside it ends without error."""
+    with inner:
+        yield
+    written.add(key)
 
 
 OWED_MAX = 100_000

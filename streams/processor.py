@@ -221,7 +221,15 @@ class Batch:
     superseding: set[tuple[str, str]] = field(default_factory=set)  # (older key, newer id) sent
     sent: int = 0  # how many of ``out`` were handed to the producer (``StreamWorker.emit``)
     emitting: bool = False  # ``out`` holds the audit records earlier tries owed, first
-    written: bool = True  # its states are in the tables (an access batch's once flushed)
+    taken: int = 0  # how many of ``out``, first, its emit took from those owed
+    # its states are written by a flush (an access batch): ``flushed`` holds the keys written
+    buffered: bool = False
+    flushed: set[bytes] = field(default_factory=set)
+    owes: bool = True  # its own audit records are owed when it fails (not a consolidation's)
+
+    def written(self, key: bytes | None) -> bool:
+        """The state of memory ``key`` this batch changed is in its table."""
+        return not self.buffered or key in self.flushed
 
     def supersede(self, tenant_id: str, older: str, event: Supersede) -> None:
         """Send a ``supersede`` decision for ``older``, once per batch for the same pair."""

@@ -901,6 +901,61 @@ async def test_an_access_batch_failing_before_its_states_are_written_audits_once
     assert revived == [b"acme/m1"]
 
 
+async def test_an_access_batch_failing_half_way_through_its_flush_owes_what_it_wrote(
+    tmp_path: Path,
+) -> None:
+    """m1's state written, m2's refused: nothing was owed, and the retry (m1's access skipped
+    by offset) made no record of m1's revival."""
+    texts = ("Alice drinks tea", "Bob drinks coffee")
+    w = Worker(tmp_path, Embedder(dict.fromkeys(texts, X)))
+    processor = w.worker.processor
+    table = FailingOnce(processor.memories)
+    processor.memories = table
+    await w.writes(("acme/m1", write(texts[0], "m1")), ("acme/m2", write(texts[1], "m2")))
+    archive = Retire(datetime(2026, 3, 1, 12, 1, tzinfo=UTC), Lifecycle.ARCHIVED, "sweep")
+    for memory_id in ("m1", "m2"):
+        decided = orjson.dumps(decision_value("acme", memory_id, archive))
+        await w.writes((f"acme/{memory_id}", decided))
+    table.fail = b"acme/m2"
+    w.sent.clear()
+    events = [
+        Event(Message("memory-access", 0, 9, b"acme/m1", access("m1"))),
+        Event(Message("memory-access", 0, 10, b"acme/m2", access("m2"))),
+    ]
+
+    async def no_wait(_: float) -> None:
+        return None
+
+    await applied_again(lambda: w.worker.on_access(events), "access", sleep=no_wait)
+    revived = [k for role, k, v in w.sent if role == "audit" and v["kind"] == "revived"]
+    assert revived == [b"acme/m1", b"acme/m2"]
+
+
+async def test_a_consolidation_whose_decisions_were_not_sent_owes_no_report(
+    tmp_path: Path,
+) -> None:
+    """Its emit failed on its first decision (lost: the agent does not retry), and its report
+    was sent by the next emit: history told of merges that never happened."""
+    store = RowStore()
+    w = Worker(tmp_path, Embedder({}), store)
+    for memory_id in ("a", "b"):
+        row = make_row("acme", memory_id, X, content="Ann likes tea.")
+        store.rows[row.key] = row
+    decisions = BrokenTopic(topics.WRITES, w.sent)
+    w.worker.topics[topics.WRITES] = decisions  # type: ignore[assignment]
+    decisions.left = 0
+    request = orjson.dumps({"v": 1, "tenant_id": "acme", "at": "2026-03-01T12:00:00+00:00"})
+    with pytest.raises(KafkaTimeoutError):
+        await w.worker.on_consolidation(
+            _inbound(Event(Message("memory-consolidation", 0, 1, b"acme", request)))
+        )
+    assert w.worker.owed == []
+    decisions.left = None
+    w.sent.clear()
+    await w.worker.on_access([Event(Message("memory-access", 0, 9, b"acme/zz", access("zz")))])
+    assert not [v for role, _, v in w.sent if role == "audit" and v["kind"] == "consolidation"]
+
+
 async def test_an_end_offset_the_broker_cannot_give_keeps_parked_accesses_waiting(
     tmp_path: Path,
 ) -> None:
