@@ -703,6 +703,7 @@ class StreamWorker:
                     self.processor.access(message, batch)
         # one table write per memory and per tenant counter row, not one per event
         memories.flush(lambda key: _noted(batch.flushed, key, processing(by_key[key])))
+        batch.buffered = False  # all written: what it writes from here goes to the table at once
         counters.flush(lambda key: processing(by_partition[_counter_partition(key)]))
         pending.flush(lambda key: processing(by_key[key]))  # parked here: keyed by its event
         await self.expire_parked(batch, events)

@@ -6,6 +6,7 @@ records."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import threading
@@ -929,6 +930,48 @@ async def test_an_access_batch_failing_half_way_through_its_flush_owes_what_it_w
     await applied_again(lambda: w.worker.on_access(events), "access", sleep=no_wait)
     revived = [k for role, k, v in w.sent if role == "audit" and v["kind"] == "revived"]
     assert revived == [b"acme/m1", b"acme/m2"]
+
+
+async def test_a_parked_access_released_after_the_flush_is_owed_when_the_batch_fails(
+    tmp_path: Path,
+) -> None:
+    """A parked access the batch released after its flush (``expire_parked`` writes the table
+    at once), then the Milvus sync failed: its revival was counted and never audited."""
+    w = Worker(tmp_path, Embedder({"Alice drinks tea": X}))
+    processor = w.worker.processor
+    await w.writes(("acme/m1", write("Alice drinks tea", "m1")))
+    archive = Retire(datetime(2026, 3, 1, 12, 1, tzinfo=UTC), Lifecycle.ARCHIVED, "sweep")
+    await w.writes(("acme/m1", orjson.dumps(decision_value("acme", "m1", archive))))
+    parked = {
+        "topic": "memory-access",
+        "partition": 0,
+        "offset": 5,
+        "value": base64.b64encode(access("m1")).decode(),
+    }
+    processor.pending[b"acme/m1"] = orjson.dumps([parked])
+    w.broker.end = 0  # the writes are caught up: the parked access is released
+    synced = w.worker.sync
+    failures = [RuntimeError("milvus did not answer")]
+
+    async def sync(batch: Batch) -> None:
+        if failures:
+            raise failures.pop()
+        await synced(batch)
+
+    w.worker.sync = sync  # type: ignore[method-assign]
+    w.sent.clear()
+    other = [Event(Message("memory-access", 0, 9, b"acme/other", access("other")))]
+
+    async def no_wait(_: float) -> None:
+        return None
+
+    await applied_again(lambda: w.worker.on_access(other), "access", sleep=no_wait)
+    state = processor.state("acme/m1")
+    assert state is not None
+    assert (state.state, state.access_count) == ("active", 1)
+    assert [k for role, k, v in w.sent if role == "audit" and v["kind"] == "revived"] == [
+        b"acme/m1"
+    ]
 
 
 async def test_a_consolidation_whose_decisions_were_not_sent_owes_no_report(
