@@ -32,7 +32,7 @@ from pydantic import AwareDatetime, BeforeValidator, ConfigDict, Field, Strict, 
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from memcore import MAX_TAGS, InvalidField, Tier
+from memcore import GONE, MAX_TAGS, InvalidField, Tier
 from memcore.ids import check_id
 from memcore.policy import MAX_WEIGHT, RecallPolicy, RecallPreset, recall_decay
 from ranker.admin import admin_routes
@@ -384,15 +384,14 @@ def _write_routes(api: FastAPI, service: RecallService, seal: TokenSeal, limits:
         if row is None:
             raise HTTPException(404, "no such memory")
         body = memory_json(row)
-        if track and row.state in ACCESSIBLE:
+        if track and row.state not in _GONE:  # the reducer ignores an access to those
             await seal.ready()
             token = await service.access(who.tenant_id, [memory_id], datetime.now(UTC), "get")
             body["token"] = await seal.seal(token, who.tenant_id)
         return body
 
 
-ACCESSIBLE = frozenset({"active", "archived"})
-"""The states a read by id records an access for (the reducer ignores one to the others)."""
+_GONE = frozenset(state.value for state in GONE)
 
 
 def _retry_later(status: int) -> Callable[[Request, Exception], Awaitable[Response]]:
