@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hmac
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -58,6 +57,7 @@ from ranker.wire import (
     Tokens,
     check_not_blank,
     json_response,
+    key_holder,
     memory_json,
     session_of,
     under,
@@ -414,18 +414,10 @@ def _refused(exc: Exception) -> Response:
 
 
 def _unknown_key(api: FastAPI, key: str) -> bool:
-    """``key`` acts for no tenant, as its route would find (:func:`ranker.wire.authenticate`);
-    False while the tenants topic is not read yet (a key added there would act) and for the
-    admin key (its route says it acts for no tenant).
+    """``key`` acts for no tenant, as its route would find (:func:`ranker.wire.key_holder`); False
+    while the tenants topic is not read yet and for the admin key: their routes answer those.
     """
-    read: asyncio.Event | None = api.state.tenants_read
-    if read is not None and not read.is_set():
-        return False
-    admin_key: str | None = api.state.admin_key
-    if admin_key and hmac.compare_digest(key.encode(), admin_key.encode()):
-        return False
-    registry: Tenants = api.state.registry
-    return registry.by_api_key(key) is None
+    return key_holder(api.state, key) == "unknown"
 
 
 def _errors(api: FastAPI) -> None:

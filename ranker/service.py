@@ -608,15 +608,15 @@ class RecallService:
         return token, sum(keys.values()) + sum(late.values())
 
     async def _rows(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, MemoryRow]:
-        """The rows Milvus holds of ``memory_ids`` now (any state), by id, without their
-        vectors and metadata (:func:`_slim`: an erasure compares words and links).
+        """The rows Milvus holds of ``memory_ids`` now (any state), by id, read without their
+        vectors and metadata (:meth:`MilvusStore.get_slim`: an erasure compares words and links).
         """
         found: dict[str, MemoryRow] = {}
         ids = list(dict.fromkeys(memory_ids))
         for start in range(0, len(ids), SOURCES_PER_QUERY):
             part = ids[start : start + SOURCES_PER_QUERY]
-            rows = await asyncio.to_thread(self.store.get, tenant_id, part)
-            found.update((m, _slim(r)) for m, r in rows.items() if r.tenant_id == tenant_id)
+            rows = await asyncio.to_thread(self.store.get_slim, tenant_id, part)
+            found.update((m, r) for m, r in rows.items() if r.tenant_id == tenant_id)
         return found
 
     async def _copies_of(
@@ -846,8 +846,7 @@ class RecallService:
         """
         if self.view is not None:
             return await self.view.sorted_ids(tenant_id)
-        rows = await asyncio.to_thread(self.store.every_row, tenant_id, Filters(states=()))
-        return sorted(r.memory_id for r in rows)
+        return sorted(await asyncio.to_thread(self.store.every_id, tenant_id, Filters(states=())))
 
     async def get_many(
         self, tenant_id: str, memory_ids: Sequence[str], after: Token | None = None

@@ -12,7 +12,7 @@ import sys
 import time
 import typing
 from collections.abc import Callable, Coroutine
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import orjson
@@ -32,6 +32,7 @@ from pydantic import (
     field_validator,
 )
 from pydantic_core import PydanticCustomError
+from starlette.datastructures import State
 from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
 
 from memcore import normalise_content
@@ -257,16 +258,12 @@ async def authenticate(request: Request) -> Tenant:
 
 
 def _tenant_of(request: Request, key: str | None) -> Tenant:
-    read: asyncio.Event | None = getattr(request.app.state, "tenants_read", None)
-    if read is not None and not read.is_set():  # a key revoked there would still act
+    found = key_holder(request.app.state, key)
+    if found == "unread":  # a key revoked there would still act
         raise Unavailable("kafka", "authenticate", "the tenants topic is not read yet")
-    registry: Tenants = request.app.state.registry
-    admin_key: str | None = getattr(request.app.state, "admin_key", None)
-    if key and admin_key and hmac.compare_digest(key.encode(), admin_key.encode()):
-        # the admin key acts for no tenant, even one whose keys list it (a misconfiguration)
+    if found == "admin":  # it acts for no tenant, even one whose keys list it (a misconfiguration)
         raise HTTPException(401, "the admin key acts for no tenant", {"WWW-Authenticate": "Bearer"})
-    found = registry.by_api_key(key) if key else None
-    if found is None:
+    if found == "unknown":
         raise HTTPException(401, "missing or unknown API key", {"WWW-Authenticate": "Bearer"})
     set_tenant(found.tenant_id)
     slots: TenantSlots | None = getattr(request.app.state, "tenant_slots", None)
@@ -276,6 +273,26 @@ def _tenant_of(request: Request, key: str | None) -> Tenant:
     limiter.check(found.tenant_id, found.rate_limit_per_s, time.monotonic())  # the edge's clock
     checked_query(request)
     return found
+
+
+KeyHolder = Tenant | Literal["unread", "admin", "unknown"]
+
+
+def key_holder(state: State, key: str | None) -> KeyHolder:
+    """Who ``key`` (as :func:`presented_key` reads it) acts for, from the app's ``state``: its
+    tenant; ``"unread"`` while the tenants topic is not read yet (a key added or revoked there is
+    not known); ``"admin"`` for the admin key, which acts for no tenant; ``"unknown"`` for a
+    missing key or one no tenant holds. The routes and the edge's early 401 both decide here.
+    """
+    read: asyncio.Event | None = getattr(state, "tenants_read", None)
+    if read is not None and not read.is_set():
+        return "unread"
+    admin_key: str | None = getattr(state, "admin_key", None)
+    if key and admin_key and hmac.compare_digest(key.encode(), admin_key.encode()):
+        return "admin"
+    registry: Tenants = state.registry
+    found = registry.by_api_key(key) if key else None
+    return "unknown" if found is None else found
 
 
 def presented_key(bearer: HTTPAuthorizationCredentials | None, x_api_key: str | None) -> str | None:

@@ -21,6 +21,9 @@ from memcore.keyword import keyword_text
 from storage.errors import StorageError
 from storage.rows import CURRENT, MAX_CONTENT_BYTES, ROW_FIELDS, MemoryRow
 
+SLIM_FIELDS = tuple(f for f in ROW_FIELDS if f not in ("vector", "metadata"))
+"""The fields :meth:`MilvusStore.get_slim` reads."""
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -349,6 +352,14 @@ class MilvusStore:
         """
         found = self._by_key(tenant_id, memory_ids, list(ROW_FIELDS))
         rows = (MemoryRow.from_entity(entity) for entity in found)
+        return {row.memory_id: row for row in rows if row.tenant_id == tenant_id}
+
+    def get_slim(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, MemoryRow]:
+        """:meth:`get` without each row's vector and metadata (read as empty: neither crosses
+        the wire), for readers that compare words and links (an erasure).
+        """
+        found = self._by_key(tenant_id, memory_ids, list(SLIM_FIELDS))
+        rows = (MemoryRow.from_entity({**e, "vector": (), "metadata": {}}) for e in found)
         return {row.memory_id: row for row in rows if row.tenant_id == tenant_id}
 
     def _by_key(

@@ -85,6 +85,8 @@ def test_reads_by_id_come_in_chunks_and_stay_in_their_tenant(
     assert all(r.tenant_id == "acme" for r in got.values())
     assert got["m0"].content != "secret"
     assert store.relations("acme", wanted) == {f"m{i}": (f"m{i + 1}",) for i in range(5)}
+    slim = {m: dataclasses.replace(r, vector=(), metadata={}) for m, r in got.items()}
+    assert store.get_slim("acme", wanted) == slim  # every field but those two, in its tenant
 
 
 def test_every_row_reads_past_what_one_query_returns(store: MilvusStore) -> None:

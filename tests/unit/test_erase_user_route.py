@@ -125,6 +125,9 @@ async def test_a_key_minted_elsewhere_during_an_erase_has_its_memory_purged_agai
         def get(self, tenant_id: str, memory_ids: object) -> dict[str, MemoryRow]:
             return {}
 
+        def get_slim(self, tenant_id: str, memory_ids: object) -> dict[str, MemoryRow]:
+            return {}
+
         def every_row(self, tenant_id: str, filters: object) -> list[MemoryRow]:
             return []
 

@@ -425,6 +425,9 @@ class UserRows:
     def get(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, MemoryRow]:
         return {}
 
+    def get_slim(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, MemoryRow]:
+        return {}
+
     def every_row(self, tenant_id: str, filters: Filters) -> list[MemoryRow]:
         return [make_row(tenant_id, "summary-1", (1.0, 0.0, 0.0, 0.0))] if filters.user_id else []
 
@@ -584,6 +587,11 @@ class RowsNotPurgedYet:
     def get(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, MemoryRow]:
         return {m: self.rows[m] for m in memory_ids if m in self.rows}
 
+    def get_slim(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, MemoryRow]:
+        """As Milvus reads them for an erasure: no vector or metadata."""
+        found = self.get(tenant_id, memory_ids).items()
+        return {m: dataclasses.replace(r, vector=(), metadata={}) for m, r in found}
+
     def query(self, tenant_id: str, filters: Filters, limit: int) -> list[MemoryRow]:
         return [self.rows[m] for m in filters.memory_ids if m in self.rows][:limit]
 
@@ -681,6 +689,37 @@ def test_erasing_a_memory_erases_the_summaries_made_from_it() -> None:
     assert all(keys.ring.erased_memory("acme", m) for m in (m1, *made))
     assert not keys.ring.erased_memory("acme", "s3")
     assert erasure.token.offsets == {"memory-writes": {0: len(sent.values)}}  # the last purge
+
+
+class WholeRowsRefused(RowsNotPurgedYet):
+    """A store whose rows read by id whole (vectors and all) are refused."""
+
+    def get(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, MemoryRow]:
+        raise AssertionError("rows an erasure compares read whole, vectors and all")
+
+    def get_slim(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, MemoryRow]:
+        found = [self.rows[m] for m in memory_ids if m in self.rows]
+        return {r.memory_id: dataclasses.replace(r, vector=(), metadata={}) for r in found}
+
+
+def test_an_erasure_reads_the_rows_it_compares_without_their_vectors() -> None:
+    """An erasure read its memories' and summaries' rows by id whole, then dropped their
+    vectors and metadata: each crossed the wire (~17 KB a memory) for nothing.
+    """
+    keys, sent = LocalKeys(), Sent()
+    service = RecallService(UserRows(), Hashing(4), sent, keys=keys)  # type: ignore[arg-type]
+    m1, m2 = asyncio.run(service.write("acme", [{"content": w, "at": AT} for w in ("a b", "c d")]))[
+        0
+    ]
+    asyncio.run(keys.mint([("acme", "s1", None)]))
+    v = (1.0, 0.0, 0.0, 0.0)
+    service.store = WholeRowsRefused(  # type: ignore[assignment]
+        [make_row("acme", m1, v), make_row("acme", "s1", v, summary_of=(m1, m2))]
+    )
+    erasure = asyncio.run(service.erase("acme", [m1], datetime(2026, 3, 1, 13, tzinfo=UTC)))
+    assert erasure.summaries == ("s1",)
+    purged = [v["memory_id"] for v in sent.values if v.get("decision") == "purge"]
+    assert purged == [m1, "s1"]
 
 
 class SummariesUnanswered(RowsNotPurgedYet):
