@@ -9,7 +9,9 @@ each memory, so recall scores on fresh state while Milvus rows are rewritten onl
 are searched or filtered by changes (never per access). Replaying the topic rebuilds the view; a
 view rebuilt from the topic equals the worker's table (tested).
 
-Memory: a tuple of 14 values per memory (about 0.5 KB).
+Memory: a tuple of 14 values per memory (about 0.5 KB); the id alone of a purged one (about
+0.1 KB): its row may outlive the purge in Milvus until the worker deletes it, and must not be
+judged on its own stale values meanwhile.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class StateView(CompactedLog):
     def __init__(self, kafka: KafkaConnection | str, topic: str, *, poll_s: float = 0.05) -> None:
         super().__init__(kafka, topic, poll_s=poll_s)
         self._live: dict[str, dict[str, tuple[Any, ...]]] = {}
+        self._purged: dict[str, set[str]] = {}  # tenant -> its purged memories' ids
         # tenant -> how many times its set of ids changed, and its ids sorted at one of those
         # (:meth:`sorted_ids`: a listing's pages share it while no memory comes or goes)
         self._members: dict[str, int] = {}
@@ -50,11 +53,14 @@ class StateView(CompactedLog):
     # -- state -----------------------------------------------------------------------------------
 
     def apply(self, key: bytes | None, value: bytes | None, *, tell: bool = True) -> None:
-        """Take one changelog record: a memory's new state, or a tombstone (None) that drops it,
-        as does a purged memory's state (:func:`storage.codec.decode_served`: held, every
-        memory ever erased or purged stayed in every ranker's memory); ``tell``: hand it to the
-        listeners. A record that does not decode is logged and skipped (the worker wrote it; it
-        is not input).
+        """Take one changelog record: a memory's new state, or a tombstone (None) that drops it.
+        A purged memory's state (:func:`storage.codec.decode_served`) leaves the tenant's
+        memories too (held whole, every memory ever erased or purged stayed in every ranker's
+        memory), but its id is kept: :meth:`values` answers :data:`storage.codec.PURGED` for it,
+        so a row Milvus still holds of it (the worker's delete not synced yet: a crash, Milvus
+        refusing writes) is judged deleted, not on its own stale values. ``tell``: hand it to
+        the listeners. A record that does not decode is logged and skipped (the worker wrote
+        it; it is not input).
         """
         if key is None:
             return
@@ -64,6 +70,7 @@ class StateView(CompactedLog):
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("state view: skipped an undecodable value of %r: %s", key, exc)
             return
+        self._mark_purged(tenant_id, memory_id, value is not None and values is None)
         if values is None:
             held = self._live.get(tenant_id)
             if held is not None and held.pop(memory_id, None) is not None:
@@ -80,6 +87,15 @@ class StateView(CompactedLog):
         self.applied += 1
         if tell:
             self._tell(tenant_id, memory_id, values)
+
+    def _mark_purged(self, tenant_id: str, memory_id: str, purged: bool) -> None:
+        marks = self._purged.get(tenant_id)
+        if purged:
+            self._purged.setdefault(tenant_id, set()).add(memory_id)
+        elif marks is not None and memory_id in marks:  # written again, or its key compacted
+            marks.discard(memory_id)
+            if not marks:
+                del self._purged[tenant_id]
 
     def seed(self, latest: Mapping[bytes, bytes], ends: Mapping[int, int]) -> None:
         """Hold ``latest`` (each key's last value on the topic, read up to ``ends``: partition ->
@@ -100,12 +116,17 @@ class StateView(CompactedLog):
                 log.exception("state view: a listener failed on %s/%s", tenant_id, memory_id)
 
     def values(self, tenant_id: str, memory_id: str) -> tuple[Any, ...] | None:
-        """One memory's live values (:func:`storage.rows.live_values`), or None."""
-        return self._live.get(tenant_id, {}).get(memory_id)
+        """One memory's live values (:func:`storage.rows.live_values`), :data:`codec.PURGED`
+        for a purged one, or None for one the view has not heard of.
+        """
+        found = self._live.get(tenant_id, {}).get(memory_id)
+        if found is None and memory_id in self._purged.get(tenant_id, ()):
+            return codec.PURGED
+        return found
 
     def overlay(self, row: MemoryRow) -> MemoryRow:
         """``row`` with the live fields the view holds for it (the row as it is when it has none)."""
-        values = self._live.get(row.tenant_id, {}).get(row.memory_id)
+        values = self.values(row.tenant_id, row.memory_id)
         return with_live(row, values) if values is not None else row
 
     def tenant(self, tenant_id: str) -> Mapping[str, tuple[Any, ...]]:

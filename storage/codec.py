@@ -133,6 +133,27 @@ def decode_live(raw: bytes) -> tuple[Any, ...]:
     return _live_of(orjson.loads(raw))
 
 
+PURGED: tuple[Any, ...] = (
+    Tier.WORKING.value,
+    Lifecycle.DELETED.value,
+    0.0,
+    0,
+    0,
+    0,
+    0,
+    0,
+    1.0,
+    0.0,
+    0,
+    0,
+    CURRENT,
+    "",
+)
+"""The live values a reader answers for a purged memory whose own it no longer holds: deleted
+(no recall or listing serves it), the rest placeholders no filter or score reads for a deleted
+memory; in :data:`storage.rows.LIVE_FIELDS` order."""
+
+
 def decode_served(raw: bytes) -> tuple[Any, ...] | None:
     """:func:`decode_live`, or None for a purged memory's state (a tombstone the worker keeps
     for idempotence: the memory left the serving store, and a reader holding it would hold

@@ -634,9 +634,11 @@ class Processor:
                 self.release(key, batch)
                 return
             self.put_document(record.key, new_doc, sealer)
-        if not skipped:
-            self.put_state(record.key, new)
-        if not skipped and any(e.kind in _STATED for e in effects):
+        if skipped:  # applied before, its document lost to a crash and written again above
+            self._redelivered(message, record, new, effects, batch)
+            return
+        self.put_state(record.key, new)
+        if any(e.kind in _STATED for e in effects):
             batch.stated[record.key] = Statement(message, record.at)
         self._after(message, record.at, new, effects, batch)
         self._reasserted(record, new, batch)

@@ -16,13 +16,16 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
+from memcore import Lifecycle
 from memcore.policy import RecallPolicy
 from ranker.hotcache import HotCache, live_passes
 from ranker.service import RecallQuery, RecallService
-from storage import Filters, Hit, MemoryRow, MilvusConfig
+from ranker.view import StateView
+from storage import Filters, Hit, MemoryRow, MilvusConfig, codec
 from storage.milvus import ANY_STATE
 from storage.rows import LIVE_FIELDS, row_live_values, with_live
 from tests.rows import make_row
+from tests.unit.test_warmup import key, state
 
 DIM = 4
 AT = datetime(1970, 1, 1, 0, 0, 5, tzinfo=UTC)
@@ -151,6 +154,25 @@ def test_a_memory_the_view_retired_is_not_recalled_while_milvus_still_holds_it(
     milvus, hot = services(store, view)
     assert recalled(milvus) == [("b", "active")]
     assert recalled(hot) == [("b", "active")]
+
+
+def test_a_purged_memory_is_not_recalled_or_read_active_while_milvus_still_holds_its_row() -> None:
+    """``DELETE ?purge=true`` retires and purges in one worker batch, so the Milvus row still
+    says active until the worker's delete is synced (a crash, Milvus refusing writes). The view
+    dropped the purged memory whole, and the ranker judged that row on its own values: the
+    deleted memory was recalled, and read by id, as active.
+    """
+    a, b = row("a", 1.0), row("b", 0.9, 0.1)
+    store, view = FakeMilvus(a, b), StateView("unused:9092", "app-memories-changelog")
+    for memory_id in ("a", "b"):
+        view.apply(key(memory_id), codec.encode(state(memory_id)))
+    purged = dataclasses.replace(state("a"), state=Lifecycle.DELETED, purged=True)
+    view.apply(key("a"), codec.encode(purged))  # the table; the row is not deleted yet
+    milvus, hot = services(store, cast(Any, view))
+    assert recalled(milvus) == [("b", "active")]
+    assert recalled(hot) == [("b", "active")]
+    read = asyncio.run(milvus.get_many("acme", ["a"]))
+    assert read["a"].state == "deleted"
 
 
 def test_a_tier_the_view_moved_a_memory_out_of_is_filtered_on_both_paths() -> None:

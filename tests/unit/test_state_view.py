@@ -15,6 +15,7 @@ from memcore import Lifecycle
 from ranker.__main__ import _readiness
 from ranker.view import StateView
 from storage import MilvusConfig, MilvusStore, codec
+from storage.rows import LIVE_FIELDS, live_values
 from tests.unit.test_warmup import key, state
 
 pytestmark = pytest.mark.anyio
@@ -22,6 +23,11 @@ pytestmark = pytest.mark.anyio
 
 def view() -> StateView:
     return StateView("unused:9092", "app-memories-changelog")
+
+
+def test_a_purged_memorys_values_are_a_deleted_memorys_in_live_field_order() -> None:
+    assert len(codec.PURGED) == len(LIVE_FIELDS)
+    assert dict(zip(LIVE_FIELDS, codec.PURGED, strict=True))["state"] == Lifecycle.DELETED.value
 
 
 def test_a_failing_listener_costs_neither_the_record_nor_the_others() -> None:
@@ -58,13 +64,16 @@ def test_a_purged_memory_leaves_the_view_as_a_tombstone_would() -> None:
     v.apply(key("b"), codec.encode(state("b")))
     purged = dataclasses.replace(state("a"), state=Lifecycle.DELETED, purged=True)
     v.apply(key("a"), codec.encode(purged))
-    assert v.values("acme", "a") is None
+    assert v.values("acme", "a") == codec.PURGED  # its id alone is kept: a stale row is deleted
     assert list(v.tenant("acme")) == ["b"]
     assert told[-1] == ("a", None)  # the hot cache lets its row go
     v.apply(key("b"), codec.encode(dataclasses.replace(state("b"), purged=True)))
     assert v.tenant("acme") == {}  # and nothing is kept for a tenant holding none
     v.apply(key("a"), codec.encode(state("a")))  # written again after its purge
-    assert v.values("acme", "a") is not None
+    assert v.values("acme", "a") == live_values(state("a"))
+    v.apply(key("b"), None)  # its key compacted away: nothing is kept of it
+    assert v.values("acme", "b") is None
+    assert v._purged == {}
 
 
 class Producer:

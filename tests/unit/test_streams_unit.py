@@ -467,6 +467,35 @@ def test_a_state_without_its_document_is_restored_by_the_redelivered_write() -> 
     assert list(redelivered.touched) == ["acme/m1"]
 
 
+@pytest.mark.parametrize("summary_of", [None, ["s1", "s2"]], ids=["version", "summary"])
+def test_a_write_redelivered_without_its_document_makes_its_decisions_again(
+    summary_of: list[str] | None,
+) -> None:
+    """A crash kept a write's state record and lost its document's. The redelivered write put
+    the document back but, skipped by offset, ran neither the supersession check nor a
+    summary's recheck against erasures, as a redelivery with its document does: the decisions
+    its first delivery died before sending were lost for good (two versions of one fact both
+    current; a summary quoting a memory erased meanwhile served).
+    """
+    t = Tables()
+    raw = write_bytes(importance=0.5, summary_of=summary_of)
+    message = t.message("w", raw)
+    record = decode_write(raw, LIMITS)
+    importance = resolve_importance(record.content, explicit=0.5)
+    first = Batch()
+    t.processor.write(message, record, (1.0, 0.0, 0.0, 0.0), importance, first)
+    assert "acme/m1" in first.stated
+    assert [r.memory_id for r in first.made] == (["m1"] if summary_of else [])
+    t.documents.clear()  # the crash lost the document's changelog record, not the state's
+    redelivered = Batch()
+    t.processor.write(message, record, (1.0, 0.0, 0.0, 0.0), importance, redelivered)
+    assert "acme/m1" in redelivered.stated  # checked for versions it supersedes again
+    assert [r.memory_id for r in redelivered.made] == (["m1"] if summary_of else [])
+    found = t.processor.load("acme/m1")
+    assert found is not None
+    assert found[0].write_count == 1
+
+
 def test_a_rewrite_whose_document_was_lost_is_written_again_by_its_redelivery() -> None:
     t = Tables()
     t.write(write_bytes(content="Alice lives in Osaka"))
