@@ -4,6 +4,7 @@ tests/contract/test_hot_cache.py; the whole path through the worker in tests/int
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -720,6 +721,54 @@ def test_a_load_or_a_preload_that_fails_leaves_no_block_to_pass_for_the_tenant()
     assert cache.rows == 0
     written(store, cache, make_row("fresh", "f1", [1.0, 0, 0, 0]))  # no tenant known empty
     assert not cache.ready("fresh", Filters())
+
+
+class Gate:
+    """A tenant's load gate that says when a search waits on it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.waited = threading.Event()
+
+    def __enter__(self) -> Gate:
+        self.waited.set()
+        self.lock.acquire()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.lock.release()
+
+
+def test_a_search_whose_awaited_load_failed_loads_the_tenant_as_a_load_again() -> None:
+    """Two searches of a tenant not held: the second waits on the first's load. When that
+    load failed, its end unregistered the load and the second loaded unregistered: its block,
+    still empty, passed for the whole tenant, and a search on the event loop (``ready``) found
+    nothing.
+    """
+    a, b = row("a", 1.0), row("b", 0.9, 0.1)
+    store, view, cache, _ = setup(a, b)
+    view.update(a=live(a), b=live(b))
+    first = Gate()  # a first load under way
+    first.lock.acquire()
+    cache._loading["acme"] = first  # type: ignore[assignment]
+    seen: list[bool] = []
+    read = store.query
+
+    def query(tenant_id: str, filters: Filters = ANY_STATE, limit: int = 0) -> list[MemoryRow]:
+        seen.append(cache.ready("acme", RECALL))  # while the second load reads Milvus
+        return read(tenant_id, filters, limit)
+
+    store.query = query  # type: ignore[method-assign]
+    found: list[list[str]] = []
+    second = threading.Thread(target=lambda: found.append(ids(cache)))
+    second.start()
+    assert first.waited.wait(10)
+    del cache._loading["acme"]  # the first load failed: its end unregisters it
+    first.lock.release()
+    second.join(10)
+    assert seen == [False]
+    assert found == [["a", "b"]]
+    assert cache.ready("acme", RECALL)
 
 
 def test_a_failed_load_leaves_its_tenant_no_longer_known_empty() -> None:
