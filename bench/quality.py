@@ -302,7 +302,9 @@ def recall_conversation(api: Api, key: str, conversation: Conversation, variant:
 def offline_rows(
     conversations: Sequence[Conversation], embedder: CachedEmbedder, written: Variant
 ) -> list[tuple[str, Report]]:
-    """Cosine, BM25 and the blend computed offline, on turn text and on the written content."""
+    """Cosine, BM25 and the blend computed offline, on turn text and on the written content; BM25
+    on stemmed tokens without stop words, as the service's keyword index keeps them.
+    """
     questions = embedder.embed([q.text for c in conversations for q in c.questions])
     rows: list[tuple[str, Report]] = []
     for variant in (TEXT_ONLY, written):
@@ -318,7 +320,7 @@ def offline_rows(
         for conversation, chunk in zip(conversations, texts, strict=True):
             nq, nt = len(conversation.questions), len(chunk)
             cosine: Matrix = questions[q0 : q0 + nq] @ turns[t0 : t0 + nt].T
-            bm25 = bm25_matrix([q.text for q in conversation.questions], chunk)
+            bm25 = bm25_matrix([q.text for q in conversation.questions], chunk, stemmed=True)
             signals = Signals(cosine, bm25, np.full(nt, 0.5))
             for name, ranker in rankers.items():
                 for question, top in zip(conversation.questions, ranker(signals), strict=True):
@@ -676,10 +678,13 @@ def score_probe(outcome: Outcome, probe: Probe, ranked: Sequence[str]) -> None:
         stale = [m for m in ranked if m in probe.versions and m != probe.expected]
         newest = ranked.index(probe.expected) if probe.expected in ranked else len(ranked)
         outcome.add("stale-above-newest", any(ranked.index(m) < newest for m in stale))
+        outcome.add("stale returned", bool(stale))  # SPEC 6: superseded versions left out
     elif probe.kind == "as-of":
         outcome.add("as-of P@1", top == probe.expected)
     elif probe.kind == "before":
-        outcome.add("before R@10", probe.expected in ranked)  # the named version's predecessor
+        # the named version's predecessor is among the versions listed: history mode found the
+        # chain (an answer listing every version scores 1; which one is "before" is the reader's)
+        outcome.add("before R@10", probe.expected in ranked)
     elif probe.kind == "critical":
         outcome.add("critical R@5", probe.expected in ranked[:5])
     else:
@@ -736,7 +741,9 @@ def serve_workload(api: Api, key: str, w: Workload, force: bool) -> Outcome:
 def offline_updates(
     workloads: Sequence[Workload], embedder: CachedEmbedder, seed: int
 ) -> dict[str, Outcome]:
-    """Cosine and BM25 over the tenant's memories written up to each probe's ``at``."""
+    """Cosine and BM25 (stemmed, as the service's keyword index) over the tenant's memories
+    written up to each probe's ``at``.
+    """
     out = {"offline cosine": Outcome(), "offline bm25": Outcome()}
     rng = np.random.default_rng(seed)
     for w in workloads:
@@ -747,7 +754,7 @@ def offline_updates(
             texts = [w.writes[i].content for i in visible]
             scores = {
                 "offline cosine": vectors[visible] @ qv,
-                "offline bm25": bm25_matrix([probe.query], texts)[0],
+                "offline bm25": bm25_matrix([probe.query], texts, stemmed=True)[0],
             }
             for name, s in scores.items():
                 order = np.lexsort((rng.random(len(s)), -s))[:K]  # ties in a seeded random order
@@ -758,6 +765,7 @@ def offline_updates(
 UPDATE_COLUMNS = (
     "newest-first",
     "stale-above-newest",
+    "stale returned",
     "as-of P@1",
     "before R@10",
     "critical R@5",

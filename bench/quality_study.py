@@ -460,7 +460,7 @@ class Tally:
         found = len(set(evidence) & set(returned[:K]))
         self.recall.append(found / len(evidence))
         self.hit.append(float(found > 0))
-        self.returned.append(float(min(len(returned), K)))
+        self.returned.append(float(len(set(returned[:K]))))  # a memory returned twice: once
 
     @staticmethod
     def mean(values: Sequence[float]) -> float:

@@ -1,0 +1,44 @@
+"""The quality bench's own metrics (bench.quality, bench.quality_study): the figures docs/quality.md
+publishes are computed by these, so what each one counts is pinned here."""
+
+from __future__ import annotations
+
+from bench.quality import START, Outcome, Probe, score_probe
+from bench.quality_study import Tally
+
+CURRENT = Probe("current", "Where does Alice live?", START, "v3", ("v1", "v2", "v3"))
+
+
+def scored(probe: Probe, ranked: list[str]) -> dict[str, float]:
+    outcome = Outcome()
+    score_probe(outcome, probe, ranked)
+    return outcome.summary()
+
+
+def test_a_superseded_version_returned_below_the_newest_counts_as_stale_returned() -> None:
+    """ "stale-above-newest" alone scored a perfect 0 for an answer listing every superseded
+    version below the newest, which SPEC 6 leaves out unless history is asked for.
+    """
+    below = scored(CURRENT, ["v3", "x", "v1"])
+    assert (below["newest-first"], below["stale-above-newest"]) == (1.0, 0.0)
+    assert below["stale returned"] == 1.0
+    clean = scored(CURRENT, ["v3", "x"])
+    assert (clean["newest-first"], clean["stale returned"]) == (1.0, 0.0)
+    above = scored(CURRENT, ["v2", "v3"])
+    assert (above["newest-first"], above["stale-above-newest"]) == (0.0, 1.0)
+
+
+def test_an_empty_answer_finds_nothing_newest() -> None:
+    empty = scored(CURRENT, [])
+    assert (empty["newest-first"], empty["stale returned"]) == (0.0, 0.0)
+
+
+def test_a_memory_returned_twice_counts_once_among_the_returned() -> None:
+    """ "returned" counted a repeated id each time: a service returning one memory twice looked
+    as if it returned two.
+    """
+    tally = Tally()
+    tally.add(["d1", "d2"], ["d1", "d1", "x"])
+    assert tally.recall == [0.5]
+    assert tally.hit == [1.0]
+    assert tally.returned == [2.0]
