@@ -564,23 +564,23 @@ def _days(rng: random.Random, low: int, high: int) -> timedelta:
 
 
 def _fact_versions(
-    rng: random.Random, w: Workload, person: str, attribute: Attribute
+    rng: random.Random, w: Workload, person: str, attribute: Attribute, unmarked: bool
 ) -> tuple[list[Write], list[str]]:
     values = rng.sample(attribute.values, rng.randint(2, 4))
     at = START + _days(rng, 0, 60)
     versions: list[Write] = []
     for n, value in enumerate(values):
-        template = attribute.first if n == 0 else attribute.later
+        template = attribute.first if n == 0 or unmarked else attribute.later
         memory_id = f"{w.tenant}-{person.lower()}-{attribute.name}-{n + 1}"
         versions.append(Write(memory_id, template.format(p=person, v=value), at))
         at += _days(rng, 21, 120)
     return versions, values
 
 
-def _add_facts(rng: random.Random, w: Workload, end: datetime) -> None:
+def _add_facts(rng: random.Random, w: Workload, end: datetime, unmarked: bool) -> None:
     for person in PEOPLE:
         for attribute in ATTRIBUTES:
-            versions, values = _fact_versions(rng, w, person, attribute)
+            versions, values = _fact_versions(rng, w, person, attribute, unmarked)
             w.writes += versions
             ids = tuple(v.memory_id for v in versions)
             question = attribute.question.format(p=person)
@@ -629,14 +629,20 @@ def _add_chatter(rng: random.Random, w: Workload, end: datetime, count: int) -> 
         w.writes.append(Write(f"{w.tenant}-chatter-{n}", text, at))
 
 
-def updates_workload(seed: int, tenants: Sequence[str] = UPDATE_TENANTS) -> list[Workload]:
-    """The whole workload, a pure function of ``seed``; writes sorted by time, contents unique."""
+def updates_workload(
+    seed: int, tenants: Sequence[str] = UPDATE_TENANTS, *, unmarked: bool = False
+) -> list[Workload]:
+    """The whole workload, a pure function of ``seed``; writes sorted by time, contents unique.
+    ``unmarked``: a fact's later versions are stated as its first ("Alice lives in Lisbon."),
+    without the "now" that marks an update (SPEC 6's marker rule): only single-valued
+    relations then supersede (lives in, works at, favourite food; not drives, plays).
+    """
     rng = random.Random(seed)
     out = []
     end = START + timedelta(days=540)
     for tenant in tenants:
         w = Workload(tenant)
-        _add_facts(rng, w, end)
+        _add_facts(rng, w, end, unmarked)
         _add_critical(rng, w, end)
         _add_paraphrases(rng, w, end)
         _add_chatter(rng, w, end, 120)
@@ -775,7 +781,7 @@ UPDATE_COLUMNS = (
 
 
 def run_updates(args: argparse.Namespace) -> dict[str, Any]:
-    workloads = updates_workload(args.seed)
+    workloads = updates_workload(args.seed, unmarked=args.unmarked)
     keys = api_keys(args.tenants_file, args.key)
     require_keys(keys, [w.tenant for w in workloads], args.tenants_file)
     service = Outcome()
@@ -795,6 +801,7 @@ def run_updates(args: argparse.Namespace) -> dict[str, Any]:
         counts[probe.kind] = counts.get(probe.kind, 0) + 1
     return {
         "seed": args.seed,
+        "unmarked": args.unmarked,
         "tenants": len(workloads),
         "writes": sum(len(w.writes) for w in workloads),
         "probes": counts,
@@ -809,7 +816,9 @@ def run_updates(args: argparse.Namespace) -> dict[str, Any]:
 
 def updates_markdown(result: Mapping[str, Any]) -> str:
     lines = [
-        f"Knowledge updates (seed {result['seed']}): {result['tenants']} tenants, {result['writes']} "
+        f"Knowledge updates (seed {result['seed']}"
+        + (", updates unmarked" if result.get("unmarked") else "")
+        + f"): {result['tenants']} tenants, {result['writes']} "
         f"writes, probes {result['probes']}, {result['results']} results checked for leaks; "
         f"include_history {result['include_history']}, settle: {result['read_your_writes']}",
         "",
@@ -847,6 +856,11 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=7, help="updates: the generator's seed")
     parser.add_argument(
         "--force", action="store_true", help="updates: write into non-empty tenants"
+    )
+    parser.add_argument(
+        "--unmarked",
+        action="store_true",
+        help='updates: later versions without "now" (on fresh tenants: the ids are the same)',
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
     return parser.parse_args(argv)

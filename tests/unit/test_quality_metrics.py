@@ -3,7 +3,7 @@ publishes are computed by these, so what each one counts is pinned here."""
 
 from __future__ import annotations
 
-from bench.quality import START, Outcome, Probe, score_probe
+from bench.quality import ATTRIBUTES, START, Outcome, Probe, score_probe, updates_workload
 from bench.quality_study import Tally
 
 CURRENT = Probe("current", "Where does Alice live?", START, "v3", ("v1", "v2", "v3"))
@@ -42,3 +42,18 @@ def test_a_memory_returned_twice_counts_once_among_the_returned() -> None:
     assert tally.recall == [0.5]
     assert tally.hit == [1.0]
     assert tally.returned == [2.0]
+
+
+def test_the_unmarked_workload_differs_from_the_default_only_in_the_update_marker() -> None:
+    """Every later version of the default workload ends in "now" (the marker SPEC 6's rule reads
+    for many-valued relations); ``--unmarked`` states them as the first, same facts and probes.
+    """
+    marked, plain = updates_workload(7), updates_workload(7, unmarked=True)
+    for m, p in zip(marked, plain, strict=True):
+        assert [w.memory_id for w in m.writes] == [w.memory_id for w in p.writes]
+        assert m.probes == p.probes
+        facts = [w for w in m.writes if any(f"-{a.name}-" in w.memory_id for a in ATTRIBUTES)]
+        later = [w for w in facts if not w.memory_id.endswith("-1")]
+        assert later
+        assert all(w.content.endswith(" now.") for w in later)
+        assert not any(w.content.endswith(" now.") for w in p.writes)
