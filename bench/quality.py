@@ -389,6 +389,7 @@ class Attribute:
     question: str  # "Where does {p} live?"
     before: str  # "Where did {p} live before {v}?"
     values: tuple[str, ...]
+    many: bool = False  # a person may hold several at once: only a marked update supersedes
 
 
 ATTRIBUTES = (
@@ -452,6 +453,7 @@ ATTRIBUTES = (
             "Mazda 3",
             "Kia Niro",
         ),
+        many=True,
     ),
     Attribute(
         "sport",
@@ -469,6 +471,7 @@ ATTRIBUTES = (
             "rugby",
             "badminton",
         ),
+        many=True,
     ),
 )
 PEOPLE = ("Alice", "Bob", "Carol", "Dave")
@@ -542,7 +545,7 @@ class Write:
 
 @dataclass(frozen=True)
 class Probe:
-    kind: str  # current, as-of, before, critical, re-accessed
+    kind: str  # current, current-many (--unmarked), as-of, before, critical, re-accessed
     query: str
     at: datetime
     expected: str  # memory id
@@ -584,7 +587,9 @@ def _add_facts(rng: random.Random, w: Workload, end: datetime, unmarked: bool) -
             w.writes += versions
             ids = tuple(v.memory_id for v in versions)
             question = attribute.question.format(p=person)
-            w.probes.append(Probe("current", question, end, ids[-1], ids))
+            # unmarked, a many-valued fact's versions all stay current (SPEC 6's marker rule)
+            kind = "current-many" if unmarked and attribute.many else "current"
+            w.probes.append(Probe(kind, question, end, ids[-1], ids))
             for n in range(1, len(versions)):
                 older, newer = versions[n - 1], versions[n]
                 middle = older.at + (newer.at - older.at) / 2
@@ -685,6 +690,8 @@ def score_probe(outcome: Outcome, probe: Probe, ranked: Sequence[str]) -> None:
         newest = ranked.index(probe.expected) if probe.expected in ranked else len(ranked)
         outcome.add("stale-above-newest", any(ranked.index(m) < newest for m in stale))
         outcome.add("stale returned", bool(stale))  # SPEC 6: superseded versions left out
+    elif probe.kind == "current-many":
+        outcome.add("many-valued newest R@10", probe.expected in ranked)
     elif probe.kind == "as-of":
         outcome.add("as-of P@1", top == probe.expected)
     elif probe.kind == "before":
@@ -776,6 +783,7 @@ UPDATE_COLUMNS = (
     "before R@10",
     "critical R@5",
     "re-accessed P@1",
+    "many-valued newest R@10",
     "leaks",
 )
 
@@ -814,6 +822,13 @@ def run_updates(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _cell(column: str, value: float | None) -> str:
+    """A table cell: "-" for a metric the run had no probe of (many-valued: ``--unmarked``)."""
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if column == "leaks" else f"{value:.3f}"
+
+
 def updates_markdown(result: Mapping[str, Any]) -> str:
     lines = [
         f"Knowledge updates (seed {result['seed']}"
@@ -826,9 +841,7 @@ def updates_markdown(result: Mapping[str, Any]) -> str:
         "|---|" + "---:|" * len(UPDATE_COLUMNS),
     ]
     for name, summary in result["rows"].items():
-        cells = [
-            f"{summary[c]:.0f}" if c == "leaks" else f"{summary[c]:.3f}" for c in UPDATE_COLUMNS
-        ]
+        cells = [_cell(c, summary.get(c)) for c in UPDATE_COLUMNS]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

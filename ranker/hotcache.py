@@ -69,6 +69,7 @@ import torch
 from memcore import Lifecycle, Tier
 from memcore.errors import InvalidField
 from storage import Filters, Hit, MemoryRow, MilvusStore, StorageError
+from storage.codec import PURGED
 from storage.milvus import ANY_STATE
 from storage.rows import LIVE_FIELDS, row_live_values
 
@@ -739,14 +740,15 @@ class HotCache:
             if block is None:
                 return [] if self._known_empty(tenant_id) else None
         self._refresh(tenant_id, block)
-        with block.lock:
-            if block.dirty:
+        with block.lock:  # copied in C under the lock; the rows are built after (on_change,
+            if block.dirty:  # on the event loop, waits for this lock)
                 return None
-            return [
-                dataclasses.replace(row, vector=tuple(block.vectors[slot].tolist()))
-                for slot, row in enumerate(block.rows[: block.n])
-                if row is not None
-            ]
+            rows, vectors = block.rows[: block.n], block.vectors[: block.n].copy()
+        return [
+            dataclasses.replace(row, vector=tuple(vectors[slot].tolist()))
+            for slot, row in enumerate(rows)
+            if row is not None
+        ]
 
     def search(
         self,
@@ -1157,6 +1159,8 @@ class HotCache:
         """
         if not self._put(tenant_id, block, row):
             return False
+        if self.live_of(tenant_id, row.memory_id) is PURGED:
+            return True  # left out by _put: nothing more is awaited of it
         if not self._dropped(tenant_id, row.memory_id):
             return True
         return row.state == DELETED and row.memory_id not in block.gone
@@ -1262,9 +1266,13 @@ class HotCache:
     def _put(self, tenant_id: str, block: _Block, row: MemoryRow) -> bool:
         """Put ``row`` with the state view's live values over it (block lock held); False when
         the view knows a newer version than Milvus gave (the row is kept until that arrives). A
-        row older than the one held (a load's read racing the worker's write) is left out.
+        row older than the one held (a load's read racing the worker's write) is left out, as is
+        a purged memory's (the view answers :data:`storage.codec.PURGED`; True).
         """
         values = self.live_of(tenant_id, row.memory_id)
+        if values is PURGED:  # its row outlives the purge until the worker deletes it: not laid
+            block.remove(row.memory_id)
+            return True
         if block.newer(row):  # what the view says is still applied by the row held
             return values is None or not block.live(row.memory_id, values)
         block.put(row)

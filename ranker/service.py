@@ -853,12 +853,17 @@ class RecallService:
     ) -> dict[str, MemoryRow]:
         """This tenant's memories among ``memory_ids`` (any state) by id, after ``after`` is
         applied; ids it has none of are absent, as are memories erased (their rows may await
-        their purge).
+        their purge), and purged ones whose rows await the worker's delete.
         """
         await self.wait(after)
         found = await asyncio.to_thread(self.store.get, tenant_id, list(memory_ids))
         erased = await self._erased_among(tenant_id, found)
-        return {m: self._live(row) for m, row in found.items() if m not in erased}
+        view = self.view
+        return {
+            m: self._live(row)
+            for m, row in found.items()
+            if m not in erased and (view is None or not view.purged(tenant_id, m))
+        }
 
     async def access(
         self, tenant_id: str, memory_ids: Sequence[str], at: datetime, kind: str

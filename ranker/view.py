@@ -9,15 +9,17 @@ each memory, so recall scores on fresh state while Milvus rows are rewritten onl
 are searched or filtered by changes (never per access). Replaying the topic rebuilds the view; a
 view rebuilt from the topic equals the worker's table (tested).
 
-Memory: a tuple of 14 values per memory (about 0.5 KB); the id alone of a purged one (about
-0.1 KB): its row may outlive the purge in Milvus until the worker deletes it, and must not be
-judged on its own stale values meanwhile.
+Memory: a tuple of 14 values per memory (about 0.5 KB); the id alone of the last
+:data:`PURGED_MARKS` purged ones (about 0.13 KB each): a purged memory's row may outlive its
+purge in Milvus until the worker deletes it, and must not be judged on its own stale values
+meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -28,6 +30,12 @@ from storage.rows import with_live
 
 log = logging.getLogger(__name__)
 
+PURGED_MARKS = 100_000
+"""Purged memories whose ids the view keeps (the most recently purged; ~13 MB). The worker deletes
+a purged memory's row in the batch that purged it; a row outlives that only while the worker is
+down or Milvus refuses its writes, and then no purge reaches the view either: the marks at risk
+are always the newest."""
+
 
 class StateView(CompactedLog):
     """Live state per tenant and memory. The constructor does no I/O; :meth:`start` connects and
@@ -37,7 +45,7 @@ class StateView(CompactedLog):
     def __init__(self, kafka: KafkaConnection | str, topic: str, *, poll_s: float = 0.05) -> None:
         super().__init__(kafka, topic, poll_s=poll_s)
         self._live: dict[str, dict[str, tuple[Any, ...]]] = {}
-        self._purged: dict[str, set[str]] = {}  # tenant -> its purged memories' ids
+        self._purged: OrderedDict[tuple[str, str], None] = OrderedDict()  # oldest first
         # tenant -> how many times its set of ids changed, and its ids sorted at one of those
         # (:meth:`sorted_ids`: a listing's pages share it while no memory comes or goes)
         self._members: dict[str, int] = {}
@@ -89,13 +97,14 @@ class StateView(CompactedLog):
             self._tell(tenant_id, memory_id, values)
 
     def _mark_purged(self, tenant_id: str, memory_id: str, purged: bool) -> None:
-        marks = self._purged.get(tenant_id)
-        if purged:
-            self._purged.setdefault(tenant_id, set()).add(memory_id)
-        elif marks is not None and memory_id in marks:  # written again, or its key compacted
-            marks.discard(memory_id)
-            if not marks:
-                del self._purged[tenant_id]
+        key = (tenant_id, memory_id)
+        if not purged:  # written again, or its key compacted away
+            self._purged.pop(key, None)
+            return
+        self._purged[key] = None
+        self._purged.move_to_end(key)
+        if len(self._purged) > PURGED_MARKS:
+            self._purged.popitem(last=False)
 
     def seed(self, latest: Mapping[bytes, bytes], ends: Mapping[int, int]) -> None:
         """Hold ``latest`` (each key's last value on the topic, read up to ``ends``: partition ->
@@ -120,9 +129,17 @@ class StateView(CompactedLog):
         for a purged one, or None for one the view has not heard of.
         """
         found = self._live.get(tenant_id, {}).get(memory_id)
-        if found is None and memory_id in self._purged.get(tenant_id, ()):
+        if found is None and (tenant_id, memory_id) in self._purged:
             return codec.PURGED
         return found
+
+    def purged(self, tenant_id: str, memory_id: str) -> bool:
+        """The memory is purged (among the last :data:`PURGED_MARKS`): a row Milvus still holds
+        of it is not to be served, read by id included.
+        """
+        return (tenant_id, memory_id) in self._purged and memory_id not in self._live.get(
+            tenant_id, {}
+        )
 
     def overlay(self, row: MemoryRow) -> MemoryRow:
         """``row`` with the live fields the view holds for it (the row as it is when it has none)."""

@@ -156,8 +156,9 @@ memory; in :data:`storage.rows.LIVE_FIELDS` order."""
 
 def decode_served(raw: bytes) -> tuple[Any, ...] | None:
     """:func:`decode_live`, or None for a purged memory's state (a tombstone the worker keeps
-    for idempotence: the memory left the serving store, and a reader holding it would hold
-    every memory ever purged). Raises as :func:`decode_live`.
+    for idempotence: the memory left the serving store, and a reader holding its values would
+    hold every memory ever purged; ``ranker.view`` keeps the last ones' ids alone, answering
+    :data:`PURGED`). Raises as :func:`decode_live`.
     """
     v = orjson.loads(raw)
     return None if v.get("purged") is True else _live_of(v)

@@ -600,7 +600,8 @@ class Processor:
         # a document of other words than the state's: a crash kept a rewrite's state record and
         # lost its document's; the redelivered rewrite writes it again
         stale = doc is not None and content_hash(doc.content) != new.content_hash
-        if skipped and doc is not None and not stale:
+        if skipped and ((doc is not None and not stale) or new.purged):
+            # a purged memory has no document by design: none is restored
             self._redelivered(message, record, new, effects, batch)
             return
         new_doc = None
@@ -717,12 +718,14 @@ class Processor:
         effects: Sequence[Effect],
         batch: Batch,
     ) -> None:
-        """A write applied before (skipped by offset) whose document is the state's: its first
-        delivery may have died after the tables and before its decisions were sent, so they are
-        made again (the supersession check, the reassertion's and the revival's decisions;
+        """A write applied before (skipped by offset) whose document is the state's (restored
+        if a crash lost it; a purged memory has none, by design): its first delivery may have
+        died after the tables and before its decisions were sent, so they are made again (for a
+        current memory the supersession check and the reassertion's and revival's decisions;
         copies are ignored; a summary's check against erasures) and its row is rewritten.
         """
-        if state.valid_to is None and state.content_hash == content_hash(record.content):
+        current = state.valid_to is None and state.state not in GONE
+        if current and state.content_hash == content_hash(record.content):
             batch.stated[record.key] = Statement(message, record.at)
             self._reasserted(record, state, batch)
         if record.summary_of and state.state not in GONE:

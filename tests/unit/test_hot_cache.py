@@ -25,7 +25,7 @@ from ranker.hotcache import (
 )
 from ranker.kernel import RankRequest
 from ranker.service import Candidate, RecallQuery, _hot_request, _request
-from storage import Filters, MemoryRow, MilvusConfig, StorageError
+from storage import Filters, MemoryRow, MilvusConfig, StorageError, codec
 from storage.milvus import ANY_STATE
 from storage.rows import LIVE_FIELDS, row_live_values
 from tests.rows import make_row
@@ -150,6 +150,23 @@ def test_a_newer_version_waits_for_its_row() -> None:
     hits = cache.search("acme", [1.0, 0.0, 0.0, 0.0], 1, RECALL)
     assert hits is not None
     assert abs(hits.similarity[0]) < 1e-6
+
+
+def test_a_purged_memorys_lingering_row_is_left_out_without_being_read_again() -> None:
+    """The view answers a purged memory's values as :data:`storage.codec.PURGED` (write count
+    0): the cache took that for a view behind the row, laid the row active and marked it dirty,
+    so every search read Milvus again (off the event loop) for 30 s.
+    """
+    a, b = row("a", 1.0), row("b", 0.9, 0.1)
+    store, view, cache, _ = setup(a, b)
+    view.update(a=codec.PURGED, b=live(b))  # a's row awaits the worker's delete
+    assert ids(cache) == ["b"]
+    assert ids(cache) == ["b"]
+    assert cache.ready("acme", RECALL)
+    assert store.reads == 1  # the load alone
+    view["a"] = live(a)  # written again after its purge
+    cache.on_change("acme", "a", view["a"])
+    assert ids(cache) == ["a", "b"]
 
 
 def test_a_deleted_memory_leaves_at_once_and_a_missing_row_is_given_up_later() -> None:

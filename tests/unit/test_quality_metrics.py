@@ -3,7 +3,9 @@ publishes are computed by these, so what each one counts is pinned here."""
 
 from __future__ import annotations
 
-from bench.quality import ATTRIBUTES, START, Outcome, Probe, score_probe, updates_workload
+import dataclasses
+
+from bench.quality import ATTRIBUTES, PEOPLE, START, Outcome, Probe, score_probe, updates_workload
 from bench.quality_study import Tally
 
 CURRENT = Probe("current", "Where does Alice live?", START, "v3", ("v1", "v2", "v3"))
@@ -46,14 +48,28 @@ def test_a_memory_returned_twice_counts_once_among_the_returned() -> None:
 
 def test_the_unmarked_workload_differs_from_the_default_only_in_the_update_marker() -> None:
     """Every later version of the default workload ends in "now" (the marker SPEC 6's rule reads
-    for many-valued relations); ``--unmarked`` states them as the first, same facts and probes.
+    for many-valued relations); ``--unmarked`` states them as the first, same facts and probes,
+    but a many-valued fact's (its versions all stay current: no "newest-first" or "stale").
     """
     marked, plain = updates_workload(7), updates_workload(7, unmarked=True)
     for m, p in zip(marked, plain, strict=True):
         assert [w.memory_id for w in m.writes] == [w.memory_id for w in p.writes]
-        assert m.probes == p.probes
+        many = {f"{m.tenant}-{n.lower()}-{a.name}-" for a in ATTRIBUTES if a.many for n in PEOPLE}
+        for old, new in zip(m.probes, p.probes, strict=True):
+            if old.kind != "current":
+                assert new == old
+            elif any(old.expected.startswith(prefix) for prefix in many):
+                assert new == dataclasses.replace(old, kind="current-many")  # all stay current
+            else:
+                assert new == old
         facts = [w for w in m.writes if any(f"-{a.name}-" in w.memory_id for a in ATTRIBUTES)]
         later = [w for w in facts if not w.memory_id.endswith("-1")]
         assert later
         assert all(w.content.endswith(" now.") for w in later)
         assert not any(w.content.endswith(" now.") for w in p.writes)
+
+
+def test_a_many_valued_facts_newest_version_only_needs_to_be_returned() -> None:
+    many = dataclasses.replace(CURRENT, kind="current-many")
+    assert scored(many, ["v1", "x", "v3"]) == {"many-valued newest R@10": 1.0, "leaks": 0.0}
+    assert scored(many, ["v1", "v2"])["many-valued newest R@10"] == 0.0

@@ -30,6 +30,22 @@ def test_a_purged_memorys_values_are_a_deleted_memorys_in_live_field_order() -> 
     assert dict(zip(LIVE_FIELDS, codec.PURGED, strict=True))["state"] == Lifecycle.DELETED.value
 
 
+def test_the_view_keeps_the_ids_of_the_last_purged_memories_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("ranker.view.PURGED_MARKS", 2)
+    v = view()
+    for memory_id in ("a", "b", "c"):
+        v.apply(key(memory_id), codec.encode(state(memory_id)))
+        gone = dataclasses.replace(state(memory_id), state=Lifecycle.DELETED, purged=True)
+        v.apply(key(memory_id), codec.encode(gone))
+    assert [v.purged("acme", m) for m in ("a", "b", "c")] == [False, True, True]
+    assert v.values("acme", "a") is None  # the oldest mark went: its row was long since deleted
+    v.apply(key("b"), codec.encode(state("b")))  # written again
+    assert not v.purged("acme", "b")
+    assert v.values("acme", "b") == live_values(state("b"))
+
+
 def test_a_failing_listener_costs_neither_the_record_nor_the_others() -> None:
     """``HotCache.on_change`` raising on a value it cannot take lost the rest of the follower's
     fetched batch: the consumer's position was already past it."""

@@ -496,6 +496,28 @@ def test_a_write_redelivered_without_its_document_makes_its_decisions_again(
     assert found[0].write_count == 1
 
 
+def test_a_write_redelivered_after_its_memorys_purge_restores_nothing_and_states_nothing() -> None:
+    """A purged memory has no document by design: the redelivered write took that for a crash's
+    loss, put its words back, and ran the supersession check for a memory no longer served.
+    """
+    t = Tables()
+    raw = write_bytes(importance=0.5, content="Alice lives in Osaka")
+    message = t.message("w", raw)
+    record = decode_write(raw, LIMITS)
+    importance = resolve_importance(record.content, explicit=0.5)
+    t.processor.write(message, record, (1.0, 0.0, 0.0, 0.0), importance, Batch())
+    t.write(decision_bytes(to="deleted", at="2026-06-03T12:00:00+00:00"))
+    t.write(decision_bytes(decision="purge", to=None, at="2026-06-03T12:00:00+00:00"))
+    assert b"acme/m1" not in t.documents
+    again = Batch()
+    t.processor.write(message, record, (1.0, 0.0, 0.0, 0.0), importance, again)
+    assert b"acme/m1" not in t.documents
+    assert dict(again.stated) == {}
+    state = t.processor.state("acme/m1")
+    assert state is not None
+    assert state.purged
+
+
 def test_a_rewrite_whose_document_was_lost_is_written_again_by_its_redelivery() -> None:
     t = Tables()
     t.write(write_bytes(content="Alice lives in Osaka"))
