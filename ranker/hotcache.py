@@ -1152,15 +1152,17 @@ class HotCache:
         else:
             block.late[memory_id] = now + LATE_RETRY_S
 
-    def _taken(self, tenant_id: str, block: _Block, row: MemoryRow) -> bool:
+    def _taken(
+        self, tenant_id: str, block: _Block, row: MemoryRow, *, written: bool = False
+    ) -> bool:
         """Put ``row`` (:meth:`_put`; block lock held); True when nothing more is awaited of its
         memory: the row is as new as the view's version and, for a memory the view holds
         deleted, Milvus holds it deleted too and no purge of it is pending (:attr:`_Block.gone`).
         """
-        if not self._put(tenant_id, block, row):
+        if not self._put(tenant_id, block, row, written=written):
             return False
         if self.live_of(tenant_id, row.memory_id) is PURGED:
-            return True  # left out by _put: nothing more is awaited of it
+            return True  # left out by _put, or (written) laid: the view tells the rewrite next
         if not self._dropped(tenant_id, row.memory_id):
             return True
         return row.state == DELETED and row.memory_id not in block.gone
@@ -1198,7 +1200,7 @@ class HotCache:
             grown.add(row.tenant_id)
             try:
                 with block.lock:
-                    if self._taken(row.tenant_id, block, row):
+                    if self._taken(row.tenant_id, block, row, written=True):
                         block.clean(row.memory_id)
                     elif row.tenant_id in started:  # the view knows a newer version: await it
                         block.dirty.setdefault(row.memory_id, self.clock())
@@ -1263,16 +1265,21 @@ class HotCache:
                     due.setdefault(memory_id, _LATE)
         return due
 
-    def _put(self, tenant_id: str, block: _Block, row: MemoryRow) -> bool:
+    def _put(self, tenant_id: str, block: _Block, row: MemoryRow, *, written: bool = False) -> bool:
         """Put ``row`` with the state view's live values over it (block lock held); False when
         the view knows a newer version than Milvus gave (the row is kept until that arrives). A
         row older than the one held (a load's read racing the worker's write) is left out, as is
-        a purged memory's (the view answers :data:`storage.codec.PURGED`; True).
+        a purged memory's read from Milvus (the view answers :data:`storage.codec.PURGED`; True):
+        its row outlives the purge until the worker deletes it. ``written``: the local worker's
+        own row, just written (:meth:`upserted`), of a memory written again after its purge when
+        the view answers so: laid, the view tells the rewrite next.
         """
         values = self.live_of(tenant_id, row.memory_id)
-        if values is PURGED:  # its row outlives the purge until the worker deletes it: not laid
-            block.remove(row.memory_id)
-            return True
+        if values is PURGED:
+            if not written:
+                block.remove(row.memory_id)
+                return True
+            values = None
         if block.newer(row):  # what the view says is still applied by the row held
             return values is None or not block.live(row.memory_id, values)
         block.put(row)

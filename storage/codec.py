@@ -154,14 +154,14 @@ PURGED: tuple[Any, ...] = (
 memory; in :data:`storage.rows.LIVE_FIELDS` order."""
 
 
-def decode_served(raw: bytes) -> tuple[Any, ...] | None:
-    """:func:`decode_live`, or None for a purged memory's state (a tombstone the worker keeps
-    for idempotence: the memory left the serving store, and a reader holding its values would
-    hold every memory ever purged; ``ranker.view`` keeps the last ones' ids alone, answering
-    :data:`PURGED`). Raises as :func:`decode_live`.
+def decode_served(raw: bytes) -> tuple[Any, ...] | int:
+    """:func:`decode_live`, or for a purged memory's state (a tombstone the worker keeps for
+    idempotence: the memory left the serving store, and a reader holding its values would hold
+    every memory ever purged; ``ranker.view`` keeps the latest ones' ids alone, answering
+    :data:`PURGED`) the time of its purge, µs since the epoch. Raises as :func:`decode_live`.
     """
     v = orjson.loads(raw)
-    return None if v.get("purged") is True else _live_of(v)
+    return int(v["state_changed_at"]) if v.get("purged") is True else _live_of(v)
 
 
 def _live_of(v: dict[str, Any]) -> tuple[Any, ...]:

@@ -444,6 +444,30 @@ def test_a_memory_rewritten_after_its_purge_is_taken_from_the_local_worker() -> 
     assert hits.similarity[0] == 1.0
 
 
+def test_a_memory_rewritten_after_its_purge_is_taken_from_the_local_worker_before_the_view() -> (
+    None
+):
+    """The local worker hands its new row over before the view reads the rewrite: the view still
+    answers the purge (:data:`storage.codec.PURGED`), and the row was left out as the purged
+    memory's lingering one: the memory missing from recall for the writer's grace (5 s).
+    """
+    old = row("a", 1.0, write_count=3)
+    store, view, cache, _ = local_setup(old, row("b", 0.5, 0.5))
+    view.update(a=live(old), b=live(row("b", 0.5, 0.5)))
+    assert ids(cache) == ["a", "b"]
+    view["a"] = codec.PURGED  # purged: the view keeps its id alone and tells the cache
+    cache.on_change("acme", "a", None)
+    del store.rows["acme"]["a"]
+    assert ids(cache) == ["b"]
+    again = row("a", 1.0, write_count=4, created_at_us=old.created_at_us + 10)
+    store.put(again)
+    cache.upserted([again])
+    assert ids(cache) == ["a", "b"]
+    view["a"] = live(again)
+    cache.on_change("acme", "a", view["a"])
+    assert ids(cache) == ["a", "b"]
+
+
 def test_a_row_the_cache_fails_to_take_is_read_back_without_waiting_the_grace() -> None:
     a = row("a", 0.5, 0.5)
     store, view, _, clock = setup(a)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from ranker.__main__ import _readiness
 from ranker.view import StateView
 from storage import MilvusConfig, MilvusStore, codec
 from storage.rows import LIVE_FIELDS, live_values
-from tests.unit.test_warmup import key, state
+from tests.unit.test_warmup import AT, key, state
 
 pytestmark = pytest.mark.anyio
 
@@ -33,17 +34,27 @@ def test_a_purged_memorys_values_are_a_deleted_memorys_in_live_field_order() -> 
 def test_the_view_keeps_the_ids_of_the_last_purged_memories_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Kept by the time of the purge, not the order read: a replay reads partitions apart, and
+    a seed holds each key where it was first written (a memory written long ago and purged
+    now comes first).
+    """
     monkeypatch.setattr("ranker.view.PURGED_MARKS", 2)
     v = view()
-    for memory_id in ("a", "b", "c"):
+    for memory_id, day in (("c", 3), ("a", 1), ("b", 2), ("d", 4)):
         v.apply(key(memory_id), codec.encode(state(memory_id)))
-        gone = dataclasses.replace(state(memory_id), state=Lifecycle.DELETED, purged=True)
+        gone = dataclasses.replace(
+            state(memory_id),
+            state=Lifecycle.DELETED,
+            purged=True,
+            state_changed_at=AT + timedelta(days=day),
+        )
         v.apply(key(memory_id), codec.encode(gone))
-    assert [v.purged("acme", m) for m in ("a", "b", "c")] == [False, True, True]
-    assert v.values("acme", "a") is None  # the oldest mark went: its row was long since deleted
-    v.apply(key("b"), codec.encode(state("b")))  # written again
-    assert not v.purged("acme", "b")
-    assert v.values("acme", "b") == live_values(state("b"))
+    assert [v.purged("acme", m) for m in ("a", "b", "c", "d")] == [False, False, True, True]
+    assert v.values("acme", "a") is None  # the earliest marks went: their rows long since deleted
+    v.apply(key("c"), codec.encode(state("c")))  # written again
+    assert not v.purged("acme", "c")
+    assert v.values("acme", "c") == live_values(state("c"))
+    assert v.purged("acme", "d")
 
 
 def test_a_failing_listener_costs_neither_the_record_nor_the_others() -> None:
