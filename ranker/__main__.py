@@ -206,6 +206,7 @@ def _hot_cache(
         store,
         view.values,
         ids_of=lambda tenant_id: view.tenant(tenant_id).keys(),
+        purged_writes=view.purged_writes,
         tenant_max=settings.hot_tenant_max,
         total_max=settings.hot_total_max,
         writer_grace_s=LOCAL_WRITER_GRACE_S if local_writer else 0.0,

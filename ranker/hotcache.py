@@ -548,6 +548,7 @@ class HotCache:
         live_of: Callable[[str, str], Sequence[Any] | None] = lambda _t, _m: None,
         *,
         ids_of: Callable[[str], Iterable[str]] = lambda _t: (),
+        purged_writes: Callable[[str, str], int | None] = lambda _t, _m: None,
         tenant_max: int = 16_384,
         total_max: int = 2_000_000,
         recheck_s: float = 600.0,
@@ -561,6 +562,8 @@ class HotCache:
         ``sole_writer``: that worker writes every row the collection gets (Milvus Lite in this
         process: others reach it only through its endpoint, and only rankers, which do not write,
         do), so after a complete preload its rows start the blocks of tenants not held.
+        ``purged_writes``: a purged memory's writes until its purge
+        (:meth:`ranker.view.StateView.purged_writes`), None for one not purged.
         ``device``: where searches compute (:func:`search_device`; None: numpy on the CPU); each
         held tenant's vectors have a copy there (``dim × 4`` bytes a row, with the blocks'
         growth slack).
@@ -573,6 +576,7 @@ class HotCache:
         self._partial: set[str] = set()  # tenants that may have rows the cache never met
         self.live_of = live_of
         self.ids_of = ids_of
+        self.purged_writes = purged_writes
         self.tenant_max = tenant_max
         self.total_max = total_max
         self.recheck_s = recheck_s
@@ -1271,12 +1275,14 @@ class HotCache:
         row older than the one held (a load's read racing the worker's write) is left out, as is
         a purged memory's read from Milvus (the view answers :data:`storage.codec.PURGED`; True):
         its row outlives the purge until the worker deletes it. ``written``: the local worker's
-        own row, just written (:meth:`upserted`), of a memory written again after its purge when
-        the view answers so: laid, the view tells the rewrite next.
+        own row, just written (:meth:`upserted`): one of a memory written again after its purge
+        (more writes than it had then) is laid though the view still answers the purge (it tells
+        the rewrite next); one from before the purge (an upsert retried past it) is left out.
         """
         values = self.live_of(tenant_id, row.memory_id)
         if values is PURGED:
-            if not written:
+            before = self.purged_writes(tenant_id, row.memory_id)
+            if not written or before is None or row.write_count <= before:
                 block.remove(row.memory_id)
                 return True
             values = None

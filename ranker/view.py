@@ -46,7 +46,7 @@ class StateView(CompactedLog):
     def __init__(self, kafka: KafkaConnection | str, topic: str, *, poll_s: float = 0.05) -> None:
         super().__init__(kafka, topic, poll_s=poll_s)
         self._live: dict[str, dict[str, tuple[Any, ...]]] = {}
-        self._purged: dict[tuple[str, str], int] = {}  # (tenant, memory) -> purged at, µs
+        self._purged: dict[tuple[str, str], codec.Purged] = {}  # by (tenant, memory)
         self._by_purge: list[tuple[int, str, str]] = []  # a heap of its entries, earliest first
         # tenant -> how many times its set of ids changed, and its ids sorted at one of those
         # (:meth:`sorted_ids`: a listing's pages share it while no memory comes or goes)
@@ -80,9 +80,9 @@ class StateView(CompactedLog):
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("state view: skipped an undecodable value of %r: %s", key, exc)
             return
-        purged_at = decoded if isinstance(decoded, int) else None
-        self._mark_purged(tenant_id, memory_id, purged_at)
-        values = None if isinstance(decoded, int) else decoded
+        purged = decoded if isinstance(decoded, codec.Purged) else None
+        self._mark_purged(tenant_id, memory_id, purged)
+        values = None if purged is not None else decoded
         if values is None:
             held = self._live.get(tenant_id)
             if held is not None and held.pop(memory_id, None) is not None:
@@ -100,24 +100,25 @@ class StateView(CompactedLog):
         if tell:
             self._tell(tenant_id, memory_id, values)
 
-    def _mark_purged(self, tenant_id: str, memory_id: str, purged_at: int | None) -> None:
-        """Keep the memory's id as purged at ``purged_at`` (µs), or (None: written again, its
-        key compacted away) no longer; over :data:`PURGED_MARKS`, the earliest purged go first,
-        whatever the order the records come in (a replay reads partitions apart, a seed in the
-        order keys were first written).
+    def _mark_purged(self, tenant_id: str, memory_id: str, purged: codec.Purged | None) -> None:
+        """Keep the memory as ``purged``, or (None: written again, its key compacted away) no
+        longer; over :data:`PURGED_MARKS`, the earliest purged go first, whatever the order the
+        records come in (a replay reads partitions apart, a seed in the order keys were first
+        written).
         """
         key = (tenant_id, memory_id)
-        if purged_at is None:
+        if purged is None:
             self._purged.pop(key, None)
             return
-        self._purged[key] = purged_at
-        heapq.heappush(self._by_purge, (purged_at, tenant_id, memory_id))
+        self._purged[key] = purged
+        heapq.heappush(self._by_purge, (purged.at_us, tenant_id, memory_id))
         while len(self._purged) > PURGED_MARKS:
             at, t, m = heapq.heappop(self._by_purge)
-            if self._purged.get((t, m)) == at:  # else an entry left by a later change of it
+            kept = self._purged.get((t, m))
+            if kept is not None and kept.at_us == at:  # else left by a later change of it
                 del self._purged[(t, m)]
         if len(self._by_purge) > 2 * PURGED_MARKS:  # entries left by later changes: dropped
-            self._by_purge = [(at, t, m) for (t, m), at in self._purged.items()]
+            self._by_purge = [(p.at_us, t, m) for (t, m), p in self._purged.items()]
             heapq.heapify(self._by_purge)
 
     def seed(self, latest: Mapping[bytes, bytes], ends: Mapping[int, int]) -> None:
@@ -146,6 +147,15 @@ class StateView(CompactedLog):
         if found is None and (tenant_id, memory_id) in self._purged:
             return codec.PURGED
         return found
+
+    def purged_writes(self, tenant_id: str, memory_id: str) -> int | None:
+        """A purged memory's writes until its purge (:class:`storage.codec.Purged`), or None
+        for one not purged (among the last :data:`PURGED_MARKS`).
+        """
+        if memory_id in self._live.get(tenant_id, {}):
+            return None
+        kept = self._purged.get((tenant_id, memory_id))
+        return None if kept is None else kept.write_count
 
     def purged(self, tenant_id: str, memory_id: str) -> bool:
         """The memory is purged (among the last :data:`PURGED_MARKS`): a row Milvus still holds

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import sys
 from array import array
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -154,14 +154,26 @@ PURGED: tuple[Any, ...] = (
 memory; in :data:`storage.rows.LIVE_FIELDS` order."""
 
 
-def decode_served(raw: bytes) -> tuple[Any, ...] | int:
-    """:func:`decode_live`, or for a purged memory's state (a tombstone the worker keeps for
-    idempotence: the memory left the serving store, and a reader holding its values would hold
-    every memory ever purged; ``ranker.view`` keeps the latest ones' ids alone, answering
-    :data:`PURGED`) the time of its purge, µs since the epoch. Raises as :func:`decode_live`.
+class Purged(NamedTuple):
+    """What a reader keeps of a purged memory's state."""
+
+    at_us: int
+    """When it was purged (its ``state_changed_at``), µs since the epoch."""
+    write_count: int
+    """Its writes until then: a write of it after the purge counts more, a row of it from
+    before (an upsert retried past the purge) no more."""
+
+
+def decode_served(raw: bytes) -> tuple[Any, ...] | Purged:
+    """:func:`decode_live`, or :class:`Purged` for a purged memory's state (a tombstone the
+    worker keeps for idempotence: the memory left the serving store, and a reader holding its
+    values would hold every memory ever purged; ``ranker.view`` keeps the latest ones' ids
+    alone, answering :data:`PURGED`). Raises as :func:`decode_live`.
     """
     v = orjson.loads(raw)
-    return int(v["state_changed_at"]) if v.get("purged") is True else _live_of(v)
+    if v.get("purged") is True:
+        return Purged(int(v["state_changed_at"]), int(v["write_count"]))
+    return _live_of(v)
 
 
 def _live_of(v: dict[str, Any]) -> tuple[Any, ...]:

@@ -444,21 +444,41 @@ def test_a_memory_rewritten_after_its_purge_is_taken_from_the_local_worker() -> 
     assert hits.similarity[0] == 1.0
 
 
+def purged_local_setup() -> tuple[FakeStore, dict[str, tuple[Any, ...]], HotCache, MemoryRow]:
+    """A local worker's cache holding ``a`` (3 writes) and ``b``; ``a`` then purged: the view
+    keeps its id alone (answering :data:`storage.codec.PURGED`), tells the cache, and the
+    worker deletes its row.
+    """
+    old, b = row("a", 1.0, write_count=3), row("b", 0.5, 0.5)
+    store, view, _, clock = setup(old, b)
+    view.update(a=live(old), b=live(b))
+
+    def purged_writes(_t: str, m: str) -> int | None:
+        return 3 if view.get(m) is codec.PURGED else None
+
+    cache = HotCache(
+        store,  # type: ignore[arg-type]
+        lambda _t, m: view.get(m),
+        purged_writes=purged_writes,
+        clock=clock,
+        writer_grace_s=5.0,
+    )
+    assert ids(cache) == ["a", "b"]
+    view["a"] = codec.PURGED
+    cache.on_change("acme", "a", None)
+    del store.rows["acme"]["a"]
+    assert ids(cache) == ["b"]
+    return store, view, cache, old
+
+
 def test_a_memory_rewritten_after_its_purge_is_taken_from_the_local_worker_before_the_view() -> (
     None
 ):
     """The local worker hands its new row over before the view reads the rewrite: the view still
-    answers the purge (:data:`storage.codec.PURGED`), and the row was left out as the purged
-    memory's lingering one: the memory missing from recall for the writer's grace (5 s).
+    answers the purge, and the row was left out as the purged memory's lingering one: the
+    memory missing from recall for the writer's grace (5 s).
     """
-    old = row("a", 1.0, write_count=3)
-    store, view, cache, _ = local_setup(old, row("b", 0.5, 0.5))
-    view.update(a=live(old), b=live(row("b", 0.5, 0.5)))
-    assert ids(cache) == ["a", "b"]
-    view["a"] = codec.PURGED  # purged: the view keeps its id alone and tells the cache
-    cache.on_change("acme", "a", None)
-    del store.rows["acme"]["a"]
-    assert ids(cache) == ["b"]
+    store, view, cache, old = purged_local_setup()
     again = row("a", 1.0, write_count=4, created_at_us=old.created_at_us + 10)
     store.put(again)
     cache.upserted([again])
@@ -466,6 +486,21 @@ def test_a_memory_rewritten_after_its_purge_is_taken_from_the_local_worker_befor
     view["a"] = live(again)
     cache.on_change("acme", "a", view["a"])
     assert ids(cache) == ["a", "b"]
+
+
+def test_a_row_from_before_the_purge_the_local_worker_lands_late_is_left_out() -> None:
+    """An access batch's row built before the purge, retried while Milvus was down, lands after
+    it: laid because the view answered the purge, it stayed in the cache after the worker's
+    delete, and came back in recall once the purge's mark was gone.
+    """
+    store, view, cache, old = purged_local_setup()
+    stale = dataclasses.replace(old, access_count=old.access_count + 1)  # 3 writes, as purged
+    store.put(stale)
+    cache.upserted([stale])
+    assert ids(cache) == ["b"]
+    del store.rows["acme"]["a"]  # the worker's delete lands next
+    view.pop("a")  # the purge's mark gone (evicted)
+    assert ids(cache) == ["b"]
 
 
 def test_a_row_the_cache_fails_to_take_is_read_back_without_waiting_the_grace() -> None:

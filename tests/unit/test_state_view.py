@@ -55,6 +55,8 @@ def test_the_view_keeps_the_ids_of_the_last_purged_memories_alone(
     assert not v.purged("acme", "c")
     assert v.values("acme", "c") == live_values(state("c"))
     assert v.purged("acme", "d")
+    assert v.purged_writes("acme", "d") == state("d").write_count  # a row with more: a rewrite
+    assert v.purged_writes("acme", "c") is None
 
 
 def test_a_failing_listener_costs_neither_the_record_nor_the_others() -> None:
