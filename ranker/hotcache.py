@@ -1282,6 +1282,9 @@ class HotCache:
         values = self.live_of(tenant_id, row.memory_id)
         if values is PURGED:
             before = self.purged_writes(tenant_id, row.memory_id)
+            if written and before is None:  # the view may have read the rewrite meanwhile
+                values = self.live_of(tenant_id, row.memory_id)
+        if values is PURGED:
             if not written or before is None or row.write_count <= before:
                 block.remove(row.memory_id)
                 return True

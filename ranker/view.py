@@ -10,7 +10,7 @@ are searched or filtered by changes (never per access). Replaying the topic rebu
 view rebuilt from the topic equals the worker's table (tested).
 
 Memory: a tuple of 14 values per memory (about 0.5 KB); the id alone of the last
-:data:`PURGED_MARKS` purged ones (about 0.35 KB each): a purged memory's row may outlive its
+:data:`PURGED_MARKS` purged ones (about 0.41 KB each): a purged memory's row may outlive its
 purge in Milvus until the worker deletes it, and must not be judged on its own stale values
 meanwhile.
 """
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 PURGED_MARKS = 100_000
 """Purged memories whose ids the view keeps: the latest purged (by the time of the purge, not the
-order the view reads them in), ~35 MB (measured, 32-character ids). The worker deletes a purged
+order the view reads them in), ~41 MB (measured, 32-character ids). The worker deletes a purged
 memory's row in the batch that purged it; a row outlives that only while the worker is down or
 Milvus refuses its writes, and then no later purge reaches the topic either: the marks at risk
 are always the latest."""

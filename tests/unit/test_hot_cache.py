@@ -488,6 +488,26 @@ def test_a_memory_rewritten_after_its_purge_is_taken_from_the_local_worker_befor
     assert ids(cache) == ["a", "b"]
 
 
+def test_a_rewrite_the_view_reads_while_its_row_is_handed_over_is_laid() -> None:
+    """The view (the event loop) may read the rewrite between the cache's two reads of it in
+    the upserting thread: the purge, then no purge mark. The row was left out as the purged
+    memory's, and the memory missed from recall for the writer's grace.
+    """
+    store, view, cache, old = purged_local_setup()
+    again = row("a", 1.0, write_count=4, created_at_us=old.created_at_us + 10)
+    asked = cache.purged_writes
+
+    def the_view_reads_the_rewrite_now(tenant_id: str, memory_id: str) -> int | None:
+        view["a"] = live(again)
+        return asked(tenant_id, memory_id)
+
+    cache.purged_writes = the_view_reads_the_rewrite_now
+    store.put(again)
+    cache.upserted([again])
+    cache.on_change("acme", "a", view["a"])  # its notice, waiting on the block lock meanwhile
+    assert ids(cache) == ["a", "b"]
+
+
 def test_a_row_from_before_the_purge_the_local_worker_lands_late_is_left_out() -> None:
     """An access batch's row built before the purge, retried while Milvus was down, lands after
     it: laid because the view answered the purge, it stayed in the cache after the worker's
