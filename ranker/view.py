@@ -9,10 +9,10 @@ each memory, so recall scores on fresh state while Milvus rows are rewritten onl
 are searched or filtered by changes (never per access). Replaying the topic rebuilds the view; a
 view rebuilt from the topic equals the worker's table (tested).
 
-Memory: a tuple of 14 values per memory (about 0.5 KB); the id alone of the last
-:data:`PURGED_MARKS` purged ones (about 0.41 KB each): a purged memory's row may outlive its
-purge in Milvus until the worker deletes it, and must not be judged on its own stale values
-meanwhile.
+Memory: a tuple of 14 values per memory (about 0.5 KB); the id, purge time and write count
+alone of the last :data:`PURGED_MARKS` purged ones (about 0.41 KB each): a purged memory's row
+may outlive its purge in Milvus until the worker deletes it, and must not be judged on its own
+stale values meanwhile.
 """
 
 from __future__ import annotations
@@ -144,16 +144,13 @@ class StateView(CompactedLog):
         for a purged one, or None for one the view has not heard of.
         """
         found = self._live.get(tenant_id, {}).get(memory_id)
-        if found is None and (tenant_id, memory_id) in self._purged:
-            return codec.PURGED
-        return found
+        return codec.PURGED if found is None and self.purged(tenant_id, memory_id) else found
 
     def purged_writes(self, tenant_id: str, memory_id: str) -> int | None:
         """A purged memory's writes until its purge (:class:`storage.codec.Purged`), or None
-        for one not purged (among the last :data:`PURGED_MARKS`).
+        for one not purged (among the last :data:`PURGED_MARKS`; a memory is marked or held,
+        never both: :meth:`apply`).
         """
-        if memory_id in self._live.get(tenant_id, {}):
-            return None
         kept = self._purged.get((tenant_id, memory_id))
         return None if kept is None else kept.write_count
 
@@ -161,9 +158,7 @@ class StateView(CompactedLog):
         """The memory is purged (among the last :data:`PURGED_MARKS`): a row Milvus still holds
         of it is not to be served, read by id included.
         """
-        return (tenant_id, memory_id) in self._purged and memory_id not in self._live.get(
-            tenant_id, {}
-        )
+        return (tenant_id, memory_id) in self._purged
 
     def overlay(self, row: MemoryRow) -> MemoryRow:
         """``row`` with the live fields the view holds for it (the row as it is when it has none)."""

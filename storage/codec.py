@@ -167,8 +167,8 @@ class Purged(NamedTuple):
 def decode_served(raw: bytes) -> tuple[Any, ...] | Purged:
     """:func:`decode_live`, or :class:`Purged` for a purged memory's state (a tombstone the
     worker keeps for idempotence: the memory left the serving store, and a reader holding its
-    values would hold every memory ever purged; ``ranker.view`` keeps the latest ones' ids
-    alone, answering :data:`PURGED`). Raises as :func:`decode_live`.
+    values would hold every memory ever purged; ``ranker.view`` keeps this of the latest ones,
+    answering :data:`PURGED`). Raises as :func:`decode_live`.
     """
     v = orjson.loads(raw)
     if v.get("purged") is True:

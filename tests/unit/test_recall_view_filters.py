@@ -18,8 +18,10 @@ import pytest
 
 from memcore import Lifecycle
 from memcore.policy import RecallPolicy
+from ranker.__main__ import _hot_cache
 from ranker.hotcache import HotCache, live_passes
 from ranker.service import RecallQuery, RecallService
+from ranker.settings import RankerSettings
 from ranker.view import StateView
 from storage import Filters, Hit, MemoryRow, MilvusConfig, codec
 from storage.milvus import ANY_STATE
@@ -172,6 +174,40 @@ def test_a_purged_memory_is_not_recalled_or_read_active_while_milvus_still_holds
     assert recalled(milvus) == [("b", "active")]
     assert recalled(hot) == [("b", "active")]
     assert asyncio.run(milvus.get_many("acme", ["a", "b"])).keys() == {"b"}  # a: 404
+
+
+def test_the_rankers_cache_weighs_the_local_workers_rows_against_the_views_purge_marks() -> None:
+    """The cache ``python -m server`` builds (:func:`ranker.__main__._hot_cache`) over a real
+    state view: after a purge, a row of the memory from before it (an upsert retried past the
+    purge) is left out, and the row of the memory written again is searchable at once.
+    """
+    a, b = row("a", 1.0), row("b", 0.9, 0.1)
+    store, view = FakeMilvus(a, b), StateView("unused:9092", "app-memories-changelog")
+    store.embedded, store.upserted, store.upsert_failed = False, [], []  # type: ignore[attr-defined]
+    for memory_id in ("a", "b"):
+        view.apply(key(memory_id), codec.encode(state(memory_id)))
+    cache = _hot_cache(RankerSettings(), cast(Any, store), view, local_writer=True)
+    assert cache is not None
+
+    def searched() -> list[str]:
+        hits = cache.search("acme", [1.0, 0.0, 0.0, 0.0], 10, RECALL)
+        assert hits is not None
+        return [r.memory_id for r in hits.rows]
+
+    def written(r: MemoryRow) -> None:
+        store.rows["acme", r.memory_id] = r
+        for listener in store.upserted:  # type: ignore[attr-defined]
+            listener([r])
+
+    assert searched() == ["a", "b"]
+    purged = dataclasses.replace(state("a"), state=Lifecycle.DELETED, purged=True)
+    view.apply(key("a"), codec.encode(purged))
+    del store.rows["acme", "a"]
+    written(a)  # from before the purge (as many writes), landing late
+    del store.rows["acme", "a"]  # the worker's delete lands next
+    assert searched() == ["b"]
+    written(dataclasses.replace(a, write_count=purged.write_count + 1))  # written again
+    assert searched() == ["a", "b"]
 
 
 def test_a_tier_the_view_moved_a_memory_out_of_is_filtered_on_both_paths() -> None:
