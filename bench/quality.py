@@ -49,6 +49,10 @@ general chatter. Probes and their metrics:
 * ``re-accessed``: the paraphrase that received explicit accesses is top 1: re-accessed P@1;
 * every result of every probe: leaks (a memory id or content that is not the tenant's own write).
 
+``--unmarked`` and ``--paraphrased`` state the later versions otherwise (:data:`PHRASINGS`);
+a fact that ends in an addition is asked as ``current-both`` (many-valued newest and kept R@10,
+stale returned).
+
 Per tenant: the writes (in time order), the explicit accesses, then the probes, the first of them
 ``after`` the tokens of those writes and accesses. Offline baselines (cosine and BM25 over the
 tenant's memories written up to the probe's ``at``, ties in a seeded random order) go in the same
@@ -390,6 +394,8 @@ class Attribute:
     question: str  # "Where does {p} live?"
     before: str  # "Where did {p} live before {v}?"
     values: tuple[str, ...]
+    updates: tuple[str, ...] = ()  # ``--paraphrased``: other ways people state a replacement
+    additions: tuple[str, ...] = ()  # ``--paraphrased``: a value held beside the last one
 
 
 ATTRIBUTES = (
@@ -411,6 +417,16 @@ ATTRIBUTES = (
             "Perth",
             "Quito",
         ),
+        (
+            "{p} moved to {v}.",
+            "{p} relocated to {v}.",
+            "{p} has moved to {v}.",
+            "{p} just moved to {v}.",
+            "{p} now lives in {v}.",
+            "{p}'s new home is in {v}.",
+            "{p} settled in {v}.",
+            "{p} has relocated to {v} for work.",
+        ),
     ),
     Attribute(
         "employer",
@@ -429,6 +445,16 @@ ATTRIBUTES = (
             "Soylent",
             "Vandelay",
         ),
+        (
+            "{p} got a job at {v}.",
+            "{p} started working at {v}.",
+            "{p} took a job at {v}.",
+            "{p} started a new job at {v}.",
+            "{p} got hired by {v}.",
+            "{p} works for {v} now.",
+            "{p} is now employed by {v}.",
+            "{p} changed jobs and works at {v}.",
+        ),
     ),
     Attribute(
         "food",
@@ -437,6 +463,13 @@ ATTRIBUTES = (
         "What is {p}'s favourite food?",
         "What was {p}'s favourite food before {v}?",
         ("sushi", "ramen", "tacos", "paella", "pierogi", "falafel", "lasagne", "pho", "curry"),
+        (
+            "{p}'s favourite food is {v} now.",
+            "{p}'s new favourite food is {v}.",
+            "These days {p}'s favourite food is {v}.",
+            "{p}'s favorite food is {v} now.",
+            "{v} is {p}'s favourite food now.",
+        ),
     ),
     Attribute(
         "car",
@@ -453,6 +486,15 @@ ATTRIBUTES = (
             "Mazda 3",
             "Kia Niro",
         ),
+        (
+            "{p} drives a {v} now.",
+            "{p} now drives a {v}.",
+            "{p} switched to a {v}.",
+            "{p} traded in the old car for a {v}.",
+            "{p}'s car is a {v} now.",
+            "{p} drives a {v} these days.",
+        ),
+        ("{p} also drives a {v}.", "{p} bought a {v} as a second car."),
     ),
     Attribute(
         "sport",
@@ -470,6 +512,14 @@ ATTRIBUTES = (
             "rugby",
             "badminton",
         ),
+        (
+            "{p} plays {v} now.",
+            "{p} now plays {v}.",
+            "{p} switched to {v}.",
+            "{p} gave up the old sport for {v}.",
+            "{p} plays {v} these days instead.",
+        ),
+        ("{p} also plays {v}.", "{p} took up {v} as well."),
     ),
 )
 PEOPLE = ("Alice", "Bob", "Carol", "Dave")
@@ -543,7 +593,9 @@ class Write:
 
 @dataclass(frozen=True)
 class Probe:
-    kind: str  # current, current-many (--unmarked), as-of, before, critical, re-accessed
+    # current, current-many (--unmarked), current-both (--paraphrased), as-of, before, critical,
+    # re-accessed
+    kind: str
     query: str
     at: datetime
     expected: str  # memory id
@@ -564,16 +616,41 @@ def _days(rng: random.Random, low: int, high: int) -> timedelta:
     return timedelta(days=rng.randint(low, high), hours=rng.randint(0, 9))
 
 
+PHRASINGS = ("marked", "unmarked", "paraphrased")
+"""How the workload states a fact's later versions: ``marked`` as the first plus "now" ("Alice
+lives in Lisbon now."), ``unmarked`` as the first ("Alice lives in Lisbon."), ``paraphrased`` in
+one of the attribute's other ways of stating a replacement ("Alice relocated to Lisbon."), and
+for a many-valued attribute (drives, plays) a last value held beside the others ("Alice also
+drives a Kia Niro.")."""
+
+
+def _sentence(template: str, person: str, value: str) -> str:
+    text = template.format(p=person, v=value)
+    return text[0].upper() + text[1:]
+
+
 def _fact_versions(
-    rng: random.Random, w: Workload, person: str, attribute: Attribute, unmarked: bool
+    rng: random.Random, w: Workload, person: str, attribute: Attribute, phrasing: str
 ) -> tuple[list[Write], list[str]]:
+    """The fact's versions, oldest first, and their values; ``paraphrased``, an addition (if the
+    attribute has any) is the last of them.
+    """
     values = rng.sample(attribute.values, rng.randint(2, 4))
+    if phrasing == "paraphrased" and attribute.additions:
+        values.append(rng.choice([v for v in attribute.values if v not in values]))
     at = START + _days(rng, 0, 60)
     versions: list[Write] = []
     for n, value in enumerate(values):
-        template = attribute.first if n == 0 or unmarked else attribute.later
+        if n == 0 or phrasing == "unmarked":
+            template = attribute.first
+        elif phrasing == "marked":
+            template = attribute.later
+        elif attribute.additions and n == len(values) - 1:
+            template = rng.choice(attribute.additions)
+        else:
+            template = rng.choice(attribute.updates)
         memory_id = f"{w.tenant}-{person.lower()}-{attribute.name}-{n + 1}"
-        versions.append(Write(memory_id, template.format(p=person, v=value), at))
+        versions.append(Write(memory_id, _sentence(template, person, value), at))
         at += _days(rng, 21, 120)
     return versions, values
 
@@ -588,20 +665,33 @@ def kept_current(attribute: Attribute) -> bool:
     return not detect(newer, [Version("old", old, START, 1.0)], SupersessionPolicy())
 
 
-def _add_facts(rng: random.Random, w: Workload, end: datetime, unmarked: bool) -> None:
+def _current_kind(attribute: Attribute, phrasing: str) -> str:
+    """The kind of a fact's "current" question: ``current-both`` when its last version is an
+    addition (it and the version before it are current), ``current-many`` when an unmarked
+    many-valued fact keeps every version current (SPEC 6's marker rule), else ``current``.
+    """
+    if phrasing == "paraphrased" and attribute.additions:
+        return "current-both"
+    if phrasing == "unmarked" and kept_current(attribute):
+        return "current-many"
+    return "current"
+
+
+def _add_facts(rng: random.Random, w: Workload, end: datetime, phrasing: str) -> None:
     for person in PEOPLE:
         for attribute in ATTRIBUTES:
-            versions, values = _fact_versions(rng, w, person, attribute, unmarked)
+            versions, values = _fact_versions(rng, w, person, attribute, phrasing)
             w.writes += versions
             ids = tuple(v.memory_id for v in versions)
             question = attribute.question.format(p=person)
-            # unmarked, a many-valued fact's versions all stay current (SPEC 6's marker rule)
-            kind = "current-many" if unmarked and kept_current(attribute) else "current"
+            kind = _current_kind(attribute, phrasing)
             w.probes.append(Probe(kind, question, end, ids[-1], ids))
             for n in range(1, len(versions)):
                 older, newer = versions[n - 1], versions[n]
                 middle = older.at + (newer.at - older.at) / 2
                 w.probes.append(Probe("as-of", question, middle, older.memory_id, ids))
+                if kind == "current-both" and n == len(versions) - 1:
+                    continue  # an addition replaces nothing: nothing was held "before" it
                 before = attribute.before.format(p=person, v=values[n])
                 w.probes.append(
                     Probe("before", before, end, older.memory_id, ids, newer.memory_id, True)
@@ -643,19 +733,23 @@ def _add_chatter(rng: random.Random, w: Workload, end: datetime, count: int) -> 
 
 
 def updates_workload(
-    seed: int, tenants: Sequence[str] = UPDATE_TENANTS, *, unmarked: bool = False
+    seed: int, tenants: Sequence[str] = UPDATE_TENANTS, *, phrasing: str = "marked"
 ) -> list[Workload]:
-    """The whole workload, a pure function of ``seed``; writes sorted by time, contents unique.
-    ``unmarked``: a fact's later versions are stated as its first ("Alice lives in Lisbon."),
-    without the "now" that marks an update (SPEC 6's marker rule): only single-valued
+    """The whole workload, a pure function of ``seed`` and ``phrasing`` (:data:`PHRASINGS`);
+    writes sorted by time, contents unique. ``unmarked``: a fact's later versions are stated as
+    its first, without the "now" that marks an update (SPEC 6's marker rule): only single-valued
     relations then supersede (lives in, works at, favourite food; not drives, plays).
+    ``paraphrased``: every later version replaces the one before it, whatever the words (the
+    truth a reader would take, not what memcore's rule decides), but an addition.
     """
+    if phrasing not in PHRASINGS:
+        raise ValueError(f"phrasing: {phrasing!r} is not one of {PHRASINGS}")
     rng = random.Random(seed)
     out = []
     end = START + timedelta(days=540)
     for tenant in tenants:
         w = Workload(tenant)
-        _add_facts(rng, w, end, unmarked)
+        _add_facts(rng, w, end, phrasing)
         _add_critical(rng, w, end)
         _add_paraphrases(rng, w, end)
         _add_chatter(rng, w, end, 120)
@@ -700,6 +794,11 @@ def score_probe(outcome: Outcome, probe: Probe, ranked: Sequence[str]) -> None:
         outcome.add("stale returned", bool(stale))  # SPEC 6: superseded versions left out
     elif probe.kind == "current-many":
         outcome.add("many-valued newest R@10", probe.expected in ranked)
+    elif probe.kind == "current-both":
+        # the last version is an addition: it and the one before it are current, the rest not
+        outcome.add("many-valued newest R@10", probe.expected in ranked)
+        outcome.add("many-valued kept R@10", probe.versions[-2] in ranked)
+        outcome.add("stale returned", any(m in probe.versions[:-2] for m in ranked))
     elif probe.kind == "as-of":
         outcome.add("as-of P@1", top == probe.expected)
     elif probe.kind == "before":
@@ -792,12 +891,13 @@ UPDATE_COLUMNS = (
     "critical R@5",
     "re-accessed P@1",
     "many-valued newest R@10",
+    "many-valued kept R@10",
     "leaks",
 )
 
 
 def run_updates(args: argparse.Namespace) -> dict[str, Any]:
-    workloads = updates_workload(args.seed, unmarked=args.unmarked)
+    workloads = updates_workload(args.seed, phrasing=args.phrasing)
     keys = api_keys(args.tenants_file, args.key)
     require_keys(keys, [w.tenant for w in workloads], args.tenants_file)
     service = Outcome()
@@ -817,7 +917,7 @@ def run_updates(args: argparse.Namespace) -> dict[str, Any]:
         counts[probe.kind] = counts.get(probe.kind, 0) + 1
     return {
         "seed": args.seed,
-        "unmarked": args.unmarked,
+        "phrasing": args.phrasing,
         "tenants": len(workloads),
         "writes": sum(len(w.writes) for w in workloads),
         "probes": counts,
@@ -831,7 +931,9 @@ def run_updates(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cell(column: str, value: float | None) -> str:
-    """A table cell: "-" for a metric the run had no probe of (many-valued: ``--unmarked``)."""
+    """A table cell: "-" for a metric the run had no probe of (many-valued: ``--unmarked`` or
+    ``--paraphrased``).
+    """
     if value is None:
         return "-"
     return f"{value:.0f}" if column == "leaks" else f"{value:.3f}"
@@ -840,7 +942,7 @@ def _cell(column: str, value: float | None) -> str:
 def updates_markdown(result: Mapping[str, Any]) -> str:
     lines = [
         f"Knowledge updates (seed {result['seed']}"
-        + (", updates unmarked" if result.get("unmarked") else "")
+        + ("" if result["phrasing"] == "marked" else f", updates {result['phrasing']}")
         + f"): {result['tenants']} tenants, {result['writes']} "
         f"writes, probes {result['probes']}, {result['results']} results checked for leaks; "
         f"include_history {result['include_history']}, settle: {result['read_your_writes']}",
@@ -878,11 +980,22 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--force", action="store_true", help="updates: write into non-empty tenants"
     )
-    parser.add_argument(
+    phrasing = parser.add_mutually_exclusive_group()
+    phrasing.add_argument(
         "--unmarked",
-        action="store_true",
+        action="store_const",
+        const="unmarked",
+        dest="phrasing",
         help='updates: later versions without "now" (on fresh tenants: the ids are the same)',
     )
+    phrasing.add_argument(
+        "--paraphrased",
+        action="store_const",
+        const="paraphrased",
+        dest="phrasing",
+        help="updates: later versions in other words, and additions (on fresh tenants)",
+    )
+    parser.set_defaults(phrasing="marked")
     parser.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
     return parser.parse_args(argv)
 

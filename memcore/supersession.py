@@ -138,6 +138,8 @@ _RELATIONS: dict[str, tuple[str, ...]] = {
         "relocated to",
         "resides in",
         "is based in",
+        "settled in",
+        "moved back to",
     ),
     "works at": (
         "works at",
@@ -148,6 +150,13 @@ _RELATIONS: dict[str, tuple[str, ...]] = {
         "is employed by",
         "started working at",
         "got a job at",
+        "got a new job at",
+        "took a job at",
+        "took a new job at",
+        "started a job at",
+        "started a new job at",
+        "got hired by",
+        "was hired by",
     ),
     "drives": ("drives", "is driving"),
     "is married to": ("is married to",),
@@ -166,11 +175,25 @@ _NOT_A_VALUE: dict[str, re.Pattern[str]] = {
         r"(\s|$)"
     ),
     "works at": re.compile(r"(home|from home|remotely)$"),
+    "lives in": re.compile(
+        r"(for|with|to|at|on|after|well|nicely|quickly|easily|fine|ok|okay|quite|really)(\s|$)"
+    ),
 }
 """Per relation, values that say where or how, not what ("drives to work", "works at home"):
-no value. Only whole words ("Home Depot", "AT&T" and "prefers to cycle" are values)."""
+no value ("settled in well"). Only whole words ("Home Depot", "AT&T" and "prefers to cycle" are
+values)."""
 _COPULAS = ("is", "are")
 _OWNED = re.compile(r"^(the|my|his|her|their|our|your)\b|'s\b")
+_SPELLING = {"favorite": "favourite", "color": "colour", "neighbor": "neighbour"}
+"""American spellings read as British ones: "Alice's favorite food" names the attribute "Alice's
+favourite food" does."""
+_SPELT = re.compile(r"\b(" + "|".join(_SPELLING) + r")\b")
+_NEW_OWNED = re.compile(r"(^|\s)(my|his|her|their|our|your|the|\S+'s) new\b")
+"""An owned attribute called new ("Alice's new favourite food is ...", "my new phone number is
+...") names the attribute it replaces a value of: "new" is dropped from the subject."""
+_AUXILIARY = ("has", "have")
+"""Ends a subject before a relation's phrase in the perfect ("Alice has relocated to Lisbon"):
+dropped from the subject."""
 _FILLER = re.compile(
     r"\b(now|currently|nowadays|these days|recently|still|actually|anymore|already|just|"
     r"since then)\b"
@@ -191,6 +214,8 @@ _SENTENCE_END = re.compile(r"[.!?](\s|$)")
 def _normalised(text: str) -> str:
     text = text.strip().lower().replace("\u2019", "'")
     text = _FILLER.sub(" ", text)
+    text = _SPELT.sub(lambda m: _SPELLING[m.group(1)], text)
+    text = _NEW_OWNED.sub(r"\1\2", text)
     return " ".join(text.split())
 
 
@@ -213,7 +238,7 @@ def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact
     ``generic``: when no known relation matches, read ``Name verb value`` (``Alice plays
     squash``) — used only when the newer of two statements says it is an update.
     """
-    text = _normalised(content).rstrip(".!")
+    text = _normalised(content).rstrip(".! ")
     if not text or len(text.split()) > max_words or _SENTENCE_END.search(text) or "?" in text:
         return None
     padded = f" {text} "
@@ -224,11 +249,15 @@ def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact
             if at >= 0 and (best is None or (at, -len(phrase)) < (best[0], -len(best[2]))):
                 best = (at, relation, phrase)
     if best is None:
+        if generic and (inverted := _inverted_copula(text)) is not None:
+            return inverted
         best = _copula(padded) or (_generic(text) if generic else None)
         if best is None:
             return None
     at, relation, phrase = best
     subject = padded[:at].strip()
+    if relation in _RELATIONS and subject.rpartition(" ")[2] in _AUXILIARY:
+        subject = subject.rpartition(" ")[0]
     value = _VALUE_END.split(padded[at + len(phrase) + 2 :], maxsplit=1)[0].strip()
     if not subject or not value or len(subject.split()) > 6 or _NEGATION.search(subject):
         return None
@@ -249,6 +278,32 @@ def _generic(text: str) -> tuple[int, str, str] | None:
     if len(words) < 3 or words[1] in _PAST or not words[1].endswith("s"):
         return None
     return len(words[0]) + 1, words[1], words[1]  # positions in " text "
+
+
+_POINTERS = frozenset(
+    {"this", "that", "it", "he", "she", "they", "these", "those", "which", "what", "who", "there"}
+)
+"""Words that point at a value without stating it ("That is Alice's car now")."""
+_OWNER_FIRST = re.compile(r"(my|his|her|their|our|your|\S+'s)\s")
+
+
+def _inverted_copula(text: str) -> Fact | None:
+    """``Y is X's attribute`` (``Curry is Alice's favourite food now``) read as ``X's attribute
+    is Y``: only for a statement of an update (the caller's ``generic``), with a value of at most
+    three words and an owner named first (not "the": "Lisbon is the capital" is no one's).
+    """
+    for copula in _COPULAS:
+        value, found, subject = text.partition(f" {copula} ")
+        if not found or not _OWNER_FIRST.match(subject) or _OWNED.search(value):
+            return None
+        if not value or len(value.split()) > 3 or value.split()[0] in _POINTERS:
+            return None
+        if _NEGATION.search(f"{value} {subject}"):
+            return None
+        if _VALUE_END.search(f" {subject} ") or len(subject.split()) > 6:
+            return None
+        return Fact(subject, copula, value)
+    return None
 
 
 def _copula(padded: str) -> tuple[int, str, str] | None:

@@ -9,6 +9,7 @@ from bench.quality import (
     ATTRIBUTES,
     PEOPLE,
     START,
+    Attribute,
     Outcome,
     Probe,
     kept_current,
@@ -60,7 +61,7 @@ def test_the_unmarked_workload_differs_from_the_default_only_in_the_update_marke
     for many-valued relations); ``--unmarked`` states them as the first, same facts and probes,
     but a many-valued fact's (its versions all stay current: no "newest-first" or "stale").
     """
-    marked, plain = updates_workload(7), updates_workload(7, unmarked=True)
+    marked, plain = updates_workload(7), updates_workload(7, phrasing="unmarked")
     for m, p in zip(marked, plain, strict=True):
         assert [w.memory_id for w in m.writes] == [w.memory_id for w in p.writes]
         many = {
@@ -87,3 +88,73 @@ def test_a_many_valued_facts_newest_version_only_needs_to_be_returned() -> None:
     many = dataclasses.replace(CURRENT, kind="current-many")
     assert scored(many, ["v1", "x", "v3"]) == {"many-valued newest R@10": 1.0, "leaks": 0.0}
     assert scored(many, ["v1", "v2"])["many-valued newest R@10"] == 0.0
+
+
+def test_an_addition_keeps_the_version_before_it_current_and_the_rest_superseded() -> None:
+    """``--paraphrased``: the last version of a many-valued fact is held beside the one before
+    it ("Alice also drives a van"); both belong in the answer, the older ones do not.
+    """
+    both = dataclasses.replace(CURRENT, kind="current-both")
+    right = scored(both, ["v3", "x", "v2"])
+    assert right["many-valued newest R@10"] == right["many-valued kept R@10"] == 1.0
+    assert right["stale returned"] == 0.0
+    wrong = scored(both, ["v3", "v1"])
+    assert (wrong["many-valued kept R@10"], wrong["stale returned"]) == (0.0, 1.0)
+
+
+def test_the_paraphrased_workload_states_replacements_in_other_words_and_ends_in_additions() -> (
+    None
+):
+    """Every later version of a paraphrased fact is one of its attribute's replacement phrasings
+    (not memcore's words for an update), and a many-valued fact ends in an addition, asked about
+    as ``current-both`` with no "before" question of it.
+    """
+    (w,) = updates_workload(7, ("t",), phrasing="paraphrased")
+    by_id = {x.memory_id: x.content for x in w.writes}
+    phrasings = 0
+    for attribute in ATTRIBUTES:
+        for person in PEOPLE:
+            prefix = f"t-{person.lower()}-{attribute.name}-"
+            (current,) = [
+                p
+                for p in w.probes
+                if p.expected.startswith(prefix) and p.kind.startswith("current")
+            ]
+            versions = [by_id[i] for i in current.versions]
+            assert versions[0].rstrip(".").endswith(tuple(attribute.values))
+            later = versions[1:-1] if attribute.additions else versions[1:]
+            shapes = {t.format(p=person, v="") for t in attribute.updates}
+            for text in later:
+                assert any(_shape(text, attribute) == s for s in shapes), text
+            phrasings += len(later)
+            if attribute.additions:
+                assert current.kind == "current-both"
+                added = {t.format(p=person, v="") for t in attribute.additions}
+                assert _shape(versions[-1], attribute) in added
+                befores = [
+                    p for p in w.probes if p.kind == "before" and p.versions == current.versions
+                ]
+                assert len(befores) == len(versions) - 2  # none names the addition
+            else:
+                assert current.kind == "current"
+    assert phrasings > len(PEOPLE) * len(ATTRIBUTES)
+
+
+def _shape(text: str, attribute: Attribute) -> str:
+    """``text`` without its value, first letter as the template has it."""
+    for value in sorted(attribute.values, key=len, reverse=True):
+        if value in text or value.capitalize() in text:
+            text = text.replace(value, "").replace(value.capitalize(), "")
+            break
+    return text
+
+
+def test_the_marked_and_unmarked_workloads_are_unchanged_by_the_paraphrased_mode() -> None:
+    """The published figures' workloads draw the same values, times and words as before the
+    paraphrased mode existed: its extra draws happen only in that mode.
+    """
+    marked = updates_workload(7)
+    assert sum(len(w.writes) for w in marked) == 1017
+    assert [p.kind for p in marked[0].probes].count("current") == 20
+    (second,) = [x for x in marked[0].writes if x.memory_id == "upd-0-alice-city-2"]
+    assert second.content.endswith(" now.")

@@ -463,6 +463,46 @@ def test_a_value_that_opens_with_a_preposition_s_letters_is_still_a_value(
     assert (found.older, found.newer) == ("o", "n")
 
 
+@pytest.mark.parametrize(
+    ("older", "newer"),
+    [
+        ("Alice lives in Toronto.", "Alice settled in Perth."),
+        ("Alice lives in Toronto.", "Alice has relocated to Quito for work."),
+        ("Carol works at Globex.", "Carol took a job at Soylent."),
+        ("Dave works at Soylent.", "Dave started a new job at Initech."),
+        ("Bob works at Tyrell.", "Bob got hired by Hooli."),
+        ("Dave's favourite food is sushi.", "Dave's favorite food is pho."),
+        ("Alice's favourite food is sushi.", "Alice's new favourite food is paella."),
+        ("Alice's favourite food is sushi.", "Curry is Alice's favourite food now."),
+        ("Curry is Alice's favourite food.", "Alice's favourite food is sushi now."),
+    ],
+)
+def test_a_replacement_in_other_words_supersedes(older: str, newer: str) -> None:
+    """Ways people state a replacement that the rule missed (bench.quality's ``--paraphrased``
+    workload): a perfect tense, a new job, an American spelling, an attribute called new, and a
+    marked update that names the value first.
+    """
+    new = Version("n", newer, T0 + hours(24))
+    (found,) = detect(new, [Version("o", older, T0, 0.7)], RULE)
+    assert (found.older, found.newer) == ("o", "n")
+
+
+@pytest.mark.parametrize(
+    ("older", "newer"),
+    [
+        ("Bob lives in Osaka.", "Bob settled in well."),
+        ("Bob lives in Osaka.", "Bob settled in for the night."),
+        # the value-first reading is for a marked update alone
+        ("Alice's favourite food is sushi.", "Curry is Alice's favourite food."),
+        ("Alice's car is a Tesla.", "That is Alice's car now."),
+        ("The capital is Lisbon.", "Porto is the capital now."),
+    ],
+)
+def test_words_that_only_look_like_a_replacement_supersede_nothing(older: str, newer: str) -> None:
+    new = Version("n", newer, T0 + hours(24))
+    assert detect(new, [Version("o", older, T0, 0.7)], RULE) == []
+
+
 def test_a_value_of_a_many_valued_relation_supersedes_when_said_to_be_an_update() -> None:
     tesla = Version("tesla", "Alice drives a Tesla.", T0, 0.8)
     (found,) = detect(Version("van", "Alice drives a van now.", T0 + hours(24)), [tesla], RULE)
