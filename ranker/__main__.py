@@ -93,6 +93,7 @@ def build(
             timeout_s=settings.after_timeout_s,
             view_caught_up=view.caught_up,
             local=local,
+            refresh=offsets.refresh,
         ),
         view=view,
         cache=cache,

@@ -149,6 +149,12 @@ Committed = Callable[[], Awaitable[Mapping[tuple[str, int], int]]]
 """The worker group's committed offsets, ``{(topic role, partition): next offset to apply}``."""
 EndOffsets = Callable[[str], Awaitable[Mapping[int, int]]]
 """``{partition: end offset}`` of one topic role."""
+Refresh = Callable[[], Awaitable[None]]
+"""Makes the next :data:`EndOffsets` call see the topics' partitions as the cluster has them now
+(a partition added since is otherwise unknown to it for up to its metadata's age)."""
+METADATA_MAX_AGE_MS = 10_000
+"""How old the end-offsets client's list of partitions may grow: a partition an operator adds
+(README, "Scaling out") is waited on within this."""
 
 
 class LocalWorker(Protocol):
@@ -187,9 +193,12 @@ class AppliedOffsets:
         timeout_s: float = 10.0,
         view_caught_up: Callable[[float], Awaitable[bool]] | None = None,
         local: LocalWorker | None = None,
+        refresh: Refresh | None = None,
     ) -> None:
         """``view_caught_up(timeout_s)``: after the worker applied a token, wait for the state
         view to have read the worker's changelog as it is then (``StateView.caught_up``);
+        ``refresh``: asked before a token naming a partition ``end_offsets`` lacks is refused
+        (the partition may have been added since the list was read);
         ``local``: the worker in this process. Its marks end a wait without its commit (and
         without asking Kafka when they cover the token), a change of them wakes waiters at once,
         and what a token's batches derived is waited for instead of all of ``memory-writes``.
@@ -198,6 +207,7 @@ class AppliedOffsets:
         self._first_ends: dict[str, dict[int, int]] = {}  # role -> last offsets at the first ask
         self.committed = committed
         self.end_offsets = end_offsets
+        self.refresh = refresh
         self.view_caught_up = view_caught_up
         self.poll_s = poll_s
         self.timeout_s = timeout_s
@@ -284,6 +294,9 @@ class AppliedOffsets:
         """
         for role, parts in token.offsets.items():
             ends = await self.end_offsets(role)
+            if self.refresh is not None and not ends.keys() >= parts.keys():
+                await self.refresh()
+                ends = await self.end_offsets(role)
             for partition, offset in parts.items():
                 end = ends.get(partition)
                 if end is None or offset >= end:
@@ -328,7 +341,11 @@ class KafkaOffsets:
 
         self._admin = AIOKafkaAdminClient(**self.kafka.client())
         await self._admin.start()
-        self._consumer = AIOKafkaConsumer(**self.kafka.client(), enable_auto_commit=False)
+        self._consumer = AIOKafkaConsumer(
+            **self.kafka.client(),
+            enable_auto_commit=False,
+            metadata_max_age_ms=METADATA_MAX_AGE_MS,
+        )
         await self._consumer.start()
 
     async def stop(self) -> None:
@@ -357,6 +374,10 @@ class KafkaOffsets:
             if tp.topic in self._roles and meta is not None and meta.offset >= 0
         }
 
+    async def refresh(self) -> None:
+        """Read the cluster's topics and partitions again (:data:`Refresh`)."""
+        await self._consumer._client.force_metadata_update()  # no public call refreshes them
+
     async def end_offsets(self, role: str) -> Mapping[int, int]:
         from aiokafka import TopicPartition  # noqa: PLC0415
         from aiokafka.errors import KafkaError  # noqa: PLC0415
@@ -364,9 +385,7 @@ class KafkaOffsets:
         topic = self.topics[role]
         partitions = self._consumer.partitions_for_topic(topic) or set()
         if not partitions:
-            await (
-                self._consumer._client.force_metadata_update()
-            )  # no public call refreshes one topic
+            await self.refresh()
             partitions = self._consumer.partitions_for_topic(topic) or set()
         try:
             ends = await self._consumer.end_offsets([TopicPartition(topic, p) for p in partitions])

@@ -17,12 +17,13 @@ back until Milvus holds it deleted, or holds none: a purged or erased memory's s
 emptied (its words and vector leave the block) and taken again by a new memory. With the
 worker in this process (``python -m server``) its rows come straight in
 (:meth:`HotCache.upserted`) and a dirty id is left ``writer_grace_s`` for them before a search
-reads it back. When that worker is the collection's only writer (Milvus Lite embedded in the
-process: ``sole_writer``) and the preload read the whole collection, a tenant the cache does not
-hold had no rows then, so the rows the worker writes for it start its block: a new tenant's first
-recall reads nothing from Milvus. An access changes only counters, importance and the decay
-clock: the block's scoring columns (what :class:`HotHits` hands the kernel) take them in place,
-nothing is re-read.
+reads it back (but for the ids a preload's pass marks: that worker hands over no row of a
+tenant not held while the pass runs). When that worker is the collection's only writer (Milvus
+Lite embedded in the process: ``sole_writer``) and the preload read the whole collection, a
+tenant the cache does not hold had no rows then, so the rows the worker writes for it start its
+block: a new tenant's first recall reads nothing from Milvus. An access changes only counters,
+importance and the decay clock: the block's scoring columns (what :class:`HotHits` hands the
+kernel) take them in place, nothing is re-read.
 
 At start-up the cache is filled from the rows the worker's tables hold, read from their changelogs
 (:meth:`HotCache.fill`: in ``python -m server`` the rows its worker's start-up check read,
@@ -899,12 +900,15 @@ class HotCache:
                 total = self._lay(page, total, made, too_big)
                 if self._stop_preload.is_set():  # before asking for the next page
                     raise PreloadStoppedError
-            now = self.clock()
+            # due at once: a row the pass could not meet (written after its read began, for a
+            # tenant not held yet) will not be handed over either, the worker's hand-over
+            # skips tenants not held while the pass runs (:meth:`upserted`)
+            due = self.clock() - self.writer_grace_s
             for tenant_id in made:
                 block = self._blocks.get(tenant_id)
                 if block is not None:
                     with block.lock:
-                        self._await_unmet(tenant_id, block, now)
+                        self._await_unmet(tenant_id, block, due)
             if then is not None:
                 then()
             with self._guard:
@@ -943,8 +947,8 @@ class HotCache:
                         # as new as the view knows: a change it told meanwhile is met (a
                         # memory it dropped stays marked, to be read back and removed)
                         block.dirty.pop(row.memory_id, None)
-                else:
-                    block.dirty.setdefault(row.memory_id, self.clock())
+                else:  # due at once, as the pass's unmet ids (:meth:`fill`)
+                    block.dirty.setdefault(row.memory_id, self.clock() - self.writer_grace_s)
             if block.held > self.tenant_max:
                 too_big.add(tenant_id)
                 with self._guard:

@@ -1,12 +1,14 @@
 """Listing a tenant's memories in pages, in memory-id order, with an opaque cursor.
 
-The ids come from the state view (every memory the worker's table holds, so a page never misses
-one that Milvus is slow to show); the rows and the filters are Milvus's, asked for a chunk of ids at
-a time. A page's position is the last id of the previous page: pages stay consistent while
-memories are written (a new memory appears on a later page when its id sorts after the cursor,
-never twice). The public cursor (:func:`listing_cursor`) adds the time the listing is current at,
-fixed by its first page (a version superseded while the later pages are read is still listed), and
-which listing it belongs to (another tenant's or other filters' cursor is refused).
+The ids come from the state view (every memory the worker's table holds); the rows and the
+filters are Milvus's, asked for a chunk of ids at a time. A memory whose row Milvus does not hold
+yet when its page is read (the worker writes its table first) is not in that listing: a read with
+``after`` (the write's token) waits for the row. A page's position is the last id of the
+previous page: pages stay consistent while memories are written (a new memory appears on a later
+page when its id sorts after the cursor, never twice). The public cursor (:func:`listing_cursor`)
+adds the time the listing is current at, fixed by its first page (a version superseded while the
+later pages are read is still listed), and which listing it belongs to (another tenant's or other
+filters' cursor is refused).
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ def read_listing_cursor(cursor: str, listing: str) -> tuple[str, int | None]:
     """
     text = _text(cursor)
     if not text.startswith(LISTING_CURSOR):
-        return check_id("cursor", text), None
+        return decode_cursor(cursor), None  # an older cursor: an id alone
     made_for, _, rest = text[len(LISTING_CURSOR) :].partition("/")
     as_of, _, memory_id = rest.partition("/")
     if made_for != listing:

@@ -6,9 +6,11 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
 from aiokafka.partitioner import DefaultPartitioner
 
+from ranker.applied import AppliedOffsets, KafkaOffsets, Token
 from storage.key_log import ROLE, KeyLog
 from tests.integration.harness import Stack
 
@@ -73,3 +75,34 @@ async def test_keys_on_partitions_added_to_the_keys_topic_are_read_and_erased(
     finally:
         await worker.stop()
         await ranker.stop()
+
+
+async def test_a_token_on_a_partition_added_while_the_ranker_runs_is_waited_on(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The ranker's end-offsets client knew the partitions it had read at start for up to 5
+    minutes: a read-your-writes token of a write on a partition added since was refused as not
+    one this service returned. It reads the cluster's partitions again before refusing.
+    """
+    stack = Stack(kafka_bootstrap, str(tmp_path / "m.db"), tmp_path, ("acme",))
+    await asyncio.to_thread(stack.create_topics)
+    topic = stack.topic("memory-writes")
+    before = await partitions_of(kafka_bootstrap, topic)
+    offsets = KafkaOffsets(kafka_bootstrap, f"{stack.app_id}-group", {"memory-writes": topic})
+    await offsets.start()
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+    await producer.start()
+    try:
+        assert len(await offsets.end_offsets("memory-writes")) == before
+        await add_partitions(kafka_bootstrap, topic, before + 1)
+        sent = await producer.send_and_wait(topic, b"v", key=b"k", partition=before)
+        assert sent.partition == before
+        assert before not in await offsets.end_offsets("memory-writes")  # the list it read
+        applied = AppliedOffsets(
+            offsets.committed, offsets.end_offsets, timeout_s=30, refresh=offsets.refresh
+        )
+        await applied._check_issued(Token({"memory-writes": {before: sent.offset}}))  # no 422
+        assert (await offsets.end_offsets("memory-writes"))[before] == sent.offset + 1
+    finally:
+        await producer.stop()
+        await offsets.stop()

@@ -7,13 +7,17 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Mapping
+from typing import Any, cast
 
 import orjson
 import pytest
 
 from memcore import InvalidField
+from ranker.__main__ import build
 from ranker.applied import AppliedOffsets, NotAppliedError, Token
+from ranker.settings import RankerSettings
 from ranker.tokens import TokenSeal
+from storage.embedding import Hashing
 
 pytestmark = pytest.mark.anyio
 
@@ -166,3 +170,58 @@ async def test_a_token_no_worker_will_ever_apply_is_refused_once_the_wait_runs_l
     lagging = AppliedOffsets(committed, end_offsets, poll_s=0.01, timeout_s=0.2)
     with pytest.raises(NotAppliedError):  # issued, not applied yet: retry later, as before
         await lagging.wait(Token({"memory-writes": {0: 99}}), derived_role="none")
+
+
+class Cluster:
+    """Four partitions known to the end-offsets client; ``added`` more in the cluster itself."""
+
+    def __init__(self, added: dict[int, int]) -> None:
+        self.known = {0: 10, 1: 10, 2: 10, 3: 10}
+        self.added = added
+        self.refreshed = 0
+        self.asked = 0
+
+    async def committed(self) -> Mapping[tuple[str, int], int]:
+        self.asked += 1  # the worker applies partition 5's write at the 20th ask (0.2 s)
+        return {("memory-writes", 5): 4 if self.asked >= 20 else 0}
+
+    async def end_offsets(self, role: str) -> Mapping[int, int]:
+        return dict(self.known)
+
+    async def refresh(self) -> None:
+        self.refreshed += 1
+        self.known.update(self.added)
+
+
+async def test_a_token_on_a_partition_added_since_the_list_was_read_is_waited_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The end-offsets client kept the partitions it had read for up to 5 minutes, so a token
+    of a write on a partition an operator had just added was refused as "not one this service
+    returned" after a second of waiting. The list is read again before a token is refused.
+    """
+    monkeypatch.setattr("ranker.applied.ISSUED_CHECK_S", 0.02)
+    token = Token({"memory-writes": {5: 3}})
+    grown = Cluster(added={4: 10, 5: 10})
+    applied = AppliedOffsets(
+        grown.committed, grown.end_offsets, poll_s=0.01, timeout_s=30, refresh=grown.refresh
+    )
+    await applied.wait(token, derived_role="none")
+    assert grown.refreshed == 1
+    same = Cluster(added={})  # still no partition 5 after reading the list again: refused
+    refused = AppliedOffsets(
+        same.committed, same.end_offsets, poll_s=0.01, timeout_s=30, refresh=same.refresh
+    )
+    with pytest.raises(InvalidField) as refusal:
+        await refused.wait(token, derived_role="none")
+    assert refusal.value.field == "after"
+    assert same.refreshed == 1
+
+
+def test_the_ranker_reads_the_partitions_again_before_refusing_a_token() -> None:
+    """The wiring of the refresh above: the service ``python -m ranker`` builds (no I/O yet)."""
+    settings = RankerSettings()
+    app = build(settings, store=cast(Any, object()), embedder=Hashing(settings.embedding_dim))
+    applied = app.state.service.applied
+    assert applied.refresh is not None
+    assert applied.refresh.__self__ is applied.end_offsets.__self__  # the same Kafka client

@@ -82,6 +82,16 @@ async def test_a_query_parameter_is_named_as_written(params: dict[str, str], fie
     assert (reply.status_code, reply.json()["field"]) == (422, field), reply.text
 
 
+@pytest.mark.parametrize("cursor", ["%%%", "Zm9vL2Jhcg"])  # "foo/bar": no id
+async def test_a_bad_cursor_is_quoted_as_sent_not_as_decoded(cursor: str) -> None:
+    """The error quoted the cursor's decoded text ("cursor='foo/bar'", "cursor=''"), which the
+    client never sent.
+    """
+    reply = await call(Reads(), "GET", "/v1/memories", params={"cursor": cursor})
+    assert (reply.status_code, reply.json()["field"]) == (422, "cursor"), reply.text
+    assert f"cursor={cursor!r}" in reply.json()["detail"], reply.text
+
+
 @pytest.mark.parametrize("name", ["user_id", "agent_id", "session_id", "tag"])
 async def test_a_filter_that_is_not_utf8_is_refused_not_read_as_another(name: str) -> None:
     """``?user_id=%E9`` listed the memories of user U+FFFD."""
