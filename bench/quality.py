@@ -51,7 +51,8 @@ general chatter. Probes and their metrics:
 
 ``--unmarked`` and ``--paraphrased`` state the later versions otherwise (:data:`PHRASINGS`);
 a fact that ends in an addition is asked as ``current-both`` (many-valued newest and kept R@10,
-stale returned).
+stale returned); ``--paraphrased`` follows a single-valued fact's last version with a look-alike
+that replaces nothing (kept past look-alike R@10: the last version is among the 10).
 
 Per tenant: the writes (in time order), the explicit accesses, then the probes, the first of them
 ``after`` the tokens of those writes and accesses. Offline baselines (cosine and BM25 over the
@@ -396,6 +397,9 @@ class Attribute:
     values: tuple[str, ...]
     updates: tuple[str, ...] = ()  # ``--paraphrased``: other ways people state a replacement
     additions: tuple[str, ...] = ()  # ``--paraphrased``: a value held beside the last one
+    # ``--paraphrased``: a statement after the last version that reads like a replacement and is
+    # none (someone else's, a side job, the past): the last version stays current
+    lookalikes: tuple[str, ...] = ()
 
 
 ATTRIBUTES = (
@@ -427,6 +431,12 @@ ATTRIBUTES = (
             "{p} settled in {v}.",
             "{p} has relocated to {v} for work.",
         ),
+        lookalikes=(
+            "{p}'s new friend lives in {v}.",
+            "{p}'s sister moved to {v}.",
+            "{p} settled in quickly at the new office.",
+            "{p} moved to {v} in 2012.",
+        ),
     ),
     Attribute(
         "employer",
@@ -455,6 +465,12 @@ ATTRIBUTES = (
             "{p} is now employed by {v}.",
             "{p} changed jobs and works at {v}.",
         ),
+        lookalikes=(
+            "{p}'s brother works at {v}.",
+            "{p} took a job at a cafe for the summer.",
+            "{p} got hired by a client for a side project.",
+            "{p} was hired by {v} in 2015.",
+        ),
     ),
     Attribute(
         "food",
@@ -469,6 +485,11 @@ ATTRIBUTES = (
             "These days {p}'s favourite food is {v}.",
             "{p}'s favorite food is {v} now.",
             "{v} is {p}'s favourite food now.",
+        ),
+        lookalikes=(
+            "{p}'s new friend's favourite food is {v}.",
+            "{p}'s sister's favourite food is {v} now.",
+            "{v} is {p}'s dog's favourite food now.",
         ),
     ),
     Attribute(
@@ -602,6 +623,7 @@ class Probe:
     versions: tuple[str, ...] = ()  # the fact's versions, oldest first (current, as-of, before)
     named: str = ""  # before: the version the question names
     history: bool = False
+    lookalike: str = ""  # current (--paraphrased): a look-alike written after the last version
 
 
 @dataclass
@@ -685,7 +707,8 @@ def _add_facts(rng: random.Random, w: Workload, end: datetime, phrasing: str) ->
             ids = tuple(v.memory_id for v in versions)
             question = attribute.question.format(p=person)
             kind = _current_kind(attribute, phrasing)
-            w.probes.append(Probe(kind, question, end, ids[-1], ids))
+            like = _lookalike(rng, w, person, attribute, values, versions[-1].at, phrasing)
+            w.probes.append(Probe(kind, question, end, ids[-1], ids, lookalike=like))
             for n in range(1, len(versions)):
                 older, newer = versions[n - 1], versions[n]
                 middle = older.at + (newer.at - older.at) / 2
@@ -696,6 +719,28 @@ def _add_facts(rng: random.Random, w: Workload, end: datetime, phrasing: str) ->
                 w.probes.append(
                     Probe("before", before, end, older.memory_id, ids, newer.memory_id, True)
                 )
+
+
+def _lookalike(
+    rng: random.Random,
+    w: Workload,
+    person: str,
+    attribute: Attribute,
+    values: Sequence[str],
+    last: datetime,
+    phrasing: str,
+) -> str:
+    """``--paraphrased``: writes a look-alike of a replacement after the fact's last version
+    (:attr:`Attribute.lookalikes`, of a value the fact never held) and returns its id; "" for
+    another phrasing or an attribute without look-alikes.
+    """
+    if phrasing != "paraphrased" or not attribute.lookalikes:
+        return ""
+    value = rng.choice([v for v in attribute.values if v not in values])
+    template = rng.choice(attribute.lookalikes)
+    memory_id = f"{w.tenant}-{person.lower()}-{attribute.name}-like"
+    w.writes.append(Write(memory_id, _sentence(template, person, value), last + _days(rng, 5, 20)))
+    return memory_id
 
 
 def _add_critical(rng: random.Random, w: Workload, end: datetime) -> None:
@@ -792,6 +837,8 @@ def score_probe(outcome: Outcome, probe: Probe, ranked: Sequence[str]) -> None:
         newest = ranked.index(probe.expected) if probe.expected in ranked else len(ranked)
         outcome.add("stale-above-newest", any(ranked.index(m) < newest for m in stale))
         outcome.add("stale returned", bool(stale))  # SPEC 6: superseded versions left out
+        if probe.lookalike:  # a false supersession by the look-alike hides the newest
+            outcome.add("kept past look-alike R@10", probe.expected in ranked)
     elif probe.kind == "current-many":
         outcome.add("many-valued newest R@10", probe.expected in ranked)
     elif probe.kind == "current-both":
@@ -892,6 +939,7 @@ UPDATE_COLUMNS = (
     "re-accessed P@1",
     "many-valued newest R@10",
     "many-valued kept R@10",
+    "kept past look-alike R@10",
     "leaks",
 )
 

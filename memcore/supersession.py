@@ -139,7 +139,6 @@ _RELATIONS: dict[str, tuple[str, ...]] = {
         "resides in",
         "is based in",
         "settled in",
-        "moved back to",
     ),
     "works at": (
         "works at",
@@ -156,7 +155,6 @@ _RELATIONS: dict[str, tuple[str, ...]] = {
         "started a job at",
         "started a new job at",
         "got hired by",
-        "was hired by",
     ),
     "drives": ("drives", "is driving"),
     "is married to": ("is married to",),
@@ -188,9 +186,35 @@ _SPELLING = {"favorite": "favourite", "color": "colour", "neighbor": "neighbour"
 """American spellings read as British ones: "Alice's favorite food" names the attribute "Alice's
 favourite food" does."""
 _SPELT = re.compile(r"\b(" + "|".join(_SPELLING) + r")\b")
-_NEW_OWNED = re.compile(r"(^|\s)(my|his|her|their|our|your|the|\S+'s) new\b")
-"""An owned attribute called new ("Alice's new favourite food is ...", "my new phone number is
-...") names the attribute it replaces a value of: "new" is dropped from the subject."""
+_SINGLE = (
+    r"(my|his|her|their|our|your|\S+'s) (?:new )?"
+    r"(favourite \w+( \w+)?|phone( number)?|(mobile |cell )?number|((email|home|postal) )?address"
+    r"|email|job( title)?|title|boss|manager|password|username)"
+)
+_SINGLE_NEW = re.compile(rf"{_SINGLE}$")
+"""An owned attribute one holds a single value of at a time, maybe called new ("Alice's new
+favourite food", "my new phone number"): "new" is dropped (it names the attribute it replaces a
+value of), and only these are read value first. Not "Alice's new friend" (one has several), nor
+"the new intern" (no one's)."""
+_PROPER_VALUE = {"settled in": re.compile(r"(?i:settled\s+in)\s+([A-Z][\w'-]*)")}
+"""Phrases that state a relation only before a name ("Alice settled in Perth", not "settled in
+her new job", "settled in court"), read in the text as written."""
+_NOT_NAMES = frozenset(
+    {
+        *("january", "february", "march", "april", "may", "june", "july", "august"),
+        *("september", "october", "november", "december", "monday", "tuesday", "wednesday"),
+        *("thursday", "friday", "saturday", "sunday"),
+    }
+)
+_HISTORY = re.compile(r"\b(1[89]|20)\d\d\b")
+"""A year in a home's or an employer's value tells of the past ("moved to Paris in 2010", "got
+a job at Acme in 2019"), which supersedes nothing: no value."""
+_TAKEN_BACK = ("lives in", "works at")
+"""Relations whose statement a "but" may take back ("took a job at Globex but turned it down"):
+such a statement supersedes nothing."""
+_SIDE_JOB = re.compile(r"\s(for|on|to|during|over)\s")
+"""An employer's value that goes on to say for how long or what for ("took a job at a cafe for
+the summer", "got hired by a client for a side project", "... on weekends"): no value."""
 _AUXILIARY = ("has", "have")
 """Ends a subject before a relation's phrase in the perfect ("Alice has relocated to Lisbon"):
 dropped from the subject."""
@@ -215,7 +239,6 @@ def _normalised(text: str) -> str:
     text = text.strip().lower().replace("\u2019", "'")
     text = _FILLER.sub(" ", text)
     text = _SPELT.sub(lambda m: _SPELLING[m.group(1)], text)
-    text = _NEW_OWNED.sub(r"\1\2", text)
     return " ".join(text.split())
 
 
@@ -255,21 +278,49 @@ def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact
         if best is None:
             return None
     at, relation, phrase = best
-    subject = padded[:at].strip()
+    subject = _without_new(padded[:at].strip())
     if relation in _RELATIONS and subject.rpartition(" ")[2] in _AUXILIARY:
         subject = subject.rpartition(" ")[0]
-    value = _VALUE_END.split(padded[at + len(phrase) + 2 :], maxsplit=1)[0].strip()
+    rest = padded[at + len(phrase) + 2 :]
+    value = _VALUE_END.split(rest, maxsplit=1)[0].strip()
     if not subject or not value or len(subject.split()) > 6 or _NEGATION.search(subject):
         return None
-    if _NEGATION.match(value):  # "Alice's car is not a Prius": a copula's denial
+    if not _valued(content, relation, phrase, value) or (
+        relation in _TAKEN_BACK and " but " in rest  # "took a job at Globex but turned it down"
+    ):
         return None
-    not_a_value = _NOT_A_VALUE.get(relation)
-    if not_a_value is not None and not_a_value.match(value):
+    if _NEGATION.match(value):  # "Alice's car is not a Prius": a copula's denial
         return None
     if relation == "prefers":
         value, _, purpose = value.partition(_PURPOSE)
         relation = f"{relation}{_PURPOSE}{purpose}" if purpose else relation
     return Fact(subject, relation, value)
+
+
+def _without_new(subject: str) -> str:
+    """``subject`` without the "new" of a single-valued attribute (:data:`_SINGLE_NEW`)."""
+    if " new " in subject and _SINGLE_NEW.fullmatch(subject):
+        return subject.replace(" new ", " ", 1)
+    return subject
+
+
+def _valued(content: str, relation: str, phrase: str, value: str) -> bool:
+    """``value`` (normalised) is what ``phrase`` says ``relation`` holds in ``content`` (as
+    written): not a where or how (:data:`_NOT_A_VALUE`), a name where one is needed
+    (:data:`_PROPER_VALUE`), no past year or side job of a home or employer.
+    """
+    not_a_value = _NOT_A_VALUE.get(relation)
+    if not_a_value is not None and not_a_value.match(value):
+        return False
+    proper = _PROPER_VALUE.get(phrase)
+    if proper is not None:
+        named = proper.search(content)
+        if named is None or named.group(1).lower() in _NOT_NAMES:
+            return False
+    if relation in ("lives in", "works at") and _HISTORY.search(value):
+        return False
+    # past its first word ("works for ON Semiconductor" names one)
+    return not (relation == "works at" and _SIDE_JOB.search(f" {value.partition(' ')[2]} "))
 
 
 def _generic(text: str) -> tuple[int, str, str] | None:
@@ -281,21 +332,23 @@ def _generic(text: str) -> tuple[int, str, str] | None:
 
 
 _POINTERS = frozenset(
-    {"this", "that", "it", "he", "she", "they", "these", "those", "which", "what", "who", "there"}
+    {"this", "that", "it", "he", "she", "they", "these", "those", "which", "what", "who"}
+    | {"there", "i", "we", "you"}
 )
 """Words that point at a value without stating it ("That is Alice's car now")."""
-_OWNER_FIRST = re.compile(r"(my|his|her|their|our|your|\S+'s)\s")
 
 
 def _inverted_copula(text: str) -> Fact | None:
     """``Y is X's attribute`` (``Curry is Alice's favourite food now``) read as ``X's attribute
-    is Y``: only for a statement of an update (the caller's ``generic``), with a value of at most
-    three words and an owner named first (not "the": "Lisbon is the capital" is no one's).
+    is Y``: only for a statement of an update (the caller's ``generic``), of an attribute one
+    holds one value of (:data:`_SINGLE_NEW`: not "Tom is Alice's friend now"), with a value of
+    at most three words that is not a pointer or a person ("That is ...", "I think this is ...").
     """
     for copula in _COPULAS:
         value, found, subject = text.partition(f" {copula} ")
-        if not found or not _OWNER_FIRST.match(subject) or _OWNED.search(value):
-            return None
+        if not found or not _SINGLE_NEW.fullmatch(subject) or _OWNED.search(value):
+            continue
+        subject = _without_new(subject)
         if not value or len(value.split()) > 3 or value.split()[0] in _POINTERS:
             return None
         if _NEGATION.search(f"{value} {subject}"):

@@ -24,7 +24,7 @@ import orjson
 
 from memcore import InvalidField
 from ranker.cached import Cached
-from ranker.errors import kafka_error
+from ranker.errors import Unavailable, kafka_error
 from storage.kafka import KafkaConnection
 from storage.pulse import Pulse
 
@@ -151,10 +151,8 @@ EndOffsets = Callable[[str], Awaitable[Mapping[int, int]]]
 """``{partition: end offset}`` of one topic role."""
 Refresh = Callable[[], Awaitable[None]]
 """Makes the next :data:`EndOffsets` call see the topics' partitions as the cluster has them now
-(a partition added since is otherwise unknown to it for up to its metadata's age)."""
-METADATA_MAX_AGE_MS = 10_000
-"""How old the end-offsets client's list of partitions may grow: a partition an operator adds
-(README, "Scaling out") is waited on within this."""
+(a partition added since is otherwise unknown to it for up to its metadata's age, 5 minutes);
+raises :class:`~ranker.errors.Unavailable` when no broker answers."""
 
 
 class LocalWorker(Protocol):
@@ -341,11 +339,7 @@ class KafkaOffsets:
 
         self._admin = AIOKafkaAdminClient(**self.kafka.client())
         await self._admin.start()
-        self._consumer = AIOKafkaConsumer(
-            **self.kafka.client(),
-            enable_auto_commit=False,
-            metadata_max_age_ms=METADATA_MAX_AGE_MS,
-        )
+        self._consumer = AIOKafkaConsumer(**self.kafka.client(), enable_auto_commit=False)
         await self._consumer.start()
 
     async def stop(self) -> None:
@@ -375,8 +369,11 @@ class KafkaOffsets:
         }
 
     async def refresh(self) -> None:
-        """Read the cluster's topics and partitions again (:data:`Refresh`)."""
-        await self._consumer._client.force_metadata_update()  # no public call refreshes them
+        """Read the cluster's topics and partitions again (:data:`Refresh`): a failure leaves
+        the list as it was, so it is a retriable error, not a list to judge a token by.
+        """
+        if not await self._consumer._client.force_metadata_update():  # no public call does it
+            raise Unavailable("kafka", "metadata", "no broker answered")
 
     async def end_offsets(self, role: str) -> Mapping[int, int]:
         from aiokafka import TopicPartition  # noqa: PLC0415

@@ -17,8 +17,8 @@ back until Milvus holds it deleted, or holds none: a purged or erased memory's s
 emptied (its words and vector leave the block) and taken again by a new memory. With the
 worker in this process (``python -m server``) its rows come straight in
 (:meth:`HotCache.upserted`) and a dirty id is left ``writer_grace_s`` for them before a search
-reads it back (but for the ids a preload's pass marks: that worker hands over no row of a
-tenant not held while the pass runs). When that worker is the collection's only writer (Milvus
+reads it back (at once for a row it wrote during a preload's pass for a tenant not held then:
+it hands over no such row). When that worker is the collection's only writer (Milvus
 Lite embedded in the process: ``sole_writer``) and the preload read the whole collection, a
 tenant the cache does not hold had no rows then, so the rows the worker writes for it start its
 block: a new tenant's first recall reads nothing from Milvus. An access changes only counters,
@@ -575,6 +575,11 @@ class HotCache:
         self.sole_writer = sole_writer
         self._complete = False  # a preload read every row of the collection
         self._partial: set[str] = set()  # tenants that may have rows the cache never met
+        # (tenant, id) of rows the local worker wrote while a pass ran, for tenants not held:
+        # no hand-over comes for them (:meth:`upserted`), so they are read back at once, at the
+        # pass's end and at the view's next change of them (which would stamp a grace anew)
+        self._skipped: set[tuple[str, str]] = set()
+        self._unowed: set[tuple[str, str]] = set()
         self.live_of = live_of
         self.ids_of = ids_of
         self.purged_writes = purged_writes
@@ -628,6 +633,11 @@ class HotCache:
             if block is None:  # the load ended meanwhile (done, failed, or the tenant cold)
                 return
         self._told(block, memory_id, values, whole=whole)
+        if (tenant_id, memory_id) in self._unowed:  # written in a pass, never handed over
+            self._unowed.discard((tenant_id, memory_id))
+            with block.lock:
+                if memory_id in block.dirty:
+                    block.dirty[memory_id] = self.clock() - self.writer_grace_s
         if len(block.dirty) > self.tenant_max:
             # a bulk load into a held tenant: more changed ids than the block may hold, each
             # to be read back with its vector at the next search (all at once, before the
@@ -900,15 +910,23 @@ class HotCache:
                 total = self._lay(page, total, made, too_big)
                 if self._stop_preload.is_set():  # before asking for the next page
                     raise PreloadStoppedError
-            # due at once: a row the pass could not meet (written after its read began, for a
-            # tenant not held yet) will not be handed over either, the worker's hand-over
-            # skips tenants not held while the pass runs (:meth:`upserted`)
-            due = self.clock() - self.writer_grace_s
+            # a row the pass could not meet (written after its read began, for a tenant not
+            # held yet) is not handed over either: due at once (:attr:`_skipped`)
+            now = self.clock()
+            due = now - self.writer_grace_s
+            with self._guard:
+                skipped, self._skipped = self._skipped, set()
+            for tenant_id, memory_id in skipped:
+                block = self._blocks.get(tenant_id)
+                if block is not None:
+                    with block.lock:
+                        block.dirty[memory_id] = min(block.dirty.get(memory_id, due), due)
+                    self._unowed.add((tenant_id, memory_id))
             for tenant_id in made:
                 block = self._blocks.get(tenant_id)
                 if block is not None:
                     with block.lock:
-                        self._await_unmet(tenant_id, block, due)
+                        self._await_unmet(tenant_id, block, now)
             if then is not None:
                 then()
             with self._guard:
@@ -947,8 +965,8 @@ class HotCache:
                         # as new as the view knows: a change it told meanwhile is met (a
                         # memory it dropped stays marked, to be read back and removed)
                         block.dirty.pop(row.memory_id, None)
-                else:  # due at once, as the pass's unmet ids (:meth:`fill`)
-                    block.dirty.setdefault(row.memory_id, self.clock() - self.writer_grace_s)
+                else:
+                    block.dirty.setdefault(row.memory_id, self.clock())
             if block.held > self.tenant_max:
                 too_big.add(tenant_id)
                 with self._guard:
@@ -1204,6 +1222,9 @@ class HotCache:
                     if block is not None:
                         started.add(row.tenant_id)
             if block is None:
+                if self._preloading:
+                    with self._guard:
+                        self._skipped.add((row.tenant_id, row.memory_id))
                 continue
             grown.add(row.tenant_id)
             try:

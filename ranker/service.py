@@ -810,11 +810,15 @@ class RecallService:
         return Page(rows, found.cursor)  # a page may be short: by what was erased, too
 
     async def barrier(self) -> None:
-        """Return once the worker has applied every write and access on the topics now (at once
-        without a worker to wait for); raises NotAppliedError as a read's ``after`` does.
+        """Return once the worker has applied every write and access on the topics now, on
+        every partition the cluster has (the list is read again first), at once without a worker
+        to wait for; raises NotAppliedError as a read's ``after`` does, Unavailable when no
+        broker answers.
         """
         if self.applied is None:
             return
+        if self.applied.refresh is not None:  # a partition added lately holds writes too
+            await self.applied.refresh()
         roles = ("memory-writes", "access-events")
         ends = [await self.applied.end_offsets(role) for role in roles]
         last = {

@@ -95,6 +95,11 @@ async def test_a_token_on_a_partition_added_while_the_ranker_runs_is_waited_on(
     try:
         assert len(await offsets.end_offsets("memory-writes")) == before
         await add_partitions(kafka_bootstrap, topic, before + 1)
+        for _ in range(300):  # the producer sends to a partition its own metadata lists
+            if before in await producer.partitions_for(topic):
+                break
+            await producer.client.force_metadata_update()
+            await asyncio.sleep(0.1)
         sent = await producer.send_and_wait(topic, b"v", key=b"k", partition=before)
         assert sent.partition == before
         assert before not in await offsets.end_offsets("memory-writes")  # the list it read

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any, cast
 
 import orjson
@@ -14,7 +15,9 @@ import pytest
 
 from memcore import InvalidField
 from ranker.__main__ import build
-from ranker.applied import AppliedOffsets, NotAppliedError, Token
+from ranker.applied import AppliedOffsets, KafkaOffsets, NotAppliedError, Token
+from ranker.errors import Unavailable
+from ranker.service import RecallService
 from ranker.settings import RankerSettings
 from ranker.tokens import TokenSeal
 from storage.embedding import Hashing
@@ -225,3 +228,60 @@ def test_the_ranker_reads_the_partitions_again_before_refusing_a_token() -> None
     applied = app.state.service.applied
     assert applied.refresh is not None
     assert applied.refresh.__self__ is applied.end_offsets.__self__  # the same Kafka client
+
+
+class Metadata:
+    """The end-offsets client's metadata: a refresh answered or not, counted."""
+
+    def __init__(self, *, answers: bool) -> None:
+        self.answers = answers
+        self.asked = 0
+
+    async def force_metadata_update(self) -> bool:
+        self.asked += 1
+        return self.answers
+
+
+async def test_a_refresh_no_broker_answers_is_retriable_not_a_refusal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """aiokafka answers False when no broker answered a metadata request, leaving the list as
+    it was: the token was refused (422) by a list the refresh never updated.
+    """
+    monkeypatch.setattr("ranker.applied.ISSUED_CHECK_S", 0.02)
+    offsets = KafkaOffsets("unused:1", "group", {"memory-writes": "t.memory-writes"})
+    offsets._consumer = SimpleNamespace(_client=Metadata(answers=False))
+    grown = Cluster(added={4: 10, 5: 10})
+    applied = AppliedOffsets(
+        grown.committed, grown.end_offsets, poll_s=0.01, timeout_s=30, refresh=offsets.refresh
+    )
+    with pytest.raises(Unavailable) as failed:
+        await applied.wait(Token({"memory-writes": {5: 3}}), derived_role="none")
+    assert failed.value.retriable
+    offsets._consumer = SimpleNamespace(_client=Metadata(answers=True))
+    await offsets.refresh()  # answered: no error
+
+
+async def test_a_tenants_erase_waits_for_writes_on_partitions_added_since_the_list_was_read() -> (
+    None
+):
+    """The erase's barrier took the end offsets of the partitions the client knew: a write on a
+    partition added since was not waited for, and its memory could escape the erase.
+    """
+    grown = Cluster(added={4: 10, 5: 10})
+    waited: list[Token] = []
+    applied = AppliedOffsets(grown.committed, grown.end_offsets, refresh=grown.refresh)
+    service = RecallService(cast(Any, object()), Hashing(4), cast(Any, _no_send), applied=applied)
+
+    async def wait(token: Token | None) -> None:
+        assert token is not None
+        waited.append(token)
+
+    service.wait = wait  # type: ignore[method-assign,assignment]
+    await service.barrier()
+    (token,) = waited
+    assert set(token.offsets["memory-writes"]) == {0, 1, 2, 3, 4, 5}
+
+
+async def _no_send(*_: object) -> None:
+    raise AssertionError("nothing is produced")

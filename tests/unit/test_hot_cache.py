@@ -1309,51 +1309,84 @@ def test_a_bulk_load_into_a_held_tenant_leaves_it_to_milvus_before_its_next_sear
     assert store.reads == reads
 
 
-@pytest.mark.parametrize("told", ["new", "newer version"])
-def test_a_row_the_preload_pass_could_not_meet_is_read_back_without_waiting_the_grace(
-    told: str,
-) -> None:
-    """``python -m server``'s preload runs while its worker writes. A row written for a tenant
-    the pass had not reached, after the pass's read of the collection began, was in neither:
-    the worker's hand-over skips a tenant not held while the pass runs, and the pass's read
-    does not see it. The pass marked it as the worker's to hand over, so recalls answered
-    without it for the writer's grace (5 s), read-your-writes tokens included.
+def pass_setup() -> tuple[FakeStore, dict[tuple[str, str], tuple[Any, ...]], HotCache, Clock]:
+    """A cache with a local worker (grace 5 s) over tenants acme (a) and beta (b), a view keyed
+    by (tenant, id).
     """
-    old = make_row("beta", "m", [0, 1.0, 0, 0])
-    rows = [row("a", 1.0), make_row("beta", "b", [1.0, 0, 0, 0])]
     store = FakeStore()
-    store.put(*rows)
-    if told == "newer version":
-        store.put(old)
-    view = {(r.tenant_id, r.memory_id): live(r) for r in store.rows["beta"].values()}
-    view[("acme", "a")] = live(rows[0])
+    store.put(row("a", 1.0), make_row("beta", "b", [1.0, 0, 0, 0]))
+    view = {(r.tenant_id, r.memory_id): live(r) for t in store.rows.values() for r in t.values()}
     clock = Clock()
     cache = HotCache(
         store,  # type: ignore[arg-type]
         lambda t, m: view.get((t, m)),
-        ids_of=lambda t: [m for (u, m) in view if u == t],
+        ids_of=lambda t: [m for (u, m) in list(view) if u == t],
         clock=clock,
         writer_grace_s=5.0,
     )
+    return store, view, cache, clock
+
+
+@pytest.mark.parametrize(
+    "view_tells", ["before the pass lays beta", "after beta", "after the pass"]
+)
+@pytest.mark.parametrize("told", ["new", "newer version"])
+def test_a_row_the_preload_pass_could_not_meet_is_read_back_without_waiting_the_grace(
+    told: str, view_tells: str
+) -> None:
+    """``python -m server``'s preload runs while its worker writes. A row written for a tenant
+    the pass had not reached, after the pass's read of the collection began, was in neither:
+    the worker's hand-over skips a tenant not held while the pass runs, and the pass's read
+    does not see it. The cache waited the writer's grace (5 s) for a hand-over that never came,
+    so recalls answered without the row, read-your-writes tokens included; also when the state
+    view told of it only after the pass had laid the tenant.
+    """
+    store, view, cache, _ = pass_setup()
+    if told == "newer version":
+        old = make_row("beta", "m", [0, 1.0, 0, 0])
+        store.put(old)
+        view[("beta", "m")] = live(old)
     new = make_row("beta", "m", [1.0, 0, 0, 0], write_count=2 if told == "newer version" else 1)
+    pages = [list(t.values()) for t in store.rows.values()]  # the pass's read, as it began
 
-    def worker_writes() -> None:  # after the pass's first page: acme is held, beta not yet
+    def view_reads() -> None:
         view[("beta", "m")] = live(new)
-        cache.on_change("beta", "m", view[("beta", "m")])  # beta not held: ignored
-        store.put(new)
-        cache.upserted([new])  # beta not held while the pass runs: skipped
-
-    pages = [[rows[0]], list(store.rows["beta"].values())]  # the pass's read, as it began
+        cache.on_change("beta", "m", view[("beta", "m")])
 
     def scan() -> Iterator[list[MemoryRow]]:
-        yield pages[0]
-        worker_writes()
+        yield pages[0]  # acme is held, beta not yet
+        if view_tells == "before the pass lays beta":
+            view_reads()  # beta not held: ignored
+        store.put(new)
+        cache.upserted([new])  # beta not held while the pass runs: skipped
         yield pages[1]
+        if view_tells == "after beta":
+            view_reads()
 
     store.scan = scan  # type: ignore[method-assign]
     cache.preload()
+    if view_tells == "after the pass":
+        view_reads()
     assert not cache.ready("beta", Filters())  # due at once: no hand-over will come
     assert found(cache, "beta") == ["b", "m"]
     hits = cache.search("beta", [1.0, 0.0, 0.0, 0.0], 10, Filters())
     assert hits is not None
     assert {r.memory_id: r.write_count for r in hits.rows}["m"] == new.write_count
+
+
+def test_a_row_the_local_worker_still_owes_a_tenant_the_pass_laid_is_not_read_meanwhile() -> None:
+    """The view holds a memory whose row the worker has not written yet when the pass lays its
+    tenant: the hand-over will come (the tenant is held now), so searches meanwhile read nothing
+    back from Milvus (each read scans the whole collection on Milvus Lite) until the grace ends.
+    """
+    store, view, cache, _ = pass_setup()
+    new = make_row("beta", "m", [1.0, 0, 0, 0])
+    view[("beta", "m")] = live(new)  # the worker's table written, its upsert to come
+    cache.preload()
+    reads = store.reads
+    assert found(cache, "beta") == ["b"]
+    assert store.reads == reads
+    store.put(new)
+    cache.upserted([new])
+    assert found(cache, "beta") == ["b", "m"]
+    assert store.reads == reads

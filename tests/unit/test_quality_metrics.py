@@ -158,3 +158,23 @@ def test_the_marked_and_unmarked_workloads_are_unchanged_by_the_paraphrased_mode
     assert [p.kind for p in marked[0].probes].count("current") == 20
     (second,) = [x for x in marked[0].writes if x.memory_id == "upd-0-alice-city-2"]
     assert second.content.endswith(" now.")
+
+
+def test_a_look_alike_follows_each_single_valued_fact_and_the_newest_must_stay() -> None:
+    """``--paraphrased`` follows each single-valued fact's last version with a statement that
+    reads like a replacement and is none (someone else's, a side job, the past): a rule that
+    reads too much into it hides the newest version, which "kept past look-alike R@10" counts.
+    """
+    (w,) = updates_workload(7, ("t",), phrasing="paraphrased")
+    by_id = {x.memory_id: x for x in w.writes}
+    current = [p for p in w.probes if p.kind == "current"]
+    assert current
+    assert all(p.lookalike for p in current)
+    for probe in current:
+        like, newest = by_id[probe.lookalike], by_id[probe.expected]
+        assert newest.at < like.at < probe.at
+        assert probe.lookalike not in probe.versions
+    probe = dataclasses.replace(current[0], versions=("v1", "v3"), expected="v3")
+    assert scored(probe, ["x", "v3"])["kept past look-alike R@10"] == 1.0
+    assert scored(probe, [probe.lookalike, "x"])["kept past look-alike R@10"] == 0.0
+    assert "kept past look-alike R@10" not in scored(CURRENT, ["v3"])

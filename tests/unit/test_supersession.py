@@ -475,6 +475,8 @@ def test_a_value_that_opens_with_a_preposition_s_letters_is_still_a_value(
         ("Alice's favourite food is sushi.", "Alice's new favourite food is paella."),
         ("Alice's favourite food is sushi.", "Curry is Alice's favourite food now."),
         ("Curry is Alice's favourite food.", "Alice's favourite food is sushi now."),
+        ("My phone number is 555-1234.", "My new phone number is 555-9876."),
+        ("Dogs are my favourite animals.", "Cats are my favourite animals now."),
     ],
 )
 def test_a_replacement_in_other_words_supersedes(older: str, newer: str) -> None:
@@ -496,6 +498,26 @@ def test_a_replacement_in_other_words_supersedes(older: str, newer: str) -> None
         ("Alice's favourite food is sushi.", "Curry is Alice's favourite food."),
         ("Alice's car is a Tesla.", "That is Alice's car now."),
         ("The capital is Lisbon.", "Porto is the capital now."),
+        # found by a review of the first version of these readings (MiniLM cosines 0.50-0.79)
+        ("My hobby is chess.", "My new hobby is pottery."),  # several of them at once
+        ("Alice's friend is Sam.", "Alice's new friend is Tom."),
+        ("Alice's friend lives in Rome.", "Alice's new friend lives in Paris."),
+        ("The intern works at the York office.", "The new intern works at the Leeds office."),
+        ("Sam is Alice's friend.", "Tom is Alice's friend now."),
+        ("Milo is my cat.", "Luna is my cat now."),
+        ("My phone is a Pixel.", "I think this is my phone now."),
+        ("Alice lives in Osaka.", "Alice settled in her new job."),  # no place named
+        ("Alice lives in Osaka.", "Alice settled in June."),
+        ("Alice lives in Osaka.", "Alice settled in court."),
+        ("Alice lives in Osaka.", "Alice moved back to teaching."),
+        ("Bob lives in Boston.", "Bob settled in as team lead."),
+        ("My grandparents live in Florida.", "My grandparents settled in Ohio in 1950."),  # past
+        ("Bob works at Globex.", "Bob was hired by Acme in 2019."),
+        ("Bob works at Acme.", "Bob was hired by Acme in 2019."),
+        ("Bob works at Globex.", "Bob took a job at the cafe for the summer."),  # a side job
+        ("Bob works at Globex.", "Bob took a job at a bar on weekends."),
+        ("Alice works at Acme.", "Alice got hired by a client for a side project."),
+        ("Alice works at Acme.", "Alice took a job at Globex but turned it down."),
     ],
 )
 def test_words_that_only_look_like_a_replacement_supersede_nothing(older: str, newer: str) -> None:
