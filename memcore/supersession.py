@@ -138,7 +138,6 @@ _RELATIONS: dict[str, tuple[str, ...]] = {
         "relocated to",
         "resides in",
         "is based in",
-        "settled in",
     ),
     "works at": (
         "works at",
@@ -173,13 +172,9 @@ _NOT_A_VALUE: dict[str, re.Pattern[str]] = {
         r"(\s|$)"
     ),
     "works at": re.compile(r"(home|from home|remotely)$"),
-    "lives in": re.compile(
-        r"(for|with|to|at|on|after|well|nicely|quickly|easily|fine|ok|okay|quite|really)(\s|$)"
-    ),
 }
 """Per relation, values that say where or how, not what ("drives to work", "works at home"):
-no value ("settled in well"). Only whole words ("Home Depot", "AT&T" and "prefers to cycle" are
-values)."""
+no value. Only whole words ("Home Depot", "AT&T" and "prefers to cycle" are values)."""
 _COPULAS = ("is", "are")
 _OWNED = re.compile(r"^(the|my|his|her|their|our|your)\b|'s\b")
 _SPELLING = {"favorite": "favourite", "color": "colour", "neighbor": "neighbour"}
@@ -196,25 +191,16 @@ _SINGLE_NEW = re.compile(rf"{_SINGLE}$")
 favourite food", "my new phone number"): "new" is dropped (it names the attribute it replaces a
 value of), and only these are read value first. Not "Alice's new friend" (one has several), nor
 "the new intern" (no one's)."""
-_PROPER_VALUE = {"settled in": re.compile(r"(?i:settled\s+in)\s+([A-Z][\w'-]*)")}
-"""Phrases that state a relation only before a name ("Alice settled in Perth", not "settled in
-her new job", "settled in court"), read in the text as written."""
-_NOT_NAMES = frozenset(
-    {
-        *("january", "february", "march", "april", "may", "june", "july", "august"),
-        *("september", "october", "november", "december", "monday", "tuesday", "wednesday"),
-        *("thursday", "friday", "saturday", "sunday"),
-    }
+_TAKEN = frozenset(
+    {"took a job at", "took a new job at", "got a new job at", "started a job at"}
+    | {"started a new job at", "got hired by"}
 )
+"""Phrases of a job taken, read with care (the phrases of 7613fda's rule are read as they were):
+a year tells of the past ("was hired by Acme in 2019"), a value that goes on with "for", "on",
+"to" of a side job ("took a job at a cafe for the summer", "got hired by a client for a side
+project"), and a "but" may take it back ("took a job at Globex but turned it down"): no value."""
 _HISTORY = re.compile(r"\b(1[89]|20)\d\d\b")
-"""A year in a home's or an employer's value tells of the past ("moved to Paris in 2010", "got
-a job at Acme in 2019"), which supersedes nothing: no value."""
-_TAKEN_BACK = ("lives in", "works at")
-"""Relations whose statement a "but" may take back ("took a job at Globex but turned it down"):
-such a statement supersedes nothing."""
-_SIDE_JOB = re.compile(r"\s(for|on|to|during|over)\s")
-"""An employer's value that goes on to say for how long or what for ("took a job at a cafe for
-the summer", "got hired by a client for a side project", "... on weekends"): no value."""
+_SIDE_JOB = re.compile(r"\s(for|on|to)\s")
 _AUXILIARY = ("has", "have")
 """Ends a subject before a relation's phrase in the perfect ("Alice has relocated to Lisbon"):
 dropped from the subject."""
@@ -278,23 +264,30 @@ def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact
         if best is None:
             return None
     at, relation, phrase = best
-    subject = _without_new(padded[:at].strip())
-    if relation in _RELATIONS and subject.rpartition(" ")[2] in _AUXILIARY:
-        subject = subject.rpartition(" ")[0]
+    subject = _subject(padded[:at].strip(), relation)
     rest = padded[at + len(phrase) + 2 :]
     value = _VALUE_END.split(rest, maxsplit=1)[0].strip()
     if not subject or not value or len(subject.split()) > 6 or _NEGATION.search(subject):
         return None
-    if not _valued(content, relation, phrase, value) or (
-        relation in _TAKEN_BACK and " but " in rest  # "took a job at Globex but turned it down"
-    ):
-        return None
-    if _NEGATION.match(value):  # "Alice's car is not a Prius": a copula's denial
+    # "Alice's car is not a Prius": a copula's denial
+    if _NEGATION.match(value) or not _valued(relation, phrase, value, rest):
         return None
     if relation == "prefers":
         value, _, purpose = value.partition(_PURPOSE)
         relation = f"{relation}{_PURPOSE}{purpose}" if purpose else relation
     return Fact(subject, relation, value)
+
+
+def _subject(subject: str, relation: str) -> str:
+    """``subject`` as the rule compares it: a single-valued attribute's "new" dropped (a copula's
+    only: "my new boss lives in Paris" is of another person), and a relation's auxiliary ("Alice
+    has relocated to").
+    """
+    if relation in _COPULAS:
+        return _without_new(subject)
+    if relation in _RELATIONS and subject.rpartition(" ")[2] in _AUXILIARY:
+        return subject.rpartition(" ")[0]
+    return subject
 
 
 def _without_new(subject: str) -> str:
@@ -304,23 +297,19 @@ def _without_new(subject: str) -> str:
     return subject
 
 
-def _valued(content: str, relation: str, phrase: str, value: str) -> bool:
-    """``value`` (normalised) is what ``phrase`` says ``relation`` holds in ``content`` (as
-    written): not a where or how (:data:`_NOT_A_VALUE`), a name where one is needed
-    (:data:`_PROPER_VALUE`), no past year or side job of a home or employer.
+def _valued(relation: str, phrase: str, value: str, rest: str) -> bool:
+    """``value`` (normalised; ``rest``: the statement after ``phrase``) is what ``phrase`` says
+    ``relation`` holds: not a where or how (:data:`_NOT_A_VALUE`), nor a job taken in the past,
+    on the side or taken back (:data:`_TAKEN`).
     """
     not_a_value = _NOT_A_VALUE.get(relation)
     if not_a_value is not None and not_a_value.match(value):
         return False
-    proper = _PROPER_VALUE.get(phrase)
-    if proper is not None:
-        named = proper.search(content)
-        if named is None or named.group(1).lower() in _NOT_NAMES:
-            return False
-    if relation in ("lives in", "works at") and _HISTORY.search(value):
-        return False
-    # past its first word ("works for ON Semiconductor" names one)
-    return not (relation == "works at" and _SIDE_JOB.search(f" {value.partition(' ')[2]} "))
+    if phrase not in _TAKEN:
+        return True
+    # a side job's words past the value's first ("took a job at ON Semiconductor" names one)
+    side = _SIDE_JOB.search(f" {value.partition(' ')[2]} ")
+    return not (side or _HISTORY.search(value) or " but " in rest)
 
 
 def _generic(text: str) -> tuple[int, str, str] | None:
@@ -333,9 +322,15 @@ def _generic(text: str) -> tuple[int, str, str] | None:
 
 _POINTERS = frozenset(
     {"this", "that", "it", "he", "she", "they", "these", "those", "which", "what", "who"}
-    | {"there", "i", "we", "you"}
+    | {"there", "i", "we", "you", "nothing", "something", "anything", "everything"}
 )
 """Words that point at a value without stating it ("That is Alice's car now")."""
+_HEARSAY = frozenset(
+    {"think", "thinks", "thought", "say", "says", "said", "heard", "believe", "believes"}
+    | {"guess", "maybe", "perhaps", "probably", "hopefully", "if", "whether"}
+)
+"""Words that make a value-first statement someone's report or guess ("Ann thinks Tom is my boss
+now", "Maybe Tom is my boss now"): not read value first."""
 
 
 def _inverted_copula(text: str) -> Fact | None:
@@ -349,7 +344,8 @@ def _inverted_copula(text: str) -> Fact | None:
         if not found or not _SINGLE_NEW.fullmatch(subject) or _OWNED.search(value):
             continue
         subject = _without_new(subject)
-        if not value or len(value.split()) > 3 or value.split()[0] in _POINTERS:
+        words = value.split()
+        if not words or len(words) > 3 or words[0] in _POINTERS or _HEARSAY & set(words):
             return None
         if _NEGATION.search(f"{value} {subject}"):
             return None

@@ -59,7 +59,7 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 
@@ -575,11 +575,12 @@ class HotCache:
         self.sole_writer = sole_writer
         self._complete = False  # a preload read every row of the collection
         self._partial: set[str] = set()  # tenants that may have rows the cache never met
-        # (tenant, id) of rows the local worker wrote while a pass ran, for tenants not held:
-        # no hand-over comes for them (:meth:`upserted`), so they are read back at once, at the
-        # pass's end and at the view's next change of them (which would stamp a grace anew)
-        self._skipped: set[tuple[str, str]] = set()
-        self._unowed: set[tuple[str, str]] = set()
+        # (tenant, id) -> write count of rows the local worker wrote while a pass ran, for
+        # tenants not held: no hand-over comes for them (:meth:`upserted`), so they are read
+        # back at once, at the pass's end and, those the view has not told of yet, when it does
+        # (its change would stamp a grace anew): :meth:`_owed_nothing`
+        self._skipped: dict[tuple[str, str], int] = {}
+        self._unowed: dict[tuple[str, str], int] = {}
         self.live_of = live_of
         self.ids_of = ids_of
         self.purged_writes = purged_writes
@@ -616,6 +617,8 @@ class HotCache:
             self._complete = False
             self._partial.clear()
             self._cold.clear()
+            self._skipped.clear()
+            self._unowed.clear()
 
     # -- changes (event loop) -------------------------------------------------------------------
 
@@ -633,8 +636,9 @@ class HotCache:
             if block is None:  # the load ended meanwhile (done, failed, or the tenant cold)
                 return
         self._told(block, memory_id, values, whole=whole)
-        if (tenant_id, memory_id) in self._unowed:  # written in a pass, never handed over
-            self._unowed.discard((tenant_id, memory_id))
+        owed = self._unowed.get((tenant_id, memory_id))
+        if owed is not None and (values is None or int(values[_WRITES]) >= owed):
+            del self._unowed[(tenant_id, memory_id)]  # told of a row written in a pass
             with block.lock:
                 if memory_id in block.dirty:
                     block.dirty[memory_id] = self.clock() - self.writer_grace_s
@@ -910,18 +914,7 @@ class HotCache:
                 total = self._lay(page, total, made, too_big)
                 if self._stop_preload.is_set():  # before asking for the next page
                     raise PreloadStoppedError
-            # a row the pass could not meet (written after its read began, for a tenant not
-            # held yet) is not handed over either: due at once (:attr:`_skipped`)
             now = self.clock()
-            due = now - self.writer_grace_s
-            with self._guard:
-                skipped, self._skipped = self._skipped, set()
-            for tenant_id, memory_id in skipped:
-                block = self._blocks.get(tenant_id)
-                if block is not None:
-                    with block.lock:
-                        block.dirty[memory_id] = min(block.dirty.get(memory_id, due), due)
-                    self._unowed.add((tenant_id, memory_id))
             for tenant_id in made:
                 block = self._blocks.get(tenant_id)
                 if block is not None:
@@ -937,9 +930,29 @@ class HotCache:
                     self._blocks.pop(tenant_id, None)
             raise
         finally:
-            with self._guard:
+            with self._guard:  # no hand-over is skipped past here: the blocks are laid
                 self._preloading = False
+                skipped, self._skipped = self._skipped, {}
+        self._owed_nothing(skipped)
         return self.held()
+
+    def _owed_nothing(self, skipped: Mapping[tuple[str, str], int]) -> None:
+        """Rows the local worker wrote during a pass (with their write counts) for tenants not
+        held then: the pass may have read them or not, and no hand-over comes. Those the blocks
+        lack are due at once; those the view has not told of yet are due at once when it does.
+        """
+        due = self.clock() - self.writer_grace_s
+        for (tenant_id, memory_id), writes in skipped.items():
+            block = self._blocks.get(tenant_id)
+            if block is None:
+                continue
+            values = self.live_of(tenant_id, memory_id)
+            if values is None or int(values[_WRITES]) < writes:  # before marking: see on_change
+                self._unowed[(tenant_id, memory_id)] = writes
+            with block.lock:
+                slot = block.index.get(memory_id)
+                if slot is None or int(block.writes[slot]) < writes:
+                    block.dirty[memory_id] = min(block.dirty.get(memory_id, due), due)
 
     def _lay(self, page: Sequence[MemoryRow], total: int, made: set[str], too_big: set[str]) -> int:
         """Lay one preload page into the blocks; returns the rows held after it. Adds to ``made``
@@ -1222,9 +1235,10 @@ class HotCache:
                     if block is not None:
                         started.add(row.tenant_id)
             if block is None:
-                if self._preloading:
-                    with self._guard:
-                        self._skipped.add((row.tenant_id, row.memory_id))
+                with self._guard:
+                    if self._preloading:
+                        key = (row.tenant_id, row.memory_id)
+                        self._skipped[key] = max(self._skipped.get(key, 0), row.write_count)
                 continue
             grown.add(row.tenant_id)
             try:

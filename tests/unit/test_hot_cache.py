@@ -1390,3 +1390,42 @@ def test_a_row_the_local_worker_still_owes_a_tenant_the_pass_laid_is_not_read_me
     cache.upserted([new])
     assert found(cache, "beta") == ["b", "m"]
     assert store.reads == reads
+
+
+def test_a_row_written_in_a_pass_and_told_during_it_leaves_later_rewrites_to_the_hand_over() -> (
+    None
+):
+    """The pass's record of a skipped hand-over outlived the view's news of it: the memory's
+    rewrite an hour later skipped the writer's grace, and every search read it from Milvus
+    until the worker's hand-over (on Milvus Lite, each read scans the collection).
+    """
+    store, view, cache, clock = pass_setup()
+    m1 = make_row("beta", "m", [1.0, 0, 0, 0])
+    pages = [list(t.values()) for t in store.rows.values()]
+
+    def scan() -> Iterator[list[MemoryRow]]:
+        yield pages[0]
+        store.put(m1)
+        cache.upserted([m1])  # beta not held while the pass runs: skipped
+        yield pages[1]
+        view[("beta", "m")] = live(m1)
+        cache.on_change("beta", "m", view[("beta", "m")])  # told during the pass
+
+    store.scan = scan  # type: ignore[method-assign]
+    cache.preload()
+    assert found(cache, "beta") == ["b", "m"]
+    clock.now += 3600.0
+    m2 = dataclasses.replace(m1, write_count=2, content="v2")
+    view[("beta", "m")] = live(m2)
+    cache.on_change("beta", "m", view[("beta", "m")])  # the worker's table, before Milvus
+    reads = store.reads
+    for _ in range(3):
+        clock.now += 0.01
+        found(cache, "beta")
+    assert store.reads == reads  # the hand-over is owed: no read back within the grace
+    store.put(m2)
+    cache.upserted([m2])
+    hits = cache.search("beta", [1.0, 0.0, 0.0, 0.0], 10, Filters())
+    assert hits is not None
+    assert {r.memory_id: r.write_count for r in hits.rows}["m"] == 2
+    assert store.reads == reads

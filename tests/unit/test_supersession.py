@@ -466,7 +466,6 @@ def test_a_value_that_opens_with_a_preposition_s_letters_is_still_a_value(
 @pytest.mark.parametrize(
     ("older", "newer"),
     [
-        ("Alice lives in Toronto.", "Alice settled in Perth."),
         ("Alice lives in Toronto.", "Alice has relocated to Quito for work."),
         ("Carol works at Globex.", "Carol took a job at Soylent."),
         ("Dave works at Soylent.", "Dave started a new job at Initech."),
@@ -477,6 +476,12 @@ def test_a_value_that_opens_with_a_preposition_s_letters_is_still_a_value(
         ("Curry is Alice's favourite food.", "Alice's favourite food is sushi now."),
         ("My phone number is 555-1234.", "My new phone number is 555-9876."),
         ("Dogs are my favourite animals.", "Cats are my favourite animals now."),
+        ("My boss is Ann.", "My new boss is Tom."),
+        # read as 7613fda's rule read them: the care is for the new job phrases alone
+        ("Bob lives in Berlin.", "Bob moved to Paris in 2024."),
+        ("Alice works at Acme on the data team.", "Alice works at Globex now."),
+        ("Alice lives in Osaka but works in Kyoto.", "Alice moved to Lisbon."),
+        ("Bob works at Acme.", "Bob works at Globex now but misses Acme."),
     ],
 )
 def test_a_replacement_in_other_words_supersedes(older: str, newer: str) -> None:
@@ -508,10 +513,16 @@ def test_a_replacement_in_other_words_supersedes(older: str, newer: str) -> None
         ("My phone is a Pixel.", "I think this is my phone now."),
         ("Alice lives in Osaka.", "Alice settled in her new job."),  # no place named
         ("Alice lives in Osaka.", "Alice settled in June."),
-        ("Alice lives in Osaka.", "Alice settled in court."),
+        ("Alice lives in Osaka.", "Alice settled in Engineering."),
+        ("Alice lives in Osaka.", "Alice settled in Slack."),
         ("Alice lives in Osaka.", "Alice moved back to teaching."),
         ("Bob lives in Boston.", "Bob settled in as team lead."),
         ("My grandparents live in Florida.", "My grandparents settled in Ohio in 1950."),  # past
+        ("My boss lives in London.", "My new boss lives in Paris."),  # another person
+        ("My manager works at Acme.", "My new manager works at Globex."),
+        ("My boss is Ann.", "Ann thinks Tom is my boss now."),  # someone's report or guess
+        ("My boss is Ann.", "Maybe Tom is my boss now."),
+        ("My favourite food is sushi.", "Nothing is my favourite food now."),
         ("Bob works at Globex.", "Bob was hired by Acme in 2019."),
         ("Bob works at Acme.", "Bob was hired by Acme in 2019."),
         ("Bob works at Globex.", "Bob took a job at the cafe for the summer."),  # a side job
