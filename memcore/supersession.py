@@ -153,7 +153,6 @@ _RELATIONS: dict[str, tuple[str, ...]] = {
         "took a new job at",
         "started a job at",
         "started a new job at",
-        "got hired by",
     ),
     "drives": ("drives", "is driving"),
     "is married to": ("is married to",),
@@ -189,18 +188,24 @@ _SINGLE = (
 _SINGLE_NEW = re.compile(rf"{_SINGLE}$")
 """An owned attribute one holds a single value of at a time, maybe called new ("Alice's new
 favourite food", "my new phone number"): "new" is dropped (it names the attribute it replaces a
-value of), and only these are read value first. Not "Alice's new friend" (one has several), nor
-"the new intern" (no one's)."""
+value of). Not "Alice's new friend" (one has several), nor "the new intern" (no one's)."""
 _TAKEN = frozenset(
     {"took a job at", "took a new job at", "got a new job at", "started a job at"}
-    | {"started a new job at", "got hired by"}
+    | {"started a new job at"}
 )
 """Phrases of a job taken, read with care (the phrases of 7613fda's rule are read as they were):
-a year tells of the past ("was hired by Acme in 2019"), a value that goes on with "for", "on",
-"to" of a side job ("took a job at a cafe for the summer", "got hired by a client for a side
-project"), and a "but" may take it back ("took a job at Globex but turned it down"): no value."""
-_HISTORY = re.compile(r"\b(1[89]|20)\d\d\b")
-_SIDE_JOB = re.compile(r"\s(for|on|to)\s")
+a year or a decade tells of the past ("took a job at Acme in 2019", "... in the 90s"), a value
+that goes on with "for", "on", "as", "ago", "starting", ... of a side job or another time ("took
+a job at a cafe for the summer", "... years ago"), and a "but", "though" or "then" may take it
+back ("took a job at Globex but turned it down"): no value. Not "got hired by" ("got hired by a
+client" is a gig)."""
+_HISTORY = re.compile(r"\b((1[89]|20)\d\d|\d0s)\b")
+_SIDE_JOB = re.compile(
+    r"\s(for|on|to|during|over|as|ago|last|next|starting|from|until|after|when)\s"
+)
+_TAKEN_BACK = re.compile(r"\s(but|though|although|then)\s")
+"""Words after which a statement may take back what it said ("... but turned it down", "...,
+though she declined", "..., then quit after a week")."""
 _AUXILIARY = ("has", "have")
 """Ends a subject before a relation's phrase in the perfect ("Alice has relocated to Lisbon"):
 dropped from the subject."""
@@ -258,8 +263,6 @@ def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact
             if at >= 0 and (best is None or (at, -len(phrase)) < (best[0], -len(best[2]))):
                 best = (at, relation, phrase)
     if best is None:
-        if generic and (inverted := _inverted_copula(text)) is not None:
-            return inverted
         best = _copula(padded) or (_generic(text) if generic else None)
         if best is None:
             return None
@@ -272,6 +275,8 @@ def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact
     # "Alice's car is not a Prius": a copula's denial
     if _NEGATION.match(value) or not _valued(relation, phrase, value, rest):
         return None
+    if subject != padded[:at].strip() and relation in _COPULAS and _TAKEN_BACK.search(rest):
+        return None  # "my new job is at Globex but I haven't started": the new one, with care
     if relation == "prefers":
         value, _, purpose = value.partition(_PURPOSE)
         relation = f"{relation}{_PURPOSE}{purpose}" if purpose else relation
@@ -285,8 +290,9 @@ def _subject(subject: str, relation: str) -> str:
     """
     if relation in _COPULAS:
         return _without_new(subject)
-    if relation in _RELATIONS and subject.rpartition(" ")[2] in _AUXILIARY:
-        return subject.rpartition(" ")[0]
+    before, _, last = subject.rpartition(" ")
+    if relation in _RELATIONS and before and last in _AUXILIARY:
+        return before
     return subject
 
 
@@ -309,7 +315,7 @@ def _valued(relation: str, phrase: str, value: str, rest: str) -> bool:
         return True
     # a side job's words past the value's first ("took a job at ON Semiconductor" names one)
     side = _SIDE_JOB.search(f" {value.partition(' ')[2]} ")
-    return not (side or _HISTORY.search(value) or " but " in rest)
+    return not (side or _HISTORY.search(value) or _TAKEN_BACK.search(rest))
 
 
 def _generic(text: str) -> tuple[int, str, str] | None:
@@ -318,41 +324,6 @@ def _generic(text: str) -> tuple[int, str, str] | None:
     if len(words) < 3 or words[1] in _PAST or not words[1].endswith("s"):
         return None
     return len(words[0]) + 1, words[1], words[1]  # positions in " text "
-
-
-_POINTERS = frozenset(
-    {"this", "that", "it", "he", "she", "they", "these", "those", "which", "what", "who"}
-    | {"there", "i", "we", "you", "nothing", "something", "anything", "everything"}
-)
-"""Words that point at a value without stating it ("That is Alice's car now")."""
-_HEARSAY = frozenset(
-    {"think", "thinks", "thought", "say", "says", "said", "heard", "believe", "believes"}
-    | {"guess", "maybe", "perhaps", "probably", "hopefully", "if", "whether"}
-)
-"""Words that make a value-first statement someone's report or guess ("Ann thinks Tom is my boss
-now", "Maybe Tom is my boss now"): not read value first."""
-
-
-def _inverted_copula(text: str) -> Fact | None:
-    """``Y is X's attribute`` (``Curry is Alice's favourite food now``) read as ``X's attribute
-    is Y``: only for a statement of an update (the caller's ``generic``), of an attribute one
-    holds one value of (:data:`_SINGLE_NEW`: not "Tom is Alice's friend now"), with a value of
-    at most three words that is not a pointer or a person ("That is ...", "I think this is ...").
-    """
-    for copula in _COPULAS:
-        value, found, subject = text.partition(f" {copula} ")
-        if not found or not _SINGLE_NEW.fullmatch(subject) or _OWNED.search(value):
-            continue
-        subject = _without_new(subject)
-        words = value.split()
-        if not words or len(words) > 3 or words[0] in _POINTERS or _HEARSAY & set(words):
-            return None
-        if _NEGATION.search(f"{value} {subject}"):
-            return None
-        if _VALUE_END.search(f" {subject} ") or len(subject.split()) > 6:
-            return None
-        return Fact(subject, copula, value)
-    return None
 
 
 def _copula(padded: str) -> tuple[int, str, str] | None:

@@ -946,9 +946,11 @@ class HotCache:
             block = self._blocks.get(tenant_id)
             if block is None:
                 continue
+            # recorded before the view is read: news between the two finds the record
+            self._unowed[(tenant_id, memory_id)] = writes
             values = self.live_of(tenant_id, memory_id)
-            if values is None or int(values[_WRITES]) < writes:  # before marking: see on_change
-                self._unowed[(tenant_id, memory_id)] = writes
+            if values is not None and int(values[_WRITES]) >= writes:  # told already
+                self._unowed.pop((tenant_id, memory_id), None)
             with block.lock:
                 slot = block.index.get(memory_id)
                 if slot is None or int(block.writes[slot]) < writes:
@@ -1234,11 +1236,10 @@ class HotCache:
                     block = self._started(row.tenant_id)
                     if block is not None:
                         started.add(row.tenant_id)
-            if block is None:
-                with self._guard:
-                    if self._preloading:
+                    elif self._preloading:  # in the same hold: the pass cannot end between
                         key = (row.tenant_id, row.memory_id)
                         self._skipped[key] = max(self._skipped.get(key, 0), row.write_count)
+            if block is None:
                 continue
             grown.add(row.tenant_id)
             try:

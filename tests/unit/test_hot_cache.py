@@ -1429,3 +1429,31 @@ def test_a_row_written_in_a_pass_and_told_during_it_leaves_later_rewrites_to_the
     assert hits is not None
     assert {r.memory_id: r.write_count for r in hits.rows}["m"] == 2
     assert store.reads == reads
+
+
+def test_news_of_an_older_version_leaves_a_pass_written_row_owed() -> None:
+    """An access of the version the view held (news of write 1) dropped the record of write 2,
+    written during the pass and never handed over: the view's news of write 2 then stamped the
+    writer's grace, and recalls answered the older version for 5 s.
+    """
+    store, view, cache, _ = pass_setup()
+    m1 = make_row("beta", "m", [0, 1.0, 0, 0])
+    store.put(m1)
+    view[("beta", "m")] = live(m1)
+    pages = [list(t.values()) for t in store.rows.values()]  # the pass's read: write 1
+    m2 = dataclasses.replace(m1, write_count=2, vector=(1.0, 0.0, 0.0, 0.0))
+
+    def scan() -> Iterator[list[MemoryRow]]:
+        yield pages[0]
+        store.put(m2)
+        cache.upserted([m2])  # beta not held while the pass runs: skipped
+        yield pages[1]
+
+    store.scan = scan  # type: ignore[method-assign]
+    cache.preload()
+    cache.on_change("beta", "m", live(m1, access_count=1))  # an access of write 1
+    view[("beta", "m")] = live(m2)
+    cache.on_change("beta", "m", view[("beta", "m")])  # the view's news of write 2
+    hits = cache.search("beta", [1.0, 0.0, 0.0, 0.0], 10, Filters())
+    assert hits is not None
+    assert {r.memory_id: r.write_count for r in hits.rows}["m"] == 2

@@ -469,13 +469,9 @@ def test_a_value_that_opens_with_a_preposition_s_letters_is_still_a_value(
         ("Alice lives in Toronto.", "Alice has relocated to Quito for work."),
         ("Carol works at Globex.", "Carol took a job at Soylent."),
         ("Dave works at Soylent.", "Dave started a new job at Initech."),
-        ("Bob works at Tyrell.", "Bob got hired by Hooli."),
         ("Dave's favourite food is sushi.", "Dave's favorite food is pho."),
         ("Alice's favourite food is sushi.", "Alice's new favourite food is paella."),
-        ("Alice's favourite food is sushi.", "Curry is Alice's favourite food now."),
-        ("Curry is Alice's favourite food.", "Alice's favourite food is sushi now."),
         ("My phone number is 555-1234.", "My new phone number is 555-9876."),
-        ("Dogs are my favourite animals.", "Cats are my favourite animals now."),
         ("My boss is Ann.", "My new boss is Tom."),
         # read as 7613fda's rule read them: the care is for the new job phrases alone
         ("Bob lives in Berlin.", "Bob moved to Paris in 2024."),
@@ -499,8 +495,12 @@ def test_a_replacement_in_other_words_supersedes(older: str, newer: str) -> None
     [
         ("Bob lives in Osaka.", "Bob settled in well."),
         ("Bob lives in Osaka.", "Bob settled in for the night."),
-        # the value-first reading is for a marked update alone
+        # no value-first reading: hedges and qualifiers would be read as the value
         ("Alice's favourite food is sushi.", "Curry is Alice's favourite food."),
+        ("Alice's favourite food is sushi.", "Curry is Alice's favourite food now."),
+        ("My boss is Ann.", "Ann doubts Tom is my boss now."),
+        ("My boss is Ann.", "Sometimes Tom is my boss now."),
+        ("My favourite food is sushi.", "On weekends pizza is my favourite food now."),
         ("Alice's car is a Tesla.", "That is Alice's car now."),
         ("The capital is Lisbon.", "Porto is the capital now."),
         # found by a review of the first version of these readings (MiniLM cosines 0.50-0.79)
@@ -529,6 +529,13 @@ def test_a_replacement_in_other_words_supersedes(older: str, newer: str) -> None
         ("Bob works at Globex.", "Bob took a job at a bar on weekends."),
         ("Alice works at Acme.", "Alice got hired by a client for a side project."),
         ("Alice works at Acme.", "Alice took a job at Globex but turned it down."),
+        ("Alice works at Acme.", "Alice took a job at a cafe over the summer."),
+        ("Alice works at Acme.", "Alice took a job at Globex years ago."),
+        ("Alice works at Acme.", "Alice took a job at Globex in the 90s."),
+        ("Alice works at Acme.", "Alice got hired by a client."),  # a gig
+        ("Alice works at Acme.", "Alice got hired by the Smiths as a nanny."),
+        ("Alice works at Acme.", "Alice got hired by Globex, though she turned it down."),
+        ("My job is at Acme.", "My new job is at Globex but I haven't started yet."),
     ],
 )
 def test_words_that_only_look_like_a_replacement_supersede_nothing(older: str, newer: str) -> None:
