@@ -176,7 +176,7 @@ _NOT_A_VALUE: dict[str, re.Pattern[str]] = {
 no value. Only whole words ("Home Depot", "AT&T" and "prefers to cycle" are values)."""
 _COPULAS = ("is", "are")
 _OWNED = re.compile(r"^(the|my|his|her|their|our|your)\b|'s\b")
-_SPELLING = {"favorite": "favourite", "color": "colour", "neighbor": "neighbour"}
+_SPELLING = {"favorite": "favourite", "color": "colour"}
 """American spellings read as British ones: "Alice's favorite food" names the attribute "Alice's
 favourite food" does."""
 _SPELT = re.compile(r"\b(" + "|".join(_SPELLING) + r")\b")
@@ -193,22 +193,14 @@ _TAKEN = frozenset(
     {"took a job at", "took a new job at", "got a new job at", "started a job at"}
     | {"started a new job at"}
 )
-"""Phrases of a job taken, read with care (the phrases of 7613fda's rule are read as they were):
-a year or a decade tells of the past ("took a job at Acme in 2019", "... in the 90s"), a value
-that goes on with "for", "on", "as", "ago", "starting", ... of a side job or another time ("took
-a job at a cafe for the summer", "... years ago"), and a "but", "though" or "then" may take it
-back ("took a job at Globex but turned it down"): no value. Not "got hired by" ("got hired by a
-client" is a gig)."""
+"""Phrases of a job taken, read with care (:func:`_plain`; the phrases of 7613fda's rule are
+read as they were). Not "got hired by" ("got hired by a client" is a gig)."""
 _HISTORY = re.compile(r"\b((1[89]|20)\d\d|\d0s)\b")
-_SIDE_JOB = re.compile(
-    r"\s(for|on|to|during|over|as|ago|last|next|starting|from|until|after|when)\s"
+_QUALIFIED = re.compile(
+    r"\s(for|on|to|in|at|during|over|as|ago|last|next|this|starting|from|until|after|when|once"
+    r"|while|before|too|twice)\s"
 )
-_TAKEN_BACK = re.compile(r"\s(but|though|although|then)\s")
-"""Words after which a statement may take back what it said ("... but turned it down", "...,
-though she declined", "..., then quit after a week")."""
-_AUXILIARY = ("has", "have")
-"""Ends a subject before a relation's phrase in the perfect ("Alice has relocated to Lisbon"):
-dropped from the subject."""
+_HEDGED = frozenset({"going", "probably", "maybe", "perhaps", "hopefully", "if", "once", "soon"})
 _FILLER = re.compile(
     r"\b(now|currently|nowadays|these days|recently|still|actually|anymore|already|just|"
     r"since then)\b"
@@ -275,8 +267,8 @@ def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact
     # "Alice's car is not a Prius": a copula's denial
     if _NEGATION.match(value) or not _valued(relation, phrase, value, rest):
         return None
-    if subject != padded[:at].strip() and relation in _COPULAS and _TAKEN_BACK.search(rest):
-        return None  # "my new job is at Globex but I haven't started": the new one, with care
+    if subject != padded[:at].strip() and not _plain(value, rest):
+        return None  # "my new job is at Globex, starting in June": the new one, with care
     if relation == "prefers":
         value, _, purpose = value.partition(_PURPOSE)
         relation = f"{relation}{_PURPOSE}{purpose}" if purpose else relation
@@ -285,15 +277,9 @@ def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact
 
 def _subject(subject: str, relation: str) -> str:
     """``subject`` as the rule compares it: a single-valued attribute's "new" dropped (a copula's
-    only: "my new boss lives in Paris" is of another person), and a relation's auxiliary ("Alice
-    has relocated to").
+    only: "my new boss lives in Paris" is of another person).
     """
-    if relation in _COPULAS:
-        return _without_new(subject)
-    before, _, last = subject.rpartition(" ")
-    if relation in _RELATIONS and before and last in _AUXILIARY:
-        return before
-    return subject
+    return _without_new(subject) if relation in _COPULAS else subject
 
 
 def _without_new(subject: str) -> str:
@@ -305,17 +291,26 @@ def _without_new(subject: str) -> str:
 
 def _valued(relation: str, phrase: str, value: str, rest: str) -> bool:
     """``value`` (normalised; ``rest``: the statement after ``phrase``) is what ``phrase`` says
-    ``relation`` holds: not a where or how (:data:`_NOT_A_VALUE`), nor a job taken in the past,
-    on the side or taken back (:data:`_TAKEN`).
+    ``relation`` holds: not a where or how (:data:`_NOT_A_VALUE`), and a job taken
+    (:data:`_TAKEN`) only in a plain statement (:func:`_plain`).
     """
     not_a_value = _NOT_A_VALUE.get(relation)
     if not_a_value is not None and not_a_value.match(value):
         return False
-    if phrase not in _TAKEN:
-        return True
-    # a side job's words past the value's first ("took a job at ON Semiconductor" names one)
-    side = _SIDE_JOB.search(f" {value.partition(' ')[2]} ")
-    return not (side or _HISTORY.search(value) or _TAKEN_BACK.search(rest))
+    return phrase not in _TAKEN or _plain(value, rest)
+
+
+def _plain(value: str, rest: str) -> bool:
+    """Nothing follows ``value`` in ``rest`` (no clause that may say when, for how long, or take
+    it back: "took a job at Globex and left after a year", "my new job is at Globex, starting in
+    June"), and the value itself names no other time, side job or guess ("took a job at a cafe
+    for the summer", "... in 2019", "... years ago", "my new boss is going to be Tom"). The
+    value's first word may be anything ("took a job at ON Semiconductor" names one).
+    """
+    words = value.split()
+    if rest.strip() != value or not words or words[0] in _HEDGED:
+        return False
+    return not (_QUALIFIED.search(f" {' '.join(words[1:])} ") or _HISTORY.search(value))
 
 
 def _generic(text: str) -> tuple[int, str, str] | None:

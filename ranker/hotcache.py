@@ -638,7 +638,7 @@ class HotCache:
         self._told(block, memory_id, values, whole=whole)
         owed = self._unowed.get((tenant_id, memory_id))
         if owed is not None and (values is None or int(values[_WRITES]) >= owed):
-            del self._unowed[(tenant_id, memory_id)]  # told of a row written in a pass
+            self._unowed.pop((tenant_id, memory_id), None)  # told of a row written in a pass
             with block.lock:
                 if memory_id in block.dirty:
                     block.dirty[memory_id] = self.clock() - self.writer_grace_s
@@ -949,9 +949,12 @@ class HotCache:
             # recorded before the view is read: news between the two finds the record
             self._unowed[(tenant_id, memory_id)] = writes
             values = self.live_of(tenant_id, memory_id)
-            if values is not None and int(values[_WRITES]) >= writes:  # told already
+            told = values is not None and int(values[_WRITES]) >= writes
+            if told:
                 self._unowed.pop((tenant_id, memory_id), None)
             with block.lock:
+                if told and values is not None:  # its news, not told the cache yet, is not new
+                    block.marked[memory_id] = (int(values[_WRITES]), str(values[_STATE]))
                 slot = block.index.get(memory_id)
                 if slot is None or int(block.writes[slot]) < writes:
                     block.dirty[memory_id] = min(block.dirty.get(memory_id, due), due)

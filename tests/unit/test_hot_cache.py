@@ -1457,3 +1457,25 @@ def test_news_of_an_older_version_leaves_a_pass_written_row_owed() -> None:
     hits = cache.search("beta", [1.0, 0.0, 0.0, 0.0], 10, Filters())
     assert hits is not None
     assert {r.memory_id: r.write_count for r in hits.rows}["m"] == 2
+
+
+def test_a_pass_written_row_the_view_holds_but_has_not_told_yet_is_read_at_once() -> None:
+    """The view stores a change before it tells the cache. The pass's end read the row's news
+    from the view, so it stopped waiting for it, and the tell that followed stamped the writer's
+    grace anew: recalls answered without the row for 5 s.
+    """
+    store, view, cache, _ = pass_setup()
+    m = make_row("beta", "m", [1.0, 0, 0, 0])
+    pages = [list(t.values()) for t in store.rows.values()]
+
+    def scan() -> Iterator[list[MemoryRow]]:
+        yield pages[0]
+        store.put(m)
+        cache.upserted([m])  # beta not held while the pass runs: skipped
+        yield pages[1]
+        view[("beta", "m")] = live(m)  # stored by the view, not told yet
+
+    store.scan = scan  # type: ignore[method-assign]
+    cache.preload()
+    cache.on_change("beta", "m", view[("beta", "m")])  # the tell, after the pass
+    assert found(cache, "beta") == ["b", "m"]

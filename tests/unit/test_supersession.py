@@ -466,7 +466,6 @@ def test_a_value_that_opens_with_a_preposition_s_letters_is_still_a_value(
 @pytest.mark.parametrize(
     ("older", "newer"),
     [
-        ("Alice lives in Toronto.", "Alice has relocated to Quito for work."),
         ("Carol works at Globex.", "Carol took a job at Soylent."),
         ("Dave works at Soylent.", "Dave started a new job at Initech."),
         ("Dave's favourite food is sushi.", "Dave's favorite food is pho."),
@@ -536,6 +535,17 @@ def test_a_replacement_in_other_words_supersedes(older: str, newer: str) -> None
         ("Alice works at Acme.", "Alice got hired by the Smiths as a nanny."),
         ("Alice works at Acme.", "Alice got hired by Globex, though she turned it down."),
         ("My job is at Acme.", "My new job is at Globex but I haven't started yet."),
+        # a job taken or a "new" attribute is read in a plain statement alone
+        ("Alice works at Acme.", "Alice took a job at Globex and left after a year."),
+        ("Alice works at Acme.", "Alice took a job at a cafe, for the summer."),
+        ("Alice works at Acme.", "Alice started a new job at Globex, starting in March."),
+        ("Alice works at Acme.", "Alice took a job at a bar in college."),
+        ("My address is 1 Elm St.", "My new address is 5 Oak Rd from March."),
+        ("My job is at Acme.", "My new job is at Globex, starting in June."),
+        ("My boss is Ann.", "My new boss is going to be Tom."),
+        ("My manager is Ann.", "My new manager is Tom starting Monday."),
+        ("Alice lives in Osaka.", "Alice has relocated to Lisbon before."),
+        ("Bob's neighbour is Ann.", "Bob's neighbor is Tom."),  # one has several
     ],
 )
 def test_words_that_only_look_like_a_replacement_supersede_nothing(older: str, newer: str) -> None:
