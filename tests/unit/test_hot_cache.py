@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -1327,6 +1327,25 @@ def pass_setup() -> tuple[FakeStore, dict[tuple[str, str], tuple[Any, ...]], Hot
     return store, view, cache, clock
 
 
+def preload_writing(
+    store: FakeStore, cache: HotCache, row: MemoryRow, then: Callable[[], None] = lambda: None
+) -> None:
+    """Preload while the local worker writes ``row`` for beta after the pass's read of acme
+    (beta not held yet: its hand-over is skipped); ``then`` runs after beta's page is laid.
+    """
+    pages = [list(t.values()) for t in store.rows.values()]  # the pass's read, as it began
+
+    def scan() -> Iterator[list[MemoryRow]]:
+        yield pages[0]
+        store.put(row)
+        cache.upserted([row])  # beta not held while the pass runs: skipped
+        yield pages[1]
+        then()
+
+    store.scan = scan  # type: ignore[method-assign]
+    cache.preload()
+
+
 @pytest.mark.parametrize(
     "view_tells", ["before the pass lays beta", "after beta", "after the pass"]
 )
@@ -1401,18 +1420,12 @@ def test_a_row_written_in_a_pass_and_told_during_it_leaves_later_rewrites_to_the
     """
     store, view, cache, clock = pass_setup()
     m1 = make_row("beta", "m", [1.0, 0, 0, 0])
-    pages = [list(t.values()) for t in store.rows.values()]
 
-    def scan() -> Iterator[list[MemoryRow]]:
-        yield pages[0]
-        store.put(m1)
-        cache.upserted([m1])  # beta not held while the pass runs: skipped
-        yield pages[1]
+    def told() -> None:  # during the pass
         view[("beta", "m")] = live(m1)
-        cache.on_change("beta", "m", view[("beta", "m")])  # told during the pass
+        cache.on_change("beta", "m", view[("beta", "m")])
 
-    store.scan = scan  # type: ignore[method-assign]
-    cache.preload()
+    preload_writing(store, cache, m1, told)
     assert found(cache, "beta") == ["b", "m"]
     clock.now += 3600.0
     m2 = dataclasses.replace(m1, write_count=2, content="v2")
@@ -1440,17 +1453,8 @@ def test_news_of_an_older_version_leaves_a_pass_written_row_owed() -> None:
     m1 = make_row("beta", "m", [0, 1.0, 0, 0])
     store.put(m1)
     view[("beta", "m")] = live(m1)
-    pages = [list(t.values()) for t in store.rows.values()]  # the pass's read: write 1
     m2 = dataclasses.replace(m1, write_count=2, vector=(1.0, 0.0, 0.0, 0.0))
-
-    def scan() -> Iterator[list[MemoryRow]]:
-        yield pages[0]
-        store.put(m2)
-        cache.upserted([m2])  # beta not held while the pass runs: skipped
-        yield pages[1]
-
-    store.scan = scan  # type: ignore[method-assign]
-    cache.preload()
+    preload_writing(store, cache, m2)  # the pass reads write 1
     cache.on_change("beta", "m", live(m1, access_count=1))  # an access of write 1
     view[("beta", "m")] = live(m2)
     cache.on_change("beta", "m", view[("beta", "m")])  # the view's news of write 2
@@ -1466,16 +1470,10 @@ def test_a_pass_written_row_the_view_holds_but_has_not_told_yet_is_read_at_once(
     """
     store, view, cache, _ = pass_setup()
     m = make_row("beta", "m", [1.0, 0, 0, 0])
-    pages = [list(t.values()) for t in store.rows.values()]
 
-    def scan() -> Iterator[list[MemoryRow]]:
-        yield pages[0]
-        store.put(m)
-        cache.upserted([m])  # beta not held while the pass runs: skipped
-        yield pages[1]
-        view[("beta", "m")] = live(m)  # stored by the view, not told yet
+    def stored() -> None:  # by the view, not told yet
+        view[("beta", "m")] = live(m)
 
-    store.scan = scan  # type: ignore[method-assign]
-    cache.preload()
+    preload_writing(store, cache, m, stored)
     cache.on_change("beta", "m", view[("beta", "m")])  # the tell, after the pass
     assert found(cache, "beta") == ["b", "m"]
