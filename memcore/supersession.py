@@ -259,7 +259,10 @@ def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact
         if best is None:
             return None
     at, relation, phrase = best
-    subject = _subject(padded[:at].strip(), relation)
+    written = padded[:at].strip()
+    # a single-valued attribute's "new" is dropped from a copula's subject only ("my new boss
+    # lives in Paris" is of another person)
+    subject = _without_new(written) if relation in _COPULAS else written
     rest = padded[at + len(phrase) + 2 :]
     value = _VALUE_END.split(rest, maxsplit=1)[0].strip()
     if not subject or not value or len(subject.split()) > 6 or _NEGATION.search(subject):
@@ -267,19 +270,12 @@ def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact
     # "Alice's car is not a Prius": a copula's denial
     if _NEGATION.match(value) or not _valued(relation, phrase, value, rest):
         return None
-    if subject != padded[:at].strip() and not _plain(value, rest):
+    if subject != written and not _plain(value, rest):
         return None  # "my new job is at Globex, starting in June": the new one, with care
     if relation == "prefers":
         value, _, purpose = value.partition(_PURPOSE)
         relation = f"{relation}{_PURPOSE}{purpose}" if purpose else relation
     return Fact(subject, relation, value)
-
-
-def _subject(subject: str, relation: str) -> str:
-    """``subject`` as the rule compares it: a single-valued attribute's "new" dropped (a copula's
-    only: "my new boss lives in Paris" is of another person).
-    """
-    return _without_new(subject) if relation in _COPULAS else subject
 
 
 def _without_new(subject: str) -> str:
