@@ -976,9 +976,10 @@ class HotCache:
                 block = self._pending(tenant_id)
                 made.add(tenant_id)
             with block.lock:
-                if row.memory_id not in block.index:
-                    total += 1
-                if self._put(tenant_id, block, row):
+                held = block.held  # a purged memory's lingering row is left out: not counted
+                laid = self._put(tenant_id, block, row)
+                total += block.held - held
+                if laid:
                     if self.live_of(tenant_id, row.memory_id) is not None:
                         # as new as the view knows: a change it told meanwhile is met (a
                         # memory it dropped stays marked, to be read back and removed)

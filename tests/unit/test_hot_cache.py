@@ -1477,3 +1477,22 @@ def test_a_pass_written_row_the_view_holds_but_has_not_told_yet_is_read_at_once(
     preload_writing(store, cache, m, stored)
     cache.on_change("beta", "m", view[("beta", "m")])  # the tell, after the pass
     assert found(cache, "beta") == ["b", "m"]
+
+
+def test_purged_rows_a_preload_leaves_out_do_not_count_toward_the_total_limit() -> None:
+    """A purged memory's row lingers in Milvus until the worker deletes it: the preload left it
+    out of the block but counted it, so fewer tenants than ``total_max`` allows were held.
+    """
+    store = FakeStore()
+    lingering = [make_row("t1", f"p{i}", [1.0, 0, 0, 0]) for i in range(3)]
+    store.put(*lingering, make_row("t1", "a", [1.0, 0, 0, 0]), make_row("t2", "b", [1.0, 0, 0, 0]))
+    purged = {r.memory_id for r in lingering}
+    cache = HotCache(
+        store,  # type: ignore[arg-type]
+        lambda _t, m: codec.PURGED if m in purged else None,
+        total_max=2,
+    )
+    assert cache.preload() == (2, 2)
+    reads = store.reads
+    assert found(cache, "t2") == ["b"]
+    assert store.reads == reads  # held: no Milvus read
