@@ -7,7 +7,8 @@ supersedes, one said of another end user or by another agent never does.
 The deterministic rule: both memories are short single statements that parse as
 ``subject · relation · value`` (``Alice lives in Osaka`` / ``Alice now lives in Lisbon``), with the
 same subject and relation, different values, and cosine similarity at least
-:attr:`SupersessionPolicy.min_cosine`. The older (by event time) is superseded by the newer.
+:attr:`SupersessionPolicy.min_cosine`. The older (by event time) is superseded by the newer,
+which must name one new value and nothing else (:func:`_firm`).
 Anything the rule cannot parse is left alone: a missed update costs an ordering, a false one
 would hide a memory (rule zero), so the rule only fires on plain statements.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -170,7 +172,10 @@ _NOT_A_VALUE: dict[str, re.Pattern[str]] = {
         r"(to|from|into|through|around|across|back|home|for|with|by|on|in|at|out|off|up|down|over)"
         r"(\s|$)"
     ),
-    "works at": re.compile(r"(home|from home|remotely)$"),
+    "works at": re.compile(
+        r"(home|from home|remotely|nights?|noon|midnight|dawn|weekends?|the weekend"
+        r"|\d{1,2}(:\d\d)?\s?(am|pm)?)$"
+    ),
 }
 """Per relation, values that say where or how, not what ("drives to work", "works at home"):
 no value. Only whole words ("Home Depot", "AT&T" and "prefers to cycle" are values)."""
@@ -180,21 +185,67 @@ _SPELLING = {"favorite": "favourite", "color": "colour"}
 """American spellings read as British ones: "Alice's favorite food" names the attribute "Alice's
 favourite food" does."""
 _SPELT = re.compile(r"\b(" + "|".join(_SPELLING) + r")\b")
-_SINGLE = (
-    r"(my|his|her|their|our|your|\S+'s) (?:new )?"
-    r"(favourite \w+( \w+)?|phone( number)?|(mobile |cell )?number|((email|home|postal) )?address"
-    r"|email|job( title)?|title|boss|manager|password|username)"
+_ATTRIBUTE = (
+    r"(favourite \w+( \w+)?|phone( number)?|(mobile |cell )?number|((home|postal) )?address"
+    r"|job( title)?|title|boss|manager|password|username)"
 )
-_SINGLE_NEW = re.compile(rf"{_SINGLE}$")
+"""Attributes one holds a single value of at a time (not an email: one has several)."""
+_SINGLE_NEW = re.compile(rf"(my|his|her|their|our|your|\S+'s) (?:new )?{_ATTRIBUTE}$")
 """An owned attribute one holds a single value of at a time, maybe called new ("Alice's new
 favourite food", "my new phone number"): "new" is dropped (it names the attribute it replaces a
 value of). Not "Alice's new friend" (one has several), nor "the new intern" (no one's)."""
+_SINGLE_ATTRIBUTE = re.compile(
+    rf"(?:the (?:wifi|work|home|office) |(?:my|our|your|\S+'s) (?:(?:work|home|mobile|cell) )?)"
+    rf"{_ATTRIBUTE}"
+)
+"""The subject of an ``X is Y`` statement that can replace a value (:func:`_firm`): an owned
+attribute held one value at a time ("Alice's favourite food", "the wifi password"); not of the
+owners "his", "her" or "their" (:data:`_VAGUE_SUBJECT`)."""
+_VAGUE_SUBJECT = re.compile(
+    r"^(he|she|they|it|his|her|their|its|this|that|these|those|there|a|an|one|someone|somebody"
+    r"|some|another|if|when|maybe|perhaps)\b"
+    r"|\b(\w*friends?|\w*sisters?|\w*brothers?|siblings?|cousins?|colleagues?|co-?workers?"
+    r"|neighbou?rs?|kids?|child|children|\w*sons?|\w*daughters?|\w*mates?|\w*parents?|grand\w*"
+    r"|aunts?|uncles?|nephews?|nieces?|ex|exes|partners?|clients?|patients?|students?|pupils?"
+    r"|customers?|tenants?|interns?|employees?|reports?|team|people|everyone)\b"
+)
+"""Subjects that may name another in each statement: a pronoun ("she", "her boss", "that"), an
+indefinite ("a friend of mine", "one of my friends", "someone on my team"), a relation one
+has several of ("my sister", "my grandson", "my ex", "my client"), or a condition ("if
+Alice"). Also "the ..." but an attribute of its own ("the boss", not "the wifi password":
+:func:`_firm`)."""
+_ARTICLES = frozenset({"a", "an", "the"})
+_PROPER = frozenset({"lives in", "works at", "is married to", "is dating"})
+"""Relations whose value is a name: of a place, an employer, a person."""
+_OPEN_VALUED = re.compile(r"\b(favourite \w+( \w+)?|password|username)$")
+"""Attributes whose value may open with any word ("sushi", "blue", "swordfish")."""
+_NUMBERED = re.compile(r"\b(phone( number)?|number|address)$")
+"""Attributes whose value may be a number ("555-9876", "5 Oak Rd")."""
+_JOINERS = frozenset({"of", "the", "&", "de", "del", "da", "la", "le", "van", "von"})
+"""Lower-case words inside a name ("Bank of America", "Procter & Gamble"), never its first or
+last."""
+_WORD = re.compile(r"\w[\w'.&-]*")
+"""A word of a name or a number: letters and digits, maybe joined by ', ., & or -."""
+_NOT_NAMES = re.compile(
+    r"jan(uary)?|feb(ruary)?|mar(ch)?|apr(il)?|may|june?|july?|aug(ust)?|sept?(ember)?"
+    r"|oct(ober)?|nov(ember)?|dec(ember)?|(mon|tues?|wed(nes)?|thu(rs?)?|fri|sat(ur)?|sun)(day)?s?"
+    r"|week(day|end)s?|christmas|easter|thanksgiving|halloween|ramadan|diwali|summer|winter"
+    r"|spring|autumn|fall|hq|pt|ft|tbd|tbc|jk|iirc|afaik|imo|imho|tbh|lol|btw|fyi|asap|eta|wfh"
+    r"|last|next|this|(year|month|week|day|hour|night|morning|evening|time)s?|ago|today|tonight"
+    r"|tomorrow|yesterday|soon|later|then|maybe|probably|perhaps|too|also|again|once|twice"
+    r"|in|on|at|with|for|from|to|by|of|about|into|near|over|under|like|as|still"
+)
+"""Words that say when, how sure or where, not what, capitalised too ("Globex Saturdays",
+"Lisbon June-August", "Lisbon Last Year", "Globex PT", "Lisbon JK"), also as a whole value or
+its first word ("works at Christmas", "my password is in Bitwarden"); but "of", "the" and
+the like inside a name (:data:`_JOINERS`)."""
 _TAKEN = frozenset(
     {"took a job at", "took a new job at", "got a new job at", "started a job at"}
     | {"started a new job at"}
 )
-"""Phrases of a job taken, read with care (:func:`_plain`; the phrases of 7613fda's rule are
-read as they were). Not "got hired by" ("got hired by a client" is a gig)."""
+"""Phrases of a job taken, read in a plain statement alone (:func:`_plain`), as the older of two
+too: a job taken "for the summer" is not replaced by a later one. Not "got hired by" ("got hired
+by a client" is a gig)."""
 _HISTORY = re.compile(r"\b((1[89]|20)\d\d|\d0s)\b")
 _QUALIFIED = re.compile(
     r"\s(for|on|to|in|at|during|over|as|ago|last|next|this|starting|from|until|after|when|once"
@@ -203,7 +254,8 @@ _QUALIFIED = re.compile(
 _HEDGED = frozenset({"going", "probably", "maybe", "perhaps", "hopefully", "if", "once", "soon"})
 _FILLER = re.compile(
     r"\b(now|currently|nowadays|these days|recently|still|actually|anymore|already|just|"
-    r"since then)\b"
+    r"since then)\b|\binstead(?=\W*$)",
+    re.I,
 )
 _NEGATION = re.compile(r"\b(no longer|not|never|no)\b|n't\b")
 """Said of the subject ("Alice no longer lives in Osaka", "Bob doesn't work at Acme"): the
@@ -213,14 +265,23 @@ _PURPOSE = " for "
 to the attribute, so a preference for frontend work does not replace one for backend work. Only
 for ``prefers``: "moved to Lisbon for work" is still a move."""
 _UPDATE_MARKER = re.compile(r"\b(now|currently|nowadays|these days|no longer|anymore)\b", re.I)
-_PAST = frozenset({"was", "were", "had", "did", "went", "said", "is", "are", "has", "have"})
+_ONE_AT_A_TIME = frozenset({"plays", "supports", "attends"})
+"""The verbs a ``Name verb value`` statement is read with (:func:`_generic`): of a sport, a team,
+a school, which a newer value said to be an update replaces ("Alice plays squash now"). Not the
+verbs of what one has several of or more of ("knows", "speaks", "likes", "teaches", "manages",
+"mentors", "reads")."""
 _VALUE_END = re.compile(r",|;| because | since | but | and | with | near | which | who ")
 _SENTENCE_END = re.compile(r"[.!?](\s|$)")
 
 
-def _normalised(text: str) -> str:
-    text = text.strip().lower().replace("\u2019", "'")
-    text = _FILLER.sub(" ", text)
+def _normalised(text: str, *, cased: bool = False) -> str:
+    """``text`` lower-cased, without fillers, in British spelling; ``cased``: in its own case,
+    word for word the same (the words a value is read from, to tell names from other words).
+    """
+    text = text.strip().replace("\u2019", "'")
+    if cased:
+        return " ".join(_FILLER.sub(" ", text).split())
+    text = _FILLER.sub(" ", text.lower())
     text = _SPELT.sub(lambda m: _SPELLING[m.group(1)], text)
     return " ".join(text.split())
 
@@ -238,11 +299,14 @@ def states_fact(content: str, rules: SupersessionPolicy) -> bool:
     return rules.enabled and fact_of(content, rules.max_words, generic=True) is not None
 
 
-def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact | None:
+def fact_of(
+    content: str, max_words: int = 16, *, generic: bool = False, firm: bool = False
+) -> Fact | None:
     """The fact a short single statement states, or None when it is not one the rule knows.
 
     ``generic``: when no known relation matches, read ``Name verb value`` (``Alice plays
-    squash``) — used only when the newer of two statements says it is an update.
+    squash``) — used only when the newer of two statements says it is an update. ``firm``: only
+    a statement that can replace a value (:func:`_firm`), as the newer of two must be.
     """
     text = _normalised(content).rstrip(".! ")
     if not text or len(text.split()) > max_words or _SENTENCE_END.search(text) or "?" in text:
@@ -272,6 +336,8 @@ def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact
         return None
     if subject != written and not _plain(value, rest):
         return None  # "my new job is at Globex, starting in June": the new one, with care
+    if firm and not _firm(content, subject, relation, value, rest):
+        return None
     if relation == "prefers":
         value, _, purpose = value.partition(_PURPOSE)
         relation = f"{relation}{_PURPOSE}{purpose}" if purpose else relation
@@ -309,10 +375,98 @@ def _plain(value: str, rest: str) -> bool:
     return not (_QUALIFIED.search(f" {' '.join(words[1:])} ") or _HISTORY.search(value))
 
 
+def _firm(content: str, subject: str, relation: str, value: str, rest: str) -> bool:
+    """The statement names one new value of one subject's attribute, and nothing else.
+
+    Only such a statement may replace an older value (``content``: the statement as written): a
+    replacement read wrongly hides a true memory (rule zero), while one missed costs an
+    ordering. So the newer of two statements must be:
+
+    - of a definite subject (:data:`_VAGUE_SUBJECT`: not "she", "a friend", "my sister", who
+      may be another than the older statement's);
+    - with ``X is Y``, of an attribute held one value at a time (:data:`_SINGLE_ATTRIBUTE`: not
+      "my hobby", "Alice's friend", "my cat", "my email", "the password");
+    - with nothing after its value ("... and Osaka", ", I think", ", Bob said", "but ...");
+    - with a value that denies nothing ("is definitely not a Prius", "Lisbon no more") and is
+      all name (:func:`_named_value`), in a statement whose case tells names from other words
+      (not all capitals or every word capitalised).
+    """
+    single = _SINGLE_ATTRIBUTE.fullmatch(subject) is not None
+    if _VAGUE_SUBJECT.search(subject) or (subject.startswith("the ") and not single):
+        return False
+    if relation in _COPULAS and not single:
+        return False
+    if rest.strip() != value or _NEGATION.search(value):
+        return False
+    said = _normalised(content, cased=True).rstrip(".! ").split()
+    if len(said) != len(_normalised(content).rstrip(".! ").split()):
+        return False  # a letter whose lower case is two ("İ"): the words do not line up
+    if all(_capitalised(w) for w in said):
+        return False  # "ALICE LIVES IN LISBON DURING THE SUMMER": case tells nothing
+    # the value ends the statement: its last words, as written (a preference's purpose cut)
+    words = said[-len(value.split()) :]
+    if relation == "prefers":
+        words = words[: len(value.partition(_PURPOSE)[0].split())]
+    return _named_value(relation, subject, words)
+
+
+def _named_value(relation: str, subject: str, words: list[str]) -> bool:
+    """``words`` (as written) name a value of ``relation`` and say nothing else: no when, how
+    long, how often or how sure ("Globex temporarily", "a cafe part-time", "Lisbon during the
+    summer", "Globex Saturdays", "Lisbon 2019", "Tom probably", "Globex (PT)", "Globex too").
+
+    After an article (and before "for work" or "for good"), each word is capitalised, or a
+    joiner inside a name ("Bank of America"), and none says a time or a hedge
+    (:data:`_NOT_NAMES`):
+
+    - a place, an employer or a person (lives in, works at, is married to, is dating, a boss or
+      a job; "my job is at Globex"): every word, as a name ("Lisbon", not "a flat", "the
+      office", "him", "someone");
+    - a number (phone, address): every word, or with a digit ("555-9876", "5 Oak Rd");
+    - a favourite, a password, a car, a study, a preference or a ``Name verb value`` statement
+      said to be an update: any first word ("sushi", "a van"), then capitalised words or
+      numbers ("a Tesla Model 3").
+    """
+    if words[-2:] in (["for", "work"], ["for", "good"]):
+        words = words[:-2]
+    if words and words[0].lower() in _ARTICLES:
+        words = words[1:]
+    if relation in _COPULAS and re.search(r"\bjob$", subject) and words[:1] == ["at"]:
+        words = words[1:]
+    if not words or not all(_WORD.fullmatch(w) or w in _JOINERS for w in words):
+        return False  # brackets, slashes, "%", dashes, emoji
+    last = len(words) - 1
+    if any(
+        _NOT_NAMES.fullmatch(part) and not (0 < i < last and w in _JOINERS)
+        for i, w in enumerate(words)
+        for part in w.lower().split("-")
+    ):
+        return False
+    if relation in _COPULAS and _NUMBERED.search(subject):
+        loose, digits = 0, True
+    elif relation in _COPULAS:
+        loose, digits = int(_OPEN_VALUED.search(subject) is not None), False
+    else:
+        loose, digits = int(relation not in _PROPER), relation not in _PROPER
+    return all(
+        i < loose
+        or _capitalised(w)
+        or (digits and any(c.isdigit() for c in w))
+        or (0 < i < last and w in _JOINERS)
+        for i, w in enumerate(words)
+    )
+
+
+def _capitalised(word: str) -> bool:
+    """The word's first letter or digit is an upper-case letter (in any script)."""
+    first = next((c for c in word if c.isalnum()), "")
+    return first.isupper()
+
+
 def _generic(text: str) -> tuple[int, str, str] | None:
-    """``Name verb value``: a one-word subject and a present-tense verb (not a copula)."""
+    """``Name verb value``: a one-word subject and a verb of :data:`_ONE_AT_A_TIME`."""
     words = text.split()
-    if len(words) < 3 or words[1] in _PAST or not words[1].endswith("s"):
+    if len(words) < 3 or words[1] not in _ONE_AT_A_TIME:
         return None
     return len(words[0]) + 1, words[1], words[1]  # positions in " text "
 
@@ -347,18 +501,24 @@ def detect(
         older, newer = (other, new) if other.at < new.at else (new, other)
         generic = states_an_update(newer.content)
         old_fact = fact_of(older.content, policy.max_words, generic=generic)
-        new_fact = fact_of(newer.content, policy.max_words, generic=generic)
+        new_fact = fact_of(newer.content, policy.max_words, generic=generic, firm=True)
         if old_fact is None or new_fact is None:
             continue
         if (old_fact.subject, old_fact.relation) != (new_fact.subject, new_fact.relation):
             continue
-        if old_fact.value == new_fact.value:
-            continue
+        if _tokens(old_fact.value) <= _tokens(new_fact.value):
+            continue  # the same value, or restated with more ("Acme Inc", "Lisbon & Osaka")
         if new_fact.relation in _MANY_VALUED and not generic:
             continue  # a second value held beside the first, unless said to replace it
         reason = f"{_named(new_fact.relation)} (cosine {other.similarity:.3f})"
         out.append(Supersession(older.memory_id, newer.memory_id, newer.at, reason))
     return out
+
+
+def _tokens(value: str) -> set[str]:
+    """The words of ``value`` without accents or articles: "Ōsaka" is "Osaka"."""
+    plain = "".join(c for c in unicodedata.normalize("NFKD", value) if not unicodedata.combining(c))
+    return set(re.findall(r"\w+", plain)) - _ARTICLES
 
 
 def _named(relation: str) -> str:

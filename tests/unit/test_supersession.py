@@ -141,25 +141,25 @@ def test_same_value_other_subject_weak_similarity_or_disabled_supersede_nothing(
 
 
 def test_only_a_memory_of_the_same_user_and_agent_is_superseded() -> None:
-    """End user u2's "My sister now lives in Lisbon" superseded u1's "My sister lives in Osaka",
+    """End user u2's "My mother now lives in Lisbon" superseded u1's "My mother lives in Osaka",
     and u1's recall (by user_id) then found neither; another session of the same user is the
     same scope (a fact restated later supersedes).
     """
-    new = Version("lisbon", "My sister now lives in Lisbon", T0 + hours(24), scope=("bot", "u2"))
+    new = Version("lisbon", "My mother now lives in Lisbon", T0 + hours(24), scope=("bot", "u2"))
     others = [
-        Version("u1", "My sister lives in Osaka", T0, 0.9, ("bot", "u1")),
-        Version("agent", "My sister lives in Osaka", T0, 0.9, ("x", "u2")),
-        Version("unscoped", "My sister lives in Osaka", T0, 0.9),
-        Version("later", "My sister lives in Kyoto now", T0 + hours(48), 0.9, ("bot", "u1")),
+        Version("u1", "My mother lives in Osaka", T0, 0.9, ("bot", "u1")),
+        Version("agent", "My mother lives in Osaka", T0, 0.9, ("x", "u2")),
+        Version("unscoped", "My mother lives in Osaka", T0, 0.9),
+        Version("later", "My mother lives in Kyoto now", T0 + hours(48), 0.9, ("bot", "u1")),
     ]
     assert detect(new, others, RULE) == []
     assert llm_candidates(new, others, RULE) == []  # another user's words never reach a prompt
     assert decide(new, others, RULE, '{"replaces": [1, 2, 3]}') == []
     assert decide(new, others, RULE) == []
-    mine = Version("mine", "My sister lives in Osaka", T0, 0.9, ("bot", "u2"))
+    mine = Version("mine", "My mother lives in Osaka", T0, 0.9, ("bot", "u2"))
     assert [(s.older, s.newer) for s in detect(new, [*others, mine], RULE)] == [("mine", "lisbon")]
     assert [s.older for s in decide(new, [*others, mine], RULE, '{"replaces": [1]}')] == ["mine"]
-    unscoped = Version("n", "My sister now lives in Lisbon", T0 + hours(24))
+    unscoped = Version("n", "My mother now lives in Lisbon", T0 + hours(24))
     assert [s.older for s in detect(unscoped, others, RULE)] == ["unscoped"]
 
 
@@ -447,7 +447,6 @@ def test_statements_that_hold_beside_the_older_one_supersede_nothing(
 @pytest.mark.parametrize(
     ("older", "newer"),
     [
-        ("Alice prefers to work remotely.", "Alice now prefers to work from the office."),
         ("Bob works at Home Depot.", "Bob now works at Target."),
         ("Bob works at AT&T.", "Bob now works at Verizon."),
         ("Carol works at In-N-Out.", "Carol now works at Chipotle."),
@@ -472,11 +471,19 @@ def test_a_value_that_opens_with_a_preposition_s_letters_is_still_a_value(
         ("Alice's favourite food is sushi.", "Alice's new favourite food is paella."),
         ("My phone number is 555-1234.", "My new phone number is 555-9876."),
         ("My boss is Ann.", "My new boss is Tom."),
-        # read as 7613fda's rule read them: the care is for the new job phrases alone
-        ("Bob lives in Berlin.", "Bob moved to Paris in 2024."),
+        # the older statement may say more than its value; the newer one may not (below)
         ("Alice works at Acme on the data team.", "Alice works at Globex now."),
         ("Alice lives in Osaka but works in Kyoto.", "Alice moved to Lisbon."),
-        ("Bob works at Acme.", "Bob works at Globex now but misses Acme."),
+        ("Alice lives in Osaka.", "Alice moved to Lisbon for work."),
+        ("Bob works at Acme.", "Bob now works at Bank of America."),
+        ("Alice drives a Tesla.", "Alice drives a van now."),
+        ("Alice plays tennis.", "Alice plays squash these days instead."),
+        ("Alice prefers Python for backend work.", "Alice prefers Go for backend work now."),
+        ("Bob works at Acme.", "Bob works at Procter & Gamble now."),
+        ("My job is at Acme.", "My new job is at Globex."),
+        ("My password is hunter2.", "My new password is swordfish."),
+        ("Alice supports Arsenal.", "Alice supports Chelsea now."),
+        ("Mom lives in Rome.", "Mom lives in Paris now."),
     ],
 )
 def test_a_replacement_in_other_words_supersedes(older: str, newer: str) -> None:
@@ -549,6 +556,247 @@ def test_a_replacement_in_other_words_supersedes(older: str, newer: str) -> None
     ],
 )
 def test_words_that_only_look_like_a_replacement_supersede_nothing(older: str, newer: str) -> None:
+    new = Version("n", newer, T0 + hours(24))
+    assert detect(new, [Version("o", older, T0, 0.7)], RULE) == []
+
+
+@pytest.mark.parametrize(
+    ("older", "newer"),
+    [
+        # a job taken, with a tail that says when, how long, how sure or who says
+        ("Alice works at Acme.", "Alice took a job at a cafe part-time."),
+        ("Alice works at Acme.", "Alice took a job at Globex then quit."),
+        ("Alice works at Acme.", "Alice took a job at Globex out of college."),
+        ("Alice works at Acme.", "Alice took a job at Globex (for the summer)."),
+        ("Alice works at Acme.", "Alice took a job at Globex—for the summer."),
+        ("Alice works at Acme.", "Alice took a job at Globex temporarily."),
+        ("Alice works at Acme.", "Alice took a job at Globex briefly."),
+        ("Alice works at Acme.", "Alice took a job at Globex I think."),
+        ("Alice works at Acme.", "Alice took a job at Globex apparently."),
+        ("Alice works at Acme.", "Alice took a job at Globex decades back."),
+        ("Bob works at Acme.", "Bob started a job at noon."),
+        ("Alice works at Acme.", "Alice took a job at Globex previously."),
+        ("Alice works at Acme.", "Alice took a job at a bar weekends."),
+        ("Alice works at Acme.", "Alice took a job at Globex & quit."),
+        ("Alice works at Acme.", "Alice took a job at Globex Bob says."),
+        ("Alice works at Acme.", "Alice started a job at Globex tomorrow."),
+        ("Alice works at Acme.", "Alice took a job at Globex part time."),
+        ("Alice works at Acme.", "Alice took a job at a bar nights."),
+        ("Alice works at Acme.", "Alice got a new job at Globex supposedly."),
+        ("Alice works at Acme.", "Alice took a job at Globex 3 years back."),
+        # an attribute called new, with a tail, a second email, someone else's
+        ("My boss is Ann.", "My new boss is Tom probably."),
+        ("My email is ann@home.com.", "My new email is ann@acme.com."),
+        ("Her boss is Ann.", "Her new boss is Tom."),
+        ("My phone number is 555-1234.", "My new phone number is 555-9876 tomorrow."),
+        ("My job is at Acme.", "My new job is at Globex soonish."),
+        ("My address is 1 Elm St.", "My new address is 5 Oak Rd eventually."),
+        ("My boss is Ann.", "My new boss is Tom (from March)."),
+        ("Alice's manager is Ann.", "Alice's new manager is Tom maybe."),
+        ("My job is nursing.", "My new job is part-time."),
+        # the phrases of 7613fda's rule, with a tail (read so since then)
+        ("Bob lives in Berlin.", "Bob moved to Paris in 2024."),
+        ("Bob works at Acme.", "Bob works at Globex now but misses Acme."),
+        ("Alice works at Acme.", "Alice works at Globex too."),
+        ("Alice lives in Osaka.", "Alice lives in Lisbon and Osaka."),
+        ("Alice works at Acme.", "Alice works at Globex as well."),
+        ("Alice lives in Osaka.", "Alice lives in Lisbon during the summer."),
+        ("Alice works at Acme.", "Alice works at a bar on weekends."),
+        ("Alice works at Acme.", "Alice got a job at a cafe for the summer."),
+        ("Alice works at Acme.", "Alice started working at a bar on weekends."),
+        ("Alice lives in Osaka.", "Alice has moved to Lisbon before."),
+        ("Alice lives in Osaka.", "Alice moved to Lisbon as a child."),
+        ("Alice works at Acme.", "Alice works at Globex, I think."),
+        ("Alice lives in Osaka.", "Alice lives in Lisbon, Bob said."),
+        ("Alice lives in Osaka.", "Alice lives in Lisbon if she gets the visa."),
+        ("Alice works at Acme.", "Alice works at night."),
+        ("Alice lives in Osaka.", "Alice moved to a new flat in Osaka."),
+        ("Alice works at Acme.", "Alice works at Globex part-time."),
+        ("Alice lives in Osaka.", "Alice moved to Lisbon for a semester."),
+        ("Alice works at Acme.", "Alice started working at Globex in 2010."),
+        ("Alice works at Acme.", "Alice works at Globex, apparently."),
+        ("Alice lives in Osaka.", "Alice moved to the marketing team."),
+        ("Alice lives in Osaka.", "Alice lives in Lisbon according to Bob."),
+        # a subject that may be another person each time
+        ("My friend lives in Rome.", "My friend lives in Paris."),
+        ("A friend of mine lives in Rome.", "A friend of mine lives in Paris."),
+        ("One of my friends works at Acme.", "One of my friends works at Globex."),
+        ("My sister lives in Osaka.", "My sister lives in Lisbon."),
+        ("She lives in Osaka.", "She lives in Lisbon."),
+        ("He works at Acme.", "He works at Globex."),
+        ("My friends live in Osaka.", "My friends live in Lisbon."),
+        ("Someone on my team lives in Rome.", "Someone on my team lives in Paris."),
+        ("Her favourite food is sushi.", "Her favorite food is pho."),
+        ("A colleague works at Acme.", "A colleague works at Globex."),
+        # X is Y of what one has several of, or a description
+        ("My hobby is chess.", "My hobby is pottery."),
+        ("Alice's friend is Sam.", "Alice's friend is Tom."),
+        ("Bob's neighbour is Ann.", "Bob's neighbour is Tom."),
+        ("My cat is Milo.", "My cat is Luna."),
+        ("My boss is Ann.", "My boss is strict."),
+        ("Alice's car is a Tesla.", "Alice's car is red."),
+        ("My parents are in Ohio.", "My parents are retired."),
+        ("My job is at Acme.", "My job is stressful."),
+        ("Alice's car is a Tesla.", "Alice's car is definitely not a Prius."),
+        ("My favourite food is sushi.", "My favourite food is certainly not pizza."),
+        ("My kids are Sam and Max.", "My kids are at school."),
+        ("My favourite food is sushi.", "My favourite food is pizza, I think."),
+        # one more of what one gathers, or for a while
+        ("Alice speaks French.", "Alice speaks Spanish now too."),
+        ("Alice knows Python.", "Alice knows Rust now."),
+        ("Alice uses Vim.", "Alice uses Slack now."),
+        ("Alice owns a Tesla.", "Alice owns a boat now."),
+        ("Alice speaks French.", "Alice speaks Spanish now as well."),
+        ("Alice studies math.", "Alice studies French now too."),
+        ("Alice drives a Tesla.", "Alice currently drives a rental while it is repaired."),
+        ("Alice plays chess.", "Alice plays tennis these days as well."),
+        # a denial, a condition, a dream, a part of the old value
+        ("Alice lives in Osaka.", "Alice lives in Lisbon no more."),
+        ("If Alice moved to Paris she'd be happy.", "If Alice moved to Rome she'd be happy."),
+        ("Alice lives in Osaka.", "Alice lives in Lisbon in my dream."),
+        ("Alice lives in Osaka.", "Alice lives in Lisbon haha no"),
+        ("Alice works at Acme.", "Alice works at Acme's Lisbon office."),
+        # a second review: capitals that tell nothing
+        ("Alice lives in Osaka.", "ALICE LIVES IN LISBON DURING THE SUMMER"),
+        ("Alice works at Acme.", "ALICE WORKS AT GLOBEX PART-TIME"),
+        ("Alice lives in Osaka.", "Alice Lives In Lisbon In The Summer"),
+        ("Alice works at Acme.", "Alice Works At Globex Part-Time"),
+        ("Alice lives in Osaka.", "Alice moved to Lisbon Last Year"),
+        ("Alice works at Acme.", "ALICE WORKS AT GLOBEX TOO"),
+        # a day, a month or a year
+        ("Alice works at Acme.", "Alice works at Globex Saturdays."),
+        ("Alice works at Acme.", "Alice works at Globex Mondays."),
+        ("Alice works at Acme.", "Alice works at Globex Mon-Wed."),
+        ("Alice lives in Osaka.", "Alice lives in Lisbon June-August."),
+        ("Alice lives in Osaka.", "Alice moved to Lisbon March 2019."),
+        ("Alice lives in Osaka.", "Alice moved to Lisbon 2019."),
+        ("Alice works at Acme.", "Alice works at Globex Christmas."),
+        ("Alice lives in Lisbon.", "Alice lives in Porto Mon-Fri."),
+        ("Alice works at Acme.", "Alice works at Globex Sundays."),
+        ("Alice lives in Osaka.", "Alice lives in Lisbon Oct-Apr."),
+        ("Alice works at Acme.", "Alice took a job at Globex Saturdays."),
+        ("Alice works at Acme.", "Alice works at Globex 2010-2012."),
+        # a number of hours, days or times; a time of day
+        ("Alice works at Acme.", "Alice works at Globex 20h/week."),
+        ("Alice works at Acme.", "Alice works at Globex 50%."),
+        ("Alice works at Acme.", "Alice works at Globex 3x/week."),
+        ("Alice works at Acme.", "Alice works at Globex 2 days a week."),
+        ("Alice lives in Osaka.", "Alice moved to Lisbon 3 times."),
+        ("Alice lives in Osaka.", "Alice lives in Lisbon 6 months a year."),
+        ("Alice works at Acme.", "Alice works at Globex 0.5 FTE."),
+        ("Alice works at Acme.", "Alice works at 9.30."),
+        ("Alice works at Acme.", "Alice works at 9.30am."),
+        ("Alice works at Acme.", "Alice works at 9ish."),
+        ("Alice works at Acme.", "Alice works at eight."),
+        ("Alice works at Acme.", "Alice works at lunchtime."),
+        ("Alice works at Acme.", "Alice works at midday."),
+        ("Alice works at Acme.", "Alice works at half 8."),
+        # an abbreviation, a bracket, an attribution, an emoji
+        ("Alice works at Acme.", "Alice works at Globex PT."),
+        ("Alice works at Acme.", "Alice works at Globex (Part-Time)."),
+        ("Alice works at Acme.", "Alice works at Globex (PT)."),
+        ("Alice lives in Osaka.", "Alice lives in Lisbon JK."),
+        ("Alice works at Acme.", "Alice works at Globex TBD."),
+        ("Alice lives in Osaka.", "Alice lives in Lisbon (Unconfirmed)."),
+        ("Alice lives in Osaka.", "Alice lives in Lisbon —Bob"),
+        ("Alice works at Acme.", "Alice works at Globex IIRC."),
+        ("Alice works at Acme.", "Alice works at Globex AFAIK."),
+        ("Alice lives in Osaka.", "Alice lives in Lisbon (Maybe)."),
+        ("Alice works at Acme.", "Alice works at Globex 🎉"),
+        ("Alice lives in Osaka.", "Alice moved to Lisbon 🤞"),
+        # the older value restated beside another
+        ("Alice lives in Osaka.", "Alice lives in Lisbon & Osaka."),
+        ("Alice lives in Osaka.", "Alice lives in Lisbon/Osaka."),
+        ("Alice works at Acme.", "Alice works at Globex & Acme."),
+        ("Alice works at Acme.", "Alice works at Acme/Globex."),
+        ("Alice lives in Osaka.", "Alice lives in Lisbon + Osaka."),
+        # no name: a kind of place or employer, a pronoun
+        ("Alice lives in Osaka.", "Alice lives in a flat."),
+        ("Alice lives in Osaka.", "Alice lives in an apartment."),
+        ("Alice lives in Osaka.", "Alice lives in the suburbs."),
+        ("Alice lives in Osaka.", "Alice moved to a flat."),
+        ("Alice lives in Osaka.", "Alice moved to the suburbs."),
+        ("Alice lives in Osaka.", "Alice lives in fear."),
+        ("Alice lives in Osaka.", "Alice lives in a dorm."),
+        ("Alice lives in Osaka.", "Alice lives in a house."),
+        ("Alice works at Acme.", "Alice works at the office."),
+        ("Alice works at Acme.", "Alice works at HQ."),
+        ("Alice works at Acme.", "Alice works at a startup."),
+        ("Alice works at Acme.", "Alice works at a bank."),
+        ("Alice works at Acme.", "Alice works for herself."),
+        ("Alice works at Acme.", "Alice works for free."),
+        ("Alice works at Acme.", "Alice works for a startup."),
+        ("Alice works at Acme.", "Alice works at Acme HQ."),
+        ("Alice works at Acme.", "Alice works for them."),
+        ("Alice is dating Tom.", "Alice is dating someone."),
+        ("Alice is dating Tom.", "Alice is dating him."),
+        ("Alice is married to Tom.", "Alice is married to him."),
+        ("Alice is dating Tom.", "Alice is dating again."),
+        ("Alice works at Acme.", "Alice works for someone."),
+        ("Alice lives in Osaka.", "Alice lives in the city."),
+        ("Alice works at Acme.", "Alice works at Christmas."),
+        ("Alice works at Acme.", "Alice works at the hospital."),
+        ("Alice works at Acme.", "Alice works at Acme Inc."),
+        # X is Y: where, not who; the (no one's); more of the same
+        ("My boss is Ann.", "My boss is in Berlin."),
+        ("My boss is Ann.", "My boss is in Tokyo."),
+        ("My manager is Ann.", "My manager is in HR."),
+        ("My job is at Acme.", "My job is in Lisbon."),
+        ("My job is at Acme.", "My job is in IT."),
+        ("My address is 1 Elm St.", "My address is in Lisbon."),
+        ("My password is hunter2.", "My password is in Bitwarden."),
+        ("The password is hunter2.", "The password is swordfish."),
+        ("The address is 1 Elm St.", "The address is 5 Oak Rd."),
+        ("My boss is Ann.", "My boss is Tom's friend."),
+        ("My boss is Ann.", "My boss is Ann Smith."),
+        ("My manager is Ann.", "My manager is at Microsoft now."),
+        ("The number is 555-1234.", "The number is 555-9876."),
+        ("My boss is Ann.", "My boss is with Tom."),
+        ("My job is at Acme.", "My job is in Marketing."),
+        ("My username is alice99.", "My username is on Reddit."),
+        ("The manager is Tom.", "The manager is Ann."),
+        ("My boss is Ann.", "My boss is at HQ."),
+        # a relation one has several of
+        ("My grandma lives in Rome.", "My grandma lives in Paris."),
+        ("My ex lives in Rome.", "My ex lives in Paris."),
+        ("My client works at Acme.", "My client works at Globex."),
+        ("My stepbrother lives in Rome.", "My stepbrother lives in Paris."),
+        ("My grandson lives in Rome.", "My grandson lives in Paris."),
+        ("My housemate works at Acme.", "My housemate works at Globex."),
+        ("My nephew lives in Rome.", "My nephew lives in Paris."),
+        ("My student lives in Rome.", "My student lives in Paris."),
+        ("My niece works at Acme.", "My niece works at Globex."),
+        ("My grandpa lives in Rome.", "My grandpa lives in Paris."),
+        ("My boyfriend's sister works at Acme.", "My boyfriend's sister works at Globex."),
+        ("The intern lives in Rome.", "The intern lives in Paris."),
+        ("My teammate lives in Rome.", "My teammate lives in Paris."),
+        ("My patient lives in Rome.", "My patient lives in Paris."),
+        # a verb of what one has several of, said to be an update
+        ("Alice lives in Osaka.", "Alice lives in \u014csaka."),  # the same value, accented
+        ("Alice lives in Osaka.", "Alice lives in Lisbon \u0130nstead."),  # "İ" lower-cases to two
+        ("Alice loves Python.", "Alice loves Rust now."),
+        ("Alice likes jazz.", "Alice likes rock now."),
+        ("Alice teaches math.", "Alice teaches physics now."),
+        ("Alice follows Bob.", "Alice follows Tom now."),
+        ("Alice mentors Bob.", "Alice mentors Tom now."),
+        ("Alice watches Netflix.", "Alice watches Hulu now."),
+        ("Alice reads Dune.", "Alice reads Emma now."),
+        ("Alice enjoys hiking.", "Alice enjoys climbing now."),
+        ("Alice eats fish.", "Alice eats meat now."),
+        ("Alice learns Spanish.", "Alice learns Italian now."),
+        ("Alice writes Python.", "Alice writes Rust now."),
+        ("Alice manages Bob.", "Alice manages Tom now."),
+        ("Alice needs a car.", "Alice needs a bike now."),
+        ("Alice wants a dog.", "Alice wants a cat now."),
+    ],
+)
+def test_a_newer_statement_that_says_more_than_a_new_value_supersedes_nothing(
+    older: str, newer: str
+) -> None:
+    """Two reviews of the rule after 9561d0a found each of these superseding at MiniLM cosines
+    of 0.52-0.92 (over the 0.5 default); most were read so since 7613fda. The newer of two
+    statements is now read only when it names one new value of one subject and nothing else.
+    """
     new = Version("n", newer, T0 + hours(24))
     assert detect(new, [Version("o", older, T0, 0.7)], RULE) == []
 

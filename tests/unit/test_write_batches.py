@@ -539,9 +539,9 @@ async def test_every_tenant_s_llm_questions_of_a_batch_are_asked_at_once(tmp_pat
 # -- a statement supersedes memories of its own user and agent only --------------------------------
 
 
-def sister(memory_id: str, city: str, hour: int, **scope: str) -> tuple[str, bytes]:
+def mother(memory_id: str, city: str, hour: int, **scope: str) -> tuple[str, bytes]:
     at = f"2026-03-01T{hour:02d}:00:00+00:00"
-    content = f"My sister now lives in {city}" if hour > 10 else f"My sister lives in {city}"
+    content = f"My mother now lives in {city}" if hour > 10 else f"My mother lives in {city}"
     value = write(content, memory_id, at=at, embedding=[1.0, 0.1, 0, 0], **scope)
     return f"acme/{memory_id}", value
 
@@ -551,17 +551,17 @@ def superseded(sent: list[tuple[str, bytes, dict[str, Any]]]) -> list[tuple[byte
 
 
 async def test_a_statement_of_another_user_or_agent_supersedes_nothing(tmp_path: Path) -> None:
-    """End user u2's "My sister now lives in Lisbon" superseded u1's "My sister lives in Osaka":
+    """End user u2's "My mother now lives in Lisbon" superseded u1's "My mother lives in Osaka":
     u1's memory got valid_to and superseded_by, and u1's recall (by user_id) found neither.
     """
     w = Worker(tmp_path, Embedder({}))
-    await w.writes(sister("osaka", "Osaka", 10, user_id="u1", agent_id="bot", session_id="s1"))
-    assert superseded(await w.writes(sister("lisbon", "Lisbon", 11, user_id="u2"))) == []
-    other_agent = sister("lisbon2", "Lisbon", 11, user_id="u2", agent_id="bot")
+    await w.writes(mother("osaka", "Osaka", 10, user_id="u1", agent_id="bot", session_id="s1"))
+    assert superseded(await w.writes(mother("lisbon", "Lisbon", 11, user_id="u2"))) == []
+    other_agent = mother("lisbon2", "Lisbon", 11, user_id="u2", agent_id="bot")
     assert superseded(await w.writes(other_agent)) == []
-    assert superseded(await w.writes(sister("rome", "Rome", 12, agent_id="bot"))) == []  # no user
-    assert superseded(await w.writes(sister("oslo", "Oslo", 12, user_id="u1", agent_id="x"))) == []
-    assert superseded(await w.writes(sister("kyiv", "Kyiv", 12))) == []  # unscoped
+    assert superseded(await w.writes(mother("rome", "Rome", 12, agent_id="bot"))) == []  # no user
+    assert superseded(await w.writes(mother("oslo", "Oslo", 12, user_id="u1", agent_id="x"))) == []
+    assert superseded(await w.writes(mother("kyiv", "Kyiv", 12))) == []  # unscoped
     state = w.worker.processor.state("acme/osaka")
     assert state is not None
     assert (state.valid_to, state.superseded_by) == (None, None)
@@ -569,7 +569,7 @@ async def test_a_statement_of_another_user_or_agent_supersedes_nothing(tmp_path:
     scopes = [(f.agent_id, f.user_id) for f in w.store.searched]
     assert scopes[1:] == [("", "u2"), ("bot", "u2"), ("bot", ""), ("x", "u1"), ("", "")]
     # the same user and agent restating the fact in a later session still supersede it
-    later = sister("kyoto", "Kyoto", 13, user_id="u1", agent_id="bot", session_id="s2")
+    later = mother("kyoto", "Kyoto", 13, user_id="u1", agent_id="bot", session_id="s2")
     assert superseded(await w.writes(later)) == [(b"acme/osaka", "kyoto")]
 
 
@@ -578,10 +578,10 @@ async def test_a_batch_of_two_users_statements_supersedes_within_each_user_only(
 ) -> None:
     w = Worker(tmp_path, Embedder({}))
     sent = await w.writes(
-        sister("osaka", "Osaka", 10, user_id="u1"),
-        sister("lisbon", "Lisbon", 11, user_id="u2"),
-        sister("kyoto", "Kyoto", 12, user_id="u1", session_id="later"),
-        sister("paris", "Paris", 13, user_id="u3"),
+        mother("osaka", "Osaka", 10, user_id="u1"),
+        mother("lisbon", "Lisbon", 11, user_id="u2"),
+        mother("kyoto", "Kyoto", 12, user_id="u1", session_id="later"),
+        mother("paris", "Paris", 13, user_id="u3"),
     )
     assert superseded(sent) == [(b"acme/osaka", "kyoto")]
     assert sorted((f.agent_id, f.user_id) for f in w.store.searched) == [
