@@ -7,10 +7,11 @@ supersedes, one said of another end user or by another agent never does.
 The deterministic rule: both memories are short single statements that parse as
 ``subject · relation · value`` (``Alice lives in Osaka`` / ``Alice now lives in Lisbon``), with the
 same subject and relation, different values, and cosine similarity at least
-:attr:`SupersessionPolicy.min_cosine`. The older (by event time) is superseded by the newer,
-which must name one new value and nothing else (:func:`_firm`).
-Anything the rule cannot parse is left alone: a missed update costs an ordering, a false one
-would hide a memory (rule zero), so the rule only fires on plain statements.
+:attr:`SupersessionPolicy.min_cosine`. The older (by event time) is superseded by the newer.
+Each must name one value of one subject's attribute and nothing else (:func:`_firm`), and
+neither value may hold the other (:func:`_tokens`: "Acme Inc" restates "Acme"). Anything else is
+left alone: a missed update costs an ordering, a false one would hide a memory (rule zero), so
+the rule only fires on plain statements.
 
 When the worker has an LLM endpoint, it asks the LLM instead (:func:`llm_prompt`,
 :func:`parse_llm_answer`) about every new write with close older neighbours; :func:`decide` falls
@@ -139,7 +140,6 @@ _RELATIONS: dict[str, tuple[str, ...]] = {
         "has moved to",
         "relocated to",
         "resides in",
-        "is based in",
     ),
     "works at": (
         "works at",
@@ -159,14 +159,12 @@ _RELATIONS: dict[str, tuple[str, ...]] = {
     "drives": ("drives", "is driving"),
     "is married to": ("is married to",),
     "is dating": ("is dating",),
-    "studies": ("studies", "is studying"),
     "prefers": ("prefers",),
 }
-_MANY_VALUED = frozenset({"drives", "studies", "prefers"})
-"""Relations someone may hold several values of at once ("drives a Tesla" and "drives a van",
-"prefers tea" and "prefers Python"): a newer value supersedes only when its statement says it is
-an update (:func:`states_an_update`: "Alice drives a van now"); a purpose ("prefers Python for
-backend work") names one value's attribute, which is single again."""
+_MANY_VALUED = frozenset({"drives"})
+"""Relations someone may hold several values of at once ("drives a Tesla" and "drives a van"):
+a newer value supersedes only when its statement says it is an update (:func:`states_an_update`:
+"Alice drives a Kia now")."""
 _NOT_A_VALUE: dict[str, re.Pattern[str]] = {
     "drives": re.compile(
         r"(to|from|into|through|around|across|back|home|for|with|by|on|in|at|out|off|up|down|over)"
@@ -233,25 +231,15 @@ _NOT_NAMES = re.compile(
     r"|spring|autumn|fall|hq|pt|ft|tbd|tbc|jk|iirc|afaik|imo|imho|tbh|lol|btw|fyi|asap|eta|wfh"
     r"|last|next|this|(year|month|week|day|hour|night|morning|evening|time)s?|ago|today|tonight"
     r"|tomorrow|yesterday|soon|later|then|maybe|probably|perhaps|too|also|again|once|twice"
-    r"|in|on|at|with|for|from|to|by|of|about|into|near|over|under|like|as|still"
+    r"|in|on|at|with|for|from|to|by|of|about|into|near|over|under|like|as|still|while|during"
+    r"|until|till|after|before|starting|when|sometimes|occasionally|temporarily|mostly|usually"
+    r"|often|temp|atm|i|think|guess|remote|remotely|freelance|online|abroad|overseas|locally"
+    r"|full-time|part-time|fulltime|parttime"
 )
 """Words that say when, how sure or where, not what, capitalised too ("Globex Saturdays",
 "Lisbon June-August", "Lisbon Last Year", "Globex PT", "Lisbon JK"), also as a whole value or
 its first word ("works at Christmas", "my password is in Bitwarden"); but "of", "the" and
 the like inside a name (:data:`_JOINERS`)."""
-_TAKEN = frozenset(
-    {"took a job at", "took a new job at", "got a new job at", "started a job at"}
-    | {"started a new job at"}
-)
-"""Phrases of a job taken, read in a plain statement alone (:func:`_plain`), as the older of two
-too: a job taken "for the summer" is not replaced by a later one. Not "got hired by" ("got hired
-by a client" is a gig)."""
-_HISTORY = re.compile(r"\b((1[89]|20)\d\d|\d0s)\b")
-_QUALIFIED = re.compile(
-    r"\s(for|on|to|in|at|during|over|as|ago|last|next|this|starting|from|until|after|when|once"
-    r"|while|before|too|twice)\s"
-)
-_HEDGED = frozenset({"going", "probably", "maybe", "perhaps", "hopefully", "if", "once", "soon"})
 _FILLER = re.compile(
     r"\b(now|currently|nowadays|these days|recently|still|actually|anymore|already|just|"
     r"since then)\b|\binstead(?=\W*$)",
@@ -265,11 +253,10 @@ _PURPOSE = " for "
 to the attribute, so a preference for frontend work does not replace one for backend work. Only
 for ``prefers``: "moved to Lisbon for work" is still a move."""
 _UPDATE_MARKER = re.compile(r"\b(now|currently|nowadays|these days|no longer|anymore)\b", re.I)
-_ONE_AT_A_TIME = frozenset({"plays", "supports", "attends"})
-"""The verbs a ``Name verb value`` statement is read with (:func:`_generic`): of a sport, a team,
-a school, which a newer value said to be an update replaces ("Alice plays squash now"). Not the
-verbs of what one has several of or more of ("knows", "speaks", "likes", "teaches", "manages",
-"mentors", "reads")."""
+_ONE_AT_A_TIME = frozenset({"plays"})
+"""The verbs a ``Name verb value`` statement is read with (:func:`_generic`): a sport, which a
+newer value said to be an update replaces ("Alice plays squash now"). Not the verbs of what one
+has several of or more of ("knows", "speaks", "likes", "supports", "teaches", "manages")."""
 _VALUE_END = re.compile(r",|;| because | since | but | and | with | near | which | who ")
 _SENTENCE_END = re.compile(r"[.!?](\s|$)")
 
@@ -293,20 +280,18 @@ def states_an_update(content: str) -> bool:
 
 def states_fact(content: str, rules: SupersessionPolicy) -> bool:
     """``content`` states one fact that a later statement can supersede under ``rules`` (the
-    generic ``Name verb value`` reading included: an update says it is one); never when the
-    rules are off.
+    ``Name plays value`` reading included: an update says it is one); never when the rules are
+    off.
     """
     return rules.enabled and fact_of(content, rules.max_words, generic=True) is not None
 
 
-def fact_of(
-    content: str, max_words: int = 16, *, generic: bool = False, firm: bool = False
-) -> Fact | None:
-    """The fact a short single statement states, or None when it is not one the rule knows.
+def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact | None:
+    """The fact a short single statement states, or None when it is not one the rule knows or
+    it says more than one value of one subject's attribute (:func:`_firm`).
 
-    ``generic``: when no known relation matches, read ``Name verb value`` (``Alice plays
-    squash``) — used only when the newer of two statements says it is an update. ``firm``: only
-    a statement that can replace a value (:func:`_firm`), as the newer of two must be.
+    ``generic``: when no known relation matches, read ``Name plays value`` (``Alice plays
+    squash``) — used only when the newer of two statements says it is an update.
     """
     text = _normalised(content).rstrip(".! ")
     if not text or len(text.split()) > max_words or _SENTENCE_END.search(text) or "?" in text:
@@ -331,16 +316,16 @@ def fact_of(
     value = _VALUE_END.split(rest, maxsplit=1)[0].strip()
     if not subject or not value or len(subject.split()) > 6 or _NEGATION.search(subject):
         return None
-    # "Alice's car is not a Prius": a copula's denial
-    if _NEGATION.match(value) or not _valued(relation, phrase, value, rest):
+    not_a_value = _NOT_A_VALUE.get(relation)  # "drives to work", "works at home"
+    if not_a_value is not None and not_a_value.match(value):
         return None
-    if subject != written and not _plain(value, rest):
-        return None  # "my new job is at Globex, starting in June": the new one, with care
-    if firm and not _firm(content, subject, relation, value, rest):
+    if not _firm(content, subject, relation, value, rest):
         return None
     if relation == "prefers":
         value, _, purpose = value.partition(_PURPOSE)
-        relation = f"{relation}{_PURPOSE}{purpose}" if purpose else relation
+        if not purpose:
+            return None  # "prefers tea" may be held beside "prefers Python"
+        relation = f"{relation}{_PURPOSE}{purpose}"
     return Fact(subject, relation, value)
 
 
@@ -351,36 +336,12 @@ def _without_new(subject: str) -> str:
     return subject
 
 
-def _valued(relation: str, phrase: str, value: str, rest: str) -> bool:
-    """``value`` (normalised; ``rest``: the statement after ``phrase``) is what ``phrase`` says
-    ``relation`` holds: not a where or how (:data:`_NOT_A_VALUE`), and a job taken
-    (:data:`_TAKEN`) only in a plain statement (:func:`_plain`).
-    """
-    not_a_value = _NOT_A_VALUE.get(relation)
-    if not_a_value is not None and not_a_value.match(value):
-        return False
-    return phrase not in _TAKEN or _plain(value, rest)
-
-
-def _plain(value: str, rest: str) -> bool:
-    """Nothing follows ``value`` in ``rest`` (no clause that may say when, for how long, or take
-    it back: "took a job at Globex and left after a year", "my new job is at Globex, starting in
-    June"), and the value itself names no other time, side job or guess ("took a job at a cafe
-    for the summer", "... in 2019", "... years ago", "my new boss is going to be Tom"). The
-    value's first word may be anything ("took a job at ON Semiconductor" names one).
-    """
-    words = value.split()
-    if rest.strip() != value or not words or words[0] in _HEDGED:
-        return False
-    return not (_QUALIFIED.search(f" {' '.join(words[1:])} ") or _HISTORY.search(value))
-
-
 def _firm(content: str, subject: str, relation: str, value: str, rest: str) -> bool:
-    """The statement names one new value of one subject's attribute, and nothing else.
+    """The statement names one value of one subject's attribute, and nothing else.
 
-    Only such a statement may replace an older value (``content``: the statement as written): a
+    Only such statements replace one another (``content``: the statement as written): a
     replacement read wrongly hides a true memory (rule zero), while one missed costs an
-    ordering. So the newer of two statements must be:
+    ordering. So each of two statements must be:
 
     - of a definite subject (:data:`_VAGUE_SUBJECT`: not "she", "a friend", "my sister", who
       may be another than the older statement's);
@@ -416,38 +377,28 @@ def _named_value(relation: str, subject: str, words: list[str]) -> bool:
     summer", "Globex Saturdays", "Lisbon 2019", "Tom probably", "Globex (PT)", "Globex too").
 
     After an article (and before "for work" or "for good"), each word is capitalised, or a
-    joiner inside a name ("Bank of America"), and none says a time or a hedge
-    (:data:`_NOT_NAMES`):
-
-    - a place, an employer or a person (lives in, works at, is married to, is dating, a boss or
-      a job; "my job is at Globex"): every word, as a name ("Lisbon", not "a flat", "the
-      office", "him", "someone");
-    - a number (phone, address): every word, or with a digit ("555-9876", "5 Oak Rd");
-    - a favourite, a password, a car, a study, a preference or a ``Name verb value`` statement
-      said to be an update: any first word ("sushi", "a van"), then capitalised words or
-      numbers ("a Tesla Model 3").
+    joiner inside a name ("Bank of America"), and none says a time, a hedge or a where
+    (:data:`_NOT_NAMES`, in any case); :func:`_value_kind` says which words may be lower case
+    or numbers. A car is named after an article ("drives a Kia Niro", not "drives Uber", "drives
+    the kids").
     """
     if words[-2:] in (["for", "work"], ["for", "good"]):
         words = words[:-2]
-    if words and words[0].lower() in _ARTICLES:
+    article = bool(words) and words[0].lower() in _ARTICLES
+    if article:
         words = words[1:]
+    if relation == "drives" and not article:
+        return False  # a car is named after an article ("a Kia Niro"; not "Uber", "home")
+    if relation in _ONE_AT_A_TIME and article:
+        return False  # a sport is not ("squash"; not "the piano")
     if relation in _COPULAS and re.search(r"\bjob$", subject) and words[:1] == ["at"]:
-        words = words[1:]
+        words = words[1:]  # "my job is at Globex"
     if not words or not all(_WORD.fullmatch(w) or w in _JOINERS for w in words):
         return False  # brackets, slashes, "%", dashes, emoji
     last = len(words) - 1
-    if any(
-        _NOT_NAMES.fullmatch(part) and not (0 < i < last and w in _JOINERS)
-        for i, w in enumerate(words)
-        for part in w.lower().split("-")
-    ):
+    if any(_not_a_name(w) and not (0 < i < last and w in _JOINERS) for i, w in enumerate(words)):
         return False
-    if relation in _COPULAS and _NUMBERED.search(subject):
-        loose, digits = 0, True
-    elif relation in _COPULAS:
-        loose, digits = int(_OPEN_VALUED.search(subject) is not None), False
-    else:
-        loose, digits = int(relation not in _PROPER), relation not in _PROPER
+    loose, digits = _value_kind(relation, subject)
     return all(
         i < loose
         or _capitalised(w)
@@ -455,6 +406,31 @@ def _named_value(relation: str, subject: str, words: list[str]) -> bool:
         or (0 < i < last and w in _JOINERS)
         for i, w in enumerate(words)
     )
+
+
+def _not_a_name(word: str) -> bool:
+    """A word of :data:`_NOT_NAMES`, or a range of them ("Mon-Fri"; not "In-N-Out")."""
+    word = word.lower()
+    return bool(_NOT_NAMES.fullmatch(word)) or all(
+        _NOT_NAMES.fullmatch(part) for part in word.split("-")
+    )
+
+
+def _value_kind(relation: str, subject: str) -> tuple[int, bool]:
+    """How many of a value's first words may be lower case, and whether its words may be
+    numbers: a place, an employer, a person (lives in, works at, is married to, is dating, a
+    boss, a job) is a name from its first word ("Lisbon", not "a flat", "the office", "him",
+    "someone", "my boss is strict"); a phone number or an address may be numbers ("555-9876",
+    "5 Oak Rd"); a car is a make and a model ("a Mazda 3"); a favourite, a password, a
+    preference or a sport may open with any word ("sushi", "swordfish", "squash").
+    """
+    if relation in _COPULAS:
+        if _NUMBERED.search(subject):
+            return 0, True
+        return (1, True) if _OPEN_VALUED.search(subject) else (0, False)
+    if relation in _PROPER:
+        return 0, False
+    return (0, True) if relation == "drives" else (1, True)
 
 
 def _capitalised(word: str) -> bool:
@@ -501,13 +477,14 @@ def detect(
         older, newer = (other, new) if other.at < new.at else (new, other)
         generic = states_an_update(newer.content)
         old_fact = fact_of(older.content, policy.max_words, generic=generic)
-        new_fact = fact_of(newer.content, policy.max_words, generic=generic, firm=True)
+        new_fact = fact_of(newer.content, policy.max_words, generic=generic)
         if old_fact is None or new_fact is None:
             continue
         if (old_fact.subject, old_fact.relation) != (new_fact.subject, new_fact.relation):
             continue
-        if _tokens(old_fact.value) <= _tokens(new_fact.value):
-            continue  # the same value, or restated with more ("Acme Inc", "Lisbon & Osaka")
+        old_words, new_words = _tokens(old_fact.value), _tokens(new_fact.value)
+        if old_words <= new_words or new_words <= old_words:
+            continue  # the same value, with more or fewer words ("Acme Inc", "Lisbon & Osaka")
         if new_fact.relation in _MANY_VALUED and not generic:
             continue  # a second value held beside the first, unless said to replace it
         reason = f"{_named(new_fact.relation)} (cosine {other.similarity:.3f})"

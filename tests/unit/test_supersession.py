@@ -59,7 +59,6 @@ RULE = SupersessionPolicy()
     [
         ("Alice lives in Osaka.", Fact("alice", "lives in", "osaka")),
         ("Alice now lives in Lisbon", Fact("alice", "lives in", "lisbon")),
-        ("Alice moved to Lisbon, near the river.", Fact("alice", "lives in", "lisbon")),
         ("Bob works for Globex now", Fact("bob", "works at", "globex")),
         ("Alice's favourite food is ramen", Fact("alice's favourite food", "is", "ramen")),
         ("The wifi password is hunter2", Fact("the wifi password", "is", "hunter2")),
@@ -450,7 +449,6 @@ def test_statements_that_hold_beside_the_older_one_supersede_nothing(
         ("Bob works at Home Depot.", "Bob now works at Target."),
         ("Bob works at AT&T.", "Bob now works at Verizon."),
         ("Carol works at In-N-Out.", "Carol now works at Chipotle."),
-        ("Dan works for ON Semiconductor.", "Dan now works for Intel."),
         ("Erin lives in Back Bay.", "Erin now lives in Cambridge."),
     ],
 )
@@ -471,18 +469,14 @@ def test_a_value_that_opens_with_a_preposition_s_letters_is_still_a_value(
         ("Alice's favourite food is sushi.", "Alice's new favourite food is paella."),
         ("My phone number is 555-1234.", "My new phone number is 555-9876."),
         ("My boss is Ann.", "My new boss is Tom."),
-        # the older statement may say more than its value; the newer one may not (below)
-        ("Alice works at Acme on the data team.", "Alice works at Globex now."),
-        ("Alice lives in Osaka but works in Kyoto.", "Alice moved to Lisbon."),
         ("Alice lives in Osaka.", "Alice moved to Lisbon for work."),
         ("Bob works at Acme.", "Bob now works at Bank of America."),
-        ("Alice drives a Tesla.", "Alice drives a van now."),
+        ("Alice drives a Tesla.", "Alice drives a Kia Niro now."),
         ("Alice plays tennis.", "Alice plays squash these days instead."),
         ("Alice prefers Python for backend work.", "Alice prefers Go for backend work now."),
         ("Bob works at Acme.", "Bob works at Procter & Gamble now."),
         ("My job is at Acme.", "My new job is at Globex."),
         ("My password is hunter2.", "My new password is swordfish."),
-        ("Alice supports Arsenal.", "Alice supports Chelsea now."),
         ("Mom lives in Rome.", "Mom lives in Paris now."),
     ],
 )
@@ -788,14 +782,112 @@ def test_words_that_only_look_like_a_replacement_supersede_nothing(older: str, n
         ("Alice manages Bob.", "Alice manages Tom now."),
         ("Alice needs a car.", "Alice needs a bike now."),
         ("Alice wants a dog.", "Alice wants a cat now."),
+        # a third review: an older statement that says more than a value
+        ("My boss is strict.", "My boss is Tom."),
+        ("My job is boring.", "My job is at Globex."),
+        ("The wifi password is on the fridge.", "The wifi password is hunter2."),
+        ("My password is in Bitwarden.", "My password is Hunter2."),
+        ("My manager is in HR.", "My manager is Sam."),
+        ("Alice's boss is really nice.", "Alice's boss is Tom."),
+        ("My phone number is on the card.", "My phone number is 555-9876."),
+        ("My address is the same as Bob's.", "My address is 5 Oak Rd."),
+        ("My boss is on holiday.", "My boss is Tom."),
+        ("Alice's favourite food is anything spicy.", "Alice's favourite food is sushi."),
+        ("My job title is a mouthful.", "My job title is Senior Engineer."),
+        ("My boss is Tom's wife.", "My boss is Tom."),
+        # an older side job, a second value, a while
+        ("Alice works at a cafe on weekends.", "Alice works at Globex."),
+        ("Alice works at a cafe for the summer.", "Alice works at Globex."),
+        ("Alice works at a bar too.", "Alice works at Globex."),
+        ("Alice works at Acme and Globex.", "Alice works at Globex."),
+        ("Alice lives in Osaka and Kyoto.", "Alice lives in Kyoto."),
+        ("Alice lives in Osaka during the week.", "Alice lives in Kyoto."),
+        ("Alice works at Acme, and at Globex on Fridays.", "Alice works at Globex."),
+        ("Alice lives in Osaka part of the year.", "Alice lives in Lisbon."),
+        ("Alice works at a bakery in the mornings.", "Alice works at Globex."),
+        ("Alice works at Acme as a consultant.", "Alice works at Globex."),
+        ("Alice works at Acme since 2019.", "Alice works at Globex."),
+        ("Alice is based in London.", "Alice lives in Brighton."),
+        ("Alice lives in Osaka with her husband.", "Alice lives in Lisbon."),
+        ("Alice works at Acme in the evenings.", "Alice works at Globex."),
+        # the older value restated with fewer words
+        ("Alice is married to Tom Smith.", "Alice is married to Tom."),
+        ("Alice lives in New York City.", "Alice lives in New York."),
+        ("Alice lives in Osaka in a small flat.", "Alice lives in Osaka."),
+        ("Alice works at Google Cloud.", "Alice works at Google."),
+        ("Alice's boss is Tom Hanks.", "Alice's boss is Tom."),
+        ("Alice's phone number is +1 555-9876.", "Alice's phone number is 555-9876."),
+        ("Alice drives a Tesla Model 3.", "Alice drives a Tesla now."),
+        ("Alice's job title is Senior Engineer.", "Alice's job title is Engineer."),
+        ("Alice lives in Lisbon Portugal.", "Alice lives in Lisbon."),
+        ("Alice works at Acme Labs.", "Alice works at Acme."),
+        ("Alice lives in New York.", "Alice lives in York."),
+        ("Alice works at the Acme Corporation.", "Alice works at Acme."),
+        # a value of another kind, said to be an update
+        ("Alice prefers Python.", "Alice prefers tea now."),
+        ("Alice prefers Python.", "Alice prefers dogs now."),
+        ("Alice prefers to work from home.", "Alice prefers Python now."),
+        ("Alice drives a Tesla.", "Alice drives Uber now."),
+        ("Alice drives a Tesla.", "Alice drives a bus now."),
+        ("Alice studies at Oxford.", "Alice studies Law now."),
+        ("Alice studies in the evenings.", "Alice studies Law now."),
+        ("Alice plays in a band.", "Alice plays tennis now."),
+        ("Alice attends Harvard.", "Alice attends church now."),
+        ("Alice supports Arsenal.", "Alice supports Ukraine now."),
+        ("Alice drives carefully.", "Alice drives a van now."),
+        ("Alice plays tennis on Sundays.", "Alice plays squash now."),
+        ("Alice studies law.", "Alice studies French now."),
+        ("Alice drives a Tesla.", "Alice drives the kids now."),
+        ("Alice plays the piano.", "Alice plays golf now."),
+        ("Alice attends yoga classes.", "Alice attends Harvard now."),
+        ("Alice drives a Tesla.", "Alice drives a truck for work now."),
+        ("Alice studies at night.", "Alice studies Law now."),
+        # a capitalised how, how often or how sure
+        ("Alice works at Acme.", "Alice works at Globex Remotely."),
+        ("Alice lives in Osaka.", "Alice lives in Lisbon Temporarily."),
+        ("Alice works at Acme.", "Alice works at Globex Sometimes."),
+        ("Alice lives in Osaka.", "Alice lives in Lisbon ATM."),
+        ("Alice works at Acme.", "Alice works at Globex I Think."),
+        ("Alice works at Acme.", "Alice works at Globex TEMP."),
+        ("Alice works at Acme.", "Alice works at Globex Occasionally."),
+        ("Alice works at Acme.", "Alice works at Globex While Studying."),
+        ("Alice lives in Osaka.", "Alice lives in Lisbon During Term."),
+        ("Alice works at Acme.", "Alice works at Globex Freelance."),
+        ("Alice works at Acme.", "Alice works at Globex Mostly."),
+        ("Alice lives in Osaka.", "Alice lives in Lisbon Sometimes."),
+        ("Alice's favourite food is Definitely Not Sushi.", "Alice's favourite food is pho."),
+        ("Alice started working at a cafe for the summer.", "Alice works at Globex."),
     ],
 )
-def test_a_newer_statement_that_says_more_than_a_new_value_supersedes_nothing(
+def test_a_statement_that_says_more_than_a_new_value_supersedes_nothing(
     older: str, newer: str
 ) -> None:
-    """Two reviews of the rule after 9561d0a found each of these superseding at MiniLM cosines
-    of 0.52-0.92 (over the 0.5 default); most were read so since 7613fda. The newer of two
-    statements is now read only when it names one new value of one subject and nothing else.
+    """Three reviews of the rule after 9561d0a found each of these superseding at MiniLM
+    cosines of 0.50-0.99 (over the 0.5 default); most were read so since 7613fda. Both
+    statements are now read only when each names one value of one subject and nothing else.
+    """
+    new = Version("n", newer, T0 + hours(24))
+    assert detect(new, [Version("o", older, T0, 0.7)], RULE) == []
+
+
+@pytest.mark.parametrize(
+    ("older", "newer"),
+    [
+        ("Alice works at Acme on the data team.", "Alice works at Globex now."),
+        ("Alice lives in Osaka but works in Kyoto.", "Alice moved to Lisbon."),
+        ("Alice lives in Osaka.", "Alice moved to Lisbon, near the river."),
+        ("Dan works for ON Semiconductor.", "Dan now works for Intel."),
+        ("Alice drives a Tesla.", "Alice drives a van now."),
+        ("Alice supports Arsenal.", "Alice supports Chelsea now."),
+        ("Alice prefers Python.", "Alice prefers Rust now."),
+        ("Alice studies Law.", "Alice studies Medicine now."),
+        ("alice lives in osaka", "alice lives in new york now"),
+    ],
+)
+def test_a_replacement_said_with_more_than_its_values_is_left_alone(older: str, newer: str) -> None:
+    """Both statements must name one value of one subject's attribute and nothing else: a
+    replacement said otherwise is missed (it costs an ordering), so that no statement that says
+    more, or a value one may hold beside another, hides a true memory (rule zero).
     """
     new = Version("n", newer, T0 + hours(24))
     assert detect(new, [Version("o", older, T0, 0.7)], RULE) == []
@@ -803,8 +895,9 @@ def test_a_newer_statement_that_says_more_than_a_new_value_supersedes_nothing(
 
 def test_a_value_of_a_many_valued_relation_supersedes_when_said_to_be_an_update() -> None:
     tesla = Version("tesla", "Alice drives a Tesla.", T0, 0.8)
-    (found,) = detect(Version("van", "Alice drives a van now.", T0 + hours(24)), [tesla], RULE)
-    assert (found.older, found.newer) == ("tesla", "van")
+    assert detect(Version("kia", "Alice drives a Kia.", T0 + hours(24)), [tesla], RULE) == []
+    (found,) = detect(Version("kia", "Alice drives a Kia now.", T0 + hours(24)), [tesla], RULE)
+    assert (found.older, found.newer) == ("tesla", "kia")
     (moved,) = detect(
         Version("globex", "Alice works at Globex.", T0 + hours(24)),
         [Version("acme", "Alice works at Acme.", T0, 0.8)],
