@@ -130,22 +130,20 @@ class Supersession:
     chains: bool = True
 
 
-# relation (canonical) -> the phrases that state it; a phrase matches between whole words
+# relation (canonical) -> the phrases that state it; a phrase matches between whole words. Not
+# "moved to" (a team, a company, an app: "moved to Marketing"), "works for" (a person, a
+# department: "works for Tom", "works for Sales") or "is based in".
 _RELATIONS: dict[str, tuple[str, ...]] = {
     "lives in": (
         "lives in",
         "live in",
         "is living in",
-        "moved to",
-        "has moved to",
         "relocated to",
         "resides in",
     ),
     "works at": (
         "works at",
-        "works for",
         "is working at",
-        "is working for",
         "is employed at",
         "is employed by",
         "started working at",
@@ -165,30 +163,23 @@ _MANY_VALUED = frozenset({"drives"})
 """Relations someone may hold several values of at once ("drives a Tesla" and "drives a van"):
 a newer value supersedes only when its statement says it is an update (:func:`states_an_update`:
 "Alice drives a Kia now")."""
-_NOT_A_VALUE: dict[str, re.Pattern[str]] = {
-    "drives": re.compile(
-        r"(to|from|into|through|around|across|back|home|for|with|by|on|in|at|out|off|up|down|over)"
-        r"(\s|$)"
-    ),
-    "works at": re.compile(
-        r"(home|from home|remotely|nights?|noon|midnight|dawn|weekends?|the weekend"
-        r"|\d{1,2}(:\d\d)?\s?(am|pm)?)$"
-    ),
-}
-"""Per relation, values that say where or how, not what ("drives to work", "works at home"):
-no value. Only whole words ("Home Depot", "AT&T" and "prefers to cycle" are values)."""
-_COPULAS = ("is", "are")
-_OWNED = re.compile(r"^(the|my|his|her|their|our|your)\b|'s\b")
+_AT_HOME = re.compile(r"(home|noon|midnight|dawn)$")
+"""Values of "works at" that say where or when, capitalised too ("works at Home"; "Home Depot"
+is a value); the other whens are :data:`_NOT_NAMES`."""
+_RIDES = frozenset({"uber", "lyft", "taxi", "cab", "bolt"})
+"""What one drives for a living, not a car ("drives an Uber now")."""
+_COPULAS = ("is",)
 _SPELLING = {"favorite": "favourite", "color": "colour"}
 """American spellings read as British ones: "Alice's favorite food" names the attribute "Alice's
 favourite food" does."""
 _SPELT = re.compile(r"\b(" + "|".join(_SPELLING) + r")\b")
 _ATTRIBUTE = (
-    r"(favourite \w+( \w+)?|phone( number)?|(mobile |cell )?number|((home|postal) )?address"
-    r"|job( title)?|title|boss|manager|password|username)"
+    r"(favourite \w+( \w+)?|phone number|(mobile |cell )?number|((home|postal) )?address"
+    r"|job( title)?|boss|manager|password)"
 )
-"""Attributes one holds a single value of at a time (not an email: one has several)."""
-_SINGLE_NEW = re.compile(rf"(my|his|her|their|our|your|\S+'s) (?:new )?{_ATTRIBUTE}$")
+"""Attributes one holds a single value of at a time. Not an email or a username (one has
+several), a bare "phone" (a handset or a number) or "title" (a job's or "Dr")."""
+_SINGLE_NEW = re.compile(rf"(my|our|your|\S+'s) (?:new )?{_ATTRIBUTE}$")
 """An owned attribute one holds a single value of at a time, maybe called new ("Alice's new
 favourite food", "my new phone number"): "new" is dropped (it names the attribute it replaces a
 value of). Not "Alice's new friend" (one has several), nor "the new intern" (no one's)."""
@@ -203,7 +194,7 @@ _VAGUE_SUBJECT = re.compile(
     r"^(he|she|they|it|his|her|their|its|this|that|these|those|there|a|an|one|someone|somebody"
     r"|some|another|if|when|maybe|perhaps)\b"
     r"|\b(\w*friends?|\w*sisters?|\w*brothers?|siblings?|cousins?|colleagues?|co-?workers?"
-    r"|neighbou?rs?|kids?|child|children|\w*sons?|\w*daughters?|\w*mates?|\w*parents?|grand\w*"
+    r"|neighbou?rs?|kids?|child|children|(step|god)?(sons?|daughters?)|\w*mates?|\w*parents?|grand\w*"
     r"|aunts?|uncles?|nephews?|nieces?|ex|exes|partners?|clients?|patients?|students?|pupils?"
     r"|customers?|tenants?|interns?|employees?|reports?|team|people|everyone)\b"
 )
@@ -215,9 +206,9 @@ Alice"). Also "the ..." but an attribute of its own ("the boss", not "the wifi p
 _ARTICLES = frozenset({"a", "an", "the"})
 _PROPER = frozenset({"lives in", "works at", "is married to", "is dating"})
 """Relations whose value is a name: of a place, an employer, a person."""
-_OPEN_VALUED = re.compile(r"\b(favourite \w+( \w+)?|password|username)$")
+_OPEN_VALUED = re.compile(r"\b(favourite \w+( \w+)?|password)$")
 """Attributes whose value may open with any word ("sushi", "blue", "swordfish")."""
-_NUMBERED = re.compile(r"\b(phone( number)?|number|address)$")
+_NUMBERED = re.compile(r"\b(number|address)$")
 """Attributes whose value may be a number ("555-9876", "5 Oak Rd")."""
 _JOINERS = frozenset({"of", "the", "&", "de", "del", "da", "la", "le", "van", "von"})
 """Lower-case words inside a name ("Bank of America", "Procter & Gamble"), never its first or
@@ -252,12 +243,21 @@ _PURPOSE = " for "
 """Joins a preference and what it is for ("prefers Python for backend work"): the purpose belongs
 to the attribute, so a preference for frontend work does not replace one for backend work. Only
 for ``prefers``: "moved to Lisbon for work" is still a move."""
-_UPDATE_MARKER = re.compile(r"\b(now|currently|nowadays|these days|no longer|anymore)\b", re.I)
+_UPDATE_MARKER = re.compile(r"\b(now|currently|nowadays|these days)\b", re.I)
 _ONE_AT_A_TIME = frozenset({"plays"})
-"""The verbs a ``Name verb value`` statement is read with (:func:`_generic`): a sport, which a
-newer value said to be an update replaces ("Alice plays squash now"). Not the verbs of what one
-has several of or more of ("knows", "speaks", "likes", "supports", "teaches", "manages")."""
+"""The verbs a ``Name verb value`` statement is read with (:func:`_generic`): a sport
+(:data:`_SPORTS`), which a newer one said to be an update replaces ("Alice plays squash now").
+Not the verbs of what one has several of or more of ("knows", "likes", "supports", "teaches"),
+nor an instrument, a game or a part ("plays the piano", "plays chess", "plays Hamlet")."""
+_SPORTS = frozenset(
+    {"tennis", "squash", "football", "soccer", "basketball", "baseball", "volleyball", "cricket"}
+    | {"rugby", "badminton", "golf", "hockey", "handball", "netball", "softball", "lacrosse"}
+    | {"padel", "pickleball", "polo", "table tennis", "ping pong", "water polo", "ice hockey"}
+    | {"field hockey", "american football", "beach volleyball", "bowling", "darts", "snooker"}
+)
 _VALUE_END = re.compile(r",|;| because | since | but | and | with | near | which | who ")
+"""Words that go on past a value ("Osaka and Kyoto", "Globex, I think"): no fact."""
+_FOR_WORK = re.compile(r" for (work|good)$")
 _SENTENCE_END = re.compile(r"[.!?](\s|$)")
 
 
@@ -274,7 +274,7 @@ def _normalised(text: str, *, cased: bool = False) -> str:
 
 
 def states_an_update(content: str) -> bool:
-    """The statement says a value changed ("... now", "currently", "no longer", ...)."""
+    """The statement says its value is new ("... now", "currently", "these days")."""
     return _UPDATE_MARKER.search(content) is not None
 
 
@@ -291,7 +291,8 @@ def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact
     it says more than one value of one subject's attribute (:func:`_firm`).
 
     ``generic``: when no known relation matches, read ``Name plays value`` (``Alice plays
-    squash``) — used only when the newer of two statements says it is an update.
+    squash``): for a pair whose newer statement says it is an update, and to ask whether a
+    statement may be one of such a pair (:func:`states_fact`, the worker's check).
     """
     text = _normalised(content).rstrip(".! ")
     if not text or len(text.split()) > max_words or _SENTENCE_END.search(text) or "?" in text:
@@ -313,14 +314,12 @@ def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact
     # lives in Paris" is of another person)
     subject = _without_new(written) if relation in _COPULAS else written
     rest = padded[at + len(phrase) + 2 :]
-    value = _VALUE_END.split(rest, maxsplit=1)[0].strip()
+    value = rest.strip()
     if not subject or not value or len(subject.split()) > 6 or _NEGATION.search(subject):
         return None
-    not_a_value = _NOT_A_VALUE.get(relation)  # "drives to work", "works at home"
-    if not_a_value is not None and not_a_value.match(value):
+    if _VALUE_END.search(f" {value} ") or not _firm(content, subject, relation, value):
         return None
-    if not _firm(content, subject, relation, value, rest):
-        return None
+    value = _FOR_WORK.sub("", value)  # "moved to Lisbon for work" is a move to Lisbon
     if relation == "prefers":
         value, _, purpose = value.partition(_PURPOSE)
         if not purpose:
@@ -336,7 +335,7 @@ def _without_new(subject: str) -> str:
     return subject
 
 
-def _firm(content: str, subject: str, relation: str, value: str, rest: str) -> bool:
+def _firm(content: str, subject: str, relation: str, value: str) -> bool:
     """The statement names one value of one subject's attribute, and nothing else.
 
     Only such statements replace one another (``content``: the statement as written): a
@@ -347,7 +346,6 @@ def _firm(content: str, subject: str, relation: str, value: str, rest: str) -> b
       may be another than the older statement's);
     - with ``X is Y``, of an attribute held one value at a time (:data:`_SINGLE_ATTRIBUTE`: not
       "my hobby", "Alice's friend", "my cat", "my email", "the password");
-    - with nothing after its value ("... and Osaka", ", I think", ", Bob said", "but ...");
     - with a value that denies nothing ("is definitely not a Prius", "Lisbon no more") and is
       all name (:func:`_named_value`), in a statement whose case tells names from other words
       (not all capitals or every word capitalised).
@@ -357,7 +355,7 @@ def _firm(content: str, subject: str, relation: str, value: str, rest: str) -> b
         return False
     if relation in _COPULAS and not single:
         return False
-    if rest.strip() != value or _NEGATION.search(value):
+    if _NEGATION.search(value):
         return False
     said = _normalised(content, cased=True).rstrip(".! ").split()
     if len(said) != len(_normalised(content).rstrip(".! ").split()):
@@ -379,20 +377,25 @@ def _named_value(relation: str, subject: str, words: list[str]) -> bool:
     After an article (and before "for work" or "for good"), each word is capitalised, or a
     joiner inside a name ("Bank of America"), and none says a time, a hedge or a where
     (:data:`_NOT_NAMES`, in any case); :func:`_value_kind` says which words may be lower case
-    or numbers. A car is named after an article ("drives a Kia Niro", not "drives Uber", "drives
-    the kids").
+    or numbers. A car is named after "a" or "an" ("drives a Kia Niro", not "drives Uber",
+    "drives the kids", "drives an Uber"); a sport is one of :data:`_SPORTS`; a job is "at" a
+    name ("my job is at Globex"); nor is "works at Home" a place of work.
     """
     if words[-2:] in (["for", "work"], ["for", "good"]):
         words = words[:-2]
-    article = bool(words) and words[0].lower() in _ARTICLES
+    article = words[0].lower() if words and words[0].lower() in _ARTICLES else ""
     if article:
         words = words[1:]
-    if relation == "drives" and not article:
-        return False  # a car is named after an article ("a Kia Niro"; not "Uber", "home")
-    if relation in _ONE_AT_A_TIME and article:
-        return False  # a sport is not ("squash"; not "the piano")
-    if relation in _COPULAS and re.search(r"\bjob$", subject) and words[:1] == ["at"]:
-        words = words[1:]  # "my job is at Globex"
+    if relation == "drives" and (article not in ("a", "an") or words[0].lower() in _RIDES):
+        return False  # a car after "a" ("a Kia Niro"; not "Uber", "the kids", "an Uber")
+    if relation in _ONE_AT_A_TIME:
+        return not article and " ".join(words).lower() in _SPORTS  # not "the piano", "chess"
+    if relation in _COPULAS and re.search(r"\bjob$", subject):
+        if words[:1] != ["at"]:
+            return False  # "my job is at Globex", not "my job is Teaching"
+        words = words[1:]
+    if relation == "works at" and _AT_HOME.match(" ".join(words).lower()):
+        return False
     if not words or not all(_WORD.fullmatch(w) or w in _JOINERS for w in words):
         return False  # brackets, slashes, "%", dashes, emoji
     last = len(words) - 1
@@ -419,10 +422,10 @@ def _not_a_name(word: str) -> bool:
 def _value_kind(relation: str, subject: str) -> tuple[int, bool]:
     """How many of a value's first words may be lower case, and whether its words may be
     numbers: a place, an employer, a person (lives in, works at, is married to, is dating, a
-    boss, a job) is a name from its first word ("Lisbon", not "a flat", "the office", "him",
-    "someone", "my boss is strict"); a phone number or an address may be numbers ("555-9876",
-    "5 Oak Rd"); a car is a make and a model ("a Mazda 3"); a favourite, a password, a
-    preference or a sport may open with any word ("sushi", "swordfish", "squash").
+    boss, a job, a job title) is a name from its first word ("Lisbon", not "a flat", "the
+    office", "him", "someone", "my boss is strict"); a phone number or an address may be numbers
+    ("555-9876", "5 Oak Rd"); a car is a make and a model ("a Mazda 3"); a favourite, a
+    password or a preference may open with any word ("sushi", "swordfish").
     """
     if relation in _COPULAS:
         if _NUMBERED.search(subject):
@@ -448,13 +451,13 @@ def _generic(text: str) -> tuple[int, str, str] | None:
 
 
 def _copula(padded: str) -> tuple[int, str, str] | None:
-    """``X is Y`` only where X names an attribute someone owns (``Alice's car``, ``the wifi
-    password``): a plain ``Alice is …`` says too many different things to compare.
+    """``X is Y`` only where X is an attribute one holds one value of at a time
+    (:data:`_SINGLE_ATTRIBUTE`: ``Alice's favourite food``, ``the wifi password``, maybe called
+    new): a plain ``Alice is …`` says too many different things to compare.
     """
-    for copula in _COPULAS:
-        at = padded.find(f" {copula} ")
-        if at > 0 and _OWNED.search(padded[:at].strip()):
-            return at, copula, copula
+    at = padded.find(" is ")
+    if at > 0 and _SINGLE_ATTRIBUTE.fullmatch(_without_new(padded[:at].strip())):
+        return at, "is", "is"
     return None
 
 
@@ -463,8 +466,8 @@ def detect(
 ) -> list[Supersession]:
     """The supersessions between ``new`` and its ``neighbours`` (either may be the older one: a
     write can arrive after a newer version of its fact). Neighbours with the same id, another
-    scope (:func:`comparable`), the same event time, the same value, a different fact or a
-    cosine under the policy's are left alone.
+    scope (:func:`comparable`), the same event time, a value restated (:func:`_restated`), a
+    different fact or a cosine under the policy's are left alone.
     """
     if not policy.enabled:
         return []
@@ -482,14 +485,28 @@ def detect(
             continue
         if (old_fact.subject, old_fact.relation) != (new_fact.subject, new_fact.relation):
             continue
-        old_words, new_words = _tokens(old_fact.value), _tokens(new_fact.value)
-        if old_words <= new_words or new_words <= old_words:
-            continue  # the same value, with more or fewer words ("Acme Inc", "Lisbon & Osaka")
+        if _restated(old_fact.value, new_fact.value):
+            continue
         if new_fact.relation in _MANY_VALUED and not generic:
             continue  # a second value held beside the first, unless said to replace it
         reason = f"{_named(new_fact.relation)} (cosine {other.similarity:.3f})"
         out.append(Supersession(older.memory_id, newer.memory_id, newer.at, reason))
     return out
+
+
+def _restated(older: str, newer: str) -> bool:
+    """One value holds the other: the same fact said with more or fewer words ("Acme Inc" and
+    "Acme", "Lisbon & Osaka" and "Osaka", "Ōsaka" and "Osaka"), or the same number
+    ("555-1234" and "5551234").
+    """
+    old_words, new_words = _tokens(older), _tokens(newer)
+    if old_words <= new_words or new_words <= old_words:
+        return True
+    numbers = [v for v in (older, newer) if _NUMBER.fullmatch(v)]
+    return len(numbers) == 2 and re.sub(r"\D", "", older) == re.sub(r"\D", "", newer)
+
+
+_NUMBER = re.compile(r"[\d\s().+-]+")
 
 
 def _tokens(value: str) -> set[str]:

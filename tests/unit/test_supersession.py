@@ -59,7 +59,7 @@ RULE = SupersessionPolicy()
     [
         ("Alice lives in Osaka.", Fact("alice", "lives in", "osaka")),
         ("Alice now lives in Lisbon", Fact("alice", "lives in", "lisbon")),
-        ("Bob works for Globex now", Fact("bob", "works at", "globex")),
+        ("Bob is working at Globex now", Fact("bob", "works at", "globex")),
         ("Alice's favourite food is ramen", Fact("alice's favourite food", "is", "ramen")),
         ("The wifi password is hunter2", Fact("the wifi password", "is", "hunter2")),
         (
@@ -67,7 +67,7 @@ RULE = SupersessionPolicy()
             Fact("alice", "prefers for backend work", "python"),
         ),
         # the purpose is part of a preference only: a move for work is still a move
-        ("Alice moved to Lisbon for work", Fact("alice", "lives in", "lisbon for work")),
+        ("Alice relocated to Lisbon for work", Fact("alice", "lives in", "lisbon")),
     ],
 )
 def test_plain_statements_parse(text: str, fact: Fact) -> None:
@@ -89,6 +89,7 @@ def test_plain_statements_parse(text: str, fact: Fact) -> None:
         "Carol never drives a car",
         "Alice's car is not a Prius",  # a copula's denial is in its value
         "The wifi password is no longer hunter2",
+        "Alice works at Globex. Congrats Alice.",  # two sentences
     ],
 )
 def test_other_text_is_left_alone(text: str) -> None:
@@ -469,7 +470,7 @@ def test_a_value_that_opens_with_a_preposition_s_letters_is_still_a_value(
         ("Alice's favourite food is sushi.", "Alice's new favourite food is paella."),
         ("My phone number is 555-1234.", "My new phone number is 555-9876."),
         ("My boss is Ann.", "My new boss is Tom."),
-        ("Alice lives in Osaka.", "Alice moved to Lisbon for work."),
+        ("Alice lives in Osaka.", "Alice relocated to Lisbon for work."),
         ("Bob works at Acme.", "Bob now works at Bank of America."),
         ("Alice drives a Tesla.", "Alice drives a Kia Niro now."),
         ("Alice plays tennis.", "Alice plays squash these days instead."),
@@ -857,12 +858,61 @@ def test_words_that_only_look_like_a_replacement_supersede_nothing(older: str, n
         ("Alice lives in Osaka.", "Alice lives in Lisbon Sometimes."),
         ("Alice's favourite food is Definitely Not Sushi.", "Alice's favourite food is pho."),
         ("Alice started working at a cafe for the summer.", "Alice works at Globex."),
+        # a fourth review: moved to a team, works for a person, a job, a title, a phone, plays
+        ("Alice moved to Lisbon.", "Alice moved to Marketing."),
+        ("Alice lives in Lisbon.", "Alice moved to Marketing."),
+        ("Alice moved to Berlin.", "Alice moved to Google."),
+        ("Alice lives in Berlin.", "Alice moved to Engineering."),
+        ("Alice moved to Lisbon.", "Alice moved to Linux."),
+        ("Alice moved to Osaka.", "Alice moved to Sales."),
+        ("Alice lives in Lisbon.", "Alice has moved to Product."),
+        ("Alice moved to Lisbon.", "Alice moved to Android."),
+        ("Alice moved to Lisbon.", "Alice moved to Slack."),
+        ("Alice moved to Paris.", "Alice moved to Accounting."),
+        ("Alice relocated to Austin.", "Alice moved to Finance."),
+        ("Alice moved to London.", "Alice moved to Team Phoenix."),
+        ("Alice works for Acme.", "Alice works for Tom Smith."),
+        ("Alice works at Acme.", "Alice works for Tom."),
+        ("Alice works for Acme.", "Alice now works for Tom."),
+        ("Alice works for Acme.", "Alice works for Mr Patel."),
+        ("Alice works at Globex.", "Alice works for the Government."),
+        ("Alice works for Acme.", "Alice works for Marketing."),
+        ("Alice works at Acme.", "Alice works for Sales."),
+        ("Alice works for Google.", "Alice works for Sundar Pichai."),
+        ("My job is at Globex.", "My job is Product Manager."),
+        ("My job is Product Manager.", "My job is at Globex."),
+        ("My job is at Acme.", "My job is Nurse."),
+        ("Alice's title is Dr.", "Alice's title is Head of Sales."),
+        ("Alice's title is Head of Sales.", "Alice's title is Dr."),
+        ("My title is Professor.", "My title is Dean of Students."),
+        ("Alice's title is Dr.", "Alice's title is VP."),
+        ("My job is at Acme.", "My job is Teaching."),
+        ("My phone is 555-0199.", "My phone is a Pixel 8."),
+        ("My phone is a Pixel 8.", "My phone is 555-0199."),
+        ("Alice's phone is 555-0199.", "Alice's phone is a Samsung Galaxy."),
+        ("My phone is 555-0199.", "My phone is Samsung."),
+        ("My username is alice99.", "My username is AliceK."),
+        ("My username is alice99.", "My new username is al_k."),
+        ("My favourite foods are sushi.", "My favourite foods are ramen."),
+        ("My favourite bands are Radiohead.", "My favourite bands are Coldplay."),
+        ("Alice plays guitar.", "Alice plays bass now."),
+        ("Alice plays chess.", "Alice plays Minecraft now."),
+        ("Alice plays guitar.", "Alice plays piano now."),
+        ("Bob plays Hamlet.", "Bob plays Macbeth now."),
+        ("Alice plays tennis.", "Alice plays Fortnite now."),
+        ("Alice plays violin.", "Alice plays tennis now."),
+        ("Alice plays tennis.", "Alice plays Wordle these days."),
+        ("Alice drives a Tesla.", "Alice drives an Uber now."),
+        ("Alice drives a Tesla.", "Alice drives a Lyft now."),
+        ("My phone is 555-0199.", "My new phone is a Pixel 8."),
+        ("My phone is a Pixel 8.", "My phone is 07700 900123."),
+        ("My phone number is 555-1234.", "My phone number is 5551234."),
     ],
 )
 def test_a_statement_that_says_more_than_a_new_value_supersedes_nothing(
     older: str, newer: str
 ) -> None:
-    """Three reviews of the rule after 9561d0a found each of these superseding at MiniLM
+    """Four reviews of the rule after 9561d0a found each of these superseding at MiniLM
     cosines of 0.50-0.99 (over the 0.5 default); most were read so since 7613fda. Both
     statements are now read only when each names one value of one subject and nothing else.
     """
@@ -882,6 +932,9 @@ def test_a_statement_that_says_more_than_a_new_value_supersedes_nothing(
         ("Alice prefers Python.", "Alice prefers Rust now."),
         ("Alice studies Law.", "Alice studies Medicine now."),
         ("alice lives in osaka", "alice lives in new york now"),
+        ("Bob works at Acme.", "Bob works for Globex now."),  # a person, a department too
+        ("Alice lives in Osaka.", "Alice moved to Lisbon."),  # a team, a company, an app too
+        ("Alice drives a Tesla.", "Alice drives the Kia now."),
     ],
 )
 def test_a_replacement_said_with_more_than_its_values_is_left_alone(older: str, newer: str) -> None:
