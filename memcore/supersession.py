@@ -132,7 +132,8 @@ class Supersession:
 
 # relation (canonical) -> the phrases that state it; a phrase matches between whole words. Not
 # "moved to" (a team, a company, an app: "moved to Marketing"), "works for" (a person, a
-# department: "works for Tom", "works for Sales") or "is based in".
+# department: "works for Tom", "works for Sales"), "is employed by" (an agency, a family), "is
+# driving" (a rental, a loan) or "is based in".
 _RELATIONS: dict[str, tuple[str, ...]] = {
     "lives in": (
         "lives in",
@@ -145,7 +146,6 @@ _RELATIONS: dict[str, tuple[str, ...]] = {
         "works at",
         "is working at",
         "is employed at",
-        "is employed by",
         "started working at",
         "got a job at",
         "got a new job at",
@@ -154,7 +154,7 @@ _RELATIONS: dict[str, tuple[str, ...]] = {
         "started a job at",
         "started a new job at",
     ),
-    "drives": ("drives", "is driving"),
+    "drives": ("drives",),
     "is married to": ("is married to",),
     "is dating": ("is dating",),
     "prefers": ("prefers",),
@@ -174,11 +174,12 @@ _SPELLING = {"favorite": "favourite", "color": "colour"}
 favourite food" does."""
 _SPELT = re.compile(r"\b(" + "|".join(_SPELLING) + r")\b")
 _ATTRIBUTE = (
-    r"(favourite \w+( \w+)?|phone number|(mobile |cell )?number|((home|postal) )?address"
+    r"(favourite \w+( \w+)?|phone number|(mobile |cell )number|((home|postal) )?address"
     r"|job( title)?|boss|manager|password)"
 )
 """Attributes one holds a single value of at a time. Not an email or a username (one has
-several), a bare "phone" (a handset or a number) or "title" (a job's or "Dr")."""
+several), a bare "phone" (a handset or a number), "number" (a shirt's, a room's) or "title" (a
+job's or "Dr")."""
 _SINGLE_NEW = re.compile(rf"(my|our|your|\S+'s) (?:new )?{_ATTRIBUTE}$")
 """An owned attribute one holds a single value of at a time, maybe called new ("Alice's new
 favourite food", "my new phone number"): "new" is dropped (it names the attribute it replaces a
@@ -196,7 +197,8 @@ _VAGUE_SUBJECT = re.compile(
     r"|\b(\w*friends?|\w*sisters?|\w*brothers?|siblings?|cousins?|colleagues?|co-?workers?"
     r"|neighbou?rs?|kids?|child|children|(step|god)?(sons?|daughters?)|\w*mates?|\w*parents?|grand\w*"
     r"|aunts?|uncles?|nephews?|nieces?|ex|exes|partners?|clients?|patients?|students?|pupils?"
-    r"|customers?|tenants?|interns?|employees?|reports?|team|people|everyone)\b"
+    r"|customers?|tenants?|interns?|employees?|reports?|doctors?|teachers?|tutors?|coach(es)?"
+    r"|lawyers?|therapists?|mentors?|god\w+|in-laws?|team|people|everyone)\b"
 )
 """Subjects that may name another in each statement: a pronoun ("she", "her boss", "that"), an
 indefinite ("a friend of mine", "one of my friends", "someone on my team"), a relation one
@@ -237,12 +239,11 @@ _FILLER = re.compile(
     re.I,
 )
 _NEGATION = re.compile(r"\b(no longer|not|never|no)\b|n't\b")
-"""Said of the subject ("Alice no longer lives in Osaka", "Bob doesn't work at Acme"): the
-statement denies a value and states none, so it supersedes nothing."""
+"""Said of the subject or the value ("Alice no longer lives in Osaka", "Alice's car is not a
+Prius"): the statement denies a value and states none, so it supersedes nothing."""
 _PURPOSE = " for "
 """Joins a preference and what it is for ("prefers Python for backend work"): the purpose belongs
-to the attribute, so a preference for frontend work does not replace one for backend work. Only
-for ``prefers``: "moved to Lisbon for work" is still a move."""
+to the attribute, so a preference for frontend work does not replace one for backend work."""
 _UPDATE_MARKER = re.compile(r"\b(now|currently|nowadays|these days)\b", re.I)
 _ONE_AT_A_TIME = frozenset({"plays"})
 """The verbs a ``Name verb value`` statement is read with (:func:`_generic`): a sport
@@ -258,6 +259,9 @@ _SPORTS = frozenset(
 _VALUE_END = re.compile(r",|;| because | since | but | and | with | near | which | who ")
 """Words that go on past a value ("Osaka and Kyoto", "Globex, I think"): no fact."""
 _FOR_WORK = re.compile(r" for (work|good)$")
+"""How long or why one relocated ("relocated to Lisbon for work"): a move all the same. Said of
+anything else, it is a second value ("my phone number is 555-9876 for work")."""
+_MODALS = frozenset({"used", "would", "could", "can", "might", "will", "should", "must", "shall"})
 _SENTENCE_END = re.compile(r"[.!?](\s|$)")
 
 
@@ -317,9 +321,11 @@ def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact
     value = rest.strip()
     if not subject or not value or len(subject.split()) > 6 or _NEGATION.search(subject):
         return None
-    if _VALUE_END.search(f" {value} ") or not _firm(content, subject, relation, value):
+    moved = phrase == "relocated to"
+    if _VALUE_END.search(f" {value} ") or not _firm(content, subject, relation, value, moved):
         return None
-    value = _FOR_WORK.sub("", value)  # "moved to Lisbon for work" is a move to Lisbon
+    if moved:
+        value = _FOR_WORK.sub("", value)
     if relation == "prefers":
         value, _, purpose = value.partition(_PURPOSE)
         if not purpose:
@@ -335,17 +341,16 @@ def _without_new(subject: str) -> str:
     return subject
 
 
-def _firm(content: str, subject: str, relation: str, value: str) -> bool:
+def _firm(content: str, subject: str, relation: str, value: str, moved: bool) -> bool:
     """The statement names one value of one subject's attribute, and nothing else.
 
-    Only such statements replace one another (``content``: the statement as written): a
-    replacement read wrongly hides a true memory (rule zero), while one missed costs an
-    ordering. So each of two statements must be:
+    Only such statements replace one another (``content``: the statement as written; ``moved``:
+    a relocation, which may end "for work"): a replacement read wrongly hides a true memory (rule
+    zero), while one missed costs an ordering. So each of two statements must be:
 
     - of a definite subject (:data:`_VAGUE_SUBJECT`: not "she", "a friend", "my sister", who
-      may be another than the older statement's);
-    - with ``X is Y``, of an attribute held one value at a time (:data:`_SINGLE_ATTRIBUTE`: not
-      "my hobby", "Alice's friend", "my cat", "my email", "the password");
+      may be another than the older statement's), said plainly (not "Alice used to", "Alice
+      could", "Alice sometimes", "Alice also");
     - with a value that denies nothing ("is definitely not a Prius", "Lisbon no more") and is
       all name (:func:`_named_value`), in a statement whose case tells names from other words
       (not all capitals or every word capitalised).
@@ -353,40 +358,43 @@ def _firm(content: str, subject: str, relation: str, value: str) -> bool:
     single = _SINGLE_ATTRIBUTE.fullmatch(subject) is not None
     if _VAGUE_SUBJECT.search(subject) or (subject.startswith("the ") and not single):
         return False
-    if relation in _COPULAS and not single:
+    if any(_not_a_name(w) or w in _MODALS for w in subject.split()[1:]) and not single:
         return False
     if _NEGATION.search(value):
         return False
     said = _normalised(content, cased=True).rstrip(".! ").split()
     if len(said) != len(_normalised(content).rstrip(".! ").split()):
-        return False  # a letter whose lower case is two ("İ"): the words do not line up
+        return False  # a filler matched in one case alone ("İnstead"): the words do not line up
     if all(_capitalised(w) for w in said):
         return False  # "ALICE LIVES IN LISBON DURING THE SUMMER": case tells nothing
     # the value ends the statement: its last words, as written (a preference's purpose cut)
     words = said[-len(value.split()) :]
     if relation == "prefers":
         words = words[: len(value.partition(_PURPOSE)[0].split())]
-    return _named_value(relation, subject, words)
+    return _named_value(relation, subject, words, moved)
 
 
-def _named_value(relation: str, subject: str, words: list[str]) -> bool:
+def _named_value(relation: str, subject: str, words: list[str], moved: bool = False) -> bool:
     """``words`` (as written) name a value of ``relation`` and say nothing else: no when, how
     long, how often or how sure ("Globex temporarily", "a cafe part-time", "Lisbon during the
     summer", "Globex Saturdays", "Lisbon 2019", "Tom probably", "Globex (PT)", "Globex too").
 
-    After an article (and before "for work" or "for good"), each word is capitalised, or a
+    After an article (and, with ``moved``, before "for work" or "for good"), each word is
+    capitalised, or a
     joiner inside a name ("Bank of America"), and none says a time, a hedge or a where
     (:data:`_NOT_NAMES`, in any case); :func:`_value_kind` says which words may be lower case
     or numbers. A car is named after "a" or "an" ("drives a Kia Niro", not "drives Uber",
     "drives the kids", "drives an Uber"); a sport is one of :data:`_SPORTS`; a job is "at" a
     name ("my job is at Globex"); nor is "works at Home" a place of work.
     """
-    if words[-2:] in (["for", "work"], ["for", "good"]):
+    if moved and words[-2:] in (["for", "work"], ["for", "good"]):
         words = words[:-2]
     article = words[0].lower() if words and words[0].lower() in _ARTICLES else ""
     if article:
         words = words[1:]
-    if relation == "drives" and (article not in ("a", "an") or words[0].lower() in _RIDES):
+    if relation == "drives" and (
+        article not in ("a", "an") or not words or words[0].lower() in _RIDES
+    ):
         return False  # a car after "a" ("a Kia Niro"; not "Uber", "the kids", "an Uber")
     if relation in _ONE_AT_A_TIME:
         return not article and " ".join(words).lower() in _SPORTS  # not "the piano", "chess"
@@ -424,7 +432,7 @@ def _value_kind(relation: str, subject: str) -> tuple[int, bool]:
     numbers: a place, an employer, a person (lives in, works at, is married to, is dating, a
     boss, a job, a job title) is a name from its first word ("Lisbon", not "a flat", "the
     office", "him", "someone", "my boss is strict"); a phone number or an address may be numbers
-    ("555-9876", "5 Oak Rd"); a car is a make and a model ("a Mazda 3"); a favourite, a
+    ("555-9876", "5 Oak Rd"); a car is a make, maybe with a model ("a Mazda 3"); a favourite, a
     password or a preference may open with any word ("sushi", "swordfish").
     """
     if relation in _COPULAS:

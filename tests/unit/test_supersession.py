@@ -90,6 +90,9 @@ def test_plain_statements_parse(text: str, fact: Fact) -> None:
         "Alice's car is not a Prius",  # a copula's denial is in its value
         "The wifi password is no longer hunter2",
         "Alice works at Globex. Congrats Alice.",  # two sentences
+        "Alice drives a.",  # no car after the article (raised IndexError)
+        "Bob drives an",
+        "Alice drives a now.",
     ],
 )
 def test_other_text_is_left_alone(text: str) -> None:
@@ -907,12 +910,51 @@ def test_words_that_only_look_like_a_replacement_supersede_nothing(older: str, n
         ("My phone is 555-0199.", "My new phone is a Pixel 8."),
         ("My phone is a Pixel 8.", "My phone is 07700 900123."),
         ("My phone number is 555-1234.", "My phone number is 5551234."),
+        # a fifth review: a subject said with a modal or a how often; a second value for work;
+        # an employer of record, a car driven for now; a role one may change; bare number
+        ("Alice used to live in Osaka.", "Alice used to live in Lisbon."),
+        ("I used to live in Osaka.", "I used to live in Berlin."),
+        ("Alice would like to live in Paris.", "Alice would like to live in Rome."),
+        ("I'd love to live in Tokyo.", "I'd love to live in Lisbon."),
+        ("Alice could live in Lisbon.", "Alice could live in Osaka."),
+        ("Alice wants to live in Paris.", "Alice wants to live in Rome."),
+        ("Alice sometimes works at Acme.", "Alice sometimes works at Globex."),
+        ("Alice also works at Starbucks.", "Alice also works at Uber."),
+        ("Alice occasionally works at Acme.", "Alice occasionally works at Globex."),
+        ("We used to live in Osaka.", "We used to live in Lisbon."),
+        ("Alice sometimes lives in Lisbon.", "Alice sometimes lives in Porto."),
+        ("My phone number is 555-1234.", "My phone number is 555-9876 for work."),
+        ("My password is hunter2.", "My password is swordfish for work."),
+        ("Alice drives a Tesla.", "Alice drives a Ford Transit for work now."),
+        ("My number is 555-1234.", "My number is 555-9876 for work."),
+        ("Alice lives in Osaka.", "Alice lives in Tokyo for work."),
+        ("My address is 5 Oak Rd.", "My address is 12 High St for work."),
+        ("Alice works at Google.", "Alice is employed by Accenture."),
+        ("Alice works at Acme.", "Alice is employed by Randstad."),
+        ("Alice works at Acme.", "Alice is employed by the Smiths."),
+        ("Alice works at Acme.", "Alice is employed by Tom Smith."),
+        ("Alice drives a Tesla.", "Alice is driving a Toyota Corolla now."),
+        ("Alice drives a Tesla.", "Alice is driving a Hertz Corolla now."),
+        ("My doctor works at Mercy Hospital.", "My doctor works at Kaiser Permanente."),
+        ("My teacher lives in Rome.", "My teacher lives in Paris."),
+        ("My lawyer works at Baker McKenzie.", "My lawyer works at Clifford Chance."),
+        ("My godfather lives in Rome.", "My godfather lives in Paris."),
+        ("My in-laws live in Ohio.", "My in-laws live in Texas."),
+        ("My coach lives in Rome.", "My coach lives in Paris."),
+        ("My therapist works at Kaiser.", "My therapist works at Headway."),
+        ("Alice's number is 23.", "Alice's number is 555-0199."),
+        ("The office number is 12B.", "The office number is 555-0199."),
+        ("Alice often works at Acme.", "Alice often works at Globex."),
+        ("Alice might live in Lisbon.", "Alice might live in Porto."),
+        ("Alice will live in Lisbon.", "Alice will live in Porto."),
+        ("Alice drives a Tesla.", "Alice drives a."),
+        ("Alice drives a.", "Alice drives a Kia now."),
     ],
 )
 def test_a_statement_that_says_more_than_a_new_value_supersedes_nothing(
     older: str, newer: str
 ) -> None:
-    """Four reviews of the rule after 9561d0a found each of these superseding at MiniLM
+    """Five reviews of the rule after 9561d0a found each of these superseding at MiniLM
     cosines of 0.50-0.99 (over the 0.5 default); most were read so since 7613fda. Both
     statements are now read only when each names one value of one subject and nothing else.
     """
