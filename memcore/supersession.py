@@ -188,9 +188,9 @@ _SINGLE_ATTRIBUTE = re.compile(
     rf"(?:the (?:wifi|work|home|office) |(?:my|our|your|\S+'s) (?:(?:work|home|mobile|cell) )?)"
     rf"{_ATTRIBUTE}"
 )
-"""The subject of an ``X is Y`` statement that can replace a value (:func:`_firm`): an owned
-attribute held one value at a time ("Alice's favourite food", "the wifi password"); not of the
-owners "his", "her" or "their" (:data:`_VAGUE_SUBJECT`)."""
+"""The subject of an ``X is Y`` statement the rule reads (:func:`_copula`): an owned attribute
+held one value at a time ("Alice's favourite food", "my work phone number", "the wifi
+password"); not of "his", "her" or "their" (whose?)."""
 _VAGUE_SUBJECT = re.compile(
     r"^(he|she|they|it|his|her|their|its|this|that|these|those|there|a|an|one|someone|somebody"
     r"|some|another|if|when|maybe|perhaps)\b"
@@ -202,9 +202,9 @@ _VAGUE_SUBJECT = re.compile(
 )
 """Subjects that may name another in each statement: a pronoun ("she", "her boss", "that"), an
 indefinite ("a friend of mine", "one of my friends", "someone on my team"), a relation one
-has several of ("my sister", "my grandson", "my ex", "my client"), or a condition ("if
-Alice"). Also "the ..." but an attribute of its own ("the boss", not "the wifi password":
-:func:`_firm`)."""
+has several of or may change ("my sister", "my grandson", "my ex", "my client", "my doctor"),
+or a condition ("if Alice"). Also "the ..." but an attribute of its own ("the boss", not "the
+wifi password": :func:`_firm`)."""
 _ARTICLES = frozenset({"a", "an", "the"})
 _PROPER = frozenset({"lives in", "works at", "is married to", "is dating"})
 """Relations whose value is a name: of a place, an employer, a person."""
@@ -262,6 +262,8 @@ _FOR_WORK = re.compile(r" for (work|good)$")
 """How long or why one relocated ("relocated to Lisbon for work"): a move all the same. Said of
 anything else, it is a second value ("my phone number is 555-9876 for work")."""
 _MODALS = frozenset({"used", "would", "could", "can", "might", "will", "should", "must", "shall"})
+"""Words that make a subject's statement a past, a wish or a maybe ("Alice used to live in",
+"Alice could live in"): not read (:func:`_firm`)."""
 _SENTENCE_END = re.compile(r"[.!?](\s|$)")
 
 
@@ -380,10 +382,9 @@ def _named_value(relation: str, subject: str, words: list[str], moved: bool = Fa
     summer", "Globex Saturdays", "Lisbon 2019", "Tom probably", "Globex (PT)", "Globex too").
 
     After an article (and, with ``moved``, before "for work" or "for good"), each word is
-    capitalised, or a
-    joiner inside a name ("Bank of America"), and none says a time, a hedge or a where
-    (:data:`_NOT_NAMES`, in any case); :func:`_value_kind` says which words may be lower case
-    or numbers. A car is named after "a" or "an" ("drives a Kia Niro", not "drives Uber",
+    capitalised, or a joiner inside a name ("Bank of America"), and none says a time, a hedge
+    or a where (:data:`_NOT_NAMES`, in any case); :func:`_value_kind` says which words may be
+    lower case or numbers. A car is named after "a" or "an" ("drives a Kia Niro", not "drives Uber",
     "drives the kids", "drives an Uber"); a sport is one of :data:`_SPORTS`; a job is "at" a
     name ("my job is at Globex"); nor is "works at Home" a place of work.
     """
