@@ -193,7 +193,7 @@ held one value at a time ("Alice's favourite food", "my work phone number", "the
 password"); not of "his", "her" or "their" (whose?)."""
 _VAGUE_SUBJECT = re.compile(
     r"^(he|she|they|it|his|her|their|its|this|that|these|those|there|a|an|one|someone|somebody"
-    r"|some|another|if|when|maybe|perhaps)\b"
+    r"|some|another|if|when|maybe|perhaps|nobody|anybody|everybody|anyone|noone|no-one)\b"
     r"|\b(\w*friends?|\w*sisters?|\w*brothers?|siblings?|cousins?|colleagues?|co-?workers?"
     r"|neighbou?rs?|kids?|child|children|(step|god)?(sons?|daughters?)|\w*mates?|\w*parents?|grand\w*"
     r"|aunts?|uncles?|nephews?|nieces?|ex|exes|partners?|clients?|patients?|students?|pupils?"
@@ -206,6 +206,20 @@ has several of or may change ("my sister", "my grandson", "my ex", "my client", 
 or a condition ("if Alice"). Also "the ..." but an attribute of its own ("the boss", not "the
 wifi password": :func:`_firm`)."""
 _ARTICLES = frozenset({"a", "an", "the"})
+_KIN = re.compile(
+    r"(?:(?:my|our|your|[\w-]+'s) )?(?:mother|mom|mum|ma|mama|father|dad|pa|papa|husband|wife"
+    r"|spouse|hubby)|i|we"
+)
+"""Subjects other than a name that name one person each time (:func:`_firm`)."""
+_DEICTIC = re.compile(r"\b(here|there|this|that|these|those|it|them|one|ones)\b")
+"""Words whose referent changes with the conversation ("my favourite dish here", "prefers Go
+for this"): two statements with them may be of two things."""
+_NOT_VALUES = re.compile(
+    r"same|unchanged|secret|private|confidential|hidden|default|usual|saved|stored|mine|yours"
+    r"|his|hers|ours|theirs|whatever|obvious|different|changed|unknown|forgotten|expired"
+)
+"""Words a value that may open with any word (:data:`_OPEN_VALUED`) may not be alone: they
+restate or hide the value ("my password is still the same", "... is a secret")."""
 _PROPER = frozenset({"lives in", "works at", "is married to", "is dating"})
 """Relations whose value is a name: of a place, an employer, a person."""
 _OPEN_VALUED = re.compile(r"\b(favourite \w+( \w+)?|password)$")
@@ -352,7 +366,11 @@ def _firm(content: str, subject: str, relation: str, value: str, moved: bool) ->
 
     - of a definite subject (:data:`_VAGUE_SUBJECT`: not "she", "a friend", "my sister", who
       may be another than the older statement's), said plainly (not "Alice used to", "Alice
-      could", "Alice sometimes", "Alice also");
+      could", "Alice sometimes", "Alice also"); but for ``X is Y``, a name as written ("Alice",
+      "Bob Smith"), "I", "we" or one's mother, father or spouse (:data:`_KIN`), so not "my old
+      boss", "my buddy", "Ann says Bob";
+    - of nothing that points into the conversation (:data:`_DEICTIC`: "my favourite dish
+      here", "prefers Go for this");
     - with a value that denies nothing ("is definitely not a Prius", "Lisbon no more") and is
       all name (:func:`_named_value`), in a statement whose case tells names from other words
       (not all capitals or every word capitalised).
@@ -362,6 +380,13 @@ def _firm(content: str, subject: str, relation: str, value: str, moved: bool) ->
         return False
     if any(_not_a_name(w) or w in _MODALS for w in subject.split()[1:]) and not single:
         return False
+    purpose = value.partition(_PURPOSE)[2] if relation == "prefers" else ""
+    if _DEICTIC.search(subject) or _DEICTIC.search(purpose):
+        return False
+    if relation not in _COPULAS and not _KIN.fullmatch(subject):
+        named = _normalised(content, cased=True).split()[: len(subject.split())]
+        if not all(_capitalised(w) for w in named):
+            return False  # "my buddy", "my old boss", "Ann says Bob", "Nobody here"
     if _NEGATION.search(value):
         return False
     said = _normalised(content, cased=True).rstrip(".! ").split()
@@ -411,6 +436,8 @@ def _named_value(relation: str, subject: str, words: list[str], moved: bool = Fa
     if any(_not_a_name(w) and not (0 < i < last and w in _JOINERS) for i, w in enumerate(words)):
         return False
     loose, digits = _value_kind(relation, subject)
+    if loose and len(words) == 1 and _NOT_VALUES.fullmatch(words[0].lower()):
+        return False
     return all(
         i < loose
         or _capitalised(w)
