@@ -180,10 +180,6 @@ _ATTRIBUTE = (
 """Attributes one holds a single value of at a time. Not an email or a username (one has
 several), a bare "phone" (a handset or a number), "number" (a shirt's, a room's) or "title" (a
 job's or "Dr")."""
-_SINGLE_NEW = re.compile(rf"(my|our|your|\S+'s) (?:new )?{_ATTRIBUTE}$")
-"""An owned attribute one holds a single value of at a time, maybe called new ("Alice's new
-favourite food", "my new phone number"): "new" is dropped (it names the attribute it replaces a
-value of). Not "Alice's new friend" (one has several), nor "the new intern" (no one's)."""
 _SINGLE_ATTRIBUTE = re.compile(
     rf"(?:the (?:wifi|work|home|office) |(?:my|our|your|\S+'s) (?:(?:work|home|mobile|cell) )?)"
     rf"{_ATTRIBUTE}"
@@ -338,7 +334,10 @@ def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact
     if not subject or not value or len(subject.split()) > 6 or _NEGATION.search(subject):
         return None
     moved = phrase == "relocated to"
-    if _VALUE_END.search(f" {value} ") or not _firm(content, subject, relation, value, moved):
+    words = text.split()
+    if _VALUE_END.search(f" {value} ") or not _firm(
+        content, words, subject, relation, value, moved
+    ):
         return None
     if moved:
         value = _FOR_WORK.sub("", value)
@@ -351,18 +350,23 @@ def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact
 
 
 def _without_new(subject: str) -> str:
-    """``subject`` without the "new" of a single-valued attribute (:data:`_SINGLE_NEW`)."""
-    if " new " in subject and _SINGLE_NEW.fullmatch(subject):
-        return subject.replace(" new ", " ", 1)
-    return subject
+    """``subject`` without the "new" of a single-valued attribute (:data:`_SINGLE_ATTRIBUTE`):
+    "Alice's new favourite food" names the attribute whose value it replaces; not "Alice's new
+    friend" (one has several), nor "the new intern" (no one's).
+    """
+    plain = subject.replace(" new ", " ", 1)
+    return plain if plain != subject and _SINGLE_ATTRIBUTE.fullmatch(plain) else subject
 
 
-def _firm(content: str, subject: str, relation: str, value: str, moved: bool) -> bool:
+def _firm(
+    content: str, words: list[str], subject: str, relation: str, value: str, moved: bool
+) -> bool:
     """The statement names one value of one subject's attribute, and nothing else.
 
-    Only such statements replace one another (``content``: the statement as written; ``moved``:
-    a relocation, which may end "for work"): a replacement read wrongly hides a true memory (rule
-    zero), while one missed costs an ordering. So each of two statements must be:
+    Only such statements replace one another (``content``: the statement as written; ``words``:
+    its normalised words, as :func:`fact_of` read them; ``moved``: a relocation, which may end
+    "for work"): a replacement read wrongly hides a true memory (rule zero), while one missed
+    costs an ordering. So each of two statements must be:
 
     - of a definite subject (:data:`_VAGUE_SUBJECT`: not "she", "a friend", "my sister", who
       may be another than the older statement's), said plainly (not "Alice used to", "Alice
@@ -383,25 +387,24 @@ def _firm(content: str, subject: str, relation: str, value: str, moved: bool) ->
     purpose = value.partition(_PURPOSE)[2] if relation == "prefers" else ""
     if _DEICTIC.search(subject) or _DEICTIC.search(purpose):
         return False
-    if relation not in _COPULAS and not _KIN.fullmatch(subject):
-        named = _normalised(content, cased=True).split()[: len(subject.split())]
-        if not all(_capitalised(w) for w in named):
-            return False  # "my buddy", "my old boss", "Ann says Bob", "Nobody here"
     if _NEGATION.search(value):
         return False
     said = _normalised(content, cased=True).rstrip(".! ").split()
-    if len(said) != len(_normalised(content).rstrip(".! ").split()):
+    if len(said) != len(words):
         return False  # a filler matched in one case alone ("İnstead"): the words do not line up
+    plain = relation in _COPULAS or _KIN.fullmatch(subject) is not None
+    if not plain and not all(_capitalised(w) for w in said[: len(subject.split())]):
+        return False  # "my buddy", "my old boss", "Ann says Bob", "Nobody here"
     if all(_capitalised(w) for w in said):
         return False  # "ALICE LIVES IN LISBON DURING THE SUMMER": case tells nothing
     # the value ends the statement: its last words, as written (a preference's purpose cut)
-    words = said[-len(value.split()) :]
+    named = said[-len(value.split()) :]
     if relation == "prefers":
-        words = words[: len(value.partition(_PURPOSE)[0].split())]
-    return _named_value(relation, subject, words, moved)
+        named = named[: len(value.partition(_PURPOSE)[0].split())]
+    return _named_value(relation, subject, named, moved)
 
 
-def _named_value(relation: str, subject: str, words: list[str], moved: bool = False) -> bool:
+def _named_value(relation: str, subject: str, words: list[str], moved: bool) -> bool:
     """``words`` (as written) name a value of ``relation`` and say nothing else: no when, how
     long, how often or how sure ("Globex temporarily", "a cafe part-time", "Lisbon during the
     summer", "Globex Saturdays", "Lisbon 2019", "Tom probably", "Globex (PT)", "Globex too").
