@@ -9,6 +9,7 @@ error or a non-2xx reply; :func:`memcore.resolve_importance` parses it and falls
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Sequence
 
@@ -29,6 +30,11 @@ CONCURRENCY = 100
 """Questions in flight to the LLM at once (its connection pool's size); more wait their turn,
 and each one's timeout starts when it is sent (it ran while it waited for a connection: past 100
 at once, the rest timed out unasked and the rules decided)."""
+
+
+MAX_ANSWER_BYTES = 1 << 20
+"""The largest reply body read (1 MiB): a longer one is no answer (the rules decide), so an
+endpoint that streams megabytes costs neither the worker's memory nor its loop's time."""
 
 
 class LlmImportance:
@@ -76,14 +82,12 @@ class LlmImportance:
                     return None  # the batch's LLM timed out: the rules decide, unasked
                 try:
                     async with asyncio.timeout(self.timeout_s):
-                        url = f"{self.base_url}/chat/completions"
-                        reply = await self._client.post(url, json=body)
+                        payload = await self._post(self._client, body)
                 except TimeoutError:
                     if hung is not None:
                         hung.set()
                     raise
-            reply.raise_for_status()
-            text = reply.json()["choices"][0]["message"]["content"]
+            text = json.loads(payload)["choices"][0]["message"]["content"]
         except (
             TimeoutError,
             httpx.HTTPError,
@@ -100,6 +104,21 @@ class LlmImportance:
             log.exception("llm question failed unexpectedly; the rules decide")
             return None
         return text if isinstance(text, str) else None
+
+    async def _post(self, client: httpx.AsyncClient, body: dict[str, object]) -> bytes:
+        """The reply's body; raises ``httpx.HTTPStatusError`` for a non-2xx reply and
+        ``ValueError`` once it is longer than :data:`MAX_ANSWER_BYTES` (read no further).
+        """
+        url = f"{self.base_url}/chat/completions"
+        async with client.stream("POST", url, json=body) as reply:
+            reply.raise_for_status()
+            chunks, size = [], 0
+            async for chunk in reply.aiter_bytes():
+                size += len(chunk)
+                if size > MAX_ANSWER_BYTES:
+                    raise ValueError(f"a reply over {MAX_ANSWER_BYTES} bytes")
+                chunks.append(chunk)
+        return b"".join(chunks)
 
     async def answers(self, contents: Sequence[str]) -> list[str | None]:
         """Answers for many texts, concurrently, each within the timeout; once one times out,

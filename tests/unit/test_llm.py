@@ -17,7 +17,7 @@ from memcore import ImportanceSource, resolve_importance
 from memcore.supersession import SupersessionPolicy, Version
 from storage.usage import load_settings
 from streams.app import _llm_answers
-from streams.llm import CONCURRENCY, LlmImportance
+from streams.llm import CONCURRENCY, MAX_ANSWER_BYTES, LlmImportance
 from streams.settings import WorkerSettings
 from tests.infra import free_port
 
@@ -214,3 +214,19 @@ def test_an_llm_url_the_client_cannot_use_is_refused_at_start_up_naming_it(
     assert load_settings(WorkerSettings).llm_url == "https://llm.internal:8000/v1"
     monkeypatch.setenv("MNEMO_LLM_URL", "")  # unset: the rules decide
     assert not load_settings(WorkerSettings).llm_url
+
+
+@pytest.mark.parametrize(
+    ("size", "read"), [(MAX_ANSWER_BYTES - 1024, True), (MAX_ANSWER_BYTES, False)]
+)
+def test_a_reply_longer_than_the_limit_is_no_answer(size: int, read: bool) -> None:
+    """A reply of any length was read whole and parsed (a million-entry list: 0.4 s of the
+    worker's loop); one past :data:`MAX_ANSWER_BYTES` is now no answer, and the rules decide.
+    """
+    answer = '{"replaces": [1], "reason": "' + "x" * size + '"}'
+
+    async def reply(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"choices": [{"message": {"content": answer}}]})
+
+    got = in_loop(reply, TIMEOUT_S, lambda llm: llm.answers(["fact"]))
+    assert got == ([answer] if read else [None])
