@@ -9,7 +9,8 @@ The deterministic rule: both memories are short single statements that parse as
 same subject and relation, different values, and cosine similarity at least
 :attr:`SupersessionPolicy.min_cosine`. The older (by event time) is superseded by the newer.
 Each must name one value of one subject's attribute and nothing else (:func:`_firm`), and
-neither value may hold the other (:func:`_tokens`: "Acme Inc" restates "Acme"). Anything else is
+neither value may hold or spell the other (:func:`_restated`: "Acme Inc" and "NYC" restate "Acme"
+and "New York City"). Anything else is
 left alone: a missed update costs an ordering, a false one would hide a memory (rule zero), so
 the rule only fires on plain statements.
 
@@ -41,6 +42,14 @@ MAX_NEIGHBOURS = 1024
 returns at most 16,384 hits, and each neighbour is parsed and compared. The admin API and CLI
 refuse a larger ``neighbours``; a record already on the topic with one is read as it is."""
 
+MAX_WORDS = 64
+"""The longest statement parsed (:attr:`SupersessionPolicy.max_words`): the admin API and CLI
+refuse a larger ``max_words``; a record already on the topic with one is read as this."""
+
+MAX_WORD_CHARS = 64
+"""Text longer than this many characters per word of ``max_words`` is no statement the rule
+reads, and is refused before it is normalised (a 64 KB write costs no more than a short one)."""
+
 
 @dataclass(frozen=True)
 class SupersessionPolicy:
@@ -49,7 +58,8 @@ class SupersessionPolicy:
     Attributes:
         enabled: run the rule on writes.
         min_cosine: the two memories' cosine must be at least this.
-        max_words: only statements of at most this many words are parsed.
+        max_words: only statements of at most this many words are parsed (at most
+            :data:`MAX_WORDS` are).
         neighbours: how many of the nearest memories of the tenant, of the new write's user and
             agent (:attr:`Version.scope`), a new write is compared with (at most
             :data:`MAX_NEIGHBOURS` are).
@@ -159,15 +169,48 @@ _RELATIONS: dict[str, tuple[str, ...]] = {
     "is dating": ("is dating",),
     "prefers": ("prefers",),
 }
-_MANY_VALUED = frozenset({"drives"})
-"""Relations someone may hold several values of at once ("drives a Tesla" and "drives a van"):
-a newer value supersedes only when its statement says it is an update (:func:`states_an_update`:
-"Alice drives a Kia now")."""
-_AT_HOME = re.compile(r"(home|noon|midnight|dawn)$")
-"""Values of "works at" that say where or when, capitalised too ("works at Home"; "Home Depot"
-is a value); the other whens are :data:`_NOT_NAMES`."""
-_RIDES = frozenset({"uber", "lyft", "taxi", "cab", "bolt"})
-"""What one drives for a living, not a car ("drives an Uber now")."""
+_MANY_VALUED = frozenset({"drives", "prefers"})
+"""Relations someone may hold several values of at once ("drives a Tesla" and "drives a Kia";
+"prefers tea for breakfast" and "prefers eggs for breakfast"): a newer value supersedes only
+when its statement says it is an update (:func:`states_an_update`: "Alice drives a Kia now")."""
+_AT_HOME = re.compile(r"(home|noon|midnight|dawn|head office|corporate|reception|campus|downtown)$")
+"""Values of "works at" that say where or when, capitalised too ("works at Home", "Head Office";
+"Home Depot" is a value); the other whens are :data:`_NOT_NAMES`. After an article, no value of
+"works at" is read ("the London Office", "the Main Campus", "The Office")."""
+_SITES = frozenset(
+    {"office", "campus", "store", "branch", "site", "plant", "factory"}
+    | {"warehouse", "hq", "building", "shop", "centre", "center", "lab", "labs"}
+)
+"""Last words of a site of an employer after an article ("works at the London Office", "the
+Main Campus"): where one works, not for whom ("the BBC", "the Guardian" are employers)."""
+_IN_TOWN = re.compile(r"(town|halls|dorms?|campus|residence|barracks)$")
+"""Values of "lives in" that say where in a place, not which ("lives in Halls now")."""
+_MAKES = frozenset(
+    {"toyota", "honda", "ford", "chevrolet", "chevy", "tesla", "kia", "hyundai", "nissan"}
+    | {"mazda", "subaru", "volkswagen", "vw", "audi", "bmw", "mercedes", "mercedes-benz", "benz"}
+    | {"porsche", "volvo", "jeep", "dodge", "gmc", "buick", "cadillac", "lincoln", "chrysler"}
+    | {"lexus", "acura", "infiniti", "genesis", "mitsubishi", "suzuki", "fiat", "alfa", "jaguar"}
+    | {"land", "range", "mini", "lotus", "ferrari", "lamborghini", "maserati", "bentley", "rolls"}
+    | {"rolls-royce", "aston", "mclaren", "bugatti", "peugeot", "renault", "citroen", "citroën"}
+    | {"skoda", "škoda", "seat", "cupra", "dacia", "opel", "vauxhall", "lancia", "saab", "smart"}
+    | {"polestar", "rivian", "lucid", "byd", "geely", "nio", "xpeng", "daihatsu", "isuzu", "lada"}
+    | {"tata", "mahindra", "holden", "pontiac", "saturn", "plymouth", "oldsmobile", "mercury"}
+    | {"hummer", "scion", "mg", "rover", "datsun", "chery", "proton", "perodua", "ds", "ram"}
+    | {"merc", "lambo", "beemer", "bimmer", "abarth", "alpine", "ssangyong", "daewoo", "maruti"}
+    | {"vinfast", "fisker", "zeekr", "morgan", "caterham", "koenigsegg", "pagani", "trabant"}
+    | {"amg", "mercedes-amg", "haval", "ineos", "delorean", "yugo", "studebaker", "lynk"}
+)
+"""Car makes: a car is named from its make ("drives a Kia Niro", "a Mercedes-Benz C-Class").
+Not a lorry, a bus, a motorbike, a digger or a rental ("drives a Peterbilt", "a Routemaster",
+"a Harley", "a JCB", "a Zipcar" now), which one may drive beside one's car, nor a model alone
+("a Model 3", "a Prius" after "a Toyota": the same car said again)."""
+_NOT_CARS = frozenset(
+    {"sprinter", "transit", "crafter", "ducato", "vito", "actros", "citaro", "forklift", "truck"}
+    | {"lorry", "van", "minibus", "bus", "coach", "taxi", "cab", "ambulance", "interceptor"}
+    | {"tractor", "motorbike", "motorcycle", "scooter", "moped", "wing", "trike", "hearse"}
+)
+"""Words after a make that say it is no car of one's own: a van, a lorry, a bus, a taxi or a
+motorbike of that make ("a Mercedes Sprinter", "a Toyota Forklift", "a Honda Gold Wing")."""
 _COPULAS = ("is",)
 _SPELLING = {"favorite": "favourite", "color": "colour"}
 """American spellings read as British ones: "Alice's favorite food" names the attribute "Alice's
@@ -181,7 +224,7 @@ _ATTRIBUTE = (
 several), a bare "phone" (a handset or a number), "number" (a shirt's, a room's) or "title" (a
 job's or "Dr")."""
 _SINGLE_ATTRIBUTE = re.compile(
-    rf"(?:the (?:wifi|work|home|office) |(?:my|our|your|\S+'s) (?:(?:work|home|mobile|cell) )?)"
+    rf"(?:the wifi (?=password$)|(?:my|our|your|\S+'s) (?:(?:work|home|mobile|cell) )?)"
     rf"{_ATTRIBUTE}"
 )
 """The subject of an ``X is Y`` statement the rule reads (:func:`_copula`): an owned attribute
@@ -202,8 +245,15 @@ has several of or may change ("my sister", "my grandson", "my ex", "my client", 
 or a condition ("if Alice"). Also "the ..." but an attribute of its own ("the boss", not "the
 wifi password": :func:`_firm`)."""
 _ARTICLES = frozenset({"a", "an", "the"})
+_TOPICAL = re.compile(
+    r"\bfavourite (character|episode|scene|part|bit|track|level|player|chapter|line|moment"
+    r"|season|verse|map|song on)\b|\bfavourite \w+ (today|tonight|lately|atm|rn)$"
+)
+"""Favourites within one show, game, book or sport, or of one day ("my favourite character",
+"my favourite food today"): two may be of two shows or days, so neither is read."""
+_OWNERS = frozenset({"my", "our", "your"})
 _KIN = re.compile(
-    r"(?:(?:my|our|your|[\w-]+'s) )?(?:mother|mom|mum|ma|mama|father|dad|pa|papa|husband|wife"
+    r"(?:(?:my|our|your|[\w-]+'s) )?(?:mother|mom|mum|mama|father|dad|papa|husband|wife"
     r"|spouse|hubby)|i|we"
 )
 """Subjects other than a name that name one person each time (:func:`_firm`)."""
@@ -225,8 +275,21 @@ _NUMBERED = re.compile(r"\b(number|address)$")
 _JOINERS = frozenset({"of", "the", "&", "de", "del", "da", "la", "le", "van", "von"})
 """Lower-case words inside a name ("Bank of America", "Procter & Gamble"), never its first or
 last."""
-_WORD = re.compile(r"\w[\w'.&-]*")
-"""A word of a name or a number: letters and digits, maybe joined by ', ., & or -."""
+_WORD = re.compile(r"[^\W_](?:[^\W_]|['.&-])*")
+"""A word of a name or a number: letters and digits, maybe joined by ', ., & or - (not _: a
+markdown "_Lisbon_")."""
+_CASED_SCRIPTS = frozenset({"LATIN", "CYRILLIC", "GREEK", "ARMENIAN", "GEORGIAN"})
+_HEDGES = frozenset(
+    {"also", "sometimes", "occasionally", "usually", "often", "maybe", "perhaps", "probably"}
+    | {"possibly", "presumably", "apparently", "allegedly", "reportedly", "supposedly"}
+    | {"hopefully", "ideally", "hypothetically", "theoretically", "technically", "officially"}
+    | {"honestly", "basically", "originally", "previously", "formerly", "eventually", "unless"}
+    | {"then", "if", "when", "once"}
+    | {"suppose", "assume", "imagine", "say", "pretend", "likely", "surely", "rarely", "seasonally"}
+)
+"""Words that make a statement a maybe, a habit, a wish or a condition ("Sometimes Mom lives in
+Florida", "Hypothetically Alice lives in Lisbon", "Lisbon Apparently"): before or in a subject,
+or in a value, the statement is not read."""
 _NOT_NAMES = re.compile(
     r"jan(uary)?|feb(ruary)?|mar(ch)?|apr(il)?|may|june?|july?|aug(ust)?|sept?(ember)?"
     r"|oct(ober)?|nov(ember)?|dec(ember)?|(mon|tues?|wed(nes)?|thu(rs?)?|fri|sat(ur)?|sun)(day)?s?"
@@ -237,10 +300,12 @@ _NOT_NAMES = re.compile(
     r"|in|on|at|with|for|from|to|by|of|about|into|near|over|under|like|as|still|while|during"
     r"|until|till|after|before|starting|when|sometimes|occasionally|temporarily|mostly|usually"
     r"|often|temp|atm|i|think|guess|remote|remotely|freelance|online|abroad|overseas|locally"
-    r"|full-time|part-time|fulltime|parttime"
+    r"|full-time|part-time|fulltime|parttime|ish|soonish|rn|xd|lmf?ao|rofl|omf?g|idk|ngl|fwiw|tho"
+    r"|though|(ha){2,}h?|(he){2,}h?|eo[ydmw]|ytd|" + "|".join(sorted(_HEDGES))
 )
 """Words that say when, how sure or where, not what, capitalised too ("Globex Saturdays",
-"Lisbon June-August", "Lisbon Last Year", "Globex PT", "Lisbon JK"), also as a whole value or
+"Lisbon June-August", "Lisbon Last Year", "Globex PT", "Lisbon JK", "Lisbon XD", "Globex EOY",
+"Lisbon Apparently": :data:`_HEDGES`), also as a whole value or
 its first word ("works at Christmas", "my password is in Bitwarden"); but "of", "the" and
 the like inside a name (:data:`_JOINERS`)."""
 _FILLER = re.compile(
@@ -310,20 +375,16 @@ def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact
     squash``): for a pair whose newer statement says it is an update, and to ask whether a
     statement may be one of such a pair (:func:`states_fact`, the worker's check).
     """
+    max_words = min(max_words, MAX_WORDS)
+    if len(content) > max_words * MAX_WORD_CHARS:
+        return None
     text = _normalised(content).rstrip(".! ")
     if not text or len(text.split()) > max_words or _SENTENCE_END.search(text) or "?" in text:
         return None
     padded = f" {text} "
-    best: tuple[int, str, str] | None = None  # (position, relation, phrase)
-    for relation, phrases in _RELATIONS.items():
-        for phrase in phrases:
-            at = padded.find(f" {phrase} ")
-            if at >= 0 and (best is None or (at, -len(phrase)) < (best[0], -len(best[2]))):
-                best = (at, relation, phrase)
+    best = _relation(padded) or _copula(padded) or (_generic(text) if generic else None)
     if best is None:
-        best = _copula(padded) or (_generic(text) if generic else None)
-        if best is None:
-            return None
+        return None
     at, relation, phrase = best
     written = padded[:at].strip()
     # a single-valued attribute's "new" is dropped from a copula's subject only ("my new boss
@@ -333,6 +394,8 @@ def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact
     value = rest.strip()
     if not subject or not value or len(subject.split()) > 6 or _NEGATION.search(subject):
         return None
+    if phrase == "live in" and subject not in ("i", "we", "you"):
+        return None  # "Docs live in Notion", "Backups live in S3": things, not people
     moved = phrase == "relocated to"
     words = text.split()
     if _VALUE_END.search(f" {value} ") or not _firm(
@@ -347,6 +410,19 @@ def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact
             return None  # "prefers tea" may be held beside "prefers Python"
         relation = f"{relation}{_PURPOSE}{purpose}"
     return Fact(subject, relation, value)
+
+
+def _relation(padded: str) -> tuple[int, str, str] | None:
+    """The first phrase of :data:`_RELATIONS` in ``padded`` (`` text ``), the longest of those
+    at one place: (its position, its relation, the phrase).
+    """
+    best: tuple[int, str, str] | None = None
+    for relation, phrases in _RELATIONS.items():
+        for phrase in phrases:
+            at = padded.find(f" {phrase} ")
+            if at >= 0 and (best is None or (at, -len(phrase)) < (best[0], -len(best[2]))):
+                best = (at, relation, phrase)
+    return best
 
 
 def _without_new(subject: str) -> str:
@@ -370,9 +446,10 @@ def _firm(
 
     - of a definite subject (:data:`_VAGUE_SUBJECT`: not "she", "a friend", "my sister", who
       may be another than the older statement's), said plainly (not "Alice used to", "Alice
-      could", "Alice sometimes", "Alice also"); but for ``X is Y``, a name as written ("Alice",
-      "Bob Smith"), "I", "we" or one's mother, father or spouse (:data:`_KIN`), so not "my old
-      boss", "my buddy", "Ann says Bob";
+      could", "Alice sometimes", "Alice also", "Sometimes Mom", "Hypothetically Alice", "I'd":
+      :data:`_MODALS`, :data:`_HEDGES`); outside ``X is Y``, a name as written ("Alice", "Bob
+      Smith"), "I", "we" or one's mother, father or spouse (:data:`_KIN`), so not "my old
+      boss", "my buddy", "Ann says Bob", nor a role however written ("My GP", "Alice's PA");
     - of nothing that points into the conversation (:data:`_DEICTIC`: "my favourite dish
       here", "prefers Go for this");
     - with a value that denies nothing ("is definitely not a Prius", "Lisbon no more") and is
@@ -380,10 +457,18 @@ def _firm(
       (not all capitals or every word capitalised).
     """
     single = _SINGLE_ATTRIBUTE.fullmatch(subject) is not None
+    if single and _TOPICAL.search(subject):
+        return False  # "my favourite character" (of which show?), "my favourite food today"
     if _VAGUE_SUBJECT.search(subject) or (subject.startswith("the ") and not single):
         return False
-    if any(_not_a_name(w) or w in _MODALS for w in subject.split()[1:]) and not single:
-        return False
+    named = subject.split()
+    if not single and (
+        any(_not_a_name(w) or w in _MODALS for w in named[1:])
+        or named[0] in _HEDGES
+        or (named[0].endswith("s") and _not_a_name(named[0]))  # "Weekends Mom lives in"
+        or any(w.endswith(("'d", "'ll")) for w in named)
+    ):
+        return False  # "Alice used to", "Sometimes Mom", "Hypothetically Alice", "I'd"
     purpose = value.partition(_PURPOSE)[2] if relation == "prefers" else ""
     if _DEICTIC.search(subject) or _DEICTIC.search(purpose):
         return False
@@ -392,16 +477,20 @@ def _firm(
     said = _normalised(content, cased=True).rstrip(".! ").split()
     if len(said) != len(words):
         return False  # a filler matched in one case alone ("İnstead"): the words do not line up
+    if not all(_WORD.fullmatch(w) for w in said[: len(named)]):
+        return False  # "Hypothetically, Alice", "Example: Alice", "**Alice**", "'Alice"
     plain = relation in _COPULAS or _KIN.fullmatch(subject) is not None
+    if not plain and (named[0] in _OWNERS or "'s" in subject):
+        return False  # "My GP", "My CEO", "Alice's PA": of roles, one's parents and spouse only
     if not plain and not all(_capitalised(w) for w in said[: len(subject.split())]):
         return False  # "my buddy", "my old boss", "Ann says Bob", "Nobody here"
     if all(_capitalised(w) for w in said):
         return False  # "ALICE LIVES IN LISBON DURING THE SUMMER": case tells nothing
     # the value ends the statement: its last words, as written (a preference's purpose cut)
-    named = said[-len(value.split()) :]
+    value_said = said[-len(value.split()) :]
     if relation == "prefers":
-        named = named[: len(value.partition(_PURPOSE)[0].split())]
-    return _named_value(relation, subject, named, moved)
+        value_said = value_said[: len(value.partition(_PURPOSE)[0].split())]
+    return _named_value(relation, subject, value_said, moved)
 
 
 def _named_value(relation: str, subject: str, words: list[str], moved: bool) -> bool:
@@ -412,50 +501,127 @@ def _named_value(relation: str, subject: str, words: list[str], moved: bool) -> 
     After an article (and, with ``moved``, before "for work" or "for good"), each word is
     capitalised, or a joiner inside a name ("Bank of America"), and none says a time, a hedge
     or a where (:data:`_NOT_NAMES`, in any case); :func:`_value_kind` says which words may be
-    lower case or numbers. A car is named after "a" or "an" ("drives a Kia Niro", not "drives Uber",
-    "drives the kids", "drives an Uber"); a sport is one of :data:`_SPORTS`; a job is "at" a
-    name ("my job is at Globex"); nor is "works at Home" a place of work.
+    lower case or numbers. A car is a make after "a" or "an" (:func:`_car`); a sport is one of
+    :data:`_SPORTS`; a job is "at" a name ("my job is at Globex"); an employer or a home is no
+    site of one (:func:`_a_site`).
     """
     if moved and words[-2:] in (["for", "work"], ["for", "good"]):
         words = words[:-2]
     article = words[0].lower() if words and words[0].lower() in _ARTICLES else ""
     if article:
         words = words[1:]
-    if relation == "drives" and (
-        article not in ("a", "an") or not words or words[0].lower() in _RIDES
-    ):
-        return False  # a car after "a" ("a Kia Niro"; not "Uber", "the kids", "an Uber")
+    if relation == "drives":
+        return _car(article, words) and _all_name(relation, subject, words)
     if relation in _ONE_AT_A_TIME:
         return not article and " ".join(words).lower() in _SPORTS  # not "the piano", "chess"
+    employer = relation == "works at"
     if relation in _COPULAS and re.search(r"\bjob$", subject):
         if words[:1] != ["at"]:
             return False  # "my job is at Globex", not "my job is Teaching"
-        words = words[1:]
-    if relation == "works at" and _AT_HOME.match(" ".join(words).lower()):
+        employer, words = True, words[1:]
+        if words and words[0].lower() in _ARTICLES:
+            article, words = words[0].lower(), words[1:]
+    if _a_site(relation, employer, article, words):
         return False
-    if not words or not all(_WORD.fullmatch(w) or w in _JOINERS for w in words):
-        return False  # brackets, slashes, "%", dashes, emoji
+    return _all_name(relation, subject, words)
+
+
+def _car(article: str, words: list[str]) -> bool:
+    """A car's make after "a" or "an" ("a Kia Niro", "a Mazda3"; not "Uber", "the kids", "an
+    Uber", "a Harley", nor a van, a lorry or a motorbike of a make, "a Ford Transit",
+    :data:`_NOT_CARS`).
+    """
+    return (
+        article in ("a", "an")
+        and bool(words)
+        and words[0].lower().rstrip("0123456789") in _MAKES
+        and not any(w.lower() in _NOT_CARS for w in words[1:])
+    )
+
+
+def _a_site(relation: str, employer: bool, article: str, words: list[str]) -> bool:
+    """The value says where in an employer or a place, not which: "works at the London Office",
+    "Head Office", "Home"; "lives in Halls" (but "works at the BBC" names an employer).
+    """
+    said = " ".join(words).lower()
+    if employer:
+        return bool(
+            (article and (not words or words[-1].lower() in _SITES)) or _AT_HOME.match(said)
+        )
+    return relation == "lives in" and _IN_TOWN.match(said) is not None
+
+
+def _all_name(relation: str, subject: str, words: list[str]) -> bool:
+    """Every word of the value (after its article) is of a name, or a number where the
+    attribute's value is one (:func:`_value_kind`, :func:`_a_number`).
+    """
+    if not words or not all(
+        (_WORD.fullmatch(w) or w in _JOINERS) and _one_script(w) for w in words
+    ):
+        return False  # brackets, slashes, "%", dashes, emoji, a Latin word with a Cyrillic letter
     last = len(words) - 1
-    if any(_not_a_name(w) and not (0 < i < last and w in _JOINERS) for i, w in enumerate(words)):
+    if any(
+        (_not_a_name(w) and not (0 < i < last and w in _JOINERS)) or (i and _when(w))
+        for i, w in enumerate(words)
+    ):
+        return False
+    if relation in _COPULAS and not _a_number(subject, words):
         return False
     loose, digits = _value_kind(relation, subject)
     if loose and len(words) == 1 and _NOT_VALUES.fullmatch(words[0].lower()):
         return False
     return all(
         i < loose
-        or _capitalised(w)
+        or (_capitalised(w) and (digits or i == 0 or not any(c.isdigit() for c in w)))
         or (digits and any(c.isdigit() for c in w))
         or (0 < i < last and w in _JOINERS)
         for i, w in enumerate(words)
-    )
+    )  # a digit in a name's later word only where numbers are values: not "Globex Q3"
+
+
+def _a_number(subject: str, words: list[str]) -> bool:
+    """A phone number is digits (not "Ext 42", "1-800-FLOWERS"); an address is where one lives,
+    in two words or more, not all numbers (not a wallet, an IP, a postcode, a PO box or a
+    flat). True for any other attribute.
+    """
+    if subject.endswith("number"):
+        return _NUMBER.fullmatch(" ".join(words)) is not None
+    if subject.endswith("address"):
+        return not (
+            len(words) < 2
+            or words[0].lower() in _NOT_HOMES
+            or all(any(c.isdigit() for c in w) for w in words)
+        )
+    return True
+
+
+_NOT_HOMES = frozenset({"po", "p.o.", "flat", "apt", "apartment", "unit", "suite"})
+
+
+def _one_script(word: str) -> bool:
+    """The word's cased letters are of one script ("Lisbon", "Москва"; not a Latin "Lisbon" with
+    a Cyrillic "o", which reads as another value and says the same).
+    """
+    scripts = {unicodedata.name(c, "").partition(" ")[0] for c in word if c.isalpha()}
+    return len(scripts & _CASED_SCRIPTS) <= 1
 
 
 def _not_a_name(word: str) -> bool:
-    """A word of :data:`_NOT_NAMES`, or a range of them ("Mon-Fri"; not "In-N-Out")."""
+    """A word of :data:`_NOT_NAMES`, a range of them ("Mon-Fri"; not "In-N-Out"), or a time
+    before or after something ("Pre-Covid", "Mid-2025").
+    """
     word = word.lower()
-    return bool(_NOT_NAMES.fullmatch(word)) or all(
-        _NOT_NAMES.fullmatch(part) for part in word.split("-")
-    )
+    parts = word.split("-")
+    return bool(_NOT_NAMES.fullmatch(word)) or all(_NOT_NAMES.fullmatch(part) for part in parts)
+
+
+def _when(word: str) -> bool:
+    """A time before or after something ("Pre-Covid", "Mid-2025"; not "Mid-Wales" as a value)."""
+    parts = word.lower().split("-")
+    return len(parts) > 1 and parts[0] in _WHEN_PREFIXES
+
+
+_WHEN_PREFIXES = frozenset({"pre", "post", "mid", "early", "late"})
 
 
 def _value_kind(relation: str, subject: str) -> tuple[int, bool]:
@@ -506,52 +672,123 @@ def detect(
     """The supersessions between ``new`` and its ``neighbours`` (either may be the older one: a
     write can arrive after a newer version of its fact). Neighbours with the same id, another
     scope (:func:`comparable`), the same event time, a value restated (:func:`_restated`), a
-    different fact or a cosine under the policy's are left alone.
+    different fact or a cosine under the policy's (or not a number) are left alone; a neighbour
+    listed twice is compared once.
+
+    Cost: ``new`` is parsed at most twice and each neighbour once per call, whatever their
+    number; a ``new`` that states no fact is compared with none.
     """
     if not policy.enabled:
         return []
+    new_facts = {True: fact_of(new.content, policy.max_words, generic=True)}
+    if new_facts[True] is None:  # the generic reading reads all the other does, and more
+        return []
     out = []
+    seen = {new.memory_id}
     for other in neighbours:
-        if not comparable(new, other) or other.at == new.at:
+        if other.memory_id in seen or not comparable(new, other) or other.at == new.at:
             continue
-        if other.similarity < policy.min_cosine:
+        seen.add(other.memory_id)
+        if not other.similarity >= policy.min_cosine:  # NaN too
             continue
         older, newer = (other, new) if other.at < new.at else (new, other)
         generic = states_an_update(newer.content)
-        old_fact = fact_of(older.content, policy.max_words, generic=generic)
-        new_fact = fact_of(newer.content, policy.max_words, generic=generic)
+        if generic not in new_facts:
+            new_facts[generic] = fact_of(new.content, policy.max_words, generic=generic)
+        own, theirs = new_facts[generic], fact_of(other.content, policy.max_words, generic=generic)
+        old_fact, new_fact = (theirs, own) if older is other else (own, theirs)
         if old_fact is None or new_fact is None:
             continue
         if (old_fact.subject, old_fact.relation) != (new_fact.subject, new_fact.relation):
             continue
-        if _restated(old_fact.value, new_fact.value):
+        if _restated(old_fact.value, new_fact.value, initials=not _of_a_person(new_fact)):
             continue
-        if new_fact.relation in _MANY_VALUED and not generic:
+        if new_fact.relation.partition(_PURPOSE)[0] in _MANY_VALUED and not generic:
             continue  # a second value held beside the first, unless said to replace it
         reason = f"{_named(new_fact.relation)} (cosine {other.similarity:.3f})"
         out.append(Supersession(older.memory_id, newer.memory_id, newer.at, reason))
     return out
 
 
-def _restated(older: str, newer: str) -> bool:
+def _of_a_person(fact: Fact) -> bool:
+    """The fact's value is a person (a spouse, a date, a boss, a manager): initials of one
+    ("Ann Lee", "Al") are no restatement.
+    """
+    return fact.relation in ("is married to", "is dating") or (
+        fact.relation in _COPULAS and re.search(r"\b(boss|manager)$", fact.subject) is not None
+    )
+
+
+def _restated(older: str, newer: str, *, initials: bool = True) -> bool:
     """One value holds the other: the same fact said with more or fewer words ("Acme Inc" and
-    "Acme", "Lisbon & Osaka" and "Osaka", "Ōsaka" and "Osaka"), or the same number
-    ("555-1234" and "5551234").
+    "Acme", "Lisbon & Osaka" and "Osaka", "Ōsaka" and "Osaka"), spelt or spaced otherwise
+    ("McDonald's" and "McDonalds", "JP Morgan" and "JPMorgan", "Zürich" and "Zuerich", "5 Oak
+    Rd" and "5 Oak Road"), as its initials of three letters or more ("NYC" and "New York City";
+    not with ``initials`` off, for a person), or the same number ("555-1234" and "5551234",
+    "07700 900123" and "+44 7700 900123").
+
+    Only what cannot be two values: a restatement read as a new value hides a memory whose
+    newer version says the same, while two values read as one leave both current. So not two
+    letters ("PA" may be Palo Alto or Pennsylvania) nor a title ("Mr Kim" and "Jenny Kim").
     """
     old_words, new_words = _tokens(older), _tokens(newer)
     if old_words <= new_words or new_words <= old_words:
         return True
-    numbers = [v for v in (older, newer) if _NUMBER.fullmatch(v)]
-    return len(numbers) == 2 and re.sub(r"\D", "", older) == re.sub(r"\D", "", newer)
+    (old_spelt, old_initials), (new_spelt, new_initials) = _forms(older), _forms(newer)
+    if old_spelt & new_spelt:
+        return True
+    if initials and (old_initials & new_spelt or new_initials & old_spelt):
+        return True
+    numbers = [re.sub(r"\D", "", v).lstrip("0") for v in (older, newer) if _NUMBER.fullmatch(v)]
+    if len(numbers) == 2:
+        short, long = sorted(numbers, key=len)
+        return short == long or (len(short) >= 7 and long.endswith(short))
+    return False
 
 
 _NUMBER = re.compile(r"[\d\s().+-]+")
+_SHORT_FORMS = {
+    "st": "saint",
+    "mt": "mount",
+    "ft": "fort",
+    "rd": "road",
+    "ave": "avenue",
+    "corp": "corporation",
+    "inc": "incorporated",
+    "ltd": "limited",
+    "co": "company",
+}
+_UMLAUTS = str.maketrans({"ä": "ae", "ö": "oe", "ü": "ue", "ß": "ss"})
 
 
 def _tokens(value: str) -> set[str]:
     """The words of ``value`` without accents or articles: "Ōsaka" is "Osaka"."""
+    return set(_words(value)) - _ARTICLES
+
+
+def _words(value: str) -> list[str]:
+    """The words of ``value`` (lower case), without accents."""
     plain = "".join(c for c in unicodedata.normalize("NFKD", value) if not unicodedata.combining(c))
-    return set(re.findall(r"\w+", plain)) - _ARTICLES
+    return re.findall(r"[^\W_]+", plain.lower())
+
+
+def _forms(value: str) -> tuple[set[str], set[str]]:
+    """``value`` written without spaces, marks or articles, short forms spelt out, with
+    umlauts dropped or spelt "ae", "oe", "ue" ("mcdonalds", "zurich" and "zuerich"); and its
+    initials of three letters or more ("nyc" of "New York City"; with and without its joiners:
+    "boa" of "Bank of America"), which only a value spelt so matches ("Senior Engineer" and
+    "Staff Engineer" are two values).
+    """
+    spelt, initials = set(), set()
+    for text in (value, value.lower().translate(_UMLAUTS)):
+        words = [_SHORT_FORMS.get(w, w) for w in _words(text) if w not in _ARTICLES]
+        if not words:
+            continue
+        spelt.add("".join(words))
+        for kept in (words, [w for w in words if w not in _JOINERS]):
+            if len(kept) >= 3:
+                initials.add("".join(w[0] for w in kept))
+    return spelt, initials
 
 
 def _named(relation: str) -> str:
@@ -582,13 +819,16 @@ def llm_candidates(
     """The neighbours an LLM is asked about: other memories of ``new``'s scope
     (:func:`comparable`: another user's or agent's content never reaches the prompt) written
     before ``new``, at least the policy's cosine apart (a write that arrives after a newer
-    version is left to the rule).
+    version is left to the rule); each once, however often the search lists it.
     """
-    return [
-        n
-        for n in neighbours
-        if comparable(new, n) and n.at < new.at and n.similarity >= policy.min_cosine
-    ]
+    asked: list[Version] = []
+    seen: set[str] = set()
+    for n in neighbours:
+        fresh = n.memory_id not in seen and comparable(new, n) and n.at < new.at
+        if fresh and n.similarity >= policy.min_cosine:  # never a NaN
+            asked.append(n)
+        seen.add(n.memory_id)
+    return asked
 
 
 def llm_prompt(new: Version, candidates: Sequence[Version]) -> str:
@@ -612,15 +852,13 @@ def parse_llm_answer(
         parsed = json.loads(answer[start : end + 1])
     except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         return None
-    numbers = parsed.get("replaces") if isinstance(parsed, dict) else None
-    if not isinstance(numbers, list):
+    entries = parsed.get("replaces") if isinstance(parsed, dict) else None
+    numbers = _answer_numbers(entries) if isinstance(entries, list) else None
+    if numbers is None:
         return None
     # the answer's own "reason" is not kept: it quotes the memories, and the reason goes in the
     # clear on the log and the audit, where an erasure cannot reach
-    chosen = sorted(
-        {n for n in numbers if isinstance(n, int) and not isinstance(n, bool)}
-        & set(range(1, len(candidates) + 1))
-    )
+    chosen = sorted(numbers & set(range(1, len(candidates) + 1)))
     return [
         Supersession(
             candidates[n - 1].memory_id,
@@ -631,6 +869,26 @@ def parse_llm_answer(
         )
         for n in chosen
     ]
+
+
+def _answer_numbers(entries: list[object]) -> set[int] | None:
+    """The numbers an answer's ``replaces`` lists, a number written as a string ("2") included;
+    None when an entry is neither (a true, a null, "two", 2.0): the answer is then not the one
+    asked for, and the rule decides (an answer read as "replaces nothing" would silently turn
+    supersession off for the write).
+    """
+    numbers = set()
+    for entry in entries:
+        if isinstance(entry, str) and _ANSWER_NUMBER.fullmatch(entry.strip()):
+            numbers.add(int(entry))
+        elif isinstance(entry, int) and not isinstance(entry, bool):
+            numbers.add(entry)
+        else:
+            return None
+    return numbers
+
+
+_ANSWER_NUMBER = re.compile(r"[0-9]{1,9}")
 
 
 def decide(

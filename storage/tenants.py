@@ -30,7 +30,7 @@ import orjson
 
 from memcore import InvalidField, Policy
 from memcore.ids import check_id
-from memcore.supersession import MAX_NEIGHBOURS
+from memcore.supersession import MAX_NEIGHBOURS, MAX_WORDS
 
 VERSION = 1
 KEY_ID_CHARS = 12
@@ -338,6 +338,10 @@ def replaced(current: Tenant | None, tenant_id: str, settings: Mapping[str, Any]
     if neighbours > MAX_NEIGHBOURS:
         why = f"expected at most {MAX_NEIGHBOURS}: a write is compared with that many at most"
         raise InvalidField("policy.supersession.neighbours", neighbours, why)
+    max_words = tenant.policy.supersession.max_words
+    if max_words > MAX_WORDS:
+        why = f"expected at most {MAX_WORDS}: longer statements are never parsed"
+        raise InvalidField("policy.supersession.max_words", max_words, why)
     preset = tenant.policy.recall.preset
     recall = tenant.overrides.get("recall") or {}
     # stored and never read: a recall naming another preset starts from that preset's weights
