@@ -175,8 +175,8 @@ _MANY_VALUED = frozenset({"drives", "prefers"})
 when its statement says it is an update (:func:`states_an_update`: "Alice drives a Kia now")."""
 _AT_HOME = re.compile(r"(home|noon|midnight|dawn|head office|corporate|reception|campus|downtown)$")
 """Values of "works at" that say where or when, capitalised too ("works at Home", "Head Office";
-"Home Depot" is a value); the other whens are :data:`_NOT_NAMES`. After an article, no value of
-"works at" is read ("the London Office", "the Main Campus", "The Office")."""
+"Home Depot" is a value); the other whens are :data:`_NOT_NAMES`. After an article, a site's
+last word (:data:`_SITES`) is refused too ("the London Office", "The Office")."""
 _SITES = frozenset(
     {"office", "campus", "store", "branch", "site", "plant", "factory"}
     | {"warehouse", "hq", "building", "shop", "centre", "center", "lab", "labs"}
@@ -288,8 +288,8 @@ _HEDGES = frozenset(
     | {"suppose", "assume", "imagine", "say", "pretend", "likely", "surely", "rarely", "seasonally"}
 )
 """Words that make a statement a maybe, a habit, a wish or a condition ("Sometimes Mom lives in
-Florida", "Hypothetically Alice lives in Lisbon", "Lisbon Apparently"): before or in a subject,
-or in a value, the statement is not read."""
+Florida", "Hypothetically Alice lives in Lisbon", "Lisbon Apparently"): in a subject, or past
+a value's first word ("Imagine Dragons", "Say Media" are values), the statement is not read."""
 _NOT_NAMES = re.compile(
     r"jan(uary)?|feb(ruary)?|mar(ch)?|apr(il)?|may|june?|july?|aug(ust)?|sept?(ember)?"
     r"|oct(ober)?|nov(ember)?|dec(ember)?|(mon|tues?|wed(nes)?|thu(rs?)?|fri|sat(ur)?|sun)(day)?s?"
@@ -301,11 +301,11 @@ _NOT_NAMES = re.compile(
     r"|until|till|after|before|starting|when|sometimes|occasionally|temporarily|mostly|usually"
     r"|often|temp|atm|i|think|guess|remote|remotely|freelance|online|abroad|overseas|locally"
     r"|full-time|part-time|fulltime|parttime|ish|soonish|rn|xd|lmf?ao|rofl|omf?g|idk|ngl|fwiw|tho"
-    r"|though|(ha){2,}h?|(he){2,}h?|eo[ydmw]|ytd|" + "|".join(sorted(_HEDGES))
+    r"|though|(ha){2,}h?|(he){2,}h?|eo[ydmw]|ytd"
 )
 """Words that say when, how sure or where, not what, capitalised too ("Globex Saturdays",
 "Lisbon June-August", "Lisbon Last Year", "Globex PT", "Lisbon JK", "Lisbon XD", "Globex EOY",
-"Lisbon Apparently": :data:`_HEDGES`), also as a whole value or
+"Lisbon Apparently": :data:`_HEDGES`, past a value's first word), also as a whole value or
 its first word ("works at Christmas", "my password is in Bitwarden"); but "of", "the" and
 the like inside a name (:data:`_JOINERS`)."""
 _FILLER = re.compile(
@@ -463,7 +463,7 @@ def _firm(
         return False
     named = subject.split()
     if not single and (
-        any(_not_a_name(w) or w in _MODALS for w in named[1:])
+        any(_not_a_name(w) or w in _MODALS or w in _HEDGES for w in named[1:])
         or named[0] in _HEDGES
         or (named[0].endswith("s") and _not_a_name(named[0]))  # "Weekends Mom lives in"
         or any(w.endswith(("'d", "'ll")) for w in named)
@@ -561,7 +561,8 @@ def _all_name(relation: str, subject: str, words: list[str]) -> bool:
         return False  # brackets, slashes, "%", dashes, emoji, a Latin word with a Cyrillic letter
     last = len(words) - 1
     if any(
-        (_not_a_name(w) and not (0 < i < last and w in _JOINERS)) or (i and _when(w))
+        (_not_a_name(w) and not (0 < i < last and w in _JOINERS))
+        or (i and (_when(w) or w.lower() in _HEDGES))
         for i, w in enumerate(words)
     ):
         return False
@@ -607,16 +608,16 @@ def _one_script(word: str) -> bool:
 
 
 def _not_a_name(word: str) -> bool:
-    """A word of :data:`_NOT_NAMES`, a range of them ("Mon-Fri"; not "In-N-Out"), or a time
-    before or after something ("Pre-Covid", "Mid-2025").
-    """
+    """A word of :data:`_NOT_NAMES`, or a range of them ("Mon-Fri"; not "In-N-Out")."""
     word = word.lower()
     parts = word.split("-")
     return bool(_NOT_NAMES.fullmatch(word)) or all(_NOT_NAMES.fullmatch(part) for part in parts)
 
 
 def _when(word: str) -> bool:
-    """A time before or after something ("Pre-Covid", "Mid-2025"; not "Mid-Wales" as a value)."""
+    """A time before or after something ("Pre-Covid", "Mid-2025"), refused past a value's first
+    word ("Mid-Wales" is a value).
+    """
     parts = word.lower().split("-")
     return len(parts) > 1 and parts[0] in _WHEN_PREFIXES
 
@@ -880,7 +881,7 @@ def _answer_numbers(entries: list[object]) -> set[int] | None:
     numbers = set()
     for entry in entries:
         if isinstance(entry, str) and _ANSWER_NUMBER.fullmatch(entry.strip()):
-            numbers.add(int(entry))
+            numbers.add(int(entry.strip()))
         elif isinstance(entry, int) and not isinstance(entry, bool):
             numbers.add(entry)
         else:

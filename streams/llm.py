@@ -1,7 +1,8 @@
 """Importance and supersession from an OpenAI-compatible LLM endpoint, never blocking a write.
 
 :meth:`LlmImportance.answer` returns the model's raw answer text, or None on timeout, transport
-error or a non-2xx reply; :func:`memcore.resolve_importance` parses it and falls back to the rules.
+error, a non-2xx reply or one over :data:`MAX_ANSWER_BYTES`; :func:`memcore.resolve_importance`
+parses it and falls back to the rules.
 :meth:`LlmImportance.ask` sends any prompt the same way (supersession:
 :func:`memcore.supersession.decide` parses the answer and falls back to its rule).
 """
@@ -106,18 +107,21 @@ class LlmImportance:
         return text if isinstance(text, str) else None
 
     async def _post(self, client: httpx.AsyncClient, body: dict[str, object]) -> bytes:
-        """The reply's body; raises ``httpx.HTTPStatusError`` for a non-2xx reply and
-        ``ValueError`` once it is longer than :data:`MAX_ANSWER_BYTES` (read no further).
+        """The reply's body; raises ``ValueError`` once it is longer than
+        :data:`MAX_ANSWER_BYTES` (read no further, and asked uncompressed: a compressed chunk
+        would be inflated whole before it is counted), then ``httpx.HTTPStatusError`` for a
+        non-2xx reply (read first, so that its connection goes back to the pool).
         """
         url = f"{self.base_url}/chat/completions"
-        async with client.stream("POST", url, json=body) as reply:
-            reply.raise_for_status()
+        plain = {"Accept-Encoding": "identity"}
+        async with client.stream("POST", url, json=body, headers=plain) as reply:
             chunks, size = [], 0
             async for chunk in reply.aiter_bytes():
                 size += len(chunk)
                 if size > MAX_ANSWER_BYTES:
                     raise ValueError(f"a reply over {MAX_ANSWER_BYTES} bytes")
                 chunks.append(chunk)
+            reply.raise_for_status()
         return b"".join(chunks)
 
     async def answers(self, contents: Sequence[str]) -> list[str | None]:

@@ -6,7 +6,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -221,12 +221,44 @@ def test_an_llm_url_the_client_cannot_use_is_refused_at_start_up_naming_it(
 )
 def test_a_reply_longer_than_the_limit_is_no_answer(size: int, read: bool) -> None:
     """A reply of any length was read whole and parsed (a million-entry list: 0.4 s of the
-    worker's loop); one past :data:`MAX_ANSWER_BYTES` is now no answer, and the rules decide.
+    worker's loop); one past :data:`MAX_ANSWER_BYTES` is now no answer, and the rules decide,
+    read no further than the limit, and asked for uncompressed.
     """
     answer = '{"replaces": [1], "reason": "' + "x" * size + '"}'
+    body = json.dumps({"choices": [{"message": {"content": answer}}]}).encode()
+    chunk = 64 * 1024
+    sent: list[int] = []
+    asked: list[str | None] = []
+
+    async def chunks() -> AsyncIterator[bytes]:
+        more = 0 if read else 10 * chunk  # past the limit: 10 chunks more than the body
+        for at in range(0, len(body) + more, chunk):
+            sent.append(at)
+            yield body[at : at + chunk] if at < len(body) else b" " * chunk
 
     async def reply(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, json={"choices": [{"message": {"content": answer}}]})
+        asked.append(request.headers.get("accept-encoding"))
+        return httpx.Response(200, content=chunks())
 
     got = in_loop(reply, TIMEOUT_S, lambda llm: llm.answers(["fact"]))
     assert got == ([answer] if read else [None])
+    assert asked == ["identity"]
+    if not read:
+        assert len(sent) <= MAX_ANSWER_BYTES // chunk + 1  # no chunk read past the limit's
+
+
+def test_an_error_reply_is_no_answer_and_read_whole() -> None:
+    """Its body is read (up to the limit) before the status is looked at, so that the
+    connection goes back to the pool; the answer is None and the rules decide.
+    """
+    read: list[bool] = []
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b'{"error": "overloaded"}'
+        read.append(True)
+
+    async def reply(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503, content=chunks())
+
+    assert in_loop(reply, TIMEOUT_S, lambda llm: llm.answers(["fact"])) == [None]
+    assert read == [True]

@@ -1430,6 +1430,10 @@ def test_two_letters_a_title_or_a_person_s_initials_are_another_value(
         ("Alice's husband works at Acme.", "Alice's husband works at Globex."),
         ("We live in Leeds.", "We live in York now."),
         ("Alice works at IBM.", "Alice works at Intel now."),
+        ("My job is at Globex.", "My job is at the BBC now."),  # as "works at the BBC"
+        ("My favourite band is Queen.", "My favourite band is Imagine Dragons."),
+        ("Alice works at Acme.", "Alice works at Say Media now."),
+        ("Alice lives in Leeds.", "Alice lives in Mid-Wales now."),
     ],
 )
 def test_a_replacement_still_supersedes_after_the_seventh_review(older: str, newer: str) -> None:
@@ -1490,7 +1494,7 @@ def test_an_llm_answer_listing_what_is_no_number_is_left_to_the_rule(entry: str)
     assert decide(LISBON, [OSAKA], RULE, '{"replaces": []}') == []  # the LLM's own "nothing"
 
 
-@pytest.mark.parametrize("number", ['"1"', '" 1 "', '"01"'])
+@pytest.mark.parametrize("number", ['"1"', '" 1 "', '"01"', '"1\\u001f"', '"\\u001c1"'])
 def test_an_llm_answer_may_quote_its_numbers(number: str) -> None:
     answer = f'{{"replaces": [{number}]}}'
     assert [s.reason for s in decide(PHONE_NEW, [PHONE_OLD], RULE, answer)] == [
@@ -1515,13 +1519,24 @@ def test_a_neighbour_whose_cosine_is_not_a_number_is_not_close() -> None:
 
 
 @pytest.mark.parametrize("words", [16, 64])
-def test_a_long_text_is_refused_before_it_is_read(words: int) -> None:
+def test_a_long_text_is_refused_before_it_is_read(
+    words: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A 64 KB write with four words, or a policy of 10**9 words, was normalised whole for each
     of its up to 1,024 neighbours: seconds of the worker's loop for one write.
     """
     policy = SupersessionPolicy(max_words=words)
     long_name = "A" * (words * MAX_WORD_CHARS)
+    read: list[str] = []
+    real = supersession._normalised
+
+    def counted(text: str, *, cased: bool = False) -> str:
+        read.append(text)
+        return real(text, cased=cased)
+
+    monkeypatch.setattr(supersession, "_normalised", counted)
     assert fact_of(f"{long_name} lives in Lisbon", words) is None
+    assert read == []  # not even lower-cased
     assert fact_of("Alice lives in Lisbon", words) is not None
     spaced = "Alice lives in" + " " * (words * MAX_WORD_CHARS) + "Lisbon"
     assert fact_of(spaced, words) is None
