@@ -251,7 +251,23 @@ _TOPICAL = re.compile(
 )
 """Favourites within one show, game, book or sport, or of one day ("my favourite character",
 "my favourite food today"): two may be of two shows or days, so neither is read."""
-_OWNERS = frozenset({"my", "our", "your"})
+_OWNERS = frozenset({"my", "our", "your", "mein", "meine", "mon", "mes", "mi", "mis", "mijn"})
+"""Owners of a subject: one's own (in English, German, French, Spanish, Dutch; not "ma", also a
+name): of a role, "My GP", "Mein Bruder", only one's mother, father or spouse is read."""
+_ROLES = re.compile(
+    r"\b(speakers?|callers?|candidates?|applicants?|guests?|visitors?|interviewees?|participants?"
+    r"|respondents?|witness(es)?|suspects?|victims?|leads?|prospects?|contacts?|recruiters?"
+    r"|senders?|recipients?|buyers?|sellers?|owners?|winners?|drivers?|protagonists?|narrators?"
+    r"|villains?|heroe?s?|characters?|players?|boss(es)?|managers?|landlord|landlady|dentists?"
+    r"|bf|gf|bae|fianc[eé]e?|former|old|previous|late|new)\b"
+)
+"""Role and label words: who holds them changes ("Caller's phone number", "Speaker A lives in",
+"Landlord lives in", "Former Boss works at"); refused in a subject's owner."""
+_REQUESTS = frozenset(
+    {"confirm", "verify", "check", "double-check", "whether", "why", "how", "ask"}
+)
+"""Words before a subject that make the statement a request or a question ("Confirm Alice lives
+in Lisbon", "Whether Bob works at Acme"): it states nothing."""
 _KIN = re.compile(
     r"(?:(?:my|our|your|[\w-]+'s) )?(?:mother|mom|mum|mama|father|dad|papa|husband|wife"
     r"|spouse|hubby)|i|we"
@@ -286,6 +302,7 @@ _HEDGES = frozenset(
     | {"honestly", "basically", "originally", "previously", "formerly", "eventually", "unless"}
     | {"then", "if", "when", "once"}
     | {"suppose", "assume", "imagine", "say", "pretend", "likely", "surely", "rarely", "seasonally"}
+    | {"typically", "generally", "normally", "mainly", "kinda", "sorta", "arguably"}
 )
 """Words that make a statement a maybe, a habit, a wish or a condition ("Sometimes Mom lives in
 Florida", "Hypothetically Alice lives in Lisbon", "Lisbon Apparently"): in a subject, or past
@@ -462,9 +479,13 @@ def _firm(
     if _VAGUE_SUBJECT.search(subject) or (subject.startswith("the ") and not single):
         return False
     named = subject.split()
+    owner = subject.partition("'s ")[0] if single and "'s " in subject else subject
+    if (not single or owner != subject) and _ROLES.search(owner):
+        return False  # "Caller's phone number", "Speaker A", "Landlord": a role, not a name
     if not single and (
         any(_not_a_name(w) or w in _MODALS or w in _HEDGES for w in named[1:])
         or named[0] in _HEDGES
+        or named[0] in _REQUESTS
         or (named[0].endswith("s") and _not_a_name(named[0]))  # "Weekends Mom lives in"
         or any(w.endswith(("'d", "'ll")) for w in named)
     ):
@@ -562,7 +583,8 @@ def _all_name(relation: str, subject: str, words: list[str]) -> bool:
     last = len(words) - 1
     if any(
         (_not_a_name(w) and not (0 < i < last and w in _JOINERS))
-        or (i and (_when(w) or w.lower() in _HEDGES))
+        or (i and _when(w))
+        or ((i or w.islower()) and w.lower() in _HEDGES)
         for i, w in enumerate(words)
     ):
         return False
@@ -596,7 +618,12 @@ def _a_number(subject: str, words: list[str]) -> bool:
     return True
 
 
-_NOT_HOMES = frozenset({"po", "p.o.", "flat", "apt", "apartment", "unit", "suite"})
+_NOT_HOMES = frozenset(
+    {"po", "p.o.", "flat", "apt", "apartment", "unit", "suite", "ste", "box", "room", "rm", "dorm"}
+    | {"floor", "fl", "level", "bldg", "building", "desk", "lot", "locker", "gate", "pmb"}
+)
+"""First words of an address inside an address, not of a home ("PO Box 12", "Flat 3", "Room
+204", "Desk 14")."""
 
 
 def _one_script(word: str) -> bool:

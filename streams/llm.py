@@ -108,13 +108,15 @@ class LlmImportance:
 
     async def _post(self, client: httpx.AsyncClient, body: dict[str, object]) -> bytes:
         """The reply's body; raises ``ValueError`` once it is longer than
-        :data:`MAX_ANSWER_BYTES` (read no further, and asked uncompressed: a compressed chunk
-        would be inflated whole before it is counted), then ``httpx.HTTPStatusError`` for a
+        :data:`MAX_ANSWER_BYTES` (read no further), or compressed (asked for uncompressed: a
+        compressed chunk would be inflated whole before it is counted), then ``httpx.HTTPStatusError`` for a
         non-2xx reply (read first, so that its connection goes back to the pool).
         """
         url = f"{self.base_url}/chat/completions"
         plain = {"Accept-Encoding": "identity"}
         async with client.stream("POST", url, json=body, headers=plain) as reply:
+            if reply.headers.get("content-encoding", "identity").lower() not in ("", "identity"):
+                raise ValueError("a compressed reply, though asked for none")
             chunks, size = [], 0
             async for chunk in reply.aiter_bytes():
                 size += len(chunk)

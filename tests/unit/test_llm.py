@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import threading
 import time
@@ -262,3 +263,16 @@ def test_an_error_reply_is_no_answer_and_read_whole() -> None:
 
     assert in_loop(reply, TIMEOUT_S, lambda llm: llm.answers(["fact"])) == [None]
     assert read == [True]
+
+
+def test_a_compressed_reply_is_no_answer() -> None:
+    """Asked for none, a server may still compress: a 61 KB gzip reply was inflated to 60 MiB,
+    a chunk at a time, before the limit counted it (137 MiB at peak).
+    """
+    answer = json.dumps({"choices": [{"message": {"content": '{"replaces": [1]}'}}]}).encode()
+
+    async def reply(request: httpx.Request) -> httpx.Response:
+        body = gzip.compress(answer)
+        return httpx.Response(200, content=body, headers={"Content-Encoding": "gzip"})
+
+    assert in_loop(reply, TIMEOUT_S, lambda llm: llm.answers(["fact"])) == [None]

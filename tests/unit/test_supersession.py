@@ -1353,6 +1353,59 @@ def test_names_that_are_also_words_still_supersede(older: str, newer: str) -> No
 @pytest.mark.parametrize(
     ("older", "newer"),
     [
+        ("The wifi password is swordfish42.", "The wifi password is formerly hunter2."),
+        ("The wifi password is hunter2.", "The wifi password is previously swordfish42."),
+        ("The wifi password is Hunter2.", "The wifi password is possibly Swordfish42."),
+        ("My password is Tr0ub4dor.", "My password is likely Correct7Horse."),
+        ("My favourite band is Radiohead.", "My favourite band is apparently Coldplay."),
+        ("Alice's favourite author is Tolkien.", "Alice's favourite author is allegedly Rowling."),
+        ("Speaker A lives in Osaka.", "Speaker A lives in Lisbon."),
+        ("Caller lives in Leeds.", "Caller lives in York."),
+        ("Candidate lives in Leeds.", "Candidate lives in York."),
+        ("Witness lives in Leeds.", "Witness lives in York."),
+        ("Landlord lives in Leeds.", "Landlord lives in York."),
+        ("Former Boss works at Acme.", "Former Boss works at Globex."),
+        ("Gf works at Acme.", "Gf works at Globex."),
+        ("Mein Bruder works at Siemens.", "Mein Bruder works at Bosch."),
+        ("Mon Frère lives in Paris.", "Mon Frère lives in Lyon."),
+        ("Caller's phone number is 555-1234.", "Caller's phone number is 555-9876."),
+        ("Guest's phone number is 555-1234.", "Guest's phone number is 555-9876."),
+        ("Recipient's address is 5 Oak Rd.", "Recipient's address is 12 High St."),
+        ("Candidate's phone number is 555-1234.", "Candidate's phone number is 555-9876."),
+        (
+            "Interviewee's job title is Senior Engineer.",
+            "Interviewee's job title is Product Manager.",
+        ),
+        ("Confirm Alice lives in Lisbon.", "Confirm Alice lives in Porto."),
+        ("Check Alice lives in Lisbon.", "Check Alice lives in Porto."),
+        ("Verify Bob works at Acme.", "Verify Bob works at Globex."),
+        ("Whether Alice lives in Lisbon", "Whether Alice lives in Porto"),
+        ("Why Alice works at Acme", "Why Alice works at Globex"),
+        ("My address is 12 Oak Rd.", "My address is Room 204."),
+        ("My address is 12 Oak Rd.", "My address is Box 12."),
+        ("My address is 12 Oak Rd.", "My address is Ste 200."),
+        ("My address is 12 Oak Rd.", "My address is Dorm 5."),
+        ("My address is 12 Oak Rd.", "My address is Desk 14."),
+        ("My favourite drink is Coke.", "My favourite drink is typically Pepsi."),
+    ],
+)
+def test_a_ninth_review_s_statements_that_may_hold_beside_the_older_supersede_nothing(
+    older: str, newer: str
+) -> None:
+    """A ninth review found each superseding at MiniLM cosines of 0.64-1.00: a role or a
+    tool's label as the subject, or as an attribute's owner ("Speaker A", "Caller", "Former
+    Boss", "Mein Bruder", "Guest's phone number"), a request or a question ("Confirm Alice
+    lives in", "Whether Alice"), an address inside an address ("Room 204", "Desk 14"), and a
+    lower-case hedge opening a value that may open with any word ("formerly hunter2",
+    "typically Pepsi").
+    """
+    new = Version("n", newer, T0 + hours(24))
+    assert detect(new, [Version("o", older, T0, 0.7)], RULE) == []
+
+
+@pytest.mark.parametrize(
+    ("older", "newer"),
+    [
         ("Alice lives in Mt Pleasant.", "Alice lives in Mount Pleasant."),
         ("Alice lives in NYC.", "Alice lives in New York City."),
         ("Alice lives in Saint Louis.", "Alice lives in St Louis."),
