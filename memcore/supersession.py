@@ -259,7 +259,7 @@ _ROLES = re.compile(
     r"|respondents?|witness(es)?|suspects?|victims?|leads?|prospects?|contacts?|recruiters?"
     r"|senders?|recipients?|buyers?|sellers?|owners?|winners?|drivers?|protagonists?|narrators?"
     r"|villains?|heroe?s?|characters?|players?|boss(es)?|managers?|landlord|landlady|dentists?"
-    r"|bf|gf|bae|fianc[eé]e?|former|old|previous|late|new)\b"
+    r"|bf|gf|^bae$|fianc[eé]e?|former|old|previous|late|new)\b"
 )
 """Role and label words: who holds them changes ("Caller's phone number", "Speaker A lives in",
 "Landlord lives in", "Former Boss works at"); refused in a subject's owner."""
@@ -279,9 +279,12 @@ for this"): two statements with them may be of two things."""
 _NOT_VALUES = re.compile(
     r"same|unchanged|secret|private|confidential|hidden|default|usual|saved|stored|mine|yours"
     r"|his|hers|ours|theirs|whatever|obvious|different|changed|unknown|forgotten|expired"
+    r"|tba|n\.?a\.?|none|null|nil|pending|vacant|undisclosed|withheld|anonymous|anon"
+    r"|[\w-]*redacted[\w-]*|x{2,}|city|company|employer|place|person|name"
 )
-"""Words a value that may open with any word (:data:`_OPEN_VALUED`) may not be alone: they
-restate or hide the value ("my password is still the same", "... is a secret")."""
+"""Words a value may not be made of alone: they restate, hide or leave out the value ("my
+password is still the same", "... is a secret", "Alice works at REDACTED", "My manager is TBA",
+"Alice lives in XXXX")."""
 _PROPER = frozenset({"lives in", "works at", "is married to", "is dating"})
 """Relations whose value is a name: of a place, an employer, a person."""
 _OPEN_VALUED = re.compile(r"\b(favourite \w+( \w+)?|password)$")
@@ -542,6 +545,8 @@ def _named_value(relation: str, subject: str, words: list[str], moved: bool) -> 
         employer, words = True, words[1:]
         if words and words[0].lower() in _ARTICLES:
             article, words = words[0].lower(), words[1:]
+    if article in ("a", "an") and _value_kind(relation, subject) == (0, False):
+        return False  # "married to a Doctor", "works at a Bank": a description, maybe of the old
     if _a_site(relation, employer, article, words):
         return False
     return _all_name(relation, subject, words)
@@ -591,7 +596,7 @@ def _all_name(relation: str, subject: str, words: list[str]) -> bool:
     if relation in _COPULAS and not _a_number(subject, words):
         return False
     loose, digits = _value_kind(relation, subject)
-    if loose and len(words) == 1 and _NOT_VALUES.fullmatch(words[0].lower()):
+    if all(_NOT_VALUES.fullmatch(w.lower()) for w in words):  # "Unknown", "REDACTED", "XXX XXXX"
         return False
     return all(
         i < loose

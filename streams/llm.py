@@ -38,6 +38,10 @@ MAX_ANSWER_BYTES = 1 << 20
 endpoint that streams megabytes costs neither the worker's memory nor its loop's time."""
 
 
+_COMPRESSED = frozenset({"gzip", "x-gzip", "deflate", "br", "zstd", "compress"})
+"""Content codings httpx would inflate (another, "none" or "UTF-8", it reads as it is)."""
+
+
 class LlmImportance:
     """Asks the endpoint's ``/chat/completions``. ``start`` opens the HTTP client; ``close`` ends it."""
 
@@ -115,7 +119,8 @@ class LlmImportance:
         url = f"{self.base_url}/chat/completions"
         plain = {"Accept-Encoding": "identity"}
         async with client.stream("POST", url, json=body, headers=plain) as reply:
-            if reply.headers.get("content-encoding", "identity").lower() not in ("", "identity"):
+            codings = reply.headers.get_list("content-encoding", split_commas=True)
+            if _COMPRESSED & {c.strip().lower() for c in codings}:
                 raise ValueError("a compressed reply, though asked for none")
             chunks, size = [], 0
             async for chunk in reply.aiter_bytes():

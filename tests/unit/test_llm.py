@@ -265,14 +265,21 @@ def test_an_error_reply_is_no_answer_and_read_whole() -> None:
     assert read == [True]
 
 
-def test_a_compressed_reply_is_no_answer() -> None:
+@pytest.mark.parametrize(
+    ("coding", "read"),
+    [("gzip", False), ("identity, gzip", False), ("none", True), ("UTF-8", True), ("", True)],
+)
+def test_a_compressed_reply_is_no_answer(coding: str, read: bool) -> None:
     """Asked for none, a server may still compress: a 61 KB gzip reply was inflated to 60 MiB,
-    a chunk at a time, before the limit counted it (137 MiB at peak).
+    a chunk at a time, before the limit counted it (137 MiB at peak). A coding httpx does not
+    inflate ("none", "UTF-8") is read as it is.
     """
-    answer = json.dumps({"choices": [{"message": {"content": '{"replaces": [1]}'}}]}).encode()
+    content = '{"replaces": [1]}'
+    answer = json.dumps({"choices": [{"message": {"content": content}}]}).encode()
 
     async def reply(request: httpx.Request) -> httpx.Response:
-        body = gzip.compress(answer)
-        return httpx.Response(200, content=body, headers={"Content-Encoding": "gzip"})
+        body = gzip.compress(answer) if "gzip" in coding else answer
+        return httpx.Response(200, content=body, headers={"Content-Encoding": coding})
 
-    assert in_loop(reply, TIMEOUT_S, lambda llm: llm.answers(["fact"])) == [None]
+    got = in_loop(reply, TIMEOUT_S, lambda llm: llm.answers(["fact"]))
+    assert got == ([content] if read else [None])

@@ -1406,6 +1406,48 @@ def test_a_ninth_review_s_statements_that_may_hold_beside_the_older_supersede_no
 @pytest.mark.parametrize(
     ("older", "newer"),
     [
+        ("Alice's job title is Senior Engineer.", "Alice's job title is Unknown."),
+        ("Alice's boss is Tom Baker.", "Alice's boss is Unknown."),
+        ("My job title is Senior Engineer.", "My job title is Unchanged."),
+        ("My manager is Tom Baker.", "My manager is TBA."),
+        ("My boss is Tom Baker.", "My boss is Vacant now."),
+        ("Alice's job title is Senior Engineer.", "Alice's job title is Confidential."),
+        ("Alice works at Globex.", "Alice works at Undisclosed."),
+        ("Alice's boss is Tom Baker.", "Alice's boss is Same."),
+        ("Alice's job title is Senior Engineer.", "Alice's job title is NA."),
+        ("Alice's manager is Tom Baker.", "Alice's manager is Pending."),
+        ("Alice lives in Lisbon.", "Alice lives in REDACTED."),
+        ("Alice works at Globex.", "Alice works at REDACTED."),
+        ("Alice is married to Tom Baker.", "Alice is married to REDACTED."),
+        ("Alice's boss is Tom Baker.", "Alice's boss is XXX."),
+        ("Alice lives in Lisbon.", "Alice lives in XXXX."),
+        ("Alice works at Globex.", "Alice works at ACME-REDACTED."),
+        ("My address is 5 Oak Rd.", "My address is XXX XXXX."),
+        ("Alice lives in Lisbon.", "Alice lives in CITY."),
+        ("Alice's boss is Ann Lee.", "Alice's boss is a Woman."),
+        ("Alice is married to Tom Baker.", "Alice is married to a Doctor."),
+        ("Alice is dating Tom Baker.", "Alice is dating a Musician now."),
+        ("Alice works at Barclays.", "Alice works at a Bank now."),
+        ("Alice works at Globex.", "Alice works at a Startup now."),
+        ("My job is at Barclays.", "My job is at a Bank."),
+        ("Alice lives in Lisbon.", "Alice lives in a Capital City."),
+        ("Alice's manager is Tom Baker.", "Alice's manager is an Engineer."),
+        ("My password is hunter2.", "My password is XXXX."),
+    ],
+)
+def test_a_placeholder_or_a_description_supersedes_nothing(older: str, newer: str) -> None:
+    """A tenth review found each superseding at MiniLM cosines of 0.54-0.80: a placeholder or
+    a scrubber's mark where a name was ("Unknown", "TBA", "REDACTED", "XXXX", "CITY"), and a
+    capitalised description after "a" ("married to a Doctor", "works at a Bank now"), which
+    may be of the older value itself.
+    """
+    new = Version("n", newer, T0 + hours(24))
+    assert detect(new, [Version("o", older, T0, 0.7)], RULE) == []
+
+
+@pytest.mark.parametrize(
+    ("older", "newer"),
+    [
         ("Alice lives in Mt Pleasant.", "Alice lives in Mount Pleasant."),
         ("Alice lives in NYC.", "Alice lives in New York City."),
         ("Alice lives in Saint Louis.", "Alice lives in St Louis."),
@@ -1487,6 +1529,9 @@ def test_two_letters_a_title_or_a_person_s_initials_are_another_value(
         ("My favourite band is Queen.", "My favourite band is Imagine Dragons."),
         ("Alice works at Acme.", "Alice works at Say Media now."),
         ("Alice lives in Leeds.", "Alice lives in Mid-Wales now."),
+        ("Bae Doona lives in Seoul.", "Bae Doona lives in Busan now."),  # "bae" alone is a role
+        ("Ji-woo Bae works at Samsung.", "Ji-woo Bae works at LG now."),
+        ("My favourite animal is a dog.", "My favourite animal is a cat now."),  # after "a"
     ],
 )
 def test_a_replacement_still_supersedes_after_the_seventh_review(older: str, newer: str) -> None:
