@@ -259,7 +259,7 @@ _ROLES = re.compile(
     r"|respondents?|witness(es)?|suspects?|victims?|leads?|prospects?|contacts?|recruiters?"
     r"|senders?|recipients?|buyers?|sellers?|owners?|winners?|drivers?|protagonists?|narrators?"
     r"|villains?|heroe?s?|characters?|players?|boss(es)?|managers?|landlord|landlady|dentists?"
-    r"|bf|gf|^bae$|fianc[eé]e?|former|old|previous|late|new)\b"
+    r"|bf|gf|^(?:hey )?bae(?:[ -]?bae)?$|fianc[eé]e?|former|old|previous|late|new)\b"
 )
 """Role and label words: who holds them changes ("Caller's phone number", "Speaker A lives in",
 "Landlord lives in", "Former Boss works at"); refused in a subject's owner."""
@@ -280,11 +280,14 @@ _NOT_VALUES = re.compile(
     r"same|unchanged|secret|private|confidential|hidden|default|usual|saved|stored|mine|yours"
     r"|his|hers|ours|theirs|whatever|obvious|different|changed|unknown|forgotten|expired"
     r"|tba|n\.?a\.?|none|null|nil|pending|vacant|undisclosed|withheld|anonymous|anon"
-    r"|[\w-]*redacted[\w-]*|x{2,}|city|company|employer|place|person|name"
+    r"|[\w-]*redacted[\w-]*"
 )
 """Words a value may not be made of alone: they restate, hide or leave out the value ("my
-password is still the same", "... is a secret", "Alice works at REDACTED", "My manager is TBA",
-"Alice lives in XXXX")."""
+password is still the same", "... is a secret", "Alice works at REDACTED", "My manager is
+TBA")."""
+_BLANKS = re.compile(r"X{2,}|CITY|COMPANY|EMPLOYER|PLACE|PERSON|NAME")
+"""A template's blanks, as written (in capitals): "Alice lives in XXXX", "... in CITY" (not
+"City", "Company", "The xx", which may be names)."""
 _PROPER = frozenset({"lives in", "works at", "is married to", "is dating"})
 """Relations whose value is a name: of a place, an employer, a person."""
 _OPEN_VALUED = re.compile(r"\b(favourite \w+( \w+)?|password)$")
@@ -527,11 +530,14 @@ def _named_value(relation: str, subject: str, words: list[str], moved: bool) -> 
     or a where (:data:`_NOT_NAMES`, in any case); :func:`_value_kind` says which words may be
     lower case or numbers. A car is a make after "a" or "an" (:func:`_car`); a sport is one of
     :data:`_SPORTS`; a job is "at" a name ("my job is at Globex"); an employer or a home is no
-    site of one (:func:`_a_site`).
+    site of one (:func:`_a_site`); a value that is a name (:func:`_value_kind`: a place, an
+    employer, a person, a job title) is no description after a lower-case "a" or "an" ("a
+    Doctor", "a Bank"; "A Coruña", "An Post" are names).
     """
     if moved and words[-2:] in (["for", "work"], ["for", "good"]):
         words = words[:-2]
     article = words[0].lower() if words and words[0].lower() in _ARTICLES else ""
+    described = words[:1] in (["a"], ["an"])  # as written: "A Coruña", "An Post" are names
     if article:
         words = words[1:]
     if relation == "drives":
@@ -543,9 +549,10 @@ def _named_value(relation: str, subject: str, words: list[str], moved: bool) -> 
         if words[:1] != ["at"]:
             return False  # "my job is at Globex", not "my job is Teaching"
         employer, words = True, words[1:]
+        described = words[:1] in (["a"], ["an"])
         if words and words[0].lower() in _ARTICLES:
             article, words = words[0].lower(), words[1:]
-    if article in ("a", "an") and _value_kind(relation, subject) == (0, False):
+    if described and _value_kind(relation, subject) == (0, False):
         return False  # "married to a Doctor", "works at a Bank": a description, maybe of the old
     if _a_site(relation, employer, article, words):
         return False
@@ -596,7 +603,7 @@ def _all_name(relation: str, subject: str, words: list[str]) -> bool:
     if relation in _COPULAS and not _a_number(subject, words):
         return False
     loose, digits = _value_kind(relation, subject)
-    if all(_NOT_VALUES.fullmatch(w.lower()) for w in words):  # "Unknown", "REDACTED", "XXX XXXX"
+    if all(_NOT_VALUES.fullmatch(w.lower()) or _BLANKS.fullmatch(w) for w in words):
         return False
     return all(
         i < loose

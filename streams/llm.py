@@ -39,7 +39,9 @@ endpoint that streams megabytes costs neither the worker's memory nor its loop's
 
 
 _COMPRESSED = frozenset({"gzip", "x-gzip", "deflate", "br", "zstd", "compress"})
-"""Content codings httpx would inflate (another, "none" or "UTF-8", it reads as it is)."""
+"""Content codings that inflate (httpx inflates gzip, deflate, br and zstd, the last two when
+their packages are installed; x-gzip and compress are refused too); another, "none" or
+"UTF-8", httpx reads as it is."""
 
 
 class LlmImportance:

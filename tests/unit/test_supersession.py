@@ -1433,6 +1433,8 @@ def test_a_ninth_review_s_statements_that_may_hold_beside_the_older_supersede_no
         ("Alice lives in Lisbon.", "Alice lives in a Capital City."),
         ("Alice's manager is Tom Baker.", "Alice's manager is an Engineer."),
         ("My password is hunter2.", "My password is XXXX."),
+        ("Bae Bae lives in Leeds.", "Bae Bae lives in York now."),  # one's partner
+        ("Hey Bae lives in Leeds.", "Hey Bae lives in York now."),
     ],
 )
 def test_a_placeholder_or_a_description_supersedes_nothing(older: str, newer: str) -> None:
@@ -1532,6 +1534,12 @@ def test_two_letters_a_title_or_a_person_s_initials_are_another_value(
         ("Bae Doona lives in Seoul.", "Bae Doona lives in Busan now."),  # "bae" alone is a role
         ("Ji-woo Bae works at Samsung.", "Ji-woo Bae works at LG now."),
         ("My favourite animal is a dog.", "My favourite animal is a cat now."),  # after "a"
+        ("Alice lives in Lisbon.", "Alice lives in A Coruña now."),  # names, not "a", "an"
+        ("Alice works at Globex.", "Alice works at An Post now."),
+        ("Alice is dating Tom Baker.", "Alice is dating An Nguyen now."),
+        ("Alice works at Globex.", "Alice works at City now."),  # blanks only in capitals
+        ("My favourite band is Queen.", "My favourite band is The xx now."),
+        ("My favourite musical is Cats.", "My favourite musical is Company now."),
     ],
 )
 def test_a_replacement_still_supersedes_after_the_seventh_review(older: str, newer: str) -> None:
