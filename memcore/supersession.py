@@ -262,7 +262,8 @@ _ROLES = re.compile(
     r"|bf|gf|^(?:hey )?bae(?:[ -]?bae)?$|fianc[eé]e?|former|old|previous|late|new)\b"
 )
 """Role and label words: who holds them changes ("Caller's phone number", "Speaker A lives in",
-"Landlord lives in", "Former Boss works at"); refused in a subject's owner."""
+"Landlord lives in", "Former Boss works at"): refused in the subject of a relation and in the
+owner of an attribute ("my boss is Tom" names the attribute, not a role's holder)."""
 _REQUESTS = frozenset(
     {"confirm", "verify", "check", "double-check", "whether", "why", "how", "ask"}
 )
