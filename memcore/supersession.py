@@ -510,7 +510,7 @@ def _firm(
     plain = relation in _COPULAS or _KIN.fullmatch(subject) is not None
     if not plain and (named[0] in _OWNERS or "'s" in subject):
         return False  # "My GP", "My CEO", "Alice's PA": of roles, one's parents and spouse only
-    if not plain and not all(_capitalised(w) for w in said[: len(subject.split())]):
+    if not plain and not all(_capitalised(w) for w in said[: len(named)]):
         return False  # "my buddy", "my old boss", "Ann says Bob", "Nobody here"
     if all(_capitalised(w) for w in said):
         return False  # "ALICE LIVES IN LISBON DURING THE SUMMER": case tells nothing
@@ -537,6 +537,11 @@ def _named_value(relation: str, subject: str, words: list[str], moved: bool) -> 
     """
     if moved and words[-2:] in (["for", "work"], ["for", "good"]):
         words = words[:-2]
+    job = relation in _COPULAS and re.search(r"\bjob$", subject) is not None
+    if job:
+        if words[:1] != ["at"]:
+            return False  # "my job is at Globex", not "my job is Teaching"
+        words = words[1:]
     article = words[0].lower() if words and words[0].lower() in _ARTICLES else ""
     described = words[:1] in (["a"], ["an"])  # as written: "A Coruña", "An Post" are names
     if article:
@@ -545,14 +550,7 @@ def _named_value(relation: str, subject: str, words: list[str], moved: bool) -> 
         return _car(article, words) and _all_name(relation, subject, words)
     if relation in _ONE_AT_A_TIME:
         return not article and " ".join(words).lower() in _SPORTS  # not "the piano", "chess"
-    employer = relation == "works at"
-    if relation in _COPULAS and re.search(r"\bjob$", subject):
-        if words[:1] != ["at"]:
-            return False  # "my job is at Globex", not "my job is Teaching"
-        employer, words = True, words[1:]
-        described = words[:1] in (["a"], ["an"])
-        if words and words[0].lower() in _ARTICLES:
-            article, words = words[0].lower(), words[1:]
+    employer = job or relation == "works at"
     if described and _value_kind(relation, subject) == (0, False):
         return False  # "married to a Doctor", "works at a Bank": a description, maybe of the old
     if _a_site(relation, employer, article, words):

@@ -43,9 +43,14 @@ class Handler(BaseHTTPRequestHandler):
         answer = '{"importance_score": 0.9, "reasoning": "a key fact"}'
         if "prose" in prompt:
             answer = "I would say importance: 0.4 overall."
+        if "huge" in prompt:
+            answer += " " * MAX_ANSWER_BYTES
         payload = json.dumps({"choices": [{"message": {"content": answer}}]}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
+        if "gzipped" in prompt:  # whatever the client asked for
+            payload = gzip.compress(payload)
+            self.send_header("Content-Encoding", "gzip")
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
@@ -283,3 +288,14 @@ def test_a_compressed_reply_is_no_answer(coding: str, read: bool) -> None:
 
     got = in_loop(reply, TIMEOUT_S, lambda llm: llm.answers(["fact"]))
     assert got == ([content] if read else [None])
+
+
+def test_a_reply_over_the_limit_or_compressed_is_no_answer_over_a_socket(llm_url: str) -> None:
+    """The same limits through a real HTTP server on loopback (the tests above use a mock
+    transport): a reply over :data:`MAX_ANSWER_BYTES`, or compressed though asked for none, is
+    no answer; the next question is answered.
+    """
+    got = answers(llm_url, ["huge fact", "gzipped fact", "a fact"])
+    assert got[:2] == [None, None]
+    assert got[2] is not None
+    assert "importance_score" in got[2]
