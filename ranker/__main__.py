@@ -151,6 +151,7 @@ def build(
         log_every_request=settings.access_log == "all",
         tenants_read=tenants_read.done,
         max_body_bytes=settings.max_body_bytes,
+        max_body_bytes_in_flight=settings.max_body_bytes_in_flight,
         body_timeout_s=settings.body_timeout_s,
         token_seal=seal,
         metrics_route=not settings.ranker_metrics_port,

@@ -10,7 +10,10 @@ answered 401 before it takes one or its body is read (a body is parsed at many t
 an unauthenticated client must not make the service hold that), a body over
 ``max_body_bytes`` is answered 413 (from its ``Content-Length`` before reading it, else once
 that much arrived), and a body not all arrived ``body_timeout_s`` after the request is
-answered 408 (a client that sends headers and then nothing would hold its slot for ever). Every
+answered 408 (a client that sends headers and then nothing would hold its slot for ever). The
+bodies of all requests in flight together hold at most ``max_body_bytes_in_flight``
+(:class:`BodyBudget`): past it a request is answered 429 with ``Retry-After``, before its body is
+read when its ``Content-Length`` says so, else as soon as its bytes pass it. Every
 response is counted in ``mnemostream_http_responses_total{route,status}`` (``route`` is the
 path template, ``other`` for no route). A memory id that escapes a ``/`` (``a%2Fb``) is routed
 as sent, so its route authenticates it and refuses the id (:func:`_keep_escaped_slash`).
@@ -23,6 +26,7 @@ from collections.abc import Callable, Sequence
 from urllib.parse import unquote_to_bytes
 
 from fastapi import HTTPException
+from prometheus_client import Gauge
 from starlette.datastructures import Headers
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -37,6 +41,11 @@ _MEMORIES = b"/v1/memories/"
 """The raw path prefix of the routes that take a memory id in the path."""
 _HELD = "mnemostream.tenant_slots"
 """The scope key of the tenants whose slot a request holds (released when it is answered)."""
+_DIGITS = 20
+"""A ``Content-Length`` of more digits is read as 10**20 bytes (over any limit)."""
+_BODY = "mnemostream.body_bytes"
+"""The scope key of the body bytes a request holds of the process's budget (given back when it is
+answered)."""
 
 
 class TenantBusy(Exception):  # noqa: N818 - the condition, as callers catch it
@@ -88,6 +97,78 @@ class TenantSlots:
                 self.held.pop(tenant_id, None)
 
 
+class BodiesBusy(HTTPException):
+    """The process holds its budget of request body bytes; retriable after ``retry_after_s``.
+    An ``HTTPException``, so that a route reading the body passes it on (answered 429).
+    """
+
+    retriable = True
+
+    def __init__(self, held: int, limit: int) -> None:
+        self.retry_after_s = float(RETRY_AFTER_S)
+        super().__init__(
+            429,
+            f"{held} bytes of request bodies are in flight, the budget is {limit}"
+            f" (MNEMO_MAX_BODY_BYTES_IN_FLIGHT); retry after {RETRY_AFTER_S} s",
+        )
+
+
+class BodyBudget:
+    """Request body bytes the process holds at once, at most ``limit`` (a body is parsed at many
+    times its size, and its parsed form lives until the request is answered). A request takes its
+    share from its ``Content-Length`` before its body is read, or as the bytes arrive when it
+    declares none (:meth:`take`), and gives it back when it is answered (:meth:`release`).
+    ``gauge``: set to the bytes held after every change.
+    """
+
+    def __init__(self, limit: int, gauge: Gauge | None = None) -> None:
+        if limit < 1:
+            msg = f"max_body_bytes_in_flight={limit}: must be at least 1"
+            raise ValueError(msg)
+        self.limit = limit
+        self.held = 0
+        self.gauge = gauge
+
+    @classmethod
+    def of(cls, max_body_bytes: int, limit: int | None, gauge: Gauge | None = None) -> BodyBudget:
+        """The budget of an edge whose largest body is ``max_body_bytes``: ``limit`` (at least
+        that, or a body of the largest size could never be read: ValueError), None: twice it.
+        """
+        budget = limit or 2 * max_body_bytes
+        if budget < max_body_bytes:
+            msg = (
+                f"max_body_bytes_in_flight={budget}: must be at least max_body_bytes"
+                f" ({max_body_bytes}), or a body of the largest size could never be read"
+            )
+            raise ValueError(msg)
+        return cls(budget, gauge)
+
+    def take(self, scope: Scope, total: int) -> None:
+        """Hold ``total`` bytes in all for the request of ``scope`` (what it holds already counts
+        towards them; none outside :class:`Admission`, which gives them back); raise
+        :class:`BodiesBusy`, holding nothing more, when that would pass the limit.
+        """
+        if _BODY not in scope:
+            return
+        more = total - int(scope[_BODY])
+        if more <= 0:
+            return
+        if self.held + more > self.limit:
+            raise BodiesBusy(self.held, self.limit)
+        self.held += more
+        scope[_BODY] = total
+        self._show()
+
+    def release(self, scope: Scope) -> None:
+        """Give back the bytes the request of ``scope`` holds."""
+        self.held -= int(scope.pop(_BODY, 0))
+        self._show()
+
+    def _show(self) -> None:
+        if self.gauge is not None:
+            self.gauge.set(self.held)
+
+
 class Admission:
     """The middleware. ``routes``: the app's routes, read at call time (for the route label)."""
 
@@ -100,11 +181,14 @@ class Admission:
         routes: Callable[[], Sequence[BaseRoute]],
         tenant_slots: TenantSlots | None = None,
         max_body_bytes: int = 64 * 2**20,
+        body_budget: BodyBudget | None = None,
         body_timeout_s: float = 30.0,
         unknown_key: Callable[[str], bool] | None = None,
     ) -> None:
         """``tenant_slots``: the per-tenant shares its requests take once authenticated;
-        ``max_body_bytes``: the largest request body (bytes); ``body_timeout_s``: how long after
+        ``max_body_bytes``: the largest request body (bytes); ``body_budget``: the bytes of all
+        the bodies of requests in flight, beyond which 429 (None: twice ``max_body_bytes``);
+        ``body_timeout_s``: how long after
         a request arrives its whole body must have arrived (seconds); ``unknown_key``: whether
         a presented key surely acts for no tenant (False while that cannot be told yet: the
         route then authenticates it); None: only a missing key is refused here.
@@ -115,6 +199,9 @@ class Admission:
         self.app = app
         self.max_in_flight = max_in_flight
         self.max_body_bytes = max_body_bytes
+        self.body_budget = body_budget or BodyBudget.of(
+            max_body_bytes, None, metrics.body_bytes_in_flight
+        )
         self.body_timeout_s = body_timeout_s
         self.metrics = metrics
         self.routes = routes
@@ -147,11 +234,24 @@ class Admission:
             if admitted:
                 # the admin routes say themselves whether they are open (403 when closed)
                 tenant_route = route != "other" and not route.startswith("/v1/admin/")
-                refused = self._refused(Headers(scope=scope), needs_key=tenant_route)
+                headers = Headers(scope=scope)
+                refused = self._refused(headers, needs_key=tenant_route)
                 if refused is not None:
                     await _answer(counted, *refused)
                     return
-                receive = _bounded(receive, self.max_body_bytes, self.body_timeout_s)
+                scope[_BODY] = 0
+                try:
+                    self.body_budget.take(scope, _declared(headers) or 0)
+                except BodiesBusy as busy:
+                    scope.pop(_BODY)
+                    await _answer(counted, 429, busy.detail, retry_after_s=RETRY_AFTER_S)
+                    return
+                receive = _bounded(
+                    receive,
+                    self.max_body_bytes,
+                    self.body_timeout_s,
+                    lambda arrived: self.body_budget.take(scope, arrived),
+                )
                 self.in_flight += 1
                 self.metrics.in_flight.set(self.in_flight)
                 if self.tenant_slots is not None:
@@ -162,6 +262,7 @@ class Admission:
                 if admitted:
                     self.in_flight -= 1
                     self.metrics.in_flight.set(self.in_flight)
+                    self.body_budget.release(scope)
                     if self.tenant_slots is not None:
                         self.tenant_slots.release(scope)
         finally:
@@ -178,8 +279,8 @@ class Admission:
             key = presented_key(headers)
             if key and self.unknown_key(key):
                 return 401, "missing or unknown API key"
-        length = headers.get("content-length", "")
-        if length.isdigit() and int(length) > self.max_body_bytes:
+        length = _declared(headers)
+        if length is not None and length > self.max_body_bytes:
             return 413, _too_large(self.max_body_bytes)
         return None
 
@@ -251,14 +352,28 @@ async def _answer(
     await send({"type": "http.response.body", "body": body})
 
 
+def _declared(headers: Headers) -> int | None:
+    """The body's size its ``Content-Length`` declares (bytes), or None when it declares none
+    (a chunked body) or none the server would take (the server refuses those itself).
+    """
+    length = headers.get("content-length", "")
+    if not (length.isascii() and length.isdigit()):
+        return None
+    return int(length) if len(length) <= _DIGITS else 10**_DIGITS  # int() refuses 4,301 digits
+
+
 def _too_large(limit: int) -> str:
     return f"the request body is over {limit} bytes (MNEMO_MAX_BODY_BYTES); send less at once"
 
 
-def _bounded(receive: Receive, max_bytes: int, timeout_s: float) -> Receive:
+def _bounded(
+    receive: Receive, max_bytes: int, timeout_s: float, arrived_so_far: Callable[[int], None]
+) -> Receive:
     """``receive`` for a request whose body must be at most ``max_bytes`` and all arrive within
     ``timeout_s`` from now; past either, the app's read raises HTTPException 413 or 408, answered
-    as a problem. Once the body is in, waits (for the client's disconnect) are not bounded.
+    as a problem. ``arrived_so_far`` is told the body's bytes arrived so far after each piece (it
+    may raise, :class:`BodiesBusy` say, which the app's read raises). Once the body is in, waits
+    (for the client's disconnect) are not bounded.
     """
     deadline = asyncio.get_running_loop().time() + timeout_s
     arrived = 0
@@ -278,6 +393,7 @@ def _bounded(receive: Receive, max_bytes: int, timeout_s: float) -> Receive:
             arrived += len(message.get("body", b""))
             if arrived > max_bytes:
                 raise HTTPException(413, _too_large(max_bytes))
+            arrived_so_far(arrived)
             done = not message.get("more_body", False)
         else:
             done = True

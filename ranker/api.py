@@ -35,7 +35,7 @@ from memcore import GONE, MAX_TAGS, InvalidField, Tier
 from memcore.ids import check_id
 from memcore.policy import MAX_WEIGHT, RecallPolicy, RecallPreset, recall_decay
 from ranker.admin import admin_routes
-from ranker.admission import Admission, TenantBusy, TenantSlots
+from ranker.admission import Admission, BodyBudget, TenantBusy, TenantSlots
 from ranker.applied import NotAppliedError
 from ranker.batcher import Overloaded
 from ranker.errors import Refused, Unavailable
@@ -237,6 +237,7 @@ def create_api(
     max_body_bytes: int = 64 * 2**20,
     body_timeout_s: float = 30.0,
     token_seal: TokenSeal | None = None,
+    max_body_bytes_in_flight: int | None = None,
     metrics_route: bool = True,
 ) -> FastAPI:
     """The app; ``service`` must be started (and stopped) by the caller's lifespan. ``limits``:
@@ -254,7 +255,9 @@ def create_api(
     ``tenants_read``: set once the tenants topic was read to its end (until then a request's key
     is answered 503: a key the topic revoked would still act); None: the registry is complete.
     ``max_body_bytes``, ``body_timeout_s``: a request body's largest size (bytes; larger: 413)
-    and how long after the request it must have arrived (seconds; else 408). ``token_seal``:
+    and how long after the request it must have arrived (seconds; else 408);
+    ``max_body_bytes_in_flight``: the bytes of the bodies of all requests served at once (at
+    least ``max_body_bytes``; None: twice it), beyond which 429. ``token_seal``:
     seals the read-your-writes tokens responses carry and opens those requests send back
     (:mod:`ranker.tokens`; None: a key of this app alone). ``metrics_route`` off: no
     ``GET /metrics`` here (they are served on a port of their own: :class:`ranker.metrics.MetricsPort`).
@@ -279,6 +282,9 @@ def create_api(
         routes=lambda: api.routes,
         tenant_slots=api.state.tenant_slots,
         max_body_bytes=max_body_bytes,
+        body_budget=BodyBudget.of(
+            max_body_bytes, max_body_bytes_in_flight, service.metrics.body_bytes_in_flight
+        ),
         body_timeout_s=body_timeout_s,
         unknown_key=lambda key: _unknown_key(api, key),
     )
@@ -428,7 +434,10 @@ def _errors(api: FastAPI) -> None:
         headers = exc.headers
         if exc.status_code == 405:  # the router's: the first route of the path, not all of them
             headers = {**(headers or {}), "Allow": ", ".join(_allowed(request))}
-        return problem(exc.status_code, str(exc.detail), headers=headers)
+        retry_after_s = getattr(exc, "retry_after_s", None)  # BodiesBusy's, a 429
+        return problem(
+            exc.status_code, str(exc.detail), retry_after_s=retry_after_s, headers=headers
+        )
 
     # refusals that say when to come back: overload is 429, an unavailable dependency 503
     retry_later: tuple[tuple[type[Exception], int], ...] = (

@@ -66,6 +66,12 @@ class Metrics:
             "API requests being served (admission control refuses more than MNEMO_MAX_IN_FLIGHT)",
             registry=self.registry,
         )
+        self.body_bytes_in_flight = Gauge(
+            "mnemostream_http_body_bytes_in_flight",
+            "request body bytes the API requests being served hold (declared or arrived; admission"
+            " control refuses more than MNEMO_MAX_BODY_BYTES_IN_FLIGHT)",
+            registry=self.registry,
+        )
 
         self.vector_searches = Counter(
             "mnemostream_vector_searches",

@@ -54,6 +54,14 @@ class RankerSettings(SharedSettings):
         description="the largest API request body, bytes; a larger one gets HTTP 413 (a batch of"
         " 1,000 memories with 384-d vectors and a few KB of text each is ~10 MB)",
     )
+    max_body_bytes_in_flight: int | None = Field(
+        None,
+        ge=1024,
+        description="the bytes of all API request bodies being served together (declared or"
+        " arrived; a body is parsed at many times its size); more get HTTP 429 with Retry-After,"
+        " before the body is read when its Content-Length says so. At least MNEMO_MAX_BODY_BYTES;"
+        " unset: twice it",
+    )
     body_timeout_s: float = Field(
         30.0,
         gt=0,
@@ -122,6 +130,19 @@ class RankerSettings(SharedSettings):
         description="requests per second per tenant when its record sets none (0: unlimited);"
         " over it: HTTP 429 with Retry-After",
     )
+
+    @model_validator(mode="after")
+    def _body_budget_fits_a_body(self) -> Self:
+        """A budget under the largest body would refuse every body of that size for ever."""
+        budget = self.max_body_bytes_in_flight
+        if budget is not None and budget < self.max_body_bytes:
+            msg = (
+                f"MNEMO_MAX_BODY_BYTES_IN_FLIGHT={budget} is under MNEMO_MAX_BODY_BYTES"
+                f" ({self.max_body_bytes}): a body of the largest size could never be read;"
+                " give at least that, or leave it unset (twice MNEMO_MAX_BODY_BYTES)"
+            )
+            raise ValueError(msg)
+        return self
 
     @model_validator(mode="after")
     def _metrics_apart(self) -> Self:

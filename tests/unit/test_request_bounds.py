@@ -10,10 +10,12 @@ import asyncio
 import orjson
 import pytest
 from fastapi import FastAPI
+from pydantic import ValidationError
 from starlette.types import Message
 
 from ranker.api import create_api
 from ranker.service import RecallService
+from ranker.settings import RankerSettings
 from storage import Filters, MilvusConfig
 from storage.embedding import Hashing
 from storage.milvus import Hit
@@ -248,6 +250,124 @@ async def test_a_stalled_body_through_uvicorn_is_answered_408_and_frees_its_slot
         again = await asyncio.wait_for(reader.read(4096), 10)
         writer.close()
         assert again.startswith(b"HTTP/1.1 200 ")  # the one slot was given back
+    finally:
+        server.should_exit = True
+        await serving
+        await service.stop()
+
+
+def padded(size: int) -> bytes:
+    """A recall body of ``size`` bytes (JSON takes trailing whitespace)."""
+    return RECALL + b" " * (size - len(RECALL))
+
+
+def declaring(size: int) -> dict[str, str]:
+    return {"X-API-Key": KEY, "Content-Type": "application/json", "Content-Length": str(size)}
+
+
+def retry_after(client: Client) -> bytes | None:
+    start = next(m for m in client.sent if m["type"] == "http.response.start")
+    return next((v for k, v in start["headers"] if k == b"retry-after"), None)
+
+
+async def test_bodies_past_the_process_budget_are_answered_429_unread_until_it_comes_back() -> None:
+    """Every tenant's bodies together hold at most MNEMO_MAX_BODY_BYTES_IN_FLIGHT: before, 256
+    requests in flight could each hold a 64 MiB body (parsed at ~20 times its size).
+    """
+    service, api = await started(
+        max_body_bytes=1024, max_body_bytes_in_flight=1500, body_timeout_s=0.3
+    )
+    try:
+        stalled = Client([b'{"query": '], stall=True)  # holds its declared 1,000 bytes
+        holding = asyncio.create_task(api(scope(declaring(1000)), stalled.receive, stalled.send))
+        await asyncio.sleep(0.05)
+        refused = Client([padded(600)])
+        await api(scope(declaring(600)), refused.receive, refused.send)
+        assert (refused.status, refused.reads) == (429, 0)
+        assert "MNEMO_MAX_BODY_BYTES_IN_FLIGHT" in str(refused.problem["detail"])
+        assert (refused.problem["retry_after_s"], retry_after(refused)) == (1, b"1")
+        fits = Client([padded(500)])  # 1,000 + 500 is the budget
+        await api(scope(declaring(500)), fits.receive, fits.send)
+        assert fits.status == 200
+        await asyncio.wait_for(holding, 5)
+        assert stalled.status == 408
+        again = Client([padded(600)])
+        await api(scope(declaring(600)), again.receive, again.send)
+        assert again.status == 200  # the stalled body's bytes were given back
+        assert service.metrics.body_bytes_in_flight._value.get() == 0
+    finally:
+        await service.stop()
+
+
+async def test_a_chunked_body_is_refused_429_as_soon_as_its_bytes_pass_the_budget() -> None:
+    service, api = await started(
+        max_body_bytes=1024, max_body_bytes_in_flight=1024, body_timeout_s=0.3
+    )
+    try:
+        chunked = {"X-API-Key": KEY, "Content-Type": "application/json"}
+        stalled = Client([b'{"query": ' + b" " * 690], stall=True)  # holds the 700 arrived
+        holding = asyncio.create_task(api(scope(chunked), stalled.receive, stalled.send))
+        await asyncio.sleep(0.05)
+        refused = Client([b" " * 200, b" " * 200, b" " * 200])
+        await api(scope(chunked), refused.receive, refused.send)
+        assert (refused.status, refused.reads) == (429, 2)  # 700 + 400 > 1,024
+        assert (refused.problem["retry_after_s"], retry_after(refused)) == (1, b"1")
+        await asyncio.wait_for(holding, 5)
+        again = Client([padded(400), b" " * 400])
+        await api(scope(chunked), again.receive, again.send)
+        assert again.status == 200
+    finally:
+        await service.stop()
+
+
+def test_a_body_budget_under_the_largest_body_is_refused_naming_it() -> None:
+    with pytest.raises(ValidationError, match="MNEMO_MAX_BODY_BYTES_IN_FLIGHT=2048 is under"):
+        RankerSettings(max_body_bytes=4096, max_body_bytes_in_flight=2048)
+    assert RankerSettings(max_body_bytes=4096, max_body_bytes_in_flight=4096)
+    with pytest.raises(ValueError, match="max_body_bytes_in_flight=2048: must be at least"):
+        create_api(
+            RecallService(Store(), Hashing(4), no_send),  # type: ignore[arg-type]
+            TenantRegistry.of({"tenants": {}}),
+            max_body_bytes=4096,
+            max_body_bytes_in_flight=2048,
+        )
+
+
+async def test_a_body_past_the_budget_through_uvicorn_is_answered_429_with_retry_after() -> None:
+    import uvicorn
+
+    from tests.infra import free_port
+
+    service, api = await started(
+        max_body_bytes=1024, max_body_bytes_in_flight=1024, body_timeout_s=0.3
+    )
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(api, host="127.0.0.1", port=port, log_level="error"))
+    serving = asyncio.create_task(server.serve())
+    head = f"POST /v1/recall HTTP/1.1\r\nHost: m\r\nX-API-Key: {KEY}\r\n"
+    head += "Content-Type: application/json\r\n"
+    try:
+        while not server.started:
+            await asyncio.sleep(0.01)
+        _, holder = await asyncio.open_connection("127.0.0.1", port)
+        holder.write(f"{head}Content-Length: 1000\r\n\r\n".encode() + b'{"query": ')
+        await holder.drain()  # and then nothing: its 1,000 bytes are held
+        await asyncio.sleep(0.1)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(f"{head}Content-Length: 600\r\n\r\n".encode() + padded(600))
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(4096), 10)
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 429 ")
+        assert b"\r\nretry-after: 1\r\n" in answer.lower()
+        holder.close()
+        await asyncio.sleep(0.5)  # the holder's body timeout (or its disconnect) frees its bytes
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(f"{head}Content-Length: 600\r\n\r\n".encode() + padded(600))
+        await writer.drain()
+        again = await asyncio.wait_for(reader.read(4096), 10)
+        writer.close()
+        assert again.startswith(b"HTTP/1.1 200 ")
     finally:
         server.should_exit = True
         await serving
