@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import Field
+from starlette.datastructures import State
 
 from memcore.errors import InvalidField
 from ranker.errors import Unavailable
@@ -97,15 +98,28 @@ async def admin(
     x_api_key: Annotated[str | None, Security(_API_KEY)],
 ) -> TenantLog:
     """The tenants log, for a request that presents the admin key; 403 when there is none."""
-    expected: str | None = request.app.state.admin_key
-    log: TenantLog | None = request.app.state.tenant_log
-    if not expected or log is None:
-        raise HTTPException(403, "admin routes are disabled: MNEMO_ADMIN_KEY is not set")
-    key = presented_key(bearer, x_api_key) or ""
-    if not hmac.compare_digest(key.encode(), expected.encode()):  # create_api stripped it
-        raise HTTPException(401, "missing or wrong admin key", {"WWW-Authenticate": "Bearer"})
+    refused = admin_refusal(request.app.state, presented_key(bearer, x_api_key))
+    if refused is not None:
+        status, detail = refused
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        raise HTTPException(status, detail, headers)
+    log: TenantLog = request.app.state.tenant_log
     checked_query(request)
     return log
+
+
+def admin_refusal(state: State, key: str | None) -> tuple[int, str] | None:
+    """How the admin routes answer a request presenting ``key`` (stripped) to the app of
+    ``state``: 403 while they are disabled (no admin key, or no live tenants log), 401 for any
+    other key than the admin key, None when it acts. The edge refuses with it too, before a
+    body is read (:class:`ranker.admission.Admission`).
+    """
+    expected: str | None = state.admin_key
+    if not expected or state.tenant_log is None:
+        return 403, "admin routes are disabled: MNEMO_ADMIN_KEY is not set"
+    if not hmac.compare_digest((key or "").encode(), expected.encode()):  # create_api stripped it
+        return 401, "missing or wrong admin key"
+    return None
 
 
 Admin = Annotated[TenantLog, Depends(admin)]

@@ -12,8 +12,10 @@ an unauthenticated client must not make the service hold that), a body over
 that much arrived), and a body not all arrived ``body_timeout_s`` after the request is
 answered 408 (a client that sends headers and then nothing would hold its slot for ever). The
 bodies of all requests in flight together hold at most ``max_body_bytes_in_flight``
-(:class:`BodyBudget`): past it a request is answered 429 with ``Retry-After``, before its body is
-read when its ``Content-Length`` says so, else as soon as its bytes pass it. Every
+(:class:`BodyBudget`, small bodies aside): past it a request is answered 429 with ``Retry-After``
+when its route reads the body, before a byte is read when its ``Content-Length`` says so, else as
+soon as its bytes pass it. An admin route's request is refused 401 or 403 here as the route would
+refuse it, before its body is read. Every
 response is counted in ``mnemostream_http_responses_total{route,status}`` (``route`` is the
 path template, ``other`` for no route). A memory id that escapes a ``/`` (``a%2Fb``) is routed
 as sent, so its route authenticates it and refuses the id (:func:`_keep_escaped_slash`).
@@ -113,11 +115,18 @@ class BodiesBusy(HTTPException):
         )
 
 
+SMALL_BODY_BYTES = 64 * 1024
+"""A body of at most this many bytes (a recall, a read, a few writes) is counted in the budget and
+never refused by it: one tenant's large batches cannot refuse every tenant's recalls. Small bodies
+pass the budget by at most ``MNEMO_MAX_IN_FLIGHT`` times this (16 MiB at the defaults)."""
+
+
 class BodyBudget:
     """Request body bytes the process holds at once, at most ``limit`` (a body is parsed at many
-    times its size, and its parsed form lives until the request is answered). A request takes its
-    share from its ``Content-Length`` before its body is read, or as the bytes arrive when it
-    declares none (:meth:`take`), and gives it back when it is answered (:meth:`release`).
+    times its size, and its parsed form lives until the request is answered) besides small bodies
+    (:data:`SMALL_BODY_BYTES`). A request takes its share when its route first reads its body:
+    all its ``Content-Length`` at once, before a byte is read, or as the bytes arrive when it
+    declares none (:meth:`take`); and gives it back when it is answered (:meth:`release`).
     ``gauge``: set to the bytes held after every change.
     """
 
@@ -146,14 +155,15 @@ class BodyBudget:
     def take(self, scope: Scope, total: int) -> None:
         """Hold ``total`` bytes in all for the request of ``scope`` (what it holds already counts
         towards them; none outside :class:`Admission`, which gives them back); raise
-        :class:`BodiesBusy`, holding nothing more, when that would pass the limit.
+        :class:`BodiesBusy`, holding nothing more, when that would pass the limit, unless
+        ``total`` is at most :data:`SMALL_BODY_BYTES`: such a body is held and never refused.
         """
         if _BODY not in scope:
             return
         more = total - int(scope[_BODY])
         if more <= 0:
             return
-        if self.held + more > self.limit:
+        if total > SMALL_BODY_BYTES and self.held + more > self.limit:
             raise BodiesBusy(self.held, self.limit)
         self.held += more
         scope[_BODY] = total
@@ -184,6 +194,7 @@ class Admission:
         body_budget: BodyBudget | None = None,
         body_timeout_s: float = 30.0,
         unknown_key: Callable[[str], bool] | None = None,
+        admin_refused: Callable[[Headers], tuple[int, str] | None] | None = None,
     ) -> None:
         """``tenant_slots``: the per-tenant shares its requests take once authenticated;
         ``max_body_bytes``: the largest request body (bytes); ``body_budget``: the bytes of all
@@ -191,7 +202,9 @@ class Admission:
         ``body_timeout_s``: how long after
         a request arrives its whole body must have arrived (seconds); ``unknown_key``: whether
         a presented key surely acts for no tenant (False while that cannot be told yet: the
-        route then authenticates it); None: only a missing key is refused here.
+        route then authenticates it); None: only a missing key is refused here. ``admin_refused``:
+        the status and detail an admin route answers a request with these headers before its
+        work (401, 403), or None when it acts; None: the admin routes refuse for themselves.
         """
         if max_in_flight < 1:
             msg = f"max_in_flight={max_in_flight}: must be at least 1"
@@ -207,6 +220,7 @@ class Admission:
         self.routes = routes
         self.tenant_slots = tenant_slots
         self.unknown_key = unknown_key
+        self.admin_refused = admin_refused
         self.in_flight = 0
         self._static: dict[tuple[object, object], str] = {}
 
@@ -232,25 +246,20 @@ class Admission:
                 await _answer(counted, 429, detail, retry_after_s=RETRY_AFTER_S)
                 return
             if admitted:
-                # the admin routes say themselves whether they are open (403 when closed)
-                tenant_route = route != "other" and not route.startswith("/v1/admin/")
                 headers = Headers(scope=scope)
-                refused = self._refused(headers, needs_key=tenant_route)
+                refused = self._refused(headers, route)
                 if refused is not None:
                     await _answer(counted, *refused)
                     return
-                scope[_BODY] = 0
-                try:
-                    self.body_budget.take(scope, _declared(headers) or 0)
-                except BodiesBusy as busy:
-                    scope.pop(_BODY)
-                    await _answer(counted, 429, busy.detail, retry_after_s=RETRY_AFTER_S)
-                    return
+                scope[_BODY] = (
+                    0  # taken as the route reads the body: a route reading none holds none
+                )
+                declared = _declared(headers) or 0
                 receive = _bounded(
                     receive,
                     self.max_body_bytes,
                     self.body_timeout_s,
-                    lambda arrived: self.body_budget.take(scope, arrived),
+                    lambda arrived: self.body_budget.take(scope, max(declared, arrived)),
                 )
                 self.in_flight += 1
                 self.metrics.in_flight.set(self.in_flight)
@@ -268,11 +277,15 @@ class Admission:
         finally:
             self.metrics.http_responses.labels(route, str(status)).inc()
 
-    def _refused(self, headers: Headers, *, needs_key: bool) -> tuple[int, str] | None:
-        """The status and detail of an API request refused from its headers alone, or None.
-        ``needs_key``: a tenant's route serves the request (else the app answers 404 or 405,
-        reading nothing, or an admin route answers 401 or 403).
+    def _refused(self, headers: Headers, route: str) -> tuple[int, str] | None:
+        """The status and detail of an API request to ``route`` (its label) refused from its
+        headers alone, or None. Outside a route (``other``) the app answers 404 or 405, reading
+        nothing; an admin route is refused as it would refuse it (401, 403), before its body is
+        read (FastAPI reads a body before the route's dependencies authenticate it).
         """
+        if route.startswith("/v1/admin/"):
+            return None if self.admin_refused is None else self.admin_refused(headers)
+        needs_key = route != "other"
         if needs_key and not (headers.get("authorization") or headers.get("x-api-key")):
             return 401, "missing or unknown API key"
         if needs_key and self.unknown_key is not None:
@@ -359,7 +372,8 @@ def _declared(headers: Headers) -> int | None:
     length = headers.get("content-length", "")
     if not (length.isascii() and length.isdigit()):
         return None
-    return int(length) if len(length) <= _DIGITS else 10**_DIGITS  # int() refuses 4,301 digits
+    digits = length.lstrip("0") or "0"  # a server may take leading zeros
+    return int(digits) if len(digits) <= _DIGITS else 10**_DIGITS  # int() refuses 4,301 digits
 
 
 def _too_large(limit: int) -> str:
@@ -371,9 +385,9 @@ def _bounded(
 ) -> Receive:
     """``receive`` for a request whose body must be at most ``max_bytes`` and all arrive within
     ``timeout_s`` from now; past either, the app's read raises HTTPException 413 or 408, answered
-    as a problem. ``arrived_so_far`` is told the body's bytes arrived so far after each piece (it
-    may raise, :class:`BodiesBusy` say, which the app's read raises). Once the body is in, waits
-    (for the client's disconnect) are not bounded.
+    as a problem. ``arrived_so_far`` is told the body's bytes arrived so far: before each read,
+    then after each piece (it may raise, :class:`BodiesBusy` say, which the app's read raises).
+    Once the body is in, waits (for the client's disconnect) are not bounded.
     """
     deadline = asyncio.get_running_loop().time() + timeout_s
     arrived = 0
@@ -383,6 +397,7 @@ def _bounded(
         nonlocal arrived, done
         if done:
             return await receive()
+        arrived_so_far(arrived)
         try:
             async with asyncio.timeout_at(deadline):
                 message = await receive()

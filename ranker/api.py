@@ -34,8 +34,8 @@ from starlette.routing import Match
 from memcore import GONE, MAX_TAGS, InvalidField, Tier
 from memcore.ids import check_id
 from memcore.policy import MAX_WEIGHT, RecallPolicy, RecallPreset, recall_decay
-from ranker.admin import admin_routes
-from ranker.admission import Admission, BodyBudget, TenantBusy, TenantSlots
+from ranker.admin import admin_refusal, admin_routes
+from ranker.admission import Admission, BodyBudget, TenantBusy, TenantSlots, presented_key
 from ranker.applied import NotAppliedError
 from ranker.batcher import Overloaded
 from ranker.errors import Refused, Unavailable
@@ -287,6 +287,7 @@ def create_api(
         ),
         body_timeout_s=body_timeout_s,
         unknown_key=lambda key: _unknown_key(api, key),
+        admin_refused=lambda headers: admin_refusal(api.state, presented_key(headers)),
     )
     api.add_middleware(RequestLog, every_request=log_every_request)
     checks = dict(ready or {})

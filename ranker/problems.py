@@ -97,8 +97,10 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
     413: _described("the request's body is over MNEMO_MAX_BODY_BYTES: send less at once"),
     422: _described("a field is invalid: ``field`` names it; nothing was written"),
     429: _described(
-        "too many requests in flight, or the tenant is over its request rate: retry after"
-        " ``Retry-After`` seconds"
+        "too many requests in flight (of all tenants, or of this tenant), too many request body"
+        " bytes in flight (MNEMO_MAX_BODY_BYTES_IN_FLIGHT; a body of at most 64 KiB is never"
+        " refused for it), or the tenant is over its request rate: retry after ``Retry-After``"
+        " seconds"
     ),
     500: _described("an internal error (a bug): the request may be retried"),
     503: _described(

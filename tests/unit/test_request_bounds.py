@@ -270,52 +270,95 @@ def retry_after(client: Client) -> bytes | None:
     return next((v for k, v in start["headers"] if k == b"retry-after"), None)
 
 
+def held(service: RecallService) -> float:
+    return float(service.metrics.body_bytes_in_flight._value.get())
+
+
 async def test_bodies_past_the_process_budget_are_answered_429_unread_until_it_comes_back() -> None:
     """Every tenant's bodies together hold at most MNEMO_MAX_BODY_BYTES_IN_FLIGHT: before, 256
     requests in flight could each hold a 64 MiB body (parsed at ~20 times its size).
     """
     service, api = await started(
-        max_body_bytes=1024, max_body_bytes_in_flight=1500, body_timeout_s=0.3
+        max_body_bytes=200_000, max_body_bytes_in_flight=300_000, body_timeout_s=0.3
     )
     try:
-        stalled = Client([b'{"query": '], stall=True)  # holds its declared 1,000 bytes
-        holding = asyncio.create_task(api(scope(declaring(1000)), stalled.receive, stalled.send))
+        stalled = Client([b'{"query": '], stall=True)  # holds its declared 200,000 bytes
+        holding = asyncio.create_task(api(scope(declaring(200_000)), stalled.receive, stalled.send))
         await asyncio.sleep(0.05)
-        refused = Client([padded(600)])
-        await api(scope(declaring(600)), refused.receive, refused.send)
+        assert held(service) == 200_000
+        refused = Client([padded(150_000)])
+        await api(scope(declaring(150_000)), refused.receive, refused.send)
         assert (refused.status, refused.reads) == (429, 0)
         assert "MNEMO_MAX_BODY_BYTES_IN_FLIGHT" in str(refused.problem["detail"])
         assert (refused.problem["retry_after_s"], retry_after(refused)) == (1, b"1")
-        fits = Client([padded(500)])  # 1,000 + 500 is the budget
-        await api(scope(declaring(500)), fits.receive, fits.send)
+        fits = Client([padded(100_000)])  # 200,000 + 100,000 is the budget
+        await api(scope(declaring(100_000)), fits.receive, fits.send)
         assert fits.status == 200
         await asyncio.wait_for(holding, 5)
         assert stalled.status == 408
-        again = Client([padded(600)])
-        await api(scope(declaring(600)), again.receive, again.send)
+        again = Client([padded(150_000)])
+        await api(scope(declaring(150_000)), again.receive, again.send)
         assert again.status == 200  # the stalled body's bytes were given back
-        assert service.metrics.body_bytes_in_flight._value.get() == 0
+        assert held(service) == 0
+    finally:
+        await service.stop()
+
+
+async def test_a_small_body_is_never_refused_by_the_budget() -> None:
+    """A tenant's large batches fill the budget: every tenant's recalls still pass."""
+    service, api = await started(
+        max_body_bytes=200_000, max_body_bytes_in_flight=200_000, body_timeout_s=0.3
+    )
+    try:
+        stalled = Client([b'{"query": '], stall=True)
+        holding = asyncio.create_task(api(scope(declaring(200_000)), stalled.receive, stalled.send))
+        await asyncio.sleep(0.05)
+        small = Client([padded(64 * 1024)])
+        await api(scope(declaring(64 * 1024)), small.receive, small.send)
+        assert small.status == 200
+        larger = Client([padded(64 * 1024 + 1)])
+        await api(scope(declaring(64 * 1024 + 1)), larger.receive, larger.send)
+        assert (larger.status, larger.reads) == (429, 0)
+        await asyncio.wait_for(holding, 5)
     finally:
         await service.stop()
 
 
 async def test_a_chunked_body_is_refused_429_as_soon_as_its_bytes_pass_the_budget() -> None:
     service, api = await started(
-        max_body_bytes=1024, max_body_bytes_in_flight=1024, body_timeout_s=0.3
+        max_body_bytes=200_000, max_body_bytes_in_flight=200_000, body_timeout_s=0.3
     )
     try:
         chunked = {"X-API-Key": KEY, "Content-Type": "application/json"}
-        stalled = Client([b'{"query": ' + b" " * 690], stall=True)  # holds the 700 arrived
+        stalled = Client([b'{"query": ' + b" " * 149_990], stall=True)  # holds the 150,000
         holding = asyncio.create_task(api(scope(chunked), stalled.receive, stalled.send))
         await asyncio.sleep(0.05)
-        refused = Client([b" " * 200, b" " * 200, b" " * 200])
+        refused = Client([b" " * 60_000, b" " * 60_000, b" " * 60_000])
         await api(scope(chunked), refused.receive, refused.send)
-        assert (refused.status, refused.reads) == (429, 2)  # 700 + 400 > 1,024
+        assert (refused.status, refused.reads) == (429, 2)  # 60,000 is small; 120,000 is not
         assert (refused.problem["retry_after_s"], retry_after(refused)) == (1, b"1")
         await asyncio.wait_for(holding, 5)
-        again = Client([padded(400), b" " * 400])
+        again = Client([padded(100_000), b" " * 100_000])
         await api(scope(chunked), again.receive, again.send)
         assert again.status == 200
+        assert held(service) == 0
+    finally:
+        await service.stop()
+
+
+async def test_a_declared_body_no_route_reads_holds_nothing() -> None:
+    """A GET of a long read (an export, a wait for a token) or a path no route serves, with a
+    Content-Length, held its bytes for the whole request, past the body's timeout.
+    """
+    service, api = await started(max_body_bytes=200_000, max_body_bytes_in_flight=200_000)
+    try:
+        for method, path in (("GET", "/v1/recall"), ("POST", "/v1/nowhere")):
+            client = Client([padded(200_000)])
+            request = {**scope(declaring(200_000)), "method": method, "path": path}
+            request["raw_path"] = path.encode()
+            await api(request, client.receive, client.send)
+            assert (client.status, client.reads) == ({"GET": 405, "POST": 404}[method], 0)
+        assert held(service) == 0
     finally:
         await service.stop()
 
@@ -339,7 +382,7 @@ async def test_a_body_past_the_budget_through_uvicorn_is_answered_429_with_retry
     from tests.infra import free_port
 
     service, api = await started(
-        max_body_bytes=1024, max_body_bytes_in_flight=1024, body_timeout_s=0.3
+        max_body_bytes=200_000, max_body_bytes_in_flight=200_000, body_timeout_s=0.3
     )
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(api, host="127.0.0.1", port=port, log_level="error"))
@@ -350,12 +393,12 @@ async def test_a_body_past_the_budget_through_uvicorn_is_answered_429_with_retry
         while not server.started:
             await asyncio.sleep(0.01)
         _, holder = await asyncio.open_connection("127.0.0.1", port)
-        holder.write(f"{head}Content-Length: 1000\r\n\r\n".encode() + b'{"query": ')
-        await holder.drain()  # and then nothing: its 1,000 bytes are held
+        holder.write(f"{head}Content-Length: 150000\r\n\r\n".encode() + b'{"query": ')
+        await holder.drain()  # and then nothing: its 150,000 bytes are held
         await asyncio.sleep(0.1)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(f"{head}Content-Length: 600\r\n\r\n".encode() + padded(600))
-        await writer.drain()
+        writer.write(f"{head}Content-Length: 100000\r\n\r\n".encode())
+        await writer.drain()  # the headers alone are answered
         answer = await asyncio.wait_for(reader.read(4096), 10)
         writer.close()
         assert answer.startswith(b"HTTP/1.1 429 ")
@@ -363,7 +406,7 @@ async def test_a_body_past_the_budget_through_uvicorn_is_answered_429_with_retry
         holder.close()
         await asyncio.sleep(0.5)  # the holder's body timeout (or its disconnect) frees its bytes
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(f"{head}Content-Length: 600\r\n\r\n".encode() + padded(600))
+        writer.write(f"{head}Content-Length: 100000\r\n\r\n".encode() + padded(100_000))
         await writer.drain()
         again = await asyncio.wait_for(reader.read(4096), 10)
         writer.close()
@@ -371,4 +414,15 @@ async def test_a_body_past_the_budget_through_uvicorn_is_answered_429_with_retry
     finally:
         server.should_exit = True
         await serving
+        await service.stop()
+
+
+async def test_a_length_with_leading_zeros_is_read_as_its_number() -> None:
+    service, api = await started(max_body_bytes=1024)
+    try:
+        zeros = Client([RECALL])
+        headers = {**declaring(len(RECALL)), "Content-Length": "0" * 30 + str(len(RECALL))}
+        await api(scope(headers), zeros.receive, zeros.send)
+        assert zeros.status == 200
+    finally:
         await service.stop()

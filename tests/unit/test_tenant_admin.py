@@ -757,3 +757,59 @@ def _present_or_404(tenant: Tenant | None) -> Tenant:
     if tenant is None:
         raise LookupError("acme")
     return tenant
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("admin_key", "presented", "status"),
+    [
+        (ADMIN, None, 401),
+        (ADMIN, "a-tenant-key-0123", 401),
+        (None, ADMIN, 403),
+        (ADMIN, ADMIN, 200),
+    ],
+)
+async def test_an_admin_request_is_refused_before_its_body_is_read(
+    admin_key: str | None, presented: str | None, status: int
+) -> None:
+    """FastAPI reads a body before the route's dependencies check the key: anyone reaching the
+    port made the ranker read and parse an admin request's body (up to MNEMO_MAX_BODY_BYTES, at
+    ~20 times its size), or hold its share of the body budget until the body timeout.
+    """
+    log = LocalLog("127.0.0.1:1", "t.tenants", TenantRegistry.of({"tenants": {}}))
+    store = MilvusStore(MilvusConfig("unused.db", dim=4))  # never connected
+    api = create_api(RecallService(store, Hashing(4), _no_send), log, admin_key=admin_key)
+    body = orjson.dumps({"recall": "zeph"})
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    if presented is not None:
+        headers.append((b"authorization", f"Bearer {presented}".encode()))
+    reads: list[bool] = []
+    sent: list[dict[str, object]] = []
+
+    async def receive() -> dict[str, object]:
+        reads.append(True)
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    path = "/v1/admin/tenants/initech"
+    request = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "PUT",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 8080),
+    }
+    await api(request, receive, send)  # type: ignore[arg-type]
+    assert sent[0]["status"] == status
+    assert bool(reads) == (status == 200)
+    if status == 401:
+        assert (b"www-authenticate", b"Bearer") in sent[0]["headers"]  # type: ignore[operator]
