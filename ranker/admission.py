@@ -222,14 +222,14 @@ class Admission:
         self.unknown_key = unknown_key
         self.admin_refused = admin_refused
         self.in_flight = 0
-        self._static: dict[tuple[object, object], str] = {}
+        self._static: dict[tuple[object, object], tuple[str, bool]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         _keep_escaped_slash(scope)
-        route = self._route(scope)
+        route, reads_body = self._route(scope)
         scope[ROUTE_KEY] = route  # the request's log line names it, not the path
         status = 500  # an exception escaping the app is answered 500 by the server
 
@@ -251,9 +251,10 @@ class Admission:
                 if refused is not None:
                     await _answer(counted, *refused)
                     return
-                scope[_BODY] = (
-                    0  # taken as the route reads the body: a route reading none holds none
-                )
+                # taken as the route reads the body; a route that takes none holds none (a
+                # streamed reply's watch for the client's disconnect reads too)
+                if reads_body:
+                    scope[_BODY] = 0
                 declared = _declared(headers) or 0
                 receive = _bounded(
                     receive,
@@ -283,9 +284,12 @@ class Admission:
         nothing; an admin route is refused as it would refuse it (401, 403), before its body is
         read (FastAPI reads a body before the route's dependencies authenticate it).
         """
-        if route.startswith("/v1/admin/"):
-            return None if self.admin_refused is None else self.admin_refused(headers)
-        needs_key = route != "other"
+        admin = route.startswith("/v1/admin/")
+        if admin and self.admin_refused is not None:
+            refused = self.admin_refused(headers)
+            if refused is not None:
+                return refused
+        needs_key = route != "other" and not admin
         if needs_key and not (headers.get("authorization") or headers.get("x-api-key")):
             return 401, "missing or unknown API key"
         if needs_key and self.unknown_key is not None:
@@ -297,23 +301,26 @@ class Admission:
             return 413, _too_large(self.max_body_bytes)
         return None
 
-    def _route(self, scope: Scope) -> str:
-        """The label of the route serving ``scope``; remembered for paths without parameters
-        (a bounded set: the app's own), matched again for the rest.
+    def _route(self, scope: Scope) -> tuple[str, bool]:
+        """The label of the route serving ``scope`` and whether it reads a body (a FastAPI
+        route with a body parameter, or any other kind; none when no route serves it);
+        remembered for paths without parameters (a bounded set: the app's own), matched again
+        for the rest.
         """
         key = (scope.get("method"), scope.get("path"))
-        label = self._static.get(key)
-        if label is not None:
-            return label
-        label = "other"
+        found = self._static.get(key)
+        if found is not None:
+            return found
+        found = ("other", False)
         for route in self.routes():
             match, _ = route.matches(scope)
             if match is Match.FULL:
-                label = str(getattr(route, "path", "other"))
+                body = getattr(route, "body_field", True) is not None
+                found = (str(getattr(route, "path", "other")), body)
                 break
-        if label == key[1]:  # the path is the route's own: no parameter in it
-            self._static[key] = label
-        return label
+        if found[0] == key[1]:  # the path is the route's own: no parameter in it
+            self._static[key] = found
+        return found
 
 
 def presented_key(headers: Headers) -> str | None:

@@ -69,7 +69,8 @@ class Metrics:
         self.body_bytes_in_flight = Gauge(
             "mnemostream_http_body_bytes_in_flight",
             "request body bytes the API requests being served hold (declared or arrived; admission"
-            " control refuses more than MNEMO_MAX_BODY_BYTES_IN_FLIGHT)",
+            " control refuses more than MNEMO_MAX_BODY_BYTES_IN_FLIGHT, but for bodies of at most"
+            " 64 KiB, which may add up to MNEMO_MAX_IN_FLIGHT times that)",
             registry=self.registry,
         )
 

@@ -59,8 +59,9 @@ class RankerSettings(SharedSettings):
         ge=1024,
         description="the bytes of all API request bodies being served together (declared or"
         " arrived; a body is parsed at many times its size); more get HTTP 429 with Retry-After,"
-        " before the body is read when its Content-Length says so. At least MNEMO_MAX_BODY_BYTES;"
-        " unset: twice it",
+        " before the body is read when its Content-Length says so; a body of at most 64 KiB is"
+        " counted, never refused (they may add up to MNEMO_MAX_IN_FLIGHT times that). At least"
+        " MNEMO_MAX_BODY_BYTES; unset: twice it",
     )
     body_timeout_s: float = Field(
         30.0,

@@ -426,3 +426,60 @@ async def test_a_length_with_leading_zeros_is_read_as_its_number() -> None:
         assert zeros.status == 200
     finally:
         await service.stop()
+
+
+async def test_a_streamed_export_declaring_a_body_holds_none_and_streams_to_its_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A streamed reply reads the request for the client's disconnect: an export (a route that
+    takes no body) declaring one took its share there, and with the budget full the refusal
+    was raised inside the stream: a 200 cut off.
+    """
+    from ranker.listing import Page
+
+    service, api = await started(
+        max_body_bytes=200_000, max_body_bytes_in_flight=200_000, body_timeout_s=0.5
+    )
+
+    async def memory_ids(tenant_id: str) -> list[str]:
+        return ["m1"]
+
+    async def list_page(*_: object, **__: object) -> Page:
+        return Page([ROW], None)
+
+    monkeypatch.setattr(service, "memory_ids", memory_ids)
+    monkeypatch.setattr(service, "list_page", list_page)
+    try:
+        stalled = Client([b'{"query": '], stall=True)
+        holding = asyncio.create_task(api(scope(declaring(200_000)), stalled.receive, stalled.send))
+        await asyncio.sleep(0.05)
+        export = Client([b" " * 150_000])
+        request = {**scope(declaring(150_000)), "method": "GET", "path": "/v1/export"}
+        request["raw_path"] = b"/v1/export"
+        await asyncio.wait_for(api(request, export.receive, export.send), 5)
+        assert export.status == 200
+        body = b"".join(m.get("body", b"") for m in export.sent if m["type"].endswith("body"))
+        assert body.endswith(b'{"end":true,"count":1}\n')
+        assert held(service) == 200_000  # the stalled body's alone
+        await asyncio.wait_for(holding, 5)
+    finally:
+        await service.stop()
+
+
+async def test_an_admin_body_over_the_largest_size_is_413_unread_with_the_admin_key() -> None:
+    from tests.unit.test_tenant_admin import ADMIN, LocalLog
+
+    log = LocalLog("127.0.0.1:1", "t.tenants", TenantRegistry.of({"tenants": {}}))
+    service = RecallService(Store(), Hashing(4), no_send, kernel_thread=False)  # type: ignore[arg-type]
+    api = create_api(service, log, admin_key=ADMIN, max_body_bytes=100_000)
+    await service.start()
+    try:
+        for length in ("100001", "250000", "9" * 30):
+            put = Client([b"{}"])
+            headers = {"Authorization": f"Bearer {ADMIN}", "Content-Length": length}
+            request = {**scope(headers), "method": "PUT", "path": "/v1/admin/tenants/initech"}
+            request["raw_path"] = b"/v1/admin/tenants/initech"
+            await api(request, put.receive, put.send)
+            assert (put.status, put.reads) == (413, 0), length
+    finally:
+        await service.stop()
