@@ -588,7 +588,10 @@ def _query(body: RecallBody, who: Tenant, states: tuple[str, ...], limits: Limit
         current_at_us=None if body.include_history else to_us(at),
         created_to_inclusive_us=to_us(body.at) if body.at is not None else None,
         tiers=tuple(
-            dict.fromkeys(Tier.parse(t, "filters.memory_types").value for t in f.memory_types)
+            dict.fromkeys(
+                Tier.parse(t, f"filters.memory_types[{i}]").value
+                for i, t in enumerate(f.memory_types)
+            )
         ),
         tags_any=checked_tags("filters.tags", f.tags),
         session_id=checked_scope(

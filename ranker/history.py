@@ -31,7 +31,7 @@ from storage.kafka import KafkaConnection
 
 MAX_EVENTS = 10_000
 """At most this many records of one memory are returned: its newest (those that explain its
-state now), oldest of them first; :attr:`History.total` counts them all."""
+state now), in the order they were decided; :attr:`History.total` counts them all."""
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class History:
     """One memory's audit records as the API shows them.
 
     Attributes:
-        events: its newest :data:`MAX_EVENTS` records, oldest first.
+        events: its newest :data:`MAX_EVENTS` records, in the order they were decided.
         total: how many it has in the log (more than ``len(events)``: the oldest were left out).
     """
 

@@ -228,8 +228,9 @@ def _update(api: FastAPI, service: RecallService, seal: TokenSeal, limits: Limit
     async def update(memory_id: str, body: UpdateBody, who: Auth) -> dict[str, Any]:
         """Write a new version of a memory and supersede the current one from ``at`` on (both
         audited; history shows them). 404: no such memory (or erased: a new version would have
-        carried its words on); 409: it is deleted or already
-        superseded (update the version that superseded it); 422 as for a write, and naming
+        carried its words on); 409: it is deleted or already superseded (update the version
+        that superseded it), unless by this same update (the same fields and ``at``) sent
+        before: then 200 with that version and no token (it is applied); 422 as for a write, and naming
         ``at`` when it is before the memory was created.
         """
         check_id("memory_id", memory_id)
@@ -238,10 +239,12 @@ def _update(api: FastAPI, service: RecallService, seal: TokenSeal, limits: Limit
         )
         if old is None or old.state == "purged" or await service.erased(who.tenant_id, memory_id):
             raise HTTPException(404, "no such memory")  # erased: its row may await its purge
+        now = datetime.now(UTC)
         if old.state in ("deleted", "forgotten") or old.superseded_by:
+            if _repeated(old, body, who.tenant_id, now, limits):  # applied: nothing to wait for
+                return {"memory_id": old.superseded_by, "supersedes": memory_id, "token": None}
             reason = f"superseded by {old.superseded_by}" if old.superseded_by else old.state
             raise HTTPException(409, f"memory {memory_id} is {reason}: not updatable")
-        now = datetime.now(UTC)
         document, at = new_version(old, body, who.tenant_id, now, limits)
         await seal.ready()
         token = await service.update(who.tenant_id, memory_id, document, at)
@@ -252,6 +255,18 @@ def _update(api: FastAPI, service: RecallService, seal: TokenSeal, limits: Limit
             "supersedes": memory_id,
             "token": await seal.seal(token, who.tenant_id),
         }
+
+
+def _repeated(
+    old: MemoryRow, body: UpdateBody, tenant_id: str, now: datetime, limits: Limits
+) -> bool:
+    """``body`` (with its ``at``) is the update that made the version superseding ``old``, sent
+    again (a retry after no reply came, when the first was applied): the same version, not a 409.
+    """
+    if body.at is None or not old.superseded_by or old.state in ("deleted", "forgotten"):
+        return False
+    document, _ = new_version(old, body, tenant_id, now, limits)
+    return bool(document["memory_id"] == old.superseded_by)
 
 
 def new_version(
@@ -332,7 +347,11 @@ def _list_filters(
     return Filters(
         states=tuple(state) if state else LIVE_STATES,
         current_at_us=None if include_history else to_us(now),
-        tiers=tuple(dict.fromkeys(Tier.parse(t, "memory_type").value for t in memory_type or ())),
+        tiers=tuple(
+            dict.fromkeys(
+                Tier.parse(t, f"memory_type[{i}]").value for i, t in enumerate(memory_type or ())
+            )
+        ),
         tags_any=checked_tags("tag", tag or ()),
         agent_id=agent_id,
         session_id=session_id,
@@ -425,8 +444,10 @@ def _listing(api: FastAPI, service: RecallService, seal: TokenSeal) -> None:
 def _history(api: FastAPI, service: RecallService, seal: TokenSeal, audit: AuditLog | None) -> None:
     @api.get("/v1/memories/{memory_id}/history", responses=NOT_FOUND)
     async def history(memory_id: str, who: Auth, after: QueryTokens = None) -> dict[str, Any]:
-        """Every decision about a memory, oldest first, from the audit log: ``kind`` (created,
-        superseded, archived, revived, deleted...), ``reason``, event time ``at``, the record it
+        """Every decision about a memory in the order it was decided (the audit log's), each
+        with ``kind`` (created, superseded, archived, revived, deleted...), ``reason``, event
+        time ``at`` (a late event, such as a backdated write or access or a tracked recall with
+        a past ``at``, is dated before records above it), the record it
         came from (``source``, ``offset``) and the state after it. At most the newest 10,000
         (those that explain its state now): ``total`` counts them all, ``truncated`` says the
         oldest were left out. 404 when this tenant has no such memory and the log has nothing

@@ -131,6 +131,7 @@ class Memory:
     retention: float | None = None
     review_count: int = 0
     tags: list[str] = field(default_factory=list)
+    relations: list[str] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
     scores: dict[str, float] = field(default_factory=dict)
 
@@ -141,8 +142,9 @@ class Memory:
 
 
 class History(list[dict[str, Any]]):
-    """A memory's audit records, oldest first (a list of dicts: kind, reason, at, source, offset,
-    after), with ``total``: how many the log holds of it, and ``truncated``: True when only the
+    """A memory's audit records in the order they were decided (a list of dicts: kind, reason,
+    at, source, offset, after; ``at`` is the event's time, which a late event puts before
+    earlier records), with ``total``: how many the log holds of it, and ``truncated``: True when only the
     newest were returned (the service returns 10,000 at most).
     """
 
@@ -804,7 +806,7 @@ class Client:
                 return
 
     def history(self, memory_id: str) -> History:
-        """Every decision about a memory, oldest first (:class:`History`: the newest 10,000,
+        """Every decision about a memory, in the order decided (:class:`History`: the newest 10,000,
         with ``total`` and ``truncated`` saying whether older ones were left out).
         """
         return History.of(self._send(_Api.history(memory_id, self._after())))

@@ -190,8 +190,8 @@ def memories(n: int) -> dict[str, Any]:
         ),
         (
             "/v1/recall",
-            {"query": "q", "filters": {"memory_types": ["bogus"]}},
-            (422, "filters.memory_types"),
+            {"query": "q", "filters": {"memory_types": ["episodic", "bogus"]}},
+            (422, "filters.memory_types[1]"),
         ),
         ("/v1/memories", memories(1000), (200, None)),
         ("/v1/memories", memories(1001), (422, "memories")),

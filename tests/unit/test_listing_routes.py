@@ -245,3 +245,16 @@ async def test_a_cursor_binds_the_listing_not_the_order_its_filters_were_written
     cursor = default.json()["cursor"]
     same = await call(service, "GET", f"/v1/memories?state=archived&state=active&cursor={cursor}")
     assert same.status_code == 200, same.text
+
+
+@pytest.mark.parametrize(
+    ("url", "field"),
+    [
+        ("/v1/memories?memory_type=semantic&memory_type=bogus", "memory_type[1]"),
+        ("/v1/memories?state=active&state=bogus", "state[1]"),
+    ],
+)
+async def test_a_bad_value_of_a_repeated_filter_is_named_by_its_place(url: str, field: str) -> None:
+    """``memory_type`` named no place where ``state`` did (and the recall's ``filters``)."""
+    reply = await call(Reads(), "GET", url)
+    assert (reply.status_code, reply.json()["field"]) == (422, field), reply.text

@@ -385,3 +385,54 @@ async def test_reading_a_memory_by_id_is_an_access_of_kind_get(
     (event,) = produced.values
     assert (event["memory_id"], event["kind"]) == ("m1", "get")
     assert reply.json()["token"]
+
+
+@pytest.mark.anyio
+async def test_an_update_sent_again_after_it_was_applied_is_the_same_version_not_a_409(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The SDK's advice after no reply came (``update`` with ``at`` again) met a 409 once the
+    first was applied: the version it supersedes was no longer current.
+    """
+    old = make_row("acme", "m1", (1.0, 0.0, 0.0, 0.0))
+    body = orjson.dumps({"content": "Alice lives in Porto", "at": "2026-03-01T12:00:00Z"})
+    first = await _patched(monkeypatch, old, body)
+    made = first.json()["memory_id"]
+    applied = dataclasses.replace(old, superseded_by=made)
+    produced = Produced()
+    service, client = service_and_client(produced)
+
+    async def get(tenant_id: str, memory_id: str, after: object = None) -> MemoryRow | None:
+        return applied
+
+    monkeypatch.setattr(service, "get", get)
+    headers = AUTH | {"content-type": "application/json"}
+    async with client as http:
+        again = await http.patch("/v1/memories/m1", content=body, headers=headers)
+        assert again.status_code == 200, again.text
+        assert again.json() == {"memory_id": made, "supersedes": "m1", "token": None}
+        assert produced.values == []
+        for other in (
+            {"content": "Alice lives in Porto"},  # no time: another version
+            {"content": "Alice lives in Porto", "at": "2026-03-01T12:00:01Z"},
+            {"content": "Alice lives in Braga", "at": "2026-03-01T12:00:00Z"},
+        ):
+            refused = await http.patch("/v1/memories/m1", json=other, headers=headers)
+            assert refused.status_code == 409, refused.text
+            assert f"superseded by {made}" in refused.json()["detail"]
+    deleted = dataclasses.replace(applied, state="deleted")
+    assert (await _patched(monkeypatch, deleted, body)).status_code == 409
+
+
+def test_every_memory_returned_names_the_memories_it_was_written_related_to() -> None:
+    """A write's ``relations`` reached Milvus and GraphRAG but no route showed them: an export
+    (the SDK's backup) lost them.
+    """
+    from mnemostream import Memory
+    from ranker.wire import memory_json
+
+    row = make_row("acme", "m1", (1.0,), relations=("m0", "m2"))
+    shown = memory_json(row)
+    assert shown["relations"] == ["m0", "m2"]
+    assert Memory.of(shown).relations == ["m0", "m2"]
+    assert memory_json(make_row("acme", "m3", (1.0,)))["relations"] == []
