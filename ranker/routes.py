@@ -20,6 +20,7 @@ from starlette.convertors import Convertor, register_url_convertor
 
 from memcore import InvalidField, Tier, derive_memory_id
 from memcore.ids import check_id
+from ranker.applied import Token
 from ranker.errors import Unavailable
 from ranker.history import AuditLog
 from ranker.listing import decode_cursor, listing_cursor, listing_of, read_listing_cursor
@@ -230,19 +231,23 @@ def _update(api: FastAPI, service: RecallService, seal: TokenSeal, limits: Limit
         audited; history shows them). 404: no such memory (or erased: a new version would have
         carried its words on); 409: it is deleted or already superseded (update the version
         that superseded it), unless by this same update (the same fields and ``at``) sent
-        before: then 200 with that version and no token (it is applied); 422 as for a write, and naming
-        ``at`` when it is before the memory was created.
+        before: then 200 with that version and no token while it is live (it is applied), or
+        503 to retry while it is not applied yet; 422 as for a write, and naming ``at`` when it
+        is before the memory was created.
         """
         check_id("memory_id", memory_id)
-        old = await service.get(
-            who.tenant_id, memory_id, await seal.read(body.after, who.tenant_id)
-        )
+        waits = await seal.read(body.after, who.tenant_id)
+        old = await service.get(who.tenant_id, memory_id, waits)
         if old is None or old.state == "purged" or await service.erased(who.tenant_id, memory_id):
             raise HTTPException(404, "no such memory")  # erased: its row may await its purge
         now = datetime.now(UTC)
         if old.state in ("deleted", "forgotten") or old.superseded_by:
-            if _repeated(old, body, who.tenant_id, now, limits):  # applied: nothing to wait for
-                return {"memory_id": old.superseded_by, "supersedes": memory_id, "token": None}
+            made = _repeated(old, body, who.tenant_id, now, limits)
+            found = None if made is None else await _found(service, who.tenant_id, made, waits)
+            if found == "live":
+                return {"memory_id": made, "supersedes": memory_id, "token": None}
+            if found == "missing" and made == old.superseded_by:  # its write is on its way
+                raise Unavailable("worker", "update", f"version {made} is not applied yet")
             reason = f"superseded by {old.superseded_by}" if old.superseded_by else old.state
             raise HTTPException(409, f"memory {memory_id} is {reason}: not updatable")
         document, at = new_version(old, body, who.tenant_id, now, limits)
@@ -259,14 +264,33 @@ def _update(api: FastAPI, service: RecallService, seal: TokenSeal, limits: Limit
 
 def _repeated(
     old: MemoryRow, body: UpdateBody, tenant_id: str, now: datetime, limits: Limits
-) -> bool:
-    """``body`` (with its ``at``) is the update that made the version superseding ``old``, sent
-    again (a retry after no reply came, when the first was applied): the same version, not a 409.
+) -> str | None:
+    """The id of the version ``body`` made of ``old`` if it was sent before (a retry after no
+    reply came: the id hashes the old id, the tenant, the instant and the change, so no other
+    write has it), or None: no ``at`` (a new instant, a new version), ``old`` deleted or
+    forgotten, ``body`` one the normal path refuses (its 409 stands), or not superseded.
     """
     if body.at is None or not old.superseded_by or old.state in ("deleted", "forgotten"):
-        return False
-    document, _ = new_version(old, body, tenant_id, now, limits)
-    return bool(document["memory_id"] == old.superseded_by)
+        return None
+    try:
+        document, _ = new_version(old, body, tenant_id, now, limits)
+    except (InvalidField, RecordError):
+        return None
+    return str(document["memory_id"])
+
+
+async def _found(
+    service: RecallService, tenant_id: str, memory_id: str, after: Token | None
+) -> Literal["live", "gone", "missing"]:
+    """Whether ``memory_id`` is applied and current or archived (``live``), deleted, forgotten,
+    purged or erased (``gone``), or not applied (``missing``).
+    """
+    row = await service.get(tenant_id, memory_id, after)
+    if row is None:
+        return "missing"
+    if row.state in ("deleted", "forgotten", "purged"):
+        return "gone"
+    return "gone" if await service.erased(tenant_id, memory_id) else "live"
 
 
 def new_version(

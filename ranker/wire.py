@@ -555,7 +555,7 @@ def memory_json(row: MemoryRow) -> dict[str, Any]:
         "retention": row.retention,
         "review_count": row.review_count,
         "tags": list(row.tags),
-        "relations": list(row.relations),  # the ids it was written related to (GraphRAG)
+        "relations": list(row.relations),  # written, or of memories merged or summarised into it
         "metadata": dict(row.metadata),
         "session_id": row.session_id or None,
         "agent_id": row.agent_id or None,

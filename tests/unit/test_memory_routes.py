@@ -392,34 +392,51 @@ async def test_an_update_sent_again_after_it_was_applied_is_the_same_version_not
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The SDK's advice after no reply came (``update`` with ``at`` again) met a 409 once the
-    first was applied: the version it supersedes was no longer current.
+    first was applied: the version it supersedes was no longer current. The same version is
+    answered while it is live; while only the supersede is applied, a 503 to retry.
     """
     old = make_row("acme", "m1", (1.0, 0.0, 0.0, 0.0))
     body = orjson.dumps({"content": "Alice lives in Porto", "at": "2026-03-01T12:00:00Z"})
-    first = await _patched(monkeypatch, old, body)
-    made = first.json()["memory_id"]
-    applied = dataclasses.replace(old, superseded_by=made)
+    made = (await _patched(monkeypatch, old, body)).json()["memory_id"]
+    version = make_row("acme", made, (1.0, 0.0, 0.0, 0.0), content="Alice lives in Porto")
+    rows: dict[str, MemoryRow] = {}
     produced = Produced()
     service, client = service_and_client(produced)
 
     async def get(tenant_id: str, memory_id: str, after: object = None) -> MemoryRow | None:
-        return applied
+        return rows.get(memory_id)
 
     monkeypatch.setattr(service, "get", get)
     headers = AUTH | {"content-type": "application/json"}
+
+    async def patch(sent: bytes | dict[str, str], **found: MemoryRow) -> httpx.Response:
+        rows.clear()
+        rows.update(found)
+        content = sent if isinstance(sent, bytes) else orjson.dumps(sent)
+        return await http.patch("/v1/memories/m1", content=content, headers=headers)
+
+    applied = dataclasses.replace(old, superseded_by=made)
     async with client as http:
-        again = await http.patch("/v1/memories/m1", content=body, headers=headers)
+        again = await patch(body, m1=applied, **{made: version})
         assert again.status_code == 200, again.text
         assert again.json() == {"memory_id": made, "supersedes": "m1", "token": None}
-        assert produced.values == []
+        chained = dataclasses.replace(old, superseded_by="m-raced-earlier")  # old -> raced -> made
+        assert (await patch(body, m1=chained, **{made: version})).json()["memory_id"] == made
+        waiting = await patch(body, m1=applied)  # its supersede applied, its write not yet
+        assert (waiting.status_code, waiting.headers["retry-after"]) == (503, "1"), waiting.text
+        for state in ("deleted", "forgotten"):
+            gone = dataclasses.replace(version, state=state)
+            assert (await patch(body, m1=applied, **{made: gone})).status_code == 409
         for other in (
             {"content": "Alice lives in Porto"},  # no time: another version
             {"content": "Alice lives in Porto", "at": "2026-03-01T12:00:01Z"},
             {"content": "Alice lives in Braga", "at": "2026-03-01T12:00:00Z"},
+            {"at": "2026-03-01T12:00:00Z"},  # changes nothing: refused as before, a 409 here
         ):
-            refused = await http.patch("/v1/memories/m1", json=other, headers=headers)
+            refused = await patch(other, m1=applied, **{made: version})
             assert refused.status_code == 409, refused.text
             assert f"superseded by {made}" in refused.json()["detail"]
+    assert produced.values == []
     deleted = dataclasses.replace(applied, state="deleted")
     assert (await _patched(monkeypatch, deleted, body)).status_code == 409
 
