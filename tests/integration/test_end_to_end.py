@@ -306,6 +306,8 @@ def test_update_writes_a_new_version_and_history_tells_it(server: str) -> None:
         got = client.get_many([old, new])
         assert (got[old].superseded_by, got[old].valid_to) == (new, t2.isoformat())
         assert got[new].tags == ["job"]  # kept from the old version
+        # sent again (as after no reply came), once applied: the same version, not a 409
+        assert client.update(old, content="Carol works at Globex.", at=t2) == new
         current = client.recall("Where does Carol work?", k=5, at=t2, track=False)
         assert [m.memory_id for m in current] == [new]
         with pytest.raises(MnemostreamError) as refused:
