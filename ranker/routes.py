@@ -231,9 +231,8 @@ def _update(api: FastAPI, service: RecallService, seal: TokenSeal, limits: Limit
         audited; history shows them). 404: no such memory (or erased: a new version would have
         carried its words on); 409: it is deleted or already superseded (update the version
         that superseded it), unless by this same update (the same fields and ``at``) sent
-        before: then 200 with that version and no token while it is live (it is applied), or
-        503 to retry while it is not applied yet; 422 as for a write, and naming ``at`` when it
-        is before the memory was created.
+        before: then 200 with that version and no token once it is applied (while it is live);
+        422 as for a write, and naming ``at`` when it is before the memory was created.
         """
         check_id("memory_id", memory_id)
         waits = await seal.read(body.after, who.tenant_id)
@@ -243,11 +242,8 @@ def _update(api: FastAPI, service: RecallService, seal: TokenSeal, limits: Limit
         now = datetime.now(UTC)
         if old.state in ("deleted", "forgotten") or old.superseded_by:
             made = _repeated(old, body, who.tenant_id, now, limits)
-            found = None if made is None else await _found(service, who.tenant_id, made, waits)
-            if found == "live":
+            if made is not None and await _live(service, who.tenant_id, made, waits):
                 return {"memory_id": made, "supersedes": memory_id, "token": None}
-            if found == "missing" and made == old.superseded_by:  # its write is on its way
-                raise Unavailable("worker", "update", f"version {made} is not applied yet")
             reason = f"superseded by {old.superseded_by}" if old.superseded_by else old.state
             raise HTTPException(409, f"memory {memory_id} is {reason}: not updatable")
         document, at = new_version(old, body, who.tenant_id, now, limits)
@@ -266,9 +262,10 @@ def _repeated(
     old: MemoryRow, body: UpdateBody, tenant_id: str, now: datetime, limits: Limits
 ) -> str | None:
     """The id of the version ``body`` made of ``old`` if it was sent before (a retry after no
-    reply came: the id hashes the old id, the tenant, the instant and the change, so no other
-    write has it), or None: no ``at`` (a new instant, a new version), ``old`` deleted or
-    forgotten, ``body`` one the normal path refuses (its 409 stands), or not superseded.
+    reply came: the id hashes the old id, the tenant, the instant and the change; only a write
+    of this tenant choosing that id could hold it too), or None: no ``at`` (a new instant, a new
+    version), ``old`` deleted or forgotten, ``body`` one the normal path refuses (its 409
+    stands), or not superseded.
     """
     if body.at is None or not old.superseded_by or old.state in ("deleted", "forgotten"):
         return None
@@ -279,18 +276,16 @@ def _repeated(
     return str(document["memory_id"])
 
 
-async def _found(
+async def _live(
     service: RecallService, tenant_id: str, memory_id: str, after: Token | None
-) -> Literal["live", "gone", "missing"]:
-    """Whether ``memory_id`` is applied and current or archived (``live``), deleted, forgotten,
-    purged or erased (``gone``), or not applied (``missing``).
+) -> bool:
+    """``memory_id`` is applied, current or archived, and not erased (a row awaiting its purge
+    is not shown: not live).
     """
     row = await service.get(tenant_id, memory_id, after)
-    if row is None:
-        return "missing"
-    if row.state in ("deleted", "forgotten", "purged"):
-        return "gone"
-    return "gone" if await service.erased(tenant_id, memory_id) else "live"
+    if row is None or row.state in ("deleted", "forgotten", "purged"):
+        return False
+    return not await service.erased(tenant_id, memory_id)
 
 
 def new_version(

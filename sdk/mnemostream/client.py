@@ -785,7 +785,8 @@ class Client:
     def update(self, memory_id: str, **changes: Any) -> str:  # noqa: ANN401
         """Write a new version of a memory (content, tags, metadata, importance, at...: the rest
         is kept) that supersedes it from ``at`` on; the new version's id. MnemostreamError 404
-        (no such memory) or 409 (deleted or already superseded).
+        (no such memory) or 409 (deleted or already superseded; but the same update with its
+        ``at`` sent again once applied returns that version's id).
         """
         call = _Api.update(memory_id, changes, self._after())
         return str(self._send(call)["memory_id"])
