@@ -209,8 +209,10 @@ def greedy_groups(
     items: Sequence[Item], neighbours: Neighbours, *, same_claims: bool = False
 ) -> list[list[Item]]:
     """Oldest-first greedy grouping: each unassigned memory founds a group that takes its unassigned
-    neighbours of the same scope (and with ``same_claims``, the founder's :attr:`Item.claims`
-    and context).
+    neighbours of the same scope, none a summary of another member or one of its sources
+    (:func:`without_kin`); with ``same_claims`` (dedup), those with the founder's
+    :attr:`Item.claims` and context, and a summary only into a summary (merged into a memory of
+    one text, its sources' words would leave recall with it, and they stay archived into it).
     Groups of one are included; the founder is first.
     """
     by_id = {i.memory_id: i for i in items}
@@ -227,11 +229,31 @@ def greedy_groups(
             and n not in assigned
             and by_id[n].scope == item.scope
             and (not same_claims or _same_claims(by_id[n], item))
+            and (not same_claims or not by_id[n].summary_of or bool(item.summary_of))
         ]
-        members = age_order(members)
-        assigned.update(m.memory_id for m in members)
-        groups.append([item, *members])
+        group = without_kin([item, *age_order(members)])
+        assigned.update(m.memory_id for m in group)
+        groups.append(group)
     return groups
+
+
+def without_kin(group: Sequence[Item]) -> list[Item]:
+    """``group`` in order without any member that is a summary of one kept before it or one of
+    its sources (a source back in recall by an access, beside the summary that holds its words):
+    merged or summarised together, the summary was folded into one of its sources and its other
+    sources, archived into it, were left archived into a memory gone (SPEC section 7: sources
+    stay reachable).
+    """
+    kept: list[Item] = []
+    ids: set[str] = set()
+    sources: set[str] = set()
+    for item in group:
+        if item.memory_id in sources or ids.intersection(item.summary_of):
+            continue
+        kept.append(item)
+        ids.add(item.memory_id)
+        sources.update(item.summary_of)
+    return kept
 
 
 def _same_claims(a: Item, b: Item) -> bool:
@@ -245,13 +267,16 @@ def _merge(group: Sequence[Item], reason: str) -> Decision:
 
 
 def exact_duplicates(items: Sequence[Item]) -> list[Decision]:
-    """Same content hash, context and scope -> keep the oldest, merge the others into it."""
+    """Same content hash, context and scope -> keep the oldest, merge the others into it (but a
+    summary and its sources: :func:`without_kin`).
+    """
     by_hash: dict[str, list[Item]] = {}
     for item in age_order(items):
         by_hash.setdefault(f"{item.scope}{item.content_hash}/{item.context_hash}", []).append(item)
+    groups = [without_kin(group) for group in by_hash.values()]
     return [
         _merge(group, f"exact duplicate: content hash {group[0].content_hash[:12]}")
-        for group in by_hash.values()
+        for group in groups
         if len(group) > 1
     ]
 
@@ -417,10 +442,11 @@ def orphaned_versions(items: Sequence[Item]) -> list[Decision]:
 
 def orphaned_sources(items: Sequence[Item]) -> list[Decision]:
     """Memories archived into a summary that is not in the store, or left recall without
-    passing its words to a survivor: each is a ``restore`` (:func:`to_events`), active again
-    (rule zero). This catches what the decisions at the time missed: a plan whose summaries
-    were never produced (a failure between its archiving and its summaries), summaries that
-    left recall before they told their sources (:func:`memcore.reducer.summary_gone`).
+    passing its words to a survivor (:func:`_passed_on`): each is a ``restore``
+    (:func:`to_events`), active again (rule zero). This catches what the decisions at the time
+    missed: a plan whose summaries were never produced (a failure between its archiving and its
+    summaries), summaries that left recall before they told their sources
+    (:func:`memcore.reducer.summary_gone`).
     """
     by_id = {i.memory_id: i for i in items}
     decisions = []
@@ -428,12 +454,25 @@ def orphaned_sources(items: Sequence[Item]) -> list[Decision]:
         if item.state is not Lifecycle.ARCHIVED or not item.merged_into:
             continue
         summary = by_id.get(item.merged_into)
-        if summary is not None and (summary.state not in GONE or summary.merged_into):
+        if summary is not None and (summary.state not in GONE or _passed_on(summary, by_id)):
             continue
         where = "not in the store" if summary is None else str(summary.state)
         why = f"archived into summary {item.merged_into}, which is {where}"
         decisions.append(Decision(DecisionKind.RESTORE, item.memory_id, (), why))
     return decisions
+
+
+def _passed_on(summary: Item, by_id: Mapping[str, Item]) -> bool:
+    """``summary`` was merged into a survivor that holds its words: one in the store, in recall
+    and not one of the summary's own sources (a merge of a summary into its source, before
+    consolidation kept them apart, left the other sources archived into a summary gone).
+    """
+    survivor = by_id.get(summary.merged_into) if summary.merged_into else None
+    return (
+        survivor is not None
+        and survivor.state not in GONE
+        and survivor.memory_id not in summary.summary_of
+    )
 
 
 def merged_duplicate(

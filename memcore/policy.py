@@ -516,16 +516,20 @@ class Policy:
                 raise InvalidField(f"policy.{section}", values, "unknown policy section")
             if not isinstance(values, Mapping):
                 raise InvalidField(f"policy.{section}", values, "expected a mapping of fields")
-            given = _with_preset_weights(values) if section == "recall" else values
+            given = _with_preset_weights(values, self.recall) if section == "recall" else values
             changes[section] = _replace(getattr(self, section), f"policy.{section}", given)
         return dataclasses.replace(self, **changes)
 
 
-def _with_preset_weights(values: Mapping[str, Any]) -> Mapping[str, Any]:
-    """Recall overrides that name a preset start from that preset's weights (then the given ones)."""
+def _with_preset_weights(values: Mapping[str, Any], current: RecallPolicy) -> Mapping[str, Any]:
+    """Recall overrides that name another preset than ``current``'s start from that preset's
+    weights (then the given ones); naming ``current``'s keeps its weights (a tenant's own).
+    """
     if "preset" not in values:
         return values
     preset = _parse_enum(RecallPreset, "policy.recall.preset", values["preset"])
+    if preset is current.preset:
+        return values
     given = values.get("weights") or {}
     if not isinstance(given, Mapping):
         return values

@@ -188,6 +188,35 @@ def test_consolidation_end_to_end(
     assert cli.returncode == 0, cli.stderr[-2000:]
     assert "acme: 0 decisions (dry run)" in cli.stdout
 
+    # every summarised memory read again (back in recall beside the summary that holds its
+    # words): the next run archives them into that summary again, and never merges or
+    # summarises the summary with its own sources
+    sources = ("c1", "c2", "c3")
+    revived = [access_msg("acme", c, 3 * 3600, "get") for c in sources]
+    produce(stack.bootstrap, stack.topic("access-events"), revived)
+    eventually(
+        lambda: all(rows(stack, store, "acme")[c].state == "active" for c in sources),
+        60,
+        "sources back in recall",
+        worker,
+    )
+    request(stack, "third", at=(T0 + timedelta(hours=4)).isoformat())
+    eventually(lambda: len(reports(stack, "third")) == 1, 60, "third report", worker)
+    third = [
+        (d["kind"], d["target"], tuple(d["sources"]))
+        for d in reports(stack, "third")[0]["decisions"]
+    ]
+    assert ("summarise", summary_id, sources) in third, third
+    assert all(summary_id not in found for _, _, found in third), third
+
+    def archived_again() -> bool:
+        now = rows(stack, store, "acme")
+        return now[summary_id].state == "active" and all(
+            (now[c].state, now[c].merged_into) == ("archived", summary_id) for c in sources
+        )
+
+    eventually(archived_again, 60, "sources archived into their summary again", worker)
+
     # a malformed request goes to dead-letter, the agent goes on
     request(stack, "bad", strategies=["shred"])
     request(stack, "after-bad", dry_run=True)

@@ -877,3 +877,82 @@ def test_a_merged_duplicate_is_told_from_a_summarys_source() -> None:
     assert not merged_duplicate("c2", "deleted", "s1", ("c1", "c2"))  # one the user deleted
     assert not merged_duplicate("c3", "deleted", "s9", None)  # survivor unknown: left alone
     assert not merged_duplicate("m1", "deleted", "", ())  # not merged at all
+
+
+def test_a_summary_is_never_merged_or_summarised_with_its_own_sources() -> None:
+    """A source back in recall by an access (a GET, a tracked recall) sits beside the summary
+    that holds its words at a near duplicate's cosine: the next run merged the summary into
+    the source (the oldest), and the summary's other sources stayed archived into a memory
+    gone; with every source back, it also summarised them and merged the summary away.
+    """
+    summary_of = ("a", "b", "c")
+    sources = [
+        item("a", (1.0, 0.0), 1, "ha"),
+        item("b", (0.96, 0.28), 2, "hb"),
+        item("c", (0.94, 0.34), 3, "hc"),
+    ]
+    summary = item("s", (0.99, 0.14), 4, "hs", summary_of=summary_of)
+    at = T0 + hours(5)
+    one_back = plan("t", [sources[0], summary], at, POLICY, [Strategy.SEMANTIC_DEDUP])
+    assert one_back == []
+    assert plan("t", [sources[0], summary], at, POLICY, [Strategy.COMPRESS]) == []
+    all_back = plan(
+        "t", [*sources, summary], at, POLICY, [Strategy.SEMANTIC_DEDUP, Strategy.COMPRESS]
+    )
+    assert all(summary.memory_id not in (d.target, *d.sources) for d in all_back), all_back
+    same_words = item("s", (1.0, 0.0), 4, "ha", summary_of=("a", "x"))
+    assert plan("t", [sources[0], same_words], at, POLICY, [Strategy.EXACT_DEDUP]) == []
+    stranger = item("d", (0.99, 0.14), 4, "ha")  # the same words, no summary of it: merged
+    (merged,) = plan("t", [sources[0], stranger], at, POLICY, [Strategy.EXACT_DEDUP])
+    assert (merged.target, merged.sources) == ("a", ("d",))
+
+
+def test_a_summary_and_its_source_do_not_join_one_group_through_a_third_memory() -> None:
+    founder = item("f", (1.0, 0.0), 0, "hf")
+    source = item("a", (0.99, 0.14), 1, "ha")
+    summary = item("s", (0.98, 0.2), 2, "hs", summary_of=("a", "b"))
+    (group, alone) = greedy_groups(
+        [founder, source, summary], {"f": ["a", "s"], "a": ["f", "s"], "s": ["f", "a"]}
+    )
+    assert ([i.memory_id for i in group], [i.memory_id for i in alone]) == (["f", "a"], ["s"])
+
+
+def test_a_summary_is_merged_as_a_near_duplicate_only_into_a_summary() -> None:
+    """Merged into a memory of one text (a source of a summary it summarises, or any older
+    near duplicate), a summary's words left recall and its sources stayed archived into it.
+    """
+    at = T0 + hours(9)
+    dedup = [Strategy.SEMANTIC_DEDUP]
+    of_summary = item("a", (1.0, 0.0), 1, "ha")  # a source of S1, back in recall
+    s2 = item("s2", (0.99, 0.14), 5, "h2", summary_of=("s1", "x", "y"))
+    assert plan("t", [of_summary, s2], at, POLICY, dedup) == []
+    older = item("f", (1.0, 0.0), 0, "hf")
+    assert plan("t", [older, s2], at, POLICY, dedup) == []
+    s1 = item("s1", (1.0, 0.0), 2, "h1", summary_of=("p", "q"))
+    (merged,) = plan(
+        "t", [s1, item("s3", (0.99, 0.14), 5, "h3", summary_of=("r", "u"))], at, POLICY, dedup
+    )
+    assert (merged.target, merged.sources) == ("s1", ("s3",))  # into a summary: as before
+    (folded,) = plan("t", [s1, item("g", (0.99, 0.14), 6, "hg")], at, POLICY, dedup)
+    assert (folded.target, folded.sources) == ("s1", ("g",))  # a memory into a summary too
+
+
+def test_sources_left_archived_into_a_summary_merged_into_one_of_them_are_restored() -> None:
+    """What the merge of a summary into its own source left: the other sources archived into a
+    summary gone, restored only by its purge (30 days by default)."""
+    archived: dict[str, Any] = {"state": Lifecycle.ARCHIVED, "merged_into": "S"}
+    gone = {"state": Lifecycle.DELETED}
+    items = [
+        item("a", (1.0, 0.0), 1, "ha"),
+        item("b", (0.9, 0.4), 2, "hb", **archived),
+        item("c", (0.9, 0.4), 3, "hc", **archived),
+        item("S", (1.0, 0.1), 4, "hs", summary_of=("a", "b", "c"), merged_into="a", **gone),
+        item("d", (0.0, 1.0), 5, "hd", state=Lifecycle.ARCHIVED, merged_into="T"),
+        item("T", (0.0, 1.0), 6, "ht", summary_of=("d", "e"), merged_into="U", **gone),
+        item("U", (0.0, 1.0), 7, "hu", summary_of=("v", "w")),  # holds T's words: d stays
+    ]
+    decisions = plan("t", items, T0 + hours(8), POLICY, [Strategy.SUCCESSORS])
+    assert sorted((d.kind, d.target) for d in decisions) == [
+        (DecisionKind.RESTORE, "b"),
+        (DecisionKind.RESTORE, "c"),
+    ]

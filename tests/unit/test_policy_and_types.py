@@ -238,3 +238,20 @@ def test_a_policy_saying_never_with_a_huge_number_of_hours_works_to_the_end_of_t
     assert (accessed.state, accessed.access_count) == (Lifecycle.ACTIVE, 1), effects
     item = Item("m1", "h", (1.0,), late, late, late, Tier.WORKING, Lifecycle.DELETED, 0.5, 48.0)
     assert plan("t", [item], late + timedelta(days=3000), never) == []
+
+
+def test_naming_the_tenant_s_own_preset_keeps_the_tenant_s_weights() -> None:
+    """A recall naming its tenant's own preset (``"preset": "zeromemory"`` of a zeromemory
+    tenant with weights of its own) was scored with the preset's default weights instead.
+    """
+    tenant = Policy.build(
+        recall="zeromemory", overrides={"recall": {"weights": {"recency": 0.5, "importance": 0}}}
+    )
+    own = tenant.with_overrides({"recall": {"preset": "zeromemory"}}).recall
+    assert own.weights == tenant.recall.weights
+    tuned = tenant.with_overrides(
+        {"recall": {"preset": "zeromemory", "weights": {"similarity": 1}}}
+    )
+    assert (tuned.recall.weights.similarity, tuned.recall.weights.recency) == (1, 0.5)
+    other = tenant.with_overrides({"recall": {"preset": "mnemostream"}}).recall
+    assert other.weights == Policy.build(recall="mnemostream").recall.weights
