@@ -463,16 +463,22 @@ def orphaned_sources(items: Sequence[Item]) -> list[Decision]:
 
 
 def _passed_on(summary: Item, by_id: Mapping[str, Item]) -> bool:
-    """``summary`` was merged into a survivor that holds its words: one in the store, in recall
-    and not one of the summary's own sources (a merge of a summary into its source, before
+    """``summary`` was merged into a survivor that holds its words: the first memory in recall
+    along its chain of merges (a summary merged into one merged since), none of it missing, a
+    loop, or one of the summary's own sources (a merge of a summary into its source, before
     consolidation kept them apart, left the other sources archived into a summary gone).
     """
-    survivor = by_id.get(summary.merged_into) if summary.merged_into else None
-    return (
-        survivor is not None
-        and survivor.state not in GONE
-        and survivor.memory_id not in summary.summary_of
-    )
+    seen = {summary.memory_id}
+    at = summary
+    while at.merged_into:
+        survivor = by_id.get(at.merged_into)
+        if survivor is None or survivor.memory_id in seen or survivor.memory_id in at.summary_of:
+            return False
+        if survivor.state not in GONE:
+            return True
+        seen.add(survivor.memory_id)
+        at = survivor
+    return False
 
 
 def merged_duplicate(

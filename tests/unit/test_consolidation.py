@@ -956,3 +956,19 @@ def test_sources_left_archived_into_a_summary_merged_into_one_of_them_are_restor
         (DecisionKind.RESTORE, "b"),
         (DecisionKind.RESTORE, "c"),
     ]
+
+
+def test_sources_of_a_summary_merged_along_a_chain_into_a_live_one_stay_archived() -> None:
+    archived: dict[str, Any] = {"state": Lifecycle.ARCHIVED, "merged_into": "S1"}
+    gone = {"state": Lifecycle.DELETED}
+    items = [
+        item("p1", (1.0, 0.0), 1, "h1", **archived),
+        item("p2", (1.0, 0.0), 2, "h2", **archived),
+        item("S1", (1.0, 0.0), 3, "hs1", summary_of=("p1", "p2"), merged_into="S2", **gone),
+        item("S2", (1.0, 0.0), 4, "hs2", summary_of=("q1", "q2"), merged_into="S3", **gone),
+        item("S3", (1.0, 0.0), 0, "hs3", summary_of=("r1", "r2")),  # holds them all: live
+    ]
+    assert plan("t", items, T0 + hours(8), POLICY, [Strategy.SUCCESSORS]) == []
+    looped = [*items[:3], dataclasses.replace(items[3], merged_into="S1")]
+    restored = plan("t", looped, T0 + hours(8), POLICY, [Strategy.SUCCESSORS])
+    assert sorted(d.target for d in restored) == ["p1", "p2"]
