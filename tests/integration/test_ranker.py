@@ -184,7 +184,7 @@ async def test_bad_requests_name_the_field(
     bad_tier = await http.post(
         "/v1/recall", json={**QUERY, "filters": {"memory_types": ["x"]}}, headers=headers
     )
-    assert bad_tier.json()["field"] == "filters.memory_types"
+    assert bad_tier.json()["field"] == "filters.memory_types[0]"
     assert (
         await http.post("/v1/recall", json={**QUERY, "k": 0}, headers=headers)
     ).status_code == 422
