@@ -199,8 +199,8 @@ class Admission:
         """``tenant_slots``: the per-tenant shares its requests take once authenticated;
         ``max_body_bytes``: the largest request body (bytes); ``body_budget``: the bytes of all
         the bodies of requests in flight, beyond which 429 (None: twice ``max_body_bytes``);
-        ``body_timeout_s``: how long after
-        a request arrives its whole body must have arrived (seconds); ``unknown_key``: whether
+        ``body_timeout_s``: how long after a request arrives its whole body must have arrived
+        (seconds); ``unknown_key``: whether
         a presented key surely acts for no tenant (False while that cannot be told yet: the
         route then authenticates it); None: only a missing key is refused here. ``admin_refused``:
         the status and detail an admin route answers a request with these headers before its

@@ -18,7 +18,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import Field
 from starlette.convertors import Convertor, register_url_convertor
 
-from memcore import InvalidField, Tier, derive_memory_id
+from memcore import GONE, InvalidField, Tier, derive_memory_id
 from memcore.ids import check_id
 from ranker.applied import Token
 from ranker.errors import Unavailable
@@ -258,6 +258,10 @@ def _update(api: FastAPI, service: RecallService, seal: TokenSeal, limits: Limit
         }
 
 
+_GONE = frozenset({state.value for state in GONE} | {"purged"})
+"""The row states of a version out of recall for good (memcore's, and a purge's tombstone)."""
+
+
 def _repeated(
     old: MemoryRow, body: UpdateBody, tenant_id: str, now: datetime, limits: Limits
 ) -> str | None:
@@ -283,7 +287,7 @@ async def _live(
     is not shown: not live).
     """
     row = await service.get(tenant_id, memory_id, after)
-    if row is None or row.state in ("deleted", "forgotten", "purged"):
+    if row is None or row.state in _GONE:
         return False
     return not await service.erased(tenant_id, memory_id)
 

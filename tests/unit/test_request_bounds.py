@@ -270,6 +270,13 @@ def retry_after(client: Client) -> bytes | None:
     return next((v for k, v in start["headers"] if k == b"retry-after"), None)
 
 
+async def holder(api: FastAPI, request: dict[str, object], client: Client) -> asyncio.Task[None]:
+    """``client``'s request served in the background, once it holds its share of the budget."""
+    task = asyncio.create_task(api(request, client.receive, client.send))
+    await asyncio.sleep(0.05)
+    return task
+
+
 def held(service: RecallService) -> float:
     return float(service.metrics.body_bytes_in_flight._value.get())
 
@@ -283,8 +290,7 @@ async def test_bodies_past_the_process_budget_are_answered_429_unread_until_it_c
     )
     try:
         stalled = Client([b'{"query": '], stall=True)  # holds its declared 200,000 bytes
-        holding = asyncio.create_task(api(scope(declaring(200_000)), stalled.receive, stalled.send))
-        await asyncio.sleep(0.05)
+        holding = await holder(api, scope(declaring(200_000)), stalled)
         assert held(service) == 200_000
         refused = Client([padded(150_000)])
         await api(scope(declaring(150_000)), refused.receive, refused.send)
@@ -311,8 +317,7 @@ async def test_a_small_body_is_never_refused_by_the_budget() -> None:
     )
     try:
         stalled = Client([b'{"query": '], stall=True)
-        holding = asyncio.create_task(api(scope(declaring(200_000)), stalled.receive, stalled.send))
-        await asyncio.sleep(0.05)
+        holding = await holder(api, scope(declaring(200_000)), stalled)
         small = Client([padded(64 * 1024)])
         await api(scope(declaring(64 * 1024)), small.receive, small.send)
         assert small.status == 200
@@ -331,8 +336,7 @@ async def test_a_chunked_body_is_refused_429_as_soon_as_its_bytes_pass_the_budge
     try:
         chunked = {"X-API-Key": KEY, "Content-Type": "application/json"}
         stalled = Client([b'{"query": ' + b" " * 149_990], stall=True)  # holds the 150,000
-        holding = asyncio.create_task(api(scope(chunked), stalled.receive, stalled.send))
-        await asyncio.sleep(0.05)
+        holding = await holder(api, scope(chunked), stalled)
         refused = Client([b" " * 60_000, b" " * 60_000, b" " * 60_000])
         await api(scope(chunked), refused.receive, refused.send)
         assert (refused.status, refused.reads) == (429, 2)  # 60,000 is small; 120,000 is not
@@ -451,8 +455,7 @@ async def test_a_streamed_export_declaring_a_body_holds_none_and_streams_to_its_
     monkeypatch.setattr(service, "list_page", list_page)
     try:
         stalled = Client([b'{"query": '], stall=True)
-        holding = asyncio.create_task(api(scope(declaring(200_000)), stalled.receive, stalled.send))
-        await asyncio.sleep(0.05)
+        holding = await holder(api, scope(declaring(200_000)), stalled)
         export = Client([b" " * 150_000])
         request = {**scope(declaring(150_000)), "method": "GET", "path": "/v1/export"}
         request["raw_path"] = b"/v1/export"

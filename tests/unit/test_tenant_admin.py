@@ -779,37 +779,18 @@ async def test_an_admin_request_is_refused_before_its_body_is_read(
     log = LocalLog("127.0.0.1:1", "t.tenants", TenantRegistry.of({"tenants": {}}))
     store = MilvusStore(MilvusConfig("unused.db", dim=4))  # never connected
     api = create_api(RecallService(store, Hashing(4), _no_send), log, admin_key=admin_key)
+    from tests.unit.test_request_bounds import Client, scope
+
     body = orjson.dumps({"recall": "zeph"})
-    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    headers = {"Content-Type": "application/json", "Content-Length": str(len(body))}
     if presented is not None:
-        headers.append((b"authorization", f"Bearer {presented}".encode()))
-    reads: list[bool] = []
-    sent: list[dict[str, object]] = []
-
-    async def receive() -> dict[str, object]:
-        reads.append(True)
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    async def send(message: dict[str, object]) -> None:
-        sent.append(message)
-
+        headers["Authorization"] = f"Bearer {presented}"
     path = "/v1/admin/tenants/initech"
-    request = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "PUT",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": headers,
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 8080),
-    }
-    await api(request, receive, send)  # type: ignore[arg-type]
-    assert sent[0]["status"] == status
-    assert bool(reads) == (status == 200)
+    request = {**scope(headers), "method": "PUT", "path": path, "raw_path": path.encode()}
+    client = Client([body])
+    await api(request, client.receive, client.send)
+    assert client.status == status
+    assert bool(client.reads) == (status == 200)
     if status == 401:
-        assert (b"www-authenticate", b"Bearer") in sent[0]["headers"]  # type: ignore[operator]
+        start = next(m for m in client.sent if m["type"] == "http.response.start")
+        assert (b"www-authenticate", b"Bearer") in start["headers"]
