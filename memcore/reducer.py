@@ -502,12 +502,15 @@ def relink(state: MemoryState, event: Supersede) -> tuple[Relink, ...]:
         return ()
     if state.valid_to <= event.at:
         why = f"{state.memory_id} was superseded by it before {event.by}: chained after it"
-        return (Relink(chained, Supersede(event.at, event.by, why, hops)),)
+        return (Relink(chained, Supersede(event.at, event.by, why, hops, written=event.written)),)
     after = f"{state.memory_id} was superseded by it after {event.by}: chained before it"
     before = f"{event.by} is older than {chained}: chained between them"
     return (
         Relink(event.by, Supersede(state.valid_to, chained, after, hops)),
-        Relink(state.memory_id, Supersede(event.at, event.by, before, hops, replaces=chained)),
+        Relink(
+            state.memory_id,
+            Supersede(event.at, event.by, before, hops, replaces=chained, written=event.written),
+        ),
     )
 
 
@@ -547,7 +550,9 @@ def bypass(state: MemoryState, event: Supersede) -> tuple[Relink, ...]:
         return ()
     gone = state.memory_id
     why = f"{gone}, which it superseded, is {state.state}: passed on from it ({event.reason})"
-    passed = Supersede(event.at, event.by, why, event.hops + 1, event.chains, replaces=gone)
+    passed = Supersede(
+        event.at, event.by, why, event.hops + 1, event.chains, replaces=gone, written=event.written
+    )
     skipped = (gone, event.by, event.replaces)
     return tuple(Relink(p, passed) for p in state.predecessors if p not in skipped)
 
@@ -651,8 +656,9 @@ def succession(state: MemoryState, event: Event, effect: Effect) -> Notice | Non
     was applied, and again when the event is met again by offset (its first delivery may have
     died before its decisions were sent; the successor ignores a copy); None otherwise.
     """
+    written = False
     if isinstance(event, Supersede):
-        successor, hops = event.by, 0
+        successor, hops, written = event.by, 0, event.written
     elif isinstance(event, Reinstate) and event.successor is not None:
         successor, hops = event.successor, event.hops + 1
     else:
@@ -664,7 +670,7 @@ def succession(state: MemoryState, event: Event, effect: Effect) -> Notice | Non
     ):
         return None
     why = f"{state.memory_id} superseded by it"
-    return Notice(successor, Succeeds(state.valid_to, state.memory_id, why, hops))
+    return Notice(successor, Succeeds(state.valid_to, state.memory_id, why, hops, written=written))
 
 
 def reinstatements(
@@ -705,13 +711,19 @@ def reinstatements(
 
 def unknown_successor(memory_id: str, event: Event) -> Notice | None:
     """The ``reinstate`` a consolidation's recheck (a ``succeeds`` with ``recheck``) gets back from
-    ``memory_id`` when no state of it is held: nothing stands in for it, so its predecessor is
-    current again, as when a successor left recall (:func:`reinstatements`). None for any other
-    event: a ``succeeds`` sent when a supersession was applied can overtake its successor's write
-    (an update's write and its ``supersede`` go to two partitions), and reinstating then would
-    leave two versions current.
+    ``memory_id`` when no state of it is held, and the same answer to a ``succeeds`` marked
+    ``written`` (its successor's write came before it on the partition, and was not applied:
+    dead-lettered, refused or erased): nothing stands in for it, so its predecessor is current
+    again, as when a successor left recall (:func:`reinstatements`). None for any other event:
+    a ``succeeds`` sent when a supersession was applied can overtake its successor's write
+    (decisions in the log from before updates waited for their write), and reinstating then
+    would leave two versions current.
     """
-    if not isinstance(event, Succeeds) or not event.recheck or event.predecessor == memory_id:
+    if (
+        not isinstance(event, Succeeds)
+        or not (event.recheck or event.written)
+        or event.predecessor == memory_id
+    ):
         return None
     why = f"{memory_id} is not in the tables"
     return Notice(event.predecessor, Reinstate(event.at, memory_id, why, hops=event.hops))

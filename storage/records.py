@@ -126,14 +126,16 @@ class DecisionV1(_Strict):
     move ``to`` archived, forgotten or deleted (``merged_into`` names the survivor or summary);
     ``fade``: archive it if it has faded by ``at`` (decided again on the state it meets);
     ``supersede``: the memory ``by`` states a newer value of the same fact from ``at`` on
-    (``hops``, ``chains``, ``replaces``: see :class:`memcore.Supersede`); ``promote``: move ``to``
+    (``hops``, ``chains``, ``replaces``, ``written``: see :class:`memcore.Supersede`);
+    ``promote``: move ``to``
     a tier;
     ``purge``: remove a forgotten or deleted memory from the serving store (``state_changed_at``:
     when it was forgotten or deleted as planned; a memory whose state changed since is kept;
     ``erase``: a merged duplicate, whose document's key the worker erases too, see
     :class:`memcore.Purge`);
     ``succeeds``: this memory superseded ``predecessor`` (from ``at``), which it records
-    (``recheck``: asked by a consolidation, see :class:`memcore.Succeeds`);
+    (``recheck``: asked by a consolidation; ``written``: for a ``supersede`` marked so; see
+    :class:`memcore.Succeeds`);
     ``reinstate``: ``by``, which superseded this memory, left recall: current again, or
     superseded by ``successor`` (from ``successor_at``, when given) instead (``hops``: see
     :class:`memcore.Reinstate`); ``restore``: the summary ``by`` this memory was archived into
@@ -178,6 +180,7 @@ class DecisionV1(_Strict):
     replaces: str | None = None
     predecessor: str | None = None
     recheck: bool = False
+    written: bool = False
     successor: str | None = None
     successor_at: AwareDatetime | None = None
     request_id: str | None = Field(None, max_length=128)
@@ -698,6 +701,8 @@ def _supersede_fields(event: Supersede) -> dict[str, Any]:
         value["chains"] = False
     if event.replaces is not None:
         value["replaces"] = event.replaces
+    if event.written:
+        value["written"] = True
     return value
 
 
@@ -708,6 +713,8 @@ def _succeeds_fields(event: Succeeds) -> dict[str, Any]:
         value["hops"] = event.hops
     if event.recheck:
         value["recheck"] = True
+    if event.written:
+        value["written"] = True
     return value
 
 
@@ -758,12 +765,13 @@ def decode_decision(raw: bytes, limits: Limits, document: object = None) -> Deci
             event = Fade(m.at, m.reason)
         elif m.decision == "supersede":
             replaces = _id("replaces", m.replaces) if m.replaces is not None else None
-            event = Supersede(m.at, _id("by", m.by or ""), m.reason, m.hops, m.chains, replaces)
+            by = _id("by", m.by or "")
+            event = Supersede(m.at, by, m.reason, m.hops, m.chains, replaces, m.written)
         elif m.decision == "promote":
             event = Promote(m.at, Tier.parse(m.to, "to"), m.reason)
         elif m.decision == "succeeds":
             predecessor = _id("predecessor", m.predecessor or "")
-            event = Succeeds(m.at, predecessor, m.reason, m.hops, m.recheck)
+            event = Succeeds(m.at, predecessor, m.reason, m.hops, m.recheck, m.written)
         elif m.decision == "reinstate":
             successor = _id("successor", m.successor) if m.successor is not None else None
             since = _checked_time("successor_at", m.successor_at, limits)

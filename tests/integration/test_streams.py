@@ -15,7 +15,7 @@ import orjson
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from memcore import Lifecycle, Purge, Retire
+from memcore import Lifecycle, Purge, Retire, Supersede
 from ranker.view import StateView
 from storage import MilvusStore, codec
 from storage.changelogs import (
@@ -36,6 +36,7 @@ from tests.integration.harness import (
     dead_letters,
     eventually,
     produce,
+    read_all,
     table_states,
 )
 
@@ -301,6 +302,66 @@ def test_a_purged_memory_leaves_the_view_and_milvus_while_the_table_keeps_its_to
         worker,
     )
     assert dead_letters(stack) == []
+
+
+def test_an_update_whose_version_was_dead_lettered_leaves_its_memory_current(
+    make_stack: Callable[..., Stack], workers: list[WorkerProcess]
+) -> None:
+    """An update produces its version's write, then (once acknowledged) a ``supersede`` marked
+    ``written`` (``ranker.service.RecallService.update``). A version the worker dead-letters (here
+    a vector of the wrong size) left the memory superseded by a memory that never was: its
+    ``succeeds`` changed nothing. Now the worker answers it with a ``reinstate``: m0 is current
+    again, in the table and in Milvus, while m2, whose version p2 was applied, stays superseded.
+    """
+    stack = make_stack(("acme",))
+    rng = random.Random(11)
+    workers.append(worker := WorkerProcess(stack).start())
+    versions = [
+        write_msg("acme", "p0", vector(rng, stack.dim + 1), at=at(30)),  # dead-lettered
+        write_msg("acme", "p2", vector(rng, stack.dim), at=at(30)),
+    ]
+    old = [write_msg("acme", m, vector(rng, stack.dim)) for m in ("m0", "m2")]
+    produce(stack.bootstrap, stack.topic("memory-writes"), old + versions)
+    when = T0 + timedelta(seconds=30)
+    supersedes = [
+        (
+            f"acme/{m}".encode(),
+            orjson.dumps(decision_value("acme", m, Supersede(when, p, "updated", written=True))),
+        )
+        for m, p in (("m0", "p0"), ("m2", "p2"))
+    ]
+    produce(stack.bootstrap, stack.topic("memory-writes"), supersedes)
+
+    def settled() -> bool:
+        states = {s.memory_id: s for s in table_states(stack).values()}
+        reinstated = [
+            k
+            for k, v in read_all(stack.bootstrap, stack.topic("memory-writes"))
+            if orjson.loads(v).get("decision") == "reinstate"
+        ]
+        return (
+            reinstated == [b"acme/m0"]
+            and states["m0"].superseded_by is None
+            and "p2" in states
+            and states["p2"].predecessors == ("m2",)
+        )
+
+    eventually(settled, 120, "m0 reinstated, m2 recorded by p2", worker)
+    states = {s.memory_id: s for s in table_states(stack).values()}
+    assert "p0" not in states
+    assert (states["m0"].valid_to, states["m0"].superseded_by) == (None, None)
+    assert (states["m2"].valid_to, states["m2"].superseded_by) == (when, "p2")
+    assert [d["field"] for d in dead_letters(stack)] == ["embedding"]
+    store = stack.store()
+    eventually(
+        lambda: (
+            {r.memory_id: r.superseded_by for r in store.query("acme", ANY_STATE)}
+            == {"m0": "", "m2": "p2", "p2": ""}
+        ),
+        60,
+        "Milvus rows as the table",
+        worker,
+    )
 
 
 def test_malformed_events_go_to_dead_letter_and_nothing_else_is_lost(

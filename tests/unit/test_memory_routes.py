@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta, timezone
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -453,3 +455,62 @@ def test_every_memory_returned_names_the_memories_it_was_written_related_to() ->
     assert shown["relations"] == ["m0", "m2"]
     assert Memory.of(shown).relations == ["m0", "m2"]
     assert memory_json(make_row("acme", "m3", (1.0,)))["relations"] == []
+
+
+class Held(Produced):
+    """A producer whose deliveries are acknowledged only when the test says so."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: list[asyncio.Future[object]] = []
+
+    async def __call__(self, role: str, key: bytes, value: bytes) -> asyncio.Future[object]:
+        self.values.append(orjson.loads(value))
+        self.pending.append(asyncio.get_running_loop().create_future())
+        return self.pending[-1]
+
+    def acknowledge(self) -> None:
+        for i, delivery in enumerate(self.pending):
+            if not delivery.done():
+                delivery.set_result(SimpleNamespace(partition=0, offset=i))
+
+
+@pytest.mark.anyio
+async def test_an_update_supersedes_its_memory_only_once_the_version_s_write_is_acknowledged() -> (
+    None
+):
+    """The version's write and the ``supersede`` were produced together to two partitions, so
+    the ``succeeds`` the old memory sent its version could overtake the version's write: a
+    version the worker dead-lettered left the old memory superseded by a memory that never was
+    (out of recall until a consolidation's recheck). Now the ``supersede`` follows the write's
+    acknowledgement and is marked ``written``, so the worker answers its ``succeeds`` with a
+    ``reinstate`` when the version's write was not applied.
+    """
+    held = Held()
+    service, _ = service_and_client(held)
+    old = make_row("acme", "m1", (1.0, 0.0, 0.0, 0.0))
+    document, at = new_version(old, UpdateBody(content="Alice lives in Porto"), "a", NOW, LIMITS)
+    update = asyncio.ensure_future(service.update("acme", "m1", document, at))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert [v.get("decision", "write") for v in held.values] == ["write"]
+    held.acknowledge()
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not update.done()  # the supersede is sent, not acknowledged
+    written, supersede = held.values
+    assert (
+        supersede["memory_id"],
+        supersede["decision"],
+        supersede["by"],
+        supersede["written"],
+    ) == (
+        "m1",
+        "supersede",
+        written["memory_id"],
+        True,
+    )
+    held.acknowledge()
+    token = await update
+    assert token is not None
+    assert token.offsets == {"memory-writes": {0: 1}}

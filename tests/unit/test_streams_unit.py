@@ -1031,6 +1031,7 @@ def test_scheduled_consolidation_spreads_one_request_per_tenant() -> None:
         Supersede(T, "m9", "newer value"),
         # an LLM's: it does not chain (lost on the wire, it acted as the rule's)
         Supersede(T, "m9", "llm: newer value", hops=2, chains=False, replaces="m8"),
+        Supersede(T, "m9", "updated through the API by m9", written=True),
         Promote(T, Tier.SEMANTIC, "accessed often"),
         Purge(T, "purged"),
         Purge(T, "window", state_changed_at=T - timedelta(days=31, microseconds=7)),
@@ -1038,6 +1039,7 @@ def test_scheduled_consolidation_spreads_one_request_per_tenant() -> None:
         Succeeds(T, "m0", "m0 superseded by it"),
         Succeeds(T, "m0", "passed on", hops=3),
         Succeeds(T, "m0", "asked by a recheck", recheck=True),
+        Succeeds(T, "m0", "m0 superseded by it", written=True),
         Reinstate(T, "m9", "m9 is deleted"),
         Reinstate(T, "m9", "m9 is deleted", "m8", T - timedelta(hours=2), hops=2),
         Reinstate(T, "m9", "m9 is deleted", "s1"),  # merged into s1: valid_to kept

@@ -2073,3 +2073,28 @@ def test_a_restatement_at_the_instant_of_a_newer_version_wins_the_tie_with_no_cy
         ],
     )
     assert current(states) == {"m3": "m5", "m4": None, "m5": "m4"}
+
+
+def test_an_update_s_written_mark_goes_with_what_is_passed_on_for_its_version_alone() -> None:
+    """``written`` says the version ``by`` was on the log before the decision; what
+    :func:`relink` and :func:`bypass` pass on for that version is as late, so the mark goes with
+    it (its ``succeeds`` then reinstates the memory when the version was never applied), and
+    not with a decision passed on for another version, written at another time.
+    """
+    osaka = created(0.5, memory_id="osaka")
+    superseded, _ = apply(osaka, Supersede(T0 + hours(10), "lisbon", "update"), Policy())
+    assert superseded is not None
+    later = Supersede(T0 + hours(20), "tokyo", "update", written=True)
+    (passed,) = relink(superseded, later)
+    assert (passed.target, passed.event.by, passed.event.written) == ("lisbon", "tokyo", True)
+    earlier = Supersede(T0 + hours(5), "porto", "update", written=True)
+    after, between = relink(superseded, earlier)
+    assert (after.target, after.event.by, after.event.written) == ("porto", "lisbon", False)
+    assert (between.target, between.event.by, between.event.written) == ("osaka", "porto", True)
+    states = versions(("n", 0), ("p", 10))
+    carry(states, [("n", Supersede(T0 + hours(10), "p", "rule"))])
+    carry(states, [("p", DELETE)])
+    (around,) = bypass(states["p"], Supersede(T0 + hours(20), "q", "update", written=True))
+    assert (around.target, around.event.by, around.event.written) == ("n", "q", True)
+    (plain,) = bypass(states["p"], Supersede(T0 + hours(20), "q", "rule"))
+    assert plain.event.written is False

@@ -1318,6 +1318,45 @@ async def test_a_succeeds_for_a_memory_not_yet_written_reinstates_nothing(tmp_pa
     assert answered == [(b"acme/n", "reinstate", "p")]
 
 
+@pytest.mark.parametrize("applied", [False, True])
+async def test_an_update_whose_version_was_not_applied_leaves_its_memory_current(
+    tmp_path: Path, applied: bool
+) -> None:
+    """An update's version the worker dead-lettered (here: its words could not be embedded)
+    left the memory it updated superseded by a memory that never was: out of recall until a
+    consolidation's recheck. The update's ``supersede``, produced once the version's write is
+    on the log and marked ``written``, makes the ``succeeds`` the version gets a question its
+    tables answer: not held, the memory is reinstated; held, it records its predecessor.
+    """
+    words = "Alice lives in Porto"
+    w = Worker(
+        tmp_path, Embedder({"Alice lives in Osaka": X, words: Y}, fail=[] if applied else [words])
+    )
+    await w.writes(("acme/m1", write("Alice lives in Osaka")))
+    sent = await w.writes(("acme/p", write(words, "p", at="2026-03-01T12:30:00+00:00")))
+    assert bool(letters(sent)) is not applied
+    at = datetime(2026, 3, 1, 12, 30, tzinfo=UTC)
+    update = Supersede(at, "p", "updated through the API by p", written=True)
+    sent = await w.writes(("acme/m1", orjson.dumps(decision_value("acme", "m1", update))))
+    (asked,) = [(k.decode(), v) for role, k, v in sent if role == "memory-writes"]
+    assert (asked[0], asked[1]["decision"], asked[1]["written"]) == ("acme/p", "succeeds", True)
+    sent = await w.writes((asked[0], orjson.dumps(asked[1])))
+    answered = [(k.decode(), v) for role, k, v in sent if role == "memory-writes"]
+    await w.writes(*((k, orjson.dumps(v)) for k, v in answered))
+    state = w.worker.processor.state("acme/m1")
+    assert state is not None
+    if applied:
+        assert answered == []
+        version = w.worker.processor.state("acme/p")
+        assert version is not None
+        assert version.predecessors == ("m1",)
+        assert (state.valid_to, state.superseded_by) == (at, "p")
+    else:
+        assert [(k, v["decision"], v["by"]) for k, v in answered] == [("acme/m1", "reinstate", "p")]
+        assert (state.valid_to, state.superseded_by) == (None, None)
+        assert w.store.rows["acme/m1"].superseded_by == ""
+
+
 def marker(memory_id: str) -> tuple[bytes, bytes]:
     """The erasure marker of acme's ``memory_id`` (one key of it, destroyed)."""
     return erasure_record("acme", memory_id, [new_key("acme", memory_id).key_id])
