@@ -481,6 +481,22 @@ class _Api:
         return _Call("POST", "/v1/recall", _drop_none(body), awaited=False, expects=("results",))
 
     @staticmethod
+    def archive_search(
+        query: str | None,
+        vector: Sequence[float] | None,
+        k: int,
+        session: Sequence[str],
+        **options: Any,  # noqa: ANN401
+    ) -> _Call:
+        """A recall's body to the archive (archived memories only; never tracked, so a ``track``
+        option is a TypeError rather than a flag the server would ignore).
+        """
+        if "track" in options:
+            raise TypeError("archive_search: an archive search is never tracked (no track option)")
+        call = _Api.recall(query, vector, k, session, **options)
+        return _Call("POST", "/v1/archive/search", call.json, awaited=False, expects=("results",))
+
+    @staticmethod
     def access(memory_ids: Sequence[str], kind: str, at: datetime | str | None) -> _Call:
         body = {"memory_ids": _ids(memory_ids), "kind": kind, "at": at}
         return _Call("POST", "/v1/access", _drop_none(body), expects=("accepted",))
@@ -750,6 +766,21 @@ class Client:
         call = _Api.recall(query, vector, k, self._after(), **options)
         return [Memory.of(r) for r in self._send(call)["results"]]
 
+    def archive_search(
+        self,
+        query: str | None = None,
+        *,
+        vector: Sequence[float] | None = None,
+        k: int = 10,
+        **options: Any,  # noqa: ANN401
+    ) -> list[Memory]:
+        """The best ``k`` archived memories (``POST /v1/archive/search``: a recall over the
+        archive alone, scored as recall scores them, no soft delete, never tracked); the options
+        of :meth:`recall` but ``track``.
+        """
+        call = _Api.archive_search(query, vector, k, self._after(), **options)
+        return [Memory.of(r) for r in self._send(call)["results"]]
+
     def access(
         self, memory_ids: Sequence[str], kind: str = "explicit", at: datetime | str | None = None
     ) -> int:
@@ -900,6 +931,17 @@ class AsyncClient:
         **options: Any,  # noqa: ANN401
     ) -> list[Memory]:
         call = _Api.recall(query, vector, k, await self._after(), **options)
+        return [Memory.of(r) for r in (await self._send(call))["results"]]
+
+    async def archive_search(
+        self,
+        query: str | None = None,
+        *,
+        vector: Sequence[float] | None = None,
+        k: int = 10,
+        **options: Any,  # noqa: ANN401
+    ) -> list[Memory]:
+        call = _Api.archive_search(query, vector, k, await self._after(), **options)
         return [Memory.of(r) for r in (await self._send(call))["results"]]
 
     async def access(

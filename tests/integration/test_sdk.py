@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import subprocess
@@ -36,7 +37,8 @@ def ranker(
         )
     )
     store.connect()
-    store.upsert([row("acme", m, c, i, r) for m, c, i, r in ALICE])
+    archived = dataclasses.replace(row("acme", "likes-java", 0.5, 0.3, 0.2), state="archived")
+    store.upsert([*(row("acme", m, c, i, r) for m, c, i, r in ALICE), archived])
     store.close()
     tenants = tmp_path / "tenants.json"
     tenants.write_text(
@@ -86,6 +88,8 @@ def test_sync_client(ranker: tuple[str, Stack]) -> None:
             "rust-interesting",
         ]
         assert results[0].scores["final"] == pytest.approx(0.88, abs=1e-3)
+        archive = client.archive_search(vector=[1.0, *([0.0] * (DIM - 1))], k=3, at=T0)
+        assert [(m.memory_id, m.state) for m in archive] == [("likes-java", "archived")]
         memory_id = client.remember("remember: tea at four", importance=0.7, at=T0)
         assert client.access([memory_id], kind="get", at=T0) == 1
         found = client.get("prefers-python", track=False)
@@ -107,10 +111,12 @@ def test_async_client(ranker: tuple[str, Stack]) -> None:
     async def run() -> tuple[list[str], object]:
         async with AsyncClient(url, KEY_B) as client:
             results = await client.recall(vector=[1.0, *([0.0] * (DIM - 1))], k=3, at=T0)
-            return [m.memory_id for m in results], await client.get("prefers-python", track=False)
+            archive = await client.archive_search(vector=[1.0, *([0.0] * (DIM - 1))], at=T0)
+            ids = [m.memory_id for m in (*results, *archive)]
+            return ids, await client.get("prefers-python", track=False)
 
     ids, other = asyncio.run(run())
-    assert ids == []  # globex sees none of acme's memories
+    assert ids == []  # globex sees none of acme's memories, archived or not
     assert other is None
 
 

@@ -217,3 +217,43 @@ def test_a_get_is_tracked_unless_asked_and_its_token_is_not_waited_for() -> None
         return track
 
     assert asyncio.run(through_async()) == "false"
+
+
+def test_archive_search_sends_a_recall_body_to_the_archive_route_with_the_session_s_tokens() -> (
+    None
+):
+    """The SDK had no call for ``POST /v1/archive/search``: a user of the SDK could not search the
+    archive. Both clients send the recall's body there, wait for their own writes as a recall
+    does, never send ``track`` (refused before any request: the route never tracks).
+    """
+    sent: list[tuple[str, dict[str, object]]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/memories":
+            return httpx.Response(200, json={"ids": ["m1"], "token": "v1.t1"})
+        sent.append((request.url.path, json.loads(request.content)))
+        found: dict[str, object] = {"memory_id": "old", "content": "x", "state": "archived"}
+        found |= {"memory_type": "fact"}
+        found |= {"importance": 0.5, "access_count": 0, "recall_count": 0, "scores": {}}
+        return httpx.Response(200, json={"results": [found], "token": None})
+
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(handler)) as client:
+        client.remember("a")
+        (found,) = client.archive_search("Carol", k=5, filters={"tags_any": ["job"]})
+        with pytest.raises(TypeError, match="track"):
+            client.archive_search("Carol", track=True)
+
+    async def run() -> list[str]:
+        transport = httpx.MockTransport(handler)
+        async with AsyncClient("http://x", "k" * 16, transport=transport) as client:
+            return [m.memory_id for m in await client.archive_search(vector=[1.0, 0.0], k=2)]
+
+    assert (found.memory_id, found.state) == ("old", "archived")
+    assert asyncio.run(run()) == ["old"]
+    assert sent == [
+        (
+            "/v1/archive/search",
+            {"query": "Carol", "k": 5, "filters": {"tags_any": ["job"]}, "after": ["v1.t1"]},
+        ),
+        ("/v1/archive/search", {"vector": [1.0, 0.0], "k": 2}),
+    ]
