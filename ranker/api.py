@@ -47,7 +47,12 @@ from ranker.routes import memory_routes
 from ranker.service import Recalled, RecallQuery, RecallService
 from ranker.tokens import TokenSeal
 from ranker.wire import (
+    CONTENT_DOC,
+    RELATIONS_DOC,
+    RELATIONS_TEXT,
     RESULTS,
+    TAGS_DOC,
+    TAGS_TEXT,
     Auth,
     Body,
     DirectRoute,
@@ -178,11 +183,12 @@ class MemoryBody(Body):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
-    content: str = Field(min_length=1)
+    content: str = Field(min_length=1, description=CONTENT_DOC)
     context: str | None = Field(
         None,
         description="words to find this memory by (e.g. the date, the speaker, the previous turn)"
-        ": embedded and keyword-indexed with the content, never returned as content",
+        ": embedded and keyword-indexed with the content, never returned as content; at most"
+        " MNEMO_MAX_CONTENT_BYTES bytes",
     )
     memory_id: str | None = None
     at: str | None = Field(
@@ -194,7 +200,7 @@ class MemoryBody(Body):
     embedding: list[float] | None = None
     importance: float | None = Field(None, ge=0, le=1)
     memory_type: str | None = None
-    tags: list[str] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=list, description=TAGS_TEXT, json_schema_extra=TAGS_DOC)
     metadata: dict[str, Any] = Field(default_factory=dict)
     session_id: str | None = Field(
         None,
@@ -206,7 +212,9 @@ class MemoryBody(Body):
     user_id: str | None = Field(
         None, description="the end user the memory is about (mem0's user_id); part of the scope"
     )
-    relations: list[str] = Field(default_factory=list)
+    relations: list[str] = Field(
+        default_factory=list, description=RELATIONS_TEXT, json_schema_extra=RELATIONS_DOC
+    )
 
 
 class WriteBody(Body):

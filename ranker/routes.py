@@ -27,7 +27,18 @@ from ranker.listing import decode_cursor, listing_cursor, listing_of, read_listi
 from ranker.problems import CONFLICT, NOT_FOUND
 from ranker.service import RecallService
 from ranker.tokens import TokenSeal
-from ranker.wire import Auth, Body, QueryTokens, Tokens, check_not_blank, memory_json, session_of
+from ranker.wire import (
+    CONTENT_DOC,
+    TAGS_DOC,
+    TAGS_TEXT,
+    Auth,
+    Body,
+    QueryTokens,
+    Tokens,
+    check_not_blank,
+    memory_json,
+    session_of,
+)
 from storage import Filters, MemoryRow, from_us, to_us
 from storage.records import (
     MAX_NAME_BYTES,
@@ -57,7 +68,7 @@ class UpdateBody(Body):
 
     model_config = Body.model_config | {"strict": True}
 
-    content: str | None = Field(None, min_length=1)
+    content: str | None = Field(None, min_length=1, description=CONTENT_DOC)
     context: str | None = Field(
         None,
         description="words to find the new version by (embedded and keyword-indexed with its"
@@ -73,7 +84,7 @@ class UpdateBody(Body):
     embedding: list[float] | None = None
     importance: float | None = Field(None, ge=0, le=1)
     memory_type: str | None = None
-    tags: list[str] | None = None
+    tags: list[str] | None = Field(None, description=TAGS_TEXT, json_schema_extra=TAGS_DOC)
     metadata: dict[str, Any] | None = None
     session_id: str | None = None
     run_id: str | None = Field(None, description="mem0's name for session_id")

@@ -31,11 +31,12 @@ from pydantic import (
     WithJsonSchema,
     field_validator,
 )
+from pydantic.config import JsonDict
 from pydantic_core import PydanticCustomError
 from starlette.datastructures import State
 from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
 
-from memcore import normalise_content
+from memcore import MAX_RELATIONS, MAX_TAGS, normalise_content
 from ranker.admission import TenantSlots
 from ranker.errors import Unavailable
 from ranker.logs import set_tenant
@@ -43,6 +44,7 @@ from ranker.problems import printable
 from ranker.ratelimit import RateLimiter
 from ranker.tokens import MAX_TOKENS
 from storage import MemoryRow, from_us
+from storage.milvus import MAX_TAG_CHARS
 from storage.records import RecordError
 from storage.tenants import Tenant, Tenants
 
@@ -215,6 +217,21 @@ class Body(BaseModel):
     """A request body: no unknown fields, no NaN or infinity."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+CONTENT_DOC = (
+    "1 to MNEMO_MAX_CONTENT_BYTES (16,384 by default) bytes of UTF-8, not blank; over it, a 422"
+    " naming the field"
+)
+TAGS_DOC: JsonDict = {"maxItems": MAX_TAGS}
+TAGS_TEXT = (
+    f"at most {MAX_TAGS} tags (a repeat counts, and is kept once), each 1-{MAX_TAG_CHARS} bytes"
+    " of UTF-8"
+)
+RELATIONS_DOC: JsonDict = {"maxItems": MAX_RELATIONS}
+RELATIONS_TEXT = f"ids of related memories of this tenant, at most {MAX_RELATIONS}"
+"""What the write and update bodies' schemas say of the limits the worker's decode
+(:mod:`storage.records`) enforces; the checks themselves stay there, naming the field."""
 
 
 class TextBody(Body):

@@ -11,6 +11,7 @@ import httpx
 import numpy as np
 import pytest
 
+from memcore import MAX_RELATIONS, MAX_TAGS
 from memcore.policy import MAX_WEIGHT
 from memcore.scoring import Scored
 from ranker.api import create_api
@@ -340,3 +341,29 @@ def test_a_retry_hint_is_whole_seconds_of_at_least_one() -> None:
     for wait_s, named in ((0.0, 1), (0.2, 1), (1.5, 2), (86_399.2, 86_400)):
         body, _ = problem_body(503, "later", retry_after_s=wait_s)
         assert json.loads(body)["retry_after_s"] == named
+
+
+async def test_the_openapi_document_declares_the_caps_a_write_and_an_update_are_refused_past() -> (
+    None
+):
+    """The document said nothing of the 64-tag and 64-relation caps nor of content's byte limit:
+    a client generated from it learnt them from 422s. Each declared cap is the one enforced.
+    """
+    auth = {"Authorization": f"Bearer {KEY}"}
+    async with app() as http:
+        schemas = (await http.get("/openapi.json")).json()["components"]["schemas"]
+        over = [f"t{i}" for i in range(MAX_TAGS + 1)]
+        refused = await http.post(
+            "/v1/memories", json={"memories": [{"content": "x", "tags": over}]}, headers=auth
+        )
+        linked = [f"m{i}" for i in range(MAX_RELATIONS + 1)]
+        unlinked = await http.post(
+            "/v1/memories", json={"memories": [{"content": "x", "relations": linked}]}, headers=auth
+        )
+    write, update = schemas["MemoryBody"]["properties"], schemas["UpdateBody"]["properties"]
+    assert write["tags"]["maxItems"] == update["tags"]["maxItems"] == MAX_TAGS
+    assert write["relations"]["maxItems"] == MAX_RELATIONS
+    assert "MNEMO_MAX_CONTENT_BYTES" in write["content"]["description"]
+    assert "MNEMO_MAX_CONTENT_BYTES" in update["content"]["description"]
+    assert (refused.status_code, refused.json()["field"]) == (422, "memories[0].tags")
+    assert (unlinked.status_code, unlinked.json()["field"]) == (422, "memories[0].relations")
