@@ -40,6 +40,7 @@ from memcore.reducer import (
     superseding,
     unkept_summary,
     unknown_successor,
+    versioning,
 )
 from memcore.scoring import Candidate, RankParams, Scored, blend, mmr, rank
 from memcore.state import (
@@ -166,4 +167,5 @@ __all__ = [
     "to_events",
     "unkept_summary",
     "unknown_successor",
+    "versioning",
 ]

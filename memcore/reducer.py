@@ -502,15 +502,12 @@ def relink(state: MemoryState, event: Supersede) -> tuple[Relink, ...]:
         return ()
     if state.valid_to <= event.at:
         why = f"{state.memory_id} was superseded by it before {event.by}: chained after it"
-        return (Relink(chained, Supersede(event.at, event.by, why, hops, written=event.written)),)
+        return (Relink(chained, Supersede(event.at, event.by, why, hops)),)
     after = f"{state.memory_id} was superseded by it after {event.by}: chained before it"
     before = f"{event.by} is older than {chained}: chained between them"
     return (
         Relink(event.by, Supersede(state.valid_to, chained, after, hops)),
-        Relink(
-            state.memory_id,
-            Supersede(event.at, event.by, before, hops, replaces=chained, written=event.written),
-        ),
+        Relink(state.memory_id, Supersede(event.at, event.by, before, hops, replaces=chained)),
     )
 
 
@@ -550,9 +547,7 @@ def bypass(state: MemoryState, event: Supersede) -> tuple[Relink, ...]:
         return ()
     gone = state.memory_id
     why = f"{gone}, which it superseded, is {state.state}: passed on from it ({event.reason})"
-    passed = Supersede(
-        event.at, event.by, why, event.hops + 1, event.chains, replaces=gone, written=event.written
-    )
+    passed = Supersede(event.at, event.by, why, event.hops + 1, event.chains, replaces=gone)
     skipped = (gone, event.by, event.replaces)
     return tuple(Relink(p, passed) for p in state.predecessors if p not in skipped)
 
@@ -574,6 +569,21 @@ def reassertion(state: MemoryState, at: datetime) -> Relink | None:
         return None
     why = f"{state.memory_id} was written again after it superseded it"
     return Relink(state.reasserted_over, Supersede(at, state.memory_id, why))
+
+
+def versioning(state: MemoryState, supersedes: str | None, at: datetime) -> Relink | None:
+    """The ``supersede`` a new version sends the memory it versions, ``supersedes`` (named by its
+    write: an update through the API), which is valid until ``at`` (the write's time). Sent by
+    the worker once the version's write is applied, so a version that never is (dead-lettered,
+    refused, erased first) supersedes nothing and the older memory stays current; decided on
+    the state the write left (``state``), so a redelivered or retried write sends it again (the
+    older memory ignores a copy) and :func:`relink` chains racing updates in time order. None
+    when the write names no memory, names the version itself, or left it out of recall.
+    """
+    if supersedes is None or supersedes == state.memory_id or state.state in GONE:
+        return None
+    why = f"updated through the API by {state.memory_id}"
+    return Relink(supersedes, Supersede(at, state.memory_id, why))
 
 
 def revival(state: MemoryState, at: datetime) -> tuple[Relink, ...]:
@@ -656,9 +666,8 @@ def succession(state: MemoryState, event: Event, effect: Effect) -> Notice | Non
     was applied, and again when the event is met again by offset (its first delivery may have
     died before its decisions were sent; the successor ignores a copy); None otherwise.
     """
-    written = False
     if isinstance(event, Supersede):
-        successor, hops, written = event.by, 0, event.written
+        successor, hops = event.by, 0
     elif isinstance(event, Reinstate) and event.successor is not None:
         successor, hops = event.successor, event.hops + 1
     else:
@@ -670,7 +679,7 @@ def succession(state: MemoryState, event: Event, effect: Effect) -> Notice | Non
     ):
         return None
     why = f"{state.memory_id} superseded by it"
-    return Notice(successor, Succeeds(state.valid_to, state.memory_id, why, hops, written=written))
+    return Notice(successor, Succeeds(state.valid_to, state.memory_id, why, hops))
 
 
 def reinstatements(
@@ -711,19 +720,13 @@ def reinstatements(
 
 def unknown_successor(memory_id: str, event: Event) -> Notice | None:
     """The ``reinstate`` a consolidation's recheck (a ``succeeds`` with ``recheck``) gets back from
-    ``memory_id`` when no state of it is held, and the same answer to a ``succeeds`` marked
-    ``written`` (its successor's write came before it on the partition, and was not applied:
-    dead-lettered, refused or erased): nothing stands in for it, so its predecessor is current
-    again, as when a successor left recall (:func:`reinstatements`). None for any other event:
-    a ``succeeds`` sent when a supersession was applied can overtake its successor's write
-    (decisions in the log from before updates waited for their write), and reinstating then
-    would leave two versions current.
+    ``memory_id`` when no state of it is held: nothing stands in for it, so its predecessor is
+    current again, as when a successor left recall (:func:`reinstatements`). None for any other
+    event: a ``succeeds`` sent when a supersession was applied can overtake its successor's write
+    (an update's write and its ``supersede`` go to two partitions), and reinstating then would
+    leave two versions current.
     """
-    if (
-        not isinstance(event, Succeeds)
-        or not (event.recheck or event.written)
-        or event.predecessor == memory_id
-    ):
+    if not isinstance(event, Succeeds) or not event.recheck or event.predecessor == memory_id:
         return None
     why = f"{memory_id} is not in the tables"
     return Notice(event.predecessor, Reinstate(event.at, memory_id, why, hops=event.hops))

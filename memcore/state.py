@@ -301,12 +301,6 @@ class Supersede:
             ``by`` takes its place.
         hops: how many times this decision was passed along a chain of versions; a chain is
             followed at most :data:`MAX_RELINKS` times.
-        written: ``by``'s write is on the log before this decision (an update through the API
-            produces the new version's write, and waits for it, before its ``supersede``), and
-            so before the ``succeeds`` this memory sends it: a ``by`` the worker's tables do not
-            hold then was never applied (dead-lettered, refused, erased), and it answers with a
-            ``reinstate`` (:func:`memcore.reducer.unknown_successor`). Kept by what
-            :func:`memcore.reducer.relink` and :func:`memcore.reducer.bypass` pass on for ``by``.
     """
 
     at: datetime
@@ -315,7 +309,6 @@ class Supersede:
     hops: int = 0
     chains: bool = True
     replaces: str | None = None
-    written: bool = False
     position: Position | None = None
 
 
@@ -365,11 +358,7 @@ class Succeeds:
         recheck: asked by a consolidation's recheck (:func:`memcore.orphaned_versions`) of a
             version the store shows superseded by this memory: the worker answers one for a
             memory its tables do not hold with a ``reinstate`` too. Any other ``succeeds`` for
-            an unknown memory may have overtaken its write, and changes nothing, but one marked
-            ``written``.
-        written: sent for a ``supersede`` marked so (:attr:`Supersede.written`): this memory's
-            write came before it on its partition, so the worker answers it too with a
-            ``reinstate`` when its tables do not hold this memory (its write was not applied).
+            an unknown memory may have overtaken its write, and changes nothing.
     """
 
     at: datetime
@@ -377,7 +366,6 @@ class Succeeds:
     reason: str
     hops: int = 0
     recheck: bool = False
-    written: bool = False
     position: Position | None = None
 
 

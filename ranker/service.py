@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from memcore import Lifecycle, Purge, RankParams, Retire, Scored, Supersede, derive_memory_id
+from memcore import Lifecycle, Purge, RankParams, Retire, Scored, derive_memory_id
 from memcore.consolidation import merged_duplicate
 from memcore.graph import MAX_HOPS, recall_hops
 from memcore.keyword import bm25_scores
@@ -752,26 +752,19 @@ class RecallService:
     ) -> Token | None:
         """Write ``document`` (a checked write with its own ``memory_id``) as the new version
         of ``memory_id``, which it supersedes from ``at`` on (its ``valid_to``; as-of recall
-        before ``at`` still finds it). Both records are audited; the token a read can wait for.
-        The ``supersede`` is produced once the version's write is acknowledged, marked
-        ``written``: should the worker not apply the write (dead-lettered), the ``succeeds``
-        that reaches the version after it makes ``memory_id`` current again
-        (:func:`memcore.unknown_successor`) instead of superseded by a memory that never was.
+        before ``at`` still finds it): one write naming ``memory_id`` in ``supersedes``, whose
+        ``supersede`` the worker sends once the version is applied (:func:`memcore.versioning`),
+        so a version it dead-letters supersedes nothing. Both are audited; the token a read can
+        wait for (it covers the ``supersede``, derived from the write: :mod:`ranker.applied`).
         A summary ``memory_id`` was archived into is deleted by the worker as the supersession
         applies (:func:`memcore.summary_outdated`). None when ``memory_id`` was erased while
         the version was made (an erase answered between the caller's check and now found no
-        version to erase): the version, which carries its words, is erased too. A failure
-        between the two records leaves the version written beside a current ``memory_id``:
-        the same update sent again (the same ``at``) writes the same version and supersedes.
+        version to erase): the version, which carries its words, is erased too.
         """
         new_id = str(document["memory_id"])
-        supersede = Supersede(at, new_id, f"updated through the API by {new_id}", written=True)
-        (record,) = await self.sealed([{"v": 1, **document, "tenant_id": tenant_id}])
-        written = await self._produce_all([("memory-writes", record)])
-        superseded = await self._produce_all(
-            [("memory-writes", decision_value(tenant_id, memory_id, supersede))]
-        )
-        token = Token((Token.union([written, superseded]) or superseded).offsets)
+        version = {"v": 1, **document, "tenant_id": tenant_id, "supersedes": memory_id}
+        (record,) = await self.sealed([version])
+        token = await self._produce_all([("memory-writes", record)])
         try:
             erased = await self.erased(tenant_id, memory_id)
         except CompactedLogError as exc:  # the version is written: its answer stands

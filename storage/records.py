@@ -114,6 +114,9 @@ class MemoryWriteV1(_Strict):
     summary_of: list[str] = Field(default_factory=list, max_length=MAX_SUMMARY_SOURCES)
     source_keys: dict[str, str] = Field(default_factory=dict, max_length=MAX_SUMMARY_SOURCES)
     """A summary's source -> a data key id it had when the summary was planned (erased with it)."""
+    supersedes: str | None = None
+    """The memory this write is a new version of (an update): superseded from ``at`` by the worker
+    once this write is applied (:func:`memcore.versioning`)."""
 
 
 class DecisionV1(_Strict):
@@ -126,16 +129,14 @@ class DecisionV1(_Strict):
     move ``to`` archived, forgotten or deleted (``merged_into`` names the survivor or summary);
     ``fade``: archive it if it has faded by ``at`` (decided again on the state it meets);
     ``supersede``: the memory ``by`` states a newer value of the same fact from ``at`` on
-    (``hops``, ``chains``, ``replaces``, ``written``: see :class:`memcore.Supersede`);
-    ``promote``: move ``to``
+    (``hops``, ``chains``, ``replaces``: see :class:`memcore.Supersede`); ``promote``: move ``to``
     a tier;
     ``purge``: remove a forgotten or deleted memory from the serving store (``state_changed_at``:
     when it was forgotten or deleted as planned; a memory whose state changed since is kept;
     ``erase``: a merged duplicate, whose document's key the worker erases too, see
     :class:`memcore.Purge`);
     ``succeeds``: this memory superseded ``predecessor`` (from ``at``), which it records
-    (``recheck``: asked by a consolidation; ``written``: for a ``supersede`` marked so; see
-    :class:`memcore.Succeeds`);
+    (``recheck``: asked by a consolidation, see :class:`memcore.Succeeds`);
     ``reinstate``: ``by``, which superseded this memory, left recall: current again, or
     superseded by ``successor`` (from ``successor_at``, when given) instead (``hops``: see
     :class:`memcore.Reinstate`); ``restore``: the summary ``by`` this memory was archived into
@@ -180,7 +181,6 @@ class DecisionV1(_Strict):
     replaces: str | None = None
     predecessor: str | None = None
     recheck: bool = False
-    written: bool = False
     successor: str | None = None
     successor_at: AwareDatetime | None = None
     request_id: str | None = Field(None, max_length=128)
@@ -257,6 +257,8 @@ class WriteRecord:
     source_keys: Mapping[str, str] = field(default_factory=dict)
     """A summary's source -> a data key id of it when planned: the source is erased since when
     that key is (:meth:`streams.processor.Processor.quotes_erased`)."""
+    supersedes: str | None = None
+    """The memory this write is a new version of (:func:`memcore.versioning`)."""
 
     @property
     def key(self) -> str:
@@ -543,7 +545,18 @@ def _write_record(
         summary_of=tuple(_id(f"summary_of[{i}]", r) for i, r in enumerate(m.summary_of)),
         key_id=key_id,
         source_keys=_source_keys(m.source_keys, m.summary_of),
+        supersedes=_versioned(m.supersedes, memory_id),
     )
+
+
+def _versioned(supersedes: str | None, memory_id: str) -> str | None:
+    """The id a write's ``supersedes`` names, checked, and not the write's own."""
+    if supersedes is None:
+        return None
+    checked = _id("supersedes", supersedes)
+    if checked == memory_id:
+        raise RecordError("supersedes", supersedes, "a memory cannot supersede itself")
+    return checked
 
 
 def opened(document: Mapping[str, Any], limits: Limits) -> tuple[dict[str, Any], str]:
@@ -701,8 +714,6 @@ def _supersede_fields(event: Supersede) -> dict[str, Any]:
         value["chains"] = False
     if event.replaces is not None:
         value["replaces"] = event.replaces
-    if event.written:
-        value["written"] = True
     return value
 
 
@@ -713,8 +724,6 @@ def _succeeds_fields(event: Succeeds) -> dict[str, Any]:
         value["hops"] = event.hops
     if event.recheck:
         value["recheck"] = True
-    if event.written:
-        value["written"] = True
     return value
 
 
@@ -765,13 +774,12 @@ def decode_decision(raw: bytes, limits: Limits, document: object = None) -> Deci
             event = Fade(m.at, m.reason)
         elif m.decision == "supersede":
             replaces = _id("replaces", m.replaces) if m.replaces is not None else None
-            by = _id("by", m.by or "")
-            event = Supersede(m.at, by, m.reason, m.hops, m.chains, replaces, m.written)
+            event = Supersede(m.at, _id("by", m.by or ""), m.reason, m.hops, m.chains, replaces)
         elif m.decision == "promote":
             event = Promote(m.at, Tier.parse(m.to, "to"), m.reason)
         elif m.decision == "succeeds":
             predecessor = _id("predecessor", m.predecessor or "")
-            event = Succeeds(m.at, predecessor, m.reason, m.hops, m.recheck, m.written)
+            event = Succeeds(m.at, predecessor, m.reason, m.hops, m.recheck)
         elif m.decision == "reinstate":
             successor = _id("successor", m.successor) if m.successor is not None else None
             since = _checked_time("successor_at", m.successor_at, limits)

@@ -45,6 +45,7 @@ from memcore import (
     summary_outdated,
     unkept_summary,
     unknown_successor,
+    versioning,
 )
 from storage import Document, MemoryRow, codec
 from storage.records import (
@@ -643,6 +644,7 @@ class Processor:
             batch.stated[record.key] = Statement(message, record.at)
         self._after(message, record.at, new, effects, batch)
         self._reasserted(record, new, batch)
+        self._versioned(record, new, batch)
         if anew and record.summary_of and new.state not in GONE:
             batch.made.append(record)
         self.release(key, batch)
@@ -721,13 +723,15 @@ class Processor:
         """A write applied before (skipped by offset) whose document is the state's (restored
         if a crash lost it; a purged memory has none, by design): its first delivery may have
         died after the tables and before its decisions were sent, so they are made again (for a
-        current memory the supersession check and the reassertion's and revival's decisions;
-        copies are ignored; a summary's check against erasures) and its row is rewritten.
+        current memory the supersession check and the reassertion's and revival's decisions; for
+        a version in recall the ``supersede`` of the memory it versions; copies are ignored; a
+        summary's check against erasures) and its row is rewritten.
         """
         current = state.valid_to is None and state.state not in GONE
         if current and state.content_hash == content_hash(record.content):
             batch.stated[record.key] = Statement(message, record.at)
             self._reasserted(record, state, batch)
+        self._versioned(record, state, batch)
         if record.summary_of and state.state not in GONE:
             batch.made.append(record)
         self._after(message, record.at, state, effects, batch)
@@ -738,11 +742,19 @@ class Processor:
         """Send what :func:`memcore.reassertion` and :func:`memcore.revival` decide for the
         state ``record`` left.
         """
-        passed = reassertion(state, record.at)
+        for passed in (reassertion(state, record.at), *revival(state, record.at)):
+            if passed is not None:
+                batch.supersede(record.tenant_id, passed.target, passed.event)
+
+    @staticmethod
+    def _versioned(record: WriteRecord, state: MemoryState, batch: Batch) -> None:
+        """Send the ``supersede`` :func:`memcore.versioning` decides for the state ``record`` (a
+        new version, naming the memory it ``supersedes``) left: after every delivery, its first
+        may have died before its decisions were sent (the older memory ignores a copy).
+        """
+        passed = versioning(state, record.supersedes, record.at)
         if passed is not None:
             batch.supersede(record.tenant_id, passed.target, passed.event)
-        for again in revival(state, record.at):
-            batch.supersede(record.tenant_id, again.target, again.event)
 
     def decision(self, message: Inbound, record: DecisionRecord, batch: Batch) -> None:
         """Apply a consolidation decision; one for an unknown memory changes nothing (but a

@@ -15,7 +15,7 @@ import orjson
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from memcore import Lifecycle, Purge, Retire, Supersede
+from memcore import Lifecycle, Purge, Retire
 from ranker.view import StateView
 from storage import MilvusStore, codec
 from storage.changelogs import (
@@ -304,53 +304,42 @@ def test_a_purged_memory_leaves_the_view_and_milvus_while_the_table_keeps_its_to
     assert dead_letters(stack) == []
 
 
-def test_an_update_whose_version_was_dead_lettered_leaves_its_memory_current(
+def test_an_update_whose_version_was_dead_lettered_supersedes_nothing(
     make_stack: Callable[..., Stack], workers: list[WorkerProcess]
 ) -> None:
-    """An update produces its version's write, then (once acknowledged) a ``supersede`` marked
-    ``written`` (``ranker.service.RecallService.update``). A version the worker dead-letters (here
-    a vector of the wrong size) left the memory superseded by a memory that never was: its
-    ``succeeds`` changed nothing. Now the worker answers it with a ``reinstate``: m0 is current
-    again, in the table and in Milvus, while m2, whose version p2 was applied, stays superseded.
+    """An update is one write naming the memory it ``supersedes``
+    (``ranker.service.RecallService.update``); the worker sends that memory's ``supersede`` once
+    the version is applied. A version it dead-letters (here a vector of the wrong size) left the
+    memory superseded by a memory that never was when the API produced the ``supersede`` itself:
+    now m0 stays current, while m2, whose version p2 was applied, is superseded by it, in the
+    table and in Milvus.
     """
     stack = make_stack(("acme",))
     rng = random.Random(11)
     workers.append(worker := WorkerProcess(stack).start())
-    versions = [
-        write_msg("acme", "p0", vector(rng, stack.dim + 1), at=at(30)),  # dead-lettered
-        write_msg("acme", "p2", vector(rng, stack.dim), at=at(30)),
-    ]
     old = [write_msg("acme", m, vector(rng, stack.dim)) for m in ("m0", "m2")]
-    produce(stack.bootstrap, stack.topic("memory-writes"), old + versions)
-    when = T0 + timedelta(seconds=30)
-    supersedes = [
-        (
-            f"acme/{m}".encode(),
-            orjson.dumps(decision_value("acme", m, Supersede(when, p, "updated", written=True))),
-        )
-        for m, p in (("m0", "p0"), ("m2", "p2"))
+    versions = [
+        write_msg("acme", "p0", vector(rng, stack.dim + 1), at=at(30), supersedes="m0"),
+        write_msg("acme", "p2", vector(rng, stack.dim), at=at(30), supersedes="m2"),
     ]
-    produce(stack.bootstrap, stack.topic("memory-writes"), supersedes)
+    produce(stack.bootstrap, stack.topic("memory-writes"), old + versions)
 
     def settled() -> bool:
         states = {s.memory_id: s for s in table_states(stack).values()}
-        reinstated = [
-            k
-            for k, v in read_all(stack.bootstrap, stack.topic("memory-writes"))
-            if orjson.loads(v).get("decision") == "reinstate"
-        ]
-        return (
-            reinstated == [b"acme/m0"]
-            and states["m0"].superseded_by is None
-            and "p2" in states
-            and states["p2"].predecessors == ("m2",)
-        )
+        return "p2" in states and states["p2"].predecessors == ("m2",)
 
-    eventually(settled, 120, "m0 reinstated, m2 recorded by p2", worker)
+    eventually(settled, 120, "m2 superseded, recorded by p2", worker)
     states = {s.memory_id: s for s in table_states(stack).values()}
     assert "p0" not in states
     assert (states["m0"].valid_to, states["m0"].superseded_by) == (None, None)
-    assert (states["m2"].valid_to, states["m2"].superseded_by) == (when, "p2")
+    assert (states["m2"].valid_to, states["m2"].superseded_by) == (T0 + timedelta(seconds=30), "p2")
+    decided = [
+        (k, orjson.loads(v)["decision"])
+        for k, v in read_all(stack.bootstrap, stack.topic("memory-writes"))
+        if "decision" in orjson.loads(v)
+    ]
+    assert (b"acme/m2", "supersede") in decided
+    assert [k for k, _ in decided if k == b"acme/m0"] == []
     assert [d["field"] for d in dead_letters(stack)] == ["embedding"]
     store = stack.store()
     eventually(

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta, timezone
-from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -19,7 +17,7 @@ from ranker.history import _event, partition_of
 from ranker.listing import CHUNK, SCAN_MAX, decode_cursor, encode_cursor, page
 from ranker.routes import UpdateBody, new_version
 from storage import Filters, MemoryRow, MilvusStore, to_us
-from storage.records import Limits, RecordError
+from storage.records import Limits, RecordError, decode_write
 from storage.tenants import TenantRegistry
 from streams.processor import Inbound, audit_value
 from tests.rows import make_row
@@ -29,6 +27,9 @@ from tests.unit.test_user_scope import AUTH, Produced, service_and_client
 NOW = datetime(2026, 3, 1, 12, tzinfo=UTC)
 LIMITS = Limits(
     2, 16_384, TenantRegistry.of({"tenants": {"a": {"api_keys": ["key-a-0123456789"]}}})
+)
+LIMITS_ACME = Limits(
+    4, 16_384, TenantRegistry.of({"tenants": {"acme": {"api_keys": ["key-a-0123456789"]}}})
 )
 
 
@@ -457,60 +458,33 @@ def test_every_memory_returned_names_the_memories_it_was_written_related_to() ->
     assert memory_json(make_row("acme", "m3", (1.0,)))["relations"] == []
 
 
-class Held(Produced):
-    """A producer whose deliveries are acknowledged only when the test says so."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.pending: list[asyncio.Future[object]] = []
-
-    async def __call__(self, role: str, key: bytes, value: bytes) -> asyncio.Future[object]:
-        self.values.append(orjson.loads(value))
-        self.pending.append(asyncio.get_running_loop().create_future())
-        return self.pending[-1]
-
-    def acknowledge(self) -> None:
-        for i, delivery in enumerate(self.pending):
-            if not delivery.done():
-                delivery.set_result(SimpleNamespace(partition=0, offset=i))
-
-
 @pytest.mark.anyio
-async def test_an_update_supersedes_its_memory_only_once_the_version_s_write_is_acknowledged() -> (
-    None
-):
-    """The version's write and the ``supersede`` were produced together to two partitions, so
-    the ``succeeds`` the old memory sent its version could overtake the version's write: a
-    version the worker dead-lettered left the old memory superseded by a memory that never was
-    (out of recall until a consolidation's recheck). Now the ``supersede`` follows the write's
-    acknowledgement and is marked ``written``, so the worker answers its ``succeeds`` with a
-    ``reinstate`` when the version's write was not applied.
+async def test_an_update_is_one_write_naming_what_it_supersedes_and_no_supersede_of_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The route produced the version's write and the old memory's ``supersede`` together, so a
+    version the worker dead-lettered left the old memory superseded by a memory that never was.
+    Now it produces the write alone, naming the memory it ``supersedes``; the worker sends the
+    ``supersede`` once the version is applied (``tests/unit/test_write_batches.py``).
     """
-    held = Held()
-    service, _ = service_and_client(held)
+    produced = Produced()
+    service, client = service_and_client(produced)
     old = make_row("acme", "m1", (1.0, 0.0, 0.0, 0.0))
-    document, at = new_version(old, UpdateBody(content="Alice lives in Porto"), "a", NOW, LIMITS)
-    update = asyncio.ensure_future(service.update("acme", "m1", document, at))
-    for _ in range(20):
-        await asyncio.sleep(0)
-    assert [v.get("decision", "write") for v in held.values] == ["write"]
-    held.acknowledge()
-    for _ in range(20):
-        await asyncio.sleep(0)
-    assert not update.done()  # the supersede is sent, not acknowledged
-    written, supersede = held.values
-    assert (
-        supersede["memory_id"],
-        supersede["decision"],
-        supersede["by"],
-        supersede["written"],
-    ) == (
+
+    async def get(tenant_id: str, memory_id: str, after: object = None) -> MemoryRow | None:
+        return old if memory_id == old.memory_id else None
+
+    monkeypatch.setattr(service, "get", get)
+    body = {"content": "Alice lives in Porto", "at": "2026-03-01T12:30:00+00:00"}
+    async with client as http:
+        reply = await http.patch("/v1/memories/m1", json=body, headers=AUTH)
+    assert reply.status_code == 200, reply.text
+    (written,) = produced.values
+    assert "decision" not in written
+    assert (written["memory_id"], written["supersedes"], written["at"]) == (
+        reply.json()["memory_id"],
         "m1",
-        "supersede",
-        written["memory_id"],
-        True,
+        "2026-03-01T12:30:00+00:00",
     )
-    held.acknowledge()
-    token = await update
-    assert token is not None
-    assert token.offsets == {"memory-writes": {0: 1}}
+    record = decode_write(orjson.dumps(written), LIMITS_ACME)
+    assert record.supersedes == "m1"

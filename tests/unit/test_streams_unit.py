@@ -113,6 +113,9 @@ def write_bytes(**kw: object) -> bytes:
         (write_bytes(memory_type="procedural"), "memory_type"),
         (write_bytes(tags=["ok", ""]), "tags[1]"),
         (write_bytes(relations=["a b"]), "relations[0]"),
+        (write_bytes(supersedes="a b"), "supersedes"),
+        (write_bytes(supersedes="m1"), "supersedes"),  # itself
+        (write_bytes(supersedes=7), "supersedes"),
         (write_bytes(extra=1), "extra"),
         (write_bytes(content=None), "content"),
         (
@@ -1031,7 +1034,6 @@ def test_scheduled_consolidation_spreads_one_request_per_tenant() -> None:
         Supersede(T, "m9", "newer value"),
         # an LLM's: it does not chain (lost on the wire, it acted as the rule's)
         Supersede(T, "m9", "llm: newer value", hops=2, chains=False, replaces="m8"),
-        Supersede(T, "m9", "updated through the API by m9", written=True),
         Promote(T, Tier.SEMANTIC, "accessed often"),
         Purge(T, "purged"),
         Purge(T, "window", state_changed_at=T - timedelta(days=31, microseconds=7)),
@@ -1039,7 +1041,6 @@ def test_scheduled_consolidation_spreads_one_request_per_tenant() -> None:
         Succeeds(T, "m0", "m0 superseded by it"),
         Succeeds(T, "m0", "passed on", hops=3),
         Succeeds(T, "m0", "asked by a recheck", recheck=True),
-        Succeeds(T, "m0", "m0 superseded by it", written=True),
         Reinstate(T, "m9", "m9 is deleted"),
         Reinstate(T, "m9", "m9 is deleted", "m8", T - timedelta(hours=2), hops=2),
         Reinstate(T, "m9", "m9 is deleted", "s1"),  # merged into s1: valid_to kept

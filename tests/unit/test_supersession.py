@@ -38,6 +38,7 @@ from memcore import (
     revival,
     succession,
     supersession,
+    versioning,
 )
 from memcore.supersession import (
     MAX_WORD_CHARS,
@@ -2075,26 +2076,29 @@ def test_a_restatement_at_the_instant_of_a_newer_version_wins_the_tie_with_no_cy
     assert current(states) == {"m3": "m5", "m4": None, "m5": "m4"}
 
 
-def test_an_update_s_written_mark_goes_with_what_is_passed_on_for_its_version_alone() -> None:
-    """``written`` says the version ``by`` was on the log before the decision; what
-    :func:`relink` and :func:`bypass` pass on for that version is as late, so the mark goes with
-    it (its ``succeeds`` then reinstates the memory when the version was never applied), and
-    not with a decision passed on for another version, written at another time.
+def test_a_version_supersedes_the_memory_its_write_names_while_it_is_in_recall() -> None:
+    """An update's version sends the memory its write ``supersedes`` a ``supersede`` from the
+    write's time, decided on the state the write left: none when the write names none or the
+    version itself, or when the version is out of recall (deleted before its write was met
+    again: what it superseded was reinstated then).
     """
+    version = created(0.5, memory_id="lisbon", at=T0 + hours(10))
+    at = T0 + hours(10)
+    sent = versioning(version, "osaka", at)
+    assert sent is not None
+    assert (sent.target, sent.event.by, sent.event.at) == ("osaka", "lisbon", at)
+    assert sent.event.chains
+    assert versioning(version, None, at) is None
+    assert versioning(version, "lisbon", at) is None
+    for gone in (Lifecycle.DELETED, Lifecycle.FORGOTTEN):
+        assert versioning(dataclasses.replace(version, state=gone), "osaka", at) is None
+    archived = dataclasses.replace(version, state=Lifecycle.ARCHIVED)
+    assert versioning(archived, "osaka", at) is not None
     osaka = created(0.5, memory_id="osaka")
-    superseded, _ = apply(osaka, Supersede(T0 + hours(10), "lisbon", "update"), Policy())
+    superseded, effects = apply(osaka, sent.event, Policy())
     assert superseded is not None
-    later = Supersede(T0 + hours(20), "tokyo", "update", written=True)
-    (passed,) = relink(superseded, later)
-    assert (passed.target, passed.event.by, passed.event.written) == ("lisbon", "tokyo", True)
-    earlier = Supersede(T0 + hours(5), "porto", "update", written=True)
-    after, between = relink(superseded, earlier)
-    assert (after.target, after.event.by, after.event.written) == ("porto", "lisbon", False)
-    assert (between.target, between.event.by, between.event.written) == ("osaka", "porto", True)
-    states = versions(("n", 0), ("p", 10))
-    carry(states, [("n", Supersede(T0 + hours(10), "p", "rule"))])
-    carry(states, [("p", DELETE)])
-    (around,) = bypass(states["p"], Supersede(T0 + hours(20), "q", "update", written=True))
-    assert (around.target, around.event.by, around.event.written) == ("n", "q", True)
-    (plain,) = bypass(states["p"], Supersede(T0 + hours(20), "q", "rule"))
-    assert plain.event.written is False
+    assert (superseded.superseded_by, superseded.valid_to, effects[0].kind) == (
+        "lisbon",
+        at,
+        EffectKind.SUPERSEDED,
+    )

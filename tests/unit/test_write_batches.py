@@ -1318,43 +1318,92 @@ async def test_a_succeeds_for_a_memory_not_yet_written_reinstates_nothing(tmp_pa
     assert answered == [(b"acme/n", "reinstate", "p")]
 
 
-@pytest.mark.parametrize("applied", [False, True])
-async def test_an_update_whose_version_was_not_applied_leaves_its_memory_current(
-    tmp_path: Path, applied: bool
-) -> None:
-    """An update's version the worker dead-lettered (here: its words could not be embedded)
-    left the memory it updated superseded by a memory that never was: out of recall until a
-    consolidation's recheck. The update's ``supersede``, produced once the version's write is
-    on the log and marked ``written``, makes the ``succeeds`` the version gets a question its
-    tables answer: not held, the memory is reinstated; held, it records its predecessor.
+def _decisions(sent: list[tuple[str, bytes, dict[str, Any]]]) -> list[tuple[str, str, str]]:
+    """The ``(memory key, decision, by)`` of the decisions a batch sent to ``memory-writes``."""
+    return [
+        (k.decode(), v["decision"], v.get("by", ""))
+        for role, k, v in sent
+        if role == "memory-writes"
+    ]
+
+
+async def _carry(w: Worker, sent: list[tuple[str, bytes, dict[str, Any]]]) -> None:
+    """Apply what a batch sent to ``memory-writes``, and what that sends, to the end."""
+    while pending := [(k.decode(), orjson.dumps(v)) for r, k, v in sent if r == "memory-writes"]:
+        sent = await w.writes(*pending)
+
+
+async def test_an_update_whose_version_was_not_applied_supersedes_nothing(tmp_path: Path) -> None:
+    """An update produced its version's write and the ``supersede`` of the memory it updated
+    together: a version the worker dead-lettered (here its words could not be embedded) left
+    that memory superseded by a memory that never was, out of recall until a consolidation's
+    recheck. Now the write names the memory it ``supersedes`` and the worker sends the
+    ``supersede`` once the version is applied, and again when it meets the write again.
     """
     words = "Alice lives in Porto"
-    w = Worker(
-        tmp_path, Embedder({"Alice lives in Osaka": X, words: Y}, fail=[] if applied else [words])
-    )
+    w = Worker(tmp_path, Embedder({"Alice lives in Osaka": X, words: Y}, fail=[words]))
     await w.writes(("acme/m1", write("Alice lives in Osaka")))
-    sent = await w.writes(("acme/p", write(words, "p", at="2026-03-01T12:30:00+00:00")))
-    assert bool(letters(sent)) is not applied
-    at = datetime(2026, 3, 1, 12, 30, tzinfo=UTC)
-    update = Supersede(at, "p", "updated through the API by p", written=True)
-    sent = await w.writes(("acme/m1", orjson.dumps(decision_value("acme", "m1", update))))
-    (asked,) = [(k.decode(), v) for role, k, v in sent if role == "memory-writes"]
-    assert (asked[0], asked[1]["decision"], asked[1]["written"]) == ("acme/p", "succeeds", True)
-    sent = await w.writes((asked[0], orjson.dumps(asked[1])))
-    answered = [(k.decode(), v) for role, k, v in sent if role == "memory-writes"]
-    await w.writes(*((k, orjson.dumps(v)) for k, v in answered))
+    at = "2026-03-01T12:30:00+00:00"
+    version = write(words, "p", at=at, supersedes="m1")
+    sent = await w.writes(("acme/p", version))
+    assert [field for _, field, _ in letters(sent)] == ["embedding"]
+    assert _decisions(sent) == []
     state = w.worker.processor.state("acme/m1")
     assert state is not None
-    if applied:
-        assert answered == []
-        version = w.worker.processor.state("acme/p")
-        assert version is not None
-        assert version.predecessors == ("m1",)
-        assert (state.valid_to, state.superseded_by) == (at, "p")
-    else:
-        assert [(k, v["decision"], v["by"]) for k, v in answered] == [("acme/m1", "reinstate", "p")]
-        assert (state.valid_to, state.superseded_by) == (None, None)
-        assert w.store.rows["acme/m1"].superseded_by == ""
+    assert (state.valid_to, state.superseded_by) == (None, None)
+    w.worker.services.embedder.fail.clear()  # type: ignore[attr-defined]
+    sent = await w.writes(("acme/p", version))  # sent again, and applied
+    assert _decisions(sent) == [("acme/m1", "supersede", "p")]
+    await _carry(w, sent)
+    state, applied = w.worker.processor.state("acme/m1"), w.worker.processor.state("acme/p")
+    assert state is not None
+    assert applied is not None
+    assert (state.valid_to, state.superseded_by) == (datetime.fromisoformat(at), "p")
+    assert applied.predecessors == ("m1",)
+    assert w.store.rows["acme/m1"].superseded_by == "p"
+    w.offset -= 1  # the same write met again by offset (a redelivery): its decision again
+    sent = await w.writes(("acme/p", version))
+    assert _decisions(sent) == [("acme/m1", "supersede", "p")]
+
+
+async def test_racing_updates_whose_first_version_was_dead_lettered_leave_the_second_current(
+    tmp_path: Path,
+) -> None:
+    """Two updates of one memory that both passed the API's check, the earlier version's write
+    dead-lettered: the memory ends superseded by the later version alone (a reinstate answered
+    for the unknown version made it current beside the later one, in either order). The words
+    state no fact the supersession rule reads: only the updates supersede.
+    """
+    w = Worker(
+        tmp_path,
+        Embedder(
+            {"Notes from the first draft": X, "Notes from the third draft": Y},
+            fail=["Notes from the second draft"],
+        ),
+    )
+    await w.writes(("acme/m1", write("Notes from the first draft")))
+    sent = await w.writes(
+        (
+            "acme/v1",
+            write(
+                "Notes from the second draft", "v1", at="2026-03-01T12:30:00+00:00", supersedes="m1"
+            ),
+        ),
+        (
+            "acme/v2",
+            write(
+                "Notes from the third draft", "v2", at="2026-03-01T12:40:00+00:00", supersedes="m1"
+            ),
+        ),
+    )
+    assert [key for key, _, _ in letters(sent)] == [b"acme/v1"]
+    assert _decisions(sent) == [("acme/m1", "supersede", "v2")]
+    await _carry(w, sent)
+    states = {m: w.worker.processor.state(f"acme/{m}") for m in ("m1", "v1", "v2")}
+    assert states["v1"] is None
+    assert states["m1"] is not None
+    assert states["v2"] is not None
+    assert (states["m1"].superseded_by, states["v2"].superseded_by) == ("v2", None)
 
 
 def marker(memory_id: str) -> tuple[bytes, bytes]:
