@@ -578,9 +578,16 @@ def versioning(state: MemoryState, supersedes: str | None, at: datetime) -> Reli
     refused, erased first) supersedes nothing and the older memory stays current; decided on
     the state the write left (``state``), so a redelivered or retried write sends it again (the
     older memory ignores a copy) and :func:`relink` chains racing updates in time order. None
-    when the write names no memory, names the version itself, or left it out of recall.
+    when the write names no memory, names the version itself, or left it out of recall, and
+    for a write older than the version's life (``created_at`` after ``at``: deleted, then
+    written anew under its id, the update's write met again by offset is not its write).
     """
-    if supersedes is None or supersedes == state.memory_id or state.state in GONE:
+    if (
+        supersedes is None
+        or supersedes == state.memory_id
+        or state.state in GONE
+        or state.created_at > at
+    ):
         return None
     why = f"updated through the API by {state.memory_id}"
     return Relink(supersedes, Supersede(at, state.memory_id, why))

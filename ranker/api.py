@@ -217,6 +217,18 @@ class MemoryBody(Body):
     )
 
 
+RECALL_DOC = (
+    "The best k memories for a query text or vector, active and archived (an archived one takes"
+    " the archived penalty), ranked as the tenant's recall policy says (SPEC section 6). With"
+    " track (the default) each memory returned counts as a recall access; the token names those"
+    " accesses."
+)
+ARCHIVE_DOC = (
+    "Recall over archived memories only, scored as recall scores them, with no soft delete."
+    " Never tracked: its token is null, and track true is a 422 naming track."
+)
+
+
 class WriteBody(Body):
     memories: list[MemoryBody] = Field(min_length=1, max_length=1000)
 
@@ -347,10 +359,15 @@ def create_api(
         return await _search(service, seal, body, who, ("active", "archived"), limits)
 
     async def archive_search(body: RecallBody, who: Auth) -> Response:
+        if body.track and "track" in body.model_fields_set:  # else ignored, and not said
+            raise InvalidField("track", True, "an archive search is never tracked")
         untracked = body.model_copy(update={"track": False})
         return await _search(service, seal, untracked, who, ARCHIVED_ONLY, limits)
 
-    for path, endpoint in (("/v1/recall", recall), ("/v1/archive/search", archive_search)):
+    for path, endpoint, description in (
+        ("/v1/recall", recall, RECALL_DOC),
+        ("/v1/archive/search", archive_search, ARCHIVE_DOC),
+    ):
         api.router.add_api_route(
             path,
             endpoint,
@@ -358,6 +375,7 @@ def create_api(
             response_model=None,
             responses=RESULTS,
             route_class_override=DirectRoute,
+            description=description,
         )
 
     _write_routes(api, service, seal, limits)

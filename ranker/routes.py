@@ -243,7 +243,9 @@ def _update(api: FastAPI, service: RecallService, seal: TokenSeal, limits: Limit
         carried its words on); 409: it is deleted or already superseded (update the version
         that superseded it), unless by this same update (the same fields and ``at``) sent
         before: then 200 with that version and no token once it is applied (while it is live);
-        422 as for a write, and naming ``at`` when it is before the memory was created.
+        409 too when this same update's version was deleted, forgotten or erased since (sent
+        again, it would bring that version back); 422 as for a write, and naming ``at`` when it
+        is before the memory was created.
         """
         check_id("memory_id", memory_id)
         waits = await seal.read(body.after, who.tenant_id)
@@ -255,9 +257,12 @@ def _update(api: FastAPI, service: RecallService, seal: TokenSeal, limits: Limit
             made = _repeated(old, body, who.tenant_id, now, limits)
             if made is not None and await _live(service, who.tenant_id, made, waits):
                 return {"memory_id": made, "supersedes": memory_id, "token": None}
-            reason = f"superseded by {old.superseded_by}" if old.superseded_by else old.state
+            gone = old.state in ("deleted", "forgotten")
+            reason = old.state if gone else f"superseded by {old.superseded_by}"
             raise HTTPException(409, f"memory {memory_id} is {reason}: not updatable")
         document, at = new_version(old, body, who.tenant_id, now, limits)
+        if body.at is not None:  # the same update sent again: its version may have left since
+            await _not_left(service, who.tenant_id, memory_id, str(document["memory_id"]), waits)
         await seal.ready()
         token = await service.update(who.tenant_id, memory_id, document, at)
         if token is None:  # erased while the version was made: erased with it
@@ -301,6 +306,25 @@ async def _live(
     if row is None or row.state in _GONE:
         return False
     return not await service.erased(tenant_id, memory_id)
+
+
+async def _not_left(
+    service: RecallService, tenant_id: str, memory_id: str, made: str, after: Token | None
+) -> None:
+    """Raise a 409 when ``made``, the version an update with its ``at`` makes of ``memory_id``,
+    was made before and has left recall since (deleted, forgotten, purged, erased): sent again
+    late (a retry), the update would bring back a version the user deleted, and supersede
+    ``memory_id`` again, which that deletion had made current.
+    """
+    row = await service.get(tenant_id, made, after)
+    if row is not None and row.state in _GONE:
+        state = row.state
+    elif await service.erased(tenant_id, made):
+        state = "erased"
+    else:
+        return
+    why = f"the version this update made, {made}, is {state}: not made again"
+    raise HTTPException(409, f"memory {memory_id}: {why} (send it with another at, or none)")
 
 
 def new_version(

@@ -755,7 +755,9 @@ class RecallService:
         before ``at`` still finds it): one write naming ``memory_id`` in ``supersedes``, whose
         ``supersede`` the worker sends once the version is applied (:func:`memcore.versioning`),
         so a version it dead-letters supersedes nothing. Both are audited; the token a read can
-        wait for (it covers the ``supersede``, derived from the write: :mod:`ranker.applied`).
+        wait for (it covers the ``supersede``, derived from the write: :mod:`ranker.applied`;
+        not what that derives in turn: a summary ``memory_id`` was archived into leaves recall a
+        moment later).
         A summary ``memory_id`` was archived into is deleted by the worker as the supersession
         applies (:func:`memcore.summary_outdated`). None when ``memory_id`` was erased while
         the version was made (an erase answered between the caller's check and now found no

@@ -45,7 +45,10 @@ async def consolidate(
     if args.strategies:
         request["strategies"] = args.strategies
     every = args.tenant == "*"
-    expected = await _tenant_count(settings) if every else 1  # before anything is sent
+    known = await _tenant_ids(settings)  # before anything is sent
+    if not every and args.tenant not in known:
+        raise UnknownTenantError(args.tenant)
+    expected = len(known) if every else 1
     consumer = AIOKafkaConsumer(
         settings.topic(topics.AUDIT),
         **settings.kafka().client(),
@@ -99,12 +102,18 @@ def new_request_id() -> str:
     return f"cli-{uuid.uuid4().hex[:12]}"
 
 
-async def _tenant_count(settings: WorkerSettings) -> int:
-    """How many tenants there are now (the file's and the tenants topic's)."""
+class UnknownTenantError(Exception):
+    """The tenant a request names is in neither the tenants file nor the tenants topic: the
+    worker would dead-letter the request, and no report would come.
+    """
+
+
+async def _tenant_ids(settings: WorkerSettings) -> frozenset[str]:
+    """The tenants there are now (the file's and the tenants topic's)."""
     tenants = settings.tenant_log()
     try:
         await tenants.catch_up()
-        return len(tenants.tenants)
+        return frozenset(tenants.tenants)
     finally:
         await tenants.stop()
 
@@ -180,9 +189,12 @@ def main(argv: list[str], prog: str = "python -m streams consolidate") -> int:
     except (KafkaError, OSError) as exc:
         print(f"cannot reach the broker at {settings.kafka_bootstrap}: {exc}", file=sys.stderr)
         return 2
-    except CompactedLogError as exc:  # counting the tenants of "*": nothing was sent
-        print(f"cannot count the tenants, nothing was sent: {exc}", file=sys.stderr)
+    except CompactedLogError as exc:  # reading the tenants: nothing was sent
+        where = settings.kafka_bootstrap
+        print(f"cannot read the tenants from {where}, nothing was sent: {exc}", file=sys.stderr)
         return 2
+    except UnknownTenantError:
+        parser.error(f"argument --tenant: no tenant {args.tenant!r} (tenants file and topic)")
     for report in reports:
         mode = "dry run" if report["dry_run"] else "applied"
         total = report.get("decisions_total", len(report["decisions"]))

@@ -143,7 +143,7 @@ class Memory:
 
 class History(list[dict[str, Any]]):
     """A memory's audit records in the order they were decided (a list of dicts: kind, reason,
-    at, source, offset, after; ``at`` is the event's time, which a late event puts before
+    at, source, after; ``at`` is the event's time, which a late event puts before
     earlier records), with ``total``: how many the log holds of it, and ``truncated``: True when only the
     newest were returned (the service returns 10,000 at most).
     """

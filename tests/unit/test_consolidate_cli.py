@@ -121,16 +121,39 @@ def test_every_tenant_whose_count_fails_sends_nothing_and_says_so(
     """The tenants were counted after the request was sent: a count that failed ended in a
     traceback naming no request, and a user sent it again."""
 
-    async def unreadable(settings: object) -> int:
+    async def unreadable(settings: object) -> frozenset[str]:
         raise TenantLogError("no answer from the broker")
 
     def no_client(*args: object, **kwargs: object) -> object:
         raise AssertionError("a Kafka client was made: the request could have been sent")
 
-    monkeypatch.setattr(cli, "_tenant_count", unreadable)
+    monkeypatch.setattr(cli, "_tenant_ids", unreadable)
     monkeypatch.setattr(cli, "AIOKafkaProducer", no_client)
     monkeypatch.setattr(cli, "AIOKafkaConsumer", no_client)
     assert main(["--tenant", "*", "--wait", "1"]) == 2
     error = capsys.readouterr().err
     assert "nothing was sent" in error
     assert "no answer from the broker" in error
+
+
+def test_a_tenant_neither_the_file_nor_the_topic_holds_is_refused_before_anything_is_sent(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README: a tenant id the worker would refuse is refused at once. An unknown tenant was
+    sent, dead-lettered by the worker, and the command waited out ``--wait`` (60 s by default)
+    for a report that never came.
+    """
+
+    async def known(settings: object) -> frozenset[str]:
+        return frozenset({"acme"})
+
+    def no_client(*args: object, **kwargs: object) -> object:
+        raise AssertionError("a Kafka client was made: the request could have been sent")
+
+    monkeypatch.setattr(cli, "_tenant_ids", known)
+    monkeypatch.setattr(cli, "AIOKafkaProducer", no_client)
+    monkeypatch.setattr(cli, "AIOKafkaConsumer", no_client)
+    with pytest.raises(SystemExit) as refused:
+        main(["--tenant", "nosuch", "--dry-run"])
+    assert refused.value.code == 2
+    assert "argument --tenant: no tenant 'nosuch'" in capsys.readouterr().err

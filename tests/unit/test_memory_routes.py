@@ -218,6 +218,30 @@ def test_a_record_on_the_audit_topic_that_is_not_an_audit_record_is_left_out(raw
     assert _event(mine, "globex") == []
 
 
+def test_history_shows_no_offset_of_the_topic_every_tenant_shares() -> None:
+    """Each record showed its event's offset on ``memory-writes``: two of them told a tenant
+    exactly how many records all other tenants wrote to that partition between them (a walk
+    counted another tenant's 40 writes so), what tokens are sealed against.
+    """
+    record = {
+        "tenant_id": "acme",
+        "kind": "created",
+        "reason": "written",
+        "at": "2026-03-01T12:00:00+00:00",
+        "source": "memory-writes/2",
+        "offset": 41,
+        "after": {"state": "active"},
+    }
+    (shown,) = _event(orjson.dumps(record), "acme")
+    assert shown == {
+        "kind": "created",
+        "reason": "written",
+        "at": "2026-03-01T12:00:00+00:00",
+        "source": "memory-writes/2",
+        "after": {"state": "active"},
+    }
+
+
 def test_a_page_looks_at_a_bounded_number_of_ids_and_the_walk_still_finds_all() -> None:
     """A rare filter over a large tenant asked Milvus of every id for one page (120 queries for a
     tag one memory of 60,000 has): a page now ends after SCAN_MAX ids, with a cursor.
@@ -442,6 +466,50 @@ async def test_an_update_sent_again_after_it_was_applied_is_the_same_version_not
     assert produced.values == []
     deleted = dataclasses.replace(applied, state="deleted")
     assert (await _patched(monkeypatch, deleted, body)).status_code == 409
+
+
+@pytest.mark.anyio
+async def test_an_update_sent_again_after_its_version_was_deleted_does_not_bring_it_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A walk updated m1 with ``at``, deleted the version (m1 current again, as promised), then
+    sent the same update again: 200, the deleted version active again and m1 superseded by it,
+    undoing the user's delete. Now a 409 names the version and its state; the update with
+    another ``at`` makes a new version. A memory deleted after it was superseded is named
+    deleted (its successor, maybe deleted too, is not what to update).
+    """
+    old = make_row("acme", "m1", (1.0, 0.0, 0.0, 0.0))
+    body = orjson.dumps({"content": "Alice lives in Porto", "at": "2026-03-01T12:00:00Z"})
+    made = (await _patched(monkeypatch, old, body)).json()["memory_id"]
+    rows: dict[str, MemoryRow] = {}
+    produced = Produced()
+    service, client = service_and_client(produced)
+
+    async def get(tenant_id: str, memory_id: str, after: object = None) -> MemoryRow | None:
+        return rows.get(memory_id)
+
+    monkeypatch.setattr(service, "get", get)
+    headers = AUTH | {"content-type": "application/json"}
+    version = make_row("acme", made, (1.0, 0.0, 0.0, 0.0), content="Alice lives in Porto")
+    async with client as http:
+        for state in ("deleted", "forgotten", "purged"):
+            rows.update(m1=old, **{made: dataclasses.replace(version, state=state)})
+            refused = await http.patch("/v1/memories/m1", content=body, headers=headers)
+            assert refused.status_code == 409, refused.text
+            assert f"{made}, is {state}" in refused.json()["detail"]
+        assert produced.values == []
+        rows[made] = version  # live, its supersede not applied yet: the same version again
+        again = await http.patch("/v1/memories/m1", content=body, headers=headers)
+        assert (again.status_code, again.json()["memory_id"]) == (200, made)
+        rows[made] = dataclasses.replace(version, state="deleted")
+        later = orjson.dumps({"content": "Alice lives in Porto", "at": "2026-03-01T12:00:01Z"})
+        anew = await http.patch("/v1/memories/m1", content=later, headers=headers)
+        assert anew.status_code == 200, anew.text
+        assert anew.json()["memory_id"] != made
+        rows["m1"] = dataclasses.replace(old, state="deleted", superseded_by=made)
+        gone = await http.patch("/v1/memories/m1", content=later, headers=headers)
+    assert gone.status_code == 409
+    assert gone.json()["detail"] == "memory m1 is deleted: not updatable"
 
 
 def test_every_memory_returned_names_the_memories_it_was_written_related_to() -> None:

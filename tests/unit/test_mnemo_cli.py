@@ -151,7 +151,7 @@ def test_the_kafka_commands_answer_a_broker_they_cannot_reach_with_one_line(
 
     monkeypatch.setenv("MNEMO_KAFKA_BOOTSTRAP", "127.0.0.1:1")  # nothing listens there
     assert consolidate_cli.main(["--tenant", "demo", "--wait", "1"]) == 2
-    assert "cannot reach the broker at 127.0.0.1:1" in capsys.readouterr().err
+    assert "cannot read the tenants from 127.0.0.1:1" in capsys.readouterr().err
     assert rebuild.main("state-hash", []) == 2
     assert "cannot read the tables from 127.0.0.1:1" in capsys.readouterr().err
     monkeypatch.setenv("MNEMO_KAFKA_SSL_CAFILE", "/etc/ca.pem")  # TLS asked, PLAINTEXT kept

@@ -193,3 +193,41 @@ async def test_a_recall_parameter_the_answer_would_ignore_or_a_write_refuses_is_
     assert (listed.status_code, listed.json()["field"]) == (422, "user_id"), listed.text
     assert (access.status_code, access.json()["field"]) == (422, "at"), access.text
     assert not produced.values
+
+
+async def test_archive_search_refuses_track_it_would_ignore_and_says_so_in_its_description(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``"track": true`` on the archive route was answered 200 and recorded nothing, and no
+    description said the route never tracks: a caller believed its archive reads were counted.
+    """
+    produced = Produced()
+    service, client = service_and_client(produced)
+    swept = make_row("acme", "old", (1.0, 0.0, 0.0, 0.0), state="archived")
+
+    def candidates(tenant_id: str, vector: object, query: RecallQuery) -> list[Candidate]:
+        return [Candidate(swept, 1.0, None)]
+
+    monkeypatch.setattr(service, "_candidates", candidates)
+    body = {"vector": [1, 0, 0, 0]}
+    await service.start()
+    try:
+        async with client as http:
+            tracked = await http.post(
+                "/v1/archive/search", json={**body, "track": True}, headers=AUTH
+            )
+            replies = [
+                await http.post("/v1/archive/search", json=b, headers=AUTH)
+                for b in (body, {**body, "track": False})
+            ]
+            doc = (await http.get("/openapi.json")).json()
+    finally:
+        await service.stop()
+    assert (tracked.status_code, tracked.json()["field"]) == (422, "track"), tracked.text
+    for reply in replies:
+        assert reply.status_code == 200, reply.text
+        assert [r["memory_id"] for r in reply.json()["results"]] == ["old"]
+        assert reply.json()["token"] is None
+    assert produced.values == []
+    assert "Never tracked" in doc["paths"]["/v1/archive/search"]["post"]["description"]
+    assert "track" in doc["paths"]["/v1/recall"]["post"]["description"]

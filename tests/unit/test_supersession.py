@@ -2094,6 +2094,9 @@ def test_a_version_supersedes_the_memory_its_write_names_while_it_is_in_recall()
         assert versioning(dataclasses.replace(version, state=gone), "osaka", at) is None
     archived = dataclasses.replace(version, state=Lifecycle.ARCHIVED)
     assert versioning(archived, "osaka", at) is not None
+    # deleted, then written anew by another write: the update's write met again is not its life's
+    anew = dataclasses.replace(version, created_at=at + hours(1))
+    assert versioning(anew, "osaka", at) is None
     osaka = created(0.5, memory_id="osaka")
     superseded, effects = apply(osaka, sent.event, Policy())
     assert superseded is not None

@@ -1366,6 +1366,32 @@ async def test_an_update_whose_version_was_not_applied_supersedes_nothing(tmp_pa
     assert _decisions(sent) == [("acme/m1", "supersede", "p")]
 
 
+async def test_an_update_s_write_met_again_after_its_version_was_written_anew_supersedes_nothing(
+    tmp_path: Path,
+) -> None:
+    """The version deleted (the memory current again), then written anew under its id by a
+    plain write: the update's write met again by offset (a crash before its commit) superseded
+    the memory again, as the run without the crash did not.
+    """
+    w = Worker(tmp_path, Embedder({"Notes from the first draft": X, "Notes, second draft": Y}))
+    await w.writes(("acme/m1", write("Notes from the first draft")))
+    update = write("Notes, second draft", "v", at="2026-03-01T12:30:00+00:00", supersedes="m1")
+    await _carry(w, await w.writes(("acme/v", update)))
+    first = w.offset
+    gone = Retire(datetime(2026, 3, 1, 12, 45, tzinfo=UTC), Lifecycle.DELETED, "deleted")
+    await _carry(w, await w.writes(("acme/v", orjson.dumps(decision_value("acme", "v", gone)))))
+    fresh = write("Notes, second draft", "v", at="2026-03-01T12:50:00+00:00")
+    assert letters(await w.writes(("acme/v", fresh))) == []
+    state = w.worker.processor.state("acme/m1")
+    assert state is not None
+    assert state.superseded_by is None  # current again since v was deleted
+    w.offset = first - 1
+    sent = await w.writes(("acme/v", update))  # met again by offset
+    print("SENT", [(r, k, v.get("decision"), v.get("kind"), v.get("reason")) for r, k, v in sent])
+    print("STATE", w.worker.processor.state("acme/v"))
+    assert _decisions(sent) == []
+
+
 async def test_racing_updates_whose_first_version_was_dead_lettered_leave_the_second_current(
     tmp_path: Path,
 ) -> None:
