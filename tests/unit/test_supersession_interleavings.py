@@ -3,7 +3,9 @@
 A worker meets the records about one fact's versions in any order across memories (each memory's
 own records stay in order: one FIFO queue per key): supersedes sent by each version's check,
 restatements (some at the very instant another version was written), deletes, forgets,
-rewrites, purges, an API update whose write comes late, and consolidation rechecks planned on a
+rewrites, purges, API updates (one write naming what it supersedes, dead-lettered or applied,
+its version deleted and the update sent again; and, as logs from before 2026-12-07 hold them, a
+supersede whose version's write comes late), and consolidation rechecks planned on a
 store that may have moved on by the time they land. Only orderings a worker can meet are made: a
 supersede is dated at the newer version's statement, never after it. Once rechecks find nothing
 more, no version in recall may hide behind one out of recall, purged or unknown; every group of
@@ -31,8 +33,10 @@ from .test_streams_unit import Tables, decision_bytes, write_bytes
 Record = tuple[bytes, bytes]
 IN_RECALL = (Lifecycle.ACTIVE, Lifecycle.ARCHIVED)
 IDS = ["m1", "m2", "m3", "m4", "m5"]
-LATE = "m9"  # an API update's new version, whose write may come after a recheck
-DAYS = {m: i + 1 for i, m in enumerate(IDS)} | {LATE: 6}
+LATE = "m9"  # an API update's new version, whose write may come after a recheck (logs before 12-07)
+UPD = ["u1", "u2"]  # versions of API updates since 2026-12-07: one write naming what it supersedes
+DAYS = {m: i + 1 for i, m in enumerate(IDS)} | {LATE: 6, "u1": 6, "u2": 7}
+ALL = [*IDS, LATE, *UPD]
 MAX_DECISIONS = 500
 SEEDS = range(40)
 RUNS_PER_SEED = 6
@@ -46,9 +50,11 @@ def key(memory: str) -> bytes:
     return f"acme/{memory}".encode()
 
 
-def write(memory: str, day: int) -> Record:
+def write(memory: str, day: int, supersedes: str | None = None) -> Record:
+    # an update's words state no fact the rule reads: only its write supersedes what it updates
+    content = f"Alice lives in {memory}" if memory not in UPD else f"See the notes of {memory}"
     return key(memory), write_bytes(
-        memory_id=memory, content=f"Alice lives in {memory}", at=at(day)
+        memory_id=memory, content=content, at=at(day), supersedes=supersedes
     )
 
 
@@ -113,9 +119,18 @@ def scenario(rng: random.Random) -> tuple[list[Record], list[Action]]:
             )
         elif k < 0.73:
             actions.append(Action("purge", memory=rng.choice([*IDS, LATE])))
-        elif k < 0.85:
+        elif k < 0.8:
             actions.append(Action("recheck", lag=rng.random() < 0.5))
-        else:  # an API update: the old version superseded now, the new one's write queued
+        elif k < 0.9:  # an API update: one write naming what it supersedes, or dead-lettered
+            version = rng.choice(UPD)
+            updated = rng.choice([IDS[-1], *(m for m in IDS if DAYS[m] < DAYS[version])])
+            if rng.random() < 0.5:  # applied (else nothing of it is ever applied)
+                actions.append(Action("queue", (write(version, DAYS[version], updated),)))
+            if rng.random() < 0.3:  # the user deletes the version; the update maybe sent again
+                actions.append(Action("queue", (retire(version, "deleted", 8),)))
+                if rng.random() < 0.5:
+                    actions.append(Action("queue", (write(version, DAYS[version], updated),)))
+        else:  # an API update before 12-07: the old version superseded, the new one's write queued
             actions.append(Action("queue", (supersede(rng.choice(IDS), LATE, DAYS[LATE]),)))
             if rng.random() < 0.8:
                 actions.append(Action("late-write"))
@@ -129,6 +144,7 @@ class World:
         self.after: dict[Record, list[Record]] = {}  # a restatement's checks, sent once it lands
         self.steps: list[str] = []
         self.applied = 0
+        self.updates: dict[str, str] = {}  # an applied update's version -> the memory it updated
         for k, v in setup:
             self.tables.carry_out(self.tables.write(v, k).out)
 
@@ -142,6 +158,9 @@ class World:
     def apply(self, k: bytes) -> None:
         record = (k, self.queues[k].popleft())
         self.applied += 1
+        updated = orjson.loads(record[1]).get("supersedes")
+        if updated is not None:
+            self.updates[k.decode().split("/")[1]] = updated
         self.steps.append(f"apply {describe(record)}")
         for out in self.tables.write(record[1], k).out:
             if out.role == "memory-writes" and out.key is not None:
@@ -152,7 +171,7 @@ class World:
     def recheck(self) -> list[Record]:
         """The records of a consolidation's recheck of orphaned versions, planned on the store."""
         items = []
-        for m in [*IDS, LATE]:
+        for m in ALL:
             loaded = self.tables.processor.load(f"acme/{m}")
             if loaded is not None and not loaded[0].purged:
                 items.append(item_of(MemoryRow.of(*loaded)))
@@ -217,7 +236,7 @@ def interleave(setup: list[Record], actions: list[Action], rng: random.Random) -
 
 
 def rule_zero_violations(world: World) -> list[str]:
-    states = {m: world.tables.processor.state(f"acme/{m}") for m in [*IDS, LATE]}
+    states = {m: world.tables.processor.state(f"acme/{m}") for m in ALL}
     live = {m: s for m, s in states.items() if s is not None and not s.purged}
     in_recall = {m: s for m, s in live.items() if s.state in IN_RECALL}
     bad = []
@@ -240,6 +259,12 @@ def rule_zero_violations(world: World) -> list[str]:
         members = sorted(m for m in in_recall if root(m) == r)
         if all(in_recall[m].superseded_by is not None for m in members):
             bad.append(f"versions {members} in recall: none current")
+    for version, updated in world.updates.items():  # an applied update leaves one of them current
+        v, u = in_recall.get(version), in_recall.get(updated)
+        if v is None or u is None or v.superseded_by is not None or u.superseded_by is not None:
+            continue
+        if (u.stated_at or u.created_at) < v.created_at:  # not stated again since the update
+            bad.append(f"{updated} current beside {version}, which updated it")
     if world.steps[-1:] == ["rechecks did not quiesce"] or world.applied >= MAX_DECISIONS:
         bad.append(f"{world.applied} decisions applied, rechecks still finding more")
     return bad
