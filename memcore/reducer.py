@@ -124,6 +124,10 @@ def create(event: Write, policy: Policy) -> MemoryState:
 
 
 def _write(state: MemoryState | None, event: Write, policy: Policy) -> Result:
+    if event.supersedes is not None and state is not None and state.state in GONE:
+        # the same update sent again after its version left recall: the user's delete stands
+        why = f"an update of {event.supersedes} made it, and it is {state.state} since: not again"
+        return state, (Effect(EffectKind.IGNORED, why),)
     if state is None or state.state is Lifecycle.DELETED:
         new = create(event, policy)
         if state is not None:

@@ -184,6 +184,8 @@ class Write:
         memory_type: the writer's tier, or None to classify by importance.
         summary_of: for a summary memory, the ids it compresses.
         session_id, agent_id, user_id: the writer's scope (see :class:`MemoryState`).
+        supersedes: the memory this write is a new version of (an update through the API); a
+            version deleted or forgotten since is not made again by it (:func:`memcore.apply`).
     """
 
     tenant_id: str
@@ -198,6 +200,7 @@ class Write:
     tags: tuple[str, ...] = ()
     relations: tuple[str, ...] = ()
     summary_of: tuple[str, ...] = ()
+    supersedes: str | None = None
     position: Position | None = None
 
 

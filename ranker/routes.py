@@ -314,14 +314,18 @@ async def _not_left(
     """Raise a 409 when ``made``, the version an update with its ``at`` makes of ``memory_id``,
     was made before and has left recall since (deleted, forgotten, purged, erased): sent again
     late (a retry), the update would bring back a version the user deleted, and supersede
-    ``memory_id`` again, which that deletion had made current.
+    ``memory_id`` again, which that deletion had made current. A purge is known from the state
+    view's marks; past them the worker ignores the write (:func:`memcore.apply`: an update's
+    write does not make its version anew).
     """
     row = await service.get(tenant_id, made, after)
     if row is not None and row.state in _GONE:
         state = row.state
+    elif row is None and service.purged(tenant_id, made):  # its row is gone from Milvus
+        state = "purged"
     elif await service.erased(tenant_id, made):
         state = "erased"
-    else:
+    else:  # not made (its write dead-lettered), or live: the same version again
         return
     why = f"the version this update made, {made}, is {state}: not made again"
     raise HTTPException(409, f"memory {memory_id}: {why} (send it with another at, or none)")
@@ -506,7 +510,7 @@ def _history(api: FastAPI, service: RecallService, seal: TokenSeal, audit: Audit
         with ``kind`` (created, superseded, archived, revived, deleted...), ``reason``, event
         time ``at`` (a late event, such as a backdated write or access or a tracked recall with
         a past ``at``, is dated before records above it), the record it
-        came from (``source``, ``offset``) and the state after it. At most the newest 10,000
+        came from (``source``) and the state after it. At most the newest 10,000
         (those that explain its state now): ``total`` counts them all, ``truncated`` says the
         oldest were left out. 404 when this tenant has no such memory and the log has nothing
         about it.

@@ -852,6 +852,12 @@ class RecallService:
             return await self.view.sorted_ids(tenant_id)
         return sorted(await asyncio.to_thread(self.store.every_id, tenant_id, Filters(states=())))
 
+    def purged(self, tenant_id: str, memory_id: str) -> bool:
+        """The memory was purged, as the state view tells (among its last purge marks; False
+        without a view): a read by id finds nothing of it.
+        """
+        return self.view is not None and self.view.purged(tenant_id, memory_id)
+
     async def get_many(
         self, tenant_id: str, memory_ids: Sequence[str], after: Token | None = None
     ) -> dict[str, MemoryRow]:

@@ -47,7 +47,13 @@ async def consolidate(
     every = args.tenant == "*"
     known = await _tenant_ids(settings)  # before anything is sent
     if not every and args.tenant not in known:
-        raise UnknownTenantError(args.tenant)
+        if settings.tenants_file is not None or settings.tenants:
+            raise UnknownTenantError(args.tenant)
+        print(  # the worker may hold a tenants file this shell was not given
+            f"tenant {args.tenant!r} is not on the tenants topic and this shell names no tenants"
+            " file (MNEMO_TENANTS_FILE): sent, for a worker that knows it",
+            file=sys.stderr,
+        )
     expected = len(known) if every else 1
     consumer = AIOKafkaConsumer(
         settings.topic(topics.AUDIT),
@@ -103,8 +109,9 @@ def new_request_id() -> str:
 
 
 class UnknownTenantError(Exception):
-    """The tenant a request names is in neither the tenants file nor the tenants topic: the
-    worker would dead-letter the request, and no report would come.
+    """The tenant a request names is in neither this shell's tenants file (or
+    ``MNEMO_TENANTS``) nor the tenants topic: the worker would dead-letter the request, and no
+    report would come.
     """
 
 
@@ -195,6 +202,9 @@ def main(argv: list[str], prog: str = "python -m streams consolidate") -> int:
         return 2
     except UnknownTenantError:
         parser.error(f"argument --tenant: no tenant {args.tenant!r} (tenants file and topic)")
+    except InvalidField as exc:  # this shell's tenants file: nothing was sent
+        print(f"cannot read the tenants, nothing was sent: {exc}", file=sys.stderr)
+        return 2
     for report in reports:
         mode = "dry run" if report["dry_run"] else "applied"
         total = report.get("decisions_total", len(report["decisions"]))

@@ -175,6 +175,35 @@ def contained(message: Inbound, batch: Batch) -> Iterator[None]:
         batch.out.append(internal_error(message, exc))
 
 
+def _vector_of(
+    hashed: str, vector: tuple[float, ...] | None, doc: Document | None
+) -> tuple[float, ...] | None:
+    """``vector`` (the record's or a computed one), else the stored document's when it holds the
+    words hashed ``hashed``; None otherwise.
+    """
+    if vector is None and doc is not None and content_hash(doc.content) == hashed:
+        return doc.vector
+    return vector
+
+
+def _with_metadata(
+    message: Inbound, record: WriteRecord, doc: Document, key_id: str | None, batch: Batch
+) -> Document | None:
+    """``doc`` with ``record``'s metadata merged over its own; None after sending the write to
+    dead-letter naming ``metadata`` when the merge is over ``MAX_METADATA_BYTES`` as JSON (a
+    stored memory's metadata is one a write may carry).
+    """
+    merged = {**doc.metadata, **record.metadata}
+    size = len(orjson.dumps(merged))
+    if size > MAX_METADATA_BYTES:
+        why = f"merged with the stored metadata over {MAX_METADATA_BYTES} bytes as JSON"
+        batch.out.append(
+            dead_letter(message, RecordError("metadata", f"<{size} bytes merged>", why))
+        )
+        return None
+    return Document(doc.content, doc.vector, merged, doc.context, key_id)
+
+
 def decision_record(tenant_id: str, memory_id: str, event: DecisionEvent) -> Outbound:
     """A decision for one memory on ``memory-writes``, keyed by it (on its partition)."""
     value = decision_value(tenant_id, memory_id, event)
@@ -592,11 +621,17 @@ class Processor:
             tags=record.tags,
             relations=record.relations,
             summary_of=record.summary_of,
+            supersedes=record.supersedes,
             position=message.position,
         )
         policy = self.policy(record.tenant_id)
         new, effects = apply(state, event, policy)
         assert new is not None  # a write always leaves a state
+        if effects[0].kind is EffectKind.IGNORED and new.state in GONE:  # an update's, late
+            self.put_state(record.key, new)  # its offset: a redelivery is skipped
+            self._after(message, record.at, new, effects, batch, sync=False)
+            self.release(key, batch)
+            return
         skipped = effects[0].kind is EffectKind.SKIPPED
         # a document of other words than the state's: a crash kept a rewrite's state record and
         # lost its document's; the redelivered rewrite writes it again
@@ -608,26 +643,16 @@ class Processor:
         new_doc = None
         key_id = record.key_id or (doc.key_id if doc is not None else None)
         if doc is None or stale or effects[0].kind in (EffectKind.CREATED, EffectKind.UPDATED):
-            use = vector
-            if use is None and doc is not None and content_hash(doc.content) == event.content_hash:
-                use = doc.vector  # the stored vector is this content's
+            use = _vector_of(event.content_hash, vector, doc)
             if use is None:  # never the vector of other content: it would find the old words
                 missing = RecordError("embedding", None, "no vector given or computed")
                 batch.out.append(dead_letter(message, missing))
                 return
             new_doc = Document(record.content, use, record.metadata, record.context, key_id)
         elif record.metadata:
-            merged = {**doc.metadata, **record.metadata}
-            size = len(orjson.dumps(merged))
-            if size > MAX_METADATA_BYTES:  # a stored memory's metadata is one a write may carry
-                over = RecordError(
-                    "metadata",
-                    f"<{size} bytes merged>",
-                    f"merged with the stored metadata over {MAX_METADATA_BYTES} bytes as JSON",
-                )
-                batch.out.append(dead_letter(message, over))
+            new_doc = _with_metadata(message, record, doc, key_id, batch)
+            if new_doc is None:
                 return
-            new_doc = Document(doc.content, doc.vector, merged, doc.context, key_id)
         if new_doc is not None:
             try:
                 sealer = self.data_key(record.tenant_id, record.memory_id, key_id)

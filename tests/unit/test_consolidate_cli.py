@@ -153,7 +153,41 @@ def test_a_tenant_neither_the_file_nor_the_topic_holds_is_refused_before_anythin
     monkeypatch.setattr(cli, "_tenant_ids", known)
     monkeypatch.setattr(cli, "AIOKafkaProducer", no_client)
     monkeypatch.setattr(cli, "AIOKafkaConsumer", no_client)
+    monkeypatch.setenv("MNEMO_TENANTS", "acme")
     with pytest.raises(SystemExit) as refused:
         main(["--tenant", "nosuch", "--dry-run"])
     assert refused.value.code == 2
     assert "argument --tenant: no tenant 'nosuch'" in capsys.readouterr().err
+
+
+class SentError(Exception):
+    """The command went on to send its request (its Kafka clients were asked for)."""
+
+
+def test_a_tenant_unknown_to_a_shell_that_names_no_tenants_file_is_sent_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``make up`` gives its tenants file to the worker alone: README's own
+    ``python -m streams consolidate --tenant demo`` from a plain shell was refused, the worker
+    knowing ``demo``. A tenants file this shell cannot read is one line, not a traceback.
+    """
+
+    async def topic_only(settings: object) -> frozenset[str]:
+        return frozenset({"other"})
+
+    def sending(*args: object, **kwargs: object) -> object:
+        raise SentError
+
+    monkeypatch.delenv("MNEMO_TENANTS", raising=False)
+    monkeypatch.delenv("MNEMO_TENANTS_FILE", raising=False)
+    monkeypatch.setattr(cli, "_tenant_ids", topic_only)
+    monkeypatch.setattr(cli, "AIOKafkaConsumer", sending)
+    with pytest.raises(SentError):
+        main(["--tenant", "demo", "--dry-run"])
+    assert "'demo' is not on the tenants topic" in capsys.readouterr().err
+    monkeypatch.undo()
+    monkeypatch.setenv("MNEMO_TENANTS_FILE", "/nonexistent/tenants.json")
+    assert main(["--tenant", "demo", "--dry-run"]) == 2
+    error = capsys.readouterr().err
+    assert "cannot read the tenants, nothing was sent" in error
+    assert "tenants_file" in error

@@ -491,13 +491,21 @@ async def test_an_update_sent_again_after_its_version_was_deleted_does_not_bring
     monkeypatch.setattr(service, "get", get)
     headers = AUTH | {"content-type": "application/json"}
     version = make_row("acme", made, (1.0, 0.0, 0.0, 0.0), content="Alice lives in Porto")
+    purged: set[str] = set()
+    monkeypatch.setattr(service, "purged", lambda tenant_id, memory_id: memory_id in purged)
     async with client as http:
         for state in ("deleted", "forgotten", "purged"):
-            rows.update(m1=old, **{made: dataclasses.replace(version, state=state)})
+            rows["m1"] = old
+            if state == "purged":  # no row is read of it: the state view knows it purged
+                rows.pop(made)
+                purged.add(made)
+            else:
+                rows[made] = dataclasses.replace(version, state=state)
             refused = await http.patch("/v1/memories/m1", content=body, headers=headers)
             assert refused.status_code == 409, refused.text
             assert f"{made}, is {state}" in refused.json()["detail"]
         assert produced.values == []
+        purged.clear()
         rows[made] = version  # live, its supersede not applied yet: the same version again
         again = await http.patch("/v1/memories/m1", content=body, headers=headers)
         assert (again.status_code, again.json()["memory_id"]) == (200, made)

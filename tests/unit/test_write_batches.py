@@ -1387,9 +1387,44 @@ async def test_an_update_s_write_met_again_after_its_version_was_written_anew_su
     assert state.superseded_by is None  # current again since v was deleted
     w.offset = first - 1
     sent = await w.writes(("acme/v", update))  # met again by offset
-    print("SENT", [(r, k, v.get("decision"), v.get("kind"), v.get("reason")) for r, k, v in sent])
-    print("STATE", w.worker.processor.state("acme/v"))
     assert _decisions(sent) == []
+
+
+@pytest.mark.parametrize("purged", [False, True])
+async def test_an_update_sent_again_after_its_version_left_recall_does_not_make_it_again(
+    tmp_path: Path, purged: bool
+) -> None:
+    """The route refuses the same update sent again once its version was deleted (a 409), but a
+    purge it knows only from the state view's last marks; past them the write reached the worker,
+    which made the version anew and superseded the memory again, undoing the user's delete.
+    """
+    w = Worker(tmp_path, Embedder({"Notes from the first draft": X, "Notes, second draft": Y}))
+    await w.writes(("acme/m1", write("Notes from the first draft")))
+    update = write("Notes, second draft", "v", at="2026-03-01T12:30:00+00:00", supersedes="m1")
+    await _carry(w, await w.writes(("acme/v", update)))
+    when = datetime(2026, 3, 1, 12, 45, tzinfo=UTC)
+    events: list[Retire | Purge] = [Retire(when, Lifecycle.DELETED, "deleted")]
+    if purged:
+        events.append(Purge(when, "purged", state_changed_at=when))
+    for event in events:
+        await _carry(
+            w, await w.writes(("acme/v", orjson.dumps(decision_value("acme", "v", event))))
+        )
+    sent = await w.writes(("acme/v", update))  # the same update, sent again
+    assert _decisions(sent) == []
+    assert letters(sent) == []
+    (audited,) = [v for role, _, v in sent if role == "audit"]
+    assert (audited["kind"], audited["after"]["state"]) == ("ignored", "deleted")
+    version, state = w.worker.processor.state("acme/v"), w.worker.processor.state("acme/m1")
+    assert version is not None
+    assert state is not None
+    assert (version.state, version.purged) == (Lifecycle.DELETED, purged)
+    assert (state.valid_to, state.superseded_by) == (None, None)
+    plain = write("Notes, second draft", "v", at="2026-03-01T12:50:00+00:00")
+    await w.writes(("acme/v", plain))  # a write not an update's makes it anew, as ever
+    again = w.worker.processor.state("acme/v")
+    assert again is not None
+    assert again.state is Lifecycle.ACTIVE
 
 
 async def test_racing_updates_whose_first_version_was_dead_lettered_leave_the_second_current(
