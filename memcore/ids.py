@@ -54,11 +54,12 @@ def derive_memory_id(
 
 
 def check_id(field: str, value: object) -> str:
-    """Return ``value`` if it is a valid tenant or memory id: 1-128 of ``A-Za-z0-9._:-``, no ``/``."""
+    """Return ``value`` if it is a valid tenant or memory id: 1-128 of ``A-Za-z0-9._:-``, the
+    first a letter or digit, no ``/``.
+    """
     if not isinstance(value, str) or not _ID_RE.fullmatch(value):
-        raise InvalidField(
-            field, value, "expected 1-128 characters of A-Z a-z 0-9 . _ : - (no '/')"
-        )
+        why = "expected 1-128 characters of A-Z a-z 0-9 . _ : -, the first a letter or digit"
+        raise InvalidField(field, value, f"{why} (no '/')")
     return value
 
 

@@ -106,11 +106,11 @@ class BodiesBusy(HTTPException):
 
     retriable = True
 
-    def __init__(self, held: int, limit: int) -> None:
+    def __init__(self, limit: int) -> None:
         self.retry_after_s = float(RETRY_AFTER_S)
-        super().__init__(
+        super().__init__(  # not the bytes held: what other tenants send is none of a tenant's
             429,
-            f"{held} bytes of request bodies are in flight, the budget is {limit}"
+            f"the request bodies in flight hold the server's budget of {limit} bytes"
             f" (MNEMO_MAX_BODY_BYTES_IN_FLIGHT); retry after {RETRY_AFTER_S} s",
         )
 
@@ -164,7 +164,7 @@ class BodyBudget:
         if more <= 0:
             return
         if total > SMALL_BODY_BYTES and self.held + more > self.limit:
-            raise BodiesBusy(self.held, self.limit)
+            raise BodiesBusy(self.limit)
         self.held += more
         scope[_BODY] = total
         self._show()
@@ -195,6 +195,7 @@ class Admission:
         body_timeout_s: float = 30.0,
         unknown_key: Callable[[str], bool] | None = None,
         admin_refused: Callable[[Headers], tuple[int, str] | None] | None = None,
+        tenant_of: Callable[[str], str | None] | None = None,
     ) -> None:
         """``tenant_slots``: the per-tenant shares its requests take once authenticated;
         ``max_body_bytes``: the largest request body (bytes); ``body_budget``: the bytes of all
@@ -205,6 +206,10 @@ class Admission:
         route then authenticates it); None: only a missing key is refused here. ``admin_refused``:
         the status and detail an admin route answers a request with these headers before its
         work (401, 403), or None when it acts; None: the admin routes refuse for themselves.
+        ``tenant_of``: the tenant a presented key acts for (None: none, or not known yet), whose
+        share the request takes before its body is read (a route reads the body before it
+        authenticates: requests of one tenant sending their bodies slowly held every slot of
+        the process); None: the route takes it as it authenticates.
         """
         if max_in_flight < 1:
             msg = f"max_in_flight={max_in_flight}: must be at least 1"
@@ -221,6 +226,7 @@ class Admission:
         self.tenant_slots = tenant_slots
         self.unknown_key = unknown_key
         self.admin_refused = admin_refused
+        self.tenant_of = tenant_of
         self.in_flight = 0
         self._static: dict[tuple[object, object], tuple[str, bool]] = {}
 
@@ -251,6 +257,13 @@ class Admission:
                 if refused is not None:
                     await _answer(counted, *refused)
                     return
+                if self.tenant_slots is not None:
+                    scope[_HELD] = []
+                    try:
+                        self._take_slot(scope, headers)
+                    except TenantBusy as busy:
+                        await _answer(counted, 429, str(busy), retry_after_s=RETRY_AFTER_S)
+                        return
                 # taken as the route reads the body; a route that takes none holds none (a
                 # streamed reply's watch for the client's disconnect reads too)
                 if reads_body:
@@ -264,8 +277,6 @@ class Admission:
                 )
                 self.in_flight += 1
                 self.metrics.in_flight.set(self.in_flight)
-                if self.tenant_slots is not None:
-                    scope[_HELD] = []
             try:
                 await self.app(scope, receive, counted)
             finally:
@@ -300,6 +311,15 @@ class Admission:
         if length is not None and length > self.max_body_bytes:
             return 413, _too_large(self.max_body_bytes)
         return None
+
+    def _take_slot(self, scope: Scope, headers: Headers) -> None:
+        """Take the share of the tenant the request's key acts for, when it is known from the
+        headers (raises :class:`TenantBusy` at its limit); else its route takes it.
+        """
+        key = presented_key(headers)
+        tenant_id = self.tenant_of(key) if key and self.tenant_of is not None else None
+        if tenant_id is not None and self.tenant_slots is not None:
+            self.tenant_slots.take(scope, tenant_id)
 
     def _route(self, scope: Scope) -> tuple[str, bool]:
         """The label of the route serving ``scope`` and whether it reads a body (a FastAPI

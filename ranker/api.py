@@ -307,6 +307,7 @@ def create_api(
         ),
         body_timeout_s=body_timeout_s,
         unknown_key=lambda key: _unknown_key(api, key),
+        tenant_of=lambda key: _tenant_id_of(api, key),
         admin_refused=lambda headers: admin_refusal(api.state, presented_key(headers)),
     )
     api.add_middleware(RequestLog, every_request=log_every_request)
@@ -451,6 +452,14 @@ def _unknown_key(api: FastAPI, key: str) -> bool:
     while the tenants topic is not read yet and for the admin key: their routes answer those.
     """
     return key_holder(api.state, key) == "unknown"
+
+
+def _tenant_id_of(api: FastAPI, key: str) -> str | None:
+    """The tenant ``key`` acts for (:func:`ranker.wire.key_holder`), or None: no tenant, the
+    admin key, or the tenants topic not read yet (its route answers those).
+    """
+    found = key_holder(api.state, key)
+    return found.tenant_id if isinstance(found, Tenant) else None
 
 
 def _errors(api: FastAPI) -> None:

@@ -246,9 +246,9 @@ class ReusedTenant(Exception):  # noqa: N818 - the condition, as callers catch i
     def __init__(self, tenant_id: str) -> None:
         self.tenant_id = tenant_id
         super().__init__(
-            f"tenant {tenant_id} was deleted and the memories written under its id are kept:"
-            " the tenant made now would read them. Say reuse to give them to it (and to erase"
-            " them, delete it again with erase, then make it anew)"
+            f"tenant {tenant_id} was deleted and the memories written under its id are kept"
+            " (if it wrote any): the tenant made now would read them. Say reuse to give them"
+            " to it (and to erase them, delete it again with erase, then make it anew)"
         )
 
 

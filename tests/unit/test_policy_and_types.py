@@ -191,6 +191,9 @@ def test_keys_round_trip_and_reject_slashes() -> None:
             check_id("memory_id", bad)
     with pytest.raises(InvalidField):
         split_key("no-slash")
+    with pytest.raises(InvalidField) as leading:  # only characters the message listed
+        check_id("tenant_id", "-x")
+    assert "the first a letter or digit" in leading.value.reason
 
 
 def test_a_preset_override_brings_its_own_weights_under_the_given_ones() -> None:

@@ -296,6 +296,7 @@ async def test_bodies_past_the_process_budget_are_answered_429_unread_until_it_c
         await api(scope(declaring(150_000)), refused.receive, refused.send)
         assert (refused.status, refused.reads) == (429, 0)
         assert "MNEMO_MAX_BODY_BYTES_IN_FLIGHT" in str(refused.problem["detail"])
+        assert "200000" not in str(refused.problem["detail"])  # other tenants' bytes: theirs
         assert (refused.problem["retry_after_s"], retry_after(refused)) == (1, b"1")
         fits = Client([padded(100_000)])  # 200,000 + 100,000 is the budget
         await api(scope(declaring(100_000)), fits.receive, fits.send)
@@ -484,5 +485,38 @@ async def test_an_admin_body_over_the_largest_size_is_413_unread_with_the_admin_
             request["raw_path"] = b"/v1/admin/tenants/initech"
             await api(request, put.receive, put.send)
             assert (put.status, put.reads) == (413, 0), length
+    finally:
+        await service.stop()
+
+
+async def test_a_tenant_s_slow_bodies_hold_its_share_of_the_slots_not_every_tenant_s() -> None:
+    """A walk sent 256 requests of one tenant that declared a body and sent one byte: each held
+    a slot of the process, none of its tenant (taken as the route authenticates, after the body
+    is read), so every other tenant was answered 429 for the 30 s body timeout. The share is
+    now taken from the key before the body is read.
+    """
+    service = RecallService(Store(), Hashing(4), no_send, kernel_thread=False)  # type: ignore[arg-type]
+    other = "key-globex-0123456789"
+    keys = {"acme": {"api_keys": [KEY]}, "globex": {"api_keys": [other]}}
+    api = create_api(service, TenantRegistry.of({"tenants": keys}), max_in_flight=4)
+    slots = api.state.tenant_slots
+    await service.start()
+    try:
+        stalled = [Client([b'{"query": '], stall=True) for _ in range(2)]  # acme's share: 2 of 4
+        held_by = [await holder(api, scope(declaring(len(RECALL))), c) for c in stalled]
+        assert slots.held == {"acme": 2}
+        refused = Client([RECALL])
+        await api(scope(declaring(len(RECALL))), refused.receive, refused.send)
+        assert (refused.status, refused.reads) == (429, 0)
+        assert "acme" in str(refused.problem["detail"])
+        assert retry_after(refused) == b"1"
+        served = Client([RECALL])
+        globex = {**declaring(len(RECALL)), "X-API-Key": other}
+        await api(scope(globex), served.receive, served.send)
+        assert served.status == 200
+        for task in held_by:
+            task.cancel()
+        await asyncio.gather(*held_by, return_exceptions=True)
+        assert slots.held == {}
     finally:
         await service.stop()
