@@ -33,7 +33,7 @@ from starlette.datastructures import Headers
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ranker.logs import ROUTE_KEY
+from ranker.logs import ROUTE_KEY, set_tenant
 from ranker.metrics import Metrics
 from ranker.problems import problem_body
 
@@ -319,6 +319,7 @@ class Admission:
         key = presented_key(headers)
         tenant_id = self.tenant_of(key) if key and self.tenant_of is not None else None
         if tenant_id is not None and self.tenant_slots is not None:
+            set_tenant(tenant_id)  # its log line names it, a refusal's too
             self.tenant_slots.take(scope, tenant_id)
 
     def _route(self, scope: Scope) -> tuple[str, bool]:

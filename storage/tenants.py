@@ -139,7 +139,11 @@ class TenantRegistry:
 
     @classmethod
     def of(cls, spec: Mapping[str, Any]) -> TenantRegistry:
-        """Build from the parsed JSON document (see the module docstring)."""
+        """Build from the parsed JSON document (see the module docstring); InvalidField naming
+        ``tenants`` when it is not an object holding one.
+        """
+        if not isinstance(spec, Mapping):
+            raise InvalidField("tenants", spec, "expected a JSON object with a tenants object")
         tenants = spec.get("tenants")
         if not isinstance(tenants, Mapping):
             raise InvalidField("tenants", tenants, "expected an object of tenant id -> settings")

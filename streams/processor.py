@@ -554,11 +554,14 @@ class Processor:
 
     def needs_embedding(self, record: WriteRecord) -> bool:
         """True when no vector was given and none is stored for this exact content (the state
-        says so, and the document too: a crash can keep a rewrite's state and lose its document).
+        says so, and the document too: a crash can keep a rewrite's state and lose its document),
+        but for an update's write whose version left recall (:meth:`write` ignores it).
         """
         if record.embedding is not None:
             return False
         state = self.state(record.key)
+        if record.supersedes is not None and state is not None and state.state in GONE:
+            return False  # an update's version out of recall: its write is ignored
         hashed = content_hash(record.content)
         if state is None or state.content_hash != hashed:
             return True

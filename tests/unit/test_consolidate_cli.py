@@ -4,6 +4,7 @@ refuses before sending anything (the Kafka half is tested in tests/integration).
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -191,3 +192,16 @@ def test_a_tenant_unknown_to_a_shell_that_names_no_tenants_file_is_sent_with_a_w
     error = capsys.readouterr().err
     assert "cannot read the tenants, nothing was sent" in error
     assert "tenants_file" in error
+
+
+def test_a_tenants_file_that_is_not_an_object_is_one_line_naming_tenants(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A tenants file holding ``[]`` ended the command in an AttributeError traceback."""
+    listed = tmp_path / "tenants.json"
+    listed.write_text("[]")
+    monkeypatch.setenv("MNEMO_TENANTS_FILE", str(listed))
+    assert main(["--tenant", "demo", "--dry-run"]) == 2
+    error = capsys.readouterr().err
+    assert "cannot read the tenants, nothing was sent: tenants=[]" in error
+    assert "Traceback" not in error

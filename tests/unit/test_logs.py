@@ -146,3 +146,22 @@ async def test_a_line_names_the_route_not_the_path_and_no_path_writes_a_line_of_
     ]
     routes = [orjson.loads(line)["route"] for line in lines.getvalue().splitlines()]
     assert routes[0] == "/v1/users/{user_id:text}"
+
+
+@pytest.mark.anyio
+async def test_a_request_over_its_tenant_s_share_is_logged_with_its_tenant(
+    lines: io.StringIO,
+) -> None:
+    """The share is taken at the edge before the body is read, before the route records the
+    tenant: the 429's line named none, the one an operator reads to see who is throttled.
+    """
+    registry = TenantRegistry.of({"tenants": {"acme": {"api_keys": [KEY]}}})
+    store = MilvusStore(MilvusConfig("unused.db", dim=4))  # never connected: refused before
+    app = create_api(RecallService(store, Hashing(4), _no_send), registry, max_in_flight=4)
+    app.state.tenant_slots.held["acme"] = app.state.tenant_slots.limit  # its share in flight
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://mnemostream") as http:
+        refused = await http.post("/v1/recall", json={"query": "x"}, headers={"X-API-Key": KEY})
+    assert refused.status_code == 429, refused.text
+    (line,) = (orjson.loads(line) for line in lines.getvalue().splitlines())
+    assert (line["tenant_id"], line["status"]) == ("acme", 429)

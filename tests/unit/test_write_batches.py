@@ -1410,9 +1410,11 @@ async def test_an_update_sent_again_after_its_version_left_recall_does_not_make_
         await _carry(
             w, await w.writes(("acme/v", orjson.dumps(decision_value("acme", "v", event))))
         )
+    embedded = list(w.worker.services.embedder.texts)  # type: ignore[attr-defined]
     sent = await w.writes(("acme/v", update))  # the same update, sent again
     assert _decisions(sent) == []
     assert letters(sent) == []
+    assert w.worker.services.embedder.texts == embedded  # type: ignore[attr-defined]
     (audited,) = [v for role, _, v in sent if role == "audit"]
     assert (audited["kind"], audited["after"]["state"]) == ("ignored", "deleted")
     version, state = w.worker.processor.state("acme/v"), w.worker.processor.state("acme/m1")
