@@ -243,9 +243,10 @@ def _update(api: FastAPI, service: RecallService, seal: TokenSeal, limits: Limit
         carried its words on); 409: it is deleted or already superseded (update the version
         that superseded it), unless by this same update (the same fields and ``at``) sent
         before: then 200 with that version and no token once it is applied (while it is live);
-        409 too when this same update's version was deleted, forgotten or erased since (sent
-        again, it would bring that version back); 422 as for a write, and naming ``at`` when it
-        is before the memory was created.
+        409 too when this same update's version was deleted, forgotten, purged or erased since
+        (the worker does not make it again; a purge older than the state view's last 100,000 is
+        not known here, and answered 200 for a write the worker ignores); 422 as for a write,
+        and naming ``at`` when it is before the memory was created.
         """
         check_id("memory_id", memory_id)
         waits = await seal.read(body.after, who.tenant_id)
