@@ -16,6 +16,7 @@ from memcore import Effect, EffectKind, InvalidField, Lifecycle
 from ranker.history import _event, partition_of
 from ranker.listing import CHUNK, SCAN_MAX, decode_cursor, encode_cursor, page
 from ranker.routes import UpdateBody, new_version
+from ranker.service import RecallService
 from storage import Filters, MemoryRow, MilvusStore, to_us
 from storage.records import Limits, RecordError, decode_write
 from storage.tenants import TenantRegistry
@@ -414,6 +415,32 @@ async def test_reading_a_memory_by_id_is_an_access_of_kind_get(
     assert reply.json()["token"]
 
 
+async def _update_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[MemoryRow, bytes, str, MemoryRow]:
+    """m1, an update of it with its ``at``, the id of the version it makes, and that version's
+    row as Milvus would hold it once applied.
+    """
+    old = make_row("acme", "m1", (1.0, 0.0, 0.0, 0.0))
+    body = orjson.dumps({"content": "Alice lives in Porto", "at": "2026-03-01T12:00:00Z"})
+    made = (await _patched(monkeypatch, old, body)).json()["memory_id"]
+    version = make_row("acme", made, (1.0, 0.0, 0.0, 0.0), content="Alice lives in Porto")
+    return old, body, made, version
+
+
+def _reading(
+    monkeypatch: pytest.MonkeyPatch, produced: Produced, rows: dict[str, MemoryRow]
+) -> tuple[RecallService, httpx.AsyncClient]:
+    """A service and client whose reads by id find what ``rows`` holds when read."""
+    service, client = service_and_client(produced)
+
+    async def get(tenant_id: str, memory_id: str, after: object = None) -> MemoryRow | None:
+        return rows.get(memory_id)
+
+    monkeypatch.setattr(service, "get", get)
+    return service, client
+
+
 @pytest.mark.anyio
 async def test_an_update_sent_again_after_it_was_applied_is_the_same_version_not_a_409(
     monkeypatch: pytest.MonkeyPatch,
@@ -422,18 +449,10 @@ async def test_an_update_sent_again_after_it_was_applied_is_the_same_version_not
     first was applied: the version it supersedes was no longer current. The same version is
     answered while it is live (not before it is applied: its write may never be, dead-lettered).
     """
-    old = make_row("acme", "m1", (1.0, 0.0, 0.0, 0.0))
-    body = orjson.dumps({"content": "Alice lives in Porto", "at": "2026-03-01T12:00:00Z"})
-    made = (await _patched(monkeypatch, old, body)).json()["memory_id"]
-    version = make_row("acme", made, (1.0, 0.0, 0.0, 0.0), content="Alice lives in Porto")
+    old, body, made, version = await _update_made(monkeypatch)
     rows: dict[str, MemoryRow] = {}
     produced = Produced()
-    service, client = service_and_client(produced)
-
-    async def get(tenant_id: str, memory_id: str, after: object = None) -> MemoryRow | None:
-        return rows.get(memory_id)
-
-    monkeypatch.setattr(service, "get", get)
+    _, client = _reading(monkeypatch, produced, rows)
     headers = AUTH | {"content-type": "application/json"}
 
     async def patch(sent: bytes | dict[str, str], **found: MemoryRow) -> httpx.Response:
@@ -478,19 +497,11 @@ async def test_an_update_sent_again_after_its_version_was_deleted_does_not_bring
     another ``at`` makes a new version. A memory deleted after it was superseded is named
     deleted (its successor, maybe deleted too, is not what to update).
     """
-    old = make_row("acme", "m1", (1.0, 0.0, 0.0, 0.0))
-    body = orjson.dumps({"content": "Alice lives in Porto", "at": "2026-03-01T12:00:00Z"})
-    made = (await _patched(monkeypatch, old, body)).json()["memory_id"]
+    old, body, made, version = await _update_made(monkeypatch)
     rows: dict[str, MemoryRow] = {}
     produced = Produced()
-    service, client = service_and_client(produced)
-
-    async def get(tenant_id: str, memory_id: str, after: object = None) -> MemoryRow | None:
-        return rows.get(memory_id)
-
-    monkeypatch.setattr(service, "get", get)
+    service, client = _reading(monkeypatch, produced, rows)
     headers = AUTH | {"content-type": "application/json"}
-    version = make_row("acme", made, (1.0, 0.0, 0.0, 0.0), content="Alice lives in Porto")
     purged: set[str] = set()
     monkeypatch.setattr(service, "purged", lambda tenant_id, memory_id: memory_id in purged)
     async with client as http:
