@@ -40,6 +40,7 @@ from memcore.reducer import (
     superseding,
     unkept_summary,
     unknown_successor,
+    version_left,
     versioning,
 )
 from memcore.scoring import Candidate, RankParams, Scored, blend, mmr, rank
@@ -167,5 +168,6 @@ __all__ = [
     "to_events",
     "unkept_summary",
     "unknown_successor",
+    "version_left",
     "versioning",
 ]

@@ -123,9 +123,16 @@ def create(event: Write, policy: Policy) -> MemoryState:
     )
 
 
+def version_left(state: MemoryState | None, supersedes: str | None) -> bool:
+    """An update's write (naming the memory it ``supersedes``) meets its version out of recall
+    (deleted or forgotten since; purged too): the same update sent again, which does not make
+    the version anew (the user's delete stands). The worker then skips its embedding too.
+    """
+    return supersedes is not None and state is not None and state.state in GONE
+
+
 def _write(state: MemoryState | None, event: Write, policy: Policy) -> Result:
-    if event.supersedes is not None and state is not None and state.state in GONE:
-        # the same update sent again after its version left recall: the user's delete stands
+    if state is not None and version_left(state, event.supersedes):
         why = f"an update of {event.supersedes} made it, and it is {state.state} since: not again"
         return state, (Effect(EffectKind.IGNORED, why),)
     if state is None or state.state is Lifecycle.DELETED:

@@ -253,14 +253,16 @@ class Admission:
                 return
             if admitted:
                 headers = Headers(scope=scope)
-                refused = self._refused(headers, route)
+                key = presented_key(headers)
+                tenant_id = self.tenant_of(key) if key and self.tenant_of is not None else None
+                refused = self._refused(headers, route, key, tenant_id)
                 if refused is not None:
                     await _answer(counted, *refused)
                     return
                 if self.tenant_slots is not None:
                     scope[_HELD] = []
                     try:
-                        self._take_slot(scope, headers)
+                        self._take_slot(scope, tenant_id)
                     except TenantBusy as busy:
                         await _answer(counted, 429, str(busy), retry_after_s=RETRY_AFTER_S)
                         return
@@ -289,9 +291,12 @@ class Admission:
         finally:
             self.metrics.http_responses.labels(route, str(status)).inc()
 
-    def _refused(self, headers: Headers, route: str) -> tuple[int, str] | None:
+    def _refused(
+        self, headers: Headers, route: str, key: str | None, tenant_id: str | None
+    ) -> tuple[int, str] | None:
         """The status and detail of an API request to ``route`` (its label) refused from its
-        headers alone, or None. Outside a route (``other``) the app answers 404 or 405, reading
+        headers alone (``key``: the key they present; ``tenant_id``: the tenant it acts for, when
+        known), or None. Outside a route (``other``) the app answers 404 or 405, reading
         nothing; an admin route is refused as it would refuse it (401, 403), before its body is
         read (FastAPI reads a body before the route's dependencies authenticate it).
         """
@@ -303,21 +308,22 @@ class Admission:
         needs_key = route != "other" and not admin
         if needs_key and not (headers.get("authorization") or headers.get("x-api-key")):
             return 401, "missing or unknown API key"
-        if needs_key and self.unknown_key is not None:
-            key = presented_key(headers)
-            if key and self.unknown_key(key):
-                return 401, "missing or unknown API key"
+        # a key that names a tenant is known: not looked up again
+        if needs_key and key and tenant_id is None and self._unknown(key):
+            return 401, "missing or unknown API key"
         length = _declared(headers)
         if length is not None and length > self.max_body_bytes:
             return 413, _too_large(self.max_body_bytes)
         return None
 
-    def _take_slot(self, scope: Scope, headers: Headers) -> None:
-        """Take the share of the tenant the request's key acts for, when it is known from the
-        headers (raises :class:`TenantBusy` at its limit); else its route takes it.
+    def _unknown(self, key: str) -> bool:
+        """``key`` surely acts for no tenant (False when that cannot be told here)."""
+        return self.unknown_key is not None and self.unknown_key(key)
+
+    def _take_slot(self, scope: Scope, tenant_id: str | None) -> None:
+        """Take the share of ``tenant_id``, the tenant the request's key acts for, when it is
+        known from the headers (raises :class:`TenantBusy` at its limit); else its route takes it.
         """
-        key = presented_key(headers)
-        tenant_id = self.tenant_of(key) if key and self.tenant_of is not None else None
         if tenant_id is not None and self.tenant_slots is not None:
             set_tenant(tenant_id)  # its log line names it, a refusal's too
             self.tenant_slots.take(scope, tenant_id)

@@ -297,36 +297,42 @@ def _repeated(
     return str(document["memory_id"])
 
 
+async def _made(
+    service: RecallService, tenant_id: str, memory_id: str, after: Token | None
+) -> str | None:
+    """What became of ``memory_id`` (an update's version): ``"live"`` (applied, current or
+    archived), the state it left recall in (deleted, forgotten, purged: a purge from the state
+    view's marks, its row gone; erased, its row awaiting its purge), or None: not made (its
+    write not applied, or dead-lettered).
+    """
+    row = await service.get(tenant_id, memory_id, after)
+    if row is not None and row.state in _GONE:
+        return row.state
+    if row is None and service.purged(tenant_id, memory_id):
+        return "purged"
+    if await service.erased(tenant_id, memory_id):
+        return "erased"
+    return None if row is None else "live"
+
+
 async def _live(
     service: RecallService, tenant_id: str, memory_id: str, after: Token | None
 ) -> bool:
-    """``memory_id`` is applied, current or archived, and not erased (a row awaiting its purge
-    is not shown: not live).
-    """
-    row = await service.get(tenant_id, memory_id, after)
-    if row is None or row.state in _GONE:
-        return False
-    return not await service.erased(tenant_id, memory_id)
+    """``memory_id`` is applied, current or archived, and not erased."""
+    return await _made(service, tenant_id, memory_id, after) == "live"
 
 
 async def _not_left(
     service: RecallService, tenant_id: str, memory_id: str, made: str, after: Token | None
 ) -> None:
     """Raise a 409 when ``made``, the version an update with its ``at`` makes of ``memory_id``,
-    was made before and has left recall since (deleted, forgotten, purged, erased): sent again
-    late (a retry), the update would bring back a version the user deleted, and supersede
-    ``memory_id`` again, which that deletion had made current. A purge is known from the state
-    view's marks; past them the worker ignores the write (:func:`memcore.apply`: an update's
-    write does not make its version anew).
+    was made before and has left recall since: sent again late (a retry), the update would
+    bring back a version the user deleted, and supersede ``memory_id`` again, which that
+    deletion had made current. Past the state view's purge marks, the worker ignores the
+    write (:func:`memcore.version_left`).
     """
-    row = await service.get(tenant_id, made, after)
-    if row is not None and row.state in _GONE:
-        state = row.state
-    elif row is None and service.purged(tenant_id, made):  # its row is gone from Milvus
-        state = "purged"
-    elif await service.erased(tenant_id, made):
-        state = "erased"
-    else:  # not made (its write dead-lettered), or live: the same version again
+    state = await _made(service, tenant_id, made, after)
+    if state is None or state == "live":  # not made (dead-lettered), or the same version again
         return
     why = f"the version this update made, {made}, is {state}: not made again"
     raise HTTPException(409, f"memory {memory_id}: {why} (send it with another at, or none)")

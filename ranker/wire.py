@@ -46,6 +46,7 @@ from ranker.tokens import MAX_TOKENS
 from storage import MemoryRow, from_us
 from storage.milvus import MAX_TAG_CHARS
 from storage.records import RecordError
+from storage.settings import SharedSettings
 from storage.tenants import Tenant, Tenants
 
 _INT64_FLOAT = 9.2e18
@@ -220,8 +221,8 @@ class Body(BaseModel):
 
 
 CONTENT_DOC = (
-    "1 to MNEMO_MAX_CONTENT_BYTES (16,384 by default) bytes of UTF-8, not blank; over it, a 422"
-    " naming the field"
+    f"1 to MNEMO_MAX_CONTENT_BYTES ({SharedSettings.model_fields['max_content_bytes'].default:,}"
+    " by default) bytes of UTF-8, not blank; over it, a 422 naming the field"
 )
 TAGS_DOC: JsonDict = {"maxItems": MAX_TAGS}
 TAGS_TEXT = (

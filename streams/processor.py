@@ -45,6 +45,7 @@ from memcore import (
     summary_outdated,
     unkept_summary,
     unknown_successor,
+    version_left,
     versioning,
 )
 from storage import Document, MemoryRow, codec
@@ -560,8 +561,8 @@ class Processor:
         if record.embedding is not None:
             return False
         state = self.state(record.key)
-        if record.supersedes is not None and state is not None and state.state in GONE:
-            return False  # an update's version out of recall: its write is ignored
+        if version_left(state, record.supersedes):  # its write is ignored
+            return False
         hashed = content_hash(record.content)
         if state is None or state.content_hash != hashed:
             return True
@@ -630,7 +631,7 @@ class Processor:
         policy = self.policy(record.tenant_id)
         new, effects = apply(state, event, policy)
         assert new is not None  # a write always leaves a state
-        if effects[0].kind is EffectKind.IGNORED and new.state in GONE:  # an update's, late
+        if effects[0].kind is EffectKind.IGNORED and version_left(state, record.supersedes):
             self.put_state(record.key, new)  # its offset: a redelivery is skipped
             self._after(message, record.at, new, effects, batch, sync=False)
             self.release(key, batch)

@@ -11,7 +11,7 @@ import math
 import re
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from typing import Any
 from urllib.parse import quote
@@ -493,8 +493,7 @@ class _Api:
         """
         if "track" in options:
             raise TypeError("archive_search: an archive search is never tracked (no track option)")
-        call = _Api.recall(query, vector, k, session, **options)
-        return _Call("POST", "/v1/archive/search", call.json, awaited=False, expects=("results",))
+        return replace(_Api.recall(query, vector, k, session, **options), path="/v1/archive/search")
 
     @staticmethod
     def access(memory_ids: Sequence[str], kind: str, at: datetime | str | None) -> _Call:
