@@ -48,16 +48,22 @@ class History:
 
 
 class Newest:
-    """Keeps the newest ``limit`` records of one key and tenant, in order, and counts them all."""
+    """Keeps the newest ``limit`` records of one key and tenant, in order, and counts them all;
+    none logged before ``since_ms`` (Kafka record time, milliseconds since the epoch: an erased
+    tenant's, when one of the same id is made anew; see ``storage.tenants.Tenant``).
+    """
 
-    def __init__(self, key: bytes, tenant_id: str, limit: int = MAX_EVENTS) -> None:
+    def __init__(
+        self, key: bytes, tenant_id: str, limit: int = MAX_EVENTS, since_ms: int | None = None
+    ) -> None:
         self.key = key
         self.tenant_id = tenant_id
+        self.since_ms = since_ms
         self.events: deque[dict[str, Any]] = deque(maxlen=limit)
         self.total = 0
 
-    def add(self, key: bytes | None, value: bytes | None) -> None:
-        if key != self.key:
+    def add(self, key: bytes | None, value: bytes | None, timestamp_ms: int) -> None:
+        if key != self.key or (self.since_ms is not None and timestamp_ms < self.since_ms):
             return
         for event in _event(value, self.tenant_id):
             self.events.append(event)
@@ -82,27 +88,29 @@ class AuditLog:
         self.topic = topic
         self.timeout_s = timeout_s
 
-    async def history(self, tenant_id: str, memory_id: str) -> History:
+    async def history(
+        self, tenant_id: str, memory_id: str, *, since_ms: int | None = None
+    ) -> History:
         """The audit records of one memory of ``tenant_id`` (:class:`History`; no events when it
-        has none). Raises Unavailable when Kafka does not answer within ``timeout_s``.
+        has none), none logged before ``since_ms`` (:class:`Newest`). Raises Unavailable when
+        Kafka does not answer within ``timeout_s``.
         """
-        key = state_key(tenant_id, memory_id).encode()
+        found = Newest(state_key(tenant_id, memory_id).encode(), tenant_id, since_ms=since_ms)
         try:
             async with asyncio.timeout(self.timeout_s):
-                return await self._read(key, tenant_id)
+                return await self._read(found)
         except (TimeoutError, KafkaError, OSError) as exc:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             raise Unavailable("kafka", "read audit", reason) from exc
 
-    async def _read(self, key: bytes, tenant_id: str) -> History:
+    async def _read(self, found: Newest) -> History:
         consumer = AIOKafkaConsumer(**self.kafka.client(), enable_auto_commit=False, group_id=None)
         await consumer.start()
-        found = Newest(key, tenant_id)
         try:
             partitions = await _partitions(consumer, self.topic)
             if not partitions:
                 return found.history()  # no audit topic yet: nothing was ever decided
-            tp = TopicPartition(self.topic, partition_of(key, len(partitions)))
+            tp = TopicPartition(self.topic, partition_of(found.key, len(partitions)))
             consumer.assign([tp])
             await consumer.seek_to_beginning(tp)
             end = (await consumer.end_offsets([tp]))[tp]
@@ -111,7 +119,7 @@ class AuditLog:
                 for record in batches.get(tp, []):
                     if record.offset >= end:
                         break
-                    found.add(record.key, record.value)
+                    found.add(record.key, record.value, record.timestamp)
             return found.history()
         finally:
             await consumer.stop()

@@ -520,13 +520,14 @@ def _history(api: FastAPI, service: RecallService, seal: TokenSeal, audit: Audit
         came from (``source``) and the state after it. At most the newest 10,000
         (those that explain its state now): ``total`` counts them all, ``truncated`` says the
         oldest were left out. 404 when this tenant has no such memory and the log has nothing
-        about it.
+        about it. A tenant made under the id of one deleted with ``erase`` is shown nothing
+        logged before it was made.
         """
         check_id("memory_id", memory_id)
         if audit is None:
             raise Unavailable("kafka", "read audit", "this server reads no audit log")
         await service.wait(await seal.read(after, who.tenant_id))
-        found = await audit.history(who.tenant_id, memory_id)
+        found = await audit.history(who.tenant_id, memory_id, since_ms=who.history_from_ms)
         if not found.events and await service.get(who.tenant_id, memory_id) is None:
             raise HTTPException(404, "no such memory")
         return {

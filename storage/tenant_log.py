@@ -20,7 +20,9 @@ the others with its old settings).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -34,6 +36,7 @@ from storage.tenants import (
     Tenant,
     TenantRegistry,
     decode_tenant_record,
+    deleted_history_from,
     tenant_record,
     was_erased,
 )
@@ -44,12 +47,14 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Seen:
     """One record of a tenant as read: its offset, the tenant it sets (None: deleted) and, for a
-    deletion, whether the tenant's memories were kept (not erased).
+    deletion, whether the tenant's memories were kept (not erased) and the deleted tenant's
+    ``history_from_ms`` (:class:`~storage.tenants.Tenant`).
     """
 
     offset: int
     tenant: Tenant | None
     kept: bool
+    history_from_ms: int | None = None
 
 
 CHANGE_ATTEMPTS = 5
@@ -88,8 +93,8 @@ class TenantLog(CompactedLog):
         super().__init__(kafka, topic, timeout_s=timeout_s, poll_s=poll_s)
         self.base = base
         self._records: dict[str, Tenant | None] = {}
-        # tenant id -> whether its memories were erased, for the ids the topic deleted last
-        self.deleted: dict[str, bool] = {}
+        # tenant id -> the record that deleted it, for the ids the topic deleted last
+        self.deleted: dict[str, Seen] = {}
         # tenant id -> its latest records read, oldest first (offsets of its partition's: the
         # topic is keyed by tenant id)
         self.seen: dict[str, deque[Seen]] = {}
@@ -131,13 +136,13 @@ class TenantLog(CompactedLog):
             self._unreadable(key)
             return
         self._records[tenant_id] = tenant
+        kept = tenant is None and not was_erased(value)
+        history_from = deleted_history_from(value) if tenant is None else None
+        record = Seen(-1 if self.offset is None else self.offset, tenant, kept, history_from)
         if self.offset is not None:
-            kept = tenant is None and not was_erased(value)
-            self.seen.setdefault(tenant_id, deque(maxlen=SEEN)).append(
-                Seen(self.offset, tenant, kept)
-            )
+            self.seen.setdefault(tenant_id, deque(maxlen=SEEN)).append(record)
         if tenant is None:
-            self.deleted[tenant_id] = was_erased(value)
+            self.deleted[tenant_id] = record
         else:
             self.deleted.pop(tenant_id, None)
         self.applied += 1
@@ -182,13 +187,13 @@ class TenantLog(CompactedLog):
             seen = self.seen.get(tenant_id)
             base = seen[-1].offset if seen else None
             current = self.get(tenant_id)
-            kept = self.deleted.get(tenant_id) is False  # deleted with its memories kept
+            gone = self.deleted.get(tenant_id) if current is None else None
             redo: Seen | None = None
             for _ in range(CHANGE_ATTEMPTS):
                 try:
                     new = change(current)
-                    if new is not None and current is None and kept and not reuse:
-                        raise ReusedTenant(tenant_id)
+                    if new is not None and current is None:
+                        new = self._made_anew(new, gone, reuse)
                 except Exception:
                     if redo is not None:
                         await self._restore(tenant_id, redo)
@@ -201,8 +206,23 @@ class TenantLog(CompactedLog):
                 redo = None if ours is None else self._overtaking(tenant_id, base, ours)
                 if redo is None:
                     return new
-                base, current, kept = ours, redo.tenant, redo.kept
+                base, current = ours, redo.tenant
+                gone = redo if redo.tenant is None else None
             raise self.error(f"tenant {tenant_id} changed under {CHANGE_ATTEMPTS} attempts")
+
+    def _made_anew(self, new: Tenant, gone: Seen | None, reuse: bool) -> Tenant:
+        """``new``, made where no tenant is now (``gone``: the deletion, when there was one).
+        Raises ReusedTenant for the id of one deleted with its memories kept, unless ``reuse``
+        (which goes on from its ``history_from_ms``); after an erasure its history starts now.
+        """
+        if gone is None:
+            return dataclasses.replace(new, history_from_ms=None)
+        if gone.kept:
+            if not reuse:
+                raise ReusedTenant(new.tenant_id)
+            return dataclasses.replace(new, history_from_ms=gone.history_from_ms)
+        now_ms = int(time.time() * 1000)  # the audit topic's record times are wall clock too
+        return dataclasses.replace(new, history_from_ms=now_ms)
 
     def _overtaking(self, tenant_id: str, base: int | None, ours: int) -> Seen | None:
         """The newest record of ``tenant_id`` that landed after ``base`` (the newest when a change
@@ -219,7 +239,8 @@ class TenantLog(CompactedLog):
     async def _restore(self, tenant_id: str, record: Seen) -> None:
         """Publish ``record`` again."""
         if record.tenant is None:
-            await self.publish_tenant(Tenant(tenant_id), deleted=True, erased=not record.kept)
+            gone = Tenant(tenant_id, history_from_ms=record.history_from_ms)
+            await self.publish_tenant(gone, deleted=True, erased=not record.kept)
         else:
             await self.publish_tenant(record.tenant)
 

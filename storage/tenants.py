@@ -23,6 +23,7 @@ import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -54,7 +55,9 @@ def key_hash(api_key: str) -> str:
 class Tenant:
     """One tenant: its validated policy (and the preset names and overrides it was built from),
     the digests of the API keys that act for it, and its request rate limit (None: the ranker's
-    default; 0: unlimited).
+    default; 0: unlimited). ``history_from_ms``: a tenant made under the id of one deleted with
+    ``erase`` shows no audit record logged before it was made (Kafka record time, milliseconds
+    since the epoch): the audit topic keeps the erased tenant's records under the same keys.
     """
 
     tenant_id: str
@@ -65,6 +68,7 @@ class Tenant:
     lifecycle: str = "default"
     recall: str = "mnemostream"
     overrides: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    history_from_ms: int | None = None
 
     @property
     def key_ids(self) -> list[str]:
@@ -81,7 +85,12 @@ class Tenant:
             "overrides": dict(self.overrides),
             "rate_limit_per_s": self.rate_limit_per_s,
             "key_ids": self.key_ids,
+            "history_from": _iso_ms(self.history_from_ms),
         }
+
+
+def _iso_ms(ms: int | None) -> str | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC).isoformat()
 
 
 class Tenants(Protocol):
@@ -202,7 +211,16 @@ def tenant_of(tenant_id: str, entry: Mapping[str, Any], at: str = "") -> Tenant:
     if len(set(digests)) != len(digests):
         raise InvalidField(f"{prefix}api_keys", "***", "the same key twice")
     rate = rate_limit(entry.get("rate_limit_per_s"), f"{prefix}rate_limit_per_s")
-    return Tenant(tenant_id, policy, tuple(digests), rate, overrides=dict(overrides), **names)
+    return Tenant(
+        tenant_id,
+        policy,
+        tuple(digests),
+        rate,
+        decay=names["decay"],
+        lifecycle=names["lifecycle"],
+        recall=names["recall"],
+        overrides=dict(overrides),
+    )
 
 
 def rate_limit(value: object, name: str = "rate_limit_per_s") -> float | None:
@@ -285,6 +303,8 @@ def tenant_record(
         "rate_limit_per_s": tenant.rate_limit_per_s,
         "deleted": deleted,
     }
+    if tenant.history_from_ms is not None:
+        value["history_from_ms"] = tenant.history_from_ms
     if deleted:
         value["erased"] = erased
     return tenant.tenant_id.encode("utf-8"), orjson.dumps(value)
@@ -320,19 +340,43 @@ def decode_tenant_record(key: bytes | None, value: bytes | None) -> tuple[str, T
         return tenant_id, None
     if document.get("api_keys") is not None:
         raise InvalidField("api_keys", "***", "the topic holds key digests only")
-    return tenant_id, tenant_of(tenant_id, document)
+    tenant = tenant_of(tenant_id, document)
+    return tenant_id, dataclasses.replace(tenant, history_from_ms=_history_from(document))
+
+
+def _history_from(document: Mapping[str, Any]) -> int | None:
+    value = document.get("history_from_ms")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidField("history_from_ms", value, "expected milliseconds since the epoch")
+    return value
+
+
+def deleted_history_from(value: bytes) -> int | None:
+    """The ``history_from_ms`` a deleting ``tenants`` record carried (None: none, or a record
+    that does not say): a tenant made again with ``reuse`` goes on from it.
+    """
+    try:
+        document = orjson.loads(value)
+        return _history_from(document) if isinstance(document, dict) else None
+    except (orjson.JSONDecodeError, InvalidField):
+        return None
 
 
 # -- what an admin changes -------------------------------------------------------------------------
 
 
 def replaced(current: Tenant | None, tenant_id: str, settings: Mapping[str, Any]) -> Tenant:
-    """The tenant ``tenant_id`` with new settings (policy, rate limit) and the keys it had."""
+    """The tenant ``tenant_id`` with new settings (policy, rate limit), and the keys and
+    ``history_from_ms`` it had.
+    """
     check_id("tenant_id", tenant_id)
     for name in ("api_keys", "api_key_hashes"):
         if name in settings:
             raise InvalidField(name, "***", "keys are added and revoked on their own")
     keys = current.api_key_hashes if current is not None else ()
+    history_from = current.history_from_ms if current is not None else None
     tenant = tenant_of(tenant_id, settings)
     intervals = tenant.policy.review.intervals_hours
     if len(intervals) > MAX_REVIEW_INTERVALS:  # checked where a policy is made, not where read
@@ -353,7 +397,7 @@ def replaced(current: Tenant | None, tenant_id: str, settings: Mapping[str, Any]
     if "weights" in preset.ignores and "weights" in recall:
         why = f"the {preset.value} preset does not use them (SPEC section 6)"
         raise InvalidField("policy.recall.weights", recall["weights"], why)
-    return dataclasses.replace(tenant, api_key_hashes=keys)
+    return dataclasses.replace(tenant, api_key_hashes=keys, history_from_ms=history_from)
 
 
 MAX_REVIEW_INTERVALS = 32

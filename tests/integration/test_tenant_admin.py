@@ -18,7 +18,7 @@ import httpx
 import orjson
 import pytest
 
-from mnemostream import Client
+from mnemostream import Client, MnemostreamError
 from storage.tenant_log import TenantLog
 from storage.tenants import Tenant, TenantRegistry, key_hash, replaced, with_key, without_key
 from tests.infra import ROOT
@@ -171,6 +171,7 @@ def test_a_tenant_deleted_with_erase_leaves_nothing_to_the_next_tenant_of_its_id
             ]
             listed = [m.memory_id for m in client.list_memories()]  # no access event
             assert sorted(listed) == sorted(ids)  # applied (read-your-writes)
+            assert [h["kind"] for h in client.history(ids[0])] == ["created"]
         erased = http.delete("/v1/admin/tenants/initech", params={"erase": "true"}, headers=admin())
         assert erased.status_code == 200, erased.text
         assert erased.json()["erased"] == 3
@@ -183,6 +184,12 @@ def test_a_tenant_deleted_with_erase_leaves_nothing_to_the_next_tenant_of_its_id
             assert all(client.get(m, track=False) is None for m in ids)
             assert client.recall(vector=e(1.0), k=10, track=False) == []
             assert list(client.list_memories()) == []
+            # nor their audit records, kept on the topic under the same keys
+            with pytest.raises(MnemostreamError) as gone:
+                client.history(ids[1])
+            assert gone.value.status == 404
+            client.remember("initech roadmap", embedding=e(0.5), at=T0, memory_id=ids[0])
+            assert [h["kind"] for h in client.history(ids[0])] == ["created"]
         # deleted without erase: its memories stay, and its id is refused to a new tenant
         assert http.delete("/v1/admin/tenants/initech", headers=admin()).status_code == 200
         reused = http.put("/v1/admin/tenants/initech", json={}, headers=admin())

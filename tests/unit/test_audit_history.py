@@ -16,13 +16,13 @@ def test_a_memory_past_the_limit_shows_its_newest_records_and_says_how_many_it_h
     5th access) showed none of what explains its state now, its deletion, and said nothing.
     """
     newest = Newest(b"acme/m1", "acme", limit=100)
-    newest.add(b"acme/m1", record("created", 0))
+    newest.add(b"acme/m1", record("created", 0), 0)
     for n in range(1, 150):
-        newest.add(b"acme/m1", record("rescheduled", n))
-        newest.add(b"acme/m2", record("rescheduled", n))  # another memory of the partition
-        newest.add(b"acme/m1", record("rescheduled", n, tenant_id="globex"))  # not this tenant's
-        newest.add(b"acme/m1", b"not json")
-    newest.add(b"acme/m1", record("deleted", 150))
+        newest.add(b"acme/m1", record("rescheduled", n), 0)
+        newest.add(b"acme/m2", record("rescheduled", n), 0)  # another memory of the partition
+        newest.add(b"acme/m1", record("rescheduled", n, tenant_id="globex"), 0)  # not this tenant's
+        newest.add(b"acme/m1", b"not json", 0)
+    newest.add(b"acme/m1", record("deleted", 150), 0)
     found = newest.history()
     assert found.total == 151
     assert [e["reason"] for e in found.events] == [f"#{n}" for n in range(51, 151)]
@@ -32,6 +32,6 @@ def test_a_memory_past_the_limit_shows_its_newest_records_and_says_how_many_it_h
 def test_a_memory_within_the_limit_shows_every_record_oldest_first() -> None:
     newest = Newest(b"acme/m1", "acme")
     for n, kind in enumerate(("created", "superseded")):
-        newest.add(b"acme/m1", record(kind, n))
+        newest.add(b"acme/m1", record(kind, n), 0)
     found = newest.history()
     assert ([e["kind"] for e in found.events], found.total) == (["created", "superseded"], 2)

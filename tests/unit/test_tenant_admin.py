@@ -5,8 +5,9 @@ routes (on a log that applies its own records, no broker) and the per-tenant rat
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 import httpx
 import orjson
@@ -17,6 +18,7 @@ from memcore.supersession import MAX_NEIGHBOURS
 from ranker.admin import ERASE_ROUNDS
 from ranker.api import create_api
 from ranker.applied import Token
+from ranker.history import Newest
 from ranker.ratelimit import RateLimited, RateLimiter, TokenBucket
 from ranker.service import Erasure, RecallService
 from storage import MilvusConfig, MilvusStore
@@ -114,6 +116,8 @@ def test_a_record_round_trips_and_holds_no_plain_key() -> None:
         (b"a", {"v": 1, "tenant_id": "a", "api_keys": [KEY]}, "api_keys"),
         (b"a", {"v": 1, "tenant_id": "a", "decay": "nope"}, "policy.decay.preset"),
         (b"a", [1], "$"),
+        (b"a", {"v": 1, "tenant_id": "a", "history_from_ms": "today"}, "history_from_ms"),
+        (b"a", {"v": 1, "tenant_id": "a", "history_from_ms": -1}, "history_from_ms"),
     ],
 )
 def test_bad_records_name_their_field(key: bytes | None, value: object, field: str) -> None:
@@ -796,3 +800,50 @@ async def test_an_admin_request_is_refused_before_its_body_is_read(
     if status == 401:
         start = next(m for m in client.sent if m["type"] == "http.response.start")
         assert (b"www-authenticate", b"Bearer") in start["headers"]
+
+
+@pytest.mark.anyio
+async def test_a_tenant_made_after_an_erasure_shows_no_history_logged_before_it() -> None:
+    """A tenant made under an erased tenant's id was shown the erased tenant's audit records of
+    any memory id it asked for (the audit topic keeps them under the same keys). It now carries
+    the time it was made, and keeps it through every change and through a deletion that keeps
+    its memories; a tenant made where none was erased carries none.
+    """
+    log = LocalLog("127.0.0.1:1", "t.tenants", TenantRegistry.of({"tenants": {}}))
+    made = await log.update("acme", lambda t: replaced(t, "acme", {}))
+    assert made is not None
+    assert made.history_from_ms is None
+    await log.update("acme", lambda t: None, erased=True)
+    before = int(time.time() * 1000)
+    anew = await log.update("acme", lambda t: replaced(t, "acme", {}))
+    assert anew is not None
+    assert anew.history_from_ms is not None
+    assert before <= anew.history_from_ms <= int(time.time() * 1000)
+    assert (
+        anew.public()["history_from"]
+        == datetime.fromtimestamp(anew.history_from_ms / 1000, UTC).isoformat()
+    )
+    since = anew.history_from_ms
+    changed = await log.update(
+        "acme", lambda t: with_key(replaced(t, "acme", {"recall": "zeph"}), KEY)
+    )
+    assert changed is not None
+    assert changed.history_from_ms == since
+    assert decode_tenant_record(*tenant_record(changed)) == ("acme", changed)
+    await log.update("acme", lambda t: None)  # its memories kept: made again, it goes on
+    reused = await log.update("acme", lambda t: replaced(t, "acme", {}), reuse=True)
+    assert reused is not None
+    assert reused.history_from_ms == since
+    await log.update("bolt", lambda t: replaced(t, "bolt", {}))
+    await log.update("bolt", lambda t: None)
+    kept = await log.update("bolt", lambda t: replaced(t, "bolt", {}), reuse=True)
+    assert kept is not None
+    assert kept.history_from_ms is None
+
+
+def test_history_leaves_out_records_logged_before_the_tenant_was_made() -> None:
+    newest = Newest(b"acme/m1", "acme", since_ms=1_000)
+    newest.add(b"acme/m1", orjson.dumps({"tenant_id": "acme", "kind": "created"}), 999)
+    newest.add(b"acme/m1", orjson.dumps({"tenant_id": "acme", "kind": "deleted"}), 1_000)
+    found = newest.history()
+    assert ([e["kind"] for e in found.events], found.total) == (["deleted"], 1)
