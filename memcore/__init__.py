@@ -42,6 +42,7 @@ from memcore.reducer import (
     unknown_successor,
     version_left,
     versioning,
+    write_refused,
 )
 from memcore.scoring import Candidate, RankParams, Scored, blend, mmr, rank
 from memcore.state import (
@@ -170,4 +171,5 @@ __all__ = [
     "unknown_successor",
     "version_left",
     "versioning",
+    "write_refused",
 ]

@@ -131,9 +131,32 @@ def version_left(state: MemoryState | None, supersedes: str | None) -> bool:
     return supersedes is not None and state is not None and state.state in GONE
 
 
+def write_refused(
+    state: MemoryState | None, supersedes: str | None, user_id: str | None
+) -> str | None:
+    """Why a write is not applied to ``state`` (None: it is).
+
+    The reducer ignores such a write (audited), and the worker skips its embedding too.
+
+    - :func:`version_left`: an update sent again after its version left recall;
+    - another end user: a memory not deleted, of a ``user_id`` other than the write's (none,
+      or an empty one, counts as one). Its words would stand under the first user's scope,
+      returned by that user's recall and never by the writer's (a caller-chosen id given to
+      two users' memories); the memory stays as it was. The API refuses such a write first
+      (409) when it sees the memory; this is the rule for one it did not see yet.
+    """
+    if state is None:
+        return None
+    if version_left(state, supersedes):
+        return f"an update of {supersedes} made it, and it is {state.state} since: not again"
+    if state.state is not Lifecycle.DELETED and (state.user_id or None) != (user_id or None):
+        return "written with another user_id than the memory's: a memory's end user is kept"
+    return None
+
+
 def _write(state: MemoryState | None, event: Write, policy: Policy) -> Result:
-    if state is not None and version_left(state, event.supersedes):
-        why = f"an update of {event.supersedes} made it, and it is {state.state} since: not again"
+    why = write_refused(state, event.supersedes, event.user_id)
+    if state is not None and why is not None:
         return state, (Effect(EffectKind.IGNORED, why),)
     if state is None or state.state is Lifecycle.DELETED:
         new = create(event, policy)
@@ -147,6 +170,11 @@ def _write(state: MemoryState | None, event: Write, policy: Policy) -> Result:
             why = (
                 f"{new.tier} as written (memory_type); importance {new.importance:.4g} "
                 f"({event.importance.reason})"
+            )
+        if event.supersedes is not None:  # an update: the API wrote the old one's unless given
+            why = (
+                f"{new.tier}, importance {new.importance:.4g}: the version of"
+                f" {event.supersedes} (its tier and importance where the update gave none)"
             )
         return new, (Effect(EffectKind.CREATED, why),)
     if (

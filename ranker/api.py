@@ -41,7 +41,7 @@ from ranker.batcher import Overloaded
 from ranker.errors import Refused, Unavailable
 from ranker.history import AuditLog
 from ranker.logs import RequestLog
-from ranker.problems import NOT_FOUND, RESPONSES, problem
+from ranker.problems import NOT_FOUND, OTHER_USER, RESPONSES, problem
 from ranker.ratelimit import RateLimited, RateLimiter
 from ranker.routes import memory_routes
 from ranker.service import Recalled, RecallQuery, RecallService
@@ -75,11 +75,11 @@ from storage.records import (
     RecordError,
     check_time,
     checked_access,
-    checked_scope,
     checked_tags,
     checked_vector,
     checked_write,
     iso_text,
+    requested_scope,
 )
 from storage.tenant_log import TenantLog
 from storage.tenants import Tenant, Tenants
@@ -120,8 +120,10 @@ class RecallFilters(TextBody):
     run_id: str | None = Field(None, description="the same as session_id (mem0's name)")
     agent_id: str | None = None
     user_id: str | None = None
-    created_from: IsoTime | None = None
-    created_to: IsoTime | None = None
+    created_from: IsoTime | None = Field(None, description="created at or after (inclusive)")
+    created_to: IsoTime | None = Field(
+        None, description="created before (exclusive); after created_from when both are given"
+    )
 
 
 class Weights(Body):
@@ -388,9 +390,10 @@ def create_api(
 def _write_routes(api: FastAPI, service: RecallService, seal: TokenSeal, limits: Limits) -> None:
     """The write, access and get routes."""
 
-    @api.post("/v1/memories")
+    @api.post("/v1/memories", responses=OTHER_USER)
     async def write(body: WriteBody, who: Auth) -> dict[str, Any]:
         docs = _writes(body, who.tenant_id, limits, datetime.now(UTC))
+        await _of_their_users(service, who.tenant_id, body, docs)
         await seal.ready()  # before producing: a token it cannot seal fails nothing written
         ids, token = await service.write(who.tenant_id, docs)
         return {"ids": ids, "token": await seal.seal(token, who.tenant_id)}
@@ -547,6 +550,7 @@ def _writes(body: WriteBody, tenant_id: str, limits: Limits, now: datetime) -> l
         }
         try:
             check_not_blank("content", m.content)
+            _scopes_named(m.session_id, m.run_id, m.agent_id, m.user_id)
             session = session_of(m.session_id, m.run_id, "run_id")
             if session is not None:
                 doc["session_id"] = session
@@ -555,6 +559,44 @@ def _writes(body: WriteBody, tenant_id: str, limits: Limits, now: datetime) -> l
             raise under(f"memories[{i}]", exc) from exc
         docs.append({**doc, "memory_id": record.memory_id})
     return docs
+
+
+def _scopes_named(
+    session_id: str | None, run_id: str | None, agent_id: str | None, user_id: str | None
+) -> None:
+    """Raise RecordError naming the first scope given empty (:func:`requested_scope`)."""
+    for name, value in (
+        ("session_id", session_id),
+        ("run_id", run_id),
+        ("agent_id", agent_id),
+        ("user_id", user_id),
+    ):
+        requested_scope(name, value)
+
+
+async def _of_their_users(
+    service: RecallService, tenant_id: str, body: WriteBody, docs: Sequence[dict[str, Any]]
+) -> None:
+    """Raise a 409 naming ``memories[i].user_id`` when a write names the id of a memory (not
+    deleted) of another end user (none counts as one): the worker would ignore it
+    (:func:`memcore.write_refused`), keeping the memory's user and words. One read of the
+    memories whose ids the body gives (a derived id is of its own scope); a memory this read
+    does not see yet is left to the worker's rule.
+    """
+    given = {i: doc["memory_id"] for i, doc in enumerate(docs) if body.memories[i].memory_id}
+    if not given:
+        return
+    rows = await service.get_many(tenant_id, sorted(set(given.values())))
+    for i, memory_id in given.items():
+        row = rows.get(memory_id)
+        if row is None or row.state == "deleted":
+            continue
+        if (row.user_id or None) != (docs[i].get("user_id") or None):
+            raise HTTPException(
+                409,
+                f"memories[{i}].user_id: memory {memory_id} is another end user's (a memory keeps"
+                " its user_id): write it under another id, or delete that memory first",
+            )
 
 
 def _check_accesses(
@@ -629,14 +671,18 @@ def _query(body: RecallBody, who: Tenant, states: tuple[str, ...], limits: Limit
             )
         ),
         tags_any=checked_tags("filters.tags", f.tags),
-        session_id=checked_scope(
-            "filters.session_id", session_of(f.session_id, f.run_id, "filters.run_id")
+        session_id=requested_scope(
+            "filters.session_id",
+            session_of(f.session_id, requested_scope("filters.run_id", f.run_id), "filters.run_id"),
         ),
-        agent_id=checked_scope("filters.agent_id", f.agent_id),
-        user_id=checked_scope("filters.user_id", f.user_id),
+        agent_id=requested_scope("filters.agent_id", f.agent_id),
+        user_id=requested_scope("filters.user_id", f.user_id),
         created_from_us=to_us(f.created_from) if f.created_from else None,
         created_to_us=to_us(f.created_to) if f.created_to else None,
     )
+    if f.created_from and f.created_to and to_us(f.created_to) <= to_us(f.created_from):
+        why = f"not after filters.created_from ({f.created_from.isoformat()}): an empty range"
+        raise InvalidField("filters.created_to", f.created_to, why)
     dim = limits.embedding_dim
     vector = checked_vector("vector", body.vector, dim) if body.vector is not None else None
     decay = recall_decay(policy.preset, who.policy.decay)

@@ -112,6 +112,9 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
 
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: _described("this tenant has no such memory")}
 CONFLICT: dict[int | str, dict[str, Any]] = {409: _described("the memory is deleted or superseded")}
+OTHER_USER: dict[int | str, dict[str, Any]] = {
+    409: _described("a memory's id is of a memory of another end user (``user_id``)")
+}
 ADMIN: dict[int | str, dict[str, Any]] = {
     403: _described("admin routes are disabled: the server has no MNEMO_ADMIN_KEY"),
     404: _described("no such tenant (or key)"),

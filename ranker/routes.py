@@ -47,6 +47,7 @@ from storage.records import (
     checked_scope,
     checked_tags,
     checked_write,
+    requested_scope,
 )
 
 States = Literal["active", "archived", "forgotten", "deleted"]
@@ -349,6 +350,8 @@ def new_version(
     created (the worker would not let the new version supersede it).
     """
     given = body.model_dump(exclude_none=True, exclude={"after", "run_id"})
+    for name in ("session_id", "run_id", "agent_id", "user_id"):
+        requested_scope(name, getattr(body, name))
     session = session_of(body.session_id, body.run_id, "run_id")
     if session is not None:
         given["session_id"] = session
@@ -457,7 +460,7 @@ def _listing(api: FastAPI, service: RecallService, seal: TokenSeal) -> None:
             ("run_id", run_id),
             ("user_id", user_id),
         ):
-            checked_scope(name, value)
+            requested_scope(name, value)
         session = session_of(session_id, run_id, "run_id")
         now = datetime.now(UTC)
         filters = _list_filters(

@@ -435,6 +435,19 @@ def checked_scope(field: str, value: str | None) -> str | None:
     return value
 
 
+def requested_scope(field: str, value: str | None) -> str | None:
+    """A scope a request names (a write's, an update's, a filter's): as :func:`checked_scope`,
+    and not empty. An empty one was read as none: a write's derived id was an unscoped write's,
+    its memory stood among the unscoped, and a user's erasure refuses an empty user (leave the
+    field out for none). Records on the topics still read an empty scope as none.
+    """
+    if value == "":
+        raise RecordError(
+            field, value, f"expected 1-{MAX_NAME_BYTES} bytes (UTF-8): leave it out for none"
+        )
+    return checked_scope(field, value)
+
+
 def _no_nul(field: str, value: str) -> None:
     """NUL joins a derived id's parts (:func:`memcore.derive_memory_id`): a content or scope
     holding one could make another scope's id.

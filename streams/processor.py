@@ -45,8 +45,8 @@ from memcore import (
     summary_outdated,
     unkept_summary,
     unknown_successor,
-    version_left,
     versioning,
+    write_refused,
 )
 from storage import Document, MemoryRow, codec
 from storage.records import (
@@ -561,7 +561,7 @@ class Processor:
         if record.embedding is not None:
             return False
         state = self.state(record.key)
-        if version_left(state, record.supersedes):  # its write is ignored
+        if write_refused(state, record.supersedes, record.user_id) is not None:  # ignored
             return False
         hashed = content_hash(record.content)
         if state is None or state.content_hash != hashed:
@@ -631,7 +631,7 @@ class Processor:
         policy = self.policy(record.tenant_id)
         new, effects = apply(state, event, policy)
         assert new is not None  # a write always leaves a state
-        if effects[0].kind is EffectKind.IGNORED and version_left(state, record.supersedes):
+        if write_refused(state, record.supersedes, record.user_id) is not None:  # ignored
             self.put_state(record.key, new)  # its offset: a redelivery is skipped
             self._after(message, record.at, new, effects, batch, sync=False)
             self.release(key, batch)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -432,3 +433,18 @@ def test_scopes_keep_the_same_sentence_of_two_agents_and_two_users_apart(server:
         unscoped = client.get(mine, track=False)
         assert unscoped is not None
         assert unscoped.user_id is None
+        # a caller-chosen id is one user's: another's words under it are refused, not mixed in
+        mia: dict[str, Any] = {"content": "Mia's address is 1 Rua Nova", "user_id": "mia", "at": T0}
+        ned: dict[str, Any] = {"content": "Ned's address is 9 Elm St", "user_id": "ned", "at": T0}
+        client.remember(memory_id="card", **mia)
+        assert client.get("card", track=False) is not None  # applied: the API sees it
+        with pytest.raises(MnemostreamError) as refused:
+            client.remember(memory_id="card", **ned)
+        assert (refused.value.status, "memories[0].user_id" in str(refused.value)) == (409, True)
+        # in one request the API sees neither: the worker keeps the first user's words
+        client.remember_many([{**mia, "memory_id": "card2"}, {**ned, "memory_id": "card2"}])
+        for card_id in ("card", "card2"):
+            card = client.get(card_id, track=False)
+            assert card is not None
+            assert (card.content, card.user_id) == (mia["content"], "mia")
+        assert [h["kind"] for h in client.history("card2")] == ["created", "ignored"]

@@ -163,13 +163,31 @@ async def test_a_powermem_recall_on_a_zeromemory_tenant_vetoes_what_is_hours_sta
         ({"preset": "zeph", "mmr_lambda": 0.2}, "mmr_lambda"),
         ({"preset": "powermem", "weights": {"similarity": 1.0}}, "weights"),
         ({"filters": {"user_id": "é" * 200}}, "filters.user_id"),  # 400 bytes
-        ({"filters": {"run_id": "x" * 300}}, "filters.session_id"),
+        ({"filters": {"run_id": "x" * 300}}, "filters.run_id"),
         ({"filters": {"user_id": "bob\x00"}}, "filters.user_id"),
         ({"at": 1772366400}, "at"),  # a number: read as Unix seconds
         ({"at": "1772366400"}, "at"),
         ({"filters": {"created_from": "1772366400"}}, "filters.created_from"),
         ({"at": "1772366400.5"}, "at"),  # read as seconds, or as milliseconds when large
         ({"filters": {"created_to": "1.7e12"}}, "filters.created_to"),
+        (  # created_to is exclusive: an empty range was a 200 with no results
+            {
+                "filters": {
+                    "created_from": "2026-03-01T00:00:00Z",
+                    "created_to": "2026-03-01T00:00:00Z",
+                }
+            },
+            "filters.created_to",
+        ),
+        (
+            {
+                "filters": {
+                    "created_from": "2026-03-02T00:00:00Z",
+                    "created_to": "2026-03-01T00:00:00Z",
+                }
+            },
+            "filters.created_to",
+        ),
     ],
 )
 async def test_a_recall_parameter_the_answer_would_ignore_or_a_write_refuses_is_a_422(

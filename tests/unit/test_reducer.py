@@ -53,6 +53,11 @@ def test_a_tier_the_writer_chose_is_audited_as_written_not_as_by_importance() ->
     assert effect.reason == "semantic as written (memory_type); importance 0.1 (test)"
     _, (effect,) = apply(None, write(importance=0.85), DEFAULT)
     assert effect.reason == "semantic by importance 0.85 (test)"
+    # an update's version: the API wrote the old memory's tier and importance, not its caller
+    update = dataclasses.replace(write(importance=0.1, tier=Tier.WORKING), supersedes="m0")
+    _, (effect,) = apply(None, update, DEFAULT)
+    assert "as written" not in effect.reason
+    assert effect.reason.startswith("working, importance 0.1: the version of m0")
 
 
 def test_identical_rewrite_folds() -> None:

@@ -145,3 +145,82 @@ def test_the_sdk_sends_and_reads_the_user_scope() -> None:
     assert orjson.loads(recall.content)["filters"] == {"user_id": "ann"}
     assert page.url.params["user_id"] == "ann"
     assert recalled.user_id == listed.user_id == "ann"
+
+
+async def test_a_write_under_the_id_of_another_user_s_memory_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A caller-chosen id given to two users' memories (a per-user "profile card"): the second
+    user's words replaced the first's and stood under the first user's scope, found by that
+    user's recall and never by the writer's. A 409 names the field; nothing is produced.
+    """
+    produced = Produced()
+    service, client = service_and_client(produced)
+    rows = {
+        "card": make_row("acme", "card", (1.0, 0.0, 0.0, 0.0), user_id="mia"),
+        "note": make_row("acme", "note", (1.0, 0.0, 0.0, 0.0), user_id=""),  # unscoped
+        "old": make_row("acme", "old", (1.0, 0.0, 0.0, 0.0), user_id="mia", state="deleted"),
+    }
+    asked: list[list[str]] = []
+
+    async def get_many(
+        tenant_id: str, memory_ids: list[str], after: object = None
+    ) -> dict[str, Any]:
+        asked.append(list(memory_ids))
+        return {m: rows[m] for m in memory_ids if m in rows}
+
+    monkeypatch.setattr(service, "get_many", get_many)
+
+    async def write(*memories: dict[str, str]) -> httpx.Response:
+        return await http.post("/v1/memories", json={"memories": list(memories)}, headers=AUTH)
+
+    async with client as http:
+        derived = await write({"content": "Mia likes tea", "user_id": "mia"})
+        assert derived.status_code == 200, derived.text
+        assert asked == []  # a derived id is of its own scope: nothing to read
+        same = {"content": "Mia lives in Porto", "memory_id": "card", "user_id": "mia"}
+        other = {"content": "Ned lives at 9 Elm St", "memory_id": "card", "user_id": "ned"}
+        refused = await write(same, other)
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["detail"].startswith("memories[1].user_id: memory card is another")
+        assert len(produced.values) == 1  # the derived write only: none of this request's
+        unscoped = await write({"content": "Someone", "memory_id": "card"})
+        assert unscoped.status_code == 409, unscoped.text
+        into_unscoped = await write({"content": "Ned's", "memory_id": "note", "user_id": "ned"})
+        assert into_unscoped.status_code == 409, into_unscoped.text
+        for fine in (
+            same,
+            {"content": "A note", "memory_id": "note"},
+            {"content": "Ned anew", "memory_id": "old", "user_id": "ned"},  # deleted: free
+            {"content": "Ned's own", "memory_id": "fresh", "user_id": "ned"},
+        ):
+            accepted = await write(fine)
+            assert accepted.status_code == 200, accepted.text
+    assert len(produced.values) == 5
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "field"),
+    [
+        ("POST", "/v1/memories", {"memories": [{"content": "x", "user_id": ""}]}, "user_id"),
+        ("POST", "/v1/memories", {"memories": [{"content": "x", "run_id": ""}]}, "run_id"),
+        ("POST", "/v1/memories", {"memories": [{"content": "x", "agent_id": ""}]}, "agent_id"),
+        ("POST", "/v1/recall", {"query": "x", "filters": {"user_id": ""}}, "filters.user_id"),
+        ("POST", "/v1/recall", {"query": "x", "filters": {"run_id": ""}}, "filters.run_id"),
+        ("GET", "/v1/memories?session_id=", None, "session_id"),
+    ],
+)
+async def test_an_empty_scope_is_refused_naming_its_field(
+    method: str, path: str, body: dict[str, Any] | None, field: str
+) -> None:
+    """``user_id: ""`` was taken as no user: the write got an unscoped memory's id and stood among
+    the unscoped, where a user's erasure (which refuses an empty user) never finds it.
+    """
+    produced = Produced()
+    _, client = service_and_client(produced)
+    async with client as http:
+        reply = await http.request(method, path, json=body, headers=AUTH)
+    assert reply.status_code == 422, reply.text
+    assert reply.json()["field"].endswith(field)
+    assert "leave it out for none" in reply.json()["detail"]
+    assert produced.values == []

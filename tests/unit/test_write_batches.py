@@ -1984,3 +1984,39 @@ async def test_a_memory_erased_before_the_worker_applied_its_purge_is_in_no_llm_
     sent = await w.writes(newer("acme"))
     assert not any("Osaka" in prompt for prompt in llm.prompts)
     assert superseded(sent) == []
+
+
+@pytest.mark.parametrize("one_batch", [False, True])
+async def test_a_write_under_a_memory_of_another_user_leaves_it_as_it_was(
+    tmp_path: Path, one_batch: bool
+) -> None:
+    """A caller-chosen id given to two users' memories: the second user's words replaced the
+    first's and stood under the first user's scope (returned by that user's recall, never by
+    the writer's). The memory now keeps its user and words; the write is audited as ignored.
+    Deleted, the id is free for anyone's memory.
+    """
+    w = Worker(tmp_path, Embedder({"Mia lives in Porto": X, "Ned lives at 9 Elm St": Y}))
+    mia = ("acme/card", write("Mia lives in Porto", "card", user_id="mia"))
+    ned = ("acme/card", write("Ned lives at 9 Elm St", "card", user_id="ned"))
+    sent = await w.writes(mia, ned) if one_batch else [*await w.writes(mia), *await w.writes(ned)]
+    assert letters(sent) == []
+    kinds = [v["kind"] for role, _, v in sent if role == "audit"]
+    assert kinds == ["created", "ignored"]
+    (why,) = [v["reason"] for role, _, v in sent if role == "audit" and v["kind"] == "ignored"]
+    assert "user_id" in why
+    state = w.worker.processor.state("acme/card")
+    assert state is not None
+    assert (state.user_id, state.write_count) == ("mia", 1)
+    assert (w.store.rows["acme/card"].content, w.store.rows["acme/card"].vector) == (
+        "Mia lives in Porto",
+        X,
+    )
+    unscoped = await w.writes(("acme/card", write("Someone lives somewhere", "card")))
+    assert [v["kind"] for role, _, v in unscoped if role == "audit"] == ["ignored"]
+    gone = Retire(datetime(2026, 3, 1, 12, 45, tzinfo=UTC), Lifecycle.DELETED, "deleted")
+    await w.writes(("acme/card", orjson.dumps(decision_value("acme", "card", gone))))
+    await w.writes(("acme/card", write("Ned lives at 9 Elm St", "card", user_id="ned")))
+    anew = w.worker.processor.state("acme/card")
+    assert anew is not None
+    assert (anew.user_id, anew.state) == ("ned", Lifecycle.ACTIVE)
+    assert w.store.rows["acme/card"].content == "Ned lives at 9 Elm St"
