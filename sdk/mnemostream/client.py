@@ -205,6 +205,10 @@ class _Session:
         with self.lock:
             return list(self.pending)
 
+    def last(self) -> str | None:
+        with self.lock:
+            return self.pending[-1] if self.pending else None
+
     def folding(self, *, read: bool) -> _Call | None:
         """The call that folds the session's tokens into one (``POST /v1/tokens``), or None:
         before a read that would send more than :data:`FOLD_BEFORE_READ`, and before any call
@@ -292,6 +296,8 @@ LIST_FILTERS = frozenset(
 )
 """The filters ``list_memories`` takes (the list route's query parameters)."""
 _CUT_SHORT = "the export stream ended before its closing line"
+MAX_PAGE = 1000
+"""The largest page the list route answers (its ``limit``)."""
 MAX_AFTER = 1024
 """The most tokens the server takes in one ``after`` (``ranker.tokens.MAX_TOKENS``): a fold sends
 the oldest this many."""
@@ -547,6 +553,9 @@ class _Api:
         (``limit`` too: it is ``page_size``; an older server ignored a query parameter it did not
         know: a misspelt filter listed all; a server now answers 422).
         """
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+            # the server's 422 named its query parameter, limit, which no caller wrote
+            raise ValueError(f"page_size: expected an int of 1-{MAX_PAGE}, not {limit!r}")
         unknown = sorted(set(filters) - LIST_FILTERS)
         if unknown:
             known = ", ".join(sorted(LIST_FILTERS))
@@ -721,10 +730,24 @@ class Client:
             reply = self._http.request(call.method, call.path, json=call.json, params=call.query)
         return self._session.answered(call, reply)
 
-    def _after(self) -> list[str]:
-        """The session's tokens for a read, folded first when there are many."""
+    def _after(self, after: str | Sequence[str] | None = None) -> list[str]:
+        """The session's tokens for a read, folded first when there are many, then the caller's
+        own ``after``.
+        """
         self._fold(read=True)
-        return self._session.after()
+        return [*self._session.after(), *_tokens(after)]
+
+    def token(self) -> str | None:
+        """One read-your-writes token covering this client's writes and accesses that no read of
+        it has waited for yet, for another client (another process) to pass as ``after=``; None
+        when there are none (or the client was made with ``read_your_writes=False``). Several
+        are folded into one by the server (``POST /v1/tokens``); this client's next read still
+        waits for them.
+        """
+        self._fold(read=True)
+        if len(self._session.after()) > 1:
+            self._request(_Api.fold(self._session.after()))
+        return self._session.last()
 
     def _fold(self, *, read: bool) -> None:
         """Fold the session's tokens while :meth:`_Session.folding` says so. A failed fold is a
@@ -786,31 +809,43 @@ class Client:
         """Report accesses; returns how many were accepted."""
         return int(self._send(_Api.access(memory_ids, kind, at))["accepted"])
 
-    def get(self, memory_id: str, *, track: bool = True) -> Memory | None:
+    def get(
+        self, memory_id: str, *, track: bool = True, after: str | Sequence[str] | None = None
+    ) -> Memory | None:
         """One memory, or None when this tenant has none with that id. With ``track`` (the
         default) the read counts as an access of kind ``get`` (SPEC section 5: an archived
         memory comes back); the memory shown is as it was before that access.
         """
-        found = self._send(_Api.get(memory_id, self._after(), track))
+        found = self._send(_Api.get(memory_id, self._after(after), track))
         return Memory.of(found) if found is not None else None
 
-    def get_many(self, memory_ids: Sequence[str]) -> dict[str, Memory]:
+    def get_many(
+        self, memory_ids: Sequence[str], *, after: str | Sequence[str] | None = None
+    ) -> dict[str, Memory]:
         """Memories by id (any state); ids this tenant has none of are absent."""
-        found = self._send(_Api.get_many(memory_ids, self._after()))
+        found = self._send(_Api.get_many(memory_ids, self._after(after)))
         return {m["memory_id"]: Memory.of(m) for m in found["memories"]}
 
-    def forget(self, memory_id: str, *, purge: bool = False, erase: bool = False) -> int:
+    def forget(
+        self,
+        memory_id: str,
+        *,
+        purge: bool = False,
+        erase: bool = False,
+        after: str | Sequence[str] | None = None,
+    ) -> int:
         """Delete a memory (recall never returns it; ``purge``: get no longer finds it either;
         ``erase``: its words are destroyed for good, in the log too). Returns the data keys
         erased: 0 without ``erase``, and 0 with it for words written in the clear (by another
         producer: they stay in the log). Raises MnemostreamError (404) when this tenant has no
         such memory.
         """
-        return _keys_erased(self._send(_Api.forget(memory_id, purge, self._after(), erase)))
+        return _keys_erased(self._send(_Api.forget(memory_id, purge, self._after(after), erase)))
 
-    def erase_user(self, user_id: str) -> list[str]:
+    def erase_user(self, user_id: str, *, after: str | Sequence[str] | None = None) -> list[str]:
         """Erase every memory of ``user_id`` (as ``forget(erase=True)`` does one); their ids."""
-        return [str(m) for m in self._send(_Api.erase_user(user_id, self._after()))["memory_ids"]]
+        call = _Api.erase_user(user_id, self._after(after))
+        return [str(m) for m in self._send(call)["memory_ids"]]
 
     def update(self, memory_id: str, **changes: Any) -> str:  # noqa: ANN401
         """Write a new version of a memory (content, tags, metadata, importance, at...: the rest
@@ -821,7 +856,13 @@ class Client:
         call = _Api.update(memory_id, changes, self._after())
         return str(self._send(call)["memory_id"])
 
-    def list_memories(self, *, page_size: int = 100, **filters: Any) -> Iterator[Memory]:  # noqa: ANN401
+    def list_memories(
+        self,
+        *,
+        page_size: int = 100,
+        after: str | Sequence[str] | None = None,
+        **filters: Any,  # noqa: ANN401
+    ) -> Iterator[Memory]:
         """The memories matching ``filters`` (state, memory_type, tag, agent_id, session_id or
         run_id, user_id, include_history; by default active and archived ones, current versions
         only), in id order, fetched ``page_size`` at a time as the iterator advances. Another
@@ -829,24 +870,26 @@ class Client:
         """
         cursor: str | None = None
         while True:
-            call = _Api.page(filters, page_size, cursor, self._after())
+            call = _Api.page(filters, page_size, cursor, self._after(after))
             found = self._send(call)
             yield from (Memory.of(m) for m in found["memories"])
             cursor = found["cursor"]
             if cursor is None:
                 return
 
-    def history(self, memory_id: str) -> History:
+    def history(self, memory_id: str, *, after: str | Sequence[str] | None = None) -> History:
         """Every decision about a memory, in the order decided (:class:`History`: the newest 10,000,
         with ``total`` and ``truncated`` saying whether older ones were left out).
         """
-        return History.of(self._send(_Api.history(memory_id, self._after())))
+        return History.of(self._send(_Api.history(memory_id, self._after(after))))
 
-    def export(self, *, vectors: bool = False) -> Iterator[dict[str, Any]]:
+    def export(
+        self, *, vectors: bool = False, after: str | Sequence[str] | None = None
+    ) -> Iterator[dict[str, Any]]:
         """Every memory of the tenant (any state but purged, superseded versions too) as dicts,
         streamed; ``vectors`` adds each one's ``embedding``.
         """
-        call = _Api.export(vectors, self._after())
+        call = _Api.export(vectors, self._after(after))
         with _reached(), self._http.stream(call.method, call.path, params=call.query) as reply:
             if not reply.is_success:
                 reply.read()
@@ -900,9 +943,15 @@ class AsyncClient:
             )
         return self._session.answered(call, reply)
 
-    async def _after(self) -> list[str]:
+    async def _after(self, after: str | Sequence[str] | None = None) -> list[str]:
         await self._fold(read=True)
-        return self._session.after()
+        return [*self._session.after(), *_tokens(after)]
+
+    async def token(self) -> str | None:
+        await self._fold(read=True)
+        if len(self._session.after()) > 1:
+            await self._request(_Api.fold(self._session.after()))
+        return self._session.last()
 
     async def _fold(self, *, read: bool) -> None:
         while (folding := self._session.folding(read=read)) is not None:
@@ -948,30 +997,49 @@ class AsyncClient:
     ) -> int:
         return int((await self._send(_Api.access(memory_ids, kind, at)))["accepted"])
 
-    async def get(self, memory_id: str, *, track: bool = True) -> Memory | None:
-        found = await self._send(_Api.get(memory_id, await self._after(), track))
+    async def get(
+        self, memory_id: str, *, track: bool = True, after: str | Sequence[str] | None = None
+    ) -> Memory | None:
+        found = await self._send(_Api.get(memory_id, await self._after(after), track))
         return Memory.of(found) if found is not None else None
 
-    async def get_many(self, memory_ids: Sequence[str]) -> dict[str, Memory]:
-        found = await self._send(_Api.get_many(memory_ids, await self._after()))
+    async def get_many(
+        self, memory_ids: Sequence[str], *, after: str | Sequence[str] | None = None
+    ) -> dict[str, Memory]:
+        found = await self._send(_Api.get_many(memory_ids, await self._after(after)))
         return {m["memory_id"]: Memory.of(m) for m in found["memories"]}
 
-    async def forget(self, memory_id: str, *, purge: bool = False, erase: bool = False) -> int:
-        call = _Api.forget(memory_id, purge, await self._after(), erase)
+    async def forget(
+        self,
+        memory_id: str,
+        *,
+        purge: bool = False,
+        erase: bool = False,
+        after: str | Sequence[str] | None = None,
+    ) -> int:
+        call = _Api.forget(memory_id, purge, await self._after(after), erase)
         return _keys_erased(await self._send(call))
 
-    async def erase_user(self, user_id: str) -> list[str]:
-        call = _Api.erase_user(user_id, await self._after())
+    async def erase_user(
+        self, user_id: str, *, after: str | Sequence[str] | None = None
+    ) -> list[str]:
+        call = _Api.erase_user(user_id, await self._after(after))
         return [str(m) for m in (await self._send(call))["memory_ids"]]
 
     async def update(self, memory_id: str, **changes: Any) -> str:  # noqa: ANN401
         call = _Api.update(memory_id, changes, await self._after())
         return str((await self._send(call))["memory_id"])
 
-    async def list_memories(self, *, page_size: int = 100, **filters: Any) -> AsyncIterator[Memory]:  # noqa: ANN401
+    async def list_memories(
+        self,
+        *,
+        page_size: int = 100,
+        after: str | Sequence[str] | None = None,
+        **filters: Any,  # noqa: ANN401
+    ) -> AsyncIterator[Memory]:
         cursor: str | None = None
         while True:
-            call = _Api.page(filters, page_size, cursor, await self._after())
+            call = _Api.page(filters, page_size, cursor, await self._after(after))
             found = await self._send(call)
             for m in found["memories"]:
                 yield Memory.of(m)
@@ -979,11 +1047,13 @@ class AsyncClient:
             if cursor is None:
                 return
 
-    async def history(self, memory_id: str) -> History:
-        return History.of(await self._send(_Api.history(memory_id, await self._after())))
+    async def history(self, memory_id: str, *, after: str | Sequence[str] | None = None) -> History:
+        return History.of(await self._send(_Api.history(memory_id, await self._after(after))))
 
-    async def export(self, *, vectors: bool = False) -> AsyncIterator[dict[str, Any]]:
-        call = _Api.export(vectors, await self._after())
+    async def export(
+        self, *, vectors: bool = False, after: str | Sequence[str] | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        call = _Api.export(vectors, await self._after(after))
         with _reached():
             async with self._http.stream(call.method, call.path, params=call.query) as reply:
                 if not reply.is_success:

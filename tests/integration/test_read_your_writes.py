@@ -53,6 +53,22 @@ def test_a_write_and_an_access_are_seen_before_the_worker_commits(server: Server
             assert got.access_count == 1, server.log()
 
 
+def test_a_session_hands_its_writes_on_to_another_client_by_its_token(server: Server) -> None:
+    """A chat session ends and the next starts at once, in another process: the SDK kept its
+    tokens, so the next one's reads missed the last writes. ``token()`` hands them on.
+    """
+    with Client(server.url, KEY) as first:
+        written = [first.remember(f"handed fact {i}", embedding=axis(i)) for i in range(3)]
+        first.access(written[:1], "explicit", None)
+        handed = first.token()
+    assert handed is not None
+    with Client(server.url, KEY) as second:
+        found = second.get_many(written, after=handed)
+        assert sorted(found) == sorted(written), server.log()
+        assert found[written[0]].access_count == 1, server.log()
+        assert second.history(written[2], after=handed)[0]["kind"] == "created"
+
+
 @pytest.mark.parametrize("offsets", [{0: 10**9}, {99: 0}])
 def test_a_token_the_service_did_not_seal_is_a_422_naming_after(
     server: Server, offsets: dict[int, int]

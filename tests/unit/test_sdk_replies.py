@@ -528,3 +528,78 @@ def test_a_call_cancelled_during_a_fold_was_not_sent() -> None:
             assert len(client._session.pending) == 257
 
     asyncio.run(run())
+
+
+class Reads(Writes):
+    """:class:`Writes`, and an empty answer of each read route, recording its ``after``."""
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/v1/memories/get":
+            self.after.append(json.loads(request.content).get("after") or [])
+            return httpx.Response(200, json={"memories": []})
+        answers = {
+            "list": {"memories": [], "cursor": None},
+            "history": {"events": [], "total": 0, "truncated": False},
+            "users": {"memory_ids": []},
+        }
+        if request.method == "GET" and path == "/v1/memories":
+            route = "list"
+        elif path.endswith("/history"):
+            route = "history"
+        elif path.startswith("/v1/users/"):
+            route = "users"
+        else:
+            return super().__call__(request)
+        self.after.append(request.url.params.get_list("after"))
+        return httpx.Response(200, json=answers[route])
+
+
+def test_a_client_hands_its_writes_token_to_another_which_reads_after_it() -> None:
+    """An agent whose session ends hands on to a new client (another process): the SDK kept
+    its tokens to itself, so the new one's first reads missed the last writes. ``token()``
+    gives one (folded by the server when several) and every read takes ``after=``.
+    """
+    seen = Reads()
+    transport = httpx.MockTransport(seen)
+    with Client("http://x", "k" * 16, transport=transport) as first:
+        assert first.token() is None  # nothing written
+        first.remember("a")
+        (one,) = seen_tokens = [token({"memory-writes": {"1": 1}})]
+        assert first.token() == one  # one token: no fold asked
+        first.remember("b")
+        handed = first.token()
+        assert seen.folds == [2]
+        assert handed is not None
+        assert offsets(handed) == offsets(
+            folded([*seen_tokens, token({"memory-writes": {"2": 2}})])
+        )
+        assert first.token() == handed  # the session holds the fold, not both
+    with Client("http://x", "k" * 16, transport=transport) as second:
+        second.get("m1", after=handed)
+        second.get_many(["m1"], after=[handed])
+        second.history("m1", after=handed)
+        list(second.list_memories(after=handed))
+        second.erase_user("ann", after=handed)
+    assert seen.after == [[handed]] * 5
+
+    async def run() -> list[str | None]:
+        async with AsyncClient("http://x", "k" * 16, transport=transport) as client:
+            await client.remember("c")
+            await client.remember("d")
+            mine = await client.token()
+            await client.get("m1", after="v1.other")
+            return [mine]
+
+    (mine,) = asyncio.run(run())
+    assert mine is not None
+    assert seen.folds == [2, 2]
+    assert seen.after[-1] == [mine, "v1.other"]  # the session's first, then the caller's
+
+
+@pytest.mark.parametrize("size", [0, 1001, True, 2.5])
+def test_a_page_size_out_of_range_is_refused_naming_page_size(size: object) -> None:
+    """The server's 422 named its query parameter ``limit``, which no caller wrote."""
+    client = Client("http://x", "k" * 16, transport=httpx.MockTransport(Writes()))
+    with client, pytest.raises(ValueError, match="page_size"):
+        next(iter(client.list_memories(page_size=size)))  # type: ignore[arg-type]
