@@ -36,7 +36,7 @@ from memcore.ids import check_id
 from memcore.policy import MAX_WEIGHT, RecallPolicy, RecallPreset, recall_decay
 from ranker.admin import admin_refusal, admin_routes
 from ranker.admission import Admission, BodyBudget, TenantBusy, TenantSlots, presented_key
-from ranker.applied import NotAppliedError
+from ranker.applied import NotAppliedError, Token
 from ranker.batcher import Overloaded
 from ranker.errors import Refused, Unavailable
 from ranker.history import AuditLog
@@ -75,6 +75,7 @@ from storage.records import (
     RecordError,
     check_time,
     checked_access,
+    checked_scope,
     checked_tags,
     checked_vector,
     checked_write,
@@ -233,6 +234,11 @@ ARCHIVE_DOC = (
 
 class WriteBody(Body):
     memories: list[MemoryBody] = Field(min_length=1, max_length=1000)
+    after: Tokens | None = Field(
+        None,
+        description="read-your-writes tokens the check of a given memory_id waits for (a"
+        " deletion's, say: until it is applied, the id is still the deleted memory's)",
+    )
 
 
 class AccessBody(Body):
@@ -393,7 +399,8 @@ def _write_routes(api: FastAPI, service: RecallService, seal: TokenSeal, limits:
     @api.post("/v1/memories", responses=OTHER_USER)
     async def write(body: WriteBody, who: Auth) -> dict[str, Any]:
         docs = _writes(body, who.tenant_id, limits, datetime.now(UTC))
-        await _of_their_users(service, who.tenant_id, body, docs)
+        after = await seal.read(body.after, who.tenant_id) if body.after is not None else None
+        await _of_their_users(service, who.tenant_id, body, docs, after)
         await seal.ready()  # before producing: a token it cannot seal fails nothing written
         ids, token = await service.write(who.tenant_id, docs)
         return {"ids": ids, "token": await seal.seal(token, who.tenant_id)}
@@ -575,18 +582,22 @@ def _scopes_named(
 
 
 async def _of_their_users(
-    service: RecallService, tenant_id: str, body: WriteBody, docs: Sequence[dict[str, Any]]
+    service: RecallService,
+    tenant_id: str,
+    body: WriteBody,
+    docs: Sequence[dict[str, Any]],
+    after: Token | None,
 ) -> None:
     """Raise a 409 naming ``memories[i].user_id`` when a write names the id of a memory (not
     deleted) of another end user (none counts as one): the worker would ignore it
     (:func:`memcore.write_refused`), keeping the memory's user and words. One read of the
-    memories whose ids the body gives (a derived id is of its own scope); a memory this read
-    does not see yet is left to the worker's rule.
+    memories whose ids the body gives (a derived id is of its own scope), once ``after`` is
+    applied; a memory this read does not see yet is left to the worker's rule.
     """
     given = {i: doc["memory_id"] for i, doc in enumerate(docs) if body.memories[i].memory_id}
     if not given:
         return
-    rows = await service.get_many(tenant_id, sorted(set(given.values())))
+    rows = await service.get_many(tenant_id, sorted(set(given.values())), after)
     for i, memory_id in given.items():
         row = rows.get(memory_id)
         if row is None or row.state == "deleted":
@@ -595,7 +606,8 @@ async def _of_their_users(
             raise HTTPException(
                 409,
                 f"memories[{i}].user_id: memory {memory_id} is another end user's (a memory keeps"
-                " its user_id): write it under another id, or delete that memory first",
+                " its user_id): write it under another id, or delete that memory first (and send"
+                " the deletion's token as after)",
             )
 
 
@@ -671,12 +683,12 @@ def _query(body: RecallBody, who: Tenant, states: tuple[str, ...], limits: Limit
             )
         ),
         tags_any=checked_tags("filters.tags", f.tags),
-        session_id=requested_scope(
+        session_id=checked_scope(
             "filters.session_id",
-            session_of(f.session_id, requested_scope("filters.run_id", f.run_id), "filters.run_id"),
+            session_of(f.session_id, checked_scope("filters.run_id", f.run_id), "filters.run_id"),
         ),
-        agent_id=requested_scope("filters.agent_id", f.agent_id),
-        user_id=requested_scope("filters.user_id", f.user_id),
+        agent_id=checked_scope("filters.agent_id", f.agent_id),
+        user_id=checked_scope("filters.user_id", f.user_id),
         created_from_us=to_us(f.created_from) if f.created_from else None,
         created_to_us=to_us(f.created_to) if f.created_to else None,
     )

@@ -460,7 +460,7 @@ def _listing(api: FastAPI, service: RecallService, seal: TokenSeal) -> None:
             ("run_id", run_id),
             ("user_id", user_id),
         ):
-            requested_scope(name, value)
+            checked_scope(name, value)
         session = session_of(session_id, run_id, "run_id")
         now = datetime.now(UTC)
         filters = _list_filters(

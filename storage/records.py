@@ -436,10 +436,11 @@ def checked_scope(field: str, value: str | None) -> str | None:
 
 
 def requested_scope(field: str, value: str | None) -> str | None:
-    """A scope a request names (a write's, an update's, a filter's): as :func:`checked_scope`,
-    and not empty. An empty one was read as none: a write's derived id was an unscoped write's,
-    its memory stood among the unscoped, and a user's erasure refuses an empty user (leave the
-    field out for none). Records on the topics still read an empty scope as none.
+    """A scope a write or an update gives its memory: as :func:`checked_scope`, and not empty.
+    An empty one was read as none: the write's derived id was an unscoped write's, its memory
+    stood among the unscoped, and a user's erasure refuses an empty user (leave the field out
+    for none). Records on the topics still read an empty scope as none, and a filter's empty
+    value selects the memories without that scope.
     """
     if value == "":
         raise RecordError(

@@ -45,6 +45,7 @@ from memcore import (
     summary_outdated,
     unkept_summary,
     unknown_successor,
+    version_left,
     versioning,
     write_refused,
 )
@@ -561,7 +562,9 @@ class Processor:
         if record.embedding is not None:
             return False
         state = self.state(record.key)
-        if write_refused(state, record.supersedes, record.user_id) is not None:  # ignored
+        # an update sent again after its version left recall is ignored; a write of another user
+        # is embedded all the same: a deletion earlier in its batch may free the id for it
+        if version_left(state, record.supersedes):
             return False
         hashed = content_hash(record.content)
         if state is None or state.content_hash != hashed:

@@ -452,20 +452,26 @@ class _Api:
 
     @staticmethod
     def remember(content: str, **fields: Any) -> _Call:  # noqa: ANN401
+        """``fields["after"]``: tokens the server waits for before it checks a given id."""
+        after = _tokens(fields.pop("after", None))
         memory = _drop_none({"content": content, **fields})
-        return _Call("POST", "/v1/memories", {"memories": [memory]}, expects=("ids",))
+        body = _drop_none({"memories": [memory], "after": after or None})
+        return _Call("POST", "/v1/memories", body, expects=("ids",))
 
     @staticmethod
     def fold(tokens: Sequence[str]) -> _Call:
         return _Call("POST", "/v1/tokens", {"after": list(tokens)}, expects=("token",))
 
     @staticmethod
-    def remember_many(memories: Sequence[dict[str, Any]]) -> _Call:
+    def remember_many(
+        memories: Sequence[dict[str, Any]], after: str | Sequence[str] | None = None
+    ) -> _Call:
         for i, m in enumerate(memories):
             if not isinstance(m, dict):
                 raise TypeError(f"memories[{i}]: expected a dict with content, not {m!r}")
         docs = [_drop_none(m) for m in memories]
-        return _Call("POST", "/v1/memories", {"memories": docs}, expects=("ids",))
+        body = _drop_none({"memories": docs, "after": _tokens(after) or None})
+        return _Call("POST", "/v1/memories", body, expects=("ids",))
 
     @staticmethod
     def recall(
@@ -765,12 +771,19 @@ class Client:
             self._session.folded()
 
     def remember(self, content: str, **fields: Any) -> str:  # noqa: ANN401
-        """Write one memory (importance, memory_type, tags, metadata, at, embedding...); its id."""
+        """Write one memory (importance, memory_type, tags, metadata, at, embedding...); its id.
+        ``after``: tokens the server waits for before it checks a given ``memory_id`` against the
+        memory it names (409: another user's), such as a deletion's from ``token()``.
+        """
         return str(self._send(_Api.remember(content, **fields))["ids"][0])
 
-    def remember_many(self, memories: Sequence[dict[str, Any]]) -> list[str]:
-        """Write many memories (dicts with ``content`` and optional fields) in one call; their ids."""
-        return [str(i) for i in self._send(_Api.remember_many(memories))["ids"]]
+    def remember_many(
+        self, memories: Sequence[dict[str, Any]], *, after: str | Sequence[str] | None = None
+    ) -> list[str]:
+        """Write many memories (dicts with ``content`` and optional fields) in one call; their ids.
+        ``after`` (as for ``remember``): tokens the check of a given ``memory_id`` waits for.
+        """
+        return [str(i) for i in self._send(_Api.remember_many(memories, after))["ids"]]
 
     def recall(
         self,
@@ -967,8 +980,10 @@ class AsyncClient:
     async def remember(self, content: str, **fields: Any) -> str:  # noqa: ANN401
         return str((await self._send(_Api.remember(content, **fields)))["ids"][0])
 
-    async def remember_many(self, memories: Sequence[dict[str, Any]]) -> list[str]:
-        return [str(i) for i in (await self._send(_Api.remember_many(memories)))["ids"]]
+    async def remember_many(
+        self, memories: Sequence[dict[str, Any]], *, after: str | Sequence[str] | None = None
+    ) -> list[str]:
+        return [str(i) for i in (await self._send(_Api.remember_many(memories, after)))["ids"]]
 
     async def recall(
         self,

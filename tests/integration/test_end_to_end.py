@@ -448,3 +448,9 @@ def test_scopes_keep_the_same_sentence_of_two_agents_and_two_users_apart(server:
             assert card is not None
             assert (card.content, card.user_id) == (mia["content"], "mia")
         assert [h["kind"] for h in client.history("card2")] == ["created", "ignored"]
+        # deleted, the id is free: the write waits for the deletion before it checks
+        client.forget("card")
+        client.remember(memory_id="card", after=client.token(), **ned)
+        card = client.get("card", track=False)
+        assert card is not None
+        assert (card.content, card.user_id) == (ned["content"], "ned")

@@ -174,6 +174,8 @@ async def _patched(monkeypatch: pytest.MonkeyPatch, old: MemoryRow, body: bytes)
         (b'{"content": "  \\n\\t "}', "content"),
         (b'{"content": "\\u3000"}', "content"),
         (b'{"importance": 0.3, "at": ""}', "at"),  # was taken for "now"
+        (b'{"user_id": ""}', "user_id"),  # was taken for none: the version left its user
+        (b'{"run_id": ""}', "run_id"),
     ],
 )
 async def test_an_update_a_write_would_refuse_is_the_same_422_naming_the_field(

@@ -603,3 +603,18 @@ def test_a_page_size_out_of_range_is_refused_naming_page_size(size: object) -> N
     client = Client("http://x", "k" * 16, transport=httpx.MockTransport(Writes()))
     with client, pytest.raises(ValueError, match="page_size"):
         next(iter(client.list_memories(page_size=size)))  # type: ignore[arg-type]
+
+
+def test_remember_sends_after_beside_the_memories_not_in_one() -> None:
+    bodies: list[dict[str, object]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(200, json={"ids": ["card"], "token": "v1.w"})
+
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(answer)) as client:
+        client.remember("Ned's", memory_id="card", after="v1.deleted")
+        client.remember_many([{"content": "Ned's", "memory_id": "card"}], after=["v1.d"])
+        client.remember("plain")
+    assert [b.get("after") for b in bodies] == [["v1.deleted"], ["v1.d"], None]
+    assert all("after" not in m for b in bodies for m in b["memories"])  # type: ignore[attr-defined]

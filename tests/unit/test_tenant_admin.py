@@ -18,7 +18,7 @@ from memcore.supersession import MAX_NEIGHBOURS
 from ranker.admin import ERASE_ROUNDS
 from ranker.api import create_api
 from ranker.applied import Token
-from ranker.history import Newest
+from ranker.history import History, Newest
 from ranker.ratelimit import RateLimited, RateLimiter, TokenBucket
 from ranker.service import Erasure, RecallService
 from storage import MilvusConfig, MilvusStore
@@ -847,3 +847,27 @@ def test_history_leaves_out_records_logged_before_the_tenant_was_made() -> None:
     newest.add(b"acme/m1", orjson.dumps({"tenant_id": "acme", "kind": "deleted"}), 1_000)
     found = newest.history()
     assert ([e["kind"] for e in found.events], found.total) == (["deleted"], 1)
+
+
+@pytest.mark.anyio
+async def test_the_history_route_reads_from_the_time_its_tenant_was_made() -> None:
+    seen: list[int | None] = []
+
+    class Audit:
+        async def history(
+            self, tenant_id: str, memory_id: str, *, since_ms: int | None = None
+        ) -> History:
+            seen.append(since_ms)
+            return History([{"kind": "created"}], 1)
+
+    made = Tenant("acme", api_key_hashes=(key_hash(KEY),), history_from_ms=1_234)
+    api = create_api(
+        RecallService(MilvusStore(MilvusConfig("unused.db", dim=4)), Hashing(4), _no_send),
+        TenantRegistry({"acme": made}),
+        audit=Audit(),  # type: ignore[arg-type]
+    )
+    transport = httpx.ASGITransport(app=api)
+    async with httpx.AsyncClient(transport=transport, base_url="http://m") as http:
+        reply = await http.get("/v1/memories/m1/history", headers=bearer(KEY))
+    assert reply.status_code == 200, reply.text
+    assert seen == [1_234]
