@@ -603,10 +603,11 @@ async def _of_their_users(
         if row is None or row.state == "deleted":
             continue
         if (row.user_id or None) != (docs[i].get("user_id") or None):
+            whose = "another end user's" if row.user_id else "of no end user"
             raise HTTPException(
                 409,
-                f"memories[{i}].user_id: memory {memory_id} is another end user's (a memory keeps"
-                " its user_id): write it under another id, or delete that memory first (and send"
+                f"memories[{i}].user_id: memory {memory_id} is {whose} (a memory keeps its"
+                " user_id): write it under another id, or delete that memory first (and send"
                 " the deletion's token as after)",
             )
 
@@ -694,7 +695,7 @@ def _query(body: RecallBody, who: Tenant, states: tuple[str, ...], limits: Limit
     )
     if f.created_from and f.created_to and to_us(f.created_to) <= to_us(f.created_from):
         why = f"not after filters.created_from ({f.created_from.isoformat()}): an empty range"
-        raise InvalidField("filters.created_to", f.created_to, why)
+        raise InvalidField("filters.created_to", f.created_to.isoformat(), why)
     dim = limits.embedding_dim
     vector = checked_vector("vector", body.vector, dim) if body.vector is not None else None
     decay = recall_decay(policy.preset, who.policy.decay)

@@ -677,6 +677,21 @@ def _timeout(timeout_s: object) -> float | None:
     return float(timeout_s)
 
 
+def _base_url(base_url: object) -> str:
+    """``base_url`` as given; ValueError naming it unless it is an http:// or https:// URL (one
+    without was refused only at the first call, by httpx).
+    """
+    if not isinstance(base_url, str):
+        raise TypeError(f"base_url: expected the service's URL as a str, not {base_url!r}")
+    try:
+        scheme = httpx.URL(base_url).scheme
+    except httpx.InvalidURL as exc:
+        raise ValueError(f"base_url: not a URL: {base_url!r} ({exc})") from exc
+    if scheme not in ("http", "https"):
+        raise ValueError(f"base_url: the service's URL needs http:// or https://, not {base_url!r}")
+    return base_url
+
+
 def _headers(api_key: object) -> dict[str, str]:
     """The key's header; the key without the whitespace around it (a key read from a file or a
     Secret ends with a newline, which no header may hold: httpx refused every call). ValueError
@@ -711,7 +726,7 @@ class Client:
         gets no reply raises :class:`Unreachable`.
         """
         self._http = httpx.Client(
-            base_url=base_url,
+            base_url=_base_url(base_url),
             headers=_headers(api_key),
             timeout=_timeout(timeout_s),
             transport=transport,
@@ -929,7 +944,7 @@ class AsyncClient:
         read_your_writes: bool = True,
     ) -> None:
         self._http = httpx.AsyncClient(
-            base_url=base_url,
+            base_url=_base_url(base_url),
             headers=_headers(api_key),
             timeout=_timeout(timeout_s),
             transport=transport,

@@ -208,6 +208,7 @@ async def test_a_recall_parameter_the_answer_would_ignore_or_a_write_refuses_is_
         await service.stop()
     assert (reply.status_code, reply.json()["field"]) == (422, field), reply.text
     assert "Weights(" not in reply.json()["detail"]  # the value as the body gave it
+    assert "datetime(" not in reply.json()["detail"]
     assert (listed.status_code, listed.json()["field"]) == (422, "user_id"), listed.text
     assert (access.status_code, access.json()["field"]) == (422, "at"), access.text
     assert not produced.values

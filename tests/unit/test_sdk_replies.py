@@ -247,8 +247,10 @@ def test_a_408_is_retriable_and_a_url_without_its_scheme_is_not_unreachable() ->
     for error in both(reply(408, body), lambda c: c.remember("a")):
         assert isinstance(error, MnemostreamError)
         assert (error.status, error.retriable) == (408, True)
-    with Client("localhost:8080", "k" * 16) as client, pytest.raises(ValueError, match="http"):
-        client.recall("q")
+    for url in ("localhost:8080", "127.0.0.1:8080", "ftp://m"):  # refused made, not at a call
+        for make in (Client, AsyncClient):
+            with pytest.raises(ValueError, match="base_url: the service's URL needs http"):
+                make(url, "k" * 16)
 
 
 def test_the_export_stream_cut_by_the_network_is_unreachable() -> None:

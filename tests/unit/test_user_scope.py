@@ -191,6 +191,7 @@ async def test_a_write_under_the_id_of_another_user_s_memory_is_refused(
         assert unscoped.status_code == 409, unscoped.text
         into_unscoped = await write({"content": "Ned's", "memory_id": "note", "user_id": "ned"})
         assert into_unscoped.status_code == 409, into_unscoped.text
+        assert "memory note is of no end user" in into_unscoped.json()["detail"]
         for fine in (
             same,
             {"content": "A note", "memory_id": "note"},
