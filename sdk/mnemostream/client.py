@@ -13,7 +13,7 @@ import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import Any, TypeAlias
 from urllib.parse import quote
 
 import httpx
@@ -24,6 +24,10 @@ a read that waits for its tokens gets the server's retriable 503, not a client t
 MISSING = "no such memory"
 """The ``detail`` of the service's 404 for a memory it does not hold (``get`` answers None for
 it); a 404 with another detail (no such route: a wrong base URL, a proxy) is an error."""
+
+
+After: TypeAlias = str | Sequence[str] | None
+"""Read-your-writes tokens a caller passes as ``after=``: one, several, or none."""
 
 
 class MnemostreamError(Exception):
@@ -320,7 +324,7 @@ def _fold_binds(session: _Session, exc: MnemostreamError) -> bool:
     return exc.status == 422 or len(session.after()) > MAX_UNFOLDED
 
 
-def _tokens(after: str | Sequence[str] | None) -> list[str]:
+def _tokens(after: After) -> list[str]:
     """A caller's own ``after``: one token, a list of them, or None."""
     if after is None:
         return []
@@ -463,9 +467,7 @@ class _Api:
         return _Call("POST", "/v1/tokens", {"after": list(tokens)}, expects=("token",))
 
     @staticmethod
-    def remember_many(
-        memories: Sequence[dict[str, Any]], after: str | Sequence[str] | None = None
-    ) -> _Call:
+    def remember_many(memories: Sequence[dict[str, Any]], after: After = None) -> _Call:
         for i, m in enumerate(memories):
             if not isinstance(m, dict):
                 raise TypeError(f"memories[{i}]: expected a dict with content, not {m!r}")
@@ -751,7 +753,7 @@ class Client:
             reply = self._http.request(call.method, call.path, json=call.json, params=call.query)
         return self._session.answered(call, reply)
 
-    def _after(self, after: str | Sequence[str] | None = None) -> list[str]:
+    def _after(self, after: After = None) -> list[str]:
         """The session's tokens for a read, folded first when there are many, then the caller's
         own ``after``.
         """
@@ -793,7 +795,7 @@ class Client:
         return str(self._send(_Api.remember(content, **fields))["ids"][0])
 
     def remember_many(
-        self, memories: Sequence[dict[str, Any]], *, after: str | Sequence[str] | None = None
+        self, memories: Sequence[dict[str, Any]], *, after: After = None
     ) -> list[str]:
         """Write many memories (dicts with ``content`` and optional fields) in one call; their ids.
         ``after`` (as for ``remember``): tokens the check of a given ``memory_id`` waits for.
@@ -837,9 +839,7 @@ class Client:
         """Report accesses; returns how many were accepted."""
         return int(self._send(_Api.access(memory_ids, kind, at))["accepted"])
 
-    def get(
-        self, memory_id: str, *, track: bool = True, after: str | Sequence[str] | None = None
-    ) -> Memory | None:
+    def get(self, memory_id: str, *, track: bool = True, after: After = None) -> Memory | None:
         """One memory, or None when this tenant has none with that id. With ``track`` (the
         default) the read counts as an access of kind ``get`` (SPEC section 5: an archived
         memory comes back); the memory shown is as it was before that access.
@@ -847,9 +847,7 @@ class Client:
         found = self._send(_Api.get(memory_id, self._after(after), track))
         return Memory.of(found) if found is not None else None
 
-    def get_many(
-        self, memory_ids: Sequence[str], *, after: str | Sequence[str] | None = None
-    ) -> dict[str, Memory]:
+    def get_many(self, memory_ids: Sequence[str], *, after: After = None) -> dict[str, Memory]:
         """Memories by id (any state); ids this tenant has none of are absent."""
         found = self._send(_Api.get_many(memory_ids, self._after(after)))
         return {m["memory_id"]: Memory.of(m) for m in found["memories"]}
@@ -860,7 +858,7 @@ class Client:
         *,
         purge: bool = False,
         erase: bool = False,
-        after: str | Sequence[str] | None = None,
+        after: After = None,
     ) -> int:
         """Delete a memory (recall never returns it; ``purge``: get no longer finds it either;
         ``erase``: its words are destroyed for good, in the log too). Returns the data keys
@@ -870,7 +868,7 @@ class Client:
         """
         return _keys_erased(self._send(_Api.forget(memory_id, purge, self._after(after), erase)))
 
-    def erase_user(self, user_id: str, *, after: str | Sequence[str] | None = None) -> list[str]:
+    def erase_user(self, user_id: str, *, after: After = None) -> list[str]:
         """Erase every memory of ``user_id`` (as ``forget(erase=True)`` does one); their ids."""
         call = _Api.erase_user(user_id, self._after(after))
         return [str(m) for m in self._send(call)["memory_ids"]]
@@ -888,7 +886,7 @@ class Client:
         self,
         *,
         page_size: int = 100,
-        after: str | Sequence[str] | None = None,
+        after: After = None,
         **filters: Any,  # noqa: ANN401
     ) -> Iterator[Memory]:
         """The memories matching ``filters`` (state, memory_type, tag, agent_id, session_id or
@@ -905,15 +903,13 @@ class Client:
             if cursor is None:
                 return
 
-    def history(self, memory_id: str, *, after: str | Sequence[str] | None = None) -> History:
+    def history(self, memory_id: str, *, after: After = None) -> History:
         """Every decision about a memory, in the order decided (:class:`History`: the newest 10,000,
         with ``total`` and ``truncated`` saying whether older ones were left out).
         """
         return History.of(self._send(_Api.history(memory_id, self._after(after))))
 
-    def export(
-        self, *, vectors: bool = False, after: str | Sequence[str] | None = None
-    ) -> Iterator[dict[str, Any]]:
+    def export(self, *, vectors: bool = False, after: After = None) -> Iterator[dict[str, Any]]:
         """Every memory of the tenant (any state but purged, superseded versions too) as dicts,
         streamed; ``vectors`` adds each one's ``embedding``.
         """
@@ -971,7 +967,7 @@ class AsyncClient:
             )
         return self._session.answered(call, reply)
 
-    async def _after(self, after: str | Sequence[str] | None = None) -> list[str]:
+    async def _after(self, after: After = None) -> list[str]:
         await self._fold(read=True)
         return [*self._session.after(), *_tokens(after)]
 
@@ -996,7 +992,7 @@ class AsyncClient:
         return str((await self._send(_Api.remember(content, **fields)))["ids"][0])
 
     async def remember_many(
-        self, memories: Sequence[dict[str, Any]], *, after: str | Sequence[str] | None = None
+        self, memories: Sequence[dict[str, Any]], *, after: After = None
     ) -> list[str]:
         return [str(i) for i in (await self._send(_Api.remember_many(memories, after)))["ids"]]
 
@@ -1028,13 +1024,13 @@ class AsyncClient:
         return int((await self._send(_Api.access(memory_ids, kind, at)))["accepted"])
 
     async def get(
-        self, memory_id: str, *, track: bool = True, after: str | Sequence[str] | None = None
+        self, memory_id: str, *, track: bool = True, after: After = None
     ) -> Memory | None:
         found = await self._send(_Api.get(memory_id, await self._after(after), track))
         return Memory.of(found) if found is not None else None
 
     async def get_many(
-        self, memory_ids: Sequence[str], *, after: str | Sequence[str] | None = None
+        self, memory_ids: Sequence[str], *, after: After = None
     ) -> dict[str, Memory]:
         found = await self._send(_Api.get_many(memory_ids, await self._after(after)))
         return {m["memory_id"]: Memory.of(m) for m in found["memories"]}
@@ -1045,14 +1041,12 @@ class AsyncClient:
         *,
         purge: bool = False,
         erase: bool = False,
-        after: str | Sequence[str] | None = None,
+        after: After = None,
     ) -> int:
         call = _Api.forget(memory_id, purge, await self._after(after), erase)
         return _keys_erased(await self._send(call))
 
-    async def erase_user(
-        self, user_id: str, *, after: str | Sequence[str] | None = None
-    ) -> list[str]:
+    async def erase_user(self, user_id: str, *, after: After = None) -> list[str]:
         call = _Api.erase_user(user_id, await self._after(after))
         return [str(m) for m in (await self._send(call))["memory_ids"]]
 
@@ -1064,7 +1058,7 @@ class AsyncClient:
         self,
         *,
         page_size: int = 100,
-        after: str | Sequence[str] | None = None,
+        after: After = None,
         **filters: Any,  # noqa: ANN401
     ) -> AsyncIterator[Memory]:
         cursor: str | None = None
@@ -1077,11 +1071,11 @@ class AsyncClient:
             if cursor is None:
                 return
 
-    async def history(self, memory_id: str, *, after: str | Sequence[str] | None = None) -> History:
+    async def history(self, memory_id: str, *, after: After = None) -> History:
         return History.of(await self._send(_Api.history(memory_id, await self._after(after))))
 
     async def export(
-        self, *, vectors: bool = False, after: str | Sequence[str] | None = None
+        self, *, vectors: bool = False, after: After = None
     ) -> AsyncIterator[dict[str, Any]]:
         call = _Api.export(vectors, await self._after(after))
         with _reached():
