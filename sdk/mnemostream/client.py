@@ -8,6 +8,7 @@ import contextlib
 import email.utils
 import json
 import math
+import operator
 import re
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -178,6 +179,7 @@ class _Call:
     params: tuple[str, ...] = ()  # read-your-writes tokens of a GET or DELETE
     flags: tuple[tuple[str, str], ...] = ()  # other query parameters
     expects: tuple[str, ...] = ()  # what its reply holds (a reply without it is no API's)
+    waited: bool = True  # the server waits for the tokens it sends (a write: only to check ids)
 
     def __post_init__(self) -> None:
         if self.json is not None:
@@ -209,10 +211,6 @@ class _Session:
         with self.lock:
             return list(self.pending)
 
-    def last(self) -> str | None:
-        with self.lock:
-            return self.pending[-1] if self.pending else None
-
     def folding(self, *, read: bool) -> _Call | None:
         """The call that folds the session's tokens into one (``POST /v1/tokens``), or None:
         before a read that would send more than :data:`FOLD_BEFORE_READ`, and before any call
@@ -242,7 +240,8 @@ class _Session:
         with self.lock:
             if self.enabled and call.awaited and isinstance(token, str):
                 self.pending = list(dict.fromkeys([*self.pending, token]))
-            self._drop(call)  # the server waited for them: this client's later reads need not
+            if call.waited:  # the server waited for them: this client's later reads need not
+                self._drop(call)
         return result
 
     def answered(self, call: _Call, reply: httpx.Response) -> Any:  # noqa: ANN401
@@ -275,13 +274,15 @@ def _sent(call: _Call) -> list[str]:
 
 
 def _refused_tokens(call: _Call, field: str) -> set[str]:
-    """The tokens sent that a 422's ``field`` names: ``after[i]`` the i-th, ``after`` all."""
+    """The tokens sent that a 422's ``field`` names: ``after[i]`` the i-th, ``after`` the one sent
+    (for several, it names them all at once: too many, too long, none the token's own fault).
+    """
     sent = _sent(call)
     named = re.fullmatch(r"after(?:\[(\d+)\])?", field)
     if named is None:
         return set()
     if named.group(1) is None:
-        return set(sent)
+        return set(sent) if len(sent) == 1 else set()
     index = int(named.group(1))
     return {sent[index]} if index < len(sent) else set()
 
@@ -460,7 +461,7 @@ class _Api:
         after = _tokens(fields.pop("after", None))
         memory = _drop_none({"content": content, **fields})
         body = _drop_none({"memories": [memory], "after": after or None})
-        return _Call("POST", "/v1/memories", body, expects=("ids",))
+        return _Call("POST", "/v1/memories", body, expects=("ids",), waited=False)
 
     @staticmethod
     def fold(tokens: Sequence[str]) -> _Call:
@@ -473,7 +474,7 @@ class _Api:
                 raise TypeError(f"memories[{i}]: expected a dict with content, not {m!r}")
         docs = [_drop_none(m) for m in memories]
         body = _drop_none({"memories": docs, "after": _tokens(after) or None})
-        return _Call("POST", "/v1/memories", body, expects=("ids",))
+        return _Call("POST", "/v1/memories", body, expects=("ids",), waited=False)
 
     @staticmethod
     def recall(
@@ -561,9 +562,14 @@ class _Api:
         (``limit`` too: it is ``page_size``; an older server ignored a query parameter it did not
         know: a misspelt filter listed all; a server now answers 422).
         """
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        try:
+            size = -1 if isinstance(limit, bool) else operator.index(limit)  # numpy's ints too
+        except TypeError:
+            size = -1
+        if not 1 <= size <= MAX_PAGE:
             # the server's 422 named its query parameter, limit, which no caller wrote
             raise ValueError(f"page_size: expected an int of 1-{MAX_PAGE}, not {limit!r}")
+        limit = size
         unknown = sorted(set(filters) - LIST_FILTERS)
         if unknown:
             known = ", ".join(sorted(LIST_FILTERS))
@@ -679,19 +685,26 @@ def _timeout(timeout_s: object) -> float | None:
     return float(timeout_s)
 
 
-def _base_url(base_url: object) -> str:
-    """``base_url`` as given; ValueError naming it unless it is an http:// or https:// URL (one
-    without was refused only at the first call, by httpx).
+def _base_url(base_url: object) -> str | httpx.URL:
+    """``base_url`` as given (text or an ``httpx.URL``); ValueError naming it unless it is an
+    http:// or https:// URL with a host (one without was refused only at the first call, by
+    httpx, or failed every call as a retriable Unreachable: a retry loop spun).
     """
-    if not isinstance(base_url, str):
+    if not isinstance(base_url, str | httpx.URL):
         raise TypeError(f"base_url: expected the service's URL as a str, not {base_url!r}")
     try:
-        scheme = httpx.URL(base_url).scheme
+        url = httpx.URL(base_url)
     except httpx.InvalidURL as exc:
         raise ValueError(f"base_url: not a URL: {base_url!r} ({exc})") from exc
-    if scheme not in ("http", "https"):
-        raise ValueError(f"base_url: the service's URL needs http:// or https://, not {base_url!r}")
+    if url.scheme not in ("http", "https") or not url.host:
+        why = "needs http:// or https:// and a host"
+        raise ValueError(f"base_url: the service's URL {why}, not {str(base_url)!r}")
     return base_url
+
+
+def _parts(tokens: Sequence[str]) -> list[list[str]]:
+    """``tokens`` in runs of :data:`MAX_AFTER` at most, as one fold takes them."""
+    return [list(tokens[i : i + MAX_AFTER]) for i in range(0, len(tokens), MAX_AFTER)]
 
 
 def _headers(api_key: object) -> dict[str, str]:
@@ -715,7 +728,7 @@ class Client:
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | httpx.URL,
         api_key: str,
         *,
         timeout_s: float | None = DEFAULT_TIMEOUT_S,
@@ -764,13 +777,13 @@ class Client:
         """One read-your-writes token covering this client's writes and accesses that no read of
         it has waited for yet, for another client (another process) to pass as ``after=``; None
         when there are none (or the client was made with ``read_your_writes=False``). Several
-        are folded into one by the server (``POST /v1/tokens``); this client's next read still
-        waits for them.
+        are folded into one by the server (``POST /v1/tokens``; raises as a fold does: 404 from a
+        ranker without that route); this client's next read still waits for them.
         """
-        self._fold(read=True)
-        if len(self._session.after()) > 1:
-            self._request(_Api.fold(self._session.after()))
-        return self._session.last()
+        tokens = self._session.after()  # one snapshot: another thread may write meanwhile
+        while len(tokens) > 1:
+            tokens = [str(self._request(_Api.fold(part))["token"]) for part in _parts(tokens)]
+        return tokens[0] if tokens else None
 
     def _fold(self, *, read: bool) -> None:
         """Fold the session's tokens while :meth:`_Session.folding` says so. A failed fold is a
@@ -932,7 +945,7 @@ class AsyncClient:
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | httpx.URL,
         api_key: str,
         *,
         timeout_s: float | None = DEFAULT_TIMEOUT_S,
@@ -972,10 +985,10 @@ class AsyncClient:
         return [*self._session.after(), *_tokens(after)]
 
     async def token(self) -> str | None:
-        await self._fold(read=True)
-        if len(self._session.after()) > 1:
-            await self._request(_Api.fold(self._session.after()))
-        return self._session.last()
+        tokens = self._session.after()
+        while len(tokens) > 1:
+            tokens = [str((await self._request(_Api.fold(p)))["token"]) for p in _parts(tokens)]
+        return tokens[0] if tokens else None
 
     async def _fold(self, *, read: bool) -> None:
         while (folding := self._session.folding(read=read)) is not None:

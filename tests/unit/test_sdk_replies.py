@@ -620,3 +620,79 @@ def test_remember_sends_after_beside_the_memories_not_in_one() -> None:
         client.remember("plain")
     assert [b.get("after") for b in bodies] == [["v1.deleted"], ["v1.d"], None]
     assert all("after" not in m for b in bodies for m in b["memories"])  # type: ignore[attr-defined]
+
+
+def test_a_writes_after_is_not_taken_for_waited_and_token_folds_its_own_snapshot() -> None:
+    """A write's ``after`` is waited for only to check given ids, but the session dropped those
+    tokens as waited for: the next read no longer waited for the deletion they covered. And
+    ``token()`` returned the session's newest token, which another thread's write could be.
+    """
+    seen = Reads()
+    transport = httpx.MockTransport(seen)
+    with Client("http://x", "k" * 16, transport=transport) as client:
+        client.remember("a")
+        deleted = client.token()
+        assert deleted is not None
+        client.remember("unrelated", after=deleted)
+        client.get("m1")
+    assert seen.after[-1][0] == deleted  # still waited for, with the write's own
+
+    other: list[str] = []
+
+    def racing(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/tokens" and not other:  # another thread writes meanwhile
+            other.append(client.remember("b"))
+        return seen(request)
+
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(racing)) as client:
+        client.remember("a")
+        client.remember("c")
+        mine = client.token()
+    assert mine is not None
+    assert offsets(mine) == offsets(
+        folded(
+            [token({"memory-writes": {str(n % 3): n}}) for n in (seen.writes - 2, seen.writes - 1)]
+        )
+    )
+
+
+def test_a_422_naming_after_for_many_tokens_drops_none_of_the_session_s() -> None:
+    """Too many tokens (or too long) is named ``after``, no token's fault: the SDK dropped every
+    token it sent, the session's included, when a caller's own list was too long.
+    """
+    sent: list[list[str]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/memories" and request.method == "POST":
+            return httpx.Response(200, json={"ids": ["m1"], "token": "v2.w"})
+        sent.append(request.url.params.get_list("after"))
+        detail = {"detail": "after=...: at most 1024 tokens", "field": "after"}
+        return httpx.Response(422, json=detail if len(sent) == 1 else {"memories": []})
+
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(answer)) as client:
+        client.remember("a")
+        with pytest.raises(MnemostreamError):
+            client.history("m1", after=["v2.c1", "v2.c2"])
+        with pytest.raises(MnemostreamError):
+            client.history("m1")
+    assert sent == [["v2.w", "v2.c1", "v2.c2"], ["v2.w"]]
+
+
+@pytest.mark.parametrize("url", ["http://", "https:localhost:8080", "http:/x"])
+def test_a_base_url_without_a_host_is_refused_when_the_client_is_made(url: str) -> None:
+    """It failed every call as a retriable Unreachable: a retry loop spun on a setting."""
+    with pytest.raises(ValueError, match="base_url"):
+        Client(url, "k" * 16)
+
+
+def test_a_base_url_may_be_an_httpx_url_and_a_page_size_a_numpy_int() -> None:
+    pages: list[str | None] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        pages.append(request.url.params.get("limit"))
+        return httpx.Response(200, json={"memories": [], "cursor": None})
+
+    url = httpx.URL("http://x:8080/prefix")
+    with Client(url, "k" * 16, transport=httpx.MockTransport(answer)) as client:
+        assert list(client.list_memories(page_size=np.int64(50))) == []  # type: ignore[arg-type]
+    assert pages == ["50"]
