@@ -572,6 +572,7 @@ def memory_json(row: MemoryRow) -> dict[str, Any]:
         "write_count": row.write_count,
         "retention": row.retention,
         "review_count": row.review_count,
+        "next_review": iso_us(row.next_review_us) if row.next_review_us else None,
         "tags": list(row.tags),
         "relations": list(row.relations),  # written, or of memories merged or summarised into it
         "metadata": dict(row.metadata),

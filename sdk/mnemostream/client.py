@@ -135,6 +135,7 @@ class Memory:
     write_count: int = 0
     retention: float | None = None
     review_count: int = 0
+    next_review: str | None = None
     tags: list[str] = field(default_factory=list)
     relations: list[str] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)

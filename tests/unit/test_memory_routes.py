@@ -547,6 +547,19 @@ def test_every_memory_returned_names_the_memories_it_was_written_related_to() ->
     assert memory_json(make_row("acme", "m3", (1.0,)))["relations"] == []
 
 
+def test_every_memory_shows_when_its_next_review_is_due() -> None:
+    """SPEC section 1 lists ``next_review``; the rows held it and no answer showed it, so review
+    timing could not be audited but by probing accesses around it.
+    """
+    from mnemostream import Memory
+    from ranker.wire import memory_json
+
+    due = make_row("acme", "m1", (1.0,), next_review_us=1_772_366_400_000_000)
+    assert memory_json(due)["next_review"] == "2026-03-01T12:00:00+00:00"
+    assert Memory.of(memory_json(due)).next_review == "2026-03-01T12:00:00+00:00"
+    assert memory_json(make_row("acme", "m2", (1.0,), next_review_us=0))["next_review"] is None
+
+
 @pytest.mark.anyio
 async def test_an_update_is_one_write_naming_what_it_supersedes_and_no_supersede_of_its_own(
     monkeypatch: pytest.MonkeyPatch,
