@@ -559,6 +559,18 @@ def iso_us(us: int) -> str:
     return from_us(us).isoformat()
 
 
+def _next_review(row: MemoryRow) -> str | None:
+    """When the memory's review card is next due; None without one, and for a memory deleted or
+    forgotten (its card is kept, but no access reaches it: the time would never come).
+    """
+    if not row.next_review_us or row.state in _NO_REVIEW:
+        return None
+    return iso_us(row.next_review_us)
+
+
+_NO_REVIEW = frozenset({"deleted", "forgotten"})
+
+
 def memory_json(row: MemoryRow) -> dict[str, Any]:
     """A memory as every route returns it (recall adds ``scores``)."""
     return {
@@ -572,7 +584,7 @@ def memory_json(row: MemoryRow) -> dict[str, Any]:
         "write_count": row.write_count,
         "retention": row.retention,
         "review_count": row.review_count,
-        "next_review": iso_us(row.next_review_us) if row.next_review_us else None,
+        "next_review": _next_review(row),
         "tags": list(row.tags),
         "relations": list(row.relations),  # written, or of memories merged or summarised into it
         "metadata": dict(row.metadata),

@@ -250,7 +250,7 @@ class _Session:
         session's tokens it names: the server will never see them applied (the topics were made
         anew since), and every later read carrying them would be refused too. ``after[i]`` names
         one of those sent (a caller's own bad token drops none of the session's); ``after``, the
-        one sent or all of them together.
+        one sent (for several it names them all at once, too many or too long: none is dropped).
         """
         try:
             result = _Api.check(reply, call)
@@ -692,7 +692,9 @@ def _base_url(base_url: object) -> str | httpx.URL:
     httpx, or failed every call as a retriable Unreachable: a retry loop spun).
     """
     if not isinstance(base_url, str | httpx.URL):
-        raise TypeError(f"base_url: expected the service's URL as a str, not {base_url!r}")
+        raise TypeError(
+            f"base_url: expected the service's URL (a str or an httpx.URL), not {base_url!r}"
+        )
     try:
         url = httpx.URL(base_url)
     except httpx.InvalidURL as exc:
@@ -783,8 +785,12 @@ class Client:
         """
         tokens = self._session.after()  # one snapshot: another thread may write meanwhile
         while len(tokens) > 1:
-            tokens = [str(self._request(_Api.fold(part))["token"]) for part in _parts(tokens)]
+            tokens = [p[0] if len(p) == 1 else self._folded(p) for p in _parts(tokens)]
+            self._session.folded()
         return tokens[0] if tokens else None
+
+    def _folded(self, tokens: list[str]) -> str:
+        return str(self._request(_Api.fold(tokens))["token"])
 
     def _fold(self, *, read: bool) -> None:
         """Fold the session's tokens while :meth:`_Session.folding` says so. A failed fold is a
@@ -988,8 +994,12 @@ class AsyncClient:
     async def token(self) -> str | None:
         tokens = self._session.after()
         while len(tokens) > 1:
-            tokens = [str((await self._request(_Api.fold(p)))["token"]) for p in _parts(tokens)]
+            tokens = [p[0] if len(p) == 1 else await self._folded(p) for p in _parts(tokens)]
+            self._session.folded()
         return tokens[0] if tokens else None
+
+    async def _folded(self, tokens: list[str]) -> str:
+        return str((await self._request(_Api.fold(tokens)))["token"])
 
     async def _fold(self, *, read: bool) -> None:
         while (folding := self._session.folding(read=read)) is not None:

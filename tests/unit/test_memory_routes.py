@@ -558,6 +558,9 @@ def test_every_memory_shows_when_its_next_review_is_due() -> None:
     assert memory_json(due)["next_review"] == "2026-03-01T12:00:00+00:00"
     assert Memory.of(memory_json(due)).next_review == "2026-03-01T12:00:00+00:00"
     assert memory_json(make_row("acme", "m2", (1.0,), next_review_us=0))["next_review"] is None
+    for state in ("deleted", "forgotten"):  # no access reaches it: the time never comes
+        gone = make_row("acme", "m3", (1.0,), next_review_us=1_772_366_400_000_000, state=state)
+        assert memory_json(gone)["next_review"] is None
 
 
 @pytest.mark.anyio

@@ -696,3 +696,20 @@ def test_a_base_url_may_be_an_httpx_url_and_a_page_size_a_numpy_int() -> None:
     with Client(url, "k" * 16, transport=httpx.MockTransport(answer)) as client:
         assert list(client.list_memories(page_size=np.int64(50))) == []  # type: ignore[arg-type]
     assert pages == ["50"]
+
+
+def test_a_good_fold_in_token_resets_the_fold_threshold_a_failed_one_raised() -> None:
+    """``token()`` folded outside the session's own folding, which resets its threshold after a
+    good fold: a session that had one failed fold then held twice the 256 tokens documented.
+    """
+    seen = Writes(fold_fails=503)
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(seen)) as client:
+        for i in range(258):
+            client.remember(f"memory {i}")  # the 258th finds 257 held: a fold, refused
+        assert seen.folds == [257]
+        seen.fold_fails = None
+        assert client.token() is not None
+        assert seen.folds == [257, 258]
+        for i in range(257):
+            client.remember(f"more {i}")
+    assert seen.folds == [257, 258, 257]  # folded at 257 held again, not at 513
