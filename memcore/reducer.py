@@ -136,7 +136,8 @@ def write_refused(
 ) -> str | None:
     """Why a write is not applied to ``state`` (None: it is).
 
-    The reducer ignores such a write (audited), and the worker skips its embedding too.
+    The reducer ignores such a write (audited); the worker skips the embedding of the first
+    kind only (a deletion earlier in its batch may free an id for the second).
 
     - :func:`version_left`: an update sent again after its version left recall;
     - another end user: a memory not deleted, of a ``user_id`` other than the write's (none,
