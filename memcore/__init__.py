@@ -27,6 +27,7 @@ from memcore.policy import DecayPreset, LifecyclePreset, Policy, RecallPreset, R
 from memcore.reducer import (
     Notice,
     Relink,
+    another_user,
     apply,
     bypass,
     create,
@@ -130,6 +131,7 @@ __all__ = [
     "Tier",
     "Version",
     "Write",
+    "another_user",
     "apply",
     "blend",
     "bypass",

@@ -131,6 +131,13 @@ def version_left(state: MemoryState | None, supersedes: str | None) -> bool:
     return supersedes is not None and state is not None and state.state in GONE
 
 
+def another_user(kept: str | None, written: str | None) -> bool:
+    """A write naming ``written`` as the end user of a memory of ``kept``: another user (none,
+    or an empty one, counts as one). :func:`write_refused`'s rule, which the API applies first.
+    """
+    return (kept or None) != (written or None)
+
+
 def write_refused(
     state: MemoryState | None, supersedes: str | None, user_id: str | None
 ) -> str | None:
@@ -150,7 +157,7 @@ def write_refused(
         return None
     if version_left(state, supersedes):
         return f"an update of {supersedes} made it, and it is {state.state} since: not again"
-    if state.state is not Lifecycle.DELETED and (state.user_id or None) != (user_id or None):
+    if state.state is not Lifecycle.DELETED and another_user(state.user_id, user_id):
         return "written with another user_id than the memory's: a memory's end user is kept"
     return None
 

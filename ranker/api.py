@@ -31,7 +31,7 @@ from pydantic import AwareDatetime, BeforeValidator, ConfigDict, Field, Strict, 
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from memcore import GONE, MAX_TAGS, InvalidField, Tier
+from memcore import GONE, MAX_TAGS, InvalidField, Tier, another_user
 from memcore.ids import check_id
 from memcore.policy import MAX_WEIGHT, RecallPolicy, RecallPreset, recall_decay
 from ranker.admin import admin_refusal, admin_routes
@@ -80,7 +80,7 @@ from storage.records import (
     checked_vector,
     checked_write,
     iso_text,
-    requested_scope,
+    requested_scopes,
 )
 from storage.tenant_log import TenantLog
 from storage.tenants import Tenant, Tenants
@@ -557,7 +557,7 @@ def _writes(body: WriteBody, tenant_id: str, limits: Limits, now: datetime) -> l
         }
         try:
             check_not_blank("content", m.content)
-            _scopes_named(m.session_id, m.run_id, m.agent_id, m.user_id)
+            requested_scopes(m)
             session = session_of(m.session_id, m.run_id, "run_id")
             if session is not None:
                 doc["session_id"] = session
@@ -566,19 +566,6 @@ def _writes(body: WriteBody, tenant_id: str, limits: Limits, now: datetime) -> l
             raise under(f"memories[{i}]", exc) from exc
         docs.append({**doc, "memory_id": record.memory_id})
     return docs
-
-
-def _scopes_named(
-    session_id: str | None, run_id: str | None, agent_id: str | None, user_id: str | None
-) -> None:
-    """Raise RecordError naming the first scope given empty (:func:`requested_scope`)."""
-    for name, value in (
-        ("session_id", session_id),
-        ("run_id", run_id),
-        ("agent_id", agent_id),
-        ("user_id", user_id),
-    ):
-        requested_scope(name, value)
 
 
 async def _of_their_users(
@@ -602,7 +589,7 @@ async def _of_their_users(
         row = rows.get(memory_id)
         if row is None or row.state == "deleted":
             continue
-        if (row.user_id or None) != (docs[i].get("user_id") or None):
+        if another_user(row.user_id, docs[i].get("user_id")):
             whose = "another end user's" if row.user_id else "of no end user"
             raise HTTPException(
                 409,

@@ -47,7 +47,7 @@ from storage.records import (
     checked_scope,
     checked_tags,
     checked_write,
-    requested_scope,
+    requested_scopes,
 )
 
 States = Literal["active", "archived", "forgotten", "deleted"]
@@ -350,8 +350,7 @@ def new_version(
     created (the worker would not let the new version supersede it).
     """
     given = body.model_dump(exclude_none=True, exclude={"after", "run_id"})
-    for name in ("session_id", "run_id", "agent_id", "user_id"):
-        requested_scope(name, getattr(body, name))
+    requested_scopes(body)
     session = session_of(body.session_id, body.run_id, "run_id")
     if session is not None:
         given["session_id"] = session

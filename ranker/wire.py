@@ -36,7 +36,7 @@ from pydantic_core import PydanticCustomError
 from starlette.datastructures import State
 from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
 
-from memcore import MAX_RELATIONS, MAX_TAGS, normalise_content
+from memcore import GONE, MAX_RELATIONS, MAX_TAGS, normalise_content
 from ranker.admission import TenantSlots
 from ranker.errors import Unavailable
 from ranker.logs import set_tenant
@@ -568,7 +568,7 @@ def _next_review(row: MemoryRow) -> str | None:
     return iso_us(row.next_review_us)
 
 
-_NO_REVIEW = frozenset({"deleted", "forgotten"})
+_NO_REVIEW = frozenset(state.value for state in GONE)
 
 
 def memory_json(row: MemoryRow) -> dict[str, Any]:

@@ -449,6 +449,14 @@ def requested_scope(field: str, value: str | None) -> str | None:
     return checked_scope(field, value)
 
 
+def requested_scopes(body: object) -> None:
+    """Raise RecordError naming the first scope (``session_id``, ``run_id``, ``agent_id``,
+    ``user_id``) that a write's or an update's ``body`` gives empty (:func:`requested_scope`).
+    """
+    for name in ("session_id", "run_id", "agent_id", "user_id"):
+        requested_scope(name, getattr(body, name, None))
+
+
 def _no_nul(field: str, value: str) -> None:
     """NUL joins a derived id's parts (:func:`memcore.derive_memory_id`): a content or scope
     holding one could make another scope's id.
