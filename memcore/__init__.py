@@ -12,6 +12,7 @@ from memcore.consolidation import (
     Strategy,
     merged_away,
     plan,
+    session_end,
     to_events,
 )
 from memcore.decay import classify_tier, effective_importance, faded, recency, recency_at
@@ -162,6 +163,7 @@ __all__ = [
     "review_intervals_hours",
     "revival",
     "rule_importance",
+    "session_end",
     "split_key",
     "state_key",
     "succession",

@@ -367,6 +367,26 @@ def tier_promotions(items: Sequence[Item], at: datetime, policy: Policy) -> list
     return out
 
 
+def session_end(
+    members: Iterable[tuple[str, Tier, Lifecycle]], session_id: str, at: datetime
+) -> list[tuple[str, Promote]]:
+    """SPEC sections 5 and 7: when a session ends, its working memories move to episodic.
+
+    ``members``: ``(memory_id, tier, state)`` of the memories of the session that exist at
+    ``at`` (created at or before it); the caller picks them by scope. Each active working one
+    gets a :class:`Promote` at ``at`` naming the session; the others get nothing (an archived
+    or gone memory is not promoted: the reducer would ignore it; an episodic or semantic one is
+    past working already). The reducer checks each again where it applies (a memory an access
+    promoted meanwhile ignores it), so the same end sent twice promotes once.
+    """
+    reason = f"session {session_id!r} ended"
+    return [
+        (memory_id, Promote(at, Tier.EPISODIC, reason))
+        for memory_id, tier, state in members
+        if tier is Tier.WORKING and state is Lifecycle.ACTIVE
+    ]
+
+
 def archive_sweep(items: Sequence[Item], at: datetime, policy: Policy) -> list[Decision]:
     """Active memories the long-horizon sweep archives (:func:`memcore.decay.sweep_archive_reason`)."""
     out = []

@@ -21,13 +21,13 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import AwareDatetime, BeforeValidator, ConfigDict, Field, Strict, StrictBool
+from pydantic import ConfigDict, Field, StrictBool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
@@ -56,6 +56,7 @@ from ranker.wire import (
     Auth,
     Body,
     DirectRoute,
+    IsoTime,
     OrjsonRoute,
     QueryTokens,
     TextBody,
@@ -79,7 +80,6 @@ from storage.records import (
     checked_tags,
     checked_vector,
     checked_write,
-    iso_text,
     requested_scopes,
 )
 from storage.tenant_log import TenantLog
@@ -87,20 +87,6 @@ from storage.tenants import Tenant, Tenants
 
 log = logging.getLogger(__name__)
 
-
-def _iso_only(value: object) -> object:
-    """A time as the log's records take it (:func:`storage.records.iso_text`): a number, or text
-    of digits alone, was read as Unix seconds.
-    """
-    if not (iso_text(value) or isinstance(value, datetime)):
-        msg = "expected an ISO 8601 time with its timezone, not a number"
-        raise ValueError(msg)
-    return value
-
-
-IsoTime = Annotated[AwareDatetime, Strict(False), BeforeValidator(_iso_only)]
-"""An ISO 8601 time with its timezone, as text, in strict bodies too (which take no text for a
-datetime otherwise)."""
 
 MAX_FILTER_TIERS = 16
 """``memory_types`` a filter names at most (there are three tiers, and aliases)."""

@@ -33,6 +33,7 @@ from ranker.wire import (
     TAGS_TEXT,
     Auth,
     Body,
+    IsoTime,
     QueryTokens,
     Tokens,
     check_not_blank,
@@ -44,9 +45,11 @@ from storage.records import (
     MAX_NAME_BYTES,
     Limits,
     RecordError,
+    check_time,
     checked_scope,
     checked_tags,
     checked_write,
+    requested_scope,
     requested_scopes,
 )
 
@@ -94,6 +97,27 @@ class UpdateBody(Body):
     after: Tokens | None = Field(None, description="read-your-writes tokens")
 
 
+class EndSessionBody(Body):
+    """Which session ended, and when. Strict types, as for a write."""
+
+    model_config = Body.model_config | {"strict": True}
+
+    session_id: str | None = Field(None, description="the session that ended (or run_id)")
+    run_id: str | None = Field(None, description="mem0's name for session_id")
+    user_id: str | None = Field(
+        None, description='only this user\'s memories of the session ("": those of no user)'
+    )
+    agent_id: str | None = Field(
+        None, description='only this agent\'s memories of the session ("": those of no agent)'
+    )
+    at: IsoTime | None = Field(
+        None,
+        description="when it ended (default: now): memories written after it stay working,"
+        " a session resumed",
+    )
+    after: Tokens | None = Field(None, description="read-your-writes tokens")
+
+
 class _Text(Convertor[str]):
     """A path parameter of any characters, ``/`` and line breaks included: Starlette's ``path``
     (``.*``) matches no line break, so a user id holding one was a 404 no route answered, not
@@ -125,6 +149,7 @@ def memory_routes(
     _listing(api, service, seal)
     _history(api, service, seal, audit)
     _tokens(api, seal)
+    _sessions(api, service, seal, limits)
 
 
 def _get_and_delete(api: FastAPI, service: RecallService, seal: TokenSeal) -> None:
@@ -585,3 +610,33 @@ def _refuse_non_utf8(field: str, escaped: bytes) -> None:
     except UnicodeDecodeError:
         shown = escaped.decode("ascii", "replace")
         raise InvalidField(field, shown, "not UTF-8 once its %-escapes are decoded") from None
+
+
+def _sessions(api: FastAPI, service: RecallService, seal: TokenSeal, limits: Limits) -> None:
+    @api.post("/v1/sessions/end")
+    async def end_session(body: EndSessionBody, who: Auth) -> dict[str, Any]:
+        """A session ended (SPEC sections 5 and 7): each of its active working memories, those
+        written at or before ``at``, moves to episodic now, not after hours idle. ``promoted``:
+        the memories sent that promotion (applied like a write, each audited with the
+        session's name: a memory an access promoted meanwhile keeps its tier); ``token``: for a
+        read to wait for. Give the session's write tokens as ``after``: a write not applied yet
+        is not found. Sent again, it promotes none of those again.
+        """
+        field = "session_id" if body.session_id is not None else "run_id"
+        session = requested_scope(field, session_of(body.session_id, body.run_id, "run_id"))
+        if session is None:
+            raise RecordError("session_id", None, "required: the session that ended")
+        user_id = checked_scope("user_id", body.user_id)
+        agent_id = checked_scope("agent_id", body.agent_id)
+        now = datetime.now(UTC)
+        at = check_time("at", body.at or now, now, limits)
+        waits = await seal.read(body.after, who.tenant_id)
+        scope = Filters(session_id=session, user_id=user_id, agent_id=agent_id)
+        await seal.ready()  # before producing: a token it cannot seal fails nothing done
+        promoted, token = await service.end_session(who.tenant_id, scope, at, waits)
+        return {
+            "session_id": session,
+            "at": at.isoformat(),
+            "promoted": promoted,
+            "token": await seal.seal(token, who.tenant_id),
+        }

@@ -28,8 +28,8 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from memcore import Lifecycle, Purge, RankParams, Retire, Scored, derive_memory_id
-from memcore.consolidation import merged_duplicate
+from memcore import Lifecycle, Purge, RankParams, Retire, Scored, Tier, derive_memory_id
+from memcore.consolidation import merged_duplicate, session_end
 from memcore.graph import MAX_HOPS, recall_hops
 from memcore.keyword import bm25_scores
 from memcore.policy import DecayPolicy, RecallPolicy
@@ -737,6 +737,31 @@ class RecallService:
         ids.update(await asyncio.to_thread(self.store.every_id, tenant_id, filters))
         return sorted(ids)
 
+    async def end_session(
+        self, tenant_id: str, scope: Filters, at: datetime, after: Token | None = None
+    ) -> tuple[list[str], Token]:
+        """End a session (SPEC sections 5 and 7), after ``after`` is applied: every memory of this
+        tenant in ``scope`` (its ``session_id``, and ``user_id``/``agent_id`` when given) that
+        exists at ``at`` and is active and working, as the state view holds it, gets a
+        ``promote`` decision to episodic naming the session (:func:`memcore.session_end`);
+        the worker's reducer checks each again as it applies it, and audits it. Returns the ids
+        sent a promotion (in id order) and the token a read waits for. Raises StorageError when
+        Milvus does not answer (nothing is produced) and the producer's errors.
+        """
+        assert scope.session_id is not None, "a session end names its session"
+        await self.wait(after)
+        wanted = dataclasses.replace(scope, states=(), created_to_inclusive_us=to_us(at))
+        ids = await asyncio.to_thread(self.store.every_id, tenant_id, wanted)
+        rows = await self.get_many(tenant_id, sorted(set(ids)))
+        members = (
+            (m, Tier(r.tier), Lifecycle(r.state))
+            for m, r in sorted(rows.items())
+            if r.state in _LIFECYCLES  # a purge's tombstone ("purged") is no member
+        )
+        promotions = session_end(members, scope.session_id, at)
+        messages = [("memory-writes", decision_value(tenant_id, m, e)) for m, e in promotions]
+        return [m for m, _ in promotions], await self._produce_all(messages)
+
     async def erased_user_memories(self, tenant_id: str, user_id: str) -> list[str]:
         """Ids of the memories of ``user_id`` in this tenant erased by a user's erasure whose
         search for summaries has not succeeded yet (their erasure markers still name the user;
@@ -958,6 +983,9 @@ ERASED_COPY = "erased: a copy of an erased memory's words"
 def _summary_or_copy(summaries: Collection[str]) -> Callable[[str], str]:
     """The audit reason of each memory an erasure found quoting an erased one."""
     return lambda memory_id: ERASED_SUMMARY if memory_id in summaries else ERASED_COPY
+
+
+_LIFECYCLES = frozenset(state.value for state in Lifecycle)
 
 
 def _forget(

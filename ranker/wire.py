@@ -12,6 +12,7 @@ import sys
 import time
 import typing
 from collections.abc import Callable, Coroutine
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -23,10 +24,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import (
+    AwareDatetime,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    Strict,
     ValidationError,
     WithJsonSchema,
     field_validator,
@@ -45,7 +48,7 @@ from ranker.ratelimit import RateLimiter
 from ranker.tokens import MAX_TOKENS
 from storage import MemoryRow, from_us
 from storage.milvus import MAX_TAG_CHARS
-from storage.records import RecordError
+from storage.records import RecordError, iso_text
 from storage.settings import SharedSettings
 from storage.tenants import Tenant, Tenants
 
@@ -465,6 +468,21 @@ def check_not_blank(field: str, text: str | None) -> None:
     """
     if text is not None and not normalise_content(text):
         raise RecordError(field, text, "nothing but whitespace")
+
+
+def _iso_only(value: object) -> object:
+    """A time as the log's records take it (:func:`storage.records.iso_text`): a number, or text
+    of digits alone, was read as Unix seconds.
+    """
+    if not (iso_text(value) or isinstance(value, datetime)):
+        msg = "expected an ISO 8601 time with its timezone, not a number"
+        raise ValueError(msg)
+    return value
+
+
+IsoTime = Annotated[AwareDatetime, Strict(False), BeforeValidator(_iso_only)]
+"""An ISO 8601 time with its timezone, as text, in strict bodies too (which take no text for a
+datetime otherwise)."""
 
 
 def session_of(session_id: str | None, run_id: str | None, field: str) -> str | None:

@@ -549,6 +549,23 @@ class _Api:
         return _Call("DELETE", path, params=tuple(after), expects=("memory_ids",))
 
     @staticmethod
+    def end_session(
+        session_id: str,
+        after: Sequence[str],
+        user_id: str | None,
+        agent_id: str | None,
+        at: datetime | str | None,
+    ) -> _Call:
+        body = {
+            "session_id": session_id,
+            "user_id": user_id,
+            "agent_id": agent_id,
+            "at": at,
+            "after": list(after) or None,
+        }
+        return _Call("POST", "/v1/sessions/end", _drop_none(body), expects=("promoted",))
+
+    @staticmethod
     def update(memory_id: str, changes: dict[str, Any], session: Sequence[str]) -> _Call:
         """``session``: the session's tokens; ``changes["after"]``: the caller's, sent too."""
         mine = _tokens(changes.get("after"))
@@ -893,6 +910,23 @@ class Client:
         call = _Api.erase_user(user_id, self._after(after))
         return [str(m) for m in self._send(call)["memory_ids"]]
 
+    def end_session(
+        self,
+        session_id: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        at: datetime | str | None = None,
+        after: After = None,
+    ) -> list[str]:
+        """A session ended (SPEC sections 5 and 7): its active working memories written by ``at``
+        (default: now) move to episodic now, not after hours idle; the ids sent that
+        promotion. ``user_id``, ``agent_id``: only theirs of the session. The server first waits
+        for this client's writes (and ``after``), so the session's last words are among them.
+        """
+        call = _Api.end_session(session_id, self._after(after), user_id, agent_id, at)
+        return [str(m) for m in self._send(call)["promoted"]]
+
     def update(self, memory_id: str, **changes: Any) -> str:  # noqa: ANN401
         """Write a new version of a memory (content, tags, metadata, importance, at...: the rest
         is kept) that supersedes it from ``at`` on; the new version's id. MnemostreamError 404
@@ -1073,6 +1107,18 @@ class AsyncClient:
     async def erase_user(self, user_id: str, *, after: After = None) -> list[str]:
         call = _Api.erase_user(user_id, await self._after(after))
         return [str(m) for m in (await self._send(call))["memory_ids"]]
+
+    async def end_session(
+        self,
+        session_id: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        at: datetime | str | None = None,
+        after: After = None,
+    ) -> list[str]:
+        call = _Api.end_session(session_id, await self._after(after), user_id, agent_id, at)
+        return [str(m) for m in (await self._send(call))["promoted"]]
 
     async def update(self, memory_id: str, **changes: Any) -> str:  # noqa: ANN401
         call = _Api.update(memory_id, changes, await self._after())

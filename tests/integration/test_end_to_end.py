@@ -402,6 +402,41 @@ def test_list_and_export_every_memory(server: str) -> None:
         assert all(len(d["embedding"]) == DIM for d in exported)
 
 
+def test_a_session_end_moves_its_working_memories_to_episodic(server: str) -> None:
+    """SPEC sections 5 and 7: working -> episodic when the session ends, not after 4 h idle;
+    only that session's (and user's) memories, each promotion audited with the session's name.
+    """
+    ended = T0 + timedelta(minutes=5)
+    with Client(server, KEY) as client:
+
+        def working(content: str, session: str, user: str, at: datetime = T0) -> str:
+            return client.remember(
+                content, session_id=session, user_id=user, memory_type="working", at=at
+            )
+
+        said = working("Booked the dentist for Tuesday", "chat-9", "ann")
+        asked = working("Asked about parking near the clinic", "chat-9", "ann")
+        other = working("Wants a window seat", "chat-10", "ann")
+        bobs = working("Booked the dentist for Tuesday", "chat-9", "bob")
+        later = working("Will bring the x-rays", "chat-9", "ann", ended + timedelta(minutes=1))
+        # the session's writes are waited for: the last one said is among those promoted
+        promoted = client.end_session("chat-9", user_id="ann", at=ended)
+        assert sorted(promoted) == sorted([said, asked])
+        got = client.get_many([said, asked, other, bobs, later])
+        assert {m: got[m].memory_type for m in got} == {
+            said: "episodic",
+            asked: "episodic",
+            other: "working",
+            bobs: "working",
+            later: "working",  # written after the end: a session resumed
+        }
+        eventually(lambda: len(client.history(said)) >= 2, 60, "the promotion audited")
+        last = client.history(said)[-1]
+        assert (last["kind"], last["at"]) == ("promoted", ended.isoformat())
+        assert "session 'chat-9' ended" in last["reason"]
+        assert client.end_session("chat-9", user_id="ann", at=ended) == []  # none left working
+
+
 def test_scopes_keep_the_same_sentence_of_two_agents_and_two_users_apart(server: str) -> None:
     with Client(server, KEY) as client:
         mine = client.remember("Prefers dark mode", agent_id="bot-1", run_id="r1", at=T0)

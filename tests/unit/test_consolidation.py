@@ -34,6 +34,7 @@ from memcore import (
     merged_away,
     plan,
     reinstatements,
+    session_end,
     summary_gone,
     summary_outdated,
     to_events,
@@ -237,6 +238,30 @@ def test_tier_consolidation() -> None:
         ("used-episodic", Tier.SEMANTIC),
         ("key-episodic", Tier.SEMANTIC),
     }
+
+
+def test_a_session_end_moves_its_active_working_memories_to_episodic_once() -> None:
+    """SPEC sections 5 and 7: working -> episodic when its session ends (it waited 4 h idle)."""
+    at = T0 + hours(1)
+    members = [
+        ("working", Tier.WORKING, Lifecycle.ACTIVE),
+        ("episodic", Tier.EPISODIC, Lifecycle.ACTIVE),
+        ("archived", Tier.WORKING, Lifecycle.ARCHIVED),
+        ("deleted", Tier.WORKING, Lifecycle.DELETED),
+        ("forgotten", Tier.WORKING, Lifecycle.FORGOTTEN),
+    ]
+    ((target, event),) = session_end(members, "s-7", at)
+    assert (target, event.to, event.at) == ("working", Tier.EPISODIC, at)
+    state = created(0.1, Tier.WORKING)
+    promoted, effects = apply(state, event, POLICY)
+    assert promoted is not None
+    assert promoted.tier is Tier.EPISODIC
+    assert promoted.tau_hours == POLICY.decay.tau_hours(Tier.EPISODIC)
+    assert [e.kind for e in effects] == [EffectKind.PROMOTED]
+    assert "session 's-7' ended" in effects[0].reason
+    again, effects = apply(promoted, event, POLICY)  # the same end sent twice
+    assert again == promoted
+    assert [e.kind for e in effects] == [EffectKind.IGNORED]
 
 
 def test_archive_sweep_and_purge() -> None:

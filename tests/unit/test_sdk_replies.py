@@ -713,3 +713,51 @@ def test_a_good_fold_in_token_resets_the_fold_threshold_a_failed_one_raised() ->
         for i in range(257):
             client.remember(f"more {i}")
     assert seen.folds == [257, 258, 257]  # folded at 257 held again, not at 513
+
+
+def test_end_session_waits_for_the_session_s_writes_and_its_token_joins_the_session() -> None:
+    """The session's last writes must be applied before the server looks for its working
+    memories, and a read after the end sees the promotions (its token is the session's).
+    """
+    sent: list[tuple[str, object]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        if request.url.path == "/v1/memories":
+            return httpx.Response(200, json={"ids": ["m1"], "token": "v1.write"})
+        if request.url.path == "/v1/sessions/end":
+            sent.append(("end", body))
+            return httpx.Response(200, json={"promoted": ["m1"], "token": "v1.end"})
+        sent.append(("get", body.get("after")))
+        return httpx.Response(200, json={"memories": [], "missing": ["m1"]})
+
+    at = datetime(2026, 5, 1, tzinfo=UTC)
+    expected = [
+        (
+            "end",
+            {
+                "session_id": "s1",
+                "user_id": "ann",
+                "at": "2026-05-01T00:00:00+00:00",
+                "after": ["v1.write", "v1.mine"],
+            },
+        ),
+        ("get", ["v1.end"]),  # the write was waited for; the end's token was not yet
+    ]
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(answer)) as client:
+        client.remember("a", session_id="s1")
+        assert client.end_session("s1", user_id="ann", at=at, after="v1.mine") == ["m1"]
+        client.get_many(["m1"])
+    assert sent == expected
+
+    async def run() -> list[str]:
+        transport = httpx.MockTransport(answer)
+        async with AsyncClient("http://x", "k" * 16, transport=transport) as client:
+            await client.remember("a", session_id="s1")
+            promoted = await client.end_session("s1", user_id="ann", at=at, after="v1.mine")
+            await client.get_many(["m1"])
+            return promoted
+
+    sent.clear()
+    assert asyncio.run(run()) == ["m1"]
+    assert sent == expected

@@ -1,0 +1,159 @@
+"""``POST /v1/sessions/end``: the session's active working memories get their promotion to
+episodic now (SPEC sections 5 and 7), not after 4 h idle; only that session's, of this tenant,
+that exist at the end's time. The worker's half (the reducer applying it) is in
+``tests/unit/test_consolidation.py``; the whole path on a real broker and Milvus in
+``tests/integration/test_end_to_end.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from ranker.applied import Token
+from storage import Filters, MemoryRow, from_us, to_us
+from tests.rows import make_row
+from tests.unit.test_user_scope import AUTH, SEAL, Produced, service_and_client
+
+pytestmark = pytest.mark.anyio
+
+
+class SessionStore:
+    """What the route asks of Milvus: the ids in a scope, then the rows by id."""
+
+    def __init__(self, rows: Sequence[MemoryRow]) -> None:
+        self.rows = {r.memory_id: r for r in rows}
+        self.asked: list[tuple[str, Filters]] = []
+
+    def every_id(self, tenant_id: str, filters: Filters) -> list[str]:
+        self.asked.append((tenant_id, filters))
+        return [
+            r.memory_id
+            for r in self.rows.values()
+            if r.tenant_id == tenant_id
+            and r.session_id == filters.session_id
+            and filters.user_id in (None, r.user_id)
+            and filters.agent_id in (None, r.agent_id)
+            and (
+                filters.created_to_inclusive_us is None
+                or r.created_at_us <= filters.created_to_inclusive_us
+            )
+        ]
+
+    def get(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, MemoryRow]:
+        return {
+            m: self.rows[m]
+            for m in memory_ids
+            if m in self.rows and self.rows[m].tenant_id == tenant_id
+        }
+
+
+NOW_US = to_us(datetime.now(UTC))
+
+
+def row(memory_id: str, **kw: Any) -> MemoryRow:
+    fields: dict[str, Any] = {"tier": "working", "created_at_us": NOW_US - 60_000_000}
+    return make_row("acme", memory_id, (1.0, 0.0, 0.0, 0.0), **(fields | kw))
+
+
+async def end(rows: Sequence[MemoryRow], body: dict[str, Any]) -> tuple[Any, ...]:
+    produced = Produced()
+    service, client = service_and_client(produced)
+    store = SessionStore(rows)
+    service.store = store  # type: ignore[assignment]
+    waited: list[Token | None] = []
+
+    async def wait(after: Token | None) -> None:
+        waited.append(after)
+
+    service.wait = wait  # type: ignore[method-assign]
+    async with client as http:
+        reply = await http.post("/v1/sessions/end", json=body, headers=AUTH)
+    return reply, produced.values, store.asked, waited
+
+
+async def test_a_session_end_promotes_its_active_working_memories_only() -> None:
+    rows = [
+        row("w2"),
+        row("w1", user_id="ann"),
+        row("episodic", tier="episodic"),
+        row("archived", state="archived"),
+        row("deleted", state="deleted"),
+        row("other-session", session_id="s2"),
+        row("later", created_at_us=NOW_US + 120_000_000),  # written after the end's time
+        dataclasses.replace(row("other-tenant"), tenant_id="beta", key="beta/other-tenant"),
+    ]
+    reply, produced, asked, _ = await end(rows, {"session_id": "s1"})
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    assert (body["session_id"], body["promoted"]) == ("s1", ["w1", "w2"])
+    assert [(v["memory_id"], v["decision"], v["to"]) for v in produced] == [
+        ("w1", "promote", "episodic"),
+        ("w2", "promote", "episodic"),
+    ]
+    assert {v["tenant_id"] for v in produced} == {"acme"}
+    assert all("session 's1' ended" in v["reason"] for v in produced)
+    assert {v["at"] for v in produced} == {body["at"]}
+    ((tenant, scope),) = asked
+    assert (tenant, scope.session_id, scope.user_id, scope.agent_id) == ("acme", "s1", None, None)
+    assert scope.created_to_inclusive_us == to_us(datetime.fromisoformat(body["at"]))
+    assert (await SEAL.open(body["token"], "acme")).offsets  # it names what was produced
+
+
+async def test_a_session_end_narrowed_to_a_user_and_given_its_time_and_tokens() -> None:
+    at = from_us(NOW_US) - timedelta(seconds=30)
+    rows = [row("ann's", user_id="ann"), row("bob's", user_id="bob"), row("none's")]
+    prior = Produced()
+    _, writer = service_and_client(prior)
+    async with writer as http:
+        written = await http.post(
+            "/v1/memories", json={"memories": [{"content": "x"}]}, headers=AUTH
+        )
+    assert written.status_code == 200, written.text
+    token = written.json()["token"]
+    reply, produced, asked, waited = await end(
+        rows, {"run_id": "s1", "user_id": "ann", "at": at.isoformat(), "after": token}
+    )
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["promoted"] == ["ann's"]
+    assert [datetime.fromisoformat(v["at"]) for v in produced] == [at]
+    assert asked[0][1].user_id == "ann"
+    assert asked[0][1].created_to_inclusive_us == to_us(at)
+    assert waited
+    assert waited[0] is not None
+    assert waited[0].offsets
+
+
+async def test_a_session_end_with_nothing_working_promotes_nothing() -> None:
+    reply, produced, _, _ = await end([row("e", tier="episodic")], {"session_id": "s1"})
+    assert (reply.status_code, reply.json()["promoted"], produced) == (200, [], [])
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({}, "session_id"),
+        ({"session_id": ""}, "session_id"),
+        ({"run_id": ""}, "run_id"),
+        ({"session_id": "s1", "run_id": "s2"}, "run_id"),
+        ({"session_id": 7}, "session_id"),
+        ({"session_id": "a\x00b"}, "session_id"),
+        ({"session_id": "s1", "user_id": "é" * 129}, "user_id"),
+        ({"session_id": "s1", "agent_id": 3}, "agent_id"),
+        ({"session_id": "s1", "at": "2999-01-01T00:00:00Z"}, "at"),
+        ({"session_id": "s1", "at": 1700000000}, "at"),
+        ({"session_id": "s1", "at": "2026-01-01T00:00:00"}, "at"),  # no timezone
+        ({"session_id": "s1", "after": "v2.forged"}, "after"),
+        ({"session_id": "s1", "until": "now"}, "until"),
+    ],
+)
+async def test_a_bad_session_end_is_a_422_naming_its_field_and_promotes_nothing(
+    body: dict[str, Any], field: str
+) -> None:
+    reply, produced, asked, _ = await end([row("w")], body)
+    assert (reply.status_code, reply.json().get("field")) == (422, field), reply.text
+    assert (produced, asked) == ([], [])
