@@ -76,7 +76,6 @@ class Item:
         created_at, last_access, state_changed_at: event times.
         tier, state, importance, tau_hours: as in the memory state.
         access_count, recall_count, write_count: counters that merges add up.
-        session_ended: the memory's session has ended (working -> episodic).
         scope: the writer's ``(agent_id, session_id, user_id)`` ("" for none): memories of
             different scopes are never merged or summarised together.
         superseded: a newer memory has superseded it (``valid_to`` set, SPEC section 6): it is
@@ -116,7 +115,6 @@ class Item:
     access_count: int = 0
     recall_count: int = 0
     write_count: int = 1
-    session_ended: bool = False
     scope: tuple[str, str, str] = ("", "", "")
     superseded: bool = False
     tags: tuple[str, ...] = ()
@@ -345,16 +343,16 @@ def fitting_parts(group: Sequence[Item]) -> list[list[Item]]:
 
 
 def tier_promotions(items: Sequence[Item], at: datetime, policy: Policy) -> list[Decision]:
-    """Working -> episodic after its session ended or idle hours; episodic -> semantic by use."""
+    """Working -> episodic after idle hours; episodic -> semantic by use (a session's end sends
+    its own promotions: :func:`session_end`).
+    """
     rules = policy.consolidation
     out = []
     for item in age_order(items):
         idle = at - item.last_access
         reason = None
         if item.tier is Tier.WORKING:
-            if item.session_ended:
-                reason = "session ended"
-            elif idle >= hours_span(rules.working_idle_hours):
+            if idle >= hours_span(rules.working_idle_hours):
                 reason = f"idle {idle / timedelta(hours=1):.4g} h >= {rules.working_idle_hours:g} h"
         elif item.tier is Tier.EPISODIC:
             if item.access_count >= rules.episodic_min_access_count:
@@ -367,23 +365,55 @@ def tier_promotions(items: Sequence[Item], at: datetime, policy: Policy) -> list
     return out
 
 
+@dataclass(frozen=True)
+class SessionMember:
+    """A memory of an ending session as :func:`session_end` judges it.
+
+    Attributes:
+        memory_id: id within the tenant.
+        tier, state: as they are now (the worker's tables, through the ranker's state view).
+        last_access: event time of its last access (its creation when it had none).
+        superseded: a newer version superseded it (kept for history and as-of recall).
+    """
+
+    memory_id: str
+    tier: Tier
+    state: Lifecycle
+    last_access: datetime
+    superseded: bool = False
+
+
+def session_end_time(members: Iterable[SessionMember], now: datetime) -> datetime:
+    """When a session ended if its caller did not say: ``now``, or its members' last access
+    when later (turns a writer stamped ahead of the server's clock, within the skew a write
+    is allowed, were said before the end, not after it).
+    """
+    return max([now, *(m.last_access for m in members)])
+
+
 def session_end(
-    members: Iterable[tuple[str, Tier, Lifecycle]], session_id: str, at: datetime
+    members: Iterable[SessionMember], session_id: str, at: datetime
 ) -> list[tuple[str, Promote]]:
     """SPEC sections 5 and 7: when a session ends, its working memories move to episodic.
 
-    ``members``: ``(memory_id, tier, state)`` of the memories of the session that exist at
-    ``at`` (created at or before it); the caller picks them by scope. Each active working one
-    gets a :class:`Promote` at ``at`` naming the session; the others get nothing (an archived
-    or gone memory is not promoted: the reducer would ignore it; an episodic or semantic one is
-    past working already). The reducer checks each again where it applies (a memory an access
-    promoted meanwhile ignores it), so the same end sent twice promotes once.
+    ``members``: the memories of the session that exist at ``at`` (created at or before it);
+    the caller picks them by scope. Each active, current, working one gets a :class:`Promote`
+    at ``at`` naming the session, unless it was accessed after ``at`` (an end dated before the
+    session's last use, by an importer or a late caller: the session was still in use then, and
+    a promotion dated before that access would schedule its reviews before it). The others get
+    nothing: an archived or gone memory (the reducer would ignore it), a version superseded
+    (kept as it was, for history), one past working already. The reducer checks each again
+    where it applies (a memory an access promoted meanwhile ignores it, audited), so an end
+    applied twice promotes once.
     """
     reason = f"session {session_id!r} ended"
     return [
-        (memory_id, Promote(at, Tier.EPISODIC, reason))
-        for memory_id, tier, state in members
-        if tier is Tier.WORKING and state is Lifecycle.ACTIVE
+        (m.memory_id, Promote(at, Tier.EPISODIC, reason))
+        for m in members
+        if m.tier is Tier.WORKING
+        and m.state is Lifecycle.ACTIVE
+        and not m.superseded
+        and m.last_access <= at
     ]
 
 

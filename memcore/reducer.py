@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from memcore import card as cards
 from memcore.decay import classify_tier, recency_at, sweep_archive_reason
@@ -131,39 +132,70 @@ def version_left(state: MemoryState | None, supersedes: str | None) -> bool:
     return supersedes is not None and state is not None and state.state in GONE
 
 
-def another_user(kept: str | None, written: str | None) -> bool:
-    """A write naming ``written`` as the end user of a memory of ``kept``: another user (none,
-    or an empty one, counts as one). :func:`write_refused`'s rule, which the API applies first.
+SCOPE_FIELDS = ("user_id", "agent_id", "session_id")
+"""A memory's scope, in the order :func:`another_scope` compares it."""
+
+Scope = tuple[str | None, str | None, str | None]
+"""``(user_id, agent_id, session_id)``; None or "" for none."""
+
+
+class Scoped(Protocol):
+    """What holds a scope: a memory's state, a write, a stored row."""
+
+    @property
+    def user_id(self) -> str | None: ...
+    @property
+    def agent_id(self) -> str | None: ...
+    @property
+    def session_id(self) -> str | None: ...
+
+
+def scope_of(holder: Scoped) -> Scope:
+    """The scope a memory holds, or a write gives it, in :data:`SCOPE_FIELDS` order."""
+    return (holder.user_id, holder.agent_id, holder.session_id)
+
+
+def another_scope(kept: Scope, written: Scope) -> str | None:
+    """The first of :data:`SCOPE_FIELDS` in which a write naming a memory of scope ``kept``
+    gives it another (none, or an empty one, counts as one), or None when they agree:
+    :func:`write_refused`'s rule, which the API applies first.
     """
-    return (kept or None) != (written or None)
+    for name, was, given in zip(SCOPE_FIELDS, kept, written, strict=True):
+        if (was or None) != (given or None):
+            return name
+    return None
 
 
-def write_refused(
-    state: MemoryState | None, supersedes: str | None, user_id: str | None
-) -> str | None:
-    """Why a write is not applied to ``state`` (None: it is).
+def write_refused(state: MemoryState | None, event: Write) -> str | None:
+    """Why ``event`` is not applied to ``state`` (None: it is).
 
     The reducer ignores such a write (audited); the worker skips the embedding of the first
     kind only (a deletion earlier in its batch may free an id for the second).
 
     - :func:`version_left`: an update sent again after its version left recall;
-    - another end user: a memory not deleted, of a ``user_id`` other than the write's (none,
-      or an empty one, counts as one). Its words would stand under the first user's scope,
-      returned by that user's recall and never by the writer's (a caller-chosen id given to
-      two users' memories); the memory stays as it was. The API refuses such a write first
-      (409) when it sees the memory; this is the rule for one it did not see yet.
+    - another scope: a memory not deleted, of a ``user_id``, ``agent_id`` or ``session_id``
+      other than the write's (none, or an empty one, counts as one). Its words would stand
+      under the first scope: another user's words returned by the first user's recall and
+      never by the writer's (a caller-chosen id given to two users' memories); a session's
+      words found under another session, whose end would not promote them. The memory stays
+      as it was (an update, ``PATCH``, writes a version under another scope). The API refuses
+      such a write first (409) when it sees the memory; this is the rule for one it did not
+      see yet.
     """
     if state is None:
         return None
-    if version_left(state, supersedes):
-        return f"an update of {supersedes} made it, and it is {state.state} since: not again"
-    if state.state is not Lifecycle.DELETED and another_user(state.user_id, user_id):
-        return "written with another user_id than the memory's: a memory's end user is kept"
+    if version_left(state, event.supersedes):
+        return f"an update of {event.supersedes} made it, and it is {state.state} since: not again"
+    if state.state is Lifecycle.DELETED:
+        return None
+    field = another_scope(scope_of(state), scope_of(event))
+    if field is not None:
+        return f"written with another {field} than the memory's: a memory's scope is kept"
     return None
 
 
 def _write(state: MemoryState | None, event: Write, policy: Policy) -> Result:
-    why = write_refused(state, event.supersedes, event.user_id)
+    why = write_refused(state, event)
     if state is not None and why is not None:
         return state, (Effect(EffectKind.IGNORED, why),)
     if state is None or state.state is Lifecycle.DELETED:
@@ -872,7 +904,7 @@ def _promote(state: MemoryState, event: Promote, policy: Policy) -> Result:
         or event.to is not state.tier.promoted()
         or (state.tier is Tier.SEMANTIC)
     ):
-        why = f"cannot promote a {state.state} {state.tier} memory to {event.to}"
+        why = f"cannot promote a memory {state.state} and {state.tier} to {event.to}"
         return state, (Effect(EffectKind.IGNORED, why),)
     new = dataclasses.replace(
         state,

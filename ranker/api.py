@@ -31,7 +31,7 @@ from pydantic import ConfigDict, Field, StrictBool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from memcore import GONE, MAX_TAGS, InvalidField, Tier, another_user
+from memcore import GONE, MAX_TAGS, InvalidField, Tier, another_scope, scope_of
 from memcore.ids import check_id
 from memcore.policy import MAX_WEIGHT, RecallPolicy, RecallPreset, recall_decay
 from ranker.admin import admin_refusal, admin_routes
@@ -41,7 +41,7 @@ from ranker.batcher import Overloaded
 from ranker.errors import Refused, Unavailable
 from ranker.history import AuditLog
 from ranker.logs import RequestLog
-from ranker.problems import NOT_FOUND, OTHER_USER, RESPONSES, problem
+from ranker.problems import NOT_FOUND, OTHER_SCOPE, RESPONSES, problem
 from ranker.ratelimit import RateLimited, RateLimiter
 from ranker.routes import memory_routes
 from ranker.service import Recalled, RecallQuery, RecallService
@@ -382,11 +382,11 @@ def create_api(
 def _write_routes(api: FastAPI, service: RecallService, seal: TokenSeal, limits: Limits) -> None:
     """The write, access and get routes."""
 
-    @api.post("/v1/memories", responses=OTHER_USER)
+    @api.post("/v1/memories", responses=OTHER_SCOPE)
     async def write(body: WriteBody, who: Auth) -> dict[str, Any]:
         docs = _writes(body, who.tenant_id, limits, datetime.now(UTC))
         after = await seal.read(body.after, who.tenant_id) if body.after is not None else None
-        await _of_their_users(service, who.tenant_id, body, docs, after)
+        await _of_their_scopes(service, who.tenant_id, body, docs, after)
         await seal.ready()  # before producing: a token it cannot seal fails nothing written
         ids, token = await service.write(who.tenant_id, docs)
         return {"ids": ids, "token": await seal.seal(token, who.tenant_id)}
@@ -554,34 +554,47 @@ def _writes(body: WriteBody, tenant_id: str, limits: Limits, now: datetime) -> l
     return docs
 
 
-async def _of_their_users(
+_WHOSE = {
+    "user_id": ("another end user's", "of no end user"),
+    "agent_id": ("another agent's", "of no agent"),
+    "session_id": ("another session's", "of no session"),
+}
+"""How a 409 names the scope a given id's memory holds (:func:`_of_their_scopes`)."""
+
+
+async def _of_their_scopes(
     service: RecallService,
     tenant_id: str,
     body: WriteBody,
     docs: Sequence[dict[str, Any]],
     after: Token | None,
 ) -> None:
-    """Raise a 409 naming ``memories[i].user_id`` when a write names the id of a memory (not
-    deleted) of another end user (none counts as one): the worker would ignore it
-    (:func:`memcore.write_refused`), keeping the memory's user and words. One read of the
-    memories whose ids the body gives (a derived id is of its own scope), once ``after`` is
-    applied; a memory this read does not see yet is left to the worker's rule.
+    """Raise a 409 naming ``memories[i].user_id`` (or ``agent_id``, ``session_id``) when a
+    write names the id of a memory (not deleted) of another scope (none counts as one): the
+    worker would ignore it (:func:`memcore.write_refused`), keeping the memory's scope and
+    words. One read of the memories whose ids the body gives (a derived id is of its own
+    scope), once ``after`` is applied; a memory this read does not see yet is left to the
+    worker's rule.
     """
     given = {i: doc["memory_id"] for i, doc in enumerate(docs) if body.memories[i].memory_id}
     if not given:
         return
-    rows = await service.get_many(tenant_id, sorted(set(given.values())), after)
+    rows = await service.get_many(tenant_id, sorted(set(given.values())), after, slim=True)
     for i, memory_id in given.items():
         row = rows.get(memory_id)
         if row is None or row.state == "deleted":
             continue
-        if another_user(row.user_id, docs[i].get("user_id")):
-            whose = "another end user's" if row.user_id else "of no end user"
+        written = (docs[i].get("user_id"), docs[i].get("agent_id"), docs[i].get("session_id"))
+        field = another_scope(scope_of(row), written)
+        if field is not None:
+            another, none = _WHOSE[field]
+            whose = another if getattr(row, field) else none
             raise HTTPException(
                 409,
-                f"memories[{i}].user_id: memory {memory_id} is {whose} (a memory keeps its"
-                " user_id): write it under another id, or delete that memory first (and send"
-                " the deletion's token as after)",
+                f"memories[{i}].{field}: memory {memory_id} is {whose} (a memory keeps its"
+                f" {field}; an update, PATCH, writes a version under another): write it under"
+                " another id, or delete that memory first (and send the deletion's token as"
+                " after)",
             )
 
 

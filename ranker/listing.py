@@ -98,10 +98,14 @@ def read_listing_cursor(cursor: str, listing: str) -> tuple[str, int | None]:
     as_of, _, memory_id = rest.partition("/")
     if made_for != listing:
         raise InvalidField("cursor", cursor, "given for another listing (other filters or tenant)")
-    try:
-        return check_id("cursor", memory_id), int(as_of)
-    except ValueError as exc:
-        raise InvalidField("cursor", cursor, "not a cursor this service gave") from exc
+    # as this service writes it: digits alone (int() also took " 12 ", "1_000", "-5")
+    if not (as_of.isascii() and as_of.isdigit() and int(as_of) <= _MAX_US):
+        raise InvalidField("cursor", cursor, "not a cursor this service gave")
+    return check_id("cursor", memory_id), int(as_of)
+
+
+_MAX_US = 2**63 - 1
+"""The latest time a cursor's listing is current at (µs; Milvus's int64)."""
 
 
 def _text(cursor: str) -> str:

@@ -112,8 +112,11 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
 
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: _described("this tenant has no such memory")}
 CONFLICT: dict[int | str, dict[str, Any]] = {409: _described("the memory is deleted or superseded")}
-OTHER_USER: dict[int | str, dict[str, Any]] = {
-    409: _described("a memory's id is of a memory of another end user (``user_id``)")
+OTHER_SCOPE: dict[int | str, dict[str, Any]] = {
+    409: _described(
+        "a memory's id is of a memory of another scope (``user_id``, ``agent_id`` or"
+        " ``session_id``)"
+    )
 }
 ADMIN: dict[int | str, dict[str, Any]] = {
     403: _described("admin routes are disabled: the server has no MNEMO_ADMIN_KEY"),

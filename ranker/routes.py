@@ -35,6 +35,7 @@ from ranker.wire import (
     Body,
     IsoTime,
     QueryTokens,
+    TextBody,
     Tokens,
     check_not_blank,
     memory_json,
@@ -49,7 +50,6 @@ from storage.records import (
     checked_scope,
     checked_tags,
     checked_write,
-    requested_scope,
     requested_scopes,
 )
 
@@ -97,10 +97,12 @@ class UpdateBody(Body):
     after: Tokens | None = Field(None, description="read-your-writes tokens")
 
 
-class EndSessionBody(Body):
-    """Which session ended, and when. Strict types, as for a write."""
+class EndSessionBody(TextBody):
+    """Which session ended, and when. Strict types, as for a write; its scopes go into a Milvus
+    expression as they are (:class:`~ranker.wire.TextBody`).
+    """
 
-    model_config = Body.model_config | {"strict": True}
+    model_config = TextBody.model_config | {"strict": True}
 
     session_id: str | None = Field(None, description="the session that ended (or run_id)")
     run_id: str | None = Field(None, description="mem0's name for session_id")
@@ -615,28 +617,33 @@ def _refuse_non_utf8(field: str, escaped: bytes) -> None:
 def _sessions(api: FastAPI, service: RecallService, seal: TokenSeal, limits: Limits) -> None:
     @api.post("/v1/sessions/end")
     async def end_session(body: EndSessionBody, who: Auth) -> dict[str, Any]:
-        """A session ended (SPEC sections 5 and 7): each of its active working memories, those
-        written at or before ``at``, moves to episodic now, not after hours idle. ``promoted``:
-        the memories sent that promotion (applied like a write, each audited with the
-        session's name: a memory an access promoted meanwhile keeps its tier); ``token``: for a
-        read to wait for. Give the session's write tokens as ``after``: a write not applied yet
-        is not found. Sent again, it promotes none of those again.
+        """A session ended (SPEC sections 5 and 7): each of its active, current, working
+        memories, those written at or before ``at`` and not accessed after it (the session was
+        still in use then), moves to episodic now, not after hours idle. Without ``at``: now,
+        or the session's last access when later (a writer's clock ahead of the server's).
+        After ``after`` is applied; without it, after every write and access the topics hold
+        when it arrives (a session's last turn is found; 503 when the worker does not catch up
+        in time). ``promoted``: the memories sent that promotion (applied like a write, each
+        audited with the session's name; an end sent again before the first is applied sends
+        them again, and the worker ignores the second, audited); ``at``: the end's time;
+        ``token``: for a read to wait for.
         """
-        field = "session_id" if body.session_id is not None else "run_id"
-        session = requested_scope(field, session_of(body.session_id, body.run_id, "run_id"))
-        if session is None:
-            raise RecordError("session_id", None, "required: the session that ended")
+        field = "run_id" if body.session_id is None and body.run_id is not None else "session_id"
+        session = session_of(body.session_id, body.run_id, "run_id")
+        if not session:
+            raise RecordError(field, session, "required: the session that ended (1 byte or more)")
+        checked_scope(field, session)
         user_id = checked_scope("user_id", body.user_id)
         agent_id = checked_scope("agent_id", body.agent_id)
         now = datetime.now(UTC)
-        at = check_time("at", body.at or now, now, limits)
+        at = None if body.at is None else check_time("at", body.at, now, limits)
         waits = await seal.read(body.after, who.tenant_id)
         scope = Filters(session_id=session, user_id=user_id, agent_id=agent_id)
         await seal.ready()  # before producing: a token it cannot seal fails nothing done
-        promoted, token = await service.end_session(who.tenant_id, scope, at, waits)
+        promoted, ended, token = await service.end_session(who.tenant_id, scope, at, now, waits)
         return {
             "session_id": session,
-            "at": at.isoformat(),
+            "at": ended.isoformat(),
             "promoted": promoted,
             "token": await seal.seal(token, who.tenant_id),
         }

@@ -29,7 +29,7 @@ import numpy.typing as npt
 import orjson
 
 from memcore import Lifecycle, Purge, RankParams, Retire, Scored, Tier, derive_memory_id
-from memcore.consolidation import merged_duplicate, session_end
+from memcore.consolidation import SessionMember, merged_duplicate, session_end, session_end_time
 from memcore.graph import MAX_HOPS, recall_hops
 from memcore.keyword import bm25_scores
 from memcore.policy import DecayPolicy, RecallPolicy
@@ -49,12 +49,12 @@ from ranker.kernel import (
 from ranker.listing import Page, page
 from ranker.metrics import Metrics
 from ranker.view import StateView
-from storage import Filters, MemoryRow, MilvusStore, to_us
+from storage import Filters, MemoryRow, MilvusStore, from_us, to_us
 from storage.compacted import CompactedLogError
 from storage.embedding import Embedder
 from storage.key_log import KeyLog
 from storage.records import decision_value
-from storage.rows import row_live_values
+from storage.rows import CURRENT, row_live_values
 from storage.sealing import seal_write
 
 GRAPH_FETCH_MAX = 1_000
@@ -738,29 +738,40 @@ class RecallService:
         return sorted(ids)
 
     async def end_session(
-        self, tenant_id: str, scope: Filters, at: datetime, after: Token | None = None
-    ) -> tuple[list[str], Token]:
-        """End a session (SPEC sections 5 and 7), after ``after`` is applied: every memory of this
-        tenant in ``scope`` (its ``session_id``, and ``user_id``/``agent_id`` when given) that
-        exists at ``at`` and is active and working, as the state view holds it, gets a
-        ``promote`` decision to episodic naming the session (:func:`memcore.session_end`);
-        the worker's reducer checks each again as it applies it, and audits it. Returns the ids
-        sent a promotion (in id order) and the token a read waits for. Raises StorageError when
-        Milvus does not answer (nothing is produced) and the producer's errors.
+        self,
+        tenant_id: str,
+        scope: Filters,
+        at: datetime | None,
+        now: datetime,
+        after: Token | None = None,
+    ) -> tuple[list[str], datetime, Token]:
+        """End a session (SPEC sections 5 and 7), after ``after`` is applied, or without one
+        after every write and access the topics hold now (:meth:`barrier`: a session's last
+        turn is among its memories). Every memory of this tenant in ``scope`` (its
+        ``session_id``, and ``user_id``/``agent_id`` when given) that exists at ``at`` gets a
+        ``promote`` decision to episodic naming the session when :func:`memcore.session_end`
+        says so, judged on its state as the state view holds it; the worker's reducer checks
+        each again as it applies it, and audits it. ``at`` None: the end's time is
+        :func:`memcore.session_end_time` (``now``, or the session's last access when later).
+        Returns the ids sent a promotion (in id order), the end's time and the token a read
+        waits for. Raises StorageError when Milvus does not answer (nothing is produced),
+        NotAppliedError when the worker did not catch up in time, and the producer's errors.
         """
         assert scope.session_id is not None, "a session end names its session"
-        await self.wait(after)
-        wanted = dataclasses.replace(scope, states=(), created_to_inclusive_us=to_us(at))
+        if after is not None:
+            await self.wait(after)
+        else:
+            await self.barrier()
+        wanted = dataclasses.replace(scope, states=())
+        if at is not None:
+            wanted = dataclasses.replace(wanted, created_to_inclusive_us=to_us(at))
         ids = await asyncio.to_thread(self.store.every_id, tenant_id, wanted)
-        rows = await self.get_many(tenant_id, sorted(set(ids)))
-        members = (
-            (m, Tier(r.tier), Lifecycle(r.state))
-            for m, r in sorted(rows.items())
-            if r.state in _LIFECYCLES  # a purge's tombstone ("purged") is no member
-        )
+        rows = await self.get_many(tenant_id, sorted(set(ids)), slim=True)  # live values
+        members = [_member(r) for _, r in sorted(rows.items()) if r.state in _LIFECYCLES]
+        at = session_end_time(members, now) if at is None else at
         promotions = session_end(members, scope.session_id, at)
         messages = [("memory-writes", decision_value(tenant_id, m, e)) for m, e in promotions]
-        return [m for m, _ in promotions], await self._produce_all(messages)
+        return [m for m, _ in promotions], at, await self._produce_all(messages)
 
     async def erased_user_memories(self, tenant_id: str, user_id: str) -> list[str]:
         """Ids of the memories of ``user_id`` in this tenant erased by a user's erasure whose
@@ -884,14 +895,21 @@ class RecallService:
         return self.view is not None and self.view.purged(tenant_id, memory_id)
 
     async def get_many(
-        self, tenant_id: str, memory_ids: Sequence[str], after: Token | None = None
+        self,
+        tenant_id: str,
+        memory_ids: Sequence[str],
+        after: Token | None = None,
+        *,
+        slim: bool = False,
     ) -> dict[str, MemoryRow]:
         """This tenant's memories among ``memory_ids`` (any state) by id, after ``after`` is
         applied; ids it has none of are absent, as are memories erased (their rows may await
-        their purge), and purged ones whose rows await the worker's delete.
+        their purge), and purged ones whose rows await the worker's delete. ``slim``: without
+        their vectors and metadata (:meth:`storage.MilvusStore.get_slim`).
         """
         await self.wait(after)
-        found = await asyncio.to_thread(self.store.get, tenant_id, list(memory_ids))
+        read = self.store.get_slim if slim else self.store.get
+        found = await asyncio.to_thread(read, tenant_id, list(memory_ids))
         erased = await self._erased_among(tenant_id, found)
         view = self.view
         return {
@@ -986,6 +1004,18 @@ def _summary_or_copy(summaries: Collection[str]) -> Callable[[str], str]:
 
 
 _LIFECYCLES = frozenset(state.value for state in Lifecycle)
+"""A row's states that are a memory's (a purge's tombstone, ``purged``, is none)."""
+
+
+def _member(row: MemoryRow) -> SessionMember:
+    """A session's memory as :func:`memcore.session_end` judges it (a row with live values)."""
+    return SessionMember(
+        row.memory_id,
+        Tier(row.tier),
+        Lifecycle(row.state),
+        from_us(row.last_access_us),
+        superseded=row.valid_to_us != CURRENT or bool(row.superseded_by),
+    )
 
 
 def _forget(

@@ -634,7 +634,7 @@ class Processor:
         policy = self.policy(record.tenant_id)
         new, effects = apply(state, event, policy)
         assert new is not None  # a write always leaves a state
-        if write_refused(state, record.supersedes, record.user_id) is not None:  # ignored
+        if write_refused(state, event) is not None:  # ignored
             self.put_state(record.key, new)  # its offset: a redelivery is skipped
             self._after(message, record.at, new, effects, batch, sync=False)
             self.release(key, batch)

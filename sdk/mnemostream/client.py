@@ -550,16 +550,15 @@ class _Api:
 
     @staticmethod
     def end_session(
-        session_id: str,
+        session_id: str | None,
         after: Sequence[str],
-        user_id: str | None,
-        agent_id: str | None,
         at: datetime | str | None,
+        **scope: str | None,
     ) -> _Call:
+        """``scope``: ``run_id`` (mem0's name for the session), ``user_id``, ``agent_id``."""
         body = {
             "session_id": session_id,
-            "user_id": user_id,
-            "agent_id": agent_id,
+            **scope,
             "at": at,
             "after": list(after) or None,
         }
@@ -912,19 +911,24 @@ class Client:
 
     def end_session(
         self,
-        session_id: str,
+        session_id: str | None = None,
         *,
+        run_id: str | None = None,
         user_id: str | None = None,
         agent_id: str | None = None,
         at: datetime | str | None = None,
         after: After = None,
     ) -> list[str]:
-        """A session ended (SPEC sections 5 and 7): its active working memories written by ``at``
-        (default: now) move to episodic now, not after hours idle; the ids sent that
-        promotion. ``user_id``, ``agent_id``: only theirs of the session. The server first waits
-        for this client's writes (and ``after``), so the session's last words are among them.
+        """A session (``session_id``, or mem0's ``run_id``) ended (SPEC sections 5 and 7): its
+        active working memories written by ``at`` and not used after it move to episodic now,
+        not after hours idle; the ids sent that promotion. ``at`` left out: now, or the
+        session's last access when later. ``user_id``, ``agent_id``: only theirs of the session.
+        The server first waits for this client's writes and ``after`` (or, when there are none,
+        for every write the service holds), so the session's last words are among them.
         """
-        call = _Api.end_session(session_id, self._after(after), user_id, agent_id, at)
+        call = _Api.end_session(
+            session_id, self._after(after), at, run_id=run_id, user_id=user_id, agent_id=agent_id
+        )
         return [str(m) for m in self._send(call)["promoted"]]
 
     def update(self, memory_id: str, **changes: Any) -> str:  # noqa: ANN401
@@ -1110,14 +1114,18 @@ class AsyncClient:
 
     async def end_session(
         self,
-        session_id: str,
+        session_id: str | None = None,
         *,
+        run_id: str | None = None,
         user_id: str | None = None,
         agent_id: str | None = None,
         at: datetime | str | None = None,
         after: After = None,
     ) -> list[str]:
-        call = _Api.end_session(session_id, await self._after(after), user_id, agent_id, at)
+        after_ = await self._after(after)
+        call = _Api.end_session(
+            session_id, after_, at, run_id=run_id, user_id=user_id, agent_id=agent_id
+        )
         return [str(m) for m in (await self._send(call))["promoted"]]
 
     async def update(self, memory_id: str, **changes: Any) -> str:  # noqa: ANN401

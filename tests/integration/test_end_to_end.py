@@ -435,6 +435,14 @@ def test_a_session_end_moves_its_working_memories_to_episodic(server: str) -> No
         assert (last["kind"], last["at"]) == ("promoted", ended.isoformat())
         assert "session 'chat-9' ended" in last["reason"]
         assert client.end_session("chat-9", user_id="ann", at=ended) == []  # none left working
+    # over HTTP with no token: the end waits for every write the topics hold as it arrives
+    headers = {"Authorization": f"Bearer {KEY}"}
+    turn = {"content": "Last words of chat-11", "session_id": "chat-11", "memory_type": "working"}
+    written = httpx.post(f"{server}/v1/memories", json={"memories": [turn]}, headers=headers)
+    (last,) = written.json()["ids"]
+    reply = httpx.post(f"{server}/v1/sessions/end", json={"run_id": "chat-11"}, headers=headers)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["promoted"] == [last]
 
 
 def test_scopes_keep_the_same_sentence_of_two_agents_and_two_users_apart(server: str) -> None:
@@ -476,6 +484,12 @@ def test_scopes_keep_the_same_sentence_of_two_agents_and_two_users_apart(server:
         with pytest.raises(MnemostreamError) as refused:
             client.remember(memory_id="card", **ned)
         assert (refused.value.status, "memories[0].user_id" in str(refused.value)) == (409, True)
+        with pytest.raises(MnemostreamError) as elsewhere:  # the card's session is kept too
+            client.remember(memory_id="card", session_id="chat-2", **mia)
+        assert (elsewhere.value.status, "memories[0].session_id" in str(elsewhere.value)) == (
+            409,
+            True,
+        )
         # in one request the API sees neither: the worker keeps the first user's words
         client.remember_many([{**mia, "memory_id": "card2"}, {**ned, "memory_id": "card2"}])
         for card_id in ("card", "card2"):

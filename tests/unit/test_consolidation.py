@@ -26,6 +26,7 @@ from memcore import (
     Purge,
     Restore,
     Retire,
+    SessionMember,
     Strategy,
     Succeeds,
     Supersede,
@@ -35,6 +36,7 @@ from memcore import (
     plan,
     reinstatements,
     session_end,
+    session_end_time,
     summary_gone,
     summary_outdated,
     to_events,
@@ -226,7 +228,6 @@ def test_tier_consolidation() -> None:
     items = [
         item("idle-working", (1.0, 0.0), tier=Tier.WORKING, last_access=T0 + hours(6)),
         item("busy-working", (0.0, 1.0), tier=Tier.WORKING, last_access=T0 + hours(6.5)),
-        item("ended", (1.0, 1.0), tier=Tier.WORKING, last_access=at, session_ended=True),
         item("used-episodic", (1.0, -1.0), tier=Tier.EPISODIC, access_count=3),
         item("key-episodic", (-1.0, 1.0), tier=Tier.EPISODIC, importance=0.71),
         item("plain-episodic", (-1.0, 0.0), tier=Tier.EPISODIC, importance=0.7),
@@ -234,7 +235,6 @@ def test_tier_consolidation() -> None:
     decisions = plan("t", items, at, POLICY, [Strategy.TIERS])
     assert {(d.target, d.to_tier) for d in decisions} == {
         ("idle-working", Tier.EPISODIC),
-        ("ended", Tier.EPISODIC),
         ("used-episodic", Tier.SEMANTIC),
         ("key-episodic", Tier.SEMANTIC),
     }
@@ -243,13 +243,18 @@ def test_tier_consolidation() -> None:
 def test_a_session_end_moves_its_active_working_memories_to_episodic_once() -> None:
     """SPEC sections 5 and 7: working -> episodic when its session ends (it waited 4 h idle)."""
     at = T0 + hours(1)
+    used = T0 + hours(0.5)
     members = [
-        ("working", Tier.WORKING, Lifecycle.ACTIVE),
-        ("episodic", Tier.EPISODIC, Lifecycle.ACTIVE),
-        ("archived", Tier.WORKING, Lifecycle.ARCHIVED),
-        ("deleted", Tier.WORKING, Lifecycle.DELETED),
-        ("forgotten", Tier.WORKING, Lifecycle.FORGOTTEN),
+        SessionMember("working", Tier.WORKING, Lifecycle.ACTIVE, used),
+        SessionMember("episodic", Tier.EPISODIC, Lifecycle.ACTIVE, used),
+        SessionMember("archived", Tier.WORKING, Lifecycle.ARCHIVED, used),
+        SessionMember("deleted", Tier.WORKING, Lifecycle.DELETED, used),
+        SessionMember("forgotten", Tier.WORKING, Lifecycle.FORGOTTEN, used),
+        SessionMember("old-version", Tier.WORKING, Lifecycle.ACTIVE, used, superseded=True),
+        SessionMember("used-after", Tier.WORKING, Lifecycle.ACTIVE, at + hours(0.1)),
     ]
+    assert session_end_time(members, at) == at + hours(0.1)  # its last turn, stamped ahead
+    assert session_end_time(members[:1], at) == at
     ((target, event),) = session_end(members, "s-7", at)
     assert (target, event.to, event.at) == ("working", Tier.EPISODIC, at)
     state = created(0.1, Tier.WORKING)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta, timezone
@@ -14,7 +15,17 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from memcore import Effect, EffectKind, InvalidField, Lifecycle
 from ranker.history import _event, partition_of
-from ranker.listing import CHUNK, SCAN_MAX, decode_cursor, encode_cursor, page
+from ranker.listing import (
+    CHUNK,
+    LISTING_CURSOR,
+    SCAN_MAX,
+    decode_cursor,
+    encode_cursor,
+    listing_cursor,
+    listing_of,
+    page,
+    read_listing_cursor,
+)
 from ranker.routes import UpdateBody, new_version
 from ranker.service import RecallService
 from storage import Filters, MemoryRow, MilvusStore, to_us
@@ -84,6 +95,21 @@ def test_a_cursor_round_trips_and_a_forged_one_names_the_field() -> None:
     for forged in ("%%%", encode_cursor("a/b"), "", "!"):
         with pytest.raises(InvalidField) as err:
             decode_cursor(forged)
+        assert err.value.field == "cursor"
+
+
+def test_a_listing_cursor_reads_back_and_one_with_a_forged_time_names_the_field() -> None:
+    """A cursor carries its listing's time as digits; ``int()`` also took " 12 ", "1_000", "-5"
+    and times past Milvus's int64: a caller chose the time its own listing was current at.
+    """
+    listing = listing_of("a", Filters())
+    cursor = listing_cursor(encode_cursor("m-7"), 1_700_000_000_000_000, listing)
+    assert read_listing_cursor(cursor, listing) == ("m-7", 1_700_000_000_000_000)
+    for as_of in (" 12 ", "1_000", "-5", "+5", "١٢", str(2**63), ""):
+        text = f"{LISTING_CURSOR}{listing}/{as_of}/m-7"
+        forged = base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+        with pytest.raises(InvalidField) as err:
+            read_listing_cursor(forged, listing)
         assert err.value.field == "cursor"
 
 

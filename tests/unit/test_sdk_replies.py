@@ -761,3 +761,7 @@ def test_end_session_waits_for_the_session_s_writes_and_its_token_joins_the_sess
     sent.clear()
     assert asyncio.run(run()) == ["m1"]
     assert sent == expected
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(answer)) as client:
+        sent.clear()
+        client.end_session(run_id="r1", agent_id="bot")  # mem0's name; nothing to wait for
+    assert sent == [("end", {"run_id": "r1", "agent_id": "bot"})]

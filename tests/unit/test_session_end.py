@@ -8,22 +8,28 @@ that exist at the end's time. The worker's half (the reducer applying it) is in
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from memcore import Lifecycle, Tier
 from ranker.applied import Token
-from storage import Filters, MemoryRow, from_us, to_us
+from ranker.view import StateView
+from storage import Filters, MemoryRow, codec, from_us, to_us
 from tests.rows import make_row
+from tests.unit.helpers import created
 from tests.unit.test_user_scope import AUTH, SEAL, Produced, service_and_client
 
 pytestmark = pytest.mark.anyio
 
 
 class SessionStore:
-    """What the route asks of Milvus: the ids in a scope, then the rows by id."""
+    """What the route asks of Milvus: the ids in a scope (``states`` honoured: a row may hold an
+    older state than the view), then the rows by id, without their vectors.
+    """
 
     def __init__(self, rows: Sequence[MemoryRow]) -> None:
         self.rows = {r.memory_id: r for r in rows}
@@ -38,15 +44,16 @@ class SessionStore:
             and r.session_id == filters.session_id
             and filters.user_id in (None, r.user_id)
             and filters.agent_id in (None, r.agent_id)
+            and (not filters.states or r.state in filters.states)
             and (
                 filters.created_to_inclusive_us is None
                 or r.created_at_us <= filters.created_to_inclusive_us
             )
         ]
 
-    def get(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, MemoryRow]:
+    def get_slim(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, MemoryRow]:
         return {
-            m: self.rows[m]
+            m: dataclasses.replace(self.rows[m], vector=(), metadata={})
             for m in memory_ids
             if m in self.rows and self.rows[m].tenant_id == tenant_id
         }
@@ -56,57 +63,80 @@ NOW_US = to_us(datetime.now(UTC))
 
 
 def row(memory_id: str, **kw: Any) -> MemoryRow:
-    fields: dict[str, Any] = {"tier": "working", "created_at_us": NOW_US - 60_000_000}
-    return make_row("acme", memory_id, (1.0, 0.0, 0.0, 0.0), **(fields | kw))
+    fields: dict[str, Any] = {"tier": "working", "created_at_us": NOW_US - 60_000_000} | kw
+    fields.setdefault("last_access_us", fields["created_at_us"])
+    return make_row("acme", memory_id, (1.0, 0.0, 0.0, 0.0), **fields)
 
 
-async def end(rows: Sequence[MemoryRow], body: dict[str, Any]) -> tuple[Any, ...]:
+async def end(
+    rows: Sequence[MemoryRow], body: dict[str, Any], view: StateView | None = None
+) -> tuple[Any, ...]:
     produced = Produced()
     service, client = service_and_client(produced)
     store = SessionStore(rows)
     service.store = store  # type: ignore[assignment]
-    waited: list[Token | None] = []
+    service.view = view
+    waited: list[Token | str | None] = []
 
     async def wait(after: Token | None) -> None:
-        waited.append(after)
+        if after is not None:  # get_many's own wait (for none) is no wait
+            waited.append(after)
+
+    async def barrier() -> None:
+        waited.append("barrier")
 
     service.wait = wait  # type: ignore[method-assign]
+    service.barrier = barrier  # type: ignore[method-assign]
     async with client as http:
-        reply = await http.post("/v1/sessions/end", json=body, headers=AUTH)
+        raw = json.dumps(body)  # a lone surrogate as its \u escape, as a client may send it
+        headers = {**AUTH, "content-type": "application/json"}
+        reply = await http.post("/v1/sessions/end", content=raw, headers=headers)
     return reply, produced.values, store.asked, waited
 
 
 async def test_a_session_end_promotes_its_active_working_memories_only() -> None:
+    ahead_us = NOW_US + 120_000_000  # said by a writer whose clock runs 2 min ahead
     rows = [
         row("w2"),
         row("w1", user_id="ann"),
+        row("ahead", created_at_us=ahead_us),
         row("episodic", tier="episodic"),
         row("archived", state="archived"),
         row("deleted", state="deleted"),
+        row("old-version", superseded_by="w1", valid_to_us=NOW_US - 1_000_000),
         row("other-session", session_id="s2"),
-        row("later", created_at_us=NOW_US + 120_000_000),  # written after the end's time
         dataclasses.replace(row("other-tenant"), tenant_id="beta", key="beta/other-tenant"),
     ]
-    reply, produced, asked, _ = await end(rows, {"session_id": "s1"})
+    reply, produced, asked, waited = await end(rows, {"session_id": "s1"})
     assert reply.status_code == 200, reply.text
     body = reply.json()
-    assert (body["session_id"], body["promoted"]) == ("s1", ["w1", "w2"])
+    assert (body["session_id"], body["promoted"]) == ("s1", ["ahead", "w1", "w2"])
     assert [(v["memory_id"], v["decision"], v["to"]) for v in produced] == [
+        ("ahead", "promote", "episodic"),
         ("w1", "promote", "episodic"),
         ("w2", "promote", "episodic"),
     ]
     assert {v["tenant_id"] for v in produced} == {"acme"}
     assert all("session 's1' ended" in v["reason"] for v in produced)
+    assert datetime.fromisoformat(body["at"]) == from_us(ahead_us)  # its last turn, not before
     assert {v["at"] for v in produced} == {body["at"]}
     ((tenant, scope),) = asked
     assert (tenant, scope.session_id, scope.user_id, scope.agent_id) == ("acme", "s1", None, None)
-    assert scope.created_to_inclusive_us == to_us(datetime.fromisoformat(body["at"]))
+    assert scope.states == ()  # the view judges the state, not a row that may be older
+    assert scope.created_to_inclusive_us is None
+    assert waited == ["barrier"]  # no after: every write the topics hold now, first
     assert (await SEAL.open(body["token"], "acme")).offsets  # it names what was produced
 
 
 async def test_a_session_end_narrowed_to_a_user_and_given_its_time_and_tokens() -> None:
     at = from_us(NOW_US) - timedelta(seconds=30)
-    rows = [row("ann's", user_id="ann"), row("bob's", user_id="bob"), row("none's")]
+    rows = [
+        row("ann's", user_id="ann"),
+        row("ann's later", user_id="ann", created_at_us=to_us(at) + 1),  # a session resumed
+        row("ann's used", user_id="ann", last_access_us=to_us(at) + 1),
+        row("bob's", user_id="bob"),
+        row("none's"),
+    ]
     prior = Produced()
     _, writer = service_and_client(prior)
     async with writer as http:
@@ -124,8 +154,39 @@ async def test_a_session_end_narrowed_to_a_user_and_given_its_time_and_tokens() 
     assert asked[0][1].user_id == "ann"
     assert asked[0][1].created_to_inclusive_us == to_us(at)
     assert waited
-    assert waited[0] is not None
+    assert len(waited) == 1  # the tokens alone, no barrier
+    assert isinstance(waited[0], Token)
     assert waited[0].offsets
+
+
+def live(row: MemoryRow, **changes: Any) -> bytes:
+    """The state view's record of ``row``'s memory with ``changes`` (newer than its row)."""
+    made = created(row.importance, Tier(row.tier), at=from_us(row.created_at_us), memory_id="x")
+    return codec.encode(dataclasses.replace(made, memory_id=row.memory_id, **changes))
+
+
+async def test_a_session_end_judges_each_memory_by_the_state_view_not_its_older_row() -> None:
+    """The worker writes its table (the view's source) before a row, and an access changes no
+    row at all: Milvus may say archived for a memory an access brought back, working for one
+    an access promoted, and still hold a purged one awaiting its delete.
+    """
+    restored = row("restored", state="archived")
+    promoted = row("promoted-by-access")
+    purged = row("purged")
+    used = row("used-after-the-end")
+    plain = row("plain")
+    view = StateView("unused:9092", "app-memories-changelog")
+    view.apply(b"acme/restored", live(restored, state=Lifecycle.ACTIVE))
+    view.apply(b"acme/promoted-by-access", live(promoted, tier=Tier.EPISODIC))
+    view.apply(b"acme/purged", live(purged, state=Lifecycle.DELETED, purged=True))
+    after_us = NOW_US + 60_000_000  # accessed after the end's time (now): still in use then
+    view.apply(b"acme/used-after-the-end", live(used, last_access=from_us(after_us)))
+    rows = [restored, promoted, purged, used, plain]
+    at = from_us(NOW_US).isoformat()
+    reply, produced, _, _ = await end(rows, {"session_id": "s1", "at": at}, view)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["promoted"] == ["plain", "restored"]
+    assert [v["memory_id"] for v in produced] == ["plain", "restored"]
 
 
 async def test_a_session_end_with_nothing_working_promotes_nothing() -> None:
@@ -149,6 +210,9 @@ async def test_a_session_end_with_nothing_working_promotes_nothing() -> None:
         ({"session_id": "s1", "at": "2026-01-01T00:00:00"}, "at"),  # no timezone
         ({"session_id": "s1", "after": "v2.forged"}, "after"),
         ({"session_id": "s1", "until": "now"}, "until"),
+        ({"session_id": "\ud800"}, "session_id"),  # UTF-8 cannot carry it to Milvus
+        ({"session_id": "s1", "user_id": "a\udfffb"}, "user_id"),
+        ({"session_id": "s1", "agent_id": "\udc00"}, "agent_id"),
     ],
 )
 async def test_a_bad_session_end_is_a_422_naming_its_field_and_promotes_nothing(

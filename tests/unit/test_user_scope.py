@@ -158,15 +158,18 @@ async def test_a_write_under_the_id_of_another_user_s_memory_is_refused(
     produced = Produced()
     service, client = service_and_client(produced)
     rows = {
-        "card": make_row("acme", "card", (1.0, 0.0, 0.0, 0.0), user_id="mia"),
-        "note": make_row("acme", "note", (1.0, 0.0, 0.0, 0.0), user_id=""),  # unscoped
-        "old": make_row("acme", "old", (1.0, 0.0, 0.0, 0.0), user_id="mia", state="deleted"),
+        "card": make_row("acme", "card", (1.0, 0.0, 0.0, 0.0), user_id="mia", session_id=""),
+        "note": make_row("acme", "note", (1.0, 0.0, 0.0, 0.0), session_id=""),  # unscoped
+        "old": make_row(
+            "acme", "old", (1.0, 0.0, 0.0, 0.0), user_id="mia", state="deleted", session_id=""
+        ),
+        "s9": make_row("acme", "s9", (1.0, 0.0, 0.0, 0.0), agent_id="bot", session_id="s9"),
     }
     asked: list[list[str]] = []
     waited: list[object] = []
 
     async def get_many(
-        tenant_id: str, memory_ids: list[str], after: object = None
+        tenant_id: str, memory_ids: list[str], after: object = None, **_: object
     ) -> dict[str, Any]:
         asked.append(list(memory_ids))
         waited.append(after)
@@ -192,8 +195,27 @@ async def test_a_write_under_the_id_of_another_user_s_memory_is_refused(
         into_unscoped = await write({"content": "Ned's", "memory_id": "note", "user_id": "ned"})
         assert into_unscoped.status_code == 409, into_unscoped.text
         assert "memory note is of no end user" in into_unscoped.json()["detail"]
+        # an agent's or a session's memory too: its words stood under the first scope (a
+        # session's end did not find them under the session they were written in)
+        for moved, field, whose in (
+            ({"agent_id": "bot", "session_id": "s10"}, "session_id", "another session's"),
+            ({"agent_id": "bot"}, "session_id", "another session's"),  # none counts as one
+            ({"agent_id": "bot2", "session_id": "s9"}, "agent_id", "another agent's"),
+            ({"session_id": "s9"}, "agent_id", "another agent's"),
+        ):
+            refused = await write({"content": "Said again", "memory_id": "s9", **moved})
+            assert refused.status_code == 409, refused.text
+            detail = refused.json()["detail"]
+            assert detail.startswith(f"memories[0].{field}: memory s9 is {whose}"), detail
+        unscoped_note = {"content": "A note", "memory_id": "note", "session_id": "s1"}
+        assert (
+            (await write(unscoped_note))
+            .json()["detail"]
+            .startswith("memories[0].session_id: memory note is of no session")
+        )
         for fine in (
             same,
+            {"content": "Said again", "memory_id": "s9", "agent_id": "bot", "run_id": "s9"},
             {"content": "A note", "memory_id": "note"},
             {"content": "Ned anew", "memory_id": "old", "user_id": "ned"},  # deleted: free
             {"content": "Ned's own", "memory_id": "fresh", "user_id": "ned"},
@@ -205,7 +227,7 @@ async def test_a_write_under_the_id_of_another_user_s_memory_is_refused(
         body = {"memories": [same], "after": [await SEAL.seal(deletion, "acme")]}
         after = await http.post("/v1/memories", json=body, headers=AUTH)
         assert after.status_code == 200, after.text
-    assert len(produced.values) == 6
+    assert len(produced.values) == 7
     assert waited[-1] == deletion
     assert waited[:-1] == [None] * (len(waited) - 1)
 

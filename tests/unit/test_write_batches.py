@@ -2013,6 +2013,14 @@ async def test_a_write_under_a_memory_of_another_user_leaves_it_as_it_was(
     )
     unscoped = await w.writes(("acme/card", write("Someone lives somewhere", "card")))
     assert [v["kind"] for role, _, v in unscoped if role == "audit"] == ["ignored"]
+    for moved, field in (({"session_id": "s2"}, "session_id"), ({"agent_id": "bot"}, "agent_id")):
+        elsewhere = write("Mia lives in Porto", "card", user_id="mia", **moved)
+        sent = await w.writes(("acme/card", elsewhere))  # its session's end would not find it
+        (record,) = [v for role, _, v in sent if role == "audit"]
+        assert (record["kind"], f"another {field}" in record["reason"]) == ("ignored", True)
+    kept = w.worker.processor.state("acme/card")
+    assert kept is not None
+    assert (kept.session_id, kept.agent_id, kept.write_count) == (None, None, 1)
     gone = Retire(datetime(2026, 3, 1, 12, 45, tzinfo=UTC), Lifecycle.DELETED, "deleted")
     deleted = ("acme/card", orjson.dumps(decision_value("acme", "card", gone)))
     # in one batch too (a replay, a worker catching up): the write after the deletion is
