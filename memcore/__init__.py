@@ -30,6 +30,7 @@ from memcore.policy import DecayPreset, LifecyclePreset, Policy, RecallPreset, R
 from memcore.reducer import (
     Notice,
     Relink,
+    Scope,
     another_scope,
     apply,
     bypass,
@@ -126,6 +127,7 @@ __all__ = [
     "Restore",
     "Retire",
     "ReviewCard",
+    "Scope",
     "Scored",
     "SessionMember",
     "Strategy",

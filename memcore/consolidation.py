@@ -383,37 +383,35 @@ class SessionMember:
     superseded: bool = False
 
 
-def session_end_time(members: Iterable[SessionMember], now: datetime) -> datetime:
+def session_end_time(members: Iterable[SessionMember], now: datetime, latest: datetime) -> datetime:
     """When a session ended if its caller did not say: ``now``, or its members' last access
     when later (turns a writer stamped ahead of the server's clock, within the skew a write
-    is allowed, were said before the end, not after it).
+    is allowed, were said before the end, not after it), but not after ``latest`` (the latest
+    event time the worker takes now).
     """
-    return max([now, *(m.last_access for m in members)])
+    return min(max([now, *(m.last_access for m in members)]), latest)
 
 
 def session_end(
-    members: Iterable[SessionMember], session_id: str, at: datetime
+    members: Iterable[SessionMember], session_id: str, at: datetime, latest: datetime
 ) -> list[tuple[str, Promote]]:
     """SPEC sections 5 and 7: when a session ends, its working memories move to episodic.
 
     ``members``: the memories of the session that exist at ``at`` (created at or before it);
     the caller picks them by scope. Each active, current, working one gets a :class:`Promote`
-    at ``at`` naming the session, unless it was accessed after ``at`` (an end dated before the
-    session's last use, by an importer or a late caller: the session was still in use then, and
-    a promotion dated before that access would schedule its reviews before it). The others get
-    nothing: an archived or gone memory (the reducer would ignore it), a version superseded
+    naming the session, at ``at`` or at its last access when later (an end dated before a
+    recall that still used it: a promotion dated before that access would schedule its reviews
+    before it), never after ``latest`` (the latest event time the worker takes now). The others
+    get nothing: an archived or gone memory (the reducer would ignore it), a version superseded
     (kept as it was, for history), one past working already. The reducer checks each again
     where it applies (a memory an access promoted meanwhile ignores it, audited), so an end
     applied twice promotes once.
     """
     reason = f"session {session_id!r} ended"
     return [
-        (m.memory_id, Promote(at, Tier.EPISODIC, reason))
+        (m.memory_id, Promote(min(max(at, m.last_access), latest), Tier.EPISODIC, reason))
         for m in members
-        if m.tier is Tier.WORKING
-        and m.state is Lifecycle.ACTIVE
-        and not m.superseded
-        and m.last_access <= at
+        if m.tier is Tier.WORKING and m.state is Lifecycle.ACTIVE and not m.superseded
     ]
 
 

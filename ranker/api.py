@@ -31,7 +31,7 @@ from pydantic import ConfigDict, Field, StrictBool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from memcore import GONE, MAX_TAGS, InvalidField, Tier, another_scope, scope_of
+from memcore import GONE, MAX_TAGS, InvalidField, Scope, Tier, another_scope, scope_of
 from memcore.ids import check_id
 from memcore.policy import MAX_WEIGHT, RecallPolicy, RecallPreset, recall_decay
 from ranker.admin import admin_refusal, admin_routes
@@ -569,33 +569,55 @@ async def _of_their_scopes(
     docs: Sequence[dict[str, Any]],
     after: Token | None,
 ) -> None:
-    """Raise a 409 naming ``memories[i].user_id`` (or ``agent_id``, ``session_id``) when a
-    write names the id of a memory (not deleted) of another scope (none counts as one): the
-    worker would ignore it (:func:`memcore.write_refused`), keeping the memory's scope and
-    words. One read of the memories whose ids the body gives (a derived id is of its own
-    scope), once ``after`` is applied; a memory this read does not see yet is left to the
-    worker's rule.
+    """Raise a 409 naming ``memories[i].user_id`` (or ``agent_id``, ``session_id``/``run_id``)
+    when a write names the id of a memory (not deleted) of another scope (none counts as one),
+    or an id an earlier write of the body gives under another: the worker would ignore it
+    (:func:`memcore.write_refused`), keeping the memory's scope and words. One read of the
+    memories whose ids the body gives (a derived id is of its own scope), once ``after`` is
+    applied; a memory this read does not see yet is left to the worker's rule.
     """
     given = {i: doc["memory_id"] for i, doc in enumerate(docs) if body.memories[i].memory_id}
     if not given:
         return
+    first: dict[str, int] = {}
+    for i, memory_id in given.items():
+        j = first.setdefault(memory_id, i)
+        field = another_scope(_scope(docs[j]), _scope(docs[i]))
+        if field is not None:
+            name = _named(body.memories[i], field)
+            raise HTTPException(
+                409,
+                f"memories[{i}].{name}: memories[{j}] gives memory {memory_id} another"
+                f" {field} (a memory keeps its scope): write them under two ids",
+            )
     rows = await service.get_many(tenant_id, sorted(set(given.values())), after, slim=True)
     for i, memory_id in given.items():
         row = rows.get(memory_id)
         if row is None or row.state == "deleted":
             continue
-        written = (docs[i].get("user_id"), docs[i].get("agent_id"), docs[i].get("session_id"))
-        field = another_scope(scope_of(row), written)
+        field = another_scope(scope_of(row), _scope(docs[i]))
         if field is not None:
             another, none = _WHOSE[field]
             whose = another if getattr(row, field) else none
             raise HTTPException(
                 409,
-                f"memories[{i}].{field}: memory {memory_id} is {whose} (a memory keeps its"
-                f" {field}; an update, PATCH, writes a version under another): write it under"
-                " another id, or delete that memory first (and send the deletion's token as"
-                " after)",
+                f"memories[{i}].{_named(body.memories[i], field)}: memory {memory_id} is"
+                f" {whose} (a memory keeps its {field}; an update, PATCH, writes a version"
+                " under another): write it under another id, or delete that memory first (and"
+                " send the deletion's token as after)",
             )
+
+
+def _scope(doc: Mapping[str, Any]) -> Scope:
+    """A write document's scope (:data:`memcore.SCOPE_FIELDS` order)."""
+    return (doc.get("user_id"), doc.get("agent_id"), doc.get("session_id"))
+
+
+def _named(memory: MemoryBody, field: str) -> str:
+    """``field`` as the write named it: ``run_id`` for a session given by mem0's name."""
+    if field == "session_id" and memory.session_id is None and memory.run_id is not None:
+        return "run_id"
+    return field
 
 
 def _check_accesses(

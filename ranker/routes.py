@@ -618,15 +618,16 @@ def _sessions(api: FastAPI, service: RecallService, seal: TokenSeal, limits: Lim
     @api.post("/v1/sessions/end")
     async def end_session(body: EndSessionBody, who: Auth) -> dict[str, Any]:
         """A session ended (SPEC sections 5 and 7): each of its active, current, working
-        memories, those written at or before ``at`` and not accessed after it (the session was
-        still in use then), moves to episodic now, not after hours idle. Without ``at``: now,
-        or the session's last access when later (a writer's clock ahead of the server's).
-        After ``after`` is applied; without it, after every write and access the topics hold
-        when it arrives (a session's last turn is found; 503 when the worker does not catch up
-        in time). ``promoted``: the memories sent that promotion (applied like a write, each
-        audited with the session's name; an end sent again before the first is applied sends
-        them again, and the worker ignores the second, audited); ``at``: the end's time;
-        ``token``: for a read to wait for.
+        memories, those written at or before ``at``, moves to episodic now, not after hours
+        idle (dated ``at``, or its last access when later). Without ``at``: now, or the
+        session's last access when later (a writer's clock ahead of the server's). After
+        ``after`` is applied; without it, after every write the topics hold when it arrives
+        (a session's last turn is found; behind a backlog of any tenant's writes, 503 when the
+        worker does not catch up in time: give ``after`` to wait for yours alone).
+        ``promoted``: the memories sent that promotion (applied like a write, each audited with
+        the session's name; an end sent again before the first is applied sends them again,
+        and the worker ignores the second, audited); ``at``: the end's time; ``token``: for a
+        read to wait for.
         """
         field = "run_id" if body.session_id is None and body.run_id is not None else "session_id"
         session = session_of(body.session_id, body.run_id, "run_id")
@@ -640,7 +641,9 @@ def _sessions(api: FastAPI, service: RecallService, seal: TokenSeal, limits: Lim
         waits = await seal.read(body.after, who.tenant_id)
         scope = Filters(session_id=session, user_id=user_id, agent_id=agent_id)
         await seal.ready()  # before producing: a token it cannot seal fails nothing done
-        promoted, ended, token = await service.end_session(who.tenant_id, scope, at, now, waits)
+        latest = now + limits.max_future_skew  # the worker dead-letters an event after it
+        ended_by = service.end_session(who.tenant_id, scope, at, now, latest, waits)
+        promoted, ended, token = await ended_by
         return {
             "session_id": session,
             "at": ended.isoformat(),

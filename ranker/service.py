@@ -743,16 +743,18 @@ class RecallService:
         scope: Filters,
         at: datetime | None,
         now: datetime,
+        latest: datetime,
         after: Token | None = None,
     ) -> tuple[list[str], datetime, Token]:
         """End a session (SPEC sections 5 and 7), after ``after`` is applied, or without one
-        after every write and access the topics hold now (:meth:`barrier`: a session's last
-        turn is among its memories). Every memory of this tenant in ``scope`` (its
-        ``session_id``, and ``user_id``/``agent_id`` when given) that exists at ``at`` gets a
-        ``promote`` decision to episodic naming the session when :func:`memcore.session_end`
-        says so, judged on its state as the state view holds it; the worker's reducer checks
-        each again as it applies it, and audits it. ``at`` None: the end's time is
-        :func:`memcore.session_end_time` (``now``, or the session's last access when later).
+        after every write the topics hold now (:meth:`barrier` of ``memory-writes``: a
+        session's last turn is among its memories). Every memory of this tenant in ``scope``
+        (its ``session_id``, and ``user_id``/``agent_id`` when given) that exists at ``at``
+        gets a ``promote`` decision to episodic naming the session when
+        :func:`memcore.session_end` says so, judged on its state as the state view holds it;
+        the worker's reducer checks each again as it applies it, and audits it. ``at`` None:
+        the end's time is :func:`memcore.session_end_time` (``now``, or the session's last
+        access when later); no decision is dated after ``latest``.
         Returns the ids sent a promotion (in id order), the end's time and the token a read
         waits for. Raises StorageError when Milvus does not answer (nothing is produced),
         NotAppliedError when the worker did not catch up in time, and the producer's errors.
@@ -761,15 +763,15 @@ class RecallService:
         if after is not None:
             await self.wait(after)
         else:
-            await self.barrier()
+            await self.barrier(("memory-writes",))
         wanted = dataclasses.replace(scope, states=())
         if at is not None:
             wanted = dataclasses.replace(wanted, created_to_inclusive_us=to_us(at))
         ids = await asyncio.to_thread(self.store.every_id, tenant_id, wanted)
         rows = await self.get_many(tenant_id, sorted(set(ids)), slim=True)  # live values
         members = [_member(r) for _, r in sorted(rows.items()) if r.state in _LIFECYCLES]
-        at = session_end_time(members, now) if at is None else at
-        promotions = session_end(members, scope.session_id, at)
+        at = session_end_time(members, now, latest) if at is None else at
+        promotions = session_end(members, scope.session_id, at, latest)
         messages = [("memory-writes", decision_value(tenant_id, m, e)) for m, e in promotions]
         return [m for m, _ in promotions], at, await self._produce_all(messages)
 
@@ -845,17 +847,16 @@ class RecallService:
         rows = [self._live(r) for r in found.rows if r.memory_id not in erased]
         return Page(rows, found.cursor)  # a page may be short: by what was erased, too
 
-    async def barrier(self) -> None:
-        """Return once the worker has applied every write and access on the topics now, on
-        every partition the cluster has (the list is read again first), at once without a worker
-        to wait for; raises NotAppliedError as a read's ``after`` does, Unavailable when no
-        broker answers.
+    async def barrier(self, roles: Sequence[str] = ("memory-writes", "access-events")) -> None:
+        """Return once the worker has applied every record on the ``roles`` topics now (writes
+        and accesses by default), on every partition the cluster has (the list is read again
+        first), at once without a worker to wait for; raises NotAppliedError as a read's
+        ``after`` does (behind a backlog of any tenant's), Unavailable when no broker answers.
         """
         if self.applied is None:
             return
         if self.applied.refresh is not None:  # a partition added lately holds writes too
             await self.applied.refresh()
-        roles = ("memory-writes", "access-events")
         ends = [await self.applied.end_offsets(role) for role in roles]
         last = {
             role: {p: e - 1 for p, e in end.items() if e > 0}

@@ -634,10 +634,9 @@ class Processor:
         policy = self.policy(record.tenant_id)
         new, effects = apply(state, event, policy)
         assert new is not None  # a write always leaves a state
-        if write_refused(state, event) is not None:  # ignored
-            self.put_state(record.key, new)  # its offset: a redelivery is skipped
-            self._after(message, record.at, new, effects, batch, sync=False)
-            self.release(key, batch)
+        refused = write_refused(state, event)
+        if refused is not None:
+            self._ignored(message, record, refused, new, effects, batch)
             return
         skipped = effects[0].kind is EffectKind.SKIPPED
         # a document of other words than the state's: a crash kept a rewrite's state record and
@@ -680,6 +679,25 @@ class Processor:
         if anew and record.summary_of and new.state not in GONE:
             batch.made.append(record)
         self.release(key, batch)
+
+    def _ignored(
+        self,
+        message: Inbound,
+        record: WriteRecord,
+        why: str,
+        state: MemoryState,
+        effects: Sequence[Effect],
+        batch: Batch,
+    ) -> None:
+        """Keep a write the reducer ignored (:func:`memcore.write_refused`) as applied (its
+        offset: a redelivery is skipped) and audited; a summary not made tells its sources,
+        which consolidation archived into it (:meth:`unkept`).
+        """
+        if record.summary_of:
+            self.unkept(record, why, batch)
+        self.put_state(record.key, state)
+        self._after(message, record.at, state, effects, batch, sync=False)
+        self.release(record.key.encode(), batch)
 
     def _refused(self, record: WriteRecord, batch: Batch) -> bool:
         """True when ``record`` would make a summary quoting an erased memory: not applied, its

@@ -920,8 +920,8 @@ class Client:
         after: After = None,
     ) -> list[str]:
         """A session (``session_id``, or mem0's ``run_id``) ended (SPEC sections 5 and 7): its
-        active working memories written by ``at`` and not used after it move to episodic now,
-        not after hours idle; the ids sent that promotion. ``at`` left out: now, or the
+        active working memories written by ``at`` move to episodic now, not after hours idle;
+        the ids sent that promotion. ``at`` left out: now, or the
         session's last access when later. ``user_id``, ``agent_id``: only theirs of the session.
         The server first waits for this client's writes and ``after`` (or, when there are none,
         for every write the service holds), so the session's last words are among them.

@@ -445,7 +445,9 @@ def test_a_session_end_moves_its_working_memories_to_episodic(server: str) -> No
     assert reply.json()["promoted"] == [last]
 
 
-def test_scopes_keep_the_same_sentence_of_two_agents_and_two_users_apart(server: str) -> None:
+def test_scopes_keep_the_same_sentence_of_two_agents_and_two_users_apart(
+    server: str, stack: Stack
+) -> None:
     with Client(server, KEY) as client:
         mine = client.remember("Prefers dark mode", agent_id="bot-1", run_id="r1", at=T0)
         theirs = client.remember("Prefers dark mode", agent_id="bot-2", session_id="r2", at=T0)
@@ -490,8 +492,21 @@ def test_scopes_keep_the_same_sentence_of_two_agents_and_two_users_apart(server:
             409,
             True,
         )
-        # in one request the API sees neither: the worker keeps the first user's words
-        client.remember_many([{**mia, "memory_id": "card2"}, {**ned, "memory_id": "card2"}])
+        # one request giving one id two users is refused whole
+        with pytest.raises(MnemostreamError) as clash:
+            client.remember_many([{**mia, "memory_id": "card2"}, {**ned, "memory_id": "card2"}])
+        assert (clash.value.status, "memories[1].user_id" in str(clash.value)) == (409, True)
+        # writes the API never saw (another producer's): the worker keeps the first user's words
+        docs = [
+            {**w, "v": 1, "tenant_id": "acme", "memory_id": "card2", "at": T0.isoformat()}
+            for w in (mia, ned)
+        ]
+        produce(
+            stack.bootstrap,
+            stack.topic("memory-writes"),
+            [(b"acme/card2", orjson.dumps(doc)) for doc in docs],
+        )
+        eventually(lambda: len(client.history("card2")) >= 2, 60, "both writes audited")
         for card_id in ("card", "card2"):
             card = client.get(card_id, track=False)
             assert card is not None

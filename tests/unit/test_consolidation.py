@@ -253,10 +253,18 @@ def test_a_session_end_moves_its_active_working_memories_to_episodic_once() -> N
         SessionMember("old-version", Tier.WORKING, Lifecycle.ACTIVE, used, superseded=True),
         SessionMember("used-after", Tier.WORKING, Lifecycle.ACTIVE, at + hours(0.1)),
     ]
-    assert session_end_time(members, at) == at + hours(0.1)  # its last turn, stamped ahead
-    assert session_end_time(members[:1], at) == at
-    ((target, event),) = session_end(members, "s-7", at)
-    assert (target, event.to, event.at) == ("working", Tier.EPISODIC, at)
+    latest = at + hours(1)  # the latest event time the worker takes
+    assert session_end_time(members, at, latest) == at + hours(0.1)  # its last turn, ahead
+    assert session_end_time(members[:1], at, latest) == at
+    assert session_end_time(members, at, at + hours(0.05)) == at + hours(0.05)
+    promotions = session_end(members, "s-7", at, latest)
+    assert [(m, e.to, e.at) for m, e in promotions] == [
+        ("working", Tier.EPISODIC, at),
+        ("used-after", Tier.EPISODIC, at + hours(0.1)),  # reviews after its last access
+    ]
+    _, (_, capped) = session_end(members, "s-7", at, at + hours(0.05))
+    assert capped.at == at + hours(0.05)  # never past what the worker takes
+    ((_, event), _) = promotions
     state = created(0.1, Tier.WORKING)
     promoted, effects = apply(state, event, POLICY)
     assert promoted is not None

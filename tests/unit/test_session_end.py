@@ -82,8 +82,8 @@ async def end(
         if after is not None:  # get_many's own wait (for none) is no wait
             waited.append(after)
 
-    async def barrier() -> None:
-        waited.append("barrier")
+    async def barrier(roles: Sequence[str] = ()) -> None:
+        waited.append(f"barrier of {', '.join(roles)}")
 
     service.wait = wait  # type: ignore[method-assign]
     service.barrier = barrier  # type: ignore[method-assign]
@@ -124,7 +124,7 @@ async def test_a_session_end_promotes_its_active_working_memories_only() -> None
     assert (tenant, scope.session_id, scope.user_id, scope.agent_id) == ("acme", "s1", None, None)
     assert scope.states == ()  # the view judges the state, not a row that may be older
     assert scope.created_to_inclusive_us is None
-    assert waited == ["barrier"]  # no after: every write the topics hold now, first
+    assert waited == ["barrier of memory-writes"]  # no after: every write held now, first
     assert (await SEAL.open(body["token"], "acme")).offsets  # it names what was produced
 
 
@@ -149,8 +149,9 @@ async def test_a_session_end_narrowed_to_a_user_and_given_its_time_and_tokens() 
         rows, {"run_id": "s1", "user_id": "ann", "at": at.isoformat(), "after": token}
     )
     assert reply.status_code == 200, reply.text
-    assert reply.json()["promoted"] == ["ann's"]
-    assert [datetime.fromisoformat(v["at"]) for v in produced] == [at]
+    assert reply.json()["promoted"] == ["ann's", "ann's used"]
+    used_at = from_us(to_us(at) + 1)  # used after the end: dated then, its reviews after it
+    assert [datetime.fromisoformat(v["at"]) for v in produced] == [at, used_at]
     assert asked[0][1].user_id == "ann"
     assert asked[0][1].created_to_inclusive_us == to_us(at)
     assert waited
@@ -185,8 +186,12 @@ async def test_a_session_end_judges_each_memory_by_the_state_view_not_its_older_
     at = from_us(NOW_US).isoformat()
     reply, produced, _, _ = await end(rows, {"session_id": "s1", "at": at}, view)
     assert reply.status_code == 200, reply.text
-    assert reply.json()["promoted"] == ["plain", "restored"]
-    assert [v["memory_id"] for v in produced] == ["plain", "restored"]
+    assert reply.json()["promoted"] == ["plain", "restored", "used-after-the-end"]
+    assert [(v["memory_id"], datetime.fromisoformat(v["at"])) for v in produced] == [
+        ("plain", from_us(NOW_US)),
+        ("restored", from_us(NOW_US)),
+        ("used-after-the-end", from_us(after_us)),  # a recall still used it: dated then
+    ]
 
 
 async def test_a_session_end_with_nothing_working_promotes_nothing() -> None:

@@ -518,7 +518,7 @@ class Erasing(RecallService):
         self.waited.append("barrier" if self.barriers else "no barrier")
         return list(self.memories)
 
-    async def barrier(self) -> None:
+    async def barrier(self, roles: object = ()) -> None:
         found = self.log.get("acme") if self.log is not None else None
         self.barriers.append(found.api_key_hashes if found is not None else None)
 

@@ -186,9 +186,12 @@ async def test_a_write_under_the_id_of_another_user_s_memory_is_refused(
         assert asked == []  # a derived id is of its own scope: nothing to read
         same = {"content": "Mia lives in Porto", "memory_id": "card", "user_id": "mia"}
         other = {"content": "Ned lives at 9 Elm St", "memory_id": "card", "user_id": "ned"}
-        refused = await write(same, other)
+        refused = await write(same, {**other, "memory_id": "card"})
         assert refused.status_code == 409, refused.text
-        assert refused.json()["detail"].startswith("memories[1].user_id: memory card is another")
+        assert refused.json()["detail"].startswith("memories[1].user_id: memories[0] gives")
+        refused = await write(other)
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["detail"].startswith("memories[0].user_id: memory card is another")
         assert len(produced.values) == 1  # the derived write only: none of this request's
         unscoped = await write({"content": "Someone", "memory_id": "card"})
         assert unscoped.status_code == 409, unscoped.text
@@ -207,6 +210,19 @@ async def test_a_write_under_the_id_of_another_user_s_memory_is_refused(
             assert refused.status_code == 409, refused.text
             detail = refused.json()["detail"]
             assert detail.startswith(f"memories[0].{field}: memory s9 is {whose}"), detail
+        by_run = await write(
+            {"content": "Said again", "memory_id": "s9", "agent_id": "bot", "run_id": "r"}
+        )
+        assert by_run.json()["detail"].startswith("memories[0].run_id: memory s9 is another")
+        # two writes of one body giving one new id two scopes: the worker would keep the first
+        clash = await write(
+            {"content": "Ann's card", "memory_id": "new-card", "user_id": "ann"},
+            {"content": "Bob's card", "memory_id": "new-card", "user_id": "bob"},
+        )
+        assert clash.status_code == 409, clash.text
+        assert clash.json()["detail"].startswith(
+            "memories[1].user_id: memories[0] gives memory new-card another user_id"
+        )
         unscoped_note = {"content": "A note", "memory_id": "note", "session_id": "s1"}
         assert (
             (await write(unscoped_note))

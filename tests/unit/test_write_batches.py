@@ -1569,6 +1569,29 @@ async def test_a_summary_of_a_memory_erased_and_written_again_since_its_plan_is_
     assert told == [(b"acme/c4", "restore", "s3")]  # the written-again c3 is not restored
 
 
+async def test_a_summary_made_again_under_another_scope_is_refused_and_tells_its_sources(
+    tmp_path: Path,
+) -> None:
+    """A summary's id derives from its sources' ids alone: sources deleted and written again
+    under their ids in another session, then compressed again, name the first summary, which
+    the worker ignores (a memory keeps its scope). Consolidation had archived them into it, so
+    they are told: active again, not archived into a summary that is not theirs.
+    """
+    w = Worker(tmp_path, Embedder({SUMMARY: X, "a": X, "b": X}))
+    made = write(SUMMARY, "s", summary_of=["c1", "c2"], session_id="s1")
+    await w.writes(("acme/s", made))
+    again = write(SUMMARY, "s", summary_of=["c1", "c2"], session_id="s2", at="2026-03-01T12:30:00Z")
+    sent = await w.writes(("acme/s", again))
+    assert letters(sent) == []
+    (audit,) = [v for role, _, v in sent if role == "audit"]
+    assert (audit["kind"], "another session_id" in audit["reason"]) == ("ignored", True)
+    told = sorted((k, v["decision"], v["by"]) for role, k, v in sent if role == "memory-writes")
+    assert told == [(b"acme/c1", "restore", "s"), (b"acme/c2", "restore", "s")]
+    summary = w.worker.processor.state("acme/s")
+    assert summary is not None
+    assert summary.session_id == "s1"
+
+
 @pytest.mark.parametrize(
     ("source_keys", "field"),
     [
