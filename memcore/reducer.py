@@ -899,6 +899,10 @@ def _summarised_in(state: MemoryState) -> tuple[str, ...]:
 
 
 def _promote(state: MemoryState, event: Promote, policy: Policy) -> Result:
+    """One tier up; the review schedule starts again from the decision's time, or from the last
+    access when that is later (a decision dated before an access applied first: a session's
+    end, a plan read with lag), so that no review falls due before it.
+    """
     if (
         state.state is not Lifecycle.ACTIVE
         or event.to is not state.tier.promoted()
@@ -910,7 +914,9 @@ def _promote(state: MemoryState, event: Promote, policy: Policy) -> Result:
         state,
         tier=event.to,
         tau_hours=policy.decay.tau_hours(event.to),
-        card=cards.rescheduled(state.card, event.at, state.importance, policy.review),
+        card=cards.rescheduled(
+            state.card, max(event.at, state.last_access), state.importance, policy.review
+        ),
     )
     return new, (Effect(EffectKind.PROMOTED, f"{state.tier} -> {event.to}: {event.reason}"),)
 

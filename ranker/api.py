@@ -579,17 +579,6 @@ async def _of_their_scopes(
     given = {i: doc["memory_id"] for i, doc in enumerate(docs) if body.memories[i].memory_id}
     if not given:
         return
-    first: dict[str, int] = {}
-    for i, memory_id in given.items():
-        j = first.setdefault(memory_id, i)
-        field = another_scope(_scope(docs[j]), _scope(docs[i]))
-        if field is not None:
-            name = _named(body.memories[i], field)
-            raise HTTPException(
-                409,
-                f"memories[{i}].{name}: memories[{j}] gives memory {memory_id} another"
-                f" {field} (a memory keeps its scope): write them under two ids",
-            )
     rows = await service.get_many(tenant_id, sorted(set(given.values())), after, slim=True)
     for i, memory_id in given.items():
         row = rows.get(memory_id)
@@ -605,6 +594,17 @@ async def _of_their_scopes(
                 f" {whose} (a memory keeps its {field}; an update, PATCH, writes a version"
                 " under another): write it under another id, or delete that memory first (and"
                 " send the deletion's token as after)",
+            )
+    first: dict[str, int] = {}  # every id of the body, a derived one too (a caller may give it)
+    for i, doc in enumerate(docs):
+        j = first.setdefault(doc["memory_id"], i)
+        field = another_scope(_scope(docs[j]), _scope(doc))
+        if field is not None and (i in given or j in given):
+            name = _named(body.memories[i], field)
+            raise HTTPException(
+                409,
+                f"memories[{i}].{name}: memories[{j}] gives memory {doc['memory_id']} another"
+                f" {name} (a memory keeps its scope): write them under two ids",
             )
 
 

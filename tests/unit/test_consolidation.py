@@ -275,6 +275,16 @@ def test_a_session_end_moves_its_active_working_memories_to_episodic_once() -> N
     again, effects = apply(promoted, event, POLICY)  # the same end sent twice
     assert again == promoted
     assert [e.kind for e in effects] == [EffectKind.IGNORED]
+    # an access applied before a promotion dated earlier: no review falls due before it
+    used_at = T0 + hours(3)
+    accessed, _ = apply(state, Access(used_at, AccessKind.RECALL), POLICY)
+    assert accessed is not None
+    assert accessed.tier is Tier.WORKING
+    late, _ = apply(accessed, event, POLICY)  # dated T0 + 1 h
+    assert late is not None
+    assert late.tier is Tier.EPISODIC
+    assert late.card.next_review is not None
+    assert late.card.next_review > used_at
 
 
 def test_archive_sweep_and_purge() -> None:

@@ -186,12 +186,23 @@ async def test_a_write_under_the_id_of_another_user_s_memory_is_refused(
         assert asked == []  # a derived id is of its own scope: nothing to read
         same = {"content": "Mia lives in Porto", "memory_id": "card", "user_id": "mia"}
         other = {"content": "Ned lives at 9 Elm St", "memory_id": "card", "user_id": "ned"}
-        refused = await write(same, {**other, "memory_id": "card"})
-        assert refused.status_code == 409, refused.text
+        refused = await write({**same, "memory_id": "card9"}, {**other, "memory_id": "card9"})
+        assert refused.status_code == 409, refused.text  # a new id, two users in one body
         assert refused.json()["detail"].startswith("memories[1].user_id: memories[0] gives")
         refused = await write(other)
         assert refused.status_code == 409, refused.text
         assert refused.json()["detail"].startswith("memories[0].user_id: memory card is another")
+        refused = await write(other, same)  # the one the stored memory refuses is named
+        assert refused.json()["detail"].startswith("memories[0].user_id: memory card is another")
+        tea = derive_memory_id("acme", "Likes tea", None, None, "ann")  # a derived id, given
+        refused = await write(
+            {"content": "Likes tea", "user_id": "ann"},
+            {"content": "Bob's", "memory_id": tea, "user_id": "bob"},
+        )
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["detail"].startswith(
+            f"memories[1].user_id: memories[0] gives memory {tea}"
+        )
         assert len(produced.values) == 1  # the derived write only: none of this request's
         unscoped = await write({"content": "Someone", "memory_id": "card"})
         assert unscoped.status_code == 409, unscoped.text
