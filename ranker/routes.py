@@ -114,8 +114,8 @@ class EndSessionBody(TextBody):
     )
     at: IsoTime | None = Field(
         None,
-        description="when it ended (default: now): memories written after it stay working,"
-        " a session resumed",
+        description="when it ended (default: now, or the session's last access when later):"
+        " memories written after it stay working, a session resumed",
     )
     after: Tokens | None = Field(None, description="read-your-writes tokens")
 
@@ -642,8 +642,9 @@ def _sessions(api: FastAPI, service: RecallService, seal: TokenSeal, limits: Lim
         scope = Filters(session_id=session, user_id=user_id, agent_id=agent_id)
         await seal.ready()  # before producing: a token it cannot seal fails nothing done
         latest = now + limits.max_future_skew  # the worker dead-letters an event after it
-        ended_by = service.end_session(who.tenant_id, scope, at, now, latest, waits)
-        promoted, ended, token = await ended_by
+        promoted, ended, token = await service.end_session(
+            who.tenant_id, scope, at, now, latest, waits
+        )
         return {
             "session_id": session,
             "at": ended.isoformat(),
