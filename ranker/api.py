@@ -69,7 +69,7 @@ from ranker.wire import (
     under,
     unencodable,
 )
-from storage import Filters, StorageError, to_us
+from storage import Filters, MemoryRow, StorageError, to_us
 from storage.compacted import CompactedLogError
 from storage.records import (
     Limits,
@@ -467,8 +467,13 @@ def _errors(api: FastAPI) -> None:
         if exc.status_code == 405:  # the router's: the first route of the path, not all of them
             headers = {**(headers or {}), "Allow": ", ".join(_allowed(request))}
         retry_after_s = getattr(exc, "retry_after_s", None)  # BodiesBusy's, a 429
+        field = getattr(exc, "field", None)  # a ScopeConflict's
         return problem(
-            exc.status_code, str(exc.detail), retry_after_s=retry_after_s, headers=headers
+            exc.status_code,
+            str(exc.detail),
+            field=field,
+            retry_after_s=retry_after_s,
+            headers=headers,
         )
 
     # refusals that say when to come back: overload is 429, an unavailable dependency 503
@@ -554,14 +559,6 @@ def _writes(body: WriteBody, tenant_id: str, limits: Limits, now: datetime) -> l
     return docs
 
 
-_WHOSE = {
-    "user_id": ("another end user's", "of no end user"),
-    "agent_id": ("another agent's", "of no agent"),
-    "session_id": ("another session's", "of no session"),
-}
-"""How a 409 names the scope a given id's memory holds (:func:`_of_their_scopes`)."""
-
-
 async def _of_their_scopes(
     service: RecallService,
     tenant_id: str,
@@ -586,26 +583,48 @@ async def _of_their_scopes(
             continue
         field = another_scope(scope_of(row), _scope(docs[i]))
         if field is not None:
-            another, none = _WHOSE[field]
-            whose = another if getattr(row, field) else none
-            raise HTTPException(
-                409,
-                f"memories[{i}].{_named(body.memories[i], field)}: memory {memory_id} is"
-                f" {whose} (a memory keeps its {field}; an update, PATCH, writes a version"
-                " under another): write it under another id, or delete that memory first (and"
-                " send the deletion's token as after)",
-            )
+            raise ScopeConflict(f"memories[{i}].{_named(body.memories[i], field)}", row, field)
     first: dict[str, int] = {}  # every id of the body, a derived one too (a caller may give it)
     for i, doc in enumerate(docs):
         j = first.setdefault(doc["memory_id"], i)
         field = another_scope(_scope(docs[j]), _scope(doc))
         if field is not None and (i in given or j in given):
             name = _named(body.memories[i], field)
-            raise HTTPException(
-                409,
-                f"memories[{i}].{name}: memories[{j}] gives memory {doc['memory_id']} another"
-                f" {name} (a memory keeps its scope): write them under two ids",
+            raise ScopeConflict(
+                f"memories[{i}].{name}",
+                detail=f"memories[{j}] gives memory {doc['memory_id']} another {name} (a memory"
+                " keeps its scope): write them under two ids",
             )
+
+
+class ScopeConflict(HTTPException):
+    """A 409 naming the write's ``field``: the memory its id names (``row``) holds another
+    ``scope`` (a field of :data:`memcore.SCOPE_FIELDS`), or ``detail`` says why.
+    """
+
+    def __init__(
+        self,
+        field: str,
+        row: MemoryRow | None = None,
+        scope: str = "",
+        detail: str = "",
+    ) -> None:
+        self.field = field
+        if row is not None:
+            held = getattr(row, scope)
+            kept = f"is under {scope} {held!r}" if held else f"has no {scope}"
+            how = f"under that {scope}" if held else f"without {scope}"
+            detail = (
+                f"memory {row.memory_id} {kept} (a memory keeps its scope): write it {how}, or"
+                " under another id, or delete that memory first (and send the deletion's token"
+                " as after)"
+            )
+            if row.superseded_by:  # its fact's current version is another memory
+                detail += (
+                    f"; it is superseded by {row.superseded_by}, the current version of its"
+                    " fact: delete that too, or it stays current"
+                )
+        super().__init__(409, f"{field}: {detail}")
 
 
 def _scope(doc: Mapping[str, Any]) -> Scope:

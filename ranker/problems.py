@@ -2,8 +2,9 @@
 
 ``{"type": "about:blank", "title": "Unprocessable Content", "status": 422, "detail":
 "memories[0].tags[2]=...: <reason>", "field": "memories[0].tags[2]"}``: ``title`` is the status's
-phrase, ``detail`` says what went wrong for this request, ``field`` (422 only) is the path of the
-field at fault. A 429 or 503 also carries ``Retry-After`` (seconds) and ``retry_after_s``.
+phrase, ``detail`` says what went wrong for this request, ``field`` (a 422, and a write's 409 for
+a memory of another scope) is the path of the field at fault. A 429 or 503 also carries
+``Retry-After`` (seconds) and ``retry_after_s``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ class Problem(BaseModel):
         examples=["memories[0].importance=1.5: Input should be less than or equal to 1"],
     )
     field: str | None = Field(
-        None, description="422 only: the path of the field at fault", examples=["memories[0]"]
+        None,
+        description="a 422, and a write's 409 (another scope): the path of the field at fault",
+        examples=["memories[0]"],
     )
     retry_after_s: int | None = Field(
         None, description="429 and 503 only: seconds to wait before the same request (Retry-After)"
@@ -115,7 +118,7 @@ CONFLICT: dict[int | str, dict[str, Any]] = {409: _described("the memory is dele
 OTHER_SCOPE: dict[int | str, dict[str, Any]] = {
     409: _described(
         "a memory's id is of a memory of another scope (``user_id``, ``agent_id`` or"
-        " ``session_id``)"
+        " ``session_id``; ``field`` names the write's)"
     )
 }
 ADMIN: dict[int | str, dict[str, Any]] = {

@@ -205,6 +205,7 @@ class _Session:
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self.pending: list[str] = []  # folded into one by the server (:meth:`folding`)
+        self.written: set[str] = set()  # the memory ids pending writes wrote (:meth:`rewrites`)
         self.lock = threading.Lock()  # threads may share a Client (its httpx.Client allows it)
         self.fold_at = FOLD_WHILE_WRITING  # raised past a failed fold, reset by a good one
 
@@ -236,13 +237,27 @@ class _Session:
         with self.lock:
             self.fold_at = FOLD_WHILE_WRITING
 
+    def rewrites(self, memories: Sequence[object]) -> bool:
+        """Whether a write of ``memories`` gives the id of a memory one of the session's pending
+        writes wrote: it sends the session's tokens then (the server checks a given id against
+        the memory it names; not applied yet, a rewrite under another scope was answered 200
+        and ignored by the worker).
+        """
+        given = {m.get("memory_id") for m in memories if isinstance(m, dict)}
+        with self.lock:
+            return bool(self.written.intersection(given))
+
     def noted(self, call: _Call, result: Any) -> Any:  # noqa: ANN401
         token = result.get("token") if isinstance(result, dict) else None
         with self.lock:
             if self.enabled and call.awaited and isinstance(token, str):
                 self.pending = list(dict.fromkeys([*self.pending, token]))
+                if call.expects == ("ids",):
+                    self.written.update(str(m) for m in result.get("ids") or ())
             if call.waited:  # the server waited for them: this client's later reads need not
                 self._drop(call)
+            if not self.pending:
+                self.written.clear()
         return result
 
     def answered(self, call: _Call, reply: httpx.Response) -> Any:  # noqa: ANN401
@@ -457,25 +472,32 @@ class _Api:
     """Every call once: what to send, and what the reply means. No I/O."""
 
     @staticmethod
-    def remember(content: str, **fields: Any) -> _Call:  # noqa: ANN401
-        """``fields["after"]``: tokens the server waits for before it checks a given id."""
-        after = _tokens(fields.pop("after", None))
-        memory = _drop_none({"content": content, **fields})
-        body = _drop_none({"memories": [memory], "after": after or None})
-        return _Call("POST", "/v1/memories", body, expects=("ids",), waited=False)
+    def remember(content: str, session: Sequence[str] = (), **fields: Any) -> _Call:  # noqa: ANN401
+        """``fields["after"]``: tokens the server waits for before it checks a given id;
+        ``session``: the session's, sent first (:meth:`_Session.rewrites`).
+        """
+        after = fields.pop("after", None)
+        return _Api.remember_many([{"content": content, **fields}], after, session)
 
     @staticmethod
     def fold(tokens: Sequence[str]) -> _Call:
         return _Call("POST", "/v1/tokens", {"after": list(tokens)}, expects=("token",))
 
     @staticmethod
-    def remember_many(memories: Sequence[dict[str, Any]], after: After = None) -> _Call:
+    def remember_many(
+        memories: Sequence[dict[str, Any]], after: After = None, session: Sequence[str] = ()
+    ) -> _Call:
+        """The server waits for ``after`` (``session``'s tokens first) only when a memory gives
+        its ``memory_id``: then they are waited for (dropped from the session).
+        """
         for i, m in enumerate(memories):
             if not isinstance(m, dict):
                 raise TypeError(f"memories[{i}]: expected a dict with content, not {m!r}")
         docs = [_drop_none(m) for m in memories]
-        body = _drop_none({"memories": docs, "after": _tokens(after) or None})
-        return _Call("POST", "/v1/memories", body, expects=("ids",), waited=False)
+        after = [*session, *_tokens(after)]
+        body = _drop_none({"memories": docs, "after": after or None})
+        given = any("memory_id" in d for d in docs)
+        return _Call("POST", "/v1/memories", body, expects=("ids",), waited=given)
 
     @staticmethod
     def recall(
@@ -826,9 +848,13 @@ class Client:
     def remember(self, content: str, **fields: Any) -> str:  # noqa: ANN401
         """Write one memory (importance, memory_type, tags, metadata, at, embedding...); its id.
         ``after``: tokens the server waits for before it checks a given ``memory_id`` against the
-        memory it names (409: another user's), such as a deletion's from ``token()``.
+        memory it names (409: another scope's), such as a deletion's from ``token()``. A
+        ``memory_id`` this client wrote and has not read since sends the session's tokens too
+        (the check then sees that write: a rewrite under another scope is a 409, not a 200 the
+        worker ignores).
         """
-        return str(self._send(_Api.remember(content, **fields))["ids"][0])
+        session = self._after() if self._session.rewrites([fields]) else ()
+        return str(self._send(_Api.remember(content, session, **fields))["ids"][0])
 
     def remember_many(
         self, memories: Sequence[dict[str, Any]], *, after: After = None
@@ -836,7 +862,8 @@ class Client:
         """Write many memories (dicts with ``content`` and optional fields) in one call; their ids.
         ``after`` (as for ``remember``): tokens the check of a given ``memory_id`` waits for.
         """
-        return [str(i) for i in self._send(_Api.remember_many(memories, after))["ids"]]
+        session = self._after() if self._session.rewrites(memories) else ()
+        return [str(i) for i in self._send(_Api.remember_many(memories, after, session))["ids"]]
 
     def recall(
         self,
@@ -921,10 +948,10 @@ class Client:
     ) -> list[str]:
         """A session (``session_id``, or mem0's ``run_id``) ended (SPEC sections 5 and 7): its
         active working memories written by ``at`` move to episodic now, not after hours idle;
-        the ids sent that promotion. ``at`` left out: now, or the
-        session's last access when later. ``user_id``, ``agent_id``: only theirs of the session.
-        The server first waits for this client's writes and ``after`` (or, when there are none,
-        for every write the service holds), so the session's last words are among them.
+        the ids sent that promotion. ``at`` left out: now, or the session's last access when
+        later. ``user_id``, ``agent_id``: only theirs of the session. The server first waits
+        for this client's writes and ``after`` (or, when there are none, for every write the
+        service holds), so the session's last words are among them.
         """
         call = _Api.end_session(
             session_id, self._after(after), at, run_id=run_id, user_id=user_id, agent_id=agent_id
@@ -1051,12 +1078,15 @@ class AsyncClient:
             self._session.folded()
 
     async def remember(self, content: str, **fields: Any) -> str:  # noqa: ANN401
-        return str((await self._send(_Api.remember(content, **fields)))["ids"][0])
+        session = await self._after() if self._session.rewrites([fields]) else ()
+        return str((await self._send(_Api.remember(content, session, **fields)))["ids"][0])
 
     async def remember_many(
         self, memories: Sequence[dict[str, Any]], *, after: After = None
     ) -> list[str]:
-        return [str(i) for i in (await self._send(_Api.remember_many(memories, after)))["ids"]]
+        session = await self._after() if self._session.rewrites(memories) else ()
+        call = _Api.remember_many(memories, after, session)
+        return [str(i) for i in (await self._send(call))["ids"]]
 
     async def recall(
         self,

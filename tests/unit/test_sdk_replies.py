@@ -618,7 +618,8 @@ def test_remember_sends_after_beside_the_memories_not_in_one() -> None:
         client.remember("Ned's", memory_id="card", after="v1.deleted")
         client.remember_many([{"content": "Ned's", "memory_id": "card"}], after=["v1.d"])
         client.remember("plain")
-    assert [b.get("after") for b in bodies] == [["v1.deleted"], ["v1.d"], None]
+    # the second rewrites the card the first wrote: the session's token first
+    assert [b.get("after") for b in bodies] == [["v1.deleted"], ["v1.w", "v1.d"], None]
     assert all("after" not in m for b in bodies for m in b["memories"])  # type: ignore[attr-defined]
 
 
@@ -765,3 +766,43 @@ def test_end_session_waits_for_the_session_s_writes_and_its_token_joins_the_sess
         sent.clear()
         client.end_session(run_id="r1", agent_id="bot")  # mem0's name; nothing to wait for
     assert sent == [("end", {"run_id": "r1", "agent_id": "bot"})]
+
+
+def test_a_rewrite_of_an_id_this_client_wrote_sends_the_session_s_tokens() -> None:
+    """A client writing its own id under one session, then at once under another: the server's
+    check did not see the first write yet, answered 200, and the worker ignored the second (a
+    memory keeps its scope). The rewrite now sends the session's tokens for the check to wait
+    for; writes of other ids, or without ids, wait for nothing.
+    """
+    bodies: list[dict[str, object]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        bodies.append(body)
+        n = len(bodies)
+        ids = [m.get("memory_id", f"m-{n}") for m in body.get("memories", [])]
+        return httpx.Response(200, json={"ids": ids, "token": f"v1.t{n}"})
+
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(answer)) as client:
+        client.remember("Alice prefers tea", memory_id="pref", session_id="s1")
+        client.remember("Alice has a cat")  # no id given: nothing to check
+        client.remember("Bob's", memory_id="other")  # an id this client did not write
+        client.remember("Alice prefers coffee", memory_id="pref", session_id="s2")
+        client.remember_many([{"content": "again", "memory_id": "m-2"}])  # a derived id, given
+    assert [b.get("after") for b in bodies] == [
+        None,
+        None,
+        None,
+        ["v1.t1", "v1.t2", "v1.t3"],
+        ["v1.t4"],  # the server waited for the others: dropped from the session
+    ]
+
+    async def run() -> list[object]:
+        bodies.clear()
+        transport = httpx.MockTransport(answer)
+        async with AsyncClient("http://x", "k" * 16, transport=transport) as client:
+            await client.remember("a", memory_id="pref")
+            await client.remember_many([{"content": "b", "memory_id": "pref"}])
+        return [b.get("after") for b in bodies]
+
+    assert asyncio.run(run()) == [None, ["v1.t1"]]

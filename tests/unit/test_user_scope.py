@@ -164,6 +164,7 @@ async def test_a_write_under_the_id_of_another_user_s_memory_is_refused(
             "acme", "old", (1.0, 0.0, 0.0, 0.0), user_id="mia", state="deleted", session_id=""
         ),
         "s9": make_row("acme", "s9", (1.0, 0.0, 0.0, 0.0), agent_id="bot", session_id="s9"),
+        "v1": make_row("acme", "v1", (1.0, 0.0, 0.0, 0.0), session_id="", superseded_by="m-v2"),
     }
     asked: list[list[str]] = []
     waited: list[object] = []
@@ -191,9 +192,13 @@ async def test_a_write_under_the_id_of_another_user_s_memory_is_refused(
         assert refused.json()["detail"].startswith("memories[1].user_id: memories[0] gives")
         refused = await write(other)
         assert refused.status_code == 409, refused.text
-        assert refused.json()["detail"].startswith("memories[0].user_id: memory card is another")
+        assert refused.json()["detail"].startswith(
+            "memories[0].user_id: memory card is under user_id 'mia'"
+        )
         refused = await write(other, same)  # the one the stored memory refuses is named
-        assert refused.json()["detail"].startswith("memories[0].user_id: memory card is another")
+        assert refused.json()["detail"].startswith(
+            "memories[0].user_id: memory card is under user_id 'mia'"
+        )
         tea = derive_memory_id("acme", "Likes tea", None, None, "ann")  # a derived id, given
         refused = await write(
             {"content": "Likes tea", "user_id": "ann"},
@@ -208,23 +213,29 @@ async def test_a_write_under_the_id_of_another_user_s_memory_is_refused(
         assert unscoped.status_code == 409, unscoped.text
         into_unscoped = await write({"content": "Ned's", "memory_id": "note", "user_id": "ned"})
         assert into_unscoped.status_code == 409, into_unscoped.text
-        assert "memory note is of no end user" in into_unscoped.json()["detail"]
+        assert "memory note has no user_id" in into_unscoped.json()["detail"]
+        assert into_unscoped.json()["field"] == "memories[0].user_id"
         # an agent's or a session's memory too: its words stood under the first scope (a
         # session's end did not find them under the session they were written in)
         for moved, field, whose in (
-            ({"agent_id": "bot", "session_id": "s10"}, "session_id", "another session's"),
-            ({"agent_id": "bot"}, "session_id", "another session's"),  # none counts as one
-            ({"agent_id": "bot2", "session_id": "s9"}, "agent_id", "another agent's"),
-            ({"session_id": "s9"}, "agent_id", "another agent's"),
+            ({"agent_id": "bot", "session_id": "s10"}, "session_id", "is under session_id 's9'"),
+            ({"agent_id": "bot"}, "session_id", "is under session_id 's9'"),  # none counts as one
+            ({"agent_id": "bot2", "session_id": "s9"}, "agent_id", "is under agent_id 'bot'"),
+            ({"session_id": "s9"}, "agent_id", "is under agent_id 'bot'"),
         ):
             refused = await write({"content": "Said again", "memory_id": "s9", **moved})
             assert refused.status_code == 409, refused.text
             detail = refused.json()["detail"]
-            assert detail.startswith(f"memories[0].{field}: memory s9 is {whose}"), detail
+            assert detail.startswith(f"memories[0].{field}: memory s9 {whose}"), detail
+            assert refused.json()["field"] == f"memories[0].{field}"
+        # deleting the id the 409 names leaves its update's version current: said so
+        updated = await write({"content": "Card", "memory_id": "v1", "session_id": "s2"})
+        assert "superseded by m-v2, the current version" in updated.json()["detail"]
         by_run = await write(
             {"content": "Said again", "memory_id": "s9", "agent_id": "bot", "run_id": "r"}
         )
-        assert by_run.json()["detail"].startswith("memories[0].run_id: memory s9 is another")
+        assert by_run.json()["detail"].startswith("memories[0].run_id: memory s9 is under")
+        assert by_run.json()["field"] == "memories[0].run_id"
         # two writes of one body giving one new id two scopes: the worker would keep the first
         clash = await write(
             {"content": "Ann's card", "memory_id": "new-card", "user_id": "ann"},
@@ -238,7 +249,7 @@ async def test_a_write_under_the_id_of_another_user_s_memory_is_refused(
         assert (
             (await write(unscoped_note))
             .json()["detail"]
-            .startswith("memories[0].session_id: memory note is of no session")
+            .startswith("memories[0].session_id: memory note has no session_id")
         )
         for fine in (
             same,
