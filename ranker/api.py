@@ -583,7 +583,9 @@ async def _of_their_scopes(
             continue
         field = another_scope(scope_of(row), _scope(docs[i]))
         if field is not None:
-            raise ScopeConflict(f"memories[{i}].{_named(body.memories[i], field)}", row, field)
+            current = await _current(service, tenant_id, row.superseded_by or memory_id)
+            name = f"memories[{i}].{_named(body.memories[i], field)}"
+            raise ScopeConflict(name, row, field, current=current)
     first: dict[str, int] = {}  # every id of the body, a derived one too (a caller may give it)
     for i, doc in enumerate(docs):
         j = first.setdefault(doc["memory_id"], i)
@@ -608,6 +610,7 @@ class ScopeConflict(HTTPException):
         row: MemoryRow | None = None,
         scope: str = "",
         detail: str = "",
+        current: str = "",
     ) -> None:
         self.field = field
         if row is not None:
@@ -619,12 +622,30 @@ class ScopeConflict(HTTPException):
                 " under another id, or delete that memory first (and send the deletion's token"
                 " as after)"
             )
-            if row.superseded_by:  # its fact's current version is another memory
+            if current and current != row.memory_id:  # an update's version holds its fact now
                 detail += (
-                    f"; it is superseded by {row.superseded_by}, the current version of its"
-                    " fact: delete that too, or it stays current"
+                    f"; it is superseded, and {current} is the current version of its fact:"
+                    " delete that too, or it stays current"
                 )
         super().__init__(409, f"{field}: {detail}")
+
+
+async def _current(service: RecallService, tenant_id: str, memory_id: str) -> str:
+    """The current version of the fact ``memory_id`` states: its ``superseded_by`` followed
+    (at most :data:`MAX_VERSION_HOPS` reads; the last one read past that).
+    """
+    seen = {memory_id}
+    for _ in range(MAX_VERSION_HOPS):
+        row = (await service.get_many(tenant_id, [memory_id], slim=True)).get(memory_id)
+        if row is None or not row.superseded_by or row.superseded_by in seen:
+            break
+        memory_id = row.superseded_by
+        seen.add(memory_id)
+    return memory_id
+
+
+MAX_VERSION_HOPS = 32
+"""Versions a 409 follows to name a fact's current one (a read each)."""
 
 
 def _scope(doc: Mapping[str, Any]) -> Scope:

@@ -205,7 +205,9 @@ class _Session:
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self.pending: list[str] = []  # folded into one by the server (:meth:`folding`)
-        self.written: set[str] = set()  # the memory ids pending writes wrote (:meth:`rewrites`)
+        # the memory ids each pending token's writes wrote (:meth:`rewrites`); a fold's, those
+        # of the tokens it folded
+        self.written: dict[str, frozenset[str]] = {}
         self.lock = threading.Lock()  # threads may share a Client (its httpx.Client allows it)
         self.fold_at = FOLD_WHILE_WRITING  # raised past a failed fold, reset by a good one
 
@@ -245,19 +247,20 @@ class _Session:
         """
         given = {m.get("memory_id") for m in memories if isinstance(m, dict)}
         with self.lock:
-            return bool(self.written.intersection(given))
+            return any(not ids.isdisjoint(given) for ids in self.written.values())
 
     def noted(self, call: _Call, result: Any) -> Any:  # noqa: ANN401
         token = result.get("token") if isinstance(result, dict) else None
         with self.lock:
             if self.enabled and call.awaited and isinstance(token, str):
                 self.pending = list(dict.fromkeys([*self.pending, token]))
-                if call.expects == ("ids",):
-                    self.written.update(str(m) for m in result.get("ids") or ())
+                if call.expects == ("ids",):  # a write
+                    self.written[token] = frozenset(str(m) for m in result.get("ids") or ())
+                elif call.path == "/v1/tokens":  # a fold
+                    folded = (self.written.get(t, frozenset()) for t in _sent(call))
+                    self.written[token] = frozenset().union(*folded)
             if call.waited:  # the server waited for them: this client's later reads need not
                 self._drop(call)
-            if not self.pending:
-                self.written.clear()
         return result
 
     def answered(self, call: _Call, reply: httpx.Response) -> Any:  # noqa: ANN401
@@ -275,6 +278,7 @@ class _Session:
                 if refused:
                     with self.lock:
                         self.pending = [t for t in self.pending if t not in refused]
+                        self._forget_written()
             raise
         return self.noted(call, result)
 
@@ -282,6 +286,12 @@ class _Session:
         sent = set(_sent(call))
         if sent:
             self.pending = [t for t in self.pending if t not in sent]
+            self._forget_written()
+
+    def _forget_written(self) -> None:
+        """Keep the ids of pending tokens only (under the lock)."""
+        pending = set(self.pending)
+        self.written = {t: ids for t, ids in self.written.items() if t in pending}
 
 
 def _sent(call: _Call) -> list[str]:
@@ -743,6 +753,12 @@ def _base_url(base_url: object) -> str | httpx.URL:
     return base_url
 
 
+def _newest(session: Sequence[str], after: After) -> list[str]:
+    """The newest of the ``session``'s tokens that fit in one request beside ``after``."""
+    room = MAX_AFTER - len(_tokens(after))
+    return list(session[-room:]) if room > 0 else []
+
+
 def _parts(tokens: Sequence[str]) -> list[list[str]]:
     """``tokens`` in runs of :data:`MAX_AFTER` at most, as one fold takes them."""
     return [list(tokens[i : i + MAX_AFTER]) for i in range(0, len(tokens), MAX_AFTER)]
@@ -853,7 +869,7 @@ class Client:
         (the check then sees that write: a rewrite under another scope is a 409, not a 200 the
         worker ignores).
         """
-        session = self._after() if self._session.rewrites([fields]) else ()
+        session = self._rewrite_tokens([fields], fields.get("after"))
         return str(self._send(_Api.remember(content, session, **fields))["ids"][0])
 
     def remember_many(
@@ -862,8 +878,18 @@ class Client:
         """Write many memories (dicts with ``content`` and optional fields) in one call; their ids.
         ``after`` (as for ``remember``): tokens the check of a given ``memory_id`` waits for.
         """
-        session = self._after() if self._session.rewrites(memories) else ()
+        session = self._rewrite_tokens(memories, after)
         return [str(i) for i in self._send(_Api.remember_many(memories, after, session))["ids"]]
+
+    def _rewrite_tokens(self, memories: Sequence[object], after: After) -> list[str]:
+        """The session's tokens a write of ``memories`` sends (:meth:`_Session.rewrites`;
+        none without such a rewrite), folded first as before any call (a failed fold does not
+        fail the write), the newest that fit beside the caller's ``after``.
+        """
+        if not self._session.rewrites(memories):
+            return []
+        self._fold(read=False)
+        return _newest(self._session.after(), after)
 
     def recall(
         self,
@@ -1078,15 +1104,21 @@ class AsyncClient:
             self._session.folded()
 
     async def remember(self, content: str, **fields: Any) -> str:  # noqa: ANN401
-        session = await self._after() if self._session.rewrites([fields]) else ()
+        session = await self._rewrite_tokens([fields], fields.get("after"))
         return str((await self._send(_Api.remember(content, session, **fields)))["ids"][0])
 
     async def remember_many(
         self, memories: Sequence[dict[str, Any]], *, after: After = None
     ) -> list[str]:
-        session = await self._after() if self._session.rewrites(memories) else ()
+        session = await self._rewrite_tokens(memories, after)
         call = _Api.remember_many(memories, after, session)
         return [str(i) for i in (await self._send(call))["ids"]]
+
+    async def _rewrite_tokens(self, memories: Sequence[object], after: After) -> list[str]:
+        if not self._session.rewrites(memories):
+            return []
+        await self._fold(read=False)
+        return _newest(self._session.after(), after)
 
     async def recall(
         self,

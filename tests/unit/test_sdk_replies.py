@@ -26,7 +26,7 @@ from mnemostream import (
     Overloaded,
     Unreachable,
 )
-from mnemostream.client import DEFAULT_TIMEOUT_S
+from mnemostream.client import DEFAULT_TIMEOUT_S, FOLD_WHILE_WRITING, MAX_AFTER
 
 Handler = Callable[[httpx.Request], httpx.Response]
 
@@ -788,14 +788,18 @@ def test_a_rewrite_of_an_id_this_client_wrote_sends_the_session_s_tokens() -> No
         client.remember("Alice has a cat")  # no id given: nothing to check
         client.remember("Bob's", memory_id="other")  # an id this client did not write
         client.remember("Alice prefers coffee", memory_id="pref", session_id="s2")
-        client.remember_many([{"content": "again", "memory_id": "m-2"}])  # a derived id, given
+        # m-2, a derived id given: its write was waited for by the rewrite before
+        client.remember_many([{"content": "again", "memory_id": "m-2"}])
+        client.remember("Alice prefers water", memory_id="pref")  # t4 wrote it: not waited yet
     assert [b.get("after") for b in bodies] == [
         None,
         None,
         None,
         ["v1.t1", "v1.t2", "v1.t3"],
-        ["v1.t4"],  # the server waited for the others: dropped from the session
+        None,
+        ["v1.t4", "v1.t5"],
     ]
+    assert client._session.written == {"v1.t6": frozenset({"pref"})}  # of pending tokens only
 
     async def run() -> list[object]:
         bodies.clear()
@@ -806,3 +810,45 @@ def test_a_rewrite_of_an_id_this_client_wrote_sends_the_session_s_tokens() -> No
         return [b.get("after") for b in bodies]
 
     assert asyncio.run(run()) == [None, ["v1.t1"]]
+
+
+def test_a_rewrite_finds_its_write_in_a_fold_and_a_failed_fold_does_not_fail_it() -> None:
+    """A fold's token covers the ids of the writes it folded; a ranker that cannot fold (404)
+    still takes the write, with the newest tokens that fit beside the caller's ``after``.
+    """
+    bodies: list[dict[str, object]] = []
+    folds = {"ok": True}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        if request.url.path == "/v1/tokens":
+            if not folds["ok"]:
+                return httpx.Response(404, json={"detail": "Not Found"})
+            return httpx.Response(200, json={"token": f"v1.fold{len(bodies)}"})
+        bodies.append(body)
+        ids = [m.get("memory_id", f"m-{len(bodies)}") for m in body["memories"]]
+        return httpx.Response(200, json={"ids": ids, "token": f"v1.t{len(bodies)}"})
+
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(answer)) as client:
+        client.remember("a", memory_id="card")
+        client.remember("b")
+        handed = client.token()  # folds t1 and t2
+        client.remember("c", memory_id="card", session_id="s2")
+    assert bodies[-1]["after"] == [handed]
+
+    folds["ok"] = False
+    bodies.clear()
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(answer)) as client:
+        for n in range(FOLD_WHILE_WRITING + 2):
+            client.remember(f"w{n}", memory_id=f"id{n}")
+        mine = [f"v1.mine{n}" for n in range(MAX_AFTER - 3)]
+        client.remember(
+            "again", memory_id="id0", after=mine
+        )  # the fold fails: written all the same
+    sent = bodies[-1]["after"]
+    assert isinstance(sent, list)
+    assert len(sent) == MAX_AFTER
+    assert sent[-len(mine) :] == mine
+    assert sent[: -len(mine)] == [
+        f"v1.t{n}" for n in range(FOLD_WHILE_WRITING, FOLD_WHILE_WRITING + 3)
+    ]

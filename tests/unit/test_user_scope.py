@@ -165,6 +165,7 @@ async def test_a_write_under_the_id_of_another_user_s_memory_is_refused(
         ),
         "s9": make_row("acme", "s9", (1.0, 0.0, 0.0, 0.0), agent_id="bot", session_id="s9"),
         "v1": make_row("acme", "v1", (1.0, 0.0, 0.0, 0.0), session_id="", superseded_by="m-v2"),
+        "m-v2": make_row("acme", "m-v2", (1.0, 0.0, 0.0, 0.0), superseded_by="m-v3"),
     }
     asked: list[list[str]] = []
     waited: list[object] = []
@@ -228,9 +229,9 @@ async def test_a_write_under_the_id_of_another_user_s_memory_is_refused(
             detail = refused.json()["detail"]
             assert detail.startswith(f"memories[0].{field}: memory s9 {whose}"), detail
             assert refused.json()["field"] == f"memories[0].{field}"
-        # deleting the id the 409 names leaves its update's version current: said so
+        # deleting the id the 409 names leaves its updates' last version current: named
         updated = await write({"content": "Card", "memory_id": "v1", "session_id": "s2"})
-        assert "superseded by m-v2, the current version" in updated.json()["detail"]
+        assert "superseded, and m-v3 is the current version" in updated.json()["detail"]
         by_run = await write(
             {"content": "Said again", "memory_id": "s9", "agent_id": "bot", "run_id": "r"}
         )
