@@ -583,9 +583,9 @@ async def _of_their_scopes(
             continue
         field = another_scope(scope_of(row), _scope(docs[i]))
         if field is not None:
-            current = await _current(service, tenant_id, row.superseded_by or memory_id)
+            current = row.superseded_by and await _current(service, tenant_id, row.superseded_by)
             name = f"memories[{i}].{_named(body.memories[i], field)}"
-            raise ScopeConflict(name, row, field, current=current)
+            raise ScopeConflict(name, row, field, current=current or "")
     first: dict[str, int] = {}  # every id of the body, a derived one too (a caller may give it)
     for i, doc in enumerate(docs):
         j = first.setdefault(doc["memory_id"], i)
@@ -622,7 +622,7 @@ class ScopeConflict(HTTPException):
                 " under another id, or delete that memory first (and send the deletion's token"
                 " as after)"
             )
-            if current and current != row.memory_id:  # an update's version holds its fact now
+            if current:  # an update's version holds its fact now
                 detail += (
                     f"; it is superseded, and {current} is the current version of its fact:"
                     " delete that too, or it stays current"
@@ -630,14 +630,17 @@ class ScopeConflict(HTTPException):
         super().__init__(409, f"{field}: {detail}")
 
 
-async def _current(service: RecallService, tenant_id: str, memory_id: str) -> str:
-    """The current version of the fact ``memory_id`` states: its ``superseded_by`` followed
-    (at most :data:`MAX_VERSION_HOPS` reads; the last one read past that).
+async def _current(service: RecallService, tenant_id: str, memory_id: str) -> str | None:
+    """The current version of the fact the version ``memory_id`` states: ``superseded_by``
+    followed (at most :data:`MAX_VERSION_HOPS` reads); None when the chain ends in a version
+    that is gone (deleted, purged or erased: none is current).
     """
     seen = {memory_id}
     for _ in range(MAX_VERSION_HOPS):
         row = (await service.get_many(tenant_id, [memory_id], slim=True)).get(memory_id)
-        if row is None or not row.superseded_by or row.superseded_by in seen:
+        if row is None or row.state == "deleted":
+            return None
+        if not row.superseded_by or row.superseded_by in seen:
             break
         memory_id = row.superseded_by
         seen.add(memory_id)

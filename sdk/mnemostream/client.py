@@ -239,15 +239,15 @@ class _Session:
         with self.lock:
             self.fold_at = FOLD_WHILE_WRITING
 
-    def rewrites(self, memories: Sequence[object]) -> bool:
-        """Whether a write of ``memories`` gives the id of a memory one of the session's pending
-        writes wrote: it sends the session's tokens then (the server checks a given id against
-        the memory it names; not applied yet, a rewrite under another scope was answered 200
-        and ignored by the worker).
+    def rewrites(self, memories: Sequence[object]) -> list[str]:
+        """The session's tokens whose writes wrote an id a write of ``memories`` gives (it sends
+        them then: the server checks a given id against the memory it names; not applied yet,
+        a rewrite under another scope was answered 200 and ignored by the worker).
         """
         given = {m.get("memory_id") for m in memories if isinstance(m, dict)}
         with self.lock:
-            return any(not ids.isdisjoint(given) for ids in self.written.values())
+            empty: frozenset[str] = frozenset()
+            return [t for t in self.pending if not self.written.get(t, empty).isdisjoint(given)]
 
     def noted(self, call: _Call, result: Any) -> Any:  # noqa: ANN401
         token = result.get("token") if isinstance(result, dict) else None
@@ -753,10 +753,20 @@ def _base_url(base_url: object) -> str | httpx.URL:
     return base_url
 
 
-def _newest(session: Sequence[str], after: After) -> list[str]:
-    """The newest of the ``session``'s tokens that fit in one request beside ``after``."""
-    room = MAX_AFTER - len(_tokens(after))
-    return list(session[-room:]) if room > 0 else []
+def _rewrite_tokens(session: _Session, memories: Sequence[object], after: After) -> list[str]:
+    """What a rewrite sends of ``session``'s tokens beside the caller's ``after``: those whose
+    writes wrote its ids, then the newest others that fit in one request. ValueError naming
+    ``after`` when even the first do not fit (the check would not see this client's write).
+    """
+    touching = session.rewrites(memories)
+    room = MAX_AFTER - len(_tokens(after)) - len(touching)
+    if room < 0:
+        raise ValueError(
+            f"after: {len(_tokens(after))} tokens leave no room for the {len(touching)} of this"
+            f" session that wrote these ids (a request takes {MAX_AFTER} at most)"
+        )
+    others = [t for t in session.after() if t not in touching]
+    return [*touching, *(others[-room:] if room else [])]
 
 
 def _parts(tokens: Sequence[str]) -> list[list[str]]:
@@ -889,7 +899,7 @@ class Client:
         if not self._session.rewrites(memories):
             return []
         self._fold(read=False)
-        return _newest(self._session.after(), after)
+        return _rewrite_tokens(self._session, memories, after)
 
     def recall(
         self,
@@ -1118,7 +1128,7 @@ class AsyncClient:
         if not self._session.rewrites(memories):
             return []
         await self._fold(read=False)
-        return _newest(self._session.after(), after)
+        return _rewrite_tokens(self._session, memories, after)
 
     async def recall(
         self,

@@ -849,6 +849,10 @@ def test_a_rewrite_finds_its_write_in_a_fold_and_a_failed_fold_does_not_fail_it(
     assert isinstance(sent, list)
     assert len(sent) == MAX_AFTER
     assert sent[-len(mine) :] == mine
-    assert sent[: -len(mine)] == [
-        f"v1.t{n}" for n in range(FOLD_WHILE_WRITING, FOLD_WHILE_WRITING + 3)
-    ]
+    # the token that wrote id0 first, then the newest others that fit
+    assert sent[: -len(mine)] == ["v1.t1", "v1.t257", "v1.t258"]
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(answer)) as client:
+        client.remember("a", memory_id="card")
+        full = [f"v1.m{n}" for n in range(MAX_AFTER)]  # no room for the token that wrote card
+        with pytest.raises(ValueError, match="after"):
+            client.remember("b", memory_id="card", after=full)

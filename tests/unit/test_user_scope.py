@@ -166,6 +166,9 @@ async def test_a_write_under_the_id_of_another_user_s_memory_is_refused(
         "s9": make_row("acme", "s9", (1.0, 0.0, 0.0, 0.0), agent_id="bot", session_id="s9"),
         "v1": make_row("acme", "v1", (1.0, 0.0, 0.0, 0.0), session_id="", superseded_by="m-v2"),
         "m-v2": make_row("acme", "m-v2", (1.0, 0.0, 0.0, 0.0), superseded_by="m-v3"),
+        "m-v3": make_row("acme", "m-v3", (1.0, 0.0, 0.0, 0.0)),
+        "d1": make_row("acme", "d1", (1.0, 0.0, 0.0, 0.0), session_id="", superseded_by="m-d2"),
+        "m-d2": make_row("acme", "m-d2", (1.0, 0.0, 0.0, 0.0), state="deleted"),
     }
     asked: list[list[str]] = []
     waited: list[object] = []
@@ -232,6 +235,9 @@ async def test_a_write_under_the_id_of_another_user_s_memory_is_refused(
         # deleting the id the 409 names leaves its updates' last version current: named
         updated = await write({"content": "Card", "memory_id": "v1", "session_id": "s2"})
         assert "superseded, and m-v3 is the current version" in updated.json()["detail"]
+        ended = await write({"content": "Card", "memory_id": "d1", "session_id": "s2"})
+        assert ended.status_code == 409, ended.text
+        assert "current version" not in ended.json()["detail"]  # its chain ends deleted
         by_run = await write(
             {"content": "Said again", "memory_id": "s9", "agent_id": "bot", "run_id": "r"}
         )
