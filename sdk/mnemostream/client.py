@@ -892,9 +892,10 @@ class Client:
         return [str(i) for i in self._send(_Api.remember_many(memories, after, session))["ids"]]
 
     def _rewrite_tokens(self, memories: Sequence[object], after: After) -> list[str]:
-        """The session's tokens a write of ``memories`` sends (:meth:`_Session.rewrites`;
-        none without such a rewrite), folded first as before any call (a failed fold does not
-        fail the write), the newest that fit beside the caller's ``after``.
+        """The session's tokens a write of ``memories`` sends (none unless it gives an id a
+        pending write of the session wrote), folded first as before any call (a failed fold
+        does not fail the write): those that wrote its ids, then the newest others that fit
+        beside the caller's ``after`` (:func:`_rewrite_tokens`).
         """
         if not self._session.rewrites(memories):
             return []
@@ -983,7 +984,7 @@ class Client:
         after: After = None,
     ) -> list[str]:
         """A session (``session_id``, or mem0's ``run_id``) ended (SPEC sections 5 and 7): its
-        active working memories written by ``at`` move to episodic now, not after hours idle;
+        active working memories created by ``at`` move to episodic now, not after hours idle;
         the ids sent that promotion. ``at`` left out: now, or the session's last access when
         later. ``user_id``, ``agent_id``: only theirs of the session. The server first waits
         for this client's writes and ``after`` (or, when there are none, for every write the
