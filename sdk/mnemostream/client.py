@@ -254,11 +254,11 @@ class _Session:
         with self.lock:
             if self.enabled and call.awaited and isinstance(token, str):
                 self.pending = list(dict.fromkeys([*self.pending, token]))
-                if call.expects == ("ids",):  # a write
-                    self.written[token] = frozenset(str(m) for m in result.get("ids") or ())
-                elif call.path == "/v1/tokens":  # a fold
+                if call.path == "/v1/tokens":  # a fold
                     folded = (self.written.get(t, frozenset()) for t in _sent(call))
                     self.written[token] = frozenset().union(*folded)
+                else:  # a write's, an update's new version, a deletion's or an erasure's
+                    self.written[token] = _touched(result)
             if call.waited:  # the server waited for them: this client's later reads need not
                 self._drop(call)
         return result
@@ -292,6 +292,17 @@ class _Session:
         """Keep the ids of pending tokens only (under the lock)."""
         pending = set(self.pending)
         self.written = {t: ids for t, ids in self.written.items() if t in pending}
+
+
+def _touched(reply: dict[str, Any]) -> frozenset[str]:
+    """The memory ids a reply's token covers the writing or deleting of (``ids`` of a write,
+    ``memory_id`` of an update's version or a deletion, ``memory_ids`` of a user's erasure;
+    none for an access).
+    """
+    ids = [*(reply.get("ids") or ()), *(reply.get("memory_ids") or ())]
+    if isinstance(reply.get("memory_id"), str):
+        ids.append(reply["memory_id"])
+    return frozenset(str(m) for m in ids)
 
 
 def _sent(call: _Call) -> list[str]:
@@ -875,7 +886,8 @@ class Client:
         """Write one memory (importance, memory_type, tags, metadata, at, embedding...); its id.
         ``after``: tokens the server waits for before it checks a given ``memory_id`` against the
         memory it names (409: another scope's), such as a deletion's from ``token()``. A
-        ``memory_id`` this client wrote and has not read since sends the session's tokens too
+        ``memory_id`` this client wrote, updated, deleted or erased and has not read since sends
+        the session's tokens too
         (the check then sees that write: a rewrite under another scope is a 409, not a 200 the
         worker ignores).
         """

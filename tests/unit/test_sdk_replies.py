@@ -856,3 +856,35 @@ def test_a_rewrite_finds_its_write_in_a_fold_and_a_failed_fold_does_not_fail_it(
         full = [f"v1.m{n}" for n in range(MAX_AFTER)]  # no room for the token that wrote card
         with pytest.raises(ValueError, match="after"):
             client.remember("b", memory_id="card", after=full)
+
+
+def test_a_write_after_a_deletion_or_an_update_of_its_id_sends_their_tokens() -> None:
+    """README's way to give an id another scope, "delete it, then write it again with the
+    deletion's token as after", needed the caller to pass ``token()``: without it the check
+    saw the memory not deleted yet (a 409). A deletion's and an update's tokens now cover the
+    ids they touched, as a write's do.
+    """
+    bodies: list[tuple[str, str, object]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        n = len(bodies) + 1
+        body = json.loads(request.content) if request.content else {}
+        bodies.append((request.method, request.url.path, body.get("after")))
+        if request.method == "DELETE":
+            memory_id = request.url.path.rsplit("/", 1)[-1]
+            return httpx.Response(200, json={"memory_id": memory_id, "token": f"v1.t{n}"})
+        if request.method == "PATCH":
+            return httpx.Response(200, json={"memory_id": "m-v2", "token": f"v1.t{n}"})
+        if request.url.path == "/v1/access":
+            return httpx.Response(200, json={"accepted": 1, "token": f"v1.t{n}"})
+        return httpx.Response(200, json={"ids": ["x"], "token": f"v1.t{n}"})
+
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(answer)) as client:
+        client.forget("card")
+        client.remember("Ned's", memory_id="card", user_id="ned")
+        client.update("fact", content="new")
+        client.remember("moved", memory_id="m-v2", session_id="s2")
+        client.access(["m-v2"], "explicit")  # an access touches no id: nothing recorded
+        client.remember("other", memory_id="zzz")
+    writes = [after for method, path, after in bodies if path == "/v1/memories"]
+    assert writes == [["v1.t1"], ["v1.t3"], None]  # the update waited for t2 itself
