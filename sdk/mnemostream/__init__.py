@@ -7,19 +7,25 @@ transport differs, as with httpx's own ``Client``/``AsyncClient``.
 from mnemostream.client import (
     AsyncClient,
     Client,
+    Erasure,
     History,
     Memory,
     MnemostreamError,
     Overloaded,
+    Recalled,
     Unreachable,
+    UserErasure,
 )
 
 __all__ = [
     "AsyncClient",
     "Client",
+    "Erasure",
     "History",
     "Memory",
     "MnemostreamError",
     "Overloaded",
+    "Recalled",
     "Unreachable",
+    "UserErasure",
 ]

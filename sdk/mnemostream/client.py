@@ -11,10 +11,10 @@ import math
 import operator
 import re
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypedDict
 from urllib.parse import quote
 
 import httpx
@@ -27,6 +27,11 @@ MISSING = "no such memory"
 it); a 404 with another detail (no such route: a wrong base URL, a proxy) is an error."""
 
 
+RETRIABLE = frozenset({0, 408, 429, 502, 503, 504})
+"""Statuses a call may succeed after: no reply (0), the body late (408: nothing of it was read),
+overload (429), and a gateway's or the service's "not now" (502-504). The service answers a
+refusal no retry mends (an ACL, a size limit), and a failure it did not foresee, with 500."""
+
 After: TypeAlias = str | Sequence[str] | None
 """Read-your-writes tokens a caller passes as ``after=``: one, several, or none."""
 
@@ -37,7 +42,9 @@ class MnemostreamError(Exception):
     Attributes:
         status: the HTTP status; 0 when no reply came (:class:`Unreachable`).
         detail: the reply's ``detail`` (its whole body when it has none; its text when not JSON).
-        retriable: the same call may succeed later (no reply, 408, 429, 5xx).
+        retriable: the same call may succeed later (no reply, 408, 429, 502, 503, 504; not a
+            500, the service's refusal no retry mends, an ACL or a size limit, or a failure it
+            did not foresee; nor other 5xx).
         retry_after_s: seconds the server asked to wait (its ``Retry-After``: 429, 503), or None.
         field: for a 422, the path of the field at fault (``memories[0].importance``), or None.
     """
@@ -51,8 +58,7 @@ class MnemostreamError(Exception):
     ) -> None:
         self.status = status
         self.detail = detail
-        # 408: the body did not reach the server in time; nothing of it was read or applied
-        self.retriable = status in {0, 408, 429} or status >= 500
+        self.retriable = status in RETRIABLE
         self.retry_after_s = retry_after_s
         self.field = field
         super().__init__(f"HTTP {status}: {detail}" if status else f"no reply: {detail}")
@@ -164,6 +170,105 @@ class History(list[dict[str, Any]]):
         history.total = int(reply.get("total", len(history)))
         history.truncated = bool(reply.get("truncated", False))
         return history
+
+
+class Recalled(list[Memory]):
+    """A recall's memories, best first, with ``token``: the read-your-writes token of the
+    accesses it recorded (None with ``track=False`` or when nothing was returned). This
+    client's next read does not wait for it; pass it as ``after=`` to a read that must count
+    them.
+    """
+
+    def __init__(self, memories: Iterable[Memory] = (), *, token: str | None = None) -> None:
+        super().__init__(memories)
+        self.token = token
+
+    @classmethod
+    def of(cls, reply: dict[str, Any]) -> Recalled:
+        """From the recall route's answer."""
+        return cls((Memory.of(r) for r in reply["results"]), token=_text(reply.get("token")))
+
+
+class Erasure(int):
+    """What ``forget`` did, as the number of data keys it erased (0 without ``erase``, and 0
+    with it for words written in the clear by another producer: they stay in the log), with
+    ``summaries_erased``: the consolidation summaries made from the memory, erased with it;
+    ``copies_erased``: the memories holding its words, erased with it (duplicates consolidation
+    merged into it, its versions with the same content); both empty without ``erase``. And
+    ``token``, which this client's next read waits for.
+    """
+
+    summaries_erased: list[str]
+    copies_erased: list[str]
+    token: str | None
+
+    def __new__(
+        cls,
+        keys_erased: int = 0,
+        *,
+        summaries_erased: Iterable[str] = (),
+        copies_erased: Iterable[str] = (),
+        token: str | None = None,
+    ) -> Erasure:
+        erasure = super().__new__(cls, keys_erased)
+        erasure.summaries_erased = list(summaries_erased)
+        erasure.copies_erased = list(copies_erased)
+        erasure.token = token
+        return erasure
+
+    @classmethod
+    def of(cls, reply: Any) -> Erasure:  # noqa: ANN401 - a JSON reply
+        """From the delete route's answer (0 and nothing else from a server that does not say)."""
+        return cls(_keys_erased(reply), **_erased_with(reply))
+
+
+class UserErasure(list[str]):
+    """The ids of the memories ``erase_user`` erased, with ``summaries_erased`` (summaries made
+    from them that were not the user's), ``copies_erased`` (memories holding their words: one
+    of another user is among them), ``keys_erased`` (data keys destroyed) and ``token``, which
+    this client's next read waits for.
+    """
+
+    def __init__(
+        self,
+        memory_ids: Iterable[str] = (),
+        *,
+        keys_erased: int = 0,
+        summaries_erased: Iterable[str] = (),
+        copies_erased: Iterable[str] = (),
+        token: str | None = None,
+    ) -> None:
+        super().__init__(memory_ids)
+        self.keys_erased = keys_erased
+        self.summaries_erased = list(summaries_erased)
+        self.copies_erased = list(copies_erased)
+        self.token = token
+
+    @classmethod
+    def of(cls, reply: dict[str, Any]) -> UserErasure:
+        """From the user erasure route's answer."""
+        ids = (str(m) for m in reply["memory_ids"])
+        return cls(ids, keys_erased=_keys_erased(reply), **_erased_with(reply))
+
+
+class _ErasedWith(TypedDict):
+    summaries_erased: list[str]
+    copies_erased: list[str]
+    token: str | None
+
+
+def _erased_with(reply: Any) -> _ErasedWith:  # noqa: ANN401 - a JSON reply
+    """What an erasure's ``reply`` says went with it: summaries, copies, its token."""
+    found = reply if isinstance(reply, dict) else {}
+    return {
+        "summaries_erased": [str(m) for m in found.get("summaries_erased") or ()],
+        "copies_erased": [str(m) for m in found.get("copies_erased") or ()],
+        "token": _text(found.get("token")),
+    }
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 @dataclass(frozen=True)
@@ -373,9 +478,11 @@ def _segment(text: str, name: str = "memory_id") -> str:
     """``text`` as one URL path segment: every reserved character escaped, and ``.`` or ``..``
     (which an HTTP client resolves away as a relative path) written as ``%2E`` each. ValueError
     naming the argument ``name`` for an empty one (the path then named another route, or none:
-    a 307 or a 404 that said nothing of the id).
+    a 307 or a 404 that said nothing of the id), TypeError for one that is not text.
     """
-    if not isinstance(text, str) or not text:
+    if not isinstance(text, str):
+        raise TypeError(f"{name}: expected text (str), not {type(text).__name__} {text!r}")
+    if not text:
         raise ValueError(f"{name}: expected a non-empty id, not {text!r}")
     quoted = quote(text, safe="")
     return quoted.replace(".", "%2E") if quoted in {".", ".."} else quoted
@@ -852,8 +959,9 @@ class Client:
         return [*self._session.after(), *_tokens(after)]
 
     def token(self) -> str | None:
-        """One read-your-writes token covering this client's writes and accesses that no read of
-        it has waited for yet, for another client (another process) to pass as ``after=``; None
+        """One read-your-writes token covering this client's writes and explicit accesses
+        (``access``; not a tracked recall's or get's) that no read of it has waited for yet, for
+        another client (another process) to pass as ``after=``; None
         when there are none (or the client was made with ``read_your_writes=False``). Several
         are folded into one by the server (``POST /v1/tokens``; raises as a fold does: 404 from a
         ranker without that route); this client's next read still waits for them.
@@ -921,14 +1029,15 @@ class Client:
         vector: Sequence[float] | None = None,
         k: int = 10,
         **options: Any,  # noqa: ANN401
-    ) -> list[Memory]:
+    ) -> Recalled:
         """The best ``k`` memories; options: filters, preset, weights, mmr_lambda, min_score,
         graphrag, at, track, include_history, after (tokens of another client's writes). With
         ``track`` (the default) the recall counts as an access of each memory returned; this
-        client's next read does not wait for those accesses to be applied.
+        client's next read does not wait for those accesses to be applied (the list's ``token``
+        covers them, for a read that must).
         """
         call = _Api.recall(query, vector, k, self._after(), **options)
-        return [Memory.of(r) for r in self._send(call)["results"]]
+        return Recalled.of(self._send(call))
 
     def archive_search(
         self,
@@ -971,19 +1080,22 @@ class Client:
         purge: bool = False,
         erase: bool = False,
         after: After = None,
-    ) -> int:
+    ) -> Erasure:
         """Delete a memory (recall never returns it; ``purge``: get no longer finds it either;
-        ``erase``: its words are destroyed for good, in the log too). Returns the data keys
-        erased: 0 without ``erase``, and 0 with it for words written in the clear (by another
-        producer: they stay in the log). Raises MnemostreamError (404) when this tenant has no
-        such memory.
+        ``erase``: its words are destroyed for good, in the log too, and the summaries and
+        copies holding them). Returns an :class:`Erasure`: the data keys erased (an int: 0
+        without ``erase``, and 0 with it for words written in the clear by another producer:
+        they stay in the log), with the summaries and copies erased with it. Raises
+        MnemostreamError (404) when this tenant has no such memory.
         """
-        return _keys_erased(self._send(_Api.forget(memory_id, purge, self._after(after), erase)))
+        call = _Api.forget(memory_id, purge, self._after(after), erase)
+        return Erasure.of(self._send(call))
 
-    def erase_user(self, user_id: str, *, after: After = None) -> list[str]:
-        """Erase every memory of ``user_id`` (as ``forget(erase=True)`` does one); their ids."""
-        call = _Api.erase_user(user_id, self._after(after))
-        return [str(m) for m in self._send(call)["memory_ids"]]
+    def erase_user(self, user_id: str, *, after: After = None) -> UserErasure:
+        """Erase every memory of ``user_id`` (as ``forget(erase=True)`` does one); their ids, as
+        a :class:`UserErasure` (a list) saying what was erased with them.
+        """
+        return UserErasure.of(self._send(_Api.erase_user(user_id, self._after(after))))
 
     def end_session(
         self,
@@ -999,8 +1111,9 @@ class Client:
         active working memories created by ``at`` move to episodic now, not after hours idle;
         the ids sent that promotion. ``at`` left out: now, or the session's last access when
         later. ``user_id``, ``agent_id``: only theirs of the session. The server first waits
-        for this client's writes and ``after`` (or, when there are none, for every write the
-        service holds), so the session's last words are among them.
+        for this client's writes and accesses and ``after``, and for every write it holds when
+        the end arrives, any client's, so the session's last words are among them (any
+        tenant's: behind a backlog, a retriable 503).
         """
         call = _Api.end_session(
             session_id, self._after(after), at, run_id=run_id, user_id=user_id, agent_id=agent_id
@@ -1150,9 +1263,9 @@ class AsyncClient:
         vector: Sequence[float] | None = None,
         k: int = 10,
         **options: Any,  # noqa: ANN401
-    ) -> list[Memory]:
+    ) -> Recalled:
         call = _Api.recall(query, vector, k, await self._after(), **options)
-        return [Memory.of(r) for r in (await self._send(call))["results"]]
+        return Recalled.of(await self._send(call))
 
     async def archive_search(
         self,
@@ -1189,13 +1302,13 @@ class AsyncClient:
         purge: bool = False,
         erase: bool = False,
         after: After = None,
-    ) -> int:
+    ) -> Erasure:
         call = _Api.forget(memory_id, purge, await self._after(after), erase)
-        return _keys_erased(await self._send(call))
+        return Erasure.of(await self._send(call))
 
-    async def erase_user(self, user_id: str, *, after: After = None) -> list[str]:
+    async def erase_user(self, user_id: str, *, after: After = None) -> UserErasure:
         call = _Api.erase_user(user_id, await self._after(after))
-        return [str(m) for m in (await self._send(call))["memory_ids"]]
+        return UserErasure.of(await self._send(call))
 
     async def end_session(
         self,

@@ -152,6 +152,8 @@ def recorder() -> tuple[list[httpx.Request], Handler]:
         (lambda c: c.update("", content="x"), ValueError, "memory_id"),
         (lambda c: c.history(""), ValueError, "memory_id"),
         (lambda c: c.erase_user(""), ValueError, "user_id"),
+        # an id that is not text was called empty ("expected a non-empty id, not 123")
+        (lambda c: c.get(123), TypeError, "memory_id: expected text (str), not int 123"),
         # the encoder's errors named nothing
         (lambda c: c.remember("x", importance=float("nan")), ValueError, "memories[0].importance"),
         (lambda c: c.remember("x", embedding=[0.1, float("inf")]), ValueError, "embedding[1]"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import pickle
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -20,11 +21,14 @@ import pytest
 from mnemostream import (
     AsyncClient,
     Client,
+    Erasure,
     History,
     Memory,
     MnemostreamError,
     Overloaded,
+    Recalled,
     Unreachable,
+    UserErasure,
 )
 from mnemostream.client import DEFAULT_TIMEOUT_S, FOLD_WHILE_WRITING, MAX_AFTER
 
@@ -194,6 +198,21 @@ def test_a_429_or_503_without_a_json_body_is_still_the_sdks_error() -> None:
         assert isinstance(error, MnemostreamError)
         assert error.detail == "bad gateway"
         assert error.retriable
+
+
+def test_the_service_s_500_is_a_refusal_no_retry_mends_and_gateways_5xx_are_retriable() -> None:
+    """The service answers 503 for "not now" and 500 for a refusal no retry mends (an ACL, a
+    size limit): every 5xx was retriable, and a caller's retry loop spun on a 500.
+    """
+    refused = b'{"detail": "refused for good: TopicAuthorizationFailedError"}'
+    for error in both(reply(500, refused), lambda c: c.remember("a")):
+        assert isinstance(error, MnemostreamError)
+        assert (error.status, error.retriable) == (500, False)
+    for status in (502, 503, 504):
+        for error in both(reply(status, b"{}"), lambda c: c.recall("q")):
+            assert isinstance(error, MnemostreamError)
+            assert (error.status, error.retriable) == (status, True)
+    assert not MnemostreamError(501, "not implemented").retriable
 
 
 def test_retry_after_is_read_as_seconds_or_as_a_date_on_429_and_503() -> None:
@@ -888,3 +907,67 @@ def test_a_write_after_a_deletion_or_an_update_of_its_id_sends_their_tokens() ->
         client.remember("other", memory_id="zzz")
     writes = [after for method, path, after in bodies if path == "/v1/memories"]
     assert writes == [["v1.t1"], ["v1.t3"], None]  # the update waited for t2 itself
+
+
+def test_erasures_and_a_tracked_recall_keep_what_their_reply_says() -> None:
+    """``forget`` returned the keys erased alone and ``erase_user`` the ids alone: the summaries
+    and copies erased with them, which the HTTP reply lists, were lost to SDK callers; and a
+    tracked recall's token, which README tells callers to pass on, could not be had.
+    """
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/recall":
+            found: dict[str, object] = {"memory_id": "m1", "content": "c", "state": "active"}
+            found |= {"memory_type": "working", "importance": 0.5}
+            found |= {"access_count": 0, "recall_count": 0}
+            return httpx.Response(200, json={"results": [found], "token": "v1.recall"})
+        if request.url.path.startswith("/v1/users/"):
+            erased = {"memory_ids": ["m1", "m2"], "keys_erased": 2, "token": "v1.user"}
+            return httpx.Response(200, json={**erased, "summaries_erased": ["s9"]})
+        body = {"memory_id": "m1", "keys_erased": 1, "token": "v1.one"}
+        body |= {"summaries_erased": ["s1"], "copies_erased": ["c1", "c2"]}
+        return httpx.Response(200, json=body)
+
+    def calls(client: Client) -> list[object]:
+        return [client.forget("m1", erase=True), client.erase_user("ann"), client.recall("q")]
+
+    async def async_calls(client: AsyncClient) -> list[object]:
+        one = await client.forget("m1", erase=True)
+        return [one, await client.erase_user("ann"), await client.recall("q")]
+
+    with Client("http://x", "k" * 16, transport=httpx.MockTransport(answer)) as client:
+        results = [calls(client)]
+
+    async def run() -> None:
+        async with AsyncClient("http://x", "k" * 16, transport=httpx.MockTransport(answer)) as c:
+            results.append(await async_calls(c))
+
+    asyncio.run(run())
+    for one, user, recalled in results:
+        assert isinstance(one, Erasure)
+        assert one == 1
+        assert (one.summaries_erased, one.copies_erased) == (["s1"], ["c1", "c2"])
+        assert one.token == "v1.one"
+        assert isinstance(user, UserErasure)
+        assert user == ["m1", "m2"]
+        assert (user.keys_erased, user.summaries_erased, user.copies_erased) == (2, ["s9"], [])
+        assert user.token == "v1.user"
+        assert isinstance(recalled, Recalled)
+        assert [m.memory_id for m in recalled] == ["m1"]
+        assert recalled.token == "v1.recall"
+    copied = pickle.loads(pickle.dumps(results[0][0]))
+    assert (copied, copied.copies_erased) == (1, ["c1", "c2"])
+
+
+def test_result_types_made_by_hand_have_every_attribute_and_copy_whole() -> None:
+    """A test double (``Recalled([...])``, ``Erasure(0)``) type-checked and then raised
+    AttributeError at ``.token``: the attributes were set by ``of`` alone.
+    """
+    recalled, one = Recalled(token="t"), Erasure(2, copies_erased=["c"])
+    user = UserErasure(["m1"], keys_erased=1)
+    assert (recalled, recalled.token, Recalled().token) == ([], "t", None)
+    assert (one, one.summaries_erased, one.copies_erased, one.token) == (2, [], ["c"], None)
+    assert (user, user.keys_erased, user.summaries_erased, user.token) == (["m1"], 1, [], None)
+    for made in (recalled, one, user):
+        again = pickle.loads(pickle.dumps(made))
+        assert (type(again), again, vars(again)) == (type(made), made, vars(made))
