@@ -50,7 +50,7 @@ from memcore.reducer import (
     versioning,
     write_refused,
 )
-from memcore.scoring import Candidate, RankParams, Scored, blend, mmr, rank
+from memcore.scoring import Candidate, RankParams, Scored, blend, mmr, rank, versions_by_fact
 from memcore.state import (
     MAX_PREDECESSORS,
     MAX_RELATIONS,
@@ -183,5 +183,6 @@ __all__ = [
     "unknown_successor",
     "version_left",
     "versioning",
+    "versions_by_fact",
     "write_refused",
 ]

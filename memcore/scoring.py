@@ -313,3 +313,35 @@ def mmr(
                 if vectors[i]:
                     penalty[i] = max(penalty[i], cosine(vectors[i], vectors[best]))
     return picked
+
+
+def versions_by_fact(ranked: Sequence[tuple[str, str | None]]) -> list[int]:
+    """The order of a history recall's results (``include_history``), each a ``(memory_id,
+    superseded_by)`` pair, best first: returns their indices with the versions of one fact
+    together, at the place of the best of them, newest first (the current version, then the
+    ones it superseded, then theirs), so that the top k hold a fact's current version before
+    any older one however much better the older words match ("I live in Paris" over "I live in
+    Berlin now" for "Where do I live?"). A fact is followed through ``superseded_by`` among
+    the results only; a cycle (a racing rewrite) is cut where it closes.
+    """
+    at = {memory_id: i for i, (memory_id, _) in enumerate(ranked)}
+    head: dict[int, int] = {}  # the newest version among the results of each one's fact
+    depth: dict[int, int] = {}  # its hops to that version
+    for first in range(len(ranked)):
+        path: list[int] = []  # ``first`` and its successors not followed yet
+        i: int | None = first
+        while i is not None and i not in head and i not in path:
+            path.append(i)
+            i = at.get(ranked[i][1] or "")
+        if i is not None and i in head:
+            top, hops = head[i], depth[i] + 1
+        else:  # the end of the chain, or where a cycle closes: its last version is the newest
+            top, hops = path.pop(), 1
+            head[top], depth[top] = top, 0
+        for j in reversed(path):
+            head[j], depth[j] = top, hops
+            hops += 1
+    best: dict[int, int] = {}
+    for i in range(len(ranked)):
+        best[head[i]] = min(best.get(head[i], i), i)
+    return sorted(range(len(ranked)), key=lambda i: (best[head[i]], depth[i], i))

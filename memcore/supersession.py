@@ -151,11 +151,15 @@ _RELATIONS: dict[str, tuple[str, ...]] = {
         "is living in",
         "relocated to",
         "resides in",
+        "reside in",
     ),
     "works at": (
         "works at",
+        "work at",
         "is working at",
         "is employed at",
+        "am employed at",
+        "are employed at",
         "started working at",
         "got a job at",
         "got a new job at",
@@ -164,15 +168,30 @@ _RELATIONS: dict[str, tuple[str, ...]] = {
         "started a job at",
         "started a new job at",
     ),
-    "drives": ("drives",),
-    "is married to": ("is married to",),
-    "is dating": ("is dating",),
-    "prefers": ("prefers",),
+    "drives": ("drives", "drive"),
+    "is married to": ("is married to", "am married to", "are married to"),
+    "is dating": ("is dating", "am dating", "are dating"),
+    "prefers": ("prefers", "prefer"),
 }
-_MANY_VALUED = frozenset({"drives", "prefers"})
+_PERSONAL = frozenset(
+    {"live in", "reside in", "work at", "am employed at", "are employed at", "drive"}
+    | {"am married to", "are married to", "am dating", "are dating", "prefer"}
+)
+"""Phrases of the first or second person: said of "I", "we" or "you" only (not "Docs live in
+Notion", "Backups work at night", "Cats prefer fish for dinner": things, or many). Not "I'm
+living in" or "I'm working at": where one stays or sits for now ("I'm living in the Hilton",
+"I'm working at WeWork"), not one's home or employer."""
+_SPEAKER = "i"
+"""The subject of a statement that opens with its relation, capitalised ("Lives in Paris",
+"Works at Acme", as mem0 writes what a user said of themselves): the user's, as "I live in
+Paris" is (not "lives in Paris", which may be a piece of a sentence)."""
+_CONTRACTED = re.compile(r"\b(i)'m\b|\b(we|you)'re\b", re.IGNORECASE)
+""""I'm", "we're", "you're": read as "I am", "we are", "you are" ("I'm living in Berlin")."""
+_MANY_VALUED = frozenset({"drives", "prefers", "is dating"})
 """Relations someone may hold several values of at once ("drives a Tesla" and "drives a Kia";
-"prefers tea for breakfast" and "prefers eggs for breakfast"): a newer value supersedes only
-when its statement says it is an update (:func:`states_an_update`: "Alice drives a Kia now")."""
+"prefers tea for breakfast" and "prefers eggs for breakfast"; "I'm dating Sam" and "I'm dating
+Alex"): a newer value supersedes only when its statement says it is an update
+(:func:`states_an_update`: "Alice drives a Kia now")."""
 _AT_HOME = re.compile(r"(home|noon|midnight|dawn|head office|corporate|reception|campus|downtown)$")
 """Values of "works at" that say where or when, capitalised too ("works at Home", "Head Office";
 "Home Depot" is a value); the other whens are :data:`_NOT_NAMES`. After an article, a site's
@@ -371,11 +390,25 @@ def _normalised(text: str, *, cased: bool = False) -> str:
     word for word the same (the words a value is read from, to tell names from other words).
     """
     text = text.strip().replace("\u2019", "'")
+    text = _CONTRACTED.sub(_uncontracted, text)
     if cased:
         return " ".join(_FILLER.sub(" ", text).split())
     text = _FILLER.sub(" ", text.lower())
     text = _SPELT.sub(lambda m: _SPELLING[m.group(1)], text)
     return " ".join(text.split())
+
+
+def _as_written(content: str) -> list[str]:
+    """The statement's words as written, contractions too ("I'M", not "I am": the case of an
+    expanded "am" tells nothing), without fillers and its closing stop.
+    """
+    plain = _FILLER.sub(" ", content.strip().replace("\u2019", "'"))
+    return plain.rstrip(".! ").split()
+
+
+def _uncontracted(found: re.Match[str]) -> str:
+    pronoun = found.group(1)
+    return f"{pronoun} am" if pronoun else f"{found.group(2)} are"
 
 
 def states_an_update(content: str) -> bool:
@@ -414,12 +447,15 @@ def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact
     # a single-valued attribute's "new" is dropped from a copula's subject only ("my new boss
     # lives in Paris" is of another person)
     subject = _without_new(written) if relation in _COPULAS else written
+    if not written and relation not in _COPULAS and phrase not in _PERSONAL:
+        # "Lives in Paris": the user's own, as mem0 writes it; not a piece cut from a sentence
+        subject = _SPEAKER if content.strip()[:1].isupper() else ""
     rest = padded[at + len(phrase) + 2 :]
     value = rest.strip()
     if not subject or not value or len(subject.split()) > 6 or _NEGATION.search(subject):
         return None
-    if phrase == "live in" and subject not in ("i", "we", "you"):
-        return None  # "Docs live in Notion", "Backups live in S3": things, not people
+    if phrase in _PERSONAL and subject not in ("i", "we", "you"):
+        return None  # "Docs live in Notion", "Backups work at night": things, not people
     moved = phrase == "relocated to"
     words = text.split()
     if _VALUE_END.search(f" {value} ") or not _firm(
@@ -444,6 +480,8 @@ def _relation(padded: str) -> tuple[int, str, str] | None:
     for relation, phrases in _RELATIONS.items():
         for phrase in phrases:
             at = padded.find(f" {phrase} ")
+            if at >= 0 and phrase in _PERSONAL and padded[:at].strip() not in ("i", "we", "you"):
+                continue  # "my favourite drive is ...": a copula's, not a person's "drive"
             if at >= 0 and (best is None or (at, -len(phrase)) < (best[0], -len(best[2]))):
                 best = (at, relation, phrase)
     return best
@@ -512,8 +550,8 @@ def _firm(
         return False  # "My GP", "My CEO", "Alice's PA": of roles, one's parents and spouse only
     if not plain and not all(_capitalised(w) for w in said[: len(named)]):
         return False  # "my buddy", "my old boss", "Ann says Bob", "Nobody here"
-    if all(_capitalised(w) for w in said):
-        return False  # "ALICE LIVES IN LISBON DURING THE SUMMER": case tells nothing
+    if all(_capitalised(w) for w in _as_written(content)):
+        return False  # "ALICE LIVES IN LISBON DURING THE SUMMER", "I'M MARRIED TO TOM"
     # the value ends the statement: its last words, as written (a preference's purpose cut)
     value_said = said[-len(value.split()) :]
     if relation == "prefers":

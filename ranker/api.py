@@ -158,7 +158,9 @@ class RecallBody(TextBody):
     track: StrictBool = True
     include_history: StrictBool = Field(
         False,
-        description="also return superseded versions; the top k are then listed in time order",
+        description="also return superseded versions; the top k are then listed in time order"
+        " (a fact's versions rank together at the place of the best of them, newest first: its"
+        " current version is among the top k before any older one)",
     )
     after: Tokens | None = Field(
         None,
@@ -522,7 +524,35 @@ def _errors(api: FastAPI) -> None:
         value = err.get("input")
         if err.get("type") == "utf8":  # the text at that path, not the whole field
             value = unencodable(value)[1]
-        return _invalid(RecordError(field, value, str(err.get("msg"))))
+        return _invalid(RecordError(field, value, str(err.get("msg")) + _hint(err, loc)))
+
+
+_WRITE_NAMES = {
+    "created_at": "at",
+    "timestamp": "at",
+    "time": "at",
+    "text": "content",
+    "memory": "content",
+    "run": "run_id",
+    "user": "user_id",
+    "agent": "agent_id",
+    "session": "session_id",
+    "id": "memory_id",
+    "embeddings": "embedding",
+    "vector": "embedding",
+}
+"""What other memory APIs (mem0's export, for one) call a memory's fields: a write's unknown
+field of one of these names says ours."""
+
+
+def _hint(err: Mapping[str, Any], loc: Sequence[object]) -> str:
+    """For a write's unknown field another API names so (``memories[0].created_at``), which of
+    ours it is ("; this API calls it 'at'"); else nothing.
+    """
+    if err.get("type") != "extra_forbidden" or len(loc) != 3 or loc[0] != "memories":
+        return ""
+    ours = _WRITE_NAMES.get(str(loc[2]))
+    return f"; this API calls it {ours!r}" if ours else ""
 
 
 def _allowed(request: Request) -> list[str]:

@@ -117,7 +117,11 @@ class EndSessionBody(TextBody):
         description="when it ended (default: now, or the session's last access when later):"
         " memories written after it stay working, a session resumed",
     )
-    after: Tokens | None = Field(None, description="read-your-writes tokens")
+    after: Tokens | None = Field(
+        None,
+        description="read-your-writes tokens to wait for (your accesses: their times date the"
+        " promotions); every write held when the end arrives is waited for in any case",
+    )
 
 
 class _Text(Convertor[str]):
@@ -621,9 +625,10 @@ def _sessions(api: FastAPI, service: RecallService, seal: TokenSeal, limits: Lim
         memories, those written at or before ``at``, moves to episodic now, not after hours
         idle (dated ``at``, or its last access when later). Without ``at``: now, or the
         session's last access when later (a writer's clock ahead of the server's). After
-        ``after`` is applied; without it, after every write the topics hold when it arrives
-        (a session's last turn is found; behind a backlog of any tenant's writes, 503 when the
-        worker does not catch up in time: give ``after`` to wait for yours alone).
+        ``after`` is applied (your accesses: their times date the promotions) and after every
+        write the topics hold when it arrives (a session's last turn is found, whichever
+        client wrote it; behind a backlog of any tenant's writes, 503 when the worker does not
+        catch up in time).
         ``promoted``: the memories sent that promotion (applied like a write, each audited with
         the session's name; an end sent again before the first is applied sends them again,
         and the worker ignores the second, audited); ``at``: the end's time; ``token``: for a

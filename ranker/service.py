@@ -33,6 +33,7 @@ from memcore.consolidation import SessionMember, merged_duplicate, session_end, 
 from memcore.graph import MAX_HOPS, recall_hops
 from memcore.keyword import bm25_scores
 from memcore.policy import DecayPolicy, RecallPolicy
+from memcore.scoring import versions_by_fact
 from ranker.applied import AppliedOffsets, Token
 from ranker.batcher import Batcher, BatchStats, Overloaded
 from ranker.errors import Unavailable
@@ -301,18 +302,20 @@ class RecallService:
         if candidates is None:
             assert hits is not None
             rows = hits.rows
+            ranked = _scoring(query, len(rows))
             if hits:
-                build = functools.partial(_hot_request, hits, vector, query)
+                build = functools.partial(_hot_request, hits, vector, ranked)
                 request = await asyncio.to_thread(build) if off_loop else build()
         else:
             candidates = [c for c in candidates if c.row.memory_id not in erased]
             rows = [c.row for c in candidates]
+            ranked = _scoring(query, len(rows))
             if candidates:
                 relations: Mapping[str, Sequence[str]] = {}
                 if _uses_graph(query.policy):
                     relations = await self._relations(tenant_id, candidates)
                 build = functools.partial(
-                    _request, candidates, vector, query, relations, self._live_values
+                    _request, candidates, vector, ranked, relations, self._live_values
                 )
                 request = await asyncio.to_thread(build) if off_loop else build()
         results: list[Recalled] = []
@@ -321,6 +324,7 @@ class RecallService:
             at = request.ids.index  # k of ~100 candidates: a scan in C beats building a dict
             results = [Recalled(self._live(rows[at(s.memory_id)]), s) for s in scored]
             results = [r for r in results if self._still_passes(tenant_id, r.row, query.filters)]
+            results = _top_versions(results, query)
         if not (query.track and results):
             return Recall(results)
         token = await self._produce_all(
@@ -746,10 +750,12 @@ class RecallService:
         latest: datetime,
         after: Token | None = None,
     ) -> tuple[list[str], datetime, Token]:
-        """End a session (SPEC sections 5 and 7), after ``after`` is applied, or without one
-        after every write the topics hold now (:meth:`barrier` of ``memory-writes``: a
-        session's last turn is among its memories). Every memory of this tenant in ``scope``
-        (its ``session_id``, and ``user_id``/``agent_id`` when given) that exists at ``at``
+        """End a session (SPEC sections 5 and 7), after ``after`` is applied (a client's own
+        accesses) and after every write the topics hold now (:meth:`barrier` of
+        ``memory-writes``: a session's last turn is among its memories, whichever client
+        wrote it; ``after`` alone left out another client's writes not applied yet). Every
+        memory of this tenant in ``scope`` (its ``session_id``, and ``user_id``/``agent_id``
+        when given) that exists at ``at``
         gets a ``promote`` decision to episodic naming the session when
         :func:`memcore.session_end` says so, judged on its state as the state view holds it;
         the worker's reducer checks each again as it applies it, and audits it. ``at`` None:
@@ -760,10 +766,8 @@ class RecallService:
         NotAppliedError when the worker did not catch up in time, and the producer's errors.
         """
         assert scope.session_id is not None, "a session end names its session"
-        if after is not None:
-            await self.wait(after)
-        else:
-            await self.barrier(("memory-writes",))
+        await self.wait(after)
+        await self.barrier(("memory-writes",))
         wanted = dataclasses.replace(scope, states=())
         if at is not None:
             wanted = dataclasses.replace(wanted, created_to_inclusive_us=to_us(at))
@@ -1093,6 +1097,25 @@ def _request(
         keywords=keywords,
         graph_hops=np.fromiter((hops.get(r.memory_id, -1) for r in rows), np.int64, n),
     )
+
+
+def _scoring(query: RecallQuery, candidates: int) -> RecallQuery:
+    """The query the kernel scores ``candidates`` of: a history recall's (no ``current_at_us``)
+    asks for every one of them, ordered by fact before its top k (:func:`_top_versions`).
+    """
+    if query.filters.current_at_us is not None:
+        return query
+    return dataclasses.replace(query, k=max(query.k, candidates))
+
+
+def _top_versions(results: list[Recalled], query: RecallQuery) -> list[Recalled]:
+    """A history recall's top k: a fact's versions together at the place of the best of them,
+    newest first (:func:`memcore.versions_by_fact`); any other recall's results as they are.
+    """
+    if query.filters.current_at_us is not None:
+        return results
+    pairs = [(r.row.memory_id, r.row.superseded_by or None) for r in results]
+    return [results[i] for i in versions_by_fact(pairs)][: query.k]
 
 
 def _hot_request(hits: HotHits, vector: Sequence[float], query: RecallQuery) -> RankRequest:

@@ -76,12 +76,15 @@ class Tenant:
         return [h[:KEY_ID_CHARS] for h in self.api_key_hashes]
 
     def public(self) -> dict[str, Any]:
-        """The tenant as the admin API and CLI show it: no key, no digest."""
+        """The tenant as the admin API and CLI show it: no key, no digest; the presets it runs
+        (an override's ``preset`` over the one named beside it: the name given would say
+        another formula than its recalls score with).
+        """
         return {
             "tenant_id": self.tenant_id,
-            "decay": self.decay,
-            "lifecycle": self.lifecycle,
-            "recall": self.recall,
+            "decay": self.policy.decay.preset.value,
+            "lifecycle": self.policy.lifecycle.preset.value,
+            "recall": self.policy.recall.preset.value,
             "overrides": dict(self.overrides),
             "rate_limit_per_s": self.rate_limit_per_s,
             "key_ids": self.key_ids,

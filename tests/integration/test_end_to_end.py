@@ -138,6 +138,9 @@ def test_superseded_values_history_and_as_of(server: str) -> None:
         )
         assert [m.memory_id for m in history] == [osaka, lisbon]  # in time order
         assert (history[0].superseded_by, history[0].valid_to) == (lisbon, t2.isoformat())
+        # Osaka's own vector: the older words match best, and the fact's current version leads
+        (first,) = client.recall(vector=e(1.0, 0.3), k=1, at=now, track=False, include_history=True)
+        assert first.memory_id == lisbon
         then = client.recall("Where does Alice live?", k=5, at=t1 + timedelta(days=1), track=False)
         assert [m.memory_id for m in then] == [osaka]  # Lisbon was written after `at`
 

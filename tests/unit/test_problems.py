@@ -228,6 +228,27 @@ async def test_a_write_body_with_an_integer_over_64_bits_is_refused_as_sent() ->
     )
 
 
+async def test_a_write_field_another_api_names_so_is_refused_naming_ours() -> None:
+    """mem0's exports carry ``created_at``: "Extra inputs are not permitted" left the caller to
+    find that this API calls it ``at``. A recall's unknown field gets no such hint (its ``at``
+    is the as-of time, not a creation time).
+    """
+    auth = {"Authorization": f"Bearer {KEY}"}
+    memory = {"content": "x", "created_at": "2026-01-01T00:00:00+00:00"}
+    async with app() as http:
+        write = await http.post("/v1/memories", json={"memories": [memory]}, headers=auth)
+        odd = await http.post(
+            "/v1/memories", json={"memories": [{"content": "x", "colour": 1}]}, headers=auth
+        )
+        recall = await http.post("/v1/recall", json={"query": "q", "created_at": "x"}, headers=auth)
+    assert (write.status_code, write.json()["field"]) == (422, "memories[0].created_at")
+    assert write.json()["detail"].endswith("; this API calls it 'at'"), write.text
+    assert (odd.status_code, odd.json()["field"]) == (422, "memories[0].colour")
+    assert "this API calls it" not in odd.json()["detail"]
+    assert (recall.status_code, recall.json()["field"]) == (422, "created_at")
+    assert "this API calls it" not in recall.json()["detail"]
+
+
 async def test_a_write_with_metadata_nested_past_what_json_encoders_take_is_a_422() -> None:
     """orjson encodes 254 levels at most: such a write was a 500 (TypeError) at the edge."""
     auth = {"Authorization": f"Bearer {KEY}", "content-type": "application/json"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pytest
 
 from memcore.scoring import Scored
@@ -85,6 +86,50 @@ async def test_both_recall_routes_list_history_in_time_order(
     assert history.status_code == current.status_code == 200, history.text
     assert [r["memory_id"] for r in history.json()["results"]] == ["old", "new"]
     assert [r["memory_id"] for r in current.json()["results"]] == ["new", "old"]
+
+
+async def test_a_history_recall_lists_a_fact_s_current_version_before_any_older_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``include_history`` scored superseded versions as current ones: "I live in Paris" matched
+    "Where do I live?" better than "I live in Berlin now", and ``k=1`` returned only the outdated
+    one. A fact's versions now rank together at the place of the best of them, newest first.
+    """
+    service, client = service_and_client(Produced())
+    paris = make_row(
+        "acme", "paris", (1.0, 0.0, 0.0, 0.0), created_at_us=1_000_000,
+        valid_to_us=3_000_000, superseded_by="berlin",
+    )  # fmt: skip
+    rome = make_row(
+        "acme", "rome", (0.9, 0.1, 0.0, 0.0), created_at_us=3_000_000,
+        valid_to_us=5_000_000, superseded_by="berlin",
+    )  # fmt: skip
+    berlin = make_row("acme", "berlin", (0.6, 0.8, 0.0, 0.0), created_at_us=5_000_000)
+    other = make_row("acme", "other", (0.7, 0.0, 0.7, 0.0), created_at_us=2_000_000)
+
+    def candidates(tenant_id: str, vector: object, query: RecallQuery) -> list[Candidate]:
+        rows = (paris, rome, other, berlin)  # cosines .99, .99, .70, .60 to the query
+        cosine = [float(np.dot(r.vector, np.asarray(vector))) for r in rows]
+        return [Candidate(r, c, None) for r, c in zip(rows, cosine, strict=True)]
+
+    monkeypatch.setattr(service, "_candidates", candidates)
+    await service.start()
+    try:
+        async with client as http:
+            ids = []
+            for k in (1, 2, 3, 4):
+                body = {"vector": [1, 0, 0, 0], "k": k, "include_history": True, "track": False}
+                answer = await http.post("/v1/recall", json=body, headers=AUTH)
+                assert answer.status_code == 200, answer.text
+                ids.append([r["memory_id"] for r in answer.json()["results"]])
+    finally:
+        await service.stop()
+    assert ids == [  # the top k (the fact at its best version's place, newest first) by time
+        ["berlin"],
+        ["paris", "berlin"],
+        ["paris", "rome", "berlin"],
+        ["paris", "other", "rome", "berlin"],
+    ]
 
 
 async def test_archive_search_under_zeromemory_finds_what_the_sweep_archived(

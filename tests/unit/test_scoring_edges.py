@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memcore import Candidate, RankParams, Scored, rank
+from memcore import Candidate, RankParams, Scored, rank, versions_by_fact
 from memcore.policy import RecallPolicy, RecallPreset
 from ranker.kernel import RankRequest, rank_many
 
@@ -78,3 +78,31 @@ def test_an_access_dated_after_the_recall_time_counts_as_now_not_as_more_than_fr
     )
     for answer in both([later], RankParams()):
         assert answer[0].recency == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("ranked", "order"),
+    [
+        # best first: "paris" and "rome" were superseded by "berlin", which matched worse
+        (
+            [("paris", "berlin"), ("rome", "berlin"), ("other", None), ("berlin", None)],
+            ["berlin", "paris", "rome", "other"],
+        ),
+        # a chain a -> b -> c: newest first, at the place of its best (a)
+        ([("x", None), ("a", "b"), ("c", None), ("b", "c")], ["x", "c", "b", "a"]),
+        # a successor not among the results: the version stays where it is
+        ([("a", "gone"), ("b", None)], ["a", "b"]),
+        # a cycle (a racing rewrite) is cut where it closes; a memory naming itself is alone
+        ([("a", "b"), ("b", "a"), ("s", "s")], ["b", "a", "s"]),
+        ([], []),
+    ],
+)
+def test_a_history_recall_ranks_a_fact_s_versions_together_newest_first(
+    ranked: list[tuple[str, str | None]], order: list[str]
+) -> None:
+    assert [ranked[i][0] for i in versions_by_fact(ranked)] == order
+
+
+def test_a_long_chain_of_versions_is_ordered_without_recursion() -> None:
+    chain = [(f"v{i}", f"v{i + 1}") for i in range(5_000)]  # each superseded by the next
+    assert versions_by_fact(chain) == list(range(4_999, -1, -1))

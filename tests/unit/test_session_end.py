@@ -154,10 +154,11 @@ async def test_a_session_end_narrowed_to_a_user_and_given_its_time_and_tokens() 
     assert [datetime.fromisoformat(v["at"]) for v in produced] == [at, used_at]
     assert asked[0][1].user_id == "ann"
     assert asked[0][1].created_to_inclusive_us == to_us(at)
-    assert waited
-    assert len(waited) == 1  # the tokens alone, no barrier
+    assert len(waited) == 2
     assert isinstance(waited[0], Token)
-    assert waited[0].offsets
+    assert waited[0].offsets  # the tokens given (a client's accesses too)
+    # and every write held now: the tokens alone missed another client's writes in the session
+    assert waited[1] == "barrier of memory-writes"
 
 
 def live(row: MemoryRow, **changes: Any) -> bytes:

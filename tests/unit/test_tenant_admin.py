@@ -106,6 +106,21 @@ def test_a_record_round_trips_and_holds_no_plain_key() -> None:
     assert decode_tenant_record(key, deleted) == ("acme", None)
 
 
+def test_the_admin_view_names_the_presets_the_tenant_runs_an_override_s_included() -> None:
+    """``{"overrides": {"recall": {"preset": "zeph"}}}`` scored with zeph's formula while the
+    view said ``"recall": "mnemostream"``: the operator read another formula than ran.
+    """
+    given = {"overrides": {"recall": {"preset": "zeph"}, "lifecycle": {"preset": "powermem"}}}
+    shown = tenant_of("acme", given).public()
+    assert (shown["recall"], shown["lifecycle"], shown["decay"]) == (
+        "zeph",
+        "powermem",
+        "zeromemory",
+    )
+    assert shown["overrides"] == given["overrides"]
+    assert tenant_of("acme", {"recall": "powermem"}).public()["recall"] == "powermem"
+
+
 @pytest.mark.parametrize(
     ("key", "value", "field"),
     [
