@@ -181,6 +181,11 @@ _PERSONAL = frozenset(
 Notion", "Backups work at night", "Cats prefer fish for dinner": things, or many). Not "I'm
 living in" or "I'm working at": where one stays or sits for now ("I'm living in the Hilton",
 "I'm working at WeWork"), not one's home or employer."""
+_FOR_NOW = frozenset({"is living in", "is working at"})
+"""Not read as the user's own when they open a statement ("Is living in the Hilton", "Is working
+at WeWork"): where one stays or sits for now, as "I'm living in" is (:data:`_PERSONAL`)."""
+_NOT_OPENING = _PERSONAL | _FOR_NOW
+"""Phrases that make no statement of the user's own by opening it (:data:`_SPEAKER`)."""
 _SPEAKER = "i"
 """The subject of a statement that opens with its relation, capitalised ("Lives in Paris",
 "Works at Acme", as mem0 writes what a user said of themselves): the user's, as "I live in
@@ -447,7 +452,7 @@ def fact_of(content: str, max_words: int = 16, *, generic: bool = False) -> Fact
     # a single-valued attribute's "new" is dropped from a copula's subject only ("my new boss
     # lives in Paris" is of another person)
     subject = _without_new(written) if relation in _COPULAS else written
-    if not written and relation not in _COPULAS and phrase not in _PERSONAL:
+    if not written and relation not in _COPULAS and phrase not in _NOT_OPENING:
         # "Lives in Paris": the user's own, as mem0 writes it; not a piece cut from a sentence
         subject = _SPEAKER if content.strip()[:1].isupper() else ""
     rest = padded[at + len(phrase) + 2 :]

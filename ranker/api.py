@@ -160,7 +160,8 @@ class RecallBody(TextBody):
         False,
         description="also return superseded versions; the top k are then listed in time order"
         " (a fact's versions rank together at the place of the best of them, newest first: its"
-        " current version is among the top k before any older one)",
+        " current version, when a candidate that passes min_score, is among the top k before"
+        " any older one)",
     )
     after: Tokens | None = Field(
         None,
@@ -780,7 +781,18 @@ def _query(body: RecallBody, who: Tenant, states: tuple[str, ...], limits: Limit
     dim = limits.embedding_dim
     vector = checked_vector("vector", body.vector, dim) if body.vector is not None else None
     decay = recall_decay(policy.preset, who.policy.decay)
-    return RecallQuery(body.query, vector, body.k, at, policy, filters, body.track, None, decay)
+    return RecallQuery(
+        body.query,
+        vector,
+        body.k,
+        at,
+        policy,
+        filters,
+        body.track,
+        None,
+        decay,
+        include_history=body.include_history,
+    )
 
 
 def _policy(body: RecallBody, who: Tenant) -> RecallPolicy:

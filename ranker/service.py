@@ -68,6 +68,9 @@ log = logging.getLogger(__name__)
 
 SPARE = 16
 """Candidates searched beyond ``k`` when ``k`` reaches the configured number of candidates."""
+VERSION_HOPS = 8
+"""The most versions a history recall reads by id, in turn, to find which listed version
+superseded a listed one (:meth:`RecallService._top_versions`): the rest stands alone."""
 Send = Callable[[str, bytes, bytes], Awaitable[Awaitable[object]]]
 """Enqueue one message (topic role, key, value), in call order; returns its delivery to await
 (its result has the ``partition`` and ``offset`` the message got)."""
@@ -109,6 +112,9 @@ class RecallQuery:
         after: wait until the worker has applied this token's writes and accesses.
         decay: the rates recency is scored with, by each memory's tier
             (:func:`memcore.policy.recall_decay`); None: each memory's own τ.
+        include_history: superseded versions are asked for (``filters`` then leaves them in):
+            every candidate is scored, and a fact's versions rank together, newest first
+            (:meth:`RecallService._top_versions`).
     """
 
     text: str | None
@@ -120,6 +126,7 @@ class RecallQuery:
     track: bool = True
     after: Token | None = None
     decay: DecayPolicy | None = None
+    include_history: bool = False
 
 
 @dataclass(frozen=True)
@@ -324,7 +331,7 @@ class RecallService:
             at = request.ids.index  # k of ~100 candidates: a scan in C beats building a dict
             results = [Recalled(self._live(rows[at(s.memory_id)]), s) for s in scored]
             results = [r for r in results if self._still_passes(tenant_id, r.row, query.filters)]
-            results = _top_versions(results, query)
+            results = await self._top_versions(tenant_id, results, query)
         if not (query.track and results):
             return Recall(results)
         token = await self._produce_all(
@@ -422,6 +429,39 @@ class RecallService:
         """Return once the worker has applied ``after`` (at once without one)."""
         if after is not None and self.applied is not None:
             await self.applied.wait(after)
+
+    async def _top_versions(
+        self, tenant_id: str, results: list[Recalled], query: RecallQuery
+    ) -> list[Recalled]:
+        """A history recall's top k: a fact's versions together at the place of the best of
+        them, newest first (:func:`memcore.versions_by_fact`); any other's results as they
+        are (no read). A fact is followed through
+        ``superseded_by`` past versions that are not among the results (cut by ``min_score``,
+        or no candidate), read by id, :data:`VERSION_HOPS` at most: "Paris" superseded by a
+        "Rome" left out, itself superseded by a listed "Berlin", is Berlin's fact.
+        """
+        if not query.include_history:
+            return results
+        listed = {r.row.memory_id for r in results}
+        reached = {
+            r.row.memory_id: r.row.superseded_by
+            for r in results
+            if r.row.superseded_by and r.row.superseded_by not in listed
+        }
+        for _ in range(VERSION_HOPS):
+            wanted = sorted({v for v in reached.values() if v and v not in listed})
+            if not wanted:
+                break
+            rows = await self.get_many(tenant_id, wanted, slim=True)
+            reached = {
+                m: (v if v in listed else (rows[v].superseded_by if v in rows else ""))
+                for m, v in reached.items()
+            }
+        pairs: list[tuple[str, str | None]] = []
+        for r in results:
+            successor = reached.get(r.row.memory_id, r.row.superseded_by)
+            pairs.append((r.row.memory_id, successor if successor in listed else None))
+        return [results[i] for i in versions_by_fact(pairs)][: query.k]
 
     async def _relations(
         self, tenant_id: str, hits: Sequence[Candidate]
@@ -766,8 +806,8 @@ class RecallService:
         NotAppliedError when the worker did not catch up in time, and the producer's errors.
         """
         assert scope.session_id is not None, "a session end names its session"
-        await self.wait(after)
-        await self.barrier(("memory-writes",))
+        heads = await self._heads(("memory-writes",))  # every write held when the end arrived
+        await self.wait(Token.union([t for t in (after, heads) if t is not None]))  # one wait
         wanted = dataclasses.replace(scope, states=())
         if at is not None:
             wanted = dataclasses.replace(wanted, created_to_inclusive_us=to_us(at))
@@ -857,8 +897,14 @@ class RecallService:
         first), at once without a worker to wait for; raises NotAppliedError as a read's
         ``after`` does (behind a backlog of any tenant's), Unavailable when no broker answers.
         """
+        await self.wait(await self._heads(roles))
+
+    async def _heads(self, roles: Sequence[str]) -> Token | None:
+        """The token of every record on the ``roles`` topics now, on every partition the
+        cluster has (the list is read again first); None without a worker to wait for.
+        """
         if self.applied is None:
-            return
+            return None
         if self.applied.refresh is not None:  # a partition added lately holds writes too
             await self.applied.refresh()
         ends = [await self.applied.end_offsets(role) for role in roles]
@@ -866,7 +912,7 @@ class RecallService:
             role: {p: e - 1 for p, e in end.items() if e > 0}
             for role, end in zip(roles, ends, strict=True)
         }
-        await self.wait(Token({role: parts for role, parts in last.items() if parts}))
+        return Token({role: parts for role, parts in last.items() if parts})
 
     async def tenant_memories(self, tenant_id: str) -> list[str]:
         """Ids of every memory of this tenant, in any state: the worker's table's (the state
@@ -1100,22 +1146,12 @@ def _request(
 
 
 def _scoring(query: RecallQuery, candidates: int) -> RecallQuery:
-    """The query the kernel scores ``candidates`` of: a history recall's (no ``current_at_us``)
-    asks for every one of them, ordered by fact before its top k (:func:`_top_versions`).
+    """The query the kernel scores ``candidates`` of: a history recall's asks for every one of
+    them, ordered by fact before its top k (:meth:`RecallService._top_versions`).
     """
-    if query.filters.current_at_us is not None:
+    if not query.include_history:
         return query
     return dataclasses.replace(query, k=max(query.k, candidates))
-
-
-def _top_versions(results: list[Recalled], query: RecallQuery) -> list[Recalled]:
-    """A history recall's top k: a fact's versions together at the place of the best of them,
-    newest first (:func:`memcore.versions_by_fact`); any other recall's results as they are.
-    """
-    if query.filters.current_at_us is not None:
-        return results
-    pairs = [(r.row.memory_id, r.row.superseded_by or None) for r in results]
-    return [results[i] for i in versions_by_fact(pairs)][: query.k]
 
 
 def _hot_request(hits: HotHits, vector: Sequence[float], query: RecallQuery) -> RankRequest:

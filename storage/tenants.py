@@ -76,13 +76,15 @@ class Tenant:
         return [h[:KEY_ID_CHARS] for h in self.api_key_hashes]
 
     def public(self) -> dict[str, Any]:
-        """The tenant as the admin API and CLI show it: no key, no digest; the presets it runs
-        (an override's ``preset`` over the one named beside it: the name given would say
-        another formula than its recalls score with).
+        """The tenant as the admin API and CLI show it: no key, no digest; the lifecycle and
+        recall presets it runs (an override's ``preset`` over the one named beside it: the
+        name given said another formula than its recalls score with), and the decay preset
+        as given (an override's decay ``preset`` renames the rates, it does not change them:
+        shown, then sent back, it would make them that preset's).
         """
         return {
             "tenant_id": self.tenant_id,
-            "decay": self.policy.decay.preset.value,
+            "decay": self.decay,
             "lifecycle": self.policy.lifecycle.preset.value,
             "recall": self.policy.recall.preset.value,
             "overrides": dict(self.overrides),

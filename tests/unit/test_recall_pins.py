@@ -93,6 +93,8 @@ class Store:
     def get(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, MemoryRow]:
         return {m: self.rows[m] for m in memory_ids if m in self.rows}
 
+    get_slim = get
+
     def relations(self, tenant_id: str, memory_ids: Sequence[str]) -> dict[str, Sequence[str]]:
         return {m: self.rows[m].relations for m in memory_ids if m in self.rows}
 
@@ -309,3 +311,35 @@ def test_the_milvus_expression_of_every_filter() -> None:
         ' user_id == "u" and created_at_us >= 1 and created_at_us < 9 and memory_id in ["m"]'
         ' and (merged_into in ["d"] or superseded_by in ["d"])'
     )
+
+
+@pytest.mark.parametrize("cache", [False, True])
+def test_a_history_recall_follows_a_fact_past_a_version_it_left_out(cache: bool) -> None:
+    """Paris was superseded by Rome, Rome by Berlin; ``min_score`` leaves Rome out. The fact was
+    followed among the results alone, so Paris stood as a fact of its own, and ``k=1``
+    returned it, not Berlin; on the hot cache's path the kernel scored the top 1 alone.
+    """
+    rows = [
+        row("paris", 1.0, valid_to_us=2_000_000, superseded_by="rome"),
+        row("rome", 0.3, 0.95, valid_to_us=3_000_000, superseded_by="berlin"),
+        row("berlin", 0.8, 0.6, created_at_us=3_000_000),
+        row("other", 0.7, 0.0, 0.71),
+    ]
+    history = Filters(states=("active", "archived"))  # no current_at_us: every version
+    policy = RecallPolicy(min_score=0.3)  # relevance is half the cosine: Rome's .15 is cut
+    svc = service(Store(*rows), cache=cache)
+    query = RecallQuery(None, (1.0, 0.0, 0.0, 0.0), 1, AT, policy, history, track=False)
+    asked = dataclasses.replace(query, include_history=True)
+
+    async def main() -> list[list[str]]:
+        await svc.start()
+        try:
+            queries = (asked, asked, dataclasses.replace(asked, k=3), query)
+            return [ids((await svc.recall("acme", q)).results) for q in queries]
+        finally:
+            await svc.stop()
+
+    first, again, three, plain = asyncio.run(main())
+    assert first == again == ["berlin"]  # the second from the hot cache when it holds them
+    assert three == ["berlin", "paris", "other"]  # best first here; the route sorts by time
+    assert plain == ["paris"]  # not asked for history: best first, as it was

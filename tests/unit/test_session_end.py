@@ -60,6 +60,8 @@ class SessionStore:
 
 
 NOW_US = to_us(datetime.now(UTC))
+HEADS = Token({"memory-writes": {0: 41, 1: 7}})
+"""Every write the topics hold when the end arrives (a stand-in's)."""
 
 
 def row(memory_id: str, **kw: Any) -> MemoryRow:
@@ -82,11 +84,12 @@ async def end(
         if after is not None:  # get_many's own wait (for none) is no wait
             waited.append(after)
 
-    async def barrier(roles: Sequence[str] = ()) -> None:
-        waited.append(f"barrier of {', '.join(roles)}")
+    async def heads(roles: Sequence[str]) -> Token:
+        assert tuple(roles) == ("memory-writes",)
+        return HEADS
 
     service.wait = wait  # type: ignore[method-assign]
-    service.barrier = barrier  # type: ignore[method-assign]
+    service._heads = heads  # type: ignore[method-assign]
     async with client as http:
         raw = json.dumps(body)  # a lone surrogate as its \u escape, as a client may send it
         headers = {**AUTH, "content-type": "application/json"}
@@ -124,7 +127,7 @@ async def test_a_session_end_promotes_its_active_working_memories_only() -> None
     assert (tenant, scope.session_id, scope.user_id, scope.agent_id) == ("acme", "s1", None, None)
     assert scope.states == ()  # the view judges the state, not a row that may be older
     assert scope.created_to_inclusive_us is None
-    assert waited == ["barrier of memory-writes"]  # no after: every write held now, first
+    assert waited == [HEADS]  # no after: every write held now, first
     assert (await SEAL.open(body["token"], "acme")).offsets  # it names what was produced
 
 
@@ -154,11 +157,15 @@ async def test_a_session_end_narrowed_to_a_user_and_given_its_time_and_tokens() 
     assert [datetime.fromisoformat(v["at"]) for v in produced] == [at, used_at]
     assert asked[0][1].user_id == "ann"
     assert asked[0][1].created_to_inclusive_us == to_us(at)
-    assert len(waited) == 2
-    assert isinstance(waited[0], Token)
-    assert waited[0].offsets  # the tokens given (a client's accesses too)
-    # and every write held now: the tokens alone missed another client's writes in the session
-    assert waited[1] == "barrier of memory-writes"
+    # one wait: for the tokens given (a client's accesses too) and every write held now (the
+    # tokens alone missed another client's writes in the session), in one read-your-writes wait
+    (one,) = waited
+    assert isinstance(one, Token)
+    given = await SEAL.open(token, "acme")
+    for part in (given, HEADS):
+        for role, offsets in part.offsets.items():
+            assert all(one.offsets[role][p] >= o for p, o in offsets.items())
+    assert len(one.parts) == 2
 
 
 def live(row: MemoryRow, **changes: Any) -> bytes:

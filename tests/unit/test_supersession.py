@@ -515,6 +515,8 @@ def test_a_first_person_or_subjectless_replacement_supersedes(older: str, newer:
         ("I work at Acme.", "I'm working at WeWork now."),
         ("We work at Acme.", "We're working at Globex now."),
         ("I'm dating Sam.", "I'm dating Alex."),  # one may date several, unless said to replace
+        ("I live in Paris.", "Is living in the Hilton now."),  # as mem0 writes "I'm living in"
+        ("Works at Acme.", "Is working at WeWork now."),
         # in capitals or every word capitalised once "I'm" is read as "I am": case tells nothing
         ("I'M MARRIED TO TOM", "I'M MARRIED TO MY JOB NOW"),
         ("I'm Married To Tom", "I'm Married To My Job Now"),

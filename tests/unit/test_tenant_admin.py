@@ -8,6 +8,7 @@ import hashlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import httpx
 import orjson
@@ -119,6 +120,24 @@ def test_the_admin_view_names_the_presets_the_tenant_runs_an_override_s_included
     )
     assert shown["overrides"] == given["overrides"]
     assert tenant_of("acme", {"recall": "powermem"}).public()["recall"] == "powermem"
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"overrides": {"recall": {"preset": "zeph"}}},
+        {"recall": "zeph", "overrides": {"recall": {"preset": "mnemostream"}}},
+        {"overrides": {"lifecycle": {"preset": "powermem"}}},
+        # a decay override's preset renames the rates only: shown as "powermem", then sent
+        # back, the rates became powermem's (a working memory's τ 48 h -> 1.2 h)
+        {"decay": "zeromemory", "overrides": {"decay": {"preset": "powermem"}}},
+        {"decay": "powermem", "overrides": {"decay": {"preset": "zeromemory"}}},
+    ],
+)
+def test_a_tenant_shown_then_sent_back_as_shown_runs_the_same_policy(given: dict[str, Any]) -> None:
+    shown = tenant_of("acme", given).public()
+    names = ("decay", "lifecycle", "recall", "overrides")
+    assert tenant_of("acme", {n: shown[n] for n in names}).policy == tenant_of("acme", given).policy
 
 
 @pytest.mark.parametrize(
