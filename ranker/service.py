@@ -55,7 +55,7 @@ from storage.compacted import CompactedLogError
 from storage.embedding import Embedder
 from storage.key_log import KeyLog
 from storage.records import decision_value
-from storage.rows import CURRENT, row_live_values
+from storage.rows import CURRENT, LIVE_FIELDS, row_live_values
 from storage.sealing import seal_write
 
 GRAPH_FETCH_MAX = 1_000
@@ -69,8 +69,9 @@ log = logging.getLogger(__name__)
 SPARE = 16
 """Candidates searched beyond ``k`` when ``k`` reaches the configured number of candidates."""
 VERSION_HOPS = 8
-"""The most versions a history recall reads by id, in turn, to find which listed version
+"""The most versions a history recall follows, in turn, to find which listed version
 superseded a listed one (:meth:`RecallService._top_versions`): the rest stands alone."""
+_SUPERSEDED_BY = LIVE_FIELDS.index("superseded_by")
 Send = Callable[[str, bytes, bytes], Awaitable[Awaitable[object]]]
 """Enqueue one message (topic role, key, value), in call order; returns its delivery to await
 (its result has the ``partition`` and ``offset`` the message got)."""
@@ -435,33 +436,49 @@ class RecallService:
     ) -> list[Recalled]:
         """A history recall's top k: a fact's versions together at the place of the best of
         them, newest first (:func:`memcore.versions_by_fact`); any other's results as they
-        are (no read). A fact is followed through
-        ``superseded_by`` past versions that are not among the results (cut by ``min_score``,
-        or no candidate), read by id, :data:`VERSION_HOPS` at most: "Paris" superseded by a
-        "Rome" left out, itself superseded by a listed "Berlin", is Berlin's fact.
+        are. A fact is followed through ``superseded_by`` past versions that are not among the
+        results (cut by ``min_score``, or no candidate), :data:`VERSION_HOPS` at most: "Paris"
+        superseded by a "Rome" left out, itself superseded by a listed "Berlin", is Berlin's
+        fact. The links are the state view's; Milvus is read (by id) only for versions it does
+        not hold; a version neither holds (purged) ends the fact there.
         """
         if not query.include_history:
             return results
         listed = {r.row.memory_id for r in results}
-        reached = {
-            r.row.memory_id: r.row.superseded_by
-            for r in results
-            if r.row.superseded_by and r.row.superseded_by not in listed
-        }
+        successor = {r.row.memory_id: r.row.superseded_by for r in results}
+        reached = {m: s for m, s in successor.items() if s and s not in listed}
+        passed: dict[str, set[str]] = {m: set() for m in reached}  # a cycle ends where it closes
         for _ in range(VERSION_HOPS):
-            wanted = sorted({v for v in reached.values() if v and v not in listed})
+            wanted = {v for v in reached.values() if v and v not in listed}
             if not wanted:
                 break
-            rows = await self.get_many(tenant_id, wanted, slim=True)
-            reached = {
-                m: (v if v in listed else (rows[v].superseded_by if v in rows else ""))
-                for m, v in reached.items()
-            }
+            await self._links(tenant_id, wanted, successor)
+            for m, v in reached.items():
+                if v and v not in listed:
+                    passed[m].add(v)
+                    after = successor.get(v) or ""
+                    reached[m] = "" if after in passed[m] else after
         pairs: list[tuple[str, str | None]] = []
         for r in results:
-            successor = reached.get(r.row.memory_id, r.row.superseded_by)
-            pairs.append((r.row.memory_id, successor if successor in listed else None))
+            found = reached.get(r.row.memory_id, r.row.superseded_by)
+            pairs.append((r.row.memory_id, found if found in listed else None))
         return [results[i] for i in versions_by_fact(pairs)][: query.k]
+
+    async def _links(self, tenant_id: str, memory_ids: set[str], known: dict[str, str]) -> None:
+        """Add to ``known`` the ``superseded_by`` of each of ``memory_ids`` it lacks ("" for
+        none): the state view's, else its Milvus row's (absent: none).
+        """
+        unread = []
+        for memory_id in sorted(memory_ids - known.keys()):
+            values = self.view.values(tenant_id, memory_id) if self.view is not None else None
+            if values is None:
+                unread.append(memory_id)
+            else:
+                known[memory_id] = values[_SUPERSEDED_BY] or ""
+        if unread:
+            rows = await self.get_many(tenant_id, unread, slim=True)
+            for memory_id in unread:
+                known[memory_id] = rows[memory_id].superseded_by if memory_id in rows else ""
 
     async def _relations(
         self, tenant_id: str, hits: Sequence[Candidate]
@@ -791,9 +808,10 @@ class RecallService:
         after: Token | None = None,
     ) -> tuple[list[str], datetime, Token]:
         """End a session (SPEC sections 5 and 7), after ``after`` is applied (a client's own
-        accesses) and after every write the topics hold now (:meth:`barrier` of
-        ``memory-writes``: a session's last turn is among its memories, whichever client
-        wrote it; ``after`` alone left out another client's writes not applied yet). Every
+        accesses) and every write the topics held when it arrived (the end offsets of
+        ``memory-writes``, read first: a session's last turn is among its memories, whichever
+        client wrote it; ``after`` alone left out another client's writes not applied yet),
+        in one wait. Every
         memory of this tenant in ``scope`` (its ``session_id``, and ``user_id``/``agent_id``
         when given) that exists at ``at``
         gets a ``promote`` decision to episodic naming the session when
@@ -807,7 +825,7 @@ class RecallService:
         """
         assert scope.session_id is not None, "a session end names its session"
         heads = await self._heads(("memory-writes",))  # every write held when the end arrived
-        await self.wait(Token.union([t for t in (after, heads) if t is not None]))  # one wait
+        await self.wait(_with_heads(after, heads))
         wanted = dataclasses.replace(scope, states=())
         if at is not None:
             wanted = dataclasses.replace(wanted, created_to_inclusive_us=to_us(at))
@@ -1143,6 +1161,18 @@ def _request(
         keywords=keywords,
         graph_hops=np.fromiter((hops.get(r.memory_id, -1) for r in rows), np.int64, n),
     )
+
+
+def _with_heads(after: Token | None, heads: Token | None) -> Token | None:
+    """One token for one wait: ``after``'s offsets and ``heads``' (the service's own, which a
+    refusal never names: it names what the client sent, ``after`` or ``after[i]``, as a read
+    of ``after`` alone does).
+    """
+    if after is None or heads is None:
+        return after or heads
+    joined = Token.union([after, heads])
+    assert joined is not None
+    return Token(joined.offsets, after.parts, after.given)
 
 
 def _scoring(query: RecallQuery, candidates: int) -> RecallQuery:

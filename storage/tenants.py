@@ -79,8 +79,9 @@ class Tenant:
         """The tenant as the admin API and CLI show it: no key, no digest; the lifecycle and
         recall presets it runs (an override's ``preset`` over the one named beside it: the
         name given said another formula than its recalls score with), and the decay preset
-        as given (an override's decay ``preset`` renames the rates, it does not change them:
-        shown, then sent back, it would make them that preset's).
+        as given, the one its rates start from (a decay override's ``preset`` keeps those
+        rates and relabels them, the label :func:`memcore.policy.recall_decay` compares;
+        shown as the label, then sent back, the rates would have become that preset's).
         """
         return {
             "tenant_id": self.tenant_id,

@@ -33,6 +33,7 @@ DIM = 4
 AT = datetime(1970, 1, 1, 0, 0, 5, tzinfo=UTC)
 NOW_US = 5_000_000
 RECALL = Filters(states=("active", "archived"), current_at_us=NOW_US)
+HISTORY = Filters(states=("active", "archived"))  # every version: include_history
 
 
 def _passes(row: MemoryRow, filters: Filters) -> bool:
@@ -393,3 +394,27 @@ def test_a_listing_by_state_finds_a_memory_the_view_moved_before_milvus_did() ->
 
     assert asyncio.run(listed(Filters(states=("archived",)))) == ["a"]
     assert asyncio.run(listed(Filters(states=("active",)))) == ["b"]
+
+
+def test_a_history_recall_follows_a_fact_through_the_view_not_milvus() -> None:
+    """Rome, superseded by Berlin, is no candidate: the link is the view's (a history recall
+    read Milvus by id for it on every call, the hot path's too; this fake has no such read).
+    """
+    paris = row("paris", 1.0, valid_to_us=2_000_000, superseded_by="rome")
+    rome = row("rome", 0.0, 0.0, 1.0, valid_to_us=3_000_000, superseded_by="berlin")
+    berlin = row("berlin", 0.8, 0.6, created_at_us=3_000_000)
+    store, view = FakeMilvus(paris, berlin), FakeView()
+    view.live["acme", "rome"] = live(rome)
+    query = RecallQuery(None, (1.0, 0.0, 0.0, 0.0), 1, AT, RecallPolicy(), HISTORY, track=False)
+    asked = dataclasses.replace(query, include_history=True)
+    for service in services(store, view):
+
+        async def main(service: RecallService = service) -> list[list[str]]:
+            await service.start()
+            try:
+                answers = [await service.recall("acme", q) for q in (asked, asked, query)]
+            finally:
+                await service.stop()
+            return [[r.row.memory_id for r in a.results] for a in answers]
+
+        assert asyncio.run(main()) == [["berlin"], ["berlin"], ["paris"]]

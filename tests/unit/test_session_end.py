@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from memcore import Lifecycle, Tier
-from ranker.applied import Token
+from ranker.applied import AppliedOffsets, Token
 from ranker.view import StateView
 from storage import Filters, MemoryRow, codec, from_us, to_us
 from tests.rows import make_row
@@ -165,7 +165,37 @@ async def test_a_session_end_narrowed_to_a_user_and_given_its_time_and_tokens() 
     for part in (given, HEADS):
         for role, offsets in part.offsets.items():
             assert all(one.offsets[role][p] >= o for p, o in offsets.items())
-    assert len(one.parts) == 2
+
+
+@pytest.mark.parametrize("offsets", [{0: 500}, {3: 5}, {1: 50}])
+async def test_a_session_end_refuses_a_token_past_the_topics_naming_after_as_sent(
+    monkeypatch: pytest.MonkeyPatch, offsets: dict[int, int]
+) -> None:
+    """Its wait joins the token given and the topics' ends: the refusal of a token the topics
+    never held (made anew since) named ``after[0]``, a field the client had not sent, where a
+    recall names ``after``.
+    """
+    monkeypatch.setattr("ranker.applied.ISSUED_CHECK_S", 0.05)
+    service, client = service_and_client(Produced())
+    service.store = SessionStore([row("w1")])  # type: ignore[assignment]
+
+    async def committed() -> dict[tuple[str, int], int]:
+        return {("memory-writes", 0): 60, ("memory-writes", 1): 0}
+
+    async def end_offsets(role: str) -> dict[int, int]:
+        return {0: 100, 1: 50}  # what the topics hold: offsets 0-99 and 0-49
+
+    service.applied = AppliedOffsets(committed, end_offsets, poll_s=0.01, timeout_s=5)
+    text = await SEAL.seal(Token({"memory-writes": offsets}), "acme")
+    async with client as http:
+        ended = await http.post(
+            "/v1/sessions/end", json={"session_id": "s1", "after": text}, headers=AUTH
+        )
+        recalled = await http.post(
+            "/v1/recall", json={"query": "x", "after": text, "track": False}, headers=AUTH
+        )
+    assert (ended.status_code, ended.json()["field"]) == (422, "after"), ended.text
+    assert (recalled.status_code, recalled.json()["field"]) == (422, "after"), recalled.text
 
 
 def live(row: MemoryRow, **changes: Any) -> bytes:
