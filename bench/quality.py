@@ -400,6 +400,9 @@ class Attribute:
     # ``--paraphrased``: a statement after the last version that reads like a replacement and is
     # none (someone else's, a side job, the past): the last version stays current
     lookalikes: tuple[str, ...] = ()
+    # ``--first-person``: first, later, question and before as the user says them ("I live in
+    # {v}."), written under the user's id; none: not read in the first person (plays)
+    first_person: tuple[str, str, str, str] | None = None
 
 
 ATTRIBUTES = (
@@ -437,6 +440,12 @@ ATTRIBUTES = (
             "{p} settled in quickly at the new office.",
             "{p} moved to {v} in 2012.",
         ),
+        first_person=(
+            "I live in {v}.",
+            "I live in {v} now.",
+            "Where do I live?",
+            "Where did I live before {v}?",
+        ),
     ),
     Attribute(
         "employer",
@@ -471,6 +480,12 @@ ATTRIBUTES = (
             "{p} got hired by a client for a side project.",
             "{p} was hired by {v} in 2015.",
         ),
+        first_person=(
+            "I work at {v}.",
+            "I work at {v} now.",
+            "Where do I work?",
+            "Where did I work before {v}?",
+        ),
     ),
     Attribute(
         "food",
@@ -490,6 +505,12 @@ ATTRIBUTES = (
             "{p}'s new friend's favourite food is {v}.",
             "{p}'s sister's favourite food is {v} now.",
             "{v} is {p}'s dog's favourite food now.",
+        ),
+        first_person=(
+            "My favourite food is {v}.",
+            "My favourite food is {v} now.",
+            "What is my favourite food?",
+            "What was my favourite food before {v}?",
         ),
     ),
     Attribute(
@@ -516,6 +537,12 @@ ATTRIBUTES = (
             "{p} drives a {v} these days.",
         ),
         ("{p} also drives a {v}.", "{p} bought a {v} as a second car."),
+        first_person=(
+            "I drive a {v}.",
+            "I drive a {v} now.",
+            "What car do I drive?",
+            "What car did I drive before the {v}?",
+        ),
     ),
     Attribute(
         "sport",
@@ -603,12 +630,15 @@ class Write:
     content: str
     at: datetime
     importance: float | None = None
+    user_id: str | None = None  # ``--first-person``: the user who said it
 
     def body(self) -> dict[str, Any]:
         out: dict[str, Any] = {"memory_id": self.memory_id, "content": self.content}
         out["at"] = self.at.isoformat()
         if self.importance is not None:
             out["importance"] = self.importance
+        if self.user_id is not None:
+            out["user_id"] = self.user_id
         return out
 
 
@@ -624,6 +654,7 @@ class Probe:
     named: str = ""  # before: the version the question names
     history: bool = False
     lookalike: str = ""  # current (--paraphrased): a look-alike written after the last version
+    user_id: str | None = None  # --first-person: asked by that user, of that user's memories
 
 
 @dataclass
@@ -638,12 +669,14 @@ def _days(rng: random.Random, low: int, high: int) -> timedelta:
     return timedelta(days=rng.randint(low, high), hours=rng.randint(0, 9))
 
 
-PHRASINGS = ("marked", "unmarked", "paraphrased")
+PHRASINGS = ("marked", "unmarked", "paraphrased", "first-person")
 """How the workload states a fact's later versions: ``marked`` as the first plus "now" ("Alice
 lives in Lisbon now."), ``unmarked`` as the first ("Alice lives in Lisbon."), ``paraphrased`` in
 one of the attribute's other ways of stating a replacement ("Alice relocated to Lisbon."), and
 for a many-valued attribute (drives, plays) a last value held beside the others ("Alice also
-drives a Kia Niro.")."""
+drives a Kia Niro."); ``first-person`` as ``marked``, said by each person of themselves under
+their own ``user_id`` ("I live in Lisbon now.", asked "Where do I live?" of that user's
+memories; the facts the rule does not read in the first person, a sport, are left out)."""
 
 
 def _sentence(template: str, person: str, value: str) -> str:
@@ -662,8 +695,11 @@ def _fact_versions(
         values.append(rng.choice([v for v in attribute.values if v not in values]))
     at = START + _days(rng, 0, 60)
     versions: list[Write] = []
+    user = person.lower() if phrasing == "first-person" else None
     for n, value in enumerate(values):
-        if n == 0 or phrasing == "unmarked":
+        if phrasing == "first-person" and attribute.first_person is not None:
+            template = attribute.first_person[0 if n == 0 else 1]
+        elif n == 0 or phrasing == "unmarked":
             template = attribute.first
         elif phrasing == "marked":
             template = attribute.later
@@ -672,7 +708,8 @@ def _fact_versions(
         else:
             template = rng.choice(attribute.updates)
         memory_id = f"{w.tenant}-{person.lower()}-{attribute.name}-{n + 1}"
-        versions.append(Write(memory_id, _sentence(template, person, value), at))
+        text = _sentence(template, person, value)
+        versions.append(Write(memory_id, text, at, user_id=user))
         at += _days(rng, 21, 120)
     return versions, values
 
@@ -700,24 +737,42 @@ def _current_kind(attribute: Attribute, phrasing: str) -> str:
 
 
 def _add_facts(rng: random.Random, w: Workload, end: datetime, phrasing: str) -> None:
+    first_person = phrasing == "first-person"
     for person in PEOPLE:
+        user = person.lower() if first_person else None
         for attribute in ATTRIBUTES:
+            if first_person and attribute.first_person is None:
+                continue
+            asked, asked_before = attribute.question, attribute.before
+            if first_person and attribute.first_person is not None:
+                asked, asked_before = attribute.first_person[2:]
             versions, values = _fact_versions(rng, w, person, attribute, phrasing)
             w.writes += versions
             ids = tuple(v.memory_id for v in versions)
-            question = attribute.question.format(p=person)
+            question = asked.format(p=person)
             kind = _current_kind(attribute, phrasing)
             like = _lookalike(rng, w, person, attribute, values, versions[-1].at, phrasing)
-            w.probes.append(Probe(kind, question, end, ids[-1], ids, lookalike=like))
+            w.probes.append(Probe(kind, question, end, ids[-1], ids, lookalike=like, user_id=user))
             for n in range(1, len(versions)):
                 older, newer = versions[n - 1], versions[n]
                 middle = older.at + (newer.at - older.at) / 2
-                w.probes.append(Probe("as-of", question, middle, older.memory_id, ids))
+                w.probes.append(
+                    Probe("as-of", question, middle, older.memory_id, ids, user_id=user)
+                )
                 if kind == "current-both" and n == len(versions) - 1:
                     continue  # an addition replaces nothing: nothing was held "before" it
-                before = attribute.before.format(p=person, v=values[n])
+                before = asked_before.format(p=person, v=values[n])
                 w.probes.append(
-                    Probe("before", before, end, older.memory_id, ids, newer.memory_id, True)
+                    Probe(
+                        "before",
+                        before,
+                        end,
+                        older.memory_id,
+                        ids,
+                        newer.memory_id,
+                        True,
+                        user_id=user,
+                    )
                 )
 
 
@@ -799,7 +854,11 @@ def updates_workload(
         _add_paraphrases(rng, w, end)
         _add_chatter(rng, w, end, 120)
         seen: set[str] = set()
-        w.writes = [x for x in sorted(w.writes, key=lambda x: x.at) if not _dup(seen, x.content)]
+        w.writes = [
+            x
+            for x in sorted(w.writes, key=lambda x: x.at)
+            if not _dup(seen, f"{x.user_id or ''}\x00{x.content}")  # "I live in Oslo." of two users
+        ]
         out.append(w)
     return out
 
@@ -867,6 +926,8 @@ def probe_body(probe: Probe) -> dict[str, Any]:
     }
     if probe.history:
         body["include_history"] = True
+    if probe.user_id is not None:
+        body["filters"] = {"user_id": probe.user_id}
     return body
 
 
@@ -917,7 +978,11 @@ def offline_updates(
         vectors = embedder.embed([x.content for x in w.writes])
         queries = embedder.embed([p.query for p in w.probes])
         for probe, qv in zip(w.probes, queries, strict=True):
-            visible = [i for i, x in enumerate(w.writes) if x.at <= probe.at]
+            visible = [
+                i
+                for i, x in enumerate(w.writes)
+                if x.at <= probe.at and (probe.user_id is None or x.user_id == probe.user_id)
+            ]
             texts = [w.writes[i].content for i in visible]
             scores = {
                 "offline cosine": vectors[visible] @ qv,
@@ -1042,6 +1107,14 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         const="paraphrased",
         dest="phrasing",
         help="updates: later versions in other words, and additions (on fresh tenants)",
+    )
+    phrasing.add_argument(
+        "--first-person",
+        action="store_const",
+        const="first-person",
+        dest="phrasing",
+        help='updates: each person says it of themselves ("I live in Lisbon now."), under their'
+        " user_id (on fresh tenants)",
     )
     parser.set_defaults(phrasing="marked")
     parser.add_argument("--json", action="store_true", help="print JSON instead of Markdown")

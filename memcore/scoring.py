@@ -317,12 +317,13 @@ def mmr(
 
 def versions_by_fact(ranked: Sequence[tuple[str, str | None]]) -> list[int]:
     """The order of a history recall's results (``include_history``), each a ``(memory_id,
-    superseded_by)`` pair, best first: returns their indices with the versions of one fact
-    together, at the place of the best of them, newest first (the current version, then the
-    ones it superseded, then theirs), so that the top k hold a fact's current version before
-    any older one however much better the older words match ("I live in Paris" over "I live in
-    Berlin now" for "Where do I live?"). A fact is followed through ``superseded_by`` among
-    the results only; a cycle (a racing rewrite) is cut where it closes.
+    superseded_by)`` pair, best first: returns their indices with the places the versions of
+    one fact hold given to them newest first (the current version, then the ones it
+    superseded, then theirs), every other result keeping its place. So the top k hold a fact's
+    current version before any older one however much better the older words match ("I live
+    in Paris" over "I live in Berlin now" for "Where do I live?"), and a fact takes no more of
+    the top k than its versions' scores gave it. A fact is followed through ``superseded_by``
+    among the results only; a cycle (a racing rewrite) is cut where it closes.
     """
     at = {memory_id: i for i, (memory_id, _) in enumerate(ranked)}
     head: dict[int, int] = {}  # the newest version among the results of each one's fact
@@ -341,7 +342,11 @@ def versions_by_fact(ranked: Sequence[tuple[str, str | None]]) -> list[int]:
         for j in reversed(path):
             head[j], depth[j] = top, hops
             hops += 1
-    best: dict[int, int] = {}
+    facts: dict[int, list[int]] = {}
     for i in range(len(ranked)):
-        best[head[i]] = min(best.get(head[i], i), i)
-    return sorted(range(len(ranked)), key=lambda i: (best[head[i]], depth[i], i))
+        facts.setdefault(head[i], []).append(i)
+    order = list(range(len(ranked)))
+    for versions in facts.values():  # the fact's places (ascending), newest version first
+        for place, i in zip(versions, sorted(versions, key=lambda j: (depth[j], j)), strict=True):
+            order[place] = i
+    return order

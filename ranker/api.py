@@ -159,9 +159,8 @@ class RecallBody(TextBody):
     include_history: StrictBool = Field(
         False,
         description="also return superseded versions; the top k are then listed in time order"
-        " (a fact's versions rank together at the place of the best of them, newest first: its"
-        " current version, when a candidate that passes min_score, is among the top k before"
-        " any older one)",
+        " (the places a fact's versions hold go to them newest first: its current version, when"
+        " a candidate that passes min_score, is among the top k before any older one)",
     )
     after: Tokens | None = Field(
         None,

@@ -114,8 +114,8 @@ class RecallQuery:
         decay: the rates recency is scored with, by each memory's tier
             (:func:`memcore.policy.recall_decay`); None: each memory's own τ.
         include_history: superseded versions are asked for (``filters`` then leaves them in):
-            every candidate is scored, and a fact's versions rank together, newest first
-            (:meth:`RecallService._top_versions`).
+            every candidate is scored, and the places a fact's versions hold go to them newest
+            first (:meth:`RecallService._top_versions`).
     """
 
     text: str | None
@@ -434,13 +434,13 @@ class RecallService:
     async def _top_versions(
         self, tenant_id: str, results: list[Recalled], query: RecallQuery
     ) -> list[Recalled]:
-        """A history recall's top k: a fact's versions together at the place of the best of
-        them, newest first (:func:`memcore.versions_by_fact`); any other's results as they
-        are. A fact is followed through ``superseded_by`` past versions that are not among the
-        results (cut by ``min_score``, or no candidate), :data:`VERSION_HOPS` at most: "Paris"
-        superseded by a "Rome" left out, itself superseded by a listed "Berlin", is Berlin's
-        fact. The links are the state view's; Milvus is read (by id) only for versions it does
-        not hold; a version neither holds (purged) ends the fact there.
+        """A history recall's top k: the places a fact's versions hold given to them newest
+        first (:func:`memcore.versions_by_fact`); any other's results as they are. A fact is
+        followed through ``superseded_by`` past versions that are not among the results (cut
+        by ``min_score``, or no candidate), :data:`VERSION_HOPS` at most: "Paris" superseded by
+        a "Rome" left out, itself superseded by a listed "Berlin", is Berlin's fact. The links
+        are the state view's; Milvus is read (by id) only for versions it does not hold; a
+        version neither holds (purged) ends the fact there.
         """
         if not query.include_history:
             return results

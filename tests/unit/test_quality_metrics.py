@@ -13,6 +13,7 @@ from bench.quality import (
     Outcome,
     Probe,
     kept_current,
+    probe_body,
     score_probe,
     updates_workload,
 )
@@ -178,3 +179,28 @@ def test_a_look_alike_follows_each_single_valued_fact_and_the_newest_must_stay()
     assert scored(probe, ["x", "v3"])["kept past look-alike R@10"] == 1.0
     assert scored(probe, [probe.lookalike, "x"])["kept past look-alike R@10"] == 0.0
     assert "kept past look-alike R@10" not in scored(CURRENT, ["v3"])
+
+
+def test_the_first_person_workload_is_said_and_asked_by_each_user_of_themselves() -> None:
+    """``--first-person``: each person's facts in the first person under their ``user_id``, asked
+    in the first person of that user's memories (two users' "I live in Oslo." are two writes);
+    the other workloads draw what they drew before it existed.
+    """
+    (w,) = updates_workload(7, ("t",), phrasing="first-person")
+    facts = [x for x in w.writes if x.user_id is not None]
+    assert facts
+    assert {x.user_id for x in facts} == {p.lower() for p in PEOPLE}
+    assert all(x.content.startswith(("I ", "My ")) for x in facts)
+    assert all(" now." in x.content for x in facts if not x.memory_id.endswith("-1"))
+    assert not any("-sport-" in x.memory_id for x in w.writes)  # "I play" is not read
+    asked = [p for p in w.probes if p.user_id is not None]
+    assert {p.kind for p in asked} == {"current", "as-of", "before"}
+    by_id = {x.memory_id: x for x in w.writes}
+    for probe in asked:
+        assert " I " in f" {probe.query} " or " my " in probe.query
+        assert probe_body(probe)["filters"] == {"user_id": probe.user_id}
+        assert {by_id[v].user_id for v in probe.versions} == {probe.user_id}
+    contents = [(x.user_id, x.content) for x in w.writes]
+    assert len(contents) == len(set(contents))
+    assert len({x.content for x in facts}) < len(facts)  # the same words, of two users
+    assert "filters" not in probe_body(updates_workload(7, ("t",))[0].probes[0])

@@ -83,12 +83,13 @@ def test_an_access_dated_after_the_recall_time_counts_as_now_not_as_more_than_fr
 @pytest.mark.parametrize(
     ("ranked", "order"),
     [
-        # best first: "paris" and "rome" were superseded by "berlin", which matched worse
+        # best first: "paris" and "rome" were superseded by "berlin", which matched worse; the
+        # fact keeps its three places, newest first, and "other" keeps its own
         (
             [("paris", "berlin"), ("rome", "berlin"), ("other", None), ("berlin", None)],
-            ["berlin", "paris", "rome", "other"],
+            ["berlin", "paris", "other", "rome"],
         ),
-        # a chain a -> b -> c: newest first, at the place of its best (a)
+        # a chain a -> b -> c: newest first, in the places its versions hold
         ([("x", None), ("a", "b"), ("c", None), ("b", "c")], ["x", "c", "b", "a"]),
         # a successor not among the results: the version stays where it is
         ([("a", "gone"), ("b", None)], ["a", "b"]),
@@ -97,7 +98,7 @@ def test_an_access_dated_after_the_recall_time_counts_as_now_not_as_more_than_fr
         ([], []),
     ],
 )
-def test_a_history_recall_ranks_a_fact_s_versions_together_newest_first(
+def test_a_history_recall_gives_a_fact_s_places_to_its_versions_newest_first(
     ranked: list[tuple[str, str | None]], order: list[str]
 ) -> None:
     assert [ranked[i][0] for i in versions_by_fact(ranked)] == order
