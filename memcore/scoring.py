@@ -322,8 +322,9 @@ def versions_by_fact(ranked: Sequence[tuple[str, str | None]]) -> list[int]:
     superseded, then theirs), every other result keeping its place. So the top k hold a fact's
     current version before any older one however much better the older words match ("I live
     in Paris" over "I live in Berlin now" for "Where do I live?"), and a fact takes no more of
-    the top k than its versions' scores gave it. A fact is followed through ``superseded_by``
-    among the results only; a cycle (a racing rewrite) is cut where it closes.
+    the top k than its versions' scores gave it (an older version that matched well can give
+    its place to its newer one and leave the top k). A fact is followed through
+    ``superseded_by`` among the results only; a cycle (a racing rewrite) is cut where it closes.
     """
     at = {memory_id: i for i, (memory_id, _) in enumerate(ranked)}
     head: dict[int, int] = {}  # the newest version among the results of each one's fact

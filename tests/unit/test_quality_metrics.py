@@ -4,6 +4,9 @@ publishes are computed by these, so what each one counts is pinned here."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+
+import pytest
 
 from bench.quality import (
     ATTRIBUTES,
@@ -183,8 +186,7 @@ def test_a_look_alike_follows_each_single_valued_fact_and_the_newest_must_stay()
 
 def test_the_first_person_workload_is_said_and_asked_by_each_user_of_themselves() -> None:
     """``--first-person``: each person's facts in the first person under their ``user_id``, asked
-    in the first person of that user's memories (two users' "I live in Oslo." are two writes);
-    the other workloads draw what they drew before it existed.
+    in the first person of that user's memories (two users' "I live in Oslo." are two writes).
     """
     (w,) = updates_workload(7, ("t",), phrasing="first-person")
     facts = [x for x in w.writes if x.user_id is not None]
@@ -204,3 +206,37 @@ def test_the_first_person_workload_is_said_and_asked_by_each_user_of_themselves(
     assert len(contents) == len(set(contents))
     assert len({x.content for x in facts}) < len(facts)  # the same words, of two users
     assert "filters" not in probe_body(updates_workload(7, ("t",))[0].probes[0])
+
+
+@pytest.mark.parametrize(
+    ("phrasing", "digest"),
+    [
+        ("marked", "11be4f8f5abcc825"),
+        ("unmarked", "fbd100280f6da707"),
+        ("paraphrased", "1698301730313989"),
+    ],
+)
+def test_the_published_workloads_draw_what_they_drew_when_their_figures_were_taken(
+    phrasing: str, digest: str
+) -> None:
+    """docs/quality.md compares figures across stops on these workloads: a mode added to the
+    generator (``--first-person``) must not shift their draws. The digests are those of the
+    workloads as stops 52-60 ran them (the generator of 4aa5cab gives the same).
+    """
+    ws = updates_workload(7, phrasing=phrasing)
+    rows: list[object] = [
+        (w.tenant, x.memory_id, x.content, x.at.isoformat(), x.importance, x.user_id)
+        for w in ws
+        for x in w.writes
+    ]
+    rows += [
+        (w.tenant, p.kind, p.query, p.at.isoformat(), p.expected, *_kept(p))
+        for w in ws
+        for p in w.probes
+    ]
+    rows += [(w.tenant, m, a.isoformat()) for w in ws for m, a in w.accesses]
+    assert hashlib.sha256(repr(rows).encode()).hexdigest()[:16] == digest
+
+
+def _kept(probe: Probe) -> tuple[object, ...]:
+    return (probe.versions, probe.named, probe.history, probe.lookalike)

@@ -91,6 +91,14 @@ def test_an_access_dated_after_the_recall_time_counts_as_now_not_as_more_than_fr
         ),
         # a chain a -> b -> c: newest first, in the places its versions hold
         ([("x", None), ("a", "b"), ("c", None), ("b", "c")], ["x", "c", "b", "a"]),
+        # two facts interleaved: each fact's places, newest first; "o" keeps its own
+        (
+            [("a1", "a2"), ("b1", "b2"), ("a2", None), ("o", None), ("b2", None)],
+            ["a2", "b2", "a1", "o", "b1"],
+        ),
+        # the price: an older version that matched well gives its place to its newer one, and
+        # leaves a top 2 the older order would have kept it in
+        ([("paris", "berlin"), ("o1", None), ("berlin", None)], ["berlin", "o1", "paris"]),
         # a successor not among the results: the version stays where it is
         ([("a", "gone"), ("b", None)], ["a", "b"]),
         # a cycle (a racing rewrite) is cut where it closes; a memory naming itself is alone
