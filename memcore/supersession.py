@@ -108,6 +108,9 @@ class Version:
         scope: its ``(agent_id, user_id)``, "" for none: only memories of one scope supersede
             each other (the session is no part of it: a fact restated in a later session
             supersedes).
+        session: its ``session_id``, "" for none: part of the scope of a fact the speaker
+            states of themselves ("I", "we", "you", "my ...") without a ``user_id``, where two
+            sessions may be two people (:func:`_by_its_speaker`).
     """
 
     memory_id: str
@@ -115,6 +118,7 @@ class Version:
     at: datetime
     similarity: float = 1.0
     scope: tuple[str, str] = ("", "")
+    session: str = ""
 
 
 def comparable(new: Version, other: Version) -> bool:
@@ -783,6 +787,8 @@ def detect(
             continue
         if (old_fact.subject, old_fact.relation) != (new_fact.subject, new_fact.relation):
             continue
+        if _by_its_speaker(new_fact) and not new.scope[1] and other.session != new.session:
+            continue  # "I'm married to Tom" and "... Ben now" of two sessions: maybe two people
         if _restated(old_fact.value, new_fact.value, initials=not _of_a_person(new_fact)):
             continue
         if new_fact.relation.partition(_PURPOSE)[0] in _MANY_VALUED and not generic:
@@ -790,6 +796,13 @@ def detect(
         reason = f"{_named(new_fact.relation)} (cosine {other.similarity:.3f})"
         out.append(Supersession(older.memory_id, newer.memory_id, newer.at, reason))
     return out
+
+
+def _by_its_speaker(fact: Fact) -> bool:
+    """The fact's subject is whoever states it: "I", "we", "you" (the user, to an assistant),
+    one of theirs ("my phone number", "our address", "my wife"), or none ("Lives in Paris").
+    """
+    return fact.subject in ("i", "we", "you") or fact.subject.split()[0] in _OWNERS
 
 
 def _of_a_person(fact: Fact) -> bool:

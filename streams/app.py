@@ -662,7 +662,13 @@ class StreamWorker:
 
         compared: list[Compared] = [
             (
-                Version(state.memory_id, doc.content, at, scope=scope_of(state)),
+                Version(
+                    state.memory_id,
+                    doc.content,
+                    at,
+                    scope=scope_of(state),
+                    session=state.session_id or "",
+                ),
                 [
                     Version(
                         h.row.memory_id,
@@ -670,6 +676,7 @@ class StreamWorker:
                         from_us(h.row.created_at_us),
                         h.similarity,
                         (h.row.agent_id, h.row.user_id),  # a row holds "" for none
+                        h.row.session_id,
                     )
                     for h in supersedable(hits, self.processor.state, at)
                     # an erased row may await its purge: its words go to no LLM, nor is it

@@ -498,6 +498,44 @@ def test_a_first_person_or_subjectless_replacement_supersedes(older: str, newer:
 @pytest.mark.parametrize(
     ("older", "newer"),
     [
+        ("I'm married to Tom.", "I'm married to Ben now."),
+        ("Lives in Paris.", "Lives in Berlin now."),
+        ("My phone number is 555-1234.", "My new phone number is 555-9876."),
+        ("We live in Paris.", "We live in Berlin now."),
+    ],
+)
+def test_a_fact_its_speaker_states_without_a_user_is_one_session_s(older: str, newer: str) -> None:
+    """Without a ``user_id``, "I" of two sessions may be two people: Anna's "I'm married to
+    Tom" was hidden by Bert's "I'm married to Ben now", and her session recalled nothing. Under
+    one user, or in one session, it is a replacement; a named subject is one across sessions.
+    """
+    at = T0 + hours(24)
+
+    def found(older_version: Version, newer_version: Version) -> bool:
+        return bool(detect(newer_version, [older_version], RULE))
+
+    assert not found(
+        Version("o", older, T0, 0.7, session="anna"), Version("n", newer, at, session="bert")
+    )
+    assert found(
+        Version("o", older, T0, 0.7, session="anna"), Version("n", newer, at, session="anna")
+    )
+    assert found(Version("o", older, T0, 0.7), Version("n", newer, at))  # one pool: no sessions
+    user = ("", "ann")
+    assert found(
+        Version("o", older, T0, 0.7, user, "mon"),
+        Version("n", newer, at, scope=user, session="tue"),
+    )
+    named = ("Alice lives in Paris.", "Alice lives in Berlin now.")
+    assert found(
+        Version("o", named[0], T0, 0.7, session="anna"),
+        Version("n", named[1], at, session="bert"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("older", "newer"),
+    [
         ("Backups work at Night.", "Backups work at Dawn."),  # things: "I", "we", "you" only
         ("Cats prefer Fish for dinner.", "Cats prefer Chicken for dinner now."),
         ("Trucks drive a Route.", "Trucks drive a Tesla now."),

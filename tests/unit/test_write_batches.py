@@ -573,6 +573,21 @@ async def test_a_statement_of_another_user_or_agent_supersedes_nothing(tmp_path:
     assert superseded(await w.writes(later)) == [(b"acme/osaka", "kyoto")]
 
 
+async def test_without_a_user_a_speaker_s_fact_supersedes_within_its_session_only(
+    tmp_path: Path,
+) -> None:
+    """Two people in two sessions, no ``user_id``: Bert's "My mother now lives in Lisbon" hid
+    Anna's "My mother lives in Osaka" (the rule compares agent and user alone). The worker gives
+    the rule each memory's session: one session's statement still replaces its own.
+    """
+    w = Worker(tmp_path, Embedder({}))
+    await w.writes(mother("osaka", "Osaka", 10, session_id="anna"))
+    assert superseded(await w.writes(mother("lisbon", "Lisbon", 11, session_id="bert"))) == []
+    assert superseded(await w.writes(mother("kyoto", "Kyoto", 12, session_id="anna"))) == [
+        (b"acme/osaka", "kyoto")
+    ]
+
+
 async def test_a_batch_of_two_users_statements_supersedes_within_each_user_only(
     tmp_path: Path,
 ) -> None:
