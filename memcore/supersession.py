@@ -799,10 +799,18 @@ def detect(
 
 
 def _by_its_speaker(fact: Fact) -> bool:
-    """The fact's subject is whoever states it: "I", "we", "you" (the user, to an assistant),
-    one of theirs ("my phone number", "our address", "my wife"), or none ("Lives in Paris").
+    """The fact's subject is whoever states it, or theirs: "I", "we", "you" (the user, to an
+    assistant), none ("Lives in Paris"), one owned by them ("my phone number", "our address",
+    "your boss", in any language of :data:`_OWNERS`), a kin word alone ("Mom", "Wife": one's
+    own) or "the wifi password" (one's home's); not "Alice's mother".
     """
-    return fact.subject in ("i", "we", "you") or fact.subject.split()[0] in _OWNERS
+    subject = fact.subject
+    return (
+        subject in ("i", "we", "you")
+        or subject.split()[0] in _OWNERS
+        or subject.startswith("the ")
+        or (_KIN.fullmatch(subject) is not None and "'s " not in subject)
+    )
 
 
 def _of_a_person(fact: Fact) -> bool:
@@ -914,12 +922,15 @@ def llm_candidates(
     """The neighbours an LLM is asked about: other memories of ``new``'s scope
     (:func:`comparable`: another user's or agent's content never reaches the prompt) written
     before ``new``, at least the policy's cosine apart (a write that arrives after a newer
-    version is left to the rule); each once, however often the search lists it.
+    version is left to the rule); each once, however often the search lists it. Without a
+    ``user_id``, those of ``new``'s session only: the model cannot tell whether "I" of two
+    sessions is one person (:func:`_by_its_speaker`).
     """
     asked: list[Version] = []
     seen: set[str] = set()
     for n in neighbours:
-        fresh = n.memory_id not in seen and comparable(new, n) and n.at < new.at
+        one_speaker = bool(new.scope[1]) or n.session == new.session
+        fresh = n.memory_id not in seen and comparable(new, n) and n.at < new.at and one_speaker
         if fresh and n.similarity >= policy.min_cosine:  # never a NaN
             asked.append(n)
         seen.add(n.memory_id)

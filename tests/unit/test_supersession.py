@@ -415,6 +415,19 @@ def test_llm_is_asked_about_older_close_neighbours_only() -> None:
     )
 
 
+def test_without_a_user_the_llm_is_asked_about_its_session_s_memories_only() -> None:
+    """It cannot tell whether "I" of two sessions is one person: Bert's "I now use a Pixel"
+    would have been asked about, and replaced, Anna's "I use an iPhone".
+    """
+    new = dataclasses.replace(PHONE_NEW, session="bert")
+    others = [dataclasses.replace(PHONE_OLD, session=s) for s in ("anna", "bert")]
+    assert llm_candidates(new, others[:1], RULE) == []
+    assert llm_candidates(new, others[1:], RULE) == others[1:]
+    user = ("", "ann")
+    scoped = [dataclasses.replace(v, scope=user) for v in (new, others[0])]
+    assert llm_candidates(scoped[0], scoped[1:], RULE) == scoped[1:]  # one user: any session
+
+
 def test_the_llm_answer_decides_when_it_parses() -> None:
     answer = 'Sure: {"replaces": [1, 7, "1"], "reason": "new phone"}'
     (decided,) = decide(PHONE_NEW, [PHONE_OLD], RULE, answer)
@@ -502,6 +515,10 @@ def test_a_first_person_or_subjectless_replacement_supersedes(older: str, newer:
         ("Lives in Paris.", "Lives in Berlin now."),
         ("My phone number is 555-1234.", "My new phone number is 555-9876."),
         ("We live in Paris.", "We live in Berlin now."),
+        ("Mom lives in Osaka.", "Mom lives in Lisbon now."),  # one's own, as "my mother"
+        ("Wife works at Acme.", "Wife works at Globex now."),
+        ("Our address is 5 Oak Rd.", "Our new address is 9 Elm St."),
+        ("The wifi password is hunter2.", "The wifi password is swordfish now."),
     ],
 )
 def test_a_fact_its_speaker_states_without_a_user_is_one_session_s(older: str, newer: str) -> None:
