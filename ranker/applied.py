@@ -82,7 +82,9 @@ class Token:
     @classmethod
     def union(cls, tokens: Sequence[Token]) -> Token | None:
         """One token covering every given one (None for none): the highest offset per role and
-        partition; keeps them as its parts when there are several.
+        partition. Its parts are those a client sent (:attr:`given`; the service's own, a
+        barrier's ends, are never named by a refusal): several are kept as parts (``after[i]``
+        in their order), one is named as it was sent (``after``).
         """
         if not tokens:
             return None
@@ -94,7 +96,9 @@ class Token:
                 mine = offsets.setdefault(role, {})
                 for p, o in parts.items():
                     mine[p] = max(mine.get(p, -1), o)
-        flat = tuple(part for token in tokens for part in (token.parts or (token,)))
+        flat = tuple(p for token in tokens for p in (token.parts or (token,)) if p.given)
+        if len(flat) == 1:
+            return cls(offsets, given=flat[0].given)
         return cls(offsets, flat)
 
     def named(self, role: str, partition: int, field: str = "after") -> tuple[str, str]:

@@ -811,10 +811,9 @@ class RecallService:
         accesses) and every write the topics held when it arrived (the end offsets of
         ``memory-writes``, read first: a session's last turn is among its memories, whichever
         client wrote it; ``after`` alone left out another client's writes not applied yet),
-        in one wait. Every
-        memory of this tenant in ``scope`` (its ``session_id``, and ``user_id``/``agent_id``
-        when given) that exists at ``at``
-        gets a ``promote`` decision to episodic naming the session when
+        in one wait. Every memory of this tenant in ``scope`` (its ``session_id``, and
+        ``user_id``/``agent_id`` when given) that exists at ``at`` gets a ``promote`` decision
+        to episodic naming the session when
         :func:`memcore.session_end` says so, judged on its state as the state view holds it;
         the worker's reducer checks each again as it applies it, and audits it. ``at`` None:
         the end's time is :func:`memcore.session_end_time` (``now``, or the session's last
@@ -825,7 +824,7 @@ class RecallService:
         """
         assert scope.session_id is not None, "a session end names its session"
         heads = await self._heads(("memory-writes",))  # every write held when the end arrived
-        await self.wait(_with_heads(after, heads))
+        await self.wait(Token.union([t for t in (after, heads) if t is not None]))
         wanted = dataclasses.replace(scope, states=())
         if at is not None:
             wanted = dataclasses.replace(wanted, created_to_inclusive_us=to_us(at))
@@ -1161,18 +1160,6 @@ def _request(
         keywords=keywords,
         graph_hops=np.fromiter((hops.get(r.memory_id, -1) for r in rows), np.int64, n),
     )
-
-
-def _with_heads(after: Token | None, heads: Token | None) -> Token | None:
-    """One token for one wait: ``after``'s offsets and ``heads``' (the service's own, which a
-    refusal never names: it names what the client sent, ``after`` or ``after[i]``, as a read
-    of ``after`` alone does).
-    """
-    if after is None or heads is None:
-        return after or heads
-    joined = Token.union([after, heads])
-    assert joined is not None
-    return Token(joined.offsets, after.parts, after.given)
 
 
 def _scoring(query: RecallQuery, candidates: int) -> RecallQuery:

@@ -157,6 +157,17 @@ async def test_a_requests_tokens_become_one_and_a_bad_one_is_named_by_its_place(
     with pytest.raises(InvalidField) as alone:
         await seal.read(["v2.x.y"], "acme")
     assert alone.value.field == "after"
+    # joined with the service's own (a barrier's ends), what the client sent is named as sent:
+    # a session end's one wait named a lone after "after[0]", and its ends "after[1]=''"
+    ends = Token({"memory-writes": {0: 8, 1: 9}})
+    one = Token.union([await seal.read(first, "acme"), ends])  # type: ignore[list-item]
+    assert one is not None
+    assert one.offsets == {"memory-writes": {0: 8, 1: 9}}
+    assert (one.named("memory-writes", 0), one.parts) == (("after", first), ())
+    several = Token.union([both, ends])
+    assert several is not None
+    assert several.named("memory-writes", 1) == ("after[0]", first)
+    assert [p.given for p in several.parts] == [first, second]
 
 
 async def test_rankers_sharing_the_keys_topic_open_each_others_tokens() -> None:
