@@ -83,6 +83,7 @@ from memcore.supersession import (
     decide,
     detect,
     fact_of,
+    fact_stem,
     llm_candidates,
     llm_prompt,
 )
@@ -150,6 +151,7 @@ __all__ = [
     "detect",
     "effective_importance",
     "fact_of",
+    "fact_stem",
     "faded",
     "llm_candidates",
     "llm_prompt",

@@ -7,7 +7,9 @@ supersedes, one said of another end user or by another agent never does.
 The deterministic rule: both memories are short single statements that parse as
 ``subject · relation · value`` (``Alice lives in Osaka`` / ``Alice now lives in Lisbon``), with the
 same subject and relation, different values, and cosine similarity at least
-:attr:`SupersessionPolicy.min_cosine`. The older (by event time) is superseded by the newer.
+:attr:`SupersessionPolicy.min_cosine` (:attr:`SupersessionPolicy.speaker_min_cosine` for a fact
+its speaker states of themselves and says is new, "I live in Lisbon now"). The older (by event
+time) is superseded by the newer.
 Each must name one value of one subject's attribute and nothing else (:func:`_firm`), and
 neither value may hold or spell the other (:func:`_restated`: "Acme Inc" and "NYC" restate "Acme"
 and "New York City"). Anything else is
@@ -58,6 +60,17 @@ class SupersessionPolicy:
     Attributes:
         enabled: run the rule on writes.
         min_cosine: the two memories' cosine must be at least this.
+        speaker_min_cosine: the cosine a fact its speaker states of themselves or theirs
+            (:func:`_by_its_speaker`: "I live in ...", "Lives in ...", "my phone number is ...")
+            is enough instead (at or above ``min_cosine`` it changes nothing) when the newer
+            statement says its value is new
+            (:func:`states_an_update`: "I live in Hanoi now."). Such statements are short, and
+            their value's words make up most of them, so MiniLM puts two values of one fact far
+            apart ("I live in Toronto." / "I live in Hanoi now." .234, where "Alice lives in
+            ..." pairs are .6-.8); below ``min_cosine`` the parse and the marker decide, as for
+            a many-valued relation ("I live in Excel." or "I work at Starbucks." replace
+            nothing: a habit, a seat), and this floor only keeps out texts with nothing in
+            common.
         max_words: only statements of at most this many words are parsed (at most
             :data:`MAX_WORDS` are).
         neighbours: how many of the nearest memories of the tenant, of the new write's user and
@@ -69,9 +82,11 @@ class SupersessionPolicy:
     min_cosine: float = 0.5
     max_words: int = 16
     neighbours: int = 10
+    speaker_min_cosine: float = 0.1
 
     def __post_init__(self) -> None:
         require_unit("policy.supersession.min_cosine", self.min_cosine)
+        require_unit("policy.supersession.speaker_min_cosine", self.speaker_min_cosine)
         if not isinstance(self.enabled, bool):
             raise InvalidField("policy.supersession.enabled", self.enabled, "expected a boolean")
         for name in ("max_words", "neighbours"):
@@ -758,8 +773,10 @@ def detect(
     """The supersessions between ``new`` and its ``neighbours`` (either may be the older one: a
     write can arrive after a newer version of its fact). Neighbours with the same id, another
     scope (:func:`comparable`), the same event time, a value restated (:func:`_restated`), a
-    different fact or a cosine under the policy's (or not a number) are left alone; a neighbour
-    listed twice is compared once.
+    different fact or a cosine under the policy's ``min_cosine`` (or not a number) are left
+    alone, but a fact the speaker states of themselves whose newer statement says it is an
+    update ("I live in Hanoi now.") needs only ``speaker_min_cosine``; a neighbour listed twice
+    is compared once.
 
     Cost: ``new`` is parsed at most twice and each neighbour once per call, whatever their
     number; a ``new`` that states no fact is compared with none.
@@ -771,11 +788,12 @@ def detect(
         return []
     out = []
     seen = {new.memory_id}
+    floor = min(policy.min_cosine, policy.speaker_min_cosine)
     for other in neighbours:
         if other.memory_id in seen or not comparable(new, other) or other.at == new.at:
             continue
         seen.add(other.memory_id)
-        if not other.similarity >= policy.min_cosine:  # NaN too
+        if not other.similarity >= floor:  # NaN too
             continue
         older, newer = (other, new) if other.at < new.at else (new, other)
         generic = states_an_update(newer.content)
@@ -787,8 +805,11 @@ def detect(
             continue
         if (old_fact.subject, old_fact.relation) != (new_fact.subject, new_fact.relation):
             continue
-        if _by_its_speaker(new_fact) and not new.scope[1] and other.session != new.session:
+        speakers = _by_its_speaker(new_fact)
+        if speakers and not new.scope[1] and other.session != new.session:
             continue  # "I'm married to Tom" and "... Ben now" of two sessions: maybe two people
+        if not (other.similarity >= policy.min_cosine or (speakers and generic)):
+            continue  # far apart: only a speaker's value said to be new ("... now") replaces
         if _restated(old_fact.value, new_fact.value, initials=not _of_a_person(new_fact)):
             continue
         if new_fact.relation.partition(_PURPOSE)[0] in _MANY_VALUED and not generic:
@@ -796,6 +817,17 @@ def detect(
         reason = f"{_named(new_fact.relation)} (cosine {other.similarity:.3f})"
         out.append(Supersession(older.memory_id, newer.memory_id, newer.at, reason))
     return out
+
+
+def fact_stem(fact: Fact) -> str:
+    """The words every version of ``fact`` shares, its subject and relation ("i lives in", "my
+    favourite food is", "alice prefers for breakfast"): embedded, the query that finds a fact's
+    older versions among many memories of one user, where the value's words put them past the
+    nearest of the new statement's own vector ("I live in Toronto." is the 96th nearest of
+    "I live in Hanoi now." among 177 short first-person statements, and within the 10 nearest of
+    "i lives in").
+    """
+    return f"{fact.subject} {fact.relation}"
 
 
 def _by_its_speaker(fact: Fact) -> bool:
@@ -921,17 +953,18 @@ def llm_candidates(
 ) -> list[Version]:
     """The neighbours an LLM is asked about: other memories of ``new``'s scope
     (:func:`comparable`: another user's or agent's content never reaches the prompt) written
-    before ``new``, at least the policy's cosine apart (a write that arrives after a newer
-    version is left to the rule); each once, however often the search lists it. Without a
-    ``user_id``, those of ``new``'s session only: the model cannot tell whether "I" of two
-    sessions is one person (:func:`_by_its_speaker`).
+    before ``new``, at least the policy's ``min_cosine`` apart, or one the rule would supersede
+    (:func:`detect`: a fact its speaker states, under ``speaker_min_cosine``; a write that
+    arrives after a newer version is left to the rule); each once, however often the search
+    lists it. Without a ``user_id``, those of ``new``'s session only: the model cannot tell
+    whether "I" of two sessions is one person (:func:`_by_its_speaker`).
     """
     asked: list[Version] = []
     seen: set[str] = set()
     for n in neighbours:
         one_speaker = bool(new.scope[1]) or n.session == new.session
         fresh = n.memory_id not in seen and comparable(new, n) and n.at < new.at and one_speaker
-        if fresh and n.similarity >= policy.min_cosine:  # never a NaN
+        if fresh and (n.similarity >= policy.min_cosine or detect(new, [n], policy)):  # no NaN
             asked.append(n)
         seen.add(n.memory_id)
     return asked

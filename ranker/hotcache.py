@@ -831,13 +831,19 @@ class HotCache:
         """:meth:`storage.MilvusStore.search`'s answer for one tenant from the cache, or None
         when it cannot answer exactly (``streams.app.Services.neighbours``: the worker sharing
         the store looks here for what a write may supersede, which on Milvus Lite is otherwise
-        a pass over the whole collection per batch). Blocking as :meth:`search`.
+        a pass over the whole collection per batch). Rows hold their vectors, as Milvus's do
+        (the worker rescores a fact stem's hits by them). Blocking as :meth:`search`.
         """
         found = self.search_many(tenant_id, vectors, n, filters)
         if found is None:
             return None
         return [
-            [Hit(row, s) for row, s in zip(hits.rows, hits.similarity.tolist(), strict=True)]
+            [
+                Hit(dataclasses.replace(row, vector=tuple(vector)), s)
+                for row, s, vector in zip(
+                    hits.rows, hits.similarity.tolist(), hits.vectors.tolist(), strict=True
+                )
+            ]
             for hits in found
         ]
 

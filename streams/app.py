@@ -47,11 +47,13 @@ from memcore import (
     Version,
     decide,
     fact_of,
+    fact_stem,
     llm_candidates,
     llm_prompt,
     resolve_importance,
     superseding,
 )
+from memcore.vectors import cosine
 from storage import Document, Filters, Hit, MemoryRow, MilvusStore, StorageError, from_us
 from storage.embedding import Embedder
 from storage.kafka import PRODUCER_BATCH_BYTES, KafkaConnection
@@ -192,6 +194,15 @@ def scope_of(state: MemoryState) -> tuple[str, str]:
     user_id)``, "" for none, as its row holds them; the session is no part of it.
     """
     return (state.agent_id or "", state.user_id or "")
+
+
+def rescored(vector: Sequence[float], hits: Sequence[Hit]) -> list[Hit]:
+    """``hits`` of another query with their cosine to ``vector`` (a statement's, for hits of its
+    fact's stem), from the rows' vectors; a row without a vector of that length is left out.
+    """
+    return [
+        Hit(h.row, cosine(vector, h.row.vector)) for h in hits if len(h.row.vector) == len(vector)
+    ]
 
 
 def supersedable(
@@ -618,21 +629,31 @@ class StreamWorker:
         version is dated by its statement (a rewrite that reasserts a superseded memory is newer
         than the memory that superseded it); a neighbour by its creation (a neighbour reasserted
         since is dated too early: the tables keep no statement time).
+
+        A statement of a fact the service embedded is also searched by its fact's stem
+        (:func:`memcore.fact_stem`, embedded here; the same search call): its older versions
+        can be far from its own vector among many memories of one user. Their cosine to the
+        statement is computed from the rows' vectors. A stem the embedder fails on is left out
+        (logged): the statement's own search still runs.
         """
         llm = self.services.llm
         rules = self.processor.policy(tenant_id).supersession
         if not rules.enabled:
             return None
         stated: list[tuple[MemoryState, Document, datetime]] = []
+        stems: dict[int, str] = {}  # index in ``stated``: its fact's stem
         for key, said in statements.items():
             found = self.processor.load(key)
             if found is None:
                 continue
             statement = fact_of(found[1].content, rules.max_words, generic=True)
+            if statement is not None and said.embedded:
+                stems[len(stated)] = fact_stem(statement)
             if statement is not None or llm is not None:
                 stated.append((*found, said.at))
         if not stated:
             return None
+        stem_vectors = await self._stem_vectors(stems)
         # one search per scope: a statement supersedes memories of its own user and agent only
         # (any session), and the nearest of the tenant's other users would crowd those out
         by_scope: dict[tuple[str, str], list[int]] = {}
@@ -642,10 +663,11 @@ class StreamWorker:
         def search() -> list[list[Hit]]:
             each_hits: list[list[Hit]] = [[] for _ in stated]
             for (agent_id, user_id), members in by_scope.items():
+                by_stem = [i for i in members if i in stem_vectors]
                 hits = nearest(
                     self.services,
                     tenant_id,
-                    [stated[i][1].vector for i in members],
+                    [stated[i][1].vector for i in members] + [stem_vectors[i] for i in by_stem],
                     rules.searched,
                     # "" matches the unscoped rows only (a row holds "" for no user or agent);
                     # versions superseded before every statement here are no neighbours
@@ -656,8 +678,10 @@ class StreamWorker:
                         user_id=user_id,
                     ),
                 )
-                for i, of_one in zip(members, hits, strict=True):
+                for i, of_one in zip(members, hits[: len(members)], strict=True):
                     each_hits[i] = of_one
+                for i, of_stem in zip(by_stem, hits[len(members) :], strict=True):
+                    each_hits[i] = each_hits[i] + rescored(stated[i][1].vector, of_stem)
             return each_hits
 
         compared: list[Compared] = [
@@ -689,6 +713,19 @@ class StreamWorker:
             )
         ]
         return rules, compared
+
+    async def _stem_vectors(self, stems: Mapping[int, str]) -> dict[int, Sequence[float]]:
+        """``stems`` embedded, by the same index; none when the embedder fails (logged)."""
+        if not stems:
+            return {}
+        texts = sorted(set(stems.values()))
+        try:
+            vectors = await asyncio.to_thread(self.services.embedder.embed, texts)
+        except Exception:
+            log.exception("embedding %d fact stems failed; searched by statements only", len(texts))
+            return {}
+        by_text = dict(zip(texts, vectors, strict=True))
+        return {i: by_text[stem] for i, stem in stems.items()}
 
     async def on_access(self, events: Sequence[Any]) -> None:
         """Reduce each access; one that overtook its write is parked until the write is applied."""

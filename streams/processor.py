@@ -220,10 +220,13 @@ class Statement:
         message: the write (its dead letter names it when the check fails).
         at: its event time: when the memory stated its fact (a rewrite that reasserts a
             superseded memory states it again, later than its creation).
+        embedded: the service embedded it (no vector was given): a query the service embeds
+            is in its vector's space (:func:`memcore.fact_stem`).
     """
 
     message: Inbound
     at: datetime
+    embedded: bool = False
 
 
 @dataclass
@@ -672,7 +675,7 @@ class Processor:
             return
         self.put_state(record.key, new)
         if any(e.kind in _STATED for e in effects):
-            batch.stated[record.key] = Statement(message, record.at)
+            batch.stated[record.key] = Statement(message, record.at, record.embedding is None)
         self._after(message, record.at, new, effects, batch)
         self._reasserted(record, new, batch)
         self._versioned(record, new, batch)
@@ -779,7 +782,7 @@ class Processor:
         """
         current = state.valid_to is None and state.state not in GONE
         if current and state.content_hash == content_hash(record.content):
-            batch.stated[record.key] = Statement(message, record.at)
+            batch.stated[record.key] = Statement(message, record.at, record.embedding is None)
             self._reasserted(record, state, batch)
         self._versioned(record, state, batch)
         if record.summary_of and state.state not in GONE:

@@ -145,6 +145,28 @@ def test_superseded_values_history_and_as_of(server: str) -> None:
         assert [m.memory_id for m in then] == [osaka]  # Lisbon was written after `at`
 
 
+def test_a_fact_a_user_states_of_themselves_supersedes_however_far_apart_its_vectors(
+    server: str,
+) -> None:
+    """MiniLM puts "I live in Toronto." and "I live in Hanoi now." at cosine .234: under the
+    0.5 asked of named subjects both stayed current, Toronto first for its own words. Given
+    vectors at cosine .25 here, on a real broker and Milvus.
+    """
+    t1, t2 = T0, T0 + timedelta(days=30)
+    zoe = {"user_id": "zoe"}
+    with Client(server, KEY) as client:
+        toronto = client.remember("I live in Toronto.", embedding=e(1.0), at=t1, **zoe)
+        hanoi = client.remember("I live in Hanoi now.", embedding=e(0.25, 0.968), at=t2, **zoe)
+        now = t2 + timedelta(days=1)
+        current = client.recall(vector=e(1.0), k=5, at=now, track=False, filters=zoe)
+        assert [m.memory_id for m in current] == [hanoi]
+        history = client.recall(
+            vector=e(1.0), k=5, at=now, track=False, filters=zoe, include_history=True
+        )
+        in_time_order = [(toronto, hanoi), (hanoi, None)]
+        assert [(m.memory_id, m.superseded_by) for m in history] == in_time_order
+
+
 class StandInLlm(BaseHTTPRequestHandler):
     """An OpenAI-compatible endpoint: importance 0.5 for every text; a new statement about a
     Pixel replaces the older statement about an iPhone (which no rule could tell).

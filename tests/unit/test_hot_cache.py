@@ -905,6 +905,11 @@ def test_neighbours_answer_as_a_search_per_vector_or_not_at_all() -> None:
         [("a", 1.0), ("b", 0.8)],
         [("c", 1.0), ("b", 0.6)],
     ]
+    # each row with its vector, as Milvus's: the worker rescores a fact stem's hits by them
+    assert [tuple(round(x, 6) for x in h.row.vector) for h in found[0]] == [
+        (1.0, 0.0, 0.0, 0.0),
+        (0.8, 0.6, 0.0, 0.0),
+    ]
     assert cache.neighbours("acme", [[1.0, 0, 0, 0]], 2, Filters(tags_any=("x",))) is None
     small = HotCache(store, tenant_max=3)  # type: ignore[arg-type]  # acme has 4 rows: Milvus's
     assert small.neighbours("acme", [[1.0, 0, 0, 0]], 2, RECALL) is None

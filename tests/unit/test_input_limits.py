@@ -322,6 +322,16 @@ TWO_KEYS = Tenant("t", api_key_hashes=("abcdef01" + "0" * 56, "abcdef01" + "1" *
             lambda: replaced(None, "t", {"overrides": {"supersession": {"max_words": 65}}}),
             "policy.supersession.max_words",
         ),
+        (
+            lambda: replaced(None, "t", {"overrides": {"supersession": {"speaker_min_cosine": 1}}}),
+            ACCEPTED,
+        ),
+        (
+            lambda: replaced(
+                None, "t", {"overrides": {"supersession": {"speaker_min_cosine": 1.5}}}
+            ),
+            "policy.supersession.speaker_min_cosine",
+        ),
         (lambda: without_key(TWO_KEYS, "9999999"), "key_id"),  # 8 hex digits at least
         (lambda: without_key(TWO_KEYS, "abcdef01"), "key_id"),  # names two keys
     ],

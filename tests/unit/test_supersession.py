@@ -428,6 +428,78 @@ def test_without_a_user_the_llm_is_asked_about_its_session_s_memories_only() -> 
     assert llm_candidates(scoped[0], scoped[1:], RULE) == scoped[1:]  # one user: any session
 
 
+# cosines MiniLM gives these pairs (docs/quality.md, stop 61): the value's words are most of them
+FAR_APART = [
+    ("I live in Toronto.", "I live in Hanoi now.", 0.234),
+    ("I work at Umbrella.", "I work at Cyberdyne now.", 0.244),
+    ("Lives in Wellington", "Lives in Hanoi now", 0.231),
+    ("We live in Wellington.", "We live in Hanoi now.", 0.193),
+    ("My favourite food is tacos.", "My favourite food is kimchi now.", 0.488),
+    ("I'm married to Ben.", "I'm married to Maria Lopez now.", 0.481),
+]
+
+
+@pytest.mark.parametrize(("older", "newer", "cosine"), FAR_APART)
+def test_a_fact_its_speaker_states_supersedes_however_far_apart_its_values_put_it(
+    older: str, newer: str, cosine: float
+) -> None:
+    """MiniLM puts two values of a fact the speaker states of themselves far apart: under
+    ``min_cosine`` 0.5 "I live in Hanoi now." left "I live in Toronto." current, and ranked
+    under it. The parse decides; the speaker's floor only keeps out texts with nothing in
+    common. A named subject keeps ``min_cosine``; a tenant may raise the speaker's floor.
+    """
+    user = ("", "ann")
+    new = Version("n", newer, T0 + hours(24), scope=user)
+    old = Version("o", older, T0, cosine, user)
+    (found,) = detect(new, [old], RULE)
+    assert (found.older, found.newer) == ("o", "n")
+    assert f"(cosine {cosine:.3f})" in found.reason
+    strict = dataclasses.replace(RULE, speaker_min_cosine=0.5)
+    assert detect(new, [old], strict) == []
+    unrelated = dataclasses.replace(old, similarity=RULE.speaker_min_cosine - 1e-9)
+    assert detect(new, [unrelated], RULE) == []
+    alice = Version("o", "Alice lives in Toronto.", T0, cosine, user)
+    assert (
+        detect(dataclasses.replace(new, content="Alice lives in Hanoi now."), [alice], RULE) == []
+    )
+    unmarked = dataclasses.replace(new, content=newer.replace(" now", ""))
+    assert detect(unmarked, [old], RULE) == []  # a missed update: an ordering, not a memory
+
+
+@pytest.mark.parametrize(
+    ("older", "newer", "cosine"),
+    [
+        ("I live in Toronto.", "I live in Excel.", 0.410),
+        ("Lives in Toronto", "I live in Sweatpants.", 0.186),
+        ("We live in Toronto.", "We live in Slack.", 0.453),
+        ("Works at Google", "I work at Starbucks.", 0.273),
+        ("Works at Accenture", "I work at Barclays.", 0.409),
+        ("Lives in Hackney", "I live in London.", 0.472),
+    ],
+)
+def test_a_far_value_of_a_speaker_s_fact_not_said_to_be_new_replaces_nothing(
+    older: str, newer: str, cosine: float
+) -> None:
+    """A review of the speaker's floor: at its real cosine each newer statement would have
+    hidden the older, though it names a habit, an app, a seat or a part of a city, and the
+    older still holds. Below ``min_cosine`` only a value said to be new replaces.
+    """
+    user = ("", "ann")
+    new = Version("n", newer, T0 + hours(24), scope=user)
+    assert detect(new, [Version("o", older, T0, cosine, user)], RULE) == []
+
+
+def test_the_llm_is_asked_about_a_far_fact_of_its_speaker_the_rule_reads() -> None:
+    """With an LLM, a speaker's older value under ``min_cosine`` was never asked about, so the
+    LLM's answer ("replaces nothing" of what it saw) kept it current.
+    """
+    new = Version("n", "I live in Hanoi now.", T0 + hours(24))
+    old = Version("o", "I live in Toronto.", T0, 0.234)
+    chatter = Version("c", "I went to the cinema.", T0, 0.234)
+    assert llm_candidates(new, [old, chatter], RULE) == [old]
+    assert llm_candidates(new, [old], dataclasses.replace(RULE, speaker_min_cosine=0.5)) == []
+
+
 def test_the_llm_answer_decides_when_it_parses() -> None:
     answer = 'Sure: {"replaces": [1, 7, "1"], "reason": "new phone"}'
     (decided,) = decide(PHONE_NEW, [PHONE_OLD], RULE, answer)

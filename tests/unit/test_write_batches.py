@@ -21,6 +21,7 @@ import pytest
 from aiokafka.errors import KafkaTimeoutError
 
 from memcore import Lifecycle, Purge, Retire, Succeeds, Supersede
+from memcore.vectors import cosine
 from storage import Filters, Hit, MemoryRow, StorageError
 from storage.key_log import KeyLogError
 from storage.records import (
@@ -35,7 +36,7 @@ from storage.tenant_log import TenantLog
 from storage.tenants import TenantRegistry
 from streams import app, topics
 from streams import processor as processor_module
-from streams.app import Services, StreamWorker, _inbound, applied_again
+from streams.app import Services, StreamWorker, _inbound, applied_again, rescored
 from streams.processor import MAX_PARKED_BYTES, Batch, Inbound, Processor
 from streams.rebuild import ResyncMarker
 from tests.rows import make_row
@@ -604,6 +605,91 @@ async def test_a_batch_of_two_users_statements_supersedes_within_each_user_only(
         ("", "u2"),
         ("", "u3"),
     ]  # one search per scope
+
+
+class NearestStore(Store):
+    """A Store whose search returns the ``n`` rows of its scope nearest each query (cosine)."""
+
+    def search(
+        self, tenant_id: str, vectors: Sequence[Sequence[float]], n: int, filters: Filters
+    ) -> list[list[Hit]]:
+        every = super().search(tenant_id, vectors, n, filters)
+        ranked = []
+        for query, hits in zip(vectors, every, strict=True):
+            near = sorted((Hit(h.row, cosine(query, h.row.vector)) for h in hits), key=_nearest)
+            ranked.append(near[:n])
+        return ranked
+
+
+def _nearest(hit: Hit) -> float:
+    return -hit.similarity
+
+
+HANOI = (1.0, 0.0, 0.0, 0.0)
+TORONTO = (0.25, 0.0, 0.968, 0.0)  # cosine .25 to Hanoi's, as MiniLM gives the two statements
+STEM = (0.0, 0.0, 1.0, 0.0)  # "i lives in": near every "I live in ..."
+
+
+async def user_with_many_memories(w: Worker) -> None:
+    """Toronto, then 12 memories of the same user nearer Hanoi's vector than Toronto is."""
+    u1 = {"user_id": "u1", "at": "2026-03-01T10:00:00+00:00"}
+    await w.writes(
+        ("acme/toronto", write("I live in Toronto.", "toronto", embedding=TORONTO, **u1))
+    )
+    for i in range(12):
+        vector = [1.0, 0.5 + i / 100, 0.0, 0.0]
+        chat = write(f"I like jazz record {i}.", f"chat{i}", embedding=vector, **u1)
+        await w.writes((f"acme/chat{i}", chat))
+
+
+async def test_a_fact_s_older_version_past_the_nearest_of_its_statement_is_found_by_its_stem(
+    tmp_path: Path,
+) -> None:
+    """Among many memories of one user, MiniLM puts "I live in Toronto." past the 10 nearest of
+    "I live in Hanoi now." (96th of 177 short first-person statements): it stayed current. The
+    fact's stem, embedded, finds it; its cosine to the statement is the rows' own.
+    """
+    embedder = Embedder({"I live in Hanoi now.": HANOI, "i lives in": STEM})
+    w = Worker(tmp_path, embedder, NearestStore())
+    await user_with_many_memories(w)
+    hanoi = write("I live in Hanoi now.", "hanoi", user_id="u1")
+    assert superseded(await w.writes(("acme/hanoi", hanoi))) == [(b"acme/toronto", "hanoi")]
+    assert embedder.texts == ["I live in Hanoi now.", "i lives in"]
+    (searched,) = w.store.searched[-1:]
+    assert searched.user_id == "u1"  # one search: the statement's vector and its stem's
+
+
+async def test_a_statement_with_its_own_vector_or_an_embedder_down_is_searched_by_itself(
+    tmp_path: Path,
+) -> None:
+    """A given vector may be of another model than the service's: no stem is embedded for it.
+    An embedder that fails on the stem leaves the statement's own search, and no dead letter.
+    """
+    model = Embedder({"i lives in": STEM})
+    given = Worker(tmp_path / "given", model, NearestStore())
+    await user_with_many_memories(given)
+    hanoi = write("I live in Hanoi now.", "hanoi", user_id="u1", embedding=HANOI)
+    assert superseded(await given.writes(("acme/hanoi", hanoi))) == []
+    assert model.texts == []
+    down = Embedder({"I live in Hanoi now.": HANOI}, fail=["i lives in"])
+    w = Worker(tmp_path / "down", down, NearestStore())
+    await user_with_many_memories(w)
+    sent = await w.writes(("acme/hanoi", write("I live in Hanoi now.", "hanoi", user_id="u1")))
+    assert (superseded(sent), letters(sent)) == ([], [])
+    assert w.worker.processor.state("acme/hanoi") is not None
+
+
+async def test_a_stem_s_hit_without_its_vector_is_left_out_not_a_failed_check(
+    tmp_path: Path,
+) -> None:
+    """The hot cache held its rows without vectors: the cosine of a stem's hit raised, and the
+    tenant's whole batch of statements went to dead-letter.
+    """
+    w = Worker(tmp_path, Embedder({}))
+    await user_with_many_memories(w)
+    row = w.store.rows["acme/toronto"]
+    hits = [Hit(dataclasses.replace(row, vector=()), 0.9), Hit(row, 0.9)]
+    assert [round(h.similarity, 3) for h in rescored(HANOI, hits)] == [0.25]
 
 
 # -- a reasserted memory is dated by its statement --------------------------------------------------
