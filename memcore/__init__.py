@@ -86,6 +86,7 @@ from memcore.supersession import (
     fact_stem,
     llm_candidates,
     llm_prompt,
+    states_an_update,
 )
 from memcore.types import AccessKind, ImportanceSource, Lifecycle, Tier
 
@@ -176,6 +177,7 @@ __all__ = [
     "session_end_time",
     "split_key",
     "state_key",
+    "states_an_update",
     "succession",
     "summary_gone",
     "summary_outdated",

@@ -51,6 +51,7 @@ from memcore import (
     llm_candidates,
     llm_prompt,
     resolve_importance,
+    states_an_update,
     superseding,
 )
 from memcore.vectors import cosine
@@ -194,6 +195,16 @@ def scope_of(state: MemoryState) -> tuple[str, str]:
     user_id)``, "" for none, as its row holds them; the session is no part of it.
     """
     return (state.agent_id or "", state.user_id or "")
+
+
+def _searched_by_stem(said: Statement, doc: Document) -> bool:
+    """The statement is also searched by its fact's stem (:meth:`StreamWorker.compared`): its
+    vector is the service's (a stem is embedded by the service's model) and it says its value is
+    new ("I live in Hanoi now"): an older version far from it then supersedes by the marker
+    rule (:attr:`memcore.SupersessionPolicy.speaker_min_cosine`), and one not said to be
+    replaced is not sought past the statement's own nearest.
+    """
+    return said.embedded and states_an_update(doc.content)
 
 
 def rescored(vector: Sequence[float], hits: Sequence[Hit]) -> list[Hit]:
@@ -578,9 +589,10 @@ class StreamWorker:
         if by_tenant and self.services.llm is not None:
             # the LLM's questions quote neighbours: none erased since (:meth:`compared`)
             await self.keys.read_through()
+        stems = await self._stem_vectors(self._stems(by_tenant))
         for tenant_id, stated in by_tenant.items():
             try:
-                found = await self.compared(tenant_id, stated)
+                found = await self.compared(tenant_id, stated, stems)
             except Exception as exc:
                 self._unchecked(tenant_id, stated, batch, exc)
                 continue
@@ -621,7 +633,10 @@ class StreamWorker:
         batch.out.extend(unchecked(s.message, exc) for s in stated.values())
 
     async def compared(
-        self, tenant_id: str, statements: Mapping[str, Statement]
+        self,
+        tenant_id: str,
+        statements: Mapping[str, Statement],
+        stems: Mapping[str, Sequence[float]] | None = None,
     ) -> tuple[SupersessionPolicy, list[Compared]] | None:
         """The tenant's rules and each stated memory (by key) with its older neighbours (of its
         scope: the same ``user_id`` and ``agent_id``, searched once per scope), for
@@ -630,30 +645,33 @@ class StreamWorker:
         than the memory that superseded it); a neighbour by its creation (a neighbour reasserted
         since is dated too early: the tables keep no statement time).
 
-        A statement of a fact the service embedded is also searched by its fact's stem
-        (:func:`memcore.fact_stem`, embedded here; the same search call): its older versions
-        can be far from its own vector among many memories of one user. Their cosine to the
-        statement is computed from the rows' vectors. A stem the embedder fails on is left out
-        (logged): the statement's own search still runs.
+        A statement that says its value is new, of a fact whose vector the service embedded, is
+        also searched by its fact's stem (:func:`memcore.fact_stem`; ``stems``: the vectors of
+        :meth:`_stems`, embedded once a batch; the same search call): its older versions can be
+        far from its own vector among many memories of one user. Their cosine to the statement
+        is computed from the rows' vectors. A stem not in ``stems`` (the embedder failed) is
+        left out: the statement's own search still runs.
         """
+        stems = stems or {}
         llm = self.services.llm
         rules = self.processor.policy(tenant_id).supersession
         if not rules.enabled:
             return None
         stated: list[tuple[MemoryState, Document, datetime]] = []
-        stems: dict[int, str] = {}  # index in ``stated``: its fact's stem
+        stem_vectors: dict[int, Sequence[float]] = {}  # index in ``stated``: its stem's vector
         for key, said in statements.items():
             found = self.processor.load(key)
             if found is None:
                 continue
             statement = fact_of(found[1].content, rules.max_words, generic=True)
-            if statement is not None and said.embedded:
-                stems[len(stated)] = fact_stem(statement)
+            if statement is not None and _searched_by_stem(said, found[1]):
+                stem = stems.get(fact_stem(statement))
+                if stem is not None and len(stem) == len(found[1].vector):
+                    stem_vectors[len(stated)] = stem
             if statement is not None or llm is not None:
                 stated.append((*found, said.at))
         if not stated:
             return None
-        stem_vectors = await self._stem_vectors(stems)
         # one search per scope: a statement supersedes memories of its own user and agent only
         # (any session), and the nearest of the tenant's other users would crowd those out
         by_scope: dict[tuple[str, str], list[int]] = {}
@@ -714,18 +732,39 @@ class StreamWorker:
         ]
         return rules, compared
 
-    async def _stem_vectors(self, stems: Mapping[int, str]) -> dict[int, Sequence[float]]:
-        """``stems`` embedded, by the same index; none when the embedder fails (logged)."""
+    def _stems(self, by_tenant: Mapping[str, Mapping[str, Statement]]) -> set[str]:
+        """The stems of the batch's statements :meth:`compared` searches by (every tenant's,
+        to be embedded in one call). A tenant whose statements cannot be read here gives none:
+        :meth:`compared` meets the same failure and dead-letters them.
+        """
+        stems: set[str] = set()
+        for tenant_id, statements in by_tenant.items():
+            try:
+                rules = self.processor.policy(tenant_id).supersession
+                for key, said in statements.items():
+                    found = self.processor.load(key) if rules.enabled else None
+                    if found is None or not _searched_by_stem(said, found[1]):
+                        continue
+                    fact = fact_of(found[1].content, rules.max_words, generic=True)
+                    if fact is not None:
+                        stems.add(fact_stem(fact))
+            except Exception:  # compared() meets it again, logs it and dead-letters them
+                log.debug("stems of %s left out", tenant_id, exc_info=True)
+        return stems
+
+    async def _stem_vectors(self, stems: Collection[str]) -> dict[str, Sequence[float]]:
+        """``stems`` embedded, by text, in one call; none when the embedder fails or answers
+        with another number of vectors (logged): the statements are searched by their own.
+        """
         if not stems:
             return {}
-        texts = sorted(set(stems.values()))
+        texts = sorted(stems)
         try:
             vectors = await asyncio.to_thread(self.services.embedder.embed, texts)
+            return dict(zip(texts, vectors, strict=True))
         except Exception:
             log.exception("embedding %d fact stems failed; searched by statements only", len(texts))
             return {}
-        by_text = dict(zip(texts, vectors, strict=True))
-        return {i: by_text[stem] for i, stem in stems.items()}
 
     async def on_access(self, events: Sequence[Any]) -> None:
         """Reduce each access; one that overtook its write is parked until the write is applied."""

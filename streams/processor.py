@@ -220,8 +220,9 @@ class Statement:
         message: the write (its dead letter names it when the check fails).
         at: its event time: when the memory stated its fact (a rewrite that reasserts a
             superseded memory states it again, later than its creation).
-        embedded: the service embedded it (no vector was given): a query the service embeds
-            is in its vector's space (:func:`memcore.fact_stem`).
+        embedded: the service embedded its vector in this batch (none was given), so a query
+            the service embeds is in its vector's space (:func:`memcore.fact_stem`); false for
+            a vector given, kept from an earlier write of the same content, or redelivered.
     """
 
     message: Inbound
@@ -675,7 +676,8 @@ class Processor:
             return
         self.put_state(record.key, new)
         if any(e.kind in _STATED for e in effects):
-            batch.stated[record.key] = Statement(message, record.at, record.embedding is None)
+            embedded = record.embedding is None and vector is not None  # this batch, by us
+            batch.stated[record.key] = Statement(message, record.at, embedded)
         self._after(message, record.at, new, effects, batch)
         self._reasserted(record, new, batch)
         self._versioned(record, new, batch)
@@ -782,7 +784,7 @@ class Processor:
         """
         current = state.valid_to is None and state.state not in GONE
         if current and state.content_hash == content_hash(record.content):
-            batch.stated[record.key] = Statement(message, record.at, record.embedding is None)
+            batch.stated[record.key] = Statement(message, record.at)  # its vector's origin unknown
             self._reasserted(record, state, batch)
         self._versioned(record, state, batch)
         if record.summary_of and state.state not in GONE:

@@ -630,16 +630,15 @@ TORONTO = (0.25, 0.0, 0.968, 0.0)  # cosine .25 to Hanoi's, as MiniLM gives the 
 STEM = (0.0, 0.0, 1.0, 0.0)  # "i lives in": near every "I live in ..."
 
 
-async def user_with_many_memories(w: Worker) -> None:
+async def user_with_many_memories(w: Worker, tenant_id: str = "acme") -> None:
     """Toronto, then 12 memories of the same user nearer Hanoi's vector than Toronto is."""
-    u1 = {"user_id": "u1", "at": "2026-03-01T10:00:00+00:00"}
-    await w.writes(
-        ("acme/toronto", write("I live in Toronto.", "toronto", embedding=TORONTO, **u1))
-    )
+    u1 = {"user_id": "u1", "at": "2026-03-01T10:00:00+00:00", "tenant_id": tenant_id}
+    toronto = write("I live in Toronto.", "toronto", embedding=TORONTO, **u1)
+    await w.writes((f"{tenant_id}/toronto", toronto))
     for i in range(12):
         vector = [1.0, 0.5 + i / 100, 0.0, 0.0]
         chat = write(f"I like jazz record {i}.", f"chat{i}", embedding=vector, **u1)
-        await w.writes((f"acme/chat{i}", chat))
+        await w.writes((f"{tenant_id}/chat{i}", chat))
 
 
 async def test_a_fact_s_older_version_past_the_nearest_of_its_statement_is_found_by_its_stem(
@@ -677,6 +676,70 @@ async def test_a_statement_with_its_own_vector_or_an_embedder_down_is_searched_b
     sent = await w.writes(("acme/hanoi", write("I live in Hanoi now.", "hanoi", user_id="u1")))
     assert (superseded(sent), letters(sent)) == ([], [])
     assert w.worker.processor.state("acme/hanoi") is not None
+
+
+async def test_every_tenant_s_stems_are_embedded_in_one_call_a_batch(tmp_path: Path) -> None:
+    """Each tenant's check embedded its own stems, one call after another (a remote embedder:
+    one round trip per tenant per batch), and the same stem again for each.
+    """
+    embedder = Embedder({"I live in Hanoi now.": HANOI, "i lives in": STEM})
+    w = Worker(tmp_path, embedder, NearestStore())
+    for tenant_id in ("acme", "globex"):
+        await user_with_many_memories(w, tenant_id)
+    hanoi = [
+        (f"{t}/hanoi", write("I live in Hanoi now.", "hanoi", t, user_id="u1"))
+        for t in ("acme", "globex")
+    ]
+    assert sorted(superseded(await w.writes(*hanoi))) == [
+        (b"acme/toronto", "hanoi"),
+        (b"globex/toronto", "hanoi"),
+    ]
+    assert embedder.texts == ["I live in Hanoi now.", "i lives in"]
+
+
+class Miscounting(Embedder):
+    """Answers a call of stems with one vector too few."""
+
+    def embed(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
+        vectors = super().embed(texts)
+        return vectors[:-1] if "i lives in" in texts else vectors
+
+
+async def test_a_stem_search_is_only_for_a_new_value_embedded_here_and_never_fails_a_write(
+    tmp_path: Path,
+) -> None:
+    """A stem's embedding that fails, or comes back miscounted, leaves the statement's own
+    search (it had raised, and sent the tenant's statements to dead-letter). A statement not
+    said to be new, or whose vector is kept from a write that gave it, embeds no stem.
+    """
+    embedder = Miscounting({"I live in Hanoi now.": HANOI, "i lives in": STEM})
+    w = Worker(tmp_path / "miscounted", embedder, NearestStore())
+    await user_with_many_memories(w)
+    sent = await w.writes(("acme/hanoi", write("I live in Hanoi now.", "hanoi", user_id="u1")))
+    assert (superseded(sent), letters(sent)) == ([], [])
+    plain = Embedder({"I live in Hanoi.": HANOI, "i lives in": STEM})
+    w = Worker(tmp_path / "plain", plain, NearestStore())
+    await user_with_many_memories(w)
+    sent = await w.writes(("acme/hanoi", write("I live in Hanoi.", "hanoi", user_id="u1")))
+    assert (superseded(sent), plain.texts) == ([], ["I live in Hanoi."])
+    kept = Embedder({"i lives in": STEM})
+    w = Worker(tmp_path / "kept", kept, NearestStore())
+    await user_with_many_memories(w)
+    given = write("I live in Hanoi now.", "hanoi", user_id="u1", embedding=HANOI)
+    await w.writes(("acme/hanoi", given))
+    at = "2026-03-01T12:10:00+00:00"
+    paris = write("I live in Paris now.", "paris", user_id="u1", embedding=HANOI, at=at)
+    decided = [
+        (k, v) for role, k, v in await w.writes(("acme/paris", paris)) if role == "memory-writes"
+    ]
+    await w.writes(*[(key.decode(), orjson.dumps(v)) for key, v in decided])
+    state = w.worker.processor.state("acme/hanoi")
+    assert state is not None
+    assert state.superseded_by == "paris"
+    # Hanoi said again, without a vector: reasserted, its given vector kept
+    again = write("I live in Hanoi now.", "hanoi", user_id="u1", at="2026-03-01T12:30:00+00:00")
+    sent = await w.writes(("acme/hanoi", again))
+    assert (superseded(sent), letters(sent), kept.texts) == ([(b"acme/paris", "hanoi")], [], [])
 
 
 async def test_a_stem_s_hit_without_its_vector_is_left_out_not_a_failed_check(
