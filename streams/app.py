@@ -649,8 +649,9 @@ class StreamWorker:
         also searched by its fact's stem (:func:`memcore.fact_stem`; ``stems``: the vectors of
         :meth:`_stems`, embedded once a batch; the same search call): its older versions can be
         far from its own vector among many memories of one user. Their cosine to the statement
-        is computed from the rows' vectors. A stem not in ``stems`` (the embedder failed) is
-        left out: the statement's own search still runs.
+        is computed from the rows' vectors. A stem not in ``stems`` (the embedder failed), or
+        of another length than the statement's vector, is left out: the statement's own search
+        still runs.
         """
         stems = stems or {}
         llm = self.services.llm

@@ -220,9 +220,10 @@ class Statement:
         message: the write (its dead letter names it when the check fails).
         at: its event time: when the memory stated its fact (a rewrite that reasserts a
             superseded memory states it again, later than its creation).
-        embedded: the service embedded its vector in this batch (none was given), so a query
-            the service embeds is in its vector's space (:func:`memcore.fact_stem`); false for
-            a vector given, kept from an earlier write of the same content, or redelivered.
+        embedded: the service embedded its vector (none was given), so a query the service
+            embeds is in its vector's space (:func:`memcore.fact_stem`): false for a vector
+            given or kept from an earlier write; a redelivered write without one counts as
+            embedded.
     """
 
     message: Inbound
@@ -676,7 +677,8 @@ class Processor:
             return
         self.put_state(record.key, new)
         if any(e.kind in _STATED for e in effects):
-            embedded = record.embedding is None and vector is not None  # this batch, by us
+            # embedded in this batch, by us, and kept (a reassertion keeps its stored vector)
+            embedded = record.embedding is None and new_doc is not None and new_doc.vector is vector
             batch.stated[record.key] = Statement(message, record.at, embedded)
         self._after(message, record.at, new, effects, batch)
         self._reasserted(record, new, batch)
@@ -784,7 +786,9 @@ class Processor:
         """
         current = state.valid_to is None and state.state not in GONE
         if current and state.content_hash == content_hash(record.content):
-            batch.stated[record.key] = Statement(message, record.at)  # its vector's origin unknown
+            # the stored vector is taken as this record's, given or embedded (an earlier write
+            # of the same words may have given it: its stem then finds another model's rows)
+            batch.stated[record.key] = Statement(message, record.at, record.embedding is None)
             self._reasserted(record, state, batch)
         self._versioned(record, state, batch)
         if record.summary_of and state.state not in GONE:

@@ -20,7 +20,7 @@ import orjson
 import pytest
 from aiokafka.errors import KafkaTimeoutError
 
-from memcore import Lifecycle, Purge, Retire, Succeeds, Supersede
+from memcore import Lifecycle, Policy, Purge, Retire, Succeeds, Supersede, SupersessionPolicy
 from memcore.vectors import cosine
 from storage import Filters, Hit, MemoryRow, StorageError
 from storage.key_log import KeyLogError
@@ -740,6 +740,106 @@ async def test_a_stem_search_is_only_for_a_new_value_embedded_here_and_never_fai
     again = write("I live in Hanoi now.", "hanoi", user_id="u1", at="2026-03-01T12:30:00+00:00")
     sent = await w.writes(("acme/hanoi", again))
     assert (superseded(sent), letters(sent), kept.texts) == ([(b"acme/paris", "hanoi")], [], [])
+
+
+async def test_a_reasserted_given_vector_embeds_no_stem_whatever_else_the_batch_embedded(
+    tmp_path: Path,
+) -> None:
+    """A batch that embedded the same words for another memory marked a reassertion, which
+    keeps its given vector, as embedded by the service: its stem was searched in another
+    model's space.
+    """
+    kept = Embedder({"i lives in": STEM, "I live in Hanoi now.": (0.0, 0.0, 0.0, 1.0)})
+    w = Worker(tmp_path, kept, NearestStore())
+    await user_with_many_memories(w)
+    await w.writes(
+        ("acme/hanoi", write("I live in Hanoi now.", "hanoi", user_id="u1", embedding=HANOI))
+    )
+    at = "2026-03-01T12:10:00+00:00"
+    paris = write("I live in Paris now.", "paris", user_id="u1", embedding=HANOI, at=at)
+    decided = [
+        (k, v) for role, k, v in await w.writes(("acme/paris", paris)) if role == "memory-writes"
+    ]
+    await w.writes(*[(key.decode(), orjson.dumps(v)) for key, v in decided])
+    at = "2026-03-01T12:30:00+00:00"
+    sent = await w.writes(
+        ("acme/other", write("I live in Hanoi now.", "other", user_id="u2", at=at)),
+        ("acme/hanoi", write("I live in Hanoi now.", "hanoi", user_id="u1", at=at)),
+    )
+    assert superseded(sent) == [(b"acme/paris", "hanoi")]
+    # u2's write is embedded here, and searched by its stem; u1's Hanoi, by its given vector
+    # alone (by the stem it would have reached Toronto)
+    assert kept.texts == ["I live in Hanoi now.", "i lives in"]
+
+
+async def test_a_redelivered_statement_is_searched_by_its_stem_again(tmp_path: Path) -> None:
+    """Its first delivery may have died before its decisions were sent: they are made again,
+    those the stem found included.
+    """
+    embedder = Embedder({"I live in Hanoi now.": HANOI, "i lives in": STEM})
+    w = Worker(tmp_path, embedder, NearestStore())
+    await user_with_many_memories(w)
+    hanoi = ("acme/hanoi", write("I live in Hanoi now.", "hanoi", user_id="u1"))
+    assert superseded(await w.writes(hanoi)) == [(b"acme/toronto", "hanoi")]
+    w.offset -= 1  # the same offset again: skipped by the reducer, checked again
+    assert superseded(await w.writes(hanoi)) == [(b"acme/toronto", "hanoi")]
+
+
+async def test_stems_follow_each_tenant_s_rules_and_failures(tmp_path: Path) -> None:
+    """A tenant with supersession off embeds no stem; a stem of another length than the
+    statement's vector is left out, not a failure; a tenant whose check fails is dead-lettered
+    while the others' stems still serve them.
+    """
+    embedder = Embedder({"I live in Hanoi now.": HANOI, "i lives in": (0.0, 1.0, 0.0)})
+    w = Worker(tmp_path, embedder, NearestStore())
+    await user_with_many_memories(w)
+    sent = await w.writes(("acme/hanoi", write("I live in Hanoi now.", "hanoi", user_id="u1")))
+    assert (superseded(sent), letters(sent)) == ([], [])
+    embedder = Embedder(
+        {"I live in Hanoi now.": HANOI, "I live in Lisbon now.": HANOI, "i lives in": STEM}
+    )
+    w = Worker(tmp_path / "two", embedder, NearestStore())
+    for t in ("acme", "globex"):
+        await user_with_many_memories(w, t)
+    real = w.worker.processor.policy
+    off = Policy(supersession=SupersessionPolicy(enabled=False))
+
+    def globex_off(tenant_id: str) -> Policy:
+        return off if tenant_id == "globex" else real(tenant_id)
+
+    w.worker.processor.policy = globex_off  # type: ignore[method-assign]
+    off_hanoi = ("globex/hanoi", write("I live in Hanoi now.", "hanoi", "globex", user_id="u1"))
+    assert superseded(await w.writes(off_hanoi)) == []
+    assert embedder.texts == ["I live in Hanoi now."]
+    embedder.texts.clear()
+    w.worker.processor.policy = real  # type: ignore[method-assign]
+    checking = False
+
+    def broken(tenant_id: str) -> Policy:
+        if checking and tenant_id == "globex":
+            raise RuntimeError("policy unreadable")
+        return real(tenant_id)
+
+    w.worker.processor.policy = broken  # type: ignore[method-assign]
+    supersede = w.worker.supersede
+
+    async def checked(batch: Batch) -> None:
+        nonlocal checking
+        checking = True
+        try:
+            await supersede(batch)
+        finally:
+            checking = False
+
+    w.worker.supersede = checked  # type: ignore[method-assign]
+    at = "2026-03-01T12:20:00+00:00"
+    lisbon = [
+        (f"{t}/lisbon", write("I live in Lisbon now.", "lisbon", t, user_id="u1", at=at))
+        for t in ("acme", "globex")
+    ]
+    sent = await w.writes(*lisbon)
+    assert [key for key, _, _ in letters(sent)] == [b"globex/lisbon"]
+    assert superseded(sent) == [(b"acme/toronto", "lisbon")]  # by acme's stem
 
 
 async def test_a_stem_s_hit_without_its_vector_is_left_out_not_a_failed_check(
