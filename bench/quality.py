@@ -832,8 +832,67 @@ def _add_chatter(rng: random.Random, w: Workload, end: datetime, count: int) -> 
         w.writes.append(Write(f"{w.tenant}-chatter-{n}", text, at))
 
 
+CROWD = (
+    "I like {t}.",
+    "I hate {t}.",
+    "I am allergic to {t}.",
+    "I visited {c} last year.",
+    "I went to {c} for a conference.",
+    "I grew up in {c}.",
+    "I studied in {c}.",
+    "I want to visit {c}.",
+    "I was born in {c}.",
+    "I lived in {c} as a kid.",
+    "I have a trip to {c} next month.",
+    "My {r} lives in {c}.",
+    "I met my {r} in {c}.",
+    "My {r} works at {e}.",
+    "I had an interview at {e} last year.",
+    "I used to intern at {e}.",
+    "I bought shares of {e}.",
+    "I cooked {f} last night.",
+    "I tried {f} in {c}.",
+    "My {r} drives a {car}.",
+    "I rented a {car} on holiday.",
+)
+"""``--crowded``: what a user also says of themselves, near their facts' words and stating none
+of them (another subject, a past, a wish), in the year before the workload's facts: a user with
+many memories, as an assistant keeps."""
+CROWD_KIN = ("sister", "brother", "mother", "father", "cousin", "aunt", "uncle", "best friend")
+
+
+def _add_crowd(rng: random.Random, w: Workload, count: int) -> None:
+    """``count`` statements of :data:`CROWD` per person, under their ``user_id``; each relative
+    named once per template, so none restates another's fact.
+    """
+    values = {a.name: a.values for a in ATTRIBUTES}
+    for person in PEOPLE:
+        kin: dict[str, list[str]] = {}
+        for n in range(count):
+            template = CROWD[n % len(CROWD)]
+            free = kin.setdefault(template, list(CROWD_KIN))
+            relative = free.pop(rng.randrange(len(free))) if "{r}" in template and free else ""
+            if "{r}" in template and not relative:
+                template = "I like {t}."
+            text = template.format(
+                t=rng.choice(TOPICS),
+                c=rng.choice(values["city"]),
+                r=relative,
+                e=rng.choice(values["employer"]),
+                f=rng.choice(values["food"]),
+                car=rng.choice(values["car"]),
+            )
+            at = START - timedelta(days=365) * rng.random()  # the year before: an old user
+            memory_id = f"{w.tenant}-{person.lower()}-crowd-{n}"
+            w.writes.append(Write(memory_id, text, at, user_id=person.lower()))
+
+
 def updates_workload(
-    seed: int, tenants: Sequence[str] = UPDATE_TENANTS, *, phrasing: str = "marked"
+    seed: int,
+    tenants: Sequence[str] = UPDATE_TENANTS,
+    *,
+    phrasing: str = "marked",
+    crowded: int = 0,
 ) -> list[Workload]:
     """The whole workload, a pure function of ``seed`` and ``phrasing`` (:data:`PHRASINGS`);
     writes sorted by time, contents unique. ``unmarked``: a fact's later versions are stated as
@@ -841,10 +900,15 @@ def updates_workload(
     relations then supersede (lives in, works at, favourite food; not drives, plays).
     ``paraphrased``: every later version replaces the one before it, whatever the words (the
     truth a reader would take, not what memcore's rule decides), but an addition.
+    ``crowded`` (``first-person`` only): that many more statements per user (:data:`CROWD`),
+    drawn from their own generator, so the rest of the workload is drawn as without them.
     """
     if phrasing not in PHRASINGS:
         raise ValueError(f"phrasing: {phrasing!r} is not one of {PHRASINGS}")
+    if crowded and phrasing != "first-person":
+        raise ValueError(f"crowded: {crowded} needs the first-person phrasing, not {phrasing!r}")
     rng = random.Random(seed)
+    crowd = random.Random(f"crowd-{seed}")
     out = []
     end = START + timedelta(days=540)
     for tenant in tenants:
@@ -853,6 +917,7 @@ def updates_workload(
         _add_critical(rng, w, end)
         _add_paraphrases(rng, w, end)
         _add_chatter(rng, w, end, 120)
+        _add_crowd(crowd, w, crowded)
         seen: set[str] = set()
         w.writes = [
             x
@@ -1010,7 +1075,7 @@ UPDATE_COLUMNS = (
 
 
 def run_updates(args: argparse.Namespace) -> dict[str, Any]:
-    workloads = updates_workload(args.seed, phrasing=args.phrasing)
+    workloads = updates_workload(args.seed, phrasing=args.phrasing, crowded=args.crowded)
     keys = api_keys(args.tenants_file, args.key)
     require_keys(keys, [w.tenant for w in workloads], args.tenants_file)
     service = Outcome()
@@ -1031,6 +1096,7 @@ def run_updates(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "seed": args.seed,
         "phrasing": args.phrasing,
+        "crowded": args.crowded,
         "tenants": len(workloads),
         "writes": sum(len(w.writes) for w in workloads),
         "probes": counts,
@@ -1056,6 +1122,7 @@ def updates_markdown(result: Mapping[str, Any]) -> str:
     lines = [
         f"Knowledge updates (seed {result['seed']}"
         + ("" if result["phrasing"] == "marked" else f", updates {result['phrasing']}")
+        + (f", crowded {result['crowded']}" if result.get("crowded") else "")
         + f"): {result['tenants']} tenants, {result['writes']} "
         f"writes, probes {result['probes']}, {result['results']} results checked for leaks; "
         f"include_history {result['include_history']}, settle: {result['read_your_writes']}",
@@ -1117,6 +1184,14 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         " user_id (on fresh tenants)",
     )
     parser.set_defaults(phrasing="marked")
+    parser.add_argument(
+        "--crowded",
+        type=int,
+        default=0,
+        metavar="N",
+        help="updates --first-person: N more statements each user says of themselves, of other"
+        " things (a user with many memories)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
     return parser.parse_args(argv)
 

@@ -21,6 +21,7 @@ from bench.quality import (
     updates_workload,
 )
 from bench.quality_study import Tally
+from memcore.supersession import fact_of
 
 CURRENT = Probe("current", "Where does Alice live?", START, "v3", ("v1", "v2", "v3"))
 
@@ -208,12 +209,39 @@ def test_the_first_person_workload_is_said_and_asked_by_each_user_of_themselves(
     assert "filters" not in probe_body(updates_workload(7, ("t",))[0].probes[0])
 
 
+def test_a_crowded_user_says_other_things_of_themselves_and_the_rest_is_drawn_as_before() -> None:
+    """``--crowded``: a user with many memories near their facts' words, stating none of the
+    facts asked about (so a missed supersession is the rule's, not the workload's); the facts,
+    questions and chatter are those of the plain first-person workload.
+    """
+    plains = updates_workload(7, ("t", "u"), phrasing="first-person")
+    crowded = updates_workload(7, ("t", "u"), phrasing="first-person", crowded=60)
+    for plain, w in zip(plains, crowded, strict=True):  # the second tenant: drawn after a crowd
+        assert [x for x in w.writes if "-crowd-" not in x.memory_id] == plain.writes
+        assert w.probes == plain.probes
+    plain, w = plains[0], crowded[0]
+    crowd = [x for x in w.writes if "-crowd-" in x.memory_id]
+    assert {x.user_id for x in crowd} == {p.lower() for p in PEOPLE}
+    assert len(crowd) > 50 * len(PEOPLE)
+    asked = {
+        (f.subject, f.relation)
+        for x in plain.writes
+        if x.user_id is not None and (f := fact_of(x.content, generic=True)) is not None
+    }
+    said = {(f.subject, f.relation) for x in crowd if (f := fact_of(x.content, generic=True))}
+    assert asked
+    assert not asked & said
+    with pytest.raises(ValueError, match="crowded"):
+        updates_workload(7, ("t",), crowded=5)
+
+
 @pytest.mark.parametrize(
     ("phrasing", "digest"),
     [
         ("marked", "11be4f8f5abcc825"),
         ("unmarked", "fbd100280f6da707"),
         ("paraphrased", "1698301730313989"),
+        ("first-person", "a23cd459bfe8ecd0"),
     ],
 )
 def test_the_published_workloads_draw_what_they_drew_when_their_figures_were_taken(
