@@ -199,7 +199,8 @@ def scope_of(state: MemoryState) -> tuple[str, str]:
 
 def _searched_by_stem(said: Statement, doc: Document) -> bool:
     """The statement is also searched by its fact's stem (:meth:`StreamWorker.compared`): its
-    vector is the service's (a stem is embedded by the service's model) and it says its value is
+    vector is the service's (a stem is embedded by the service's model; :attr:`Statement.embedded`
+    says which are taken to be) and it says its value is
     new ("I live in Hanoi now"): an older version far from it then supersedes by the marker
     rule (:attr:`memcore.SupersessionPolicy.speaker_min_cosine`), and one not said to be
     replaced is not sought past the statement's own nearest.
