@@ -959,15 +959,16 @@ def llm_candidates(
     lists it. Without a ``user_id``, those of ``new``'s session only: the model cannot tell
     whether "I" of two sessions is one person (:func:`_by_its_speaker`).
     """
-    asked: list[Version] = []
+    fresh: list[Version] = []
     seen: set[str] = set()
     for n in neighbours:
         one_speaker = bool(new.scope[1]) or n.session == new.session
-        fresh = n.memory_id not in seen and comparable(new, n) and n.at < new.at and one_speaker
-        if fresh and (n.similarity >= policy.min_cosine or detect(new, [n], policy)):  # no NaN
-            asked.append(n)
+        if n.memory_id not in seen and comparable(new, n) and n.at < new.at and one_speaker:
+            fresh.append(n)
         seen.add(n.memory_id)
-    return asked
+    far = [n for n in fresh if not n.similarity >= policy.min_cosine]  # NaN too
+    read = {s.older for s in detect(new, far, policy)} if far else set()  # new parsed once
+    return [n for n in fresh if n.similarity >= policy.min_cosine or n.memory_id in read]
 
 
 def llm_prompt(new: Version, candidates: Sequence[Version]) -> str:

@@ -590,7 +590,7 @@ class StreamWorker:
         if by_tenant and self.services.llm is not None:
             # the LLM's questions quote neighbours: none erased since (:meth:`compared`)
             await self.keys.read_through()
-        stems = await self._stem_vectors(self._stems(by_tenant))
+        stems = await self._stem_vectors(self._stems(by_tenant))  # by statement key
         for tenant_id, stated in by_tenant.items():
             try:
                 found = await self.compared(tenant_id, stated, stems)
@@ -646,13 +646,12 @@ class StreamWorker:
         than the memory that superseded it); a neighbour by its creation (a neighbour reasserted
         since is dated too early: the tables keep no statement time).
 
-        A statement that says its value is new, of a fact whose vector the service embedded, is
-        also searched by its fact's stem (:func:`memcore.fact_stem`; ``stems``: the vectors of
-        :meth:`_stems`, embedded once a batch; the same search call): its older versions can be
-        far from its own vector among many memories of one user. Their cosine to the statement
-        is computed from the rows' vectors. A stem not in ``stems`` (the embedder failed), or
-        of another length than the statement's vector, is left out: the statement's own search
-        still runs.
+        A statement :meth:`_stems` chose is also searched by its fact's stem (``stems``: their
+        vectors by statement key, embedded once a batch; the same search call): its older
+        versions can be far from its own vector among many memories of one user. Their cosine
+        to the statement is computed from the rows' vectors. A stem not in ``stems`` (the
+        embedder failed), or of another length than the statement's vector, is left out: the
+        statement's own search still runs.
         """
         stems = stems or {}
         llm = self.services.llm
@@ -666,10 +665,9 @@ class StreamWorker:
             if found is None:
                 continue
             statement = fact_of(found[1].content, rules.max_words, generic=True)
-            if statement is not None and _searched_by_stem(said, found[1]):
-                stem = stems.get(fact_stem(statement))
-                if stem is not None and len(stem) == len(found[1].vector):
-                    stem_vectors[len(stated)] = stem
+            stem = stems.get(key)
+            if stem is not None and len(stem) == len(found[1].vector):
+                stem_vectors[len(stated)] = stem
             if statement is not None or llm is not None:
                 stated.append((*found, said.at))
         if not stated:
@@ -734,12 +732,14 @@ class StreamWorker:
         ]
         return rules, compared
 
-    def _stems(self, by_tenant: Mapping[str, Mapping[str, Statement]]) -> set[str]:
-        """The stems of the batch's statements :meth:`compared` searches by (every tenant's,
-        to be embedded in one call). A tenant whose statements cannot be read here gives none:
-        :meth:`compared` meets the same failure and dead-letters them.
+    def _stems(self, by_tenant: Mapping[str, Mapping[str, Statement]]) -> dict[str, str]:
+        """The stem (:func:`memcore.fact_stem`) each statement :meth:`compared` also searches
+        by, by key (every tenant's, to be embedded in one call): one of a fact, said to be new,
+        whose vector the service embedded (:func:`_searched_by_stem`). A tenant whose
+        statements cannot be read here gives none: :meth:`compared` meets the same failure and
+        dead-letters them.
         """
-        stems: set[str] = set()
+        stems: dict[str, str] = {}
         for tenant_id, statements in by_tenant.items():
             try:
                 rules = self.processor.policy(tenant_id).supersession
@@ -749,24 +749,26 @@ class StreamWorker:
                         continue
                     fact = fact_of(found[1].content, rules.max_words, generic=True)
                     if fact is not None:
-                        stems.add(fact_stem(fact))
+                        stems[key] = fact_stem(fact)
             except Exception:  # compared() meets it again, logs it and dead-letters them
                 log.debug("stems of %s left out", tenant_id, exc_info=True)
         return stems
 
-    async def _stem_vectors(self, stems: Collection[str]) -> dict[str, Sequence[float]]:
-        """``stems`` embedded, by text, in one call; none when the embedder fails or answers
-        with another number of vectors (logged): the statements are searched by their own.
+    async def _stem_vectors(self, stems: Mapping[str, str]) -> dict[str, Sequence[float]]:
+        """``stems`` (by key) embedded, each text once, in one call; none when the embedder
+        fails or answers with another number of vectors (logged): the statements are searched
+        by their own.
         """
         if not stems:
             return {}
-        texts = sorted(stems)
+        texts = sorted(set(stems.values()))
         try:
             vectors = await asyncio.to_thread(self.services.embedder.embed, texts)
-            return dict(zip(texts, vectors, strict=True))
+            by_text = dict(zip(texts, vectors, strict=True))
         except Exception:
             log.exception("embedding %d fact stems failed; searched by statements only", len(texts))
             return {}
+        return {key: by_text[stem] for key, stem in stems.items()}
 
     async def on_access(self, events: Sequence[Any]) -> None:
         """Reduce each access; one that overtook its write is parked until the write is applied."""
