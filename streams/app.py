@@ -197,15 +197,32 @@ def scope_of(state: MemoryState) -> tuple[str, str]:
     return (state.agent_id or "", state.user_id or "")
 
 
-def _searched_by_stem(said: Statement, doc: Document) -> bool:
-    """The statement is also searched by its fact's stem (:meth:`StreamWorker.compared`): its
-    vector is the service's (a stem is embedded by the service's model; :attr:`Statement.embedded`
-    says which are taken to be) and it says its value is
-    new ("I live in Hanoi now"): an older version far from it then supersedes by the marker
-    rule (:attr:`memcore.SupersessionPolicy.speaker_min_cosine`), and one not said to be
-    replaced is not sought past the statement's own nearest.
+def _searched_by_stem(said: Statement) -> bool:
+    """The statement is also searched by its fact's stem (:meth:`StreamWorker.compared`, hits
+    kept by :func:`stem_hits`): its vector is the service's (a stem is embedded by the
+    service's model; :attr:`Statement.embedded` says which are taken to be).
     """
-    return said.embedded and states_an_update(doc.content)
+    return said.embedded
+
+
+def stem_hits(
+    vector: Sequence[float], at: datetime, content: str, hits: Sequence[Hit]
+) -> list[Hit]:
+    """The hits of a statement's fact's stem (:func:`rescored` to the statement's ``vector``)
+    that may supersede far below ``min_cosine`` by the marker rule
+    (:attr:`memcore.SupersessionPolicy.speaker_min_cosine`): every one, for a statement that
+    says its value is new ("I live in Hanoi now."); for one that does not, only a newer memory
+    (created after ``at``) that says so: an older value written after its newer one (an import,
+    two partitions applied out of order) finds it as the newer would have found the older. A
+    far hit neither of whose statements says it replaced the other would only bring the rule's
+    ``min_cosine`` pairs from further down (a favourite of another context), and is left out.
+    """
+    found = rescored(vector, hits)
+    if states_an_update(content):
+        return found
+    return [
+        h for h in found if from_us(h.row.created_at_us) > at and states_an_update(h.row.content)
+    ]
 
 
 def rescored(vector: Sequence[float], hits: Sequence[Hit]) -> list[Hit]:
@@ -647,9 +664,10 @@ class StreamWorker:
         since is dated too early: the tables keep no statement time).
 
         A statement :meth:`_stems` chose is also searched by its fact's stem (``stems``: their
-        vectors by statement key, embedded once a batch; the same search call): its older
+        vectors by statement key, embedded once a batch; the same search call): its other
         versions can be far from its own vector among many memories of one user. Their cosine
-        to the statement is computed from the rows' vectors. A stem not in ``stems`` (the
+        to the statement is computed from the rows' vectors, and :func:`stem_hits` keeps those
+        the marker rule may supersede. A stem not in ``stems`` (the
         embedder failed), or of another length than the statement's vector, is left out: the
         statement's own search still runs.
         """
@@ -699,7 +717,8 @@ class StreamWorker:
                 for i, of_one in zip(members, hits[: len(members)], strict=True):
                     each_hits[i] = of_one
                 for i, of_stem in zip(by_stem, hits[len(members) :], strict=True):
-                    each_hits[i] = each_hits[i] + rescored(stated[i][1].vector, of_stem)
+                    _, doc, at = stated[i]
+                    each_hits[i] = each_hits[i] + stem_hits(doc.vector, at, doc.content, of_stem)
             return each_hits
 
         compared: list[Compared] = [
@@ -734,8 +753,8 @@ class StreamWorker:
 
     def _stems(self, by_tenant: Mapping[str, Mapping[str, Statement]]) -> dict[str, str]:
         """The stem (:func:`memcore.fact_stem`) each statement :meth:`compared` also searches
-        by, by key (every tenant's, to be embedded in one call): one of a fact, said to be new,
-        whose vector the service embedded (:func:`_searched_by_stem`). A tenant whose
+        by, by key (every tenant's, to be embedded in one call): one of a fact whose vector the
+        service embedded (:func:`_searched_by_stem`). A tenant whose
         statements cannot be read here gives none: :meth:`compared` meets the same failure and
         dead-letters them.
         """
@@ -745,7 +764,7 @@ class StreamWorker:
                 rules = self.processor.policy(tenant_id).supersession
                 for key, said in statements.items():
                     found = self.processor.load(key) if rules.enabled else None
-                    if found is None or not _searched_by_stem(said, found[1]):
+                    if found is None or not _searched_by_stem(said):
                         continue
                     fact = fact_of(found[1].content, rules.max_words, generic=True)
                     if fact is not None:

@@ -37,10 +37,15 @@ def server(stack: Stack, tmp_path: Path) -> Iterator[str]:
     yield from serve(stack, tmp_path)
 
 
-def serve(stack: Stack, tmp_path: Path, **extra: str) -> Iterator[str]:
-    """``python -m server`` on the stack's broker and a Milvus Lite file; ``extra``: more env."""
+def serve(
+    stack: Stack, tmp_path: Path, overrides: dict[str, Any] | None = None, /, **extra: str
+) -> Iterator[str]:
+    """``python -m server`` on the stack's broker and a Milvus Lite file; ``overrides``: the
+    tenant's policy overrides; ``extra``: more env.
+    """
     tenants = tmp_path / "tenants.json"
-    tenants.write_text(json.dumps({"tenants": {"acme": {"api_keys": [KEY]}}}))
+    acme = {"api_keys": [KEY], "overrides": overrides or {}}
+    tenants.write_text(json.dumps({"tenants": {"acme": acme}}))
     port = free_port()
     env = {
         **stack.env(),
@@ -165,6 +170,68 @@ def test_a_fact_a_user_states_of_themselves_supersedes_however_far_apart_its_vec
         )
         in_time_order = [(toronto, hanoi), (hanoi, None)]
         assert [(m.memory_id, m.superseded_by) for m in history] == in_time_order
+
+
+@pytest.fixture
+def near_two(make_stack: Callable[..., Stack], tmp_path: Path) -> Iterator[str]:
+    """A server that embeds texts itself, each in 384 hashed dimensions (two texts' cosine is
+    their shared words'), and compares a write with its two nearest memories only.
+    """
+    stack = make_stack(("acme",), dim=384)
+    yield from serve(stack, tmp_path, {"supersession": {"neighbours": 2}})
+
+
+def test_an_older_value_crowded_out_of_a_statement_s_nearest_is_found_by_its_fact_s_stem(
+    near_two: str,
+) -> None:
+    """Three questions share more words with "I live in Hanoi now." (cosine .91) than "I live
+    in Toronto." does (.67): the statement's own search (its 2 nearest) misses Toronto, which
+    stayed current. The stem "i lives in" is nearer Toronto (.58) than the questions (.47), and
+    the worker searches Milvus (or the hot cache in front of it) by the stem as well.
+    """
+    zed = {"user_id": "zed"}
+    questions = (
+        "Do I live in Hanoi now?",
+        "Can I live in Hanoi now?",
+        "Should I live in Hanoi now?",
+    )
+    with Client(near_two, KEY) as client:
+        toronto = client.remember("I live in Toronto.", at=T0, **zed)
+        asked = [client.remember(q, at=T0 + timedelta(days=1), **zed) for q in questions]
+        hanoi = client.remember("I live in Hanoi now.", at=T0 + timedelta(days=30), **zed)
+        now = T0 + timedelta(days=31)
+        found = client.recall("Hanoi", k=10, at=now, track=False, filters=zed, include_history=True)
+        superseded_by = {m.memory_id: m.superseded_by for m in found}
+        assert superseded_by == {toronto: hanoi, hanoi: None} | dict.fromkeys(asked)
+        current = client.recall("Where do I live?", k=10, at=now, track=False, filters=zed)
+        assert toronto not in {m.memory_id for m in current}
+
+
+def test_an_older_value_written_last_finds_its_newer_value_by_its_fact_s_stem(
+    near_two: str,
+) -> None:
+    """A write of an older version after the newer one (an import, two partitions applied out
+    of order): "I live in Hanoi now." found nothing when written; three questions share more
+    words with "I live in Toronto." (.82) than "I live in Hanoi now." does (.67), so Toronto's
+    own search misses Hanoi. The stem "i lives in" is nearer Hanoi (.52) than the questions
+    (.47): Toronto, written last, is superseded by the newer value all the same.
+    """
+    zed = {"user_id": "zed"}
+    questions = (
+        "Do I really live in Toronto?",
+        "Did I ever live in Toronto?",
+        "Will I still live in Toronto?",
+    )
+    with Client(near_two, KEY) as client:
+        hanoi = client.remember("I live in Hanoi now.", at=T0 + timedelta(days=30), **zed)
+        asked = [client.remember(q, at=T0 + timedelta(days=1), **zed) for q in questions]
+        toronto = client.remember("I live in Toronto.", at=T0, **zed)
+        now = T0 + timedelta(days=31)
+        found = client.recall(
+            "Toronto", k=10, at=now, track=False, filters=zed, include_history=True
+        )
+        superseded_by = {m.memory_id: m.superseded_by for m in found}
+        assert superseded_by == {toronto: hanoi, hanoi: None} | dict.fromkeys(asked)
 
 
 class StandInLlm(BaseHTTPRequestHandler):

@@ -697,6 +697,46 @@ async def test_every_tenant_s_stems_are_embedded_in_one_call_a_batch(tmp_path: P
     assert embedder.texts == ["I live in Hanoi now.", "i lives in"]
 
 
+FAR_STEM = (0.0, 0.0, 1.0, 0.0)
+NEWER = (0.6, 0.0, 0.8, 0.0)  # .8 to the stem, .48 to OLDER
+NEARER = (0.6, 0.3, 0.742, 0.0)  # .74 to the stem, .68 to OLDER
+OLDER = (0.0, 0.8, 0.6, 0.0)  # .6 to the stem
+
+
+async def test_an_older_value_written_after_its_newer_one_finds_it_by_its_stem(
+    tmp_path: Path,
+) -> None:
+    """Written first (an import, or two partitions applied out of order), "I live in Hanoi now."
+    found nothing. "I live in Toronto.", written last among 12 memories nearer it (.9) than
+    Hanoi (.48), was searched by its own vector only (it says nothing is new) and stayed
+    current. Its stem finds Hanoi (.8; the others .2), which says it is new: Toronto is
+    superseded. A far value found so that is not newer and said to be new is left (at .68 the
+    rule would supersede by ``min_cosine``: the stem search does not reach further for it).
+    """
+    embedder = Embedder({"I live in Toronto.": OLDER, "i lives in": FAR_STEM})
+    w = Worker(tmp_path, embedder, NearestStore())
+
+    def said(
+        user: str, name: str, text: str, hour: int, vector: object = None
+    ) -> tuple[str, bytes]:
+        at = f"2026-03-01T{hour:02}:00:00+00:00"
+        memory = write(text, f"{name}-{user}", user_id=user, at=at, embedding=vector)
+        return f"acme/{name}-{user}", memory
+
+    found = {  # user: the value the stem search finds, and the hour it was said
+        "u1": ("I live in Hanoi now.", NEWER, 12),
+        "u2": ("I live in Hanoi.", NEARER, 12),
+        "u3": ("I live in Hanoi now.", NEARER, 8),
+    }
+    for user, (text, vector, hour) in found.items():
+        await w.writes(said(user, "hanoi", text, hour, vector))
+        for i in range(12):
+            chat = [0.0, 1.0, 0.2 + i / 100, 0.0]
+            await w.writes(said(user, f"chat{i}", f"Do I live in Toronto? {i}", 9, chat))
+    toronto = [said(user, "toronto", "I live in Toronto.", 10) for user in found]
+    assert superseded(await w.writes(*toronto)) == [(b"acme/toronto-u1", "hanoi-u1")]
+
+
 class Miscounting(Embedder):
     """Answers a call of stems with one vector too few."""
 
@@ -705,12 +745,13 @@ class Miscounting(Embedder):
         return vectors[:-1] if "i lives in" in texts else vectors
 
 
-async def test_a_stem_search_is_only_for_a_new_value_embedded_here_and_never_fails_a_write(
+async def test_a_stem_search_is_only_for_a_vector_embedded_here_and_never_fails_a_write(
     tmp_path: Path,
 ) -> None:
     """A stem's embedding that fails, or comes back miscounted, leaves the statement's own
-    search (it had raised, and sent the tenant's statements to dead-letter). A statement not
-    said to be new, or whose vector is kept from a write that gave it, embeds no stem.
+    search (it had raised, and sent the tenant's statements to dead-letter). A statement whose
+    vector is kept from a write that gave it embeds no stem. One not said to be new is searched
+    by its stem, but a far older value it finds so stays current: neither says it changed.
     """
     embedder = Miscounting({"I live in Hanoi now.": HANOI, "i lives in": STEM})
     w = Worker(tmp_path / "miscounted", embedder, NearestStore())
@@ -721,7 +762,7 @@ async def test_a_stem_search_is_only_for_a_new_value_embedded_here_and_never_fai
     w = Worker(tmp_path / "plain", plain, NearestStore())
     await user_with_many_memories(w)
     sent = await w.writes(("acme/hanoi", write("I live in Hanoi.", "hanoi", user_id="u1")))
-    assert (superseded(sent), plain.texts) == ([], ["I live in Hanoi."])
+    assert (superseded(sent), plain.texts) == ([], ["I live in Hanoi.", "i lives in"])
     kept = Embedder({"i lives in": STEM})
     w = Worker(tmp_path / "kept", kept, NearestStore())
     await user_with_many_memories(w)
