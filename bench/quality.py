@@ -54,8 +54,10 @@ a fact that ends in an addition is asked as ``current-both`` (many-valued newest
 stale returned); ``--paraphrased`` follows a single-valued fact's last version with a look-alike
 that replaces nothing (kept past look-alike R@10: the last version is among the 10).
 
-Per tenant: the writes (in time order), the explicit accesses, then the probes, the first of them
-``after`` the tokens of those writes and accesses. Offline baselines (cosine and BM25 over the
+Per tenant: the writes (in time order; ``--shuffled``: in a seeded random order, 50 at a time,
+each 50 applied before the next, an import that often writes a fact's newer version before its
+older), the explicit accesses, then the probes, the first of them ``after`` the tokens of those
+writes and accesses. Offline baselines (cosine and BM25 over the
 tenant's memories written up to the probe's ``at``, ties in a seeded random order) go in the same
 table. Output: Markdown on stdout; ``--json`` for machine output.
 """
@@ -1013,11 +1015,36 @@ def wait_for_accesses(api: Api, key: str, accesses: Sequence[tuple[str, datetime
             time.sleep(0.2)
 
 
-def serve_workload(api: Api, key: str, w: Workload, force: bool) -> Outcome:
+SHUFFLED_CHUNK = 50
+"""``--shuffled``: how many writes an import sends at a time (each applied before the next)."""
+
+
+def sent_in(w: Workload, seed: int, shuffled: bool) -> list[list[Write]]:
+    """The workload's writes as the bench sends them: all at once in time order, or
+    ``shuffled`` (an import of a user's history in no order) in chunks of
+    :data:`SHUFFLED_CHUNK`, in an order drawn from ``seed`` and the tenant (each chunk is
+    applied before the next is sent: a fact's newer version is often written before its older).
+    """
+    if not shuffled:
+        return [list(w.writes)]
+    order = list(w.writes)
+    random.Random(f"shuffle-{seed}-{w.tenant}").shuffle(order)
+    return [order[i : i + SHUFFLED_CHUNK] for i in range(0, len(order), SHUFFLED_CHUNK)]
+
+
+def serve_workload(
+    api: Api, key: str, w: Workload, force: bool, chunks: Sequence[Sequence[Write]] = ()
+) -> Outcome:
+    """Send ``chunks`` (default: every write at once), then the accesses, and score the probes."""
     if not force and api.get(key, w.writes[0].memory_id) is not None:
         msg = f"{w.tenant} already holds this workload: reset the service state or pass --force"
         raise SystemExit(msg)
-    tokens = [api.write(key, [x.body() for x in w.writes])]
+    chunks = chunks or [w.writes]
+    for chunk in chunks[:-1]:
+        token = api.write(key, [x.body() for x in chunk])
+        if not api.settled(key, probe_body(w.probes[0]), [token]):
+            api.wait_for(key, [x.memory_id for x in chunk])
+    tokens = [api.write(key, [x.body() for x in chunks[-1]])]
     tokens += [api.access(key, [memory_id], at) for memory_id, at in w.accesses]
     own = {x.memory_id: x.content for x in w.writes}
     if not api.settled(key, probe_body(w.probes[0]), tokens):
@@ -1082,7 +1109,8 @@ def run_updates(args: argparse.Namespace) -> dict[str, Any]:
     service = Outcome()
     with Api(args.base_url) as api:
         for w in workloads:
-            got = serve_workload(api, keys[w.tenant], w, args.force)
+            chunks = sent_in(w, args.seed, args.shuffled)
+            got = serve_workload(api, keys[w.tenant], w, args.force, chunks)
             for name, values in got.hits.items():
                 service.hits.setdefault(name, []).extend(values)
             service.leaks += got.leaks
@@ -1098,6 +1126,7 @@ def run_updates(args: argparse.Namespace) -> dict[str, Any]:
         "seed": args.seed,
         "phrasing": args.phrasing,
         "crowded": args.crowded,
+        "shuffled": args.shuffled,
         "tenants": len(workloads),
         "writes": sum(len(w.writes) for w in workloads),
         "probes": counts,
@@ -1124,6 +1153,7 @@ def updates_markdown(result: Mapping[str, Any]) -> str:
         f"Knowledge updates (seed {result['seed']}"
         + ("" if result["phrasing"] == "marked" else f", updates {result['phrasing']}")
         + (f", crowded {result['crowded']}" if result.get("crowded") else "")
+        + (", shuffled" if result.get("shuffled") else "")
         + f"): {result['tenants']} tenants, {result['writes']} "
         f"writes, probes {result['probes']}, {result['results']} results checked for leaks; "
         f"include_history {result['include_history']}, settle: {result['read_your_writes']}",
@@ -1192,6 +1222,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="N",
         help="updates --first-person: up to N more statements each user says of themselves, of other"
         " things (a user with many memories)",
+    )
+    parser.add_argument(
+        "--shuffled",
+        action="store_true",
+        help=f"updates: the writes sent in a seeded random order, {SHUFFLED_CHUNK} at a time, each"
+        " chunk applied before the next (an import: newer versions often come first)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
     return parser.parse_args(argv)

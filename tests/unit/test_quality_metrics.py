@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 
 import pytest
 
@@ -18,9 +19,11 @@ from bench.quality import (
     kept_current,
     probe_body,
     score_probe,
+    sent_in,
     updates_workload,
 )
 from bench.quality_study import Tally
+from bench.supersession_reach import fact_versions
 from memcore.supersession import fact_of
 
 CURRENT = Probe("current", "Where does Alice live?", START, "v3", ("v1", "v2", "v3"))
@@ -268,3 +271,19 @@ def test_the_published_workloads_draw_what_they_drew_when_their_figures_were_tak
 
 def _kept(probe: Probe) -> tuple[object, ...]:
     return (probe.versions, probe.named, probe.history, probe.lookalike)
+
+
+def test_a_shuffled_import_sends_every_write_once_a_fact_s_newer_version_often_first() -> None:
+    """``--shuffled``: the same writes in chunks of 50, in an order of the seed and the tenant."""
+    w = updates_workload(7, ("t",), phrasing="first-person", crowded=60)[0]
+    assert sent_in(w, 7, shuffled=False) == [w.writes]
+    chunks = sent_in(w, 7, shuffled=True)
+    assert {len(c) for c in chunks[:-1]} == {50}
+    sent = [x for c in chunks for x in c]
+    assert sorted(sent, key=lambda x: x.memory_id) == sorted(w.writes, key=lambda x: x.memory_id)
+    assert sent_in(w, 7, shuffled=True) == chunks
+    assert sent_in(dataclasses.replace(w, tenant="u"), 7, shuffled=True) != chunks
+    position = {x.memory_id: i for i, x in enumerate(sent)}
+    pairs = [(a, b) for v in fact_versions(w).values() for a, b in itertools.pairwise(v)]
+    newer_first = sum(position[b.memory_id] < position[a.memory_id] for a, b in pairs)
+    assert 0.25 * len(pairs) < newer_first < 0.75 * len(pairs)
