@@ -822,7 +822,8 @@ def detect(
 def fact_stem(fact: Fact) -> str:
     """The words every version of ``fact`` shares, its subject and relation ("i lives in", "my
     favourite food is", "alice prefers for breakfast"): embedded, the query that finds a fact's
-    older versions among many memories of one user, where the value's words put them past the
+    other versions (older, or newer ones written first) among many memories of one user, where
+    the value's words put them past the
     nearest of the new statement's own vector ("I live in Toronto." is the 96th nearest of
     "I live in Hanoi now." among 177 short first-person statements, and within the 10 nearest of
     "i lives in").

@@ -710,10 +710,14 @@ async def test_an_older_value_written_after_its_newer_one_finds_it_by_its_stem(
     found nothing. "I live in Toronto.", written last among 12 memories nearer it (.9) than
     Hanoi (.48), was searched by its own vector only (it says nothing is new) and stayed
     current. Its stem finds Hanoi (.8; the others .2), which says it is new: Toronto is
-    superseded. A far value found so that is not newer and said to be new is left (at .68 the
-    rule would supersede by ``min_cosine``: the stem search does not reach further for it).
+    superseded; so it is by a memory rewritten to say so after Toronto's time, though created
+    before it (it was dated by its creation). A far pair found so whose newer side does not say
+    its value is new is left (at .68 the rule would supersede by ``min_cosine``: the stem
+    search does not reach further for it), whichever side is written last.
     """
-    embedder = Embedder({"I live in Toronto.": OLDER, "i lives in": FAR_STEM})
+    embedder = Embedder(
+        {"I live in Toronto.": OLDER, "I live in Oslo now.": OLDER, "i lives in": FAR_STEM}
+    )
     w = Worker(tmp_path, embedder, NearestStore())
 
     def said(
@@ -723,18 +727,27 @@ async def test_an_older_value_written_after_its_newer_one_finds_it_by_its_stem(
         memory = write(text, f"{name}-{user}", user_id=user, at=at, embedding=vector)
         return f"acme/{name}-{user}", memory
 
-    found = {  # user: the value the stem search finds, and the hour it was said
-        "u1": ("I live in Hanoi now.", NEWER, 12),
-        "u2": ("I live in Hanoi.", NEARER, 12),
-        "u3": ("I live in Hanoi now.", NEARER, 8),
+    found = {  # user: what the stem search finds (said in turn, one memory), and the last words
+        "u1": ([("I live in Hanoi now.", NEWER, 12)], "I live in Toronto."),
+        "u2": ([("I live in Hanoi.", NEARER, 12)], "I live in Toronto."),
+        "u3": ([("I live in Hanoi now.", NEARER, 8)], "I live in Toronto."),
+        "u4": ([("I live in Hanoi.", NEARER, 12)], "I live in Oslo now."),
+        "u5": (
+            [("I live in Lima.", NEWER, 8), ("I live in Hanoi now.", NEWER, 12)],
+            "I live in Toronto.",
+        ),
     }
-    for user, (text, vector, hour) in found.items():
-        await w.writes(said(user, "hanoi", text, hour, vector))
+    for user, (versions, _) in found.items():
+        for text, vector, hour in versions:
+            await w.writes(said(user, "hanoi", text, hour, vector))
         for i in range(12):
             chat = [0.0, 1.0, 0.2 + i / 100, 0.0]
             await w.writes(said(user, f"chat{i}", f"Do I live in Toronto? {i}", 9, chat))
-    toronto = [said(user, "toronto", "I live in Toronto.", 10) for user in found]
-    assert superseded(await w.writes(*toronto)) == [(b"acme/toronto-u1", "hanoi-u1")]
+    last = [said(user, "last", text, 10) for user, (_, text) in found.items()]
+    assert superseded(await w.writes(*last)) == [
+        (b"acme/last-u1", "hanoi-u1"),
+        (b"acme/last-u5", "hanoi-u5"),
+    ]
 
 
 class Miscounting(Embedder):
