@@ -181,57 +181,47 @@ def near_two(make_stack: Callable[..., Stack], tmp_path: Path) -> Iterator[str]:
     yield from serve(stack, tmp_path, {"supersession": {"neighbours": 2}})
 
 
-def test_an_older_value_crowded_out_of_a_statement_s_nearest_is_found_by_its_fact_s_stem(
-    near_two: str,
+TORONTO, HANOI = "I live in Toronto.", "I live in Hanoi now."
+NEAR_HANOI = ("Do I live in Hanoi now?", "Can I live in Hanoi now?", "Should I live in Hanoi now?")
+NEAR_TORONTO = (
+    "Do I really live in Toronto?",
+    "Did I ever live in Toronto?",
+    "Will I still live in Toronto?",
+)
+
+
+@pytest.mark.parametrize(
+    "writes",
+    [
+        pytest.param((TORONTO, *NEAR_HANOI, HANOI), id="in-order"),
+        pytest.param((HANOI, *NEAR_TORONTO, TORONTO), id="older-value-written-last"),
+    ],
+)
+def test_a_value_crowded_out_of_a_statement_s_nearest_is_found_by_its_fact_s_stem(
+    near_two: str, writes: tuple[str, ...]
 ) -> None:
-    """Three questions share more words with "I live in Hanoi now." (cosine .91) than "I live
-    in Toronto." does (.67): the statement's own search (its 2 nearest) misses Toronto, which
-    stayed current. The stem "i lives in" is nearer Toronto (.58) than the questions (.47), and
-    the worker searches Milvus (or the hot cache in front of it) by the stem as well.
+    """Three questions share more words with the statement written last than its fact's other
+    value does (.91 or .82 against .67): its own search (its 2 nearest) missed that value, and
+    Toronto stayed current. The stem "i lives in" is nearer the other value (.58 or .52) than
+    the questions (.47), and the worker searches Milvus (or the hot cache in front of it) by
+    the stem as well: in order, and when the older value is written after the newer one (an
+    import, two partitions applied out of order; "I live in Hanoi now." found nothing when
+    written).
     """
     zed = {"user_id": "zed"}
-    questions = (
-        "Do I live in Hanoi now?",
-        "Can I live in Hanoi now?",
-        "Should I live in Hanoi now?",
-    )
+    dated = {TORONTO: T0, HANOI: T0 + timedelta(days=30)}
     with Client(near_two, KEY) as client:
-        toronto = client.remember("I live in Toronto.", at=T0, **zed)
-        asked = [client.remember(q, at=T0 + timedelta(days=1), **zed) for q in questions]
-        hanoi = client.remember("I live in Hanoi now.", at=T0 + timedelta(days=30), **zed)
+        ids = {
+            text: client.remember(text, at=dated.get(text, T0 + timedelta(days=1)), **zed)
+            for text in writes
+        }
         now = T0 + timedelta(days=31)
-        found = client.recall("Hanoi", k=10, at=now, track=False, filters=zed, include_history=True)
-        superseded_by = {m.memory_id: m.superseded_by for m in found}
-        assert superseded_by == {toronto: hanoi, hanoi: None} | dict.fromkeys(asked)
+        found = client.recall("live", k=10, at=now, track=False, filters=zed, include_history=True)
+        by_id = {m.memory_id: m.superseded_by for m in found}
+        expected = dict.fromkeys(ids.values()) | {ids[TORONTO]: ids[HANOI]}
+        assert by_id == expected
         current = client.recall("Where do I live?", k=10, at=now, track=False, filters=zed)
-        assert toronto not in {m.memory_id for m in current}
-
-
-def test_an_older_value_written_last_finds_its_newer_value_by_its_fact_s_stem(
-    near_two: str,
-) -> None:
-    """A write of an older version after the newer one (an import, two partitions applied out
-    of order): "I live in Hanoi now." found nothing when written; three questions share more
-    words with "I live in Toronto." (.82) than "I live in Hanoi now." does (.67), so Toronto's
-    own search misses Hanoi. The stem "i lives in" is nearer Hanoi (.52) than the questions
-    (.47): Toronto, written last, is superseded by the newer value all the same.
-    """
-    zed = {"user_id": "zed"}
-    questions = (
-        "Do I really live in Toronto?",
-        "Did I ever live in Toronto?",
-        "Will I still live in Toronto?",
-    )
-    with Client(near_two, KEY) as client:
-        hanoi = client.remember("I live in Hanoi now.", at=T0 + timedelta(days=30), **zed)
-        asked = [client.remember(q, at=T0 + timedelta(days=1), **zed) for q in questions]
-        toronto = client.remember("I live in Toronto.", at=T0, **zed)
-        now = T0 + timedelta(days=31)
-        found = client.recall(
-            "Toronto", k=10, at=now, track=False, filters=zed, include_history=True
-        )
-        superseded_by = {m.memory_id: m.superseded_by for m in found}
-        assert superseded_by == {toronto: hanoi, hanoi: None} | dict.fromkeys(asked)
+        assert ids[TORONTO] not in {m.memory_id for m in current}
 
 
 class StandInLlm(BaseHTTPRequestHandler):
