@@ -206,39 +206,26 @@ def _searched_by_stem(said: Statement) -> bool:
 
 
 def stem_hits(
-    vector: Sequence[float],
-    at: datetime,
-    content: str,
-    hits: Sequence[Hit],
-    dated: Callable[[Hit], datetime],
+    vector: Sequence[float], at: datetime, content: str, hits: Sequence[Hit]
 ) -> list[Hit]:
     """The hits of a statement's fact's stem, :func:`rescored` to the statement's ``vector``,
     whose pair with the statement (said at ``at``) has a newer side that says its value is new
     ("I live in Hanoi now."), the pairs the marker rule may supersede far below ``min_cosine``
     (:attr:`memcore.SupersessionPolicy.speaker_min_cosine`): an older hit of a statement that
-    says so, a newer hit (``dated``: its latest statement) that says so itself. So an older
-    value written after its newer one (an import, two partitions applied out of order) finds it
-    as the newer would have found the older, and either way round the stem finds the same
-    pairs. A pair whose newer side does not say so, or of one time, would only bring the rule's
-    ``min_cosine`` pairs from further down (a favourite of another context), and is left out.
+    says so, a newer hit that says so itself (a hit is dated by its creation, as
+    :meth:`StreamWorker.compared` dates a neighbour). So an older value written after its newer
+    one (an import, two partitions applied out of order) finds it as the newer would have found
+    the older. A pair whose newer side does not say so, or of one time, would only bring the
+    rule's ``min_cosine`` pairs from further down (a favourite of another context), and is left
+    out.
     """
     marked = states_an_update(content)
 
     def newer_side_marked(hit: Hit) -> bool:
-        when = dated(hit)
+        when = from_us(hit.row.created_at_us)
         return when != at and (states_an_update(hit.row.content) if when > at else marked)
 
     return rescored(vector, [h for h in hits if newer_side_marked(h)])
-
-
-def stated_when(hit: Hit, state_of: Callable[[str], MemoryState | None]) -> datetime:
-    """When a neighbour's content was last stated: its ``stated_at`` (a rewrite, a restatement)
-    where the worker's tables hold it (``state_of(row.key)``), else its row's creation (another
-    worker's partition: a memory stated again since is dated too early).
-    """
-    state = state_of(hit.row.key)
-    stated = state.stated_at if state is not None else None
-    return stated or from_us(hit.row.created_at_us)
 
 
 def rescored(vector: Sequence[float], hits: Sequence[Hit]) -> list[Hit]:
@@ -676,8 +663,9 @@ class StreamWorker:
         scope: the same ``user_id`` and ``agent_id``, searched once per scope), for
         :meth:`supersede`; None when its rules are off or none of them is to be compared. The new
         version is dated by its statement (a rewrite that reasserts a superseded memory is newer
-        than the memory that superseded it); a neighbour by its latest statement where this
-        worker's tables hold it, else by its creation (:func:`stated_when`).
+        than the memory that superseded it); a neighbour by its creation (one stated again since
+        is dated too early, and the reducer turns a decision that supersedes the restatement
+        around: the restatement supersedes the newer statement from its own time).
 
         A statement :meth:`_stems` chose is also searched by its fact's stem (``stems``: their
         vectors by statement key, embedded once a batch; the same search call): its other
@@ -712,9 +700,6 @@ class StreamWorker:
         for i, (state, _, _) in enumerate(stated):
             by_scope.setdefault(scope_of(state), []).append(i)
 
-        def dated(hit: Hit) -> datetime:
-            return stated_when(hit, self.processor.state)
-
         def search() -> list[list[Hit]]:
             each_hits: list[list[Hit]] = [[] for _ in stated]
             for (agent_id, user_id), members in by_scope.items():
@@ -737,7 +722,7 @@ class StreamWorker:
                     each_hits[i] = of_one
                 for i, of_stem in zip(by_stem, hits[len(members) :], strict=True):
                     _, doc, at = stated[i]
-                    kept = stem_hits(doc.vector, at, doc.content, of_stem, dated)
+                    kept = stem_hits(doc.vector, at, doc.content, of_stem)
                     each_hits[i] = each_hits[i] + kept
             return each_hits
 
@@ -754,7 +739,7 @@ class StreamWorker:
                     Version(
                         h.row.memory_id,
                         h.row.content,
-                        dated(h),
+                        from_us(h.row.created_at_us),
                         h.similarity,
                         (h.row.agent_id, h.row.user_id),  # a row holds "" for none
                         h.row.session_id,

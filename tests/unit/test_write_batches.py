@@ -710,10 +710,9 @@ async def test_an_older_value_written_after_its_newer_one_finds_it_by_its_stem(
     found nothing. "I live in Toronto.", written last among 12 memories nearer it (.9) than
     Hanoi (.48), was searched by its own vector only (it says nothing is new) and stayed
     current. Its stem finds Hanoi (.8; the others .2), which says it is new: Toronto is
-    superseded; so it is by a memory rewritten to say so after Toronto's time, though created
-    before it (it was dated by its creation). A far pair found so whose newer side does not say
-    its value is new is left (at .68 the rule would supersede by ``min_cosine``: the stem
-    search does not reach further for it), whichever side is written last.
+    superseded. A far pair found so whose newer side does not say its value is new is left (at
+    .68 the rule would supersede by ``min_cosine``: the stem search does not reach further for
+    it), whichever side is written last.
     """
     embedder = Embedder(
         {"I live in Toronto.": OLDER, "I live in Oslo now.": OLDER, "i lives in": FAR_STEM}
@@ -732,10 +731,6 @@ async def test_an_older_value_written_after_its_newer_one_finds_it_by_its_stem(
         "u2": ([("I live in Hanoi.", NEARER, 12)], "I live in Toronto."),
         "u3": ([("I live in Hanoi now.", NEARER, 8)], "I live in Toronto."),
         "u4": ([("I live in Hanoi.", NEARER, 12)], "I live in Oslo now."),
-        "u5": (
-            [("I live in Lima.", NEWER, 8), ("I live in Hanoi now.", NEWER, 12)],
-            "I live in Toronto.",
-        ),
     }
     for user, (versions, _) in found.items():
         for text, vector, hour in versions:
@@ -744,10 +739,43 @@ async def test_an_older_value_written_after_its_newer_one_finds_it_by_its_stem(
             chat = [0.0, 1.0, 0.2 + i / 100, 0.0]
             await w.writes(said(user, f"chat{i}", f"Do I live in Toronto? {i}", 9, chat))
     last = [said(user, "last", text, 10) for user, (_, text) in found.items()]
-    assert superseded(await w.writes(*last)) == [
-        (b"acme/last-u1", "hanoi-u1"),
-        (b"acme/last-u5", "hanoi-u5"),
-    ]
+    assert superseded(await w.writes(*last)) == [(b"acme/last-u1", "hanoi-u1")]
+
+
+async def test_a_memory_stated_again_after_a_far_newer_value_supersedes_it_from_then(
+    tmp_path: Path,
+) -> None:
+    """ "I live in Toronto." (8:00), then in one batch "I live in Hanoi now." (10:00, cosine
+    .25) and Toronto said again (12:00): the restatement is the newest, and supersedes Hanoi
+    from 12:00. Dating the neighbour by its restatement had left both current: the rule then
+    asked the restatement, not Hanoi, to say its value is new.
+    """
+    embedder = Embedder({"I live in Toronto.": TORONTO, "I live in Hanoi now.": HANOI})
+    w = Worker(tmp_path, embedder, NearestStore())
+
+    def said(memory_id: str, text: str, hour: int) -> tuple[str, bytes]:
+        at = f"2026-03-01T{hour:02}:00:00+00:00"
+        return f"acme/{memory_id}", write(text, memory_id, user_id="u1", at=at)
+
+    await w.writes(said("toronto", "I live in Toronto.", 8))
+    sent = await w.writes(
+        said("hanoi", "I live in Hanoi now.", 10), said("toronto", "I live in Toronto.", 12)
+    )
+    for _ in range(4):  # apply the decisions and those they send
+        decided = [
+            (key.decode(), orjson.dumps(v)) for role, key, v in sent if role == "memory-writes"
+        ]
+        if not decided:
+            break
+        sent = await w.writes(*decided)
+    hanoi, toronto = (w.worker.processor.state(f"acme/{m}") for m in ("hanoi", "toronto"))
+    assert hanoi is not None
+    assert toronto is not None
+    assert (hanoi.superseded_by, hanoi.valid_to) == (
+        "toronto",
+        datetime(2026, 3, 1, 12, tzinfo=UTC),
+    )
+    assert toronto.valid_to is None
 
 
 class Miscounting(Embedder):
