@@ -14,8 +14,9 @@ before it, of one user ("I live in Toronto." → "I live in Hanoi now."). Per pa
   statement, among the user's memories written before it (its fact's earlier versions left out:
   superseded by then, as the worker's search filters them), as the worker's search finds it;
 * **found by the stem**: among the ``--neighbours`` nearest of the fact's stem
-  (:func:`memcore.fact_stem`, "i lives in"), the worker's second search, for a statement that
-  says its value is new (every later version of this workload does);
+  (:func:`memcore.fact_stem`, "i lives in"), the worker's second search, whose hits count only
+  where the newer statement of the pair says its value is new (every later version of this
+  workload does);
 * **decided**: :func:`memcore.supersession.detect` supersedes it, given the pair's cosine, under
   the default policy, and under the stop-60 rule (``speaker_min_cosine`` = ``min_cosine``);
 * **reached**: found by either search and decided by the default policy: what the worker does
@@ -58,8 +59,8 @@ class Pair:
         older: the earlier version's text; ``newer``: the later one's.
         cosine: the two statements' cosine.
         rank: the older version's rank (1 = nearest) among the newer statement's candidates;
-            ``stem_rank``: among its stem's (None: no stem is searched, the statement states no
-            fact or does not say its value is new).
+            ``stem_rank``: among its stem's (None: the statement states no fact, or does not
+            say its value is new, so nothing its stem finds counts).
         decided: the default policy supersedes it at ``cosine``; ``decided_at_min``: so does a
             policy whose speaker floor is its ``min_cosine`` (the rule before stop 61).
     """

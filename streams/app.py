@@ -210,8 +210,8 @@ def stem_hits(
 ) -> list[Hit]:
     """The hits of a statement's fact's stem, :func:`rescored` to the statement's ``vector``,
     whose pair with the statement (said at ``at``) has a newer side that says its value is new
-    ("I live in Hanoi now."), the pairs the marker rule may supersede far below ``min_cosine``
-    (:attr:`memcore.SupersessionPolicy.speaker_min_cosine`): an older hit of a statement that
+    ("I live in Hanoi now."), the pairs the marker rule reads as a change (a speaker's own down
+    to :attr:`memcore.SupersessionPolicy.speaker_min_cosine`): an older hit of a statement that
     says so, a newer hit that says so itself (a hit is dated by its creation, as
     :meth:`StreamWorker.compared` dates a neighbour). So an older value written after its newer
     one (an import, two partitions applied out of order) finds it as the newer would have found

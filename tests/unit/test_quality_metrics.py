@@ -282,6 +282,7 @@ def test_a_shuffled_import_sends_every_write_once_a_fact_s_newer_version_often_f
     sent = [x for c in chunks for x in c]
     assert sorted(sent, key=lambda x: x.memory_id) == sorted(w.writes, key=lambda x: x.memory_id)
     assert sent_in(w, 7, shuffled=True) == chunks
+    assert sent_in(w, 8, shuffled=True) != chunks
     assert sent_in(dataclasses.replace(w, tenant="u"), 7, shuffled=True) != chunks
     position = {x.memory_id: i for i, x in enumerate(sent)}
     pairs = [(a, b) for v in fact_versions(w).values() for a, b in itertools.pairwise(v)]

@@ -54,7 +54,9 @@ def test_a_pair_crowded_out_of_its_statement_s_nearest_is_counted_found_by_its_s
     assert figures["lowest pair"] == ["I live in Toronto.", "I live in Hanoi now."]
 
 
-def test_a_far_pair_is_decided_by_the_speaker_floor_only_and_an_unmarked_one_has_no_stem() -> None:
+def test_a_far_pair_is_decided_by_the_speaker_floor_only_and_an_unmarked_one_counts_nothing_by_its_stem() -> (
+    None
+):
     w = Workload(
         "t",
         [

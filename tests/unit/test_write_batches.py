@@ -750,8 +750,12 @@ async def test_a_memory_stated_again_after_a_far_newer_value_supersedes_it_from_
     from 12:00. Dating the neighbour by its restatement had left both current: the rule then
     asked the restatement, not Hanoi, to say its value is new.
     """
-    embedder = Embedder({"I live in Toronto.": TORONTO, "I live in Hanoi now.": HANOI})
-    w = Worker(tmp_path, embedder, NearestStore())
+    table: dict[str, tuple[float, ...]] = {
+        "I live in Toronto.": TORONTO,
+        "I live in Hanoi now.": HANOI,
+        "i lives in": STEM,
+    }
+    w = Worker(tmp_path, Embedder(table), NearestStore())
 
     def said(memory_id: str, text: str, hour: int) -> tuple[str, bytes]:
         at = f"2026-03-01T{hour:02}:00:00+00:00"
