@@ -86,6 +86,7 @@ from memcore.supersession import (
     fact_stem,
     llm_candidates,
     llm_prompt,
+    newer_says_new,
     states_an_update,
 )
 from memcore.types import AccessKind, ImportanceSource, Lifecycle, Tier
@@ -159,6 +160,7 @@ __all__ = [
     "merged_away",
     "mmr",
     "new_card",
+    "newer_says_new",
     "normalise_content",
     "parse_llm_answer",
     "plan",

@@ -440,6 +440,20 @@ def states_an_update(content: str) -> bool:
     return _UPDATE_MARKER.search(content) is not None
 
 
+def newer_says_new(at: datetime, content: str, other_at: datetime, other_content: str) -> bool:
+    """The newer of two statements of one fact (``content`` said at ``at``, ``other_content`` at
+    ``other_at``) says its value is new (:func:`states_an_update`): the pairs the marker rule
+    reads as a change, a speaker's own down to :attr:`SupersessionPolicy.speaker_min_cosine`.
+    False for two of one time (neither is newer). The worker keeps only such pairs of what a
+    fact's stem finds (:func:`fact_stem`), so the stem reaches the same pairs whichever of the
+    two is written first; a pair whose newer side does not say so is left to the statement's
+    own nearest at ``min_cosine``.
+    """
+    if at == other_at:
+        return False
+    return states_an_update(other_content if other_at > at else content)
+
+
 def states_fact(content: str, rules: SupersessionPolicy) -> bool:
     """``content`` states one fact that a later statement can supersede under ``rules`` (the
     ``Name plays value`` reading included: an update says it is one); never when the rules are

@@ -50,8 +50,8 @@ from memcore import (
     fact_stem,
     llm_candidates,
     llm_prompt,
+    newer_says_new,
     resolve_importance,
-    states_an_update,
     superseding,
 )
 from memcore.vectors import cosine
@@ -197,35 +197,23 @@ def scope_of(state: MemoryState) -> tuple[str, str]:
     return (state.agent_id or "", state.user_id or "")
 
 
-def _searched_by_stem(said: Statement) -> bool:
-    """The statement is also searched by its fact's stem (:meth:`StreamWorker.compared`, hits
-    kept by :func:`stem_hits`): its vector is the service's (a stem is embedded by the
-    service's model; :attr:`Statement.embedded` says which are taken to be).
-    """
-    return said.embedded
-
-
 def stem_hits(
     vector: Sequence[float], at: datetime, content: str, hits: Sequence[Hit]
 ) -> list[Hit]:
-    """The hits of a statement's fact's stem, :func:`rescored` to the statement's ``vector``,
-    whose pair with the statement (said at ``at``) has a newer side that says its value is new
-    ("I live in Hanoi now."), the pairs the marker rule reads as a change (a speaker's own down
-    to :attr:`memcore.SupersessionPolicy.speaker_min_cosine`): an older hit of a statement that
-    says so, a newer hit that says so itself (a hit is dated by its creation, as
-    :meth:`StreamWorker.compared` dates a neighbour). So an older value written after its newer
-    one (an import, two partitions applied out of order) finds it as the newer would have found
-    the older. A pair whose newer side does not say so, or of one time, would only bring the
-    rule's ``min_cosine`` pairs from further down (a favourite of another context), and is left
-    out.
+    """The hits of a statement's fact's stem (``content`` said at ``at``) whose pair with it
+    :func:`memcore.newer_says_new` keeps (a hit dated by its creation, as
+    :meth:`StreamWorker.compared` dates a neighbour), :func:`rescored` to the statement's
+    ``vector``: an older value written after its newer one (an import, two partitions applied
+    out of order) finds it as the newer would have found the older.
     """
-    marked = states_an_update(content)
-
-    def newer_side_marked(hit: Hit) -> bool:
-        when = from_us(hit.row.created_at_us)
-        return when != at and (states_an_update(hit.row.content) if when > at else marked)
-
-    return rescored(vector, [h for h in hits if newer_side_marked(h)])
+    return rescored(
+        vector,
+        [
+            h
+            for h in hits
+            if newer_says_new(at, content, from_us(h.row.created_at_us), h.row.content)
+        ],
+    )
 
 
 def rescored(vector: Sequence[float], hits: Sequence[Hit]) -> list[Hit]:
@@ -759,7 +747,8 @@ class StreamWorker:
     def _stems(self, by_tenant: Mapping[str, Mapping[str, Statement]]) -> dict[str, str]:
         """The stem (:func:`memcore.fact_stem`) each statement :meth:`compared` also searches
         by, by key (every tenant's, to be embedded in one call): one of a fact whose vector the
-        service embedded (:func:`_searched_by_stem`). A tenant whose
+        service embedded (:attr:`Statement.embedded`: a stem is embedded by the service's model,
+        and a given vector may be of another). A tenant whose
         statements cannot be read here gives none: :meth:`compared` meets the same failure and
         dead-letters them.
         """
@@ -769,7 +758,7 @@ class StreamWorker:
                 rules = self.processor.policy(tenant_id).supersession
                 for key, said in statements.items():
                     found = self.processor.load(key) if rules.enabled else None
-                    if found is None or not _searched_by_stem(said):
+                    if found is None or not said.embedded:
                         continue
                     fact = fact_of(found[1].content, rules.max_words, generic=True)
                     if fact is not None:

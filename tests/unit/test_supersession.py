@@ -51,6 +51,7 @@ from memcore.supersession import (
     fact_of,
     llm_candidates,
     llm_prompt,
+    newer_says_new,
 )
 
 from .helpers import T0, created, hours, write
@@ -2291,3 +2292,14 @@ def test_a_version_supersedes_the_memory_its_write_names_while_it_is_in_recall()
         at,
         EffectKind.SUPERSEDED,
     )
+
+
+def test_a_pair_counts_for_the_stem_when_its_newer_side_says_its_value_is_new() -> None:
+    """Whichever of the two is the statement: what the worker keeps of a fact stem's hits."""
+    t8, t10 = T0, T0 + hours(2)
+    old, new = "I live in Toronto.", "I live in Hanoi now."
+    assert newer_says_new(t10, new, t8, old)  # a marked statement, an older hit
+    assert newer_says_new(t8, old, t10, new)  # an older value written last, a marked newer hit
+    assert not newer_says_new(t10, "I live in Hanoi.", t8, old)
+    assert not newer_says_new(t8, new, t10, "I live in Hanoi.")  # the newer side is unmarked
+    assert not newer_says_new(t8, new, t8, "I live in Lima now.")  # one time: neither is newer
